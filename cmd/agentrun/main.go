@@ -1,0 +1,65 @@
+// Command agentrun runs AI-agent code in single-use, locked-down Linux
+// containers without a container daemon.
+//
+//	agentrun run [flags] task.json   run one task, print its result as JSON
+//	agentrun task.json               the same
+//
+// This package only parses arguments; the work is done by internal/runner.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/agentrun/agentrun/runtime/runc"
+)
+
+func init() {
+	// libcontainer re-executes this binary as each container's init.
+	runc.InitHook()
+}
+
+const usage = `usage: agentrun <command> [flags] [args]
+
+commands:
+  run [--config F] [--output F] [--format json|text] [--audit F] TASK
+        run TASK (a task.json file, or - for stdin) and print the result
+  TASK  the same as run TASK
+  help  show this help
+
+exit status of run: the program's own exit code; 124 timeout; 137 killed
+(OOM or signal); 125 agentrun could not run the task.
+`
+
+func main() {
+	logrus.SetOutput(os.Stderr)
+	logrus.SetLevel(logrus.WarnLevel)
+	os.Exit(dispatch(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+func dispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "run":
+		return cmdRun(args[1:], stdin, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	if len(args) == 1 && (args[0] == "-" || fileExists(args[0])) {
+		return cmdRun(args, stdin, stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "agentrun: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
+}

@@ -1,0 +1,63 @@
+package audit
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+func TestWriteAppendsOneLinePerRecord(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sub", "audit.jsonl")
+	l, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() {
+			if err := l.Write(&Record{ID: "ar-" + string(rune('a'+i%26)), TaskHash: "sha256:x"}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("audit log mode = %v; want 0600", st.Mode().Perm())
+	}
+	f, _ := os.Open(path)
+	defer f.Close()
+	n := 0
+	for sc := bufio.NewScanner(f); sc.Scan(); n++ {
+		var r Record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("line %d is not a record: %v", n, err)
+		}
+		if r.TaskHash != "sha256:x" {
+			t.Errorf("line %d: task_hash = %q", n, r.TaskHash)
+		}
+	}
+	if n != 50 {
+		t.Errorf("lines = %d; want 50", n)
+	}
+}
+
+func TestOpenRefusesSymlink(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "target")
+	os.WriteFile(target, nil, 0o600)
+	link := filepath.Join(dir, "audit.jsonl")
+	os.Symlink(target, link)
+	if _, err := Open(link); err == nil {
+		t.Fatal("Open followed a symlink")
+	}
+}

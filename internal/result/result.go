@@ -1,0 +1,78 @@
+package result
+
+// Exit statuses of `agentrun run` that are not the program's own.
+const (
+	ExitTimeout = 124 // the run hit its wall-clock timeout
+	ExitSetup   = 125 // agentrun could not run the task (bad task, image, host)
+	ExitKilled  = 137 // the program was killed (OOM or SIGKILL)
+)
+
+// Result is the outcome of one run, as printed by `agentrun run`.
+type Result struct {
+	ID              string          `json:"id"`
+	Session         string          `json:"session"`
+	ExitCode        int             `json:"exit_code"`
+	Signal          string          `json:"signal"`
+	TimedOut        bool            `json:"timed_out"`
+	OOMKilled       bool            `json:"oom_killed"`
+	Stdout          string          `json:"stdout"`
+	Stderr          string          `json:"stderr"`
+	StdoutTruncated bool            `json:"stdout_truncated"`
+	StderrTruncated bool            `json:"stderr_truncated"`
+	StdoutBytes     int64           `json:"stdout_bytes"`
+	StderrBytes     int64           `json:"stderr_bytes"`
+	DurationMS      int64           `json:"duration_ms"`
+	CPUMS           int64           `json:"cpu_ms"`
+	MemoryPeakBytes int64           `json:"memory_peak_bytes"`
+	Image           string          `json:"image"`
+	ImageDigest     string          `json:"image_digest"`
+	Runtime         string          `json:"runtime"`
+	Network         Network         `json:"network"`
+	Files           map[string]File `json:"files"`
+	Error           string          `json:"error"`
+}
+
+// Network lists the run's egress decisions.
+type Network struct {
+	Allowed []Allowed `json:"allowed"`
+	Denied  []Denied  `json:"denied"`
+}
+
+// Allowed is one allowed destination with the bytes it carried.
+type Allowed struct {
+	Host     string `json:"host"`
+	Port     int    `json:"port"`
+	BytesIn  int64  `json:"bytes_in"`
+	BytesOut int64  `json:"bytes_out"`
+}
+
+// Denied is one refused destination and why.
+type Denied struct {
+	Host   string `json:"host"`
+	Port   int    `json:"port"`
+	Reason string `json:"reason"`
+}
+
+// File is one collected file. Error says why a matching path was not
+// returned (not a regular file, over the collect limit).
+type File struct {
+	Size          int64  `json:"size"`
+	ContentBase64 string `json:"content_base64,omitempty"`
+	Truncated     bool   `json:"truncated,omitempty"`
+	Error         string `json:"error,omitempty"`
+}
+
+// ExitStatus is the status `agentrun run` exits with for r: 125 when
+// agentrun could not run the task, 124 on timeout, 137 when the program was
+// OOM-killed, else the program's own exit code (128+n for signal n).
+func (r *Result) ExitStatus() int {
+	switch {
+	case r.Error != "":
+		return ExitSetup
+	case r.TimedOut:
+		return ExitTimeout
+	case r.OOMKilled:
+		return ExitKilled
+	}
+	return r.ExitCode
+}

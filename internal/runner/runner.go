@@ -1,0 +1,228 @@
+package runner
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/agentrun/agentrun/internal/audit"
+	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/task"
+	"github.com/agentrun/agentrun/internal/workspace"
+	"github.com/agentrun/agentrun/runtime"
+	"github.com/agentrun/agentrun/runtime/runc"
+)
+
+// Runner runs task plans. It is safe for concurrent use.
+type Runner struct {
+	cfg      *config.Config
+	backends map[string]runtime.Backend
+	audit    *audit.Log
+	runsDir  string
+}
+
+// New prepares a runner from cfg: its state directories and backends.
+func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("agentrun must run as root (it creates namespaces, cgroups and mounts)")
+	}
+	r := &Runner{cfg: cfg, audit: log, runsDir: filepath.Join(cfg.StateDir, "runs"), backends: map[string]runtime.Backend{}}
+	if err := os.MkdirAll(r.runsDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating state dir: %w", err)
+	}
+	lc, err := runc.New(filepath.Join(cfg.StateDir, "runc"))
+	if err != nil {
+		return nil, err
+	}
+	r.backends["libcontainer"] = lc
+	return r, nil
+}
+
+// Run runs p and returns its result; it never returns nil. A failure of
+// agentrun itself is reported in the result's Error (exit status 125).
+func (r *Runner) Run(ctx context.Context, p *task.Plan) *result.Result {
+	res := &result.Result{ID: newID(), Session: p.Session, Image: p.Image, Runtime: p.Runtime, Files: map[string]result.File{}}
+	res.Network.Allowed, res.Network.Denied = []result.Allowed{}, []result.Denied{}
+	rec := &audit.Record{Time: time.Now().UTC(), ID: res.ID, Session: p.Session, TaskHash: p.TaskHash,
+		Image: p.Image, Runtime: p.Runtime, Limits: auditLimits(p)}
+
+	if err := r.run(ctx, p, res); err != nil {
+		res.Error = err.Error()
+	}
+	fillRecord(rec, res)
+	if r.audit != nil {
+		if err := r.audit.Write(rec); err != nil && res.Error == "" {
+			res.Error = err.Error()
+		}
+	}
+	return res
+}
+
+// run is the setup order of one run. Every step that makes something on
+// the host pushes its undo; undo runs in reverse order on every path.
+func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result) (err error) {
+	var undo cleanups
+	defer func() {
+		if cerr := undo.run(); cerr != nil && err == nil {
+			err = fmt.Errorf("cleaning up: %w", cerr)
+		}
+	}()
+
+	backend, ok := r.backends[p.Runtime]
+	if !ok {
+		return fmt.Errorf("runtime %q is not available", p.Runtime)
+	}
+	img, err := r.image(ctx, p.Image)
+	if err != nil {
+		return err
+	}
+	res.ImageDigest = img.digest
+
+	dir := filepath.Join(r.runsDir, res.ID)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("creating run dir: %w", err)
+	}
+	undo.add(func() error { return os.RemoveAll(dir) })
+
+	rootfs := img.rootfs
+	if img.needsOverlay {
+		ov, err := mountOverlay(img.rootfs, dir)
+		if err != nil {
+			return err
+		}
+		undo.add(ov.unmount)
+		rootfs = ov.merged
+	}
+
+	files := p.Files
+	if p.CodeFile != "" {
+		files = make(map[string][]byte, len(p.Files)+1)
+		for k, v := range p.Files {
+			files[k] = v
+		}
+		files[p.CodeFile] = p.Code
+	}
+	ws, err := workspace.Create(filepath.Join(dir, "workspace"), p.Limits.WorkspaceSize, runtime.UID, runtime.GID, files)
+	if err != nil {
+		return err
+	}
+	undo.add(ws.Close)
+
+	spec, err := runtime.New(rootfs,
+		runtime.WithArgs(p.Argv...),
+		runtime.WithEnv(p.Env),
+		runtime.WithCgroupsPath("/agentrun/"+res.ID),
+		runtime.WithMemory(p.Limits.Memory),
+		runtime.WithCPUs(p.Limits.CPUs),
+		runtime.WithPids(p.Limits.Pids),
+		runtime.WithTmpSize(p.Limits.TmpSize, p.Limits.WorkspaceSize),
+		runtime.WithWorkspace(ws.Dir),
+		runtime.WithSeccomp(),
+	)
+	if err != nil {
+		return fmt.Errorf("building spec: %w", err)
+	}
+	if err := runtime.Validate(spec); err != nil {
+		return fmt.Errorf("spec refused: %w", err)
+	}
+
+	out, err := backend.Run(ctx, &runtime.Container{
+		ID: res.ID, Spec: spec, Stdin: p.Stdin, Timeout: p.Limits.Timeout, OutputLimit: p.Limits.OutputBytes,
+	})
+	if out != nil {
+		fillOutcome(res, out)
+	}
+	if err != nil {
+		return err
+	}
+	if len(p.Collect) > 0 {
+		if res.Files, err = ws.Collect(p.Collect); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func fillOutcome(res *result.Result, o *runtime.Outcome) {
+	res.ExitCode, res.Signal = o.ExitCode, o.Signal
+	res.TimedOut, res.OOMKilled = o.TimedOut, o.OOMKilled
+	res.Stdout, res.Stderr = string(o.Stdout.Data), string(o.Stderr.Data)
+	res.StdoutTruncated, res.StderrTruncated = o.Stdout.Truncated, o.Stderr.Truncated
+	res.StdoutBytes, res.StderrBytes = o.Stdout.Total, o.Stderr.Total
+	res.DurationMS = o.Duration.Milliseconds()
+	res.CPUMS = o.CPU.Milliseconds()
+	res.MemoryPeakBytes = o.MemoryPeak
+}
+
+func fillRecord(rec *audit.Record, res *result.Result) {
+	rec.ImageDigest = res.ImageDigest
+	rec.Network = res.Network
+	rec.ExitCode, rec.Signal, rec.TimedOut, rec.OOMKilled = res.ExitCode, res.Signal, res.TimedOut, res.OOMKilled
+	rec.DurationMS, rec.CPUMS, rec.MemoryPeakBytes = res.DurationMS, res.CPUMS, res.MemoryPeakBytes
+	rec.StdoutBytes, rec.StderrBytes = res.StdoutBytes, res.StderrBytes
+	for name := range res.Files {
+		rec.Files = append(rec.Files, name)
+	}
+	rec.Error = res.Error
+}
+
+func auditLimits(p *task.Plan) audit.Limits {
+	l := p.Limits
+	return audit.Limits{TimeoutMS: l.Timeout.Milliseconds(), Memory: l.Memory, CPUs: l.CPUs, Pids: l.Pids,
+		OutputBytes: l.OutputBytes, TmpSize: l.TmpSize, WorkspaceSize: l.WorkspaceSize, NetworkAllow: p.Allow}
+}
+
+// newID returns a fresh run id, "ar-" and 16 hex digits.
+func newID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return "ar-" + hex.EncodeToString(b[:])
+}
+
+// image is a resolved image: where its root filesystem is and whether a run
+// needs its own overlay over it.
+type resolvedImage struct {
+	rootfs, digest string
+	needsOverlay   bool
+}
+
+func (r *Runner) image(ctx context.Context, ref string) (*resolvedImage, error) {
+	dir, ok := strings.CutPrefix(ref, "dir:")
+	if !ok {
+		return nil, fmt.Errorf("image %q: only dir: images are supported", ref)
+	}
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("image %q: dir: needs an absolute path", ref)
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("image %q: %w", ref, err)
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("image %q: not a directory", ref)
+	}
+	return &resolvedImage{rootfs: filepath.Clean(dir), needsOverlay: true}, nil
+}
+
+// cleanups is a stack of undo steps, run in reverse order.
+type cleanups []func() error
+
+func (c *cleanups) add(f func() error) { *c = append(*c, f) }
+
+func (c *cleanups) run() error {
+	var errs []error
+	for i := len(*c) - 1; i >= 0; i-- {
+		if err := (*c)[i](); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	*c = nil
+	return errors.Join(errs...)
+}

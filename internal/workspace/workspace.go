@@ -1,0 +1,175 @@
+package workspace
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"path"
+	"slices"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentrun/agentrun/internal/result"
+)
+
+// Limits on what Collect returns.
+const (
+	MaxCollectBytes = 16 << 20 // file content in one result, in all
+	MaxCollectFiles = 1000
+)
+
+// Workspace is one run's workspace tmpfs.
+type Workspace struct {
+	// Dir is the mount point on the host.
+	Dir  string
+	root *os.Root
+}
+
+// Create mounts a tmpfs of size bytes at dir (created, 0700), owned by uid
+// and gid, and writes files into it (names are workspace-relative and
+// already validated; parents are created). On error nothing is left mounted.
+func Create(dir string, size int64, uid, gid int, files map[string][]byte) (_ *Workspace, err error) {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating workspace dir: %w", err)
+	}
+	opts := "size=" + strconv.FormatInt(size, 10) + ",mode=0700,uid=" + strconv.Itoa(uid) + ",gid=" + strconv.Itoa(gid)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+		os.Remove(dir)
+		return nil, fmt.Errorf("mounting workspace tmpfs: %w", err)
+	}
+	w := &Workspace{Dir: dir}
+	defer func() {
+		if err != nil {
+			w.Close()
+		}
+	}()
+	if w.root, err = os.OpenRoot(dir); err != nil {
+		return nil, fmt.Errorf("opening workspace: %w", err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		if err := w.write(name, files[name], uid, gid); err != nil {
+			return nil, fmt.Errorf("writing workspace file %q: %w", name, err)
+		}
+	}
+	return w, nil
+}
+
+func (w *Workspace) write(name string, data []byte, uid, gid int) error {
+	if dir := path.Dir(name); dir != "." {
+		if err := w.root.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		// Parents created here belong to the program too.
+		for d := dir; d != "."; d = path.Dir(d) {
+			if err := w.root.Lchown(d, uid, gid); err != nil {
+				return err
+			}
+		}
+	}
+	f, err := w.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		if errors.Is(err, unix.ENOSPC) {
+			return fmt.Errorf("files exceed the workspace size: %w", err)
+		}
+		return err
+	}
+	if err := f.Chown(uid, gid); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// Collect returns the regular files matching globs (workspace-relative),
+// at most MaxCollectBytes of content and MaxCollectFiles files in all. A
+// match that is not a regular file (a symlink, a fifo, a directory) is
+// listed with an error and never opened through.
+func (w *Workspace) Collect(globs []string) (map[string]result.File, error) {
+	out := map[string]result.File{}
+	budget := int64(MaxCollectBytes)
+	fsys := w.root.FS()
+	for _, g := range globs {
+		names, err := fs.Glob(fsys, g)
+		if err != nil {
+			return nil, fmt.Errorf("collect %q: %w", g, err)
+		}
+		for _, name := range names {
+			if _, done := out[name]; done {
+				continue
+			}
+			if len(out) >= MaxCollectFiles {
+				return out, nil
+			}
+			out[name] = w.collectOne(name, &budget)
+		}
+	}
+	return out, nil
+}
+
+func (w *Workspace) collectOne(name string, budget *int64) result.File {
+	fi, err := w.root.Lstat(name)
+	if err != nil {
+		return result.File{Error: "cannot stat: " + reason(err)}
+	}
+	if !fi.Mode().IsRegular() {
+		return result.File{Error: "not a regular file (" + fi.Mode().Type().String() + ")"}
+	}
+	// O_NOFOLLOW and O_NONBLOCK: the program is dead, but never block on a
+	// fifo or follow a link that replaced the file.
+	f, err := w.root.OpenFile(name, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return result.File{Error: "cannot open: " + reason(err)}
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return result.File{Error: "not a regular file"}
+	}
+	size := fi.Size()
+	if *budget <= 0 {
+		return result.File{Size: size, Truncated: size > 0, Error: "collect limit reached"}
+	}
+	data, err := io.ReadAll(io.LimitReader(f, *budget))
+	if err != nil {
+		return result.File{Size: size, Error: "read error"}
+	}
+	*budget -= int64(len(data))
+	return result.File{
+		Size:          size,
+		ContentBase64: base64.StdEncoding.EncodeToString(data),
+		Truncated:     int64(len(data)) < size,
+	}
+}
+
+// Close unmounts the workspace and removes its mount point.
+func (w *Workspace) Close() error {
+	if w.root != nil {
+		w.root.Close()
+		w.root = nil
+	}
+	var errs []error
+	if err := unix.Unmount(w.Dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		errs = append(errs, fmt.Errorf("unmounting workspace: %w", err))
+	}
+	if err := os.Remove(w.Dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("removing workspace dir: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// reason is err without the path a PathError repeats.
+func reason(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}

@@ -1,0 +1,43 @@
+package runtime
+
+import (
+	"context"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Container is one run as a backend sees it: a validated spec plus the
+// program's input and the run's wall-clock and output bounds.
+type Container struct {
+	// ID names the run (state dirs, cgroups); [a-z0-9-] only.
+	ID string
+	// Spec is the composed spec; Validate must already have accepted it.
+	Spec *specs.Spec
+	// Stdin is fed to the program, then its stdin is closed.
+	Stdin []byte
+	// Timeout bounds the run's wall-clock time; the whole sandbox is killed then.
+	Timeout time.Duration
+	// OutputLimit caps the bytes kept of stdout and of stderr, each.
+	OutputLimit int64
+}
+
+// Outcome is what a finished run produced.
+type Outcome struct {
+	ExitCode   int
+	Signal     string // name of the signal that ended the program, if any
+	TimedOut   bool
+	OOMKilled  bool
+	Stdout     Output
+	Stderr     Output
+	Duration   time.Duration // from start to exit
+	CPU        time.Duration
+	MemoryPeak int64
+}
+
+// Backend runs containers. Run returns an error only when the program could
+// not be run or observed; the program's own failure is in the Outcome. Run
+// removes everything it created before it returns, on every path.
+type Backend interface {
+	Run(ctx context.Context, c *Container) (*Outcome, error)
+}

@@ -1,0 +1,9 @@
+// Package runc runs sandbox containers in-process with runc's libcontainer.
+//
+// A binary that uses this package must call InitHook first thing (from an
+// init function of package main, or of a test package): libcontainer
+// re-executes the binary as the container's init process.
+//
+// The backend never leaves a process, cgroup or state directory behind once
+// Run returns.
+package runc

@@ -1,0 +1,91 @@
+package runtime
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/moby/profiles/seccomp"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// DeniedSyscalls are allowed by Docker's default profile but refused in a
+// sandbox: an agent's code needs no debugger and no way to read or write
+// another process's memory.
+var DeniedSyscalls = []string{
+	"ptrace",
+	"process_vm_readv",
+	"process_vm_writev",
+}
+
+// namespaceSyscalls reach a new or another namespace. Docker's profile allows
+// them only with CAP_SYS_ADMIN, which a sandbox never has; checkSeccomp
+// proves that no rule of the composed filter allows them unconditionally.
+var namespaceSyscalls = []string{"unshare", "setns", "mount", "umount2", "pivot_root", "fsopen", "open_tree", "move_mount"}
+
+// defaultSeccomp is Docker's default profile as it applies to a process with
+// no capabilities, minus DeniedSyscalls. It is computed once per process.
+var defaultSeccomp = sync.OnceValues(func() (*specs.LinuxSeccomp, error) {
+	// The profile's conditional rules depend on the bounding set: evaluate
+	// them against the sandbox's (empty) one.
+	noCaps := &specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{}}}
+	prof, err := seccomp.GetDefaultProfile(noCaps)
+	if err != nil {
+		return nil, fmt.Errorf("loading docker's default seccomp profile: %w", err)
+	}
+	var rules []specs.LinuxSyscall
+	for _, r := range prof.Syscalls {
+		if r.Action == specs.ActAllow {
+			r.Names = slices.DeleteFunc(slices.Clone(r.Names), func(n string) bool {
+				return slices.Contains(DeniedSyscalls, n)
+			})
+			if len(r.Names) == 0 {
+				continue
+			}
+		}
+		rules = append(rules, r)
+	}
+	prof.Syscalls = rules
+	if err := checkSeccomp(prof); err != nil {
+		return nil, err
+	}
+	return prof, nil
+})
+
+// checkSeccomp refuses a filter that allows any syscall by default or that
+// allows a denied or namespace syscall without argument conditions.
+func checkSeccomp(p *specs.LinuxSeccomp) error {
+	if p.DefaultAction == specs.ActAllow || p.DefaultAction == specs.ActLog {
+		return fmt.Errorf("seccomp default action %q allows unknown syscalls", p.DefaultAction)
+	}
+	for _, r := range p.Syscalls {
+		if r.Action != specs.ActAllow && r.Action != specs.ActLog {
+			continue
+		}
+		for _, n := range r.Names {
+			if slices.Contains(DeniedSyscalls, n) {
+				return fmt.Errorf("seccomp allows denied syscall %s", n)
+			}
+			if slices.Contains(namespaceSyscalls, n) && len(r.Args) == 0 {
+				return fmt.Errorf("seccomp allows namespace syscall %s", n)
+			}
+		}
+	}
+	return nil
+}
+
+// WithSeccomp installs the sandbox's seccomp filter: Docker's default profile
+// for a process without capabilities, with DeniedSyscalls removed.
+func WithSeccomp() SpecOpt {
+	return func(s *specs.Spec) error {
+		p, err := defaultSeccomp()
+		if err != nil {
+			return err
+		}
+		// The cached profile is shared: give each spec its own copy of the
+		// top-level struct; rules are never modified after creation.
+		cp := *p
+		s.Linux.Seccomp = &cp
+		return nil
+	}
+}

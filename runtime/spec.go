@@ -1,0 +1,298 @@
+package runtime
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Sandbox identity inside the container.
+const (
+	// UID and GID are "nobody", the only identity a sandboxed program gets.
+	UID = 65534
+	GID = 65534
+
+	// Hostname is the UTS name every sandbox sees.
+	Hostname = "sandbox"
+
+	// WorkspaceDir is where the task's files and code live inside the sandbox.
+	WorkspaceDir = "/workspace"
+
+	// DefaultPath is the PATH a sandboxed program gets.
+	DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+	// nofile is the open-file limit of a sandboxed process (soft and hard).
+	nofile = 1024
+)
+
+// MaskedPaths are hidden from the sandbox: /proc and /sys entries that leak
+// host information or reach kernel interfaces (the Docker v28 list).
+var MaskedPaths = []string{
+	"/proc/acpi",
+	"/proc/asound",
+	"/proc/interrupts",
+	"/proc/kcore",
+	"/proc/keys",
+	"/proc/latency_stats",
+	"/proc/sched_debug",
+	"/proc/scsi",
+	"/proc/timer_list",
+	"/proc/timer_stats",
+	"/sys/devices/virtual/powercap",
+	"/sys/firmware",
+}
+
+// ReadonlyPaths are visible but read-only inside the sandbox.
+var ReadonlyPaths = []string{
+	"/proc/bus",
+	"/proc/fs",
+	"/proc/irq",
+	"/proc/sys",
+	"/proc/sysrq-trigger",
+}
+
+// SpecOpt changes one concern of a spec. Options may be applied in any order.
+type SpecOpt func(*specs.Spec) error
+
+// Default returns the locked-down spec for a sandbox whose root filesystem is
+// rootfs: user nobody, no capabilities, no_new_privs, read-only root, fresh
+// namespaces of every kind but user (network included: it holds only lo),
+// masked and read-only /proc and /sys paths, a minimal /dev, a noexec /tmp,
+// every device denied but the standard ones, core dumps off.
+//
+// Default has no process arguments, resource limits or seccomp filter: the
+// caller adds them with options, and Validate refuses a spec that lacks them.
+func Default(rootfs string) *specs.Spec {
+	return &specs.Spec{
+		Version: specs.Version,
+		Root:    &specs.Root{Path: rootfs, Readonly: true},
+		Process: &specs.Process{
+			User: specs.User{UID: UID, GID: GID},
+			Env:  []string{"PATH=" + DefaultPath, "HOME=/tmp"},
+			Cwd:  WorkspaceDir,
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding:    []string{},
+				Effective:   []string{},
+				Inheritable: []string{},
+				Permitted:   []string{},
+				Ambient:     []string{},
+			},
+			Rlimits: []specs.POSIXRlimit{
+				{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile},
+				{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
+			},
+			NoNewPrivileges: true,
+			// Under host memory pressure the sandbox dies first.
+			OOMScoreAdj: intPtr(1000),
+		},
+		Hostname: Hostname,
+		Mounts: []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "noexec", "strictatime", "mode=755", "size=64k"}},
+			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=64m"}},
+			{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "noexec", "mode=1777", "size=64m"}},
+		},
+		Linux: &specs.Linux{
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace},
+				{Type: specs.NetworkNamespace},
+				{Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace},
+				{Type: specs.MountNamespace},
+				{Type: specs.CgroupNamespace},
+			},
+			Resources: &specs.LinuxResources{
+				Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
+			},
+			MaskedPaths:       append([]string(nil), MaskedPaths...),
+			ReadonlyPaths:     append([]string(nil), ReadonlyPaths...),
+			RootfsPropagation: "private",
+		},
+	}
+}
+
+// New returns Default(rootfs) changed by opts, in order.
+func New(rootfs string, opts ...SpecOpt) (*specs.Spec, error) {
+	s := Default(rootfs)
+	for _, o := range opts {
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// WithArgs sets the program's argv; it is run directly, never through a shell.
+func WithArgs(argv ...string) SpecOpt {
+	return func(s *specs.Spec) error {
+		if len(argv) == 0 || argv[0] == "" {
+			return fmt.Errorf("empty argv")
+		}
+		s.Process.Args = append([]string(nil), argv...)
+		return nil
+	}
+}
+
+// WithEnv adds variables to the environment. PATH and HOME keep their
+// sandbox values: env may not change them.
+func WithEnv(env map[string]string) SpecOpt {
+	return func(s *specs.Spec) error {
+		for _, k := range slices.Sorted(maps.Keys(env)) {
+			if k == "PATH" || k == "HOME" || k == "" {
+				return fmt.Errorf("env: %q may not be set", k)
+			}
+			s.Process.Env = append(s.Process.Env, k+"="+env[k])
+		}
+		return nil
+	}
+}
+
+// WithCgroupsPath places the run's cgroup at path (absolute, e.g. /agentrun/ID).
+func WithCgroupsPath(path string) SpecOpt {
+	return func(s *specs.Spec) error {
+		if len(path) < 2 || path[0] != '/' {
+			return fmt.Errorf("cgroups path %q is not absolute", path)
+		}
+		s.Linux.CgroupsPath = path
+		return nil
+	}
+}
+
+// WithMemory caps memory at limit bytes with no swap (memory+swap = limit).
+func WithMemory(limit int64) SpecOpt {
+	return func(s *specs.Spec) error {
+		if limit <= 0 {
+			return fmt.Errorf("memory limit %d is not positive", limit)
+		}
+		s.Linux.Resources.Memory = &specs.LinuxMemory{Limit: &limit, Swap: int64Ptr(limit)}
+		return nil
+	}
+}
+
+// cpuPeriod is the CFS period used with WithCPUs, in microseconds.
+const cpuPeriod = 100000
+
+// WithCPUs caps CPU time at cpus cores (CFS quota over a 100 ms period).
+func WithCPUs(cpus float64) SpecOpt {
+	return func(s *specs.Spec) error {
+		if !(cpus > 0) || cpus > 4096 {
+			return fmt.Errorf("cpus %v out of range", cpus)
+		}
+		quota := int64(cpus * cpuPeriod)
+		if quota < 1000 {
+			quota = 1000 // the kernel's minimum quota is 1 ms
+		}
+		s.Linux.Resources.CPU = &specs.LinuxCPU{Quota: &quota, Period: uint64Ptr(cpuPeriod)}
+		return nil
+	}
+}
+
+// WithPids caps the number of tasks (processes and threads) in the sandbox.
+func WithPids(limit int64) SpecOpt {
+	return func(s *specs.Spec) error {
+		if limit <= 0 {
+			return fmt.Errorf("pids limit %d is not positive", limit)
+		}
+		s.Linux.Resources.Pids = &specs.LinuxPids{Limit: &limit}
+		return nil
+	}
+}
+
+// WithTmpSize sets the size of the /tmp and /dev/shm tmpfs in bytes, and the
+// largest file a process may write (RLIMIT_FSIZE) just above the bigger of
+// that and workspace, so that a full filesystem answers ENOSPC first.
+func WithTmpSize(tmp, workspace int64) SpecOpt {
+	return func(s *specs.Spec) error {
+		if tmp <= 0 || workspace <= 0 {
+			return fmt.Errorf("tmp size %d and workspace size %d must be positive", tmp, workspace)
+		}
+		for i := range s.Mounts {
+			switch s.Mounts[i].Destination {
+			case "/tmp", "/dev/shm":
+				s.Mounts[i].Options = setOption(s.Mounts[i].Options, "size", strconv.FormatInt(tmp, 10))
+			}
+		}
+		fsize := uint64(max(tmp, workspace)) + 1<<20
+		setRlimit(s, "RLIMIT_FSIZE", fsize, fsize)
+		return nil
+	}
+}
+
+// WithWorkspace bind-mounts the host directory dir (the run's own size-capped
+// tmpfs) at /workspace, writable, without exec, setuid or devices.
+func WithWorkspace(dir string) SpecOpt {
+	return func(s *specs.Spec) error {
+		if dir == "" || dir[0] != '/' {
+			return fmt.Errorf("workspace %q is not absolute", dir)
+		}
+		s.Mounts = append(s.Mounts, specs.Mount{
+			Destination: WorkspaceDir, Type: "bind", Source: dir,
+			Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"},
+		})
+		return nil
+	}
+}
+
+// WithReadonlyFile bind-mounts the host file src at dest, read-only.
+func WithReadonlyFile(src, dest string) SpecOpt {
+	return func(s *specs.Spec) error {
+		if src == "" || src[0] != '/' || dest == "" || dest[0] != '/' {
+			return fmt.Errorf("bind %q -> %q: paths must be absolute", src, dest)
+		}
+		s.Mounts = append(s.Mounts, specs.Mount{
+			Destination: dest, Type: "bind", Source: src,
+			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
+		})
+		return nil
+	}
+}
+
+// WithNetworkNamespace joins the network namespace at path (agentrun's own
+// sandbox namespace, held by an fd) instead of a new empty one.
+func WithNetworkNamespace(path string) SpecOpt {
+	return func(s *specs.Spec) error {
+		if path == "" || path[0] != '/' {
+			return fmt.Errorf("network namespace path %q is not absolute", path)
+		}
+		for i := range s.Linux.Namespaces {
+			if s.Linux.Namespaces[i].Type == specs.NetworkNamespace {
+				s.Linux.Namespaces[i].Path = path
+				return nil
+			}
+		}
+		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: path})
+		return nil
+	}
+}
+
+func setRlimit(s *specs.Spec, typ string, soft, hard uint64) {
+	for i := range s.Process.Rlimits {
+		if s.Process.Rlimits[i].Type == typ {
+			s.Process.Rlimits[i].Soft, s.Process.Rlimits[i].Hard = soft, hard
+			return
+		}
+	}
+	s.Process.Rlimits = append(s.Process.Rlimits, specs.POSIXRlimit{Type: typ, Soft: soft, Hard: hard})
+}
+
+// setOption replaces (or adds) key=value in a mount option list.
+func setOption(opts []string, key, value string) []string {
+	out := make([]string, 0, len(opts)+1)
+	for _, o := range opts {
+		if len(o) > len(key) && o[:len(key)+1] == key+"=" {
+			continue
+		}
+		out = append(out, o)
+	}
+	return append(out, key+"="+value)
+}
+
+func intPtr(v int) *int          { return &v }
+func int64Ptr(v int64) *int64    { return &v }
+func uint64Ptr(v uint64) *uint64 { return &v }

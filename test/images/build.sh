@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# build.sh builds the root filesystems agentrun's tests and demo run, from
+# Debian packages only (no container registry is needed), and caches them.
+#
+#   test/images/build.sh [busybox|python|all]
+#
+# Output (under $AGENTRUN_IMAGES, default /var/cache/agentrun/images):
+#   busybox/rootfs   busybox-static with its applets, /etc/passwd with nobody
+#   python/rootfs    Debian bookworm "essential" + python3, docs stripped
+# A rootfs is rebuilt only when this script changes (its hash is the stamp).
+set -euo pipefail
+
+out=${AGENTRUN_IMAGES:-/var/cache/agentrun/images}
+suite=${AGENTRUN_SUITE:-bookworm}
+stamp=$(sha256sum "$0" | cut -c1-16)-$suite
+
+need() { command -v "$1" >/dev/null || { echo "build.sh: $1 not found; install $2 (apt-get install $2)" >&2; exit 1; }; }
+
+fresh() { [ -f "$1/.stamp" ] && [ "$(cat "$1/.stamp")" = "$stamp" ]; }
+
+# finish adds the mount points every sandbox needs and records the stamp.
+finish() {
+	local root=$1
+	mkdir -p "$root"/{proc,sys,dev,tmp,workspace,etc}
+	chmod 1777 "$root/tmp"
+	for f in resolv.conf hosts; do
+		rm -f "$root/etc/$f"
+		: >"$root/etc/$f"
+		chmod 0644 "$root/etc/$f"
+	done
+}
+
+build_busybox() {
+	local dir=$out/busybox
+	fresh "$dir" && return 0
+	need busybox busybox-static
+	local bb
+	bb=$(command -v busybox)
+	rm -rf "$dir.new"
+	mkdir -p "$dir.new/rootfs"/{bin,etc}
+	cp "$(readlink -f "$bb")" "$dir.new/rootfs/bin/busybox"
+	for applet in $("$bb" --list); do
+		[ "$applet" = busybox ] || ln -sf busybox "$dir.new/rootfs/bin/$applet"
+	done
+	printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$dir.new/rootfs/etc/passwd"
+	printf 'root:x:0:\nnogroup:x:65534:\n' >"$dir.new/rootfs/etc/group"
+	finish "$dir.new/rootfs"
+	echo "$stamp" >"$dir.new/.stamp"
+	rm -rf "$dir" && mv "$dir.new" "$dir"
+}
+
+build_python() {
+	local dir=$out/python
+	fresh "$dir" && return 0
+	need mmdebstrap mmdebstrap
+	rm -rf "$dir.new"
+	mkdir -p "$dir.new"
+	# --variant=essential plus python3 (full standard library, no pip).
+	mmdebstrap --quiet --variant=essential --include=python3 \
+		--dpkgopt='path-exclude=/usr/share/man/*' \
+		--dpkgopt='path-exclude=/usr/share/doc/*' \
+		--dpkgopt='path-exclude=/usr/share/locale/*' \
+		--dpkgopt='path-exclude=/usr/share/info/*' \
+		--customize-hook='rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/*' \
+		"$suite" "$dir.new/rootfs"
+	finish "$dir.new/rootfs"
+	echo "$stamp" >"$dir.new/.stamp"
+	rm -rf "$dir" && mv "$dir.new" "$dir"
+}
+
+mkdir -p "$out"
+case ${1:-all} in
+busybox) build_busybox ;;
+python) build_python ;;
+all) build_busybox && build_python ;;
+*) echo "usage: $0 [busybox|python|all]" >&2; exit 2 ;;
+esac
+echo "$out"
