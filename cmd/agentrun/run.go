@@ -149,4 +149,3 @@ func summary(res *result.Result) string {
 	}
 	return strings.Join(parts, ", ")
 }
-

@@ -16,27 +16,27 @@ import (
 
 // Record is one audit line.
 type Record struct {
-	Time            time.Time       `json:"time"`
-	ID              string          `json:"id"`
-	Session         string          `json:"session"`
-	TaskHash        string          `json:"task_hash"`
-	Image           string          `json:"image"`
-	ImageDigest     string          `json:"image_digest"`
-	Runtime         string          `json:"runtime"`
-	Limits          Limits          `json:"limits"`
-	Network         result.Network  `json:"network"`
-	ExitCode        int             `json:"exit_code"`
-	Signal          string          `json:"signal,omitempty"`
-	TimedOut        bool            `json:"timed_out"`
-	OOMKilled       bool            `json:"oom_killed"`
-	DurationMS      int64           `json:"duration_ms"`
-	CPUMS           int64           `json:"cpu_ms"`
-	MemoryPeakBytes int64           `json:"memory_peak_bytes"`
-	StdoutBytes     int64           `json:"stdout_bytes"`
-	StderrBytes     int64           `json:"stderr_bytes"`
-	Files           []string        `json:"files,omitempty"`
-	Error           string          `json:"error,omitempty"`
-	Detail          string          `json:"detail,omitempty"` // system error detail kept out of the result
+	Time            time.Time      `json:"time"`
+	ID              string         `json:"id"`
+	Session         string         `json:"session"`
+	TaskHash        string         `json:"task_hash"`
+	Image           string         `json:"image"`
+	ImageDigest     string         `json:"image_digest"`
+	Runtime         string         `json:"runtime"`
+	Limits          Limits         `json:"limits"`
+	Network         result.Network `json:"network"`
+	ExitCode        int            `json:"exit_code"`
+	Signal          string         `json:"signal,omitempty"`
+	TimedOut        bool           `json:"timed_out"`
+	OOMKilled       bool           `json:"oom_killed"`
+	DurationMS      int64          `json:"duration_ms"`
+	CPUMS           int64          `json:"cpu_ms"`
+	MemoryPeakBytes int64          `json:"memory_peak_bytes"`
+	StdoutBytes     int64          `json:"stdout_bytes"`
+	StderrBytes     int64          `json:"stderr_bytes"`
+	Files           []string       `json:"files,omitempty"`
+	Error           string         `json:"error,omitempty"`
+	Detail          string         `json:"detail,omitempty"` // system error detail kept out of the result
 }
 
 // Limits are the limits the run was given, in bytes, milliseconds and cores.
