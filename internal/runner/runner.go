@@ -208,7 +208,8 @@ func (r *Runner) image(ctx context.Context, ref string) (*resolvedImage, error) 
 	if !st.IsDir() {
 		return nil, fmt.Errorf("image %q: not a directory", ref)
 	}
-	return &resolvedImage{rootfs: filepath.Clean(dir), needsOverlay: true}, nil
+	dir = filepath.Clean(dir)
+	return &resolvedImage{rootfs: dir, needsOverlay: !hasMountpoints(dir)}, nil
 }
 
 // cleanups is a stack of undo steps, run in reverse order.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -99,7 +100,8 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 	err = ctr.Run(proc)
 	unlock()
 	if st, serr := ctr.State(); serr == nil {
-		paths = st.CgroupPaths
+		// A copy: the map is the cgroup manager's own, which Destroy empties.
+		paths = maps.Clone(st.CgroupPaths)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("starting container: %w", err)

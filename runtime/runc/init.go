@@ -2,6 +2,7 @@ package runc
 
 import (
 	"os"
+	goruntime "runtime"
 
 	"github.com/opencontainers/runc/libcontainer"
 	// The cgo constructor that joins namespaces before the Go runtime starts.
@@ -10,9 +11,17 @@ import (
 
 // InitHook turns this process into a container's init when libcontainer
 // started it as one (argv[1] == "init" and libcontainer's init pipe set);
-// otherwise it returns at once. libcontainer.Init never returns.
+// libcontainer.Init never returns.
+//
+// Otherwise it locks the main goroutine to the main thread and returns.
+// libcontainer moves short-lived locked threads into a container's mount
+// namespace and lets them die; Go cannot end the main thread, so one that
+// ran such a goroutine would stay in that namespace for good, keeping the
+// container's mounts alive and changing what /proc/self shows. With main
+// locked, no other goroutine ever runs on the main thread.
 func InitHook() {
 	if len(os.Args) > 1 && os.Args[1] == "init" && os.Getenv("_LIBCONTAINER_INITPIPE") != "" {
 		libcontainer.Init()
 	}
+	goruntime.LockOSThread()
 }

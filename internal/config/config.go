@@ -1,0 +1,195 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+)
+
+// Limits is the JSON form of resource limits (task "limits" and config "limits").
+type Limits struct {
+	Timeout       string   `json:"timeout,omitempty"`         // Go duration, e.g. "5s"
+	Memory        string   `json:"memory,omitempty"`          // size, e.g. "256m" (binary units: k,m,g; plain number = bytes)
+	CPUs          *float64 `json:"cpus,omitempty"`            // CPU cores, fractional
+	Pids          *int64   `json:"pids,omitempty"`            // processes and threads
+	OutputBytes   *int64   `json:"output_bytes,omitempty"`    // bytes kept per output stream
+	TmpSize       string   `json:"tmp_size,omitempty"`        // size of the /tmp tmpfs
+	WorkspaceSize string   `json:"workspace_size,omitempty"`  // size of the /workspace tmpfs
+	NetBytes      string   `json:"net_bytes,omitempty"`       // bytes per run per direction through the proxy
+	NetConns      *int64   `json:"net_connections,omitempty"` // connections at once through the proxy
+}
+
+// Policy holds the maxima a task may ask for, in the same syntax as Limits.
+// A task asking for more is refused, never clamped.
+type Policy struct {
+	Timeout       string   `json:"timeout,omitempty"`
+	Memory        string   `json:"memory,omitempty"`
+	CPUs          *float64 `json:"cpus,omitempty"`
+	Pids          *int64   `json:"pids,omitempty"`
+	OutputBytes   *int64   `json:"output_bytes,omitempty"`
+	TmpSize       string   `json:"tmp_size,omitempty"`
+	WorkspaceSize string   `json:"workspace_size,omitempty"`
+	NetBytes      string   `json:"net_bytes,omitempty"`
+	NetConns      *int64   `json:"net_connections,omitempty"`
+	AllowNetwork  *bool    `json:"allow_network"` // false: tasks may not ask for any network
+}
+
+// Network configures the egress proxy: static host entries (name to IP, used
+// instead of DNS) and address ranges allowed or denied beyond the built-in
+// refusal of loopback, private, link-local and similar addresses.
+type Network struct {
+	Hosts       map[string]string `json:"hosts"`
+	AllowRanges []string          `json:"allow_ranges"`
+	DenyRanges  []string          `json:"deny_ranges"`
+}
+
+// Runsc locates gVisor's runsc and the flags it is always given.
+type Runsc struct {
+	Path  string   `json:"path"`
+	Flags []string `json:"flags"`
+}
+
+// Server configures `agentrun serve`.
+type Server struct {
+	Listen        string         `json:"listen"`         // unix:///abs/path or tcp://host:port
+	MaxConcurrent int            `json:"max_concurrent"` // runs at once, >= 1
+	Queue         int            `json:"queue"`          // runs waiting for a slot, >= 0
+	Quota         Quota          `json:"quota"`
+	Pool          map[string]int `json:"pool"` // image -> warm containers kept ready
+	Token         string         `json:"token,omitempty"`
+}
+
+// Quota bounds each session; 0 disables that bound.
+type Quota struct {
+	RunsPerMinute int `json:"runs_per_minute"`
+	Concurrent    int `json:"concurrent"`
+}
+
+// Config is agentrun's host configuration. Image, Language, Limits, Env and
+// Runtime are defaults for tasks; the rest configures the host side.
+type Config struct {
+	Image     string              `json:"image"`
+	Language  string              `json:"language"`
+	Limits    Limits              `json:"limits"`
+	Env       map[string]string   `json:"env"`
+	Runtime   string              `json:"runtime"`
+	Policy    Policy              `json:"policy"`
+	Languages map[string][]string `json:"languages"` // language -> argv; "{file}" is replaced by the code file's path
+	Network   Network             `json:"network"`
+	Runsc     Runsc               `json:"runsc"`
+	Server    Server              `json:"server"`
+	StoreDir  string              `json:"store_dir"`
+	StateDir  string              `json:"state_dir"`
+	Audit     string              `json:"audit"` // absolute path, "-" for stderr, "" for none
+}
+
+// DefaultPath is where Load looks when given no path.
+const DefaultPath = "/etc/agentrun/config.json"
+
+// MaxFileBytes caps the size of a config file.
+const MaxFileBytes = 1 << 20
+
+// Runtime names.
+const (
+	RuntimeLibcontainer = "libcontainer"
+	RuntimeRunsc        = "runsc"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// Default returns the built-in configuration, which mirrors the seed's
+// docker flags. Each call returns a fresh value.
+func Default() *Config {
+	return &Config{
+		Image:    "python:3.12-slim",
+		Language: "python",
+		Limits: Limits{
+			Timeout: "5s", Memory: "256m", CPUs: ptr(0.5), Pids: ptr[int64](64),
+			OutputBytes: ptr[int64](65536), TmpSize: "64m", WorkspaceSize: "64m",
+			NetBytes: "64m", NetConns: ptr[int64](32),
+		},
+		Env:     map[string]string{},
+		Runtime: RuntimeLibcontainer,
+		Policy: Policy{
+			Timeout: "60s", Memory: "2g", CPUs: ptr(2.0), Pids: ptr[int64](512),
+			OutputBytes: ptr[int64](1048576), TmpSize: "1g", WorkspaceSize: "1g",
+			NetBytes: "1g", NetConns: ptr[int64](256), AllowNetwork: ptr(true),
+		},
+		Languages: map[string][]string{
+			"python":  {"python3", "-u", "{file}"},
+			"python3": {"python3", "-u", "{file}"},
+			"node":    {"node", "{file}"},
+			"bash":    {"bash", "{file}"},
+			"sh":      {"sh", "{file}"},
+		},
+		Network: Network{Hosts: map[string]string{}, AllowRanges: []string{}, DenyRanges: []string{}},
+		Runsc:   Runsc{Path: "/usr/local/bin/runsc", Flags: []string{"--platform=systrap"}},
+		Server: Server{
+			Listen:        "unix:///run/agentrun/agentrun.sock",
+			MaxConcurrent: 8,
+			Queue:         64,
+			Quota:         Quota{RunsPerMinute: 60, Concurrent: 2},
+			Pool:          map[string]int{},
+		},
+		StoreDir: "/var/lib/agentrun",
+		StateDir: "/run/agentrun",
+		Audit:    "/var/log/agentrun/audit.jsonl",
+	}
+}
+
+// Load reads the config file at path ("" means DefaultPath), merges it over
+// Default() and validates the result. A missing DefaultPath gives Default();
+// a missing explicitly named file is an error.
+func Load(path string) (*Config, error) {
+	if path == "" {
+		return load(DefaultPath, true)
+	}
+	return load(path, false)
+}
+
+// load reads and parses the file at path; missingOK makes a missing file
+// give Default().
+func load(path string, missingOK bool) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		if missingOK && errors.Is(err, fs.ErrNotExist) {
+			return Default(), nil
+		}
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("config %s: larger than %d bytes", path, MaxFileBytes)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse merges the JSON config document data over Default() and validates
+// the result. Keys present override; maps (languages, env, hosts, pool) merge
+// per key, and a language set to null is removed; limits and policy merge per
+// field.
+func Parse(data []byte) (*Config, error) {
+	c := Default()
+	if err := DecodeStrict(data, c); err != nil {
+		return nil, err
+	}
+	for name, argv := range c.Languages {
+		if argv == nil {
+			delete(c.Languages, name)
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}

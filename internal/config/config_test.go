@@ -1,0 +1,174 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestDefaultIsValid(t *testing.T) {
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Image != "python:3.12-slim" || c.Limits.Timeout != "5s" || c.Limits.Memory != "256m" || *c.Limits.CPUs != 0.5 ||
+		*c.Limits.Pids != 64 || *c.Limits.OutputBytes != 65536 || c.Limits.TmpSize != "64m" || *c.Policy.NetConns != 256 ||
+		!*c.Policy.AllowNetwork || c.Runtime != "libcontainer" || c.Server.Quota != (Quota{60, 2}) {
+		t.Errorf("unexpected defaults: %+v", c)
+	}
+	// Each call is independent.
+	*Default().Limits.CPUs = 9
+	Default().Languages["x"] = nil
+	if *Default().Limits.CPUs != 0.5 || len(Default().Languages) != 5 {
+		t.Error("Default shares state between calls")
+	}
+}
+
+func TestParseMergesOverDefaults(t *testing.T) {
+	c, err := Parse([]byte(`{
+		"limits": {"memory": "512m"},
+		"policy": {"cpus": 4},
+		"languages": {"ruby": ["ruby", "{file}"], "node": null},
+		"server": {"quota": {"concurrent": 5}, "pool": {"python:3.12-slim": 2}},
+		"network": {"hosts": {"pypi.internal": "203.0.113.7"}, "allow_ranges": ["10.1.0.0/16"]},
+		"env": {"MPLBACKEND": "Agg"}
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := Default()
+	if c.Limits.Memory != "512m" || c.Limits.Timeout != d.Limits.Timeout || *c.Limits.CPUs != 0.5 {
+		t.Errorf("limits not merged per field: %+v", c.Limits)
+	}
+	if *c.Policy.CPUs != 4 || c.Policy.Memory != "2g" {
+		t.Errorf("policy not merged per field: %+v", c.Policy)
+	}
+	if !reflect.DeepEqual(c.Languages["ruby"], []string{"ruby", "{file}"}) || c.Languages["python"] == nil {
+		t.Errorf("languages not merged per key: %v", c.Languages)
+	}
+	if _, ok := c.Languages["node"]; ok {
+		t.Error("a null language should be removed")
+	}
+	if c.Server.Quota != (Quota{RunsPerMinute: 60, Concurrent: 5}) || c.Server.MaxConcurrent != 8 || c.Server.Pool["python:3.12-slim"] != 2 {
+		t.Errorf("server not merged: %+v", c.Server)
+	}
+	if c.Env["MPLBACKEND"] != "Agg" || c.Network.Hosts["pypi.internal"] != "203.0.113.7" || c.StateDir != "/run/agentrun" {
+		t.Errorf("unexpected config: %+v", c)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{`{"polcy": {}}`, `unknown field "polcy"`},
+		{`{"server": {"quota": {"burst": 1}}}`, `unknown field "server.quota.burst"`},
+		{`{"limits": {"memroy": "1g"}}`, `unknown field "limits.memroy"`},
+		{`{"Image": "x"}`, `unknown field "Image"`},
+		{`{} {}`, "unexpected data after the JSON object"},
+		{`{"limits": {"cpus": "1"}}`, "limits.cpus: expected a number"},
+		{`{"image": ""}`, "image: image is required"},
+		{`{"image": "a b"}`, "image: "},
+		{`{"image": "` + strings.Repeat("a", 1025) + `"}`, "image: longer than"},
+		{`{"language": "cobol"}`, `language: "cobol" is not in languages`},
+		{`{"languages": null}`, "language: "},
+		{`{"runtime": "docker"}`, "runtime: "},
+		{`{"limits": {"timeout": "5"}}`, "limits.timeout: invalid duration"},
+		{`{"limits": {"timeout": "0s"}}`, "limits.timeout: "},
+		{`{"limits": {"timeout": ""}}`, "limits.timeout: required"},
+		{`{"limits": {"memory": "lots"}}`, "limits.memory: invalid size"},
+		{`{"limits": {"memory": "0"}}`, "limits.memory: "},
+		{`{"limits": {"tmp_size": "-1m"}}`, "limits.tmp_size: "},
+		{`{"limits": {"workspace_size": "2g"}}`, "limits.workspace_size: 2g exceeds policy maximum 1g"},
+		{`{"limits": {"net_bytes": "x"}}`, "limits.net_bytes: "},
+		{`{"limits": {"cpus": 0}}`, "limits.cpus: "},
+		{`{"limits": {"cpus": null}}`, "limits.cpus: required"},
+		{`{"limits": {"cpus": 3}}`, "limits.cpus: 3 exceeds policy maximum 2"},
+		{`{"limits": {"pids": -1}}`, "limits.pids: "},
+		{`{"limits": {"output_bytes": 0}}`, "limits.output_bytes: "},
+		{`{"limits": {"net_connections": 1000}}`, "limits.net_connections: 1000 exceeds policy maximum 256"},
+		{`{"limits": {"memory": "3g"}}`, "limits.memory: 3g exceeds policy maximum 2g"},
+		{`{"policy": {"timeout": "1s"}}`, "limits.timeout: 5s exceeds policy maximum 1s"},
+		{`{"policy": {"memory": "nope"}}`, "policy.memory: "},
+		{`{"policy": {"pids": 0}}`, "policy.pids: "},
+		{`{"policy": {"allow_network": null}}`, "policy.allow_network: required"},
+		{`{"env": {"PATH": "/x"}}`, `env["PATH"]: `},
+		{`{"env": {"1X": "y"}}`, `env["1X"]: `},
+		{`{"languages": {"x": []}}`, `languages["x"]: argv is empty`},
+		{`{"languages": {"x": ["a", ""]}}`, `languages["x"]: argv[1]`},
+		{`{"languages": {"a b": ["a"]}}`, `languages["a b"]: `},
+		{`{"network": {"hosts": {"pypi.internal": "not-an-ip"}}}`, `network.hosts["pypi.internal"]: `},
+		{`{"network": {"hosts": {"bad_name": "1.2.3.4"}}}`, `network.hosts["bad_name"]: `},
+		{`{"network": {"allow_ranges": ["10.0.0.0"]}}`, `network.allow_ranges[0]: `},
+		{`{"network": {"deny_ranges": ["fd00::/8", "x"]}}`, `network.deny_ranges[1]: `},
+		{`{"runsc": {"path": "runsc"}}`, "runsc.path: "},
+		{`{"runtime": "runsc", "runsc": {"path": ""}}`, "runsc.path: required"},
+		{`{"runsc": {"flags": [""]}}`, "runsc.flags[0]: "},
+		{`{"server": {"listen": "/run/x.sock"}}`, "server.listen: "},
+		{`{"server": {"listen": "unix://x.sock"}}`, "server.listen: "},
+		{`{"server": {"listen": "tcp://nohost"}}`, "server.listen: "},
+		{`{"server": {"max_concurrent": 0}}`, "server.max_concurrent: "},
+		{`{"server": {"queue": -1}}`, "server.queue: "},
+		{`{"server": {"quota": {"runs_per_minute": -1}}}`, "server.quota.runs_per_minute: "},
+		{`{"server": {"pool": {"img": -1}}}`, `server.pool["img"]: `},
+		{`{"server": {"token": "a b"}}`, "server.token: "},
+		{`{"store_dir": "var/lib"}`, "store_dir: "},
+		{`{"state_dir": "/run/../x"}`, "state_dir: "},
+		{`{"audit": "audit.log"}`, "audit: "},
+	}
+	for _, tc := range cases {
+		_, err := Parse([]byte(tc.in))
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("Parse(%s) = %v; want error starting %q", tc.in, err, tc.want)
+		}
+	}
+	for _, ok := range []string{
+		`{}`, `{"audit": "-"}`, `{"audit": ""}`, `{"server": {"listen": "tcp://127.0.0.1:8080", "token": "s3cret"}}`,
+		`{"runtime": "runsc"}`, `{"limits": {"memory": "2GiB"}}`, `{"network": {"allow_ranges": ["fd00::/8"]}}`,
+	} {
+		if _, err := Parse([]byte(ok)); err != nil {
+			t.Errorf("Parse(%s) = %v; want ok", ok, err)
+		}
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+
+	c, err := Load(write("ok.json", `{"image": "node:22-slim", "language": "node"}`))
+	if err != nil || c.Image != "node:22-slim" || c.Language != "node" || c.Limits.Memory != "256m" {
+		t.Fatalf("Load = %+v, %v", c, err)
+	}
+
+	missing := filepath.Join(dir, "missing.json")
+	if _, err := Load(missing); err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("explicit missing path: %v; want error", err)
+	}
+	if c, err := load(missing, true); err != nil || !reflect.DeepEqual(c, Default()) {
+		t.Errorf("missing default path: %v, %v; want Default()", c, err)
+	}
+	if _, err := os.Stat(DefaultPath); os.IsNotExist(err) {
+		if c, err := Load(""); err != nil || !reflect.DeepEqual(c, Default()) {
+			t.Errorf(`Load("") without %s = %v; want Default()`, DefaultPath, err)
+		}
+	}
+
+	p := write("typo.json", `{"polcy": {}}`)
+	if _, err := Load(p); err == nil || err.Error() != "config "+p+`: unknown field "polcy"` {
+		t.Errorf("unknown key: %v", err)
+	}
+	big := write("big.json", `{"image": "`+strings.Repeat("a", MaxFileBytes)+`"}`)
+	if _, err := Load(big); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("oversize: %v", err)
+	}
+	if _, err := Load(dir); err == nil {
+		t.Error("a directory should not load")
+	}
+}

@@ -1,0 +1,253 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"unicode"
+)
+
+// Validate checks every value of c and returns the first problem found,
+// prefixed with the key path ("limits.memory: ...").
+func (c *Config) Validate() error {
+	if err := CheckImage(c.Image); err != nil {
+		return fieldErr("image", err)
+	}
+	if c.Language != "" && c.Languages[c.Language] == nil {
+		return fieldErr("language", fmt.Errorf("%q is not in languages (known: %s)", c.Language, strings.Join(LanguageNames(c), ", ")))
+	}
+	if err := CheckRuntime(c.Runtime); err != nil {
+		return fieldErr("runtime", err)
+	}
+	if err := validateLimits(c.Limits, c.Policy); err != nil {
+		return err
+	}
+	for _, name := range sortedKeys(c.Env) {
+		if err := CheckEnv(name, c.Env[name]); err != nil {
+			return fieldErr(fmt.Sprintf("env[%q]", name), err)
+		}
+	}
+	for _, name := range sortedKeys(c.Languages) {
+		if err := checkLanguage(name, c.Languages[name]); err != nil {
+			return fieldErr(fmt.Sprintf("languages[%q]", name), err)
+		}
+	}
+	if err := c.Network.validate(); err != nil {
+		return err
+	}
+	if err := c.Runsc.validate(c.Runtime); err != nil {
+		return err
+	}
+	if err := c.Server.validate(); err != nil {
+		return err
+	}
+	for _, d := range []struct{ name, path string }{{"store_dir", c.StoreDir}, {"state_dir", c.StateDir}} {
+		if !isCleanAbs(d.path) {
+			return fieldErr(d.name, fmt.Errorf("%q is not a clean absolute path", d.path))
+		}
+	}
+	if c.Audit != "" && c.Audit != "-" && !isCleanAbs(c.Audit) {
+		return fieldErr("audit", fmt.Errorf("%q is not an absolute path, \"-\" (stderr) or \"\" (off)", c.Audit))
+	}
+	return nil
+}
+
+// LanguageNames returns the configured language names, sorted.
+func LanguageNames(c *Config) []string { return sortedKeys(c.Languages) }
+
+func fieldErr(field string, err error) error { return fmt.Errorf("%s: %w", field, err) }
+
+// validateLimits checks that every default limit and every policy maximum is
+// present and valid, and that each default is within policy.
+func validateLimits(l Limits, p Policy) error {
+	size := func(s string) (int64, error) {
+		n, err := ParseSize(s)
+		if err == nil && n <= 0 {
+			err = fmt.Errorf("invalid size %q: must be greater than zero", s)
+		}
+		return n, err
+	}
+	dur := func(s string) (int64, error) { d, err := ParseDuration(s); return int64(d), err }
+	for _, f := range []struct {
+		name     string
+		val, max string
+		parse    func(string) (int64, error)
+	}{
+		{"timeout", l.Timeout, p.Timeout, dur},
+		{"memory", l.Memory, p.Memory, size},
+		{"tmp_size", l.TmpSize, p.TmpSize, size},
+		{"workspace_size", l.WorkspaceSize, p.WorkspaceSize, size},
+		{"net_bytes", l.NetBytes, p.NetBytes, size},
+	} {
+		if f.max == "" {
+			return fieldErr("policy."+f.name, errors.New("required"))
+		}
+		max, err := f.parse(f.max)
+		if err != nil {
+			return fieldErr("policy."+f.name, err)
+		}
+		if f.val == "" {
+			return fieldErr("limits."+f.name, errors.New("required"))
+		}
+		v, err := f.parse(f.val)
+		if err != nil {
+			return fieldErr("limits."+f.name, err)
+		}
+		if v > max {
+			return fieldErr("limits."+f.name, fmt.Errorf("%s exceeds policy maximum %s", f.val, f.max))
+		}
+	}
+	if err := checkNum("cpus", l.CPUs, p.CPUs); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name     string
+		val, max *int64
+	}{{"pids", l.Pids, p.Pids}, {"output_bytes", l.OutputBytes, p.OutputBytes}, {"net_connections", l.NetConns, p.NetConns}} {
+		if err := checkNum(f.name, f.val, f.max); err != nil {
+			return err
+		}
+	}
+	if p.AllowNetwork == nil {
+		return fieldErr("policy.allow_network", errors.New("required"))
+	}
+	return nil
+}
+
+func checkNum[T int64 | float64](name string, val, max *T) error {
+	if max == nil {
+		return fieldErr("policy."+name, errors.New("required"))
+	}
+	if *max <= 0 || *max != *max {
+		return fieldErr("policy."+name, fmt.Errorf("%v: must be greater than zero", *max))
+	}
+	if val == nil {
+		return fieldErr("limits."+name, errors.New("required"))
+	}
+	if *val <= 0 || *val != *val {
+		return fieldErr("limits."+name, fmt.Errorf("%v: must be greater than zero", *val))
+	}
+	if *val > *max {
+		return fieldErr("limits."+name, fmt.Errorf("%v exceeds policy maximum %v", *val, *max))
+	}
+	return nil
+}
+
+var languageName = regexp.MustCompile(`^[A-Za-z0-9._+-]{1,64}$`)
+
+func checkLanguage(name string, argv []string) error {
+	if !languageName.MatchString(name) {
+		return errors.New("language name must be 1-64 characters of A-Z a-z 0-9 . _ + -")
+	}
+	if len(argv) == 0 {
+		return errors.New("argv is empty")
+	}
+	for i, a := range argv {
+		if a == "" || strings.ContainsRune(a, 0) {
+			return fmt.Errorf("argv[%d] is empty or contains NUL", i)
+		}
+	}
+	return nil
+}
+
+func (n Network) validate() error {
+	for _, host := range sortedKeys(n.Hosts) {
+		field := fmt.Sprintf("network.hosts[%q]", host)
+		if err := CheckHostname(host); err != nil {
+			return fieldErr(field, err)
+		}
+		if _, err := netip.ParseAddr(n.Hosts[host]); err != nil {
+			return fieldErr(field, fmt.Errorf("%q is not an IP address", n.Hosts[host]))
+		}
+	}
+	for _, list := range []struct {
+		name   string
+		ranges []string
+	}{{"allow_ranges", n.AllowRanges}, {"deny_ranges", n.DenyRanges}} {
+		for i, r := range list.ranges {
+			if _, err := netip.ParsePrefix(r); err != nil {
+				return fieldErr(fmt.Sprintf("network.%s[%d]", list.name, i), fmt.Errorf("%q is not a CIDR range (e.g. 10.0.0.0/8)", r))
+			}
+		}
+	}
+	return nil
+}
+
+func (r Runsc) validate(runtime string) error {
+	if r.Path == "" && runtime == RuntimeRunsc {
+		return fieldErr("runsc.path", errors.New("required when runtime is runsc"))
+	}
+	if r.Path != "" && !isCleanAbs(r.Path) {
+		return fieldErr("runsc.path", fmt.Errorf("%q is not a clean absolute path", r.Path))
+	}
+	for i, f := range r.Flags {
+		if f == "" || strings.ContainsRune(f, 0) {
+			return fieldErr(fmt.Sprintf("runsc.flags[%d]", i), errors.New("empty or contains NUL"))
+		}
+	}
+	return nil
+}
+
+func (s Server) validate() error {
+	if err := checkListen(s.Listen); err != nil {
+		return fieldErr("server.listen", err)
+	}
+	if s.MaxConcurrent < 1 {
+		return fieldErr("server.max_concurrent", fmt.Errorf("%d: must be at least 1", s.MaxConcurrent))
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"queue", s.Queue}, {"quota.runs_per_minute", s.Quota.RunsPerMinute}, {"quota.concurrent", s.Quota.Concurrent}} {
+		if f.v < 0 {
+			return fieldErr("server."+f.name, fmt.Errorf("%d: must not be negative", f.v))
+		}
+	}
+	for _, image := range sortedKeys(s.Pool) {
+		field := fmt.Sprintf("server.pool[%q]", image)
+		if err := CheckImage(image); err != nil {
+			return fieldErr(field, err)
+		}
+		if s.Pool[image] < 0 {
+			return fieldErr(field, fmt.Errorf("%d: must not be negative", s.Pool[image]))
+		}
+	}
+	if strings.ContainsFunc(s.Token, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
+		return fieldErr("server.token", errors.New("contains whitespace or control characters"))
+	}
+	return nil
+}
+
+// checkListen accepts unix:///absolute/path and tcp://host:port.
+func checkListen(s string) error {
+	if p, ok := strings.CutPrefix(s, "unix://"); ok {
+		if !isCleanAbs(p) {
+			return fmt.Errorf("%q: socket path must be absolute", s)
+		}
+		return nil
+	}
+	if hp, ok := strings.CutPrefix(s, "tcp://"); ok {
+		if _, port, err := net.SplitHostPort(hp); err == nil && port != "" {
+			return nil
+		}
+	}
+	return fmt.Errorf("%q: want unix:///path/to.sock or tcp://host:port", s)
+}
+
+func isCleanAbs(p string) bool {
+	return filepath.IsAbs(p) && filepath.Clean(p) == p && !strings.ContainsRune(p, 0)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

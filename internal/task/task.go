@@ -1,0 +1,144 @@
+package task
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agentrun/agentrun/internal/config"
+)
+
+// File is one input file; exactly one of Content and ContentBase64 is set.
+type File struct {
+	Content       *string `json:"content,omitempty"`
+	ContentBase64 *string `json:"content_base64,omitempty"`
+}
+
+// Network is the task's egress request; an empty Allow means no network.
+type Network struct {
+	Allow []string `json:"allow"`
+}
+
+// Task is task.json as sent (see spec section 2).
+type Task struct {
+	Session  string            `json:"session"`
+	Image    string            `json:"image"`
+	Language string            `json:"language"`
+	Code     string            `json:"code"`
+	Command  []string          `json:"command"`
+	Stdin    string            `json:"stdin"`
+	Files    map[string]File   `json:"files"`
+	Collect  []string          `json:"collect"`
+	Env      map[string]string `json:"env"`
+	Limits   config.Limits     `json:"limits"`
+	Network  Network           `json:"network"`
+	Runtime  string            `json:"runtime"`
+}
+
+// Limits are resolved, typed limits. Sizes are in bytes.
+type Limits struct {
+	Timeout       time.Duration
+	Memory        int64
+	TmpSize       int64
+	WorkspaceSize int64
+	NetBytes      int64 // per run per direction through the proxy
+	CPUs          float64
+	Pids          int64
+	OutputBytes   int64 // kept per output stream
+	NetConns      int64 // at once through the proxy
+}
+
+// Plan is a validated task with every default filled in from the config: all a backend needs.
+type Plan struct {
+	Session string
+	Image   string
+	Runtime string
+	// Argv is the program argv; with code, "{file}" in the language argv is
+	// replaced by "/workspace/"+CodeFile.
+	Argv []string
+	// CodeFile is the workspace-relative name of the code file ("" when
+	// Command is used); see CodeFileName.
+	CodeFile string
+	Code     []byte
+	Stdin    []byte
+	Files    map[string][]byte // cleaned workspace-relative names -> content (base64 decoded); never nil
+	Collect  []string          // validated globs relative to /workspace
+	Env      map[string]string // task env merged over config env; never nil
+	Limits   Limits
+	Allow    []string // network allowlist: "name", "*.suffix", optional ":port"; lowercased, deduplicated
+	TaskHash string   // "sha256:" + hex of the raw task bytes; set by Load
+}
+
+// Caps on a task beyond the config's limits.
+const (
+	MaxTaskBytes   = 32 << 20 // raw task.json
+	MaxFiles       = 10000    // entries in files
+	MaxCollect     = 64       // entries in collect
+	MaxAllow       = 256      // entries in network.allow
+	MaxSessionLen  = 128
+	MaxPathLen     = 4096 // a file name or collect glob
+	MaxPathElemLen = 255  // one component of it
+)
+
+// ErrPolicy is wrapped (errors.Is) by every refusal because the config's
+// policy does not allow what the task asks for.
+var ErrPolicy = errors.New("exceeds policy")
+
+// Error is a task problem. Field names the offending field the way it is
+// written in task.json ("limits.memory", `files["../x"]`, "command[0]");
+// it is "" for the task as a whole (oversize, not a JSON object).
+type Error struct {
+	Field  string
+	Reason string
+	Err    error // the cause, if any: ErrPolicy for policy refusals
+}
+
+// Error returns "task: " + Field + ": " + Reason ("task: " + Reason when Field is "").
+func (e *Error) Error() string {
+	if e.Field == "" {
+		return "task: " + e.Reason
+	}
+	return "task: " + e.Field + ": " + e.Reason
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+func errorf(field, format string, args ...any) *Error {
+	return &Error{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Parse decodes task.json strictly: unknown or duplicate fields, wrong
+// types, trailing data and more than MaxTaskBytes are an *Error naming the
+// field. It checks syntax only; Resolve validates the values.
+func Parse(data []byte) (*Task, error) {
+	if len(data) > MaxTaskBytes {
+		return nil, errorf("", "task is %d bytes, more than the maximum %d", len(data), MaxTaskBytes)
+	}
+	t := &Task{}
+	if err := config.DecodeStrict(data, t); err != nil {
+		var de *config.DecodeError
+		if errors.As(err, &de) {
+			return nil, &Error{Field: de.Path, Reason: de.Reason}
+		}
+		return nil, &Error{Reason: err.Error()}
+	}
+	return t, nil
+}
+
+// Load parses task.json and resolves it against cfg; the Plan's TaskHash is
+// the sha256 of data.
+func Load(data []byte, cfg *config.Config) (*Plan, error) {
+	t, err := Parse(data)
+	if err != nil {
+		return nil, err
+	}
+	p, err := t.Resolve(cfg)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(data)
+	p.TaskHash = "sha256:" + hex.EncodeToString(sum[:])
+	return p, nil
+}

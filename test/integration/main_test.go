@@ -1,0 +1,188 @@
+// Package integration runs agentrun for real, as root, with real containers,
+// namespaces, cgroups and mounts, and checks every guarantee from inside the
+// sandbox and on the host afterwards.
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/agentrun/agentrun/internal/audit"
+	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/runner"
+	"github.com/agentrun/agentrun/internal/task"
+	"github.com/agentrun/agentrun/runtime/runc"
+)
+
+func init() {
+	// The test binary is also each container's init.
+	runc.InitHook()
+}
+
+var (
+	imagesDir = flag.String("images", envOr("AGENTRUN_IMAGES", "/var/cache/agentrun/images"), "directory of the test root filesystems (test/images/build.sh)")
+	stateDir  string
+)
+
+// Images used by the tests, as dir: references.
+var pythonImage, busyboxImage string
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	// These tests need root; without it they fail, loudly, never skip.
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "integration tests must run as root: they create containers, cgroups, namespaces and mounts")
+		os.Exit(1)
+	}
+	if os.Getenv("AGENTRUN_SKIP_IMAGE_BUILD") == "" {
+		_, file, _, _ := runtime.Caller(0)
+		build := filepath.Join(filepath.Dir(file), "..", "images", "build.sh")
+		cmd := exec.Command(build, "all")
+		cmd.Env = append(os.Environ(), "AGENTRUN_IMAGES="+*imagesDir)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "building test images: %v\n", err)
+			os.Exit(1)
+		}
+	}
+	pythonImage = "dir:" + filepath.Join(*imagesDir, "python", "rootfs")
+	busyboxImage = "dir:" + filepath.Join(*imagesDir, "busybox", "rootfs")
+	for _, img := range []string{pythonImage, busyboxImage} {
+		if _, err := os.Stat(strings.TrimPrefix(img, "dir:") + "/bin"); err != nil {
+			fmt.Fprintf(os.Stderr, "test image missing: %v (run test/images/build.sh)\n", err)
+			os.Exit(1)
+		}
+	}
+	var err error
+	if stateDir, err = os.MkdirTemp("/run", "agentrun-test-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if code == 0 {
+		if leaks := hostLeaks(); len(leaks) > 0 {
+			fmt.Fprintf(os.Stderr, "host not clean after the suite:\n  %s\n", strings.Join(leaks, "\n  "))
+			code = 1
+		}
+	}
+	os.RemoveAll(stateDir)
+	os.Exit(code)
+}
+
+// testConfig is the default config with the test's state dir and no audit
+// file unless a test asks for one.
+func testConfig(t testing.TB) *config.Config {
+	cfg := config.Default()
+	cfg.StateDir = stateDir
+	cfg.StoreDir = filepath.Join(stateDir, "store")
+	cfg.Audit = ""
+	cfg.Image = pythonImage
+	return cfg
+}
+
+// runTask runs the task JSON on a fresh runner and checks the host is clean
+// afterwards.
+func runTask(t testing.TB, taskJSON string) *result.Result {
+	t.Helper()
+	return runTaskWith(t, testConfig(t), nil, taskJSON)
+}
+
+func runTaskWith(t testing.TB, cfg *config.Config, log *audit.Log, taskJSON string) *result.Result {
+	t.Helper()
+	res := runOnly(t, cfg, log, taskJSON)
+	assertNoLeaks(t)
+	return res
+}
+
+// runOnly runs the task without checking the host afterwards, for tests
+// that run several at once and check once they all ended.
+func runOnly(t testing.TB, cfg *config.Config, log *audit.Log, taskJSON string) *result.Result {
+	t.Helper()
+	plan, err := task.Load([]byte(taskJSON), cfg)
+	if err != nil {
+		t.Errorf("task.Load: %v", err)
+		return &result.Result{}
+	}
+	r, err := runner.New(cfg, log)
+	if err != nil {
+		t.Errorf("runner.New: %v", err)
+		return &result.Result{}
+	}
+	res := r.Run(context.Background(), plan)
+	if res.Error != "" {
+		t.Errorf("run failed: %s", res.Error)
+	}
+	return res
+}
+
+// pyTask returns a task JSON that runs python code with extra top-level
+// fields merged in.
+func pyTask(code string, extra map[string]any) string {
+	m := map[string]any{"code": code, "language": "python"}
+	for k, v := range extra {
+		m[k] = v
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// assertNoLeaks fails the test if any run left something on the host.
+func assertNoLeaks(t testing.TB) {
+	t.Helper()
+	if leaks := hostLeaks(); len(leaks) > 0 {
+		t.Errorf("host not clean after run:\n  %s", strings.Join(leaks, "\n  "))
+	}
+}
+
+// hostLeaks lists what runs left: cgroups, mounts, run and container state.
+func hostLeaks() []string {
+	var leaks []string
+	for _, root := range cgroupRoots() {
+		if st, err := os.Stat(filepath.Join(root, "agentrun")); err == nil && st.IsDir() {
+			leaks = append(leaks, "cgroup "+filepath.Join(root, "agentrun"))
+		}
+	}
+	if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(mi), "\n") {
+			if strings.Contains(line, stateDir) {
+				leaks = append(leaks, "mount: "+line)
+			}
+		}
+	}
+	for _, sub := range []string{"runs", "runc"} {
+		entries, _ := os.ReadDir(filepath.Join(stateDir, sub))
+		for _, e := range entries {
+			if e.Name() != "cgroup.lock" {
+				leaks = append(leaks, "state: "+filepath.Join(stateDir, sub, e.Name()))
+			}
+		}
+	}
+	return leaks
+}
+
+// cgroupRoots are the places a run's cgroup can appear: each v1 hierarchy,
+// or the unified v2 root.
+func cgroupRoots() []string {
+	var roots []string
+	entries, _ := os.ReadDir("/sys/fs/cgroup")
+	for _, e := range entries {
+		roots = append(roots, filepath.Join("/sys/fs/cgroup", e.Name()))
+	}
+	return append(roots, "/sys/fs/cgroup")
+}
