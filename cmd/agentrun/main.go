@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/sirupsen/logrus"
 
@@ -27,7 +28,8 @@ const usage = `usage: agentrun <command> [flags] [args]
 commands:
   run [--config F] [--output F] [--format json|text] [--audit F] TASK
         run TASK (a task.json file, or - for stdin) and print the result
-  TASK  the same as run TASK
+  [flags] TASK
+        the same as run [flags] TASK
   help  show this help
 
 exit status of run: the program's own exit code; 124 timeout; 137 killed
@@ -52,8 +54,11 @@ func dispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
-	if len(args) == 1 && (args[0] == "-" || fileExists(args[0])) {
-		return cmdRun(args, stdin, stdout, stderr)
+	// A task file (or -) with no command word, possibly after run's flags.
+	if last := args[len(args)-1]; last == "-" || fileExists(last) {
+		if len(args) == 1 || strings.HasPrefix(args[0], "-") {
+			return cmdRun(args, stdin, stdout, stderr)
+		}
 	}
 	fmt.Fprintf(stderr, "agentrun: unknown command %q\n\n%s", args[0], usage)
 	return 2

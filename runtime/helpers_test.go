@@ -1,0 +1,9 @@
+package runtime
+
+import (
+	"fmt"
+	"math"
+)
+
+func sprint(v any) string { return fmt.Sprint(v) }
+func nan() float64        { return math.NaN() }

@@ -1,0 +1,25 @@
+package runtime
+
+import (
+	"bytes"
+	"os"
+	"testing"
+)
+
+func TestCaptureKeepsLimitAndCountsAll(t *testing.T) {
+	for _, tc := range []struct {
+		n, limit  int
+		truncated bool
+	}{{0, 10, false}, {10, 10, false}, {11, 10, true}, {1 << 20, 1024, true}, {100, 0, true}} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		data := bytes.Repeat([]byte("x"), tc.n)
+		go func() { w.Write(data); w.Close() }()
+		out := Capture(r, int64(tc.limit))
+		if out.Total != int64(tc.n) || len(out.Data) != min(tc.n, tc.limit) || out.Truncated != tc.truncated {
+			t.Errorf("Capture(%d bytes, limit %d) = total %d kept %d truncated %v", tc.n, tc.limit, out.Total, len(out.Data), out.Truncated)
+		}
+	}
+}

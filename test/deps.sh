@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# deps.sh installs the Debian packages agentrun's build, demo and tests need,
+# when any is missing. Needs root; a no-op when all are present.
+set -euo pipefail
+pkgs=(gcc make libc6-dev pkg-config libseccomp-dev busybox-static mmdebstrap ca-certificates)
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+	echo "deps.sh: missing packages ${missing[*]}; run as root or apt-get install them" >&2
+	exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,158 @@
+package integration
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/agentrun/agentrun/internal/audit"
+	"github.com/agentrun/agentrun/internal/result"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// agentrunBin builds cmd/agentrun once per test binary.
+func agentrunBin(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		_, file, _, _ := runtime.Caller(0)
+		root := filepath.Join(filepath.Dir(file), "..", "..")
+		binPath = filepath.Join(stateDir, "agentrun-cli")
+		cmd := exec.Command("go", "build", "-tags", "seccomp", "-o", binPath, "./cmd/agentrun")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = err
+			t.Logf("go build: %s", out)
+		}
+	})
+	if binErr != nil {
+		t.Fatalf("building agentrun: %v", binErr)
+	}
+	return binPath
+}
+
+// cli runs agentrun with a config pointing at the test's state dir.
+func cli(t *testing.T, stdin string, args ...string) (res *result.Result, stdout, stderr string, code int) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := map[string]any{"image": pythonImage, "state_dir": stateDir, "store_dir": filepath.Join(stateDir, "store"),
+		"audit": filepath.Join(dir, "audit.jsonl")}
+	b, _ := json.Marshal(cfg)
+	cfgPath := filepath.Join(dir, "config.json")
+	os.WriteFile(cfgPath, b, 0o600)
+	argv := append([]string{"--config", cfgPath}, args...)
+	if args[0] == "run" {
+		argv = append([]string{"run", "--config", cfgPath}, args[1:]...)
+	}
+	cmd := exec.Command(agentrunBin(t), argv...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var o, e strings.Builder
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	code = 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("running agentrun: %v", err)
+	}
+	stdout, stderr = o.String(), e.String()
+	if strings.HasPrefix(strings.TrimSpace(stdout), "{") {
+		res = &result.Result{}
+		if err := json.Unmarshal([]byte(stdout), res); err != nil {
+			t.Fatalf("result is not JSON: %v\n%s", err, stdout)
+		}
+	}
+	assertNoLeaks(t)
+	return res, stdout, stderr, code
+}
+
+func TestCLIExitCodes(t *testing.T) {
+	for _, tc := range []struct {
+		name, task string
+		want       int
+		check      func(*result.Result) bool
+	}{
+		{"success", `{"code":"print(45)"}`, 0, func(r *result.Result) bool { return r.Stdout == "45\n" }},
+		{"program exit code", `{"code":"import sys; sys.exit(3)"}`, 3, func(r *result.Result) bool { return r.ExitCode == 3 }},
+		{"timeout", `{"code":"while True: pass","limits":{"timeout":"500ms"}}`, 124, func(r *result.Result) bool { return r.TimedOut }},
+		{"oom", `{"code":"x=bytearray(200<<20)","limits":{"memory":"32m"}}`, 137, func(r *result.Result) bool { return r.OOMKilled }},
+		{"killed by signal", `{"code":"import ctypes; ctypes.string_at(0)"}`, 139, func(r *result.Result) bool { return r.Signal == "SIGSEGV" && !r.OOMKilled }},
+		{"malformed json", `{"code":`, 125, func(r *result.Result) bool { return strings.Contains(r.Error, "code") }},
+		{"unknown field", `{"code":"1","memory":"1g"}`, 125, func(r *result.Result) bool { return strings.Contains(r.Error, "memory: unknown field") }},
+		{"bad size", `{"code":"1","limits":{"memory":"lots"}}`, 125, func(r *result.Result) bool { return strings.Contains(r.Error, "limits.memory") }},
+		{"negative pids", `{"code":"1","limits":{"pids":-1}}`, 125, func(r *result.Result) bool { return strings.Contains(r.Error, "limits.pids") }},
+		{"over policy", `{"code":"1","limits":{"memory":"64g"}}`, 125, func(r *result.Result) bool { return strings.Contains(r.Error, "policy") }},
+		{"path trick", `{"code":"1","files":{"../etc/x":{"content":"x"}}}`, 125, func(r *result.Result) bool { return strings.Contains(r.Error, "files") }},
+		{"empty code", `{"code":""}`, 125, func(r *result.Result) bool { return strings.Contains(r.Error, "code") }},
+		{"missing image", `{"code":"1","image":"dir:/nonexistent/rootfs"}`, 125, func(r *result.Result) bool { return strings.Contains(r.Error, "/nonexistent/rootfs") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, stdout, stderr, code := cli(t, tc.task, "run", "-")
+			if code != tc.want {
+				t.Errorf("exit %d; want %d (stdout %s stderr %s)", code, tc.want, stdout, stderr)
+			}
+			if res == nil || !tc.check(res) {
+				t.Errorf("result does not match: %s", stdout)
+			}
+		})
+	}
+}
+
+func TestCLIFileArgumentFormatsAndAudit(t *testing.T) {
+	dir := t.TempDir()
+	taskPath := filepath.Join(dir, "task.json")
+	os.WriteFile(taskPath, []byte(`{"session":"s-1","code":"print('hi')"}`), 0o600)
+
+	// A lone file argument means run.
+	res, _, _, code := cli(t, "", "--audit", "", taskPath)
+	if code != 0 || res == nil || res.Stdout != "hi\n" || res.Session != "s-1" {
+		t.Fatalf("agentrun FILE: exit %d result %+v", code, res)
+	}
+
+	_, stdout, _, code := cli(t, "", "run", "--format", "text", taskPath)
+	if code != 0 || !strings.HasPrefix(stdout, "hi\n") || !strings.Contains(stdout, "exit 0") {
+		t.Errorf("--format text: exit %d output %q", code, stdout)
+	}
+
+	out := filepath.Join(dir, "result.json")
+	_, stdout, _, code = cli(t, "", "run", "--output", out, "--audit", filepath.Join(dir, "audit.jsonl"), taskPath)
+	if code != 0 || stdout != "" {
+		t.Errorf("--output: exit %d stdout %q", code, stdout)
+	}
+	b, err := os.ReadFile(out)
+	var r result.Result
+	if err != nil || json.Unmarshal(b, &r) != nil || r.Stdout != "hi\n" {
+		t.Fatalf("--output file: %v %s", err, b)
+	}
+	f, err := os.Open(filepath.Join(dir, "audit.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	if !sc.Scan() {
+		t.Fatal("audit log is empty")
+	}
+	var rec audit.Record
+	if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.ID != r.ID || rec.Session != "s-1" || !strings.HasPrefix(rec.TaskHash, "sha256:") || rec.Limits.Memory != 256<<20 ||
+		rec.Runtime != "libcontainer" || rec.StdoutBytes != 3 || rec.Time.IsZero() {
+		t.Errorf("audit record = %+v", rec)
+	}
+	if strings.Contains(sc.Text(), "print('hi')") {
+		t.Error("audit record holds the task's code")
+	}
+}

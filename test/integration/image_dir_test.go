@@ -1,0 +1,102 @@
+package integration
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// treeHash hashes every path, mode, owner, link target and file content
+// under dir.
+func treeHash(t *testing.T, dir string) string {
+	t.Helper()
+	h := sha256.New()
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		fmt.Fprintf(h, "%s %v %d %d %d\n", p, fi.Mode(), st.Uid, st.Gid, fi.Size())
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, _ := os.Readlink(p)
+			fmt.Fprintln(h, target)
+		case fi.Mode().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			h.Write(b)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%x", h.Sum(nil))
+}
+
+// A dir: image without the mount points a container needs runs through a
+// private overlay; the directory itself is never changed.
+func TestDirImageWithoutMountpointsIsNotModified(t *testing.T) {
+	src := strings.TrimPrefix(busyboxImage, "dir:")
+	dir := filepath.Join(t.TempDir(), "rootfs")
+	if out, err := exec.Command("cp", "-a", src, dir).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v %s", err, out)
+	}
+	for _, m := range []string{"workspace", "tmp", "proc", "sys", "dev"} {
+		os.RemoveAll(filepath.Join(dir, m))
+	}
+	before := treeHash(t, dir)
+	res := runTask(t, fmt.Sprintf(`{"image":"dir:%s","command":["/bin/sh","-c","echo ok > /tmp/x && cat /tmp/x && ls /workspace && touch /newfile || echo rofs"]}`, dir))
+	if res.Stdout != "ok\nrofs\n" {
+		t.Errorf("stdout %q stderr %q", res.Stdout, res.Stderr)
+	}
+	if after := treeHash(t, dir); after != before {
+		t.Error("the image directory changed during the run")
+	}
+}
+
+// SIGTERM to agentrun mid-run kills the sandbox, cleans up and still
+// prints a result.
+func TestSIGTERMCleansUp(t *testing.T) {
+	bin := agentrunBin(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.json")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`{"image":%q,"state_dir":%q,"audit":""}`, pythonImage, stateDir)), 0o600)
+	cmd := exec.Command(bin, "run", "--config", cfg, "-")
+	cmd.Stdin = strings.NewReader(`{"code":"import time\nprint('started', flush=True)\ntime.sleep(60)","limits":{"timeout":"60s"}}`)
+	var out strings.Builder
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(700 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("agentrun did not exit within 10s of SIGTERM")
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 125 {
+		t.Errorf("exit %d; want 125", code)
+	}
+	if !strings.Contains(out.String(), "cancelled") {
+		t.Errorf("result does not say the run was cancelled: %s", out.String())
+	}
+	assertNoLeaks(t)
+}
