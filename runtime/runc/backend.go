@@ -68,7 +68,12 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 		_ = os.RemoveAll(filepath.Join(b.StateDir, c.ID))
 		return nil, fmt.Errorf("creating container: %w", err)
 	}
+	// The cgroup paths are known from Create on; a copy, since the map is
+	// the cgroup manager's own, which Destroy empties.
 	var paths map[string]string
+	if st, serr := ctr.State(); serr == nil {
+		paths = maps.Clone(st.CgroupPaths)
+	}
 	defer func() {
 		if derr := destroy(b.StateDir, ctr, paths); derr != nil && err == nil {
 			err = derr
@@ -99,10 +104,6 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 	start := time.Now()
 	err = ctr.Run(proc)
 	unlock()
-	if st, serr := ctr.State(); serr == nil {
-		// A copy: the map is the cgroup manager's own, which Destroy empties.
-		paths = maps.Clone(st.CgroupPaths)
-	}
 	if err != nil {
 		return nil, fmt.Errorf("starting container: %w", err)
 	}

@@ -106,12 +106,15 @@ func runTask(t testing.TB, taskJSON string) *result.Result {
 func runTaskWith(t testing.TB, cfg *config.Config, log *audit.Log, taskJSON string) *result.Result {
 	t.Helper()
 	res := runOnly(t, cfg, log, taskJSON)
+	if res.Error != "" {
+		t.Errorf("run failed: %s", res.Error)
+	}
 	assertNoLeaks(t)
 	return res
 }
 
-// runOnly runs the task without checking the host afterwards, for tests
-// that run several at once and check once they all ended.
+// runOnly runs the task without checking its error or the host afterwards,
+// for tests that expect a failure or run several at once.
 func runOnly(t testing.TB, cfg *config.Config, log *audit.Log, taskJSON string) *result.Result {
 	t.Helper()
 	plan, err := task.Load([]byte(taskJSON), cfg)
@@ -124,11 +127,7 @@ func runOnly(t testing.TB, cfg *config.Config, log *audit.Log, taskJSON string) 
 		t.Errorf("runner.New: %v", err)
 		return &result.Result{}
 	}
-	res := r.Run(context.Background(), plan)
-	if res.Error != "" {
-		t.Errorf("run failed: %s", res.Error)
-	}
-	return res
+	return r.Run(context.Background(), plan)
 }
 
 // pyTask returns a task JSON that runs python code with extra top-level

@@ -408,8 +408,22 @@ print(os.environ["RUN"], open("/tmp/mark").read(), open("/workspace/mark").read(
 	assertNoLeaks(t)
 	for i, res := range results {
 		want := fmt.Sprintf("%d %d %d ['mark'] 1\n", i, i, i)
-		if res.Stdout != want {
-			t.Errorf("run %d: stdout %q; want %q (stderr %q)", i, res.Stdout, want, res.Stderr)
+		if res.Error != "" || res.Stdout != want {
+			t.Errorf("run %d: stdout %q; want %q (stderr %q, error %q)", i, res.Stdout, want, res.Stderr, res.Error)
 		}
 	}
+}
+
+// A program that cannot be started is a setup failure: an error, exit
+// status 125, and everything set up for it rolled back.
+func TestMissingProgramRollsBack(t *testing.T) {
+	cfg := testConfig(t)
+	res := runOnly(t, cfg, nil, `{"command": ["/nonexistent/program"]}`)
+	if res.Error == "" || res.ExitStatus() != result.ExitSetup {
+		t.Errorf("error %q exit status %d; want a setup error and 125", res.Error, res.ExitStatus())
+	}
+	if !strings.Contains(res.Error, "/nonexistent/program") {
+		t.Errorf("error %q does not name the program", res.Error)
+	}
+	assertNoLeaks(t)
 }
