@@ -30,6 +30,9 @@ commands:
         run TASK (a task.json file, or - for stdin) and print the result
   [flags] TASK
         the same as run [flags] TASK
+  gc [--config F]
+        remove what agentrun processes that died left behind (also done
+        at the start of every run)
   help  show this help
 
 exit status of run: the program's own exit code; 124 timeout; 137 killed
@@ -50,6 +53,8 @@ func dispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "run":
 		return cmdRun(args[1:], stdin, stdout, stderr)
+	case "gc":
+		return cmdGC(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -37,7 +37,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return result.ExitSetup
 	}
 
-	res := runTask(fs.Arg(0), *cfgPath, *auditPath, stdin)
+	res := runTask(fs.Arg(0), *cfgPath, *auditPath, stdin, stderr)
 
 	out := stdout
 	if *output != "" {
@@ -61,7 +61,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 // runTask loads the config and the task and runs it. Whatever fails, it
 // returns a result (with Error set when agentrun could not run the task).
-func runTask(taskPath, cfgPath, auditPath string, stdin io.Reader) *result.Result {
+func runTask(taskPath, cfgPath, auditPath string, stdin io.Reader, stderr io.Writer) *result.Result {
 	fail := func(err error) *result.Result {
 		return &result.Result{Error: err.Error(), Files: map[string]result.File{},
 			Network: result.Network{Allowed: []result.Allowed{}, Denied: []result.Denied{}}}
@@ -89,6 +89,9 @@ func runTask(taskPath, cfgPath, auditPath string, stdin io.Reader) *result.Resul
 	r, err := runner.New(cfg, log)
 	if err != nil {
 		return fail(err)
+	}
+	if _, err := r.GC(); err != nil {
+		fmt.Fprintf(stderr, "agentrun: gc: %v\n", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -26,6 +26,7 @@ type Runner struct {
 	backends map[string]runtime.Backend
 	audit    *audit.Log
 	runsDir  string
+	runcDir  string
 }
 
 // New prepares a runner from cfg: its state directories and backends.
@@ -33,11 +34,12 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("agentrun must run as root (it creates namespaces, cgroups and mounts)")
 	}
-	r := &Runner{cfg: cfg, audit: log, runsDir: filepath.Join(cfg.StateDir, "runs"), backends: map[string]runtime.Backend{}}
+	r := &Runner{cfg: cfg, audit: log, backends: map[string]runtime.Backend{},
+		runsDir: filepath.Join(cfg.StateDir, "runs"), runcDir: filepath.Join(cfg.StateDir, "runc")}
 	if err := os.MkdirAll(r.runsDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating state dir: %w", err)
 	}
-	lc, err := runc.New(filepath.Join(cfg.StateDir, "runc"))
+	lc, err := runc.New(r.runcDir)
 	if err != nil {
 		return nil, err
 	}
@@ -85,10 +87,11 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result) (err
 	}
 	res.ImageDigest = img.digest
 
-	dir := filepath.Join(r.runsDir, res.ID)
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return fmt.Errorf("creating run dir: %w", err)
+	dir, lock, err := r.register(res.ID)
+	if err != nil {
+		return err
 	}
+	undo.add(lock.Close) // last: the run is live until everything else is gone
 	undo.add(func() error { return os.RemoveAll(dir) })
 
 	rootfs := img.rootfs

@@ -186,15 +186,23 @@ func destroy(stateDir string, ctr *libcontainer.Container, paths map[string]stri
 	if err := os.RemoveAll(filepath.Join(stateDir, ctr.ID())); err != nil {
 		errs = append(errs, err)
 	}
-	if unlock, err := lockCgroupParent(stateDir, true); err == nil {
-		for _, p := range paths {
-			if parent := filepath.Dir(p); filepath.Base(parent) == "agentrun" {
-				_ = os.Remove(parent) // fails while another run's cgroup is in it
-			}
-		}
-		unlock()
-	}
+	removeParents(stateDir, paths)
 	return errors.Join(errs...)
+}
+
+// removeParents removes the shared "agentrun" parent of each cgroup path
+// once it is empty, unless another run is being created right now.
+func removeParents(stateDir string, paths map[string]string) {
+	unlock, err := lockCgroupParent(stateDir, true)
+	if err != nil {
+		return
+	}
+	defer unlock()
+	for _, p := range paths {
+		if parent := filepath.Dir(p); filepath.Base(parent) == "agentrun" {
+			_ = os.Remove(parent) // fails while another run's cgroup is in it
+		}
+	}
 }
 
 // lockCgroupParent takes a lock that makes creating a run's cgroup and

@@ -150,16 +150,30 @@ func assertNoLeaks(t testing.TB) {
 }
 
 // hostLeaks lists what runs left: cgroups, mounts, run and container state.
-func hostLeaks() []string {
+func hostLeaks() []string { return hostLeaksExcept("") }
+
+// hostLeaksExcept is hostLeaks ignoring what belongs to the live run id
+// (and the shared parent cgroup that holds it).
+func hostLeaksExcept(live string) []string {
 	var leaks []string
 	for _, root := range cgroupRoots() {
-		if st, err := os.Stat(filepath.Join(root, "agentrun")); err == nil && st.IsDir() {
-			leaks = append(leaks, "cgroup "+filepath.Join(root, "agentrun"))
+		parent := filepath.Join(root, "agentrun")
+		if st, err := os.Stat(parent); err != nil || !st.IsDir() {
+			continue
+		}
+		if live == "" {
+			leaks = append(leaks, "cgroup "+parent)
+		}
+		entries, _ := os.ReadDir(parent)
+		for _, e := range entries {
+			if e.IsDir() && e.Name() != live {
+				leaks = append(leaks, "cgroup "+filepath.Join(parent, e.Name()))
+			}
 		}
 	}
 	if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
 		for _, line := range strings.Split(string(mi), "\n") {
-			if strings.Contains(line, stateDir) {
+			if strings.Contains(line, stateDir) && (live == "" || !strings.Contains(line, live)) {
 				leaks = append(leaks, "mount: "+line)
 			}
 		}
@@ -167,7 +181,7 @@ func hostLeaks() []string {
 	for _, sub := range []string{"runs", "runc"} {
 		entries, _ := os.ReadDir(filepath.Join(stateDir, sub))
 		for _, e := range entries {
-			if e.Name() != "cgroup.lock" {
+			if e.Name() != "cgroup.lock" && (live == "" || e.Name() != live) {
 				leaks = append(leaks, "state: "+filepath.Join(stateDir, sub, e.Name()))
 			}
 		}

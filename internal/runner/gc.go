@@ -1,0 +1,134 @@
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+
+	"github.com/agentrun/agentrun/runtime/runc"
+)
+
+// A run registers itself in the state dir while holding the state's gc
+// lock shared: it creates runs/<id> and takes an exclusive lock on
+// runs/<id>/lock, held until the run is gone. The kernel drops that lock
+// when the process dies, however it dies; GC, holding the gc lock
+// exclusively, treats every run whose lock it can take as left behind.
+
+// lockFile opens (creating) path and flocks it with how.
+func lockFile(path string, how int) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), how); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// register creates the run dir of id and locks it for the life of the run.
+func (r *Runner) register(id string) (dir string, lock *os.File, err error) {
+	g, err := lockFile(filepath.Join(r.cfg.StateDir, "gc.lock"), unix.LOCK_SH)
+	if err != nil {
+		return "", nil, fmt.Errorf("locking state dir: %w", err)
+	}
+	defer g.Close()
+	dir = filepath.Join(r.runsDir, id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return "", nil, fmt.Errorf("creating run dir: %w", err)
+	}
+	if lock, err = lockFile(filepath.Join(dir, "lock"), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("locking run dir: %w", err)
+	}
+	return dir, lock, nil
+}
+
+// GC removes what runs of agentrun processes that died left behind:
+// their containers and processes, cgroups, mounts and state. Runs of live
+// agentrun processes are not touched. It returns the ids it cleaned.
+func (r *Runner) GC() ([]string, error) {
+	g, err := lockFile(filepath.Join(r.cfg.StateDir, "gc.lock"), unix.LOCK_EX)
+	if err != nil {
+		return nil, fmt.Errorf("locking state dir: %w", err)
+	}
+	defer g.Close()
+
+	ids := map[string]bool{}
+	runs, err := os.ReadDir(r.runsDir)
+	if err != nil {
+		return nil, fmt.Errorf("reading run dirs: %w", err)
+	}
+	for _, e := range runs {
+		ids[e.Name()] = true
+	}
+	lcIDs, err := runc.IDs(r.runcDir)
+	if err != nil {
+		return nil, fmt.Errorf("reading container state: %w", err)
+	}
+	for _, id := range lcIDs {
+		ids[id] = true
+	}
+
+	var cleaned []string
+	var errs []error
+	for _, id := range slices.Sorted(maps.Keys(ids)) {
+		if !strings.HasPrefix(id, "ar-") {
+			continue
+		}
+		dir := filepath.Join(r.runsDir, id)
+		lock, err := lockFile(filepath.Join(dir, "lock"), unix.LOCK_EX|unix.LOCK_NB)
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			continue // a live run
+		}
+		if err := r.cleanRun(id, dir); err != nil {
+			errs = append(errs, fmt.Errorf("run %s: %w", id, err))
+		} else {
+			cleaned = append(cleaned, id)
+		}
+		if lock != nil {
+			lock.Close()
+		}
+	}
+	return cleaned, errors.Join(errs...)
+}
+
+// cleanRun removes one dead run: its container first (which kills its
+// processes), then its mounts, then its directory.
+func (r *Runner) cleanRun(id, dir string) error {
+	var errs []error
+	if err := runc.Cleanup(r.runcDir, id); err != nil {
+		errs = append(errs, err)
+	}
+	if err := unmountUnder(dir); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// unmountUnder detaches every mount at or below dir, deepest first.
+func unmountUnder(dir string) error {
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		return fmt.Errorf("reading mounts: %w", err)
+	}
+	slices.SortFunc(mounts, func(a, b *mountinfo.Info) int { return len(b.Mountpoint) - len(a.Mountpoint) })
+	var errs []error
+	for _, m := range mounts {
+		if err := unix.Unmount(m.Mountpoint, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmounting %s: %w", m.Mountpoint, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,93 @@
+package runc
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/manager"
+	"github.com/opencontainers/runc/libcontainer"
+	"golang.org/x/sys/unix"
+)
+
+// IDs lists the containers that have state under stateDir.
+func IDs(stateDir string) ([]string, error) {
+	entries, err := os.ReadDir(stateDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range entries {
+		if e.IsDir() {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}
+
+// Cleanup removes container id, left in stateDir by an agentrun that died:
+// it kills every process of the container, destroys it, and removes its
+// state and cgroups (and the shared parent cgroup once empty). Calling it
+// for a container that is already gone is not an error.
+func Cleanup(stateDir, id string) error {
+	ctr, err := libcontainer.Load(stateDir, id)
+	if err != nil {
+		// No usable state (the crash came before state.json was written):
+		// find the cgroup by its well-known path.
+		cerr := removeCgroup("/agentrun/" + id)
+		if rerr := os.RemoveAll(filepath.Join(stateDir, id)); rerr != nil {
+			cerr = errors.Join(cerr, rerr)
+		}
+		removeParents(stateDir, cgroupPaths("/agentrun/"+id))
+		return cerr
+	}
+	var paths map[string]string
+	if st, err := ctr.State(); err == nil {
+		paths = maps.Clone(st.CgroupPaths)
+	}
+	_ = ctr.Signal(unix.SIGKILL)
+	// agentrun is not the parent of this init: wait for it to go by polling.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if st, err := ctr.Status(); err != nil || st == libcontainer.Stopped {
+			break
+		}
+	}
+	return destroy(stateDir, ctr, paths)
+}
+
+// removeCgroup kills every process in the cgroup at path (freezing it
+// first so that nothing forks meanwhile) and removes it.
+func removeCgroup(path string) error {
+	m, err := manager.New(&cgroups.Cgroup{Path: path, Resources: &cgroups.Resources{}})
+	if err != nil {
+		return fmt.Errorf("cgroup %s: %w", path, err)
+	}
+	// Not m.Exists: a crash while the cgroup was being made can leave it in
+	// some hierarchies only. Destroy removes whatever part exists.
+	_ = m.Freeze(cgroups.Frozen)
+	pids, _ := m.GetAllPids()
+	for _, pid := range pids {
+		_ = unix.Kill(pid, unix.SIGKILL)
+	}
+	_ = m.Freeze(cgroups.Thawed)
+	var derr error
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if derr = m.Destroy(); derr == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("removing cgroup %s: %w", path, derr)
+}
+
+// cgroupPaths returns the paths a cgroup at path has in each hierarchy.
+func cgroupPaths(path string) map[string]string {
+	m, err := manager.New(&cgroups.Cgroup{Path: path, Resources: &cgroups.Resources{}})
+	if err != nil {
+		return nil
+	}
+	return m.GetPaths()
+}
