@@ -30,6 +30,8 @@ commands:
         run TASK (a task.json file, or - for stdin) and print the result
   [flags] TASK
         the same as run [flags] TASK
+  doctor [--config F]
+        check this host; exits 1 if a run would fail
   gc [--config F]
         remove what agentrun processes that died left behind (also done
         at the start of every run)
@@ -53,6 +55,8 @@ func dispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "run":
 		return cmdRun(args[1:], stdin, stdout, stderr)
+	case "doctor":
+		return cmdDoctor(args[1:], stdout, stderr)
 	case "gc":
 		return cmdGC(args[1:], stdout, stderr)
 	case "help", "-h", "--help":

@@ -1,0 +1,297 @@
+package doctor
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/opencontainers/cgroups"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/agentrun/agentrun/internal/config"
+)
+
+// Status is the outcome of one check.
+type Status string
+
+const (
+	OK   Status = "ok"
+	Warn Status = "warn" // runs work, but something is missing or degraded
+	Fail Status = "FAIL" // runs would fail
+)
+
+// Check is one line of the report.
+type Check struct {
+	Name   string
+	Status Status
+	Detail string
+	Fix    string // how to fix a warning or failure
+}
+
+// Run performs every check against the host and cfg.
+func Run(ctx context.Context, cfg *config.Config) []Check {
+	checks := []func(*config.Config) Check{
+		checkRoot, checkKernel, checkCgroups, checkSeccomp, checkFilesystems,
+		checkNamespaces, checkRunsc, checkStateDir, checkStoreDir, checkClock,
+	}
+	out := make([]Check, 0, len(checks))
+	for _, c := range checks {
+		if ctx.Err() != nil {
+			break
+		}
+		out = append(out, c(cfg))
+	}
+	return out
+}
+
+// Failed reports whether any check failed.
+func Failed(checks []Check) bool {
+	for _, c := range checks {
+		if c.Status == Fail {
+			return true
+		}
+	}
+	return false
+}
+
+// Print writes checks as a table, with a fix under each that is not ok.
+func Print(w io.Writer, checks []Check) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CHECK\tSTATUS\tDETAIL")
+	for _, c := range checks {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, c.Status, c.Detail)
+		if c.Status != OK && c.Fix != "" {
+			fmt.Fprintf(tw, "\t\tfix: %s\n", c.Fix)
+		}
+	}
+	return tw.Flush()
+}
+
+func checkRoot(*config.Config) Check {
+	c := Check{Name: "root"}
+	if os.Geteuid() != 0 {
+		c.Status, c.Detail, c.Fix = Fail, fmt.Sprintf("running as uid %d", os.Geteuid()), "run agentrun as root (sudo agentrun ...)"
+		return c
+	}
+	c.Status, c.Detail = OK, "uid 0"
+	return c
+}
+
+func checkKernel(*config.Config) Check {
+	c := Check{Name: "kernel"}
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return Check{Name: "kernel", Status: Fail, Detail: err.Error()}
+	}
+	rel := unix.ByteSliceToString(u.Release[:])
+	var major, minor int
+	fmt.Sscanf(rel, "%d.%d", &major, &minor)
+	c.Detail = rel + " " + runtime.GOARCH
+	switch {
+	case major < 4 || (major == 4 && minor < 18):
+		c.Status, c.Fix = Fail, "a kernel 4.18 or newer is required (5.10+ recommended)"
+	case major < 5 || (major == 5 && minor < 10):
+		c.Status, c.Fix = Warn, "kernel 5.10+ is recommended (memory.peak, cgroup.kill, seccomp fixes)"
+	default:
+		c.Status = OK
+	}
+	return c
+}
+
+// requiredControllers limit every run.
+var requiredControllers = []string{"memory", "pids", "cpu"}
+
+func checkCgroups(*config.Config) Check {
+	c := Check{Name: "cgroups"}
+	var have []string
+	mode := "v1"
+	if cgroups.IsCgroup2UnifiedMode() {
+		mode = "v2"
+		b, err := os.ReadFile("/sys/fs/cgroup/cgroup.controllers")
+		if err != nil {
+			return Check{Name: c.Name, Status: Fail, Detail: err.Error(), Fix: "mount cgroup2 at /sys/fs/cgroup"}
+		}
+		have = strings.Fields(string(b))
+	} else {
+		if cgroups.IsCgroup2HybridMode() {
+			mode = "v1 (hybrid)"
+		}
+		for _, ctrl := range requiredControllers {
+			if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", ctrl)); err == nil {
+				have = append(have, ctrl)
+			}
+		}
+	}
+	var missing []string
+	for _, ctrl := range requiredControllers {
+		if !slices.Contains(have, ctrl) {
+			missing = append(missing, ctrl)
+		}
+	}
+	c.Detail = mode + ": " + strings.Join(have, " ")
+	if len(missing) > 0 {
+		c.Status = Fail
+		c.Detail += "; missing " + strings.Join(missing, " ")
+		c.Fix = "enable the cgroup controllers " + strings.Join(missing, ", ") + " (kernel command line cgroup_enable=..., or delegate them to agentrun's cgroup under systemd)"
+		return c
+	}
+	c.Status = OK
+	return c
+}
+
+func checkSeccomp(*config.Config) Check {
+	c := Check{Name: "seccomp"}
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil || !bytes.Contains(status, []byte("\nSeccomp:")) {
+		return Check{Name: c.Name, Status: Fail, Detail: "kernel has no seccomp", Fix: "use a kernel built with CONFIG_SECCOMP_FILTER"}
+	}
+	lib, ok := seccompLibrary()
+	if !ok {
+		return Check{Name: c.Name, Status: Fail, Detail: lib, Fix: "build agentrun with CGO_ENABLED=1 -tags seccomp and install libseccomp2 (make build)"}
+	}
+	c.Status, c.Detail = OK, "filter support in kernel; "+lib
+	return c
+}
+
+func checkFilesystems(*config.Config) Check {
+	c := Check{Name: "filesystems"}
+	b, err := os.ReadFile("/proc/filesystems")
+	if err != nil {
+		return Check{Name: c.Name, Status: Fail, Detail: err.Error()}
+	}
+	var missing []string
+	for _, fs := range []string{"tmpfs", "overlay", "proc", "sysfs", "devpts", "mqueue"} {
+		if !bytes.Contains(b, []byte("\t"+fs+"\n")) {
+			missing = append(missing, fs)
+		}
+	}
+	if len(missing) > 0 {
+		c.Status, c.Detail = Fail, "missing "+strings.Join(missing, " ")
+		c.Fix = "load the modules (modprobe " + strings.Join(missing, " ") + ")"
+		if len(missing) == 1 && missing[0] == "overlay" {
+			c.Status, c.Fix = Warn, "modprobe overlay (needed only for dir: images that lack mount points)"
+		}
+		return c
+	}
+	// A size-capped tmpfs must really mount.
+	dir, err := os.MkdirTemp("", "agentrun-doctor-")
+	if err != nil {
+		return Check{Name: c.Name, Status: Fail, Detail: err.Error()}
+	}
+	defer os.Remove(dir)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=1m,mode=0700"); err != nil {
+		return Check{Name: c.Name, Status: Fail, Detail: "tmpfs mount: " + err.Error(), Fix: "agentrun needs CAP_SYS_ADMIN in the host mount namespace"}
+	}
+	unix.Unmount(dir, unix.MNT_DETACH)
+	c.Status, c.Detail = OK, "tmpfs (size-capped mount works), overlay, proc, sysfs, devpts, mqueue"
+	return c
+}
+
+// checkNamespaces creates a network namespace with a veth in it, the way an
+// allowlisted run does, and removes it.
+func checkNamespaces(*config.Config) (c Check) {
+	c = Check{Name: "namespaces"}
+	for _, ns := range []string{"pid", "net", "ipc", "uts", "mnt", "cgroup"} {
+		if _, err := os.Stat("/proc/self/ns/" + ns); err != nil {
+			return Check{Name: c.Name, Status: Fail, Detail: "no " + ns + " namespace", Fix: "use a kernel with CONFIG_" + strings.ToUpper(ns) + "_NS"}
+		}
+	}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // not unlocked: the thread ends with the goroutine if restoring fails
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		ns, err := netns.New()
+		if err != nil {
+			errc <- fmt.Errorf("creating a network namespace: %w", err)
+			return
+		}
+		defer ns.Close()
+		h, err := netlink.NewHandleAt(ns)
+		if err == nil {
+			err = h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "doctor0"}, PeerName: "doctor1"})
+			h.Close()
+			if err != nil {
+				err = fmt.Errorf("creating a veth: %w", err)
+			}
+		}
+		if rerr := netns.Set(orig); rerr != nil {
+			errc <- errors.Join(err, rerr)
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- err
+	}()
+	if err := <-errc; err != nil {
+		return Check{Name: c.Name, Status: Fail, Detail: err.Error(), Fix: "agentrun needs CAP_NET_ADMIN and CAP_SYS_ADMIN; inside a container, run it privileged"}
+	}
+	c.Status, c.Detail = OK, "pid net ipc uts mnt cgroup; netns + veth creation works"
+	return c
+}
+
+func checkRunsc(cfg *config.Config) Check {
+	c := Check{Name: "runsc"}
+	sev := Warn
+	if cfg.Runtime == config.RuntimeRunsc {
+		sev = Fail
+	}
+	out, err := exec.Command(cfg.Runsc.Path, "--version").Output()
+	if err != nil {
+		c.Status, c.Detail = sev, fmt.Sprintf("%s: %v", cfg.Runsc.Path, err)
+		c.Fix = "install gVisor's runsc (test/runsc.sh) and set config key runsc.path; needed only for runtime runsc"
+		return c
+	}
+	first, _, _ := strings.Cut(string(out), "\n")
+	c.Status, c.Detail = OK, cfg.Runsc.Path+": "+strings.TrimSpace(first)
+	return c
+}
+
+func checkStateDir(cfg *config.Config) Check { return checkDir("state dir", cfg.StateDir, "state_dir") }
+func checkStoreDir(cfg *config.Config) Check { return checkDir("store dir", cfg.StoreDir, "store_dir") }
+
+// checkDir makes sure dir exists (creating it 0700) and is writable.
+func checkDir(name, dir, key string) Check {
+	c := Check{Name: name}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return Check{Name: name, Status: Fail, Detail: err.Error(), Fix: "make " + dir + " writable by root, or set config key " + key}
+	}
+	f, err := os.CreateTemp(dir, ".doctor-")
+	if err != nil {
+		return Check{Name: name, Status: Fail, Detail: err.Error(), Fix: "make " + dir + " writable by root, or set config key " + key}
+	}
+	f.Close()
+	os.Remove(f.Name())
+	var st unix.Statfs_t
+	free := ""
+	if unix.Statfs(dir, &st) == nil {
+		free = fmt.Sprintf(", %d MiB free", st.Bavail*uint64(st.Bsize)>>20)
+	}
+	c.Status, c.Detail = OK, dir+" writable"+free
+	return c
+}
+
+func checkClock(*config.Config) Check {
+	c := Check{Name: "clock"}
+	now := time.Now()
+	if now.Year() < 2025 {
+		return Check{Name: c.Name, Status: Warn, Detail: now.UTC().Format(time.RFC3339), Fix: "set the clock (timedatectl set-ntp true): audit records and registry TLS need it"}
+	}
+	c.Status, c.Detail = OK, now.UTC().Format(time.RFC3339)
+	return c
+}
