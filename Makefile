@@ -3,6 +3,7 @@
 #   make demo     install what is missing, build, run examples/hello.json offline
 #   make test     install what is missing, build, run the whole suite (as root)
 #   make install  install bin/agentrun to $(PREFIX)/bin
+#   make bench    measure against bare chroot, runc and bwrap (docs/bench.md)
 
 GO       ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 PREFIX   ?= /usr/local
@@ -14,7 +15,7 @@ FUZZTIME ?= 10s
 export CGO_ENABLED := 1
 export AGENTRUN_IMAGES := $(IMAGES)
 
-.PHONY: all build install deps images demo test unit integration fuzz vet clean
+.PHONY: all build install deps images demo test unit integration fuzz vet bench clean
 
 all: build
 
@@ -49,6 +50,10 @@ fuzz:
 	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzLoadConfig$$' -fuzztime $(FUZZTIME) ./internal/config
 
 test: deps vet unit integration fuzz
+
+# bench compares agentrun with bare chroot, runc and bwrap; writes docs/bench.md.
+bench: build images
+	$(GO) run ./test/bench -n 30 -agentrun $(BIN) -out docs/bench.md
 
 clean:
 	rm -rf bin

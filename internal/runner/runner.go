@@ -77,6 +77,9 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result) (err
 		}
 	}()
 
+	if len(p.Allow) > 0 {
+		return fmt.Errorf("network.allow: egress allowlists are not available in this build")
+	}
 	backend, ok := r.backends[p.Runtime]
 	if !ok {
 		return fmt.Errorf("runtime %q is not available", p.Runtime)

@@ -16,6 +16,7 @@ import (
 	"github.com/opencontainers/cgroups/manager"
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
+	"github.com/opencontainers/runc/libcontainer/seccomp"
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -32,6 +33,9 @@ type Backend struct {
 
 // New returns a backend keeping container state under stateDir.
 func New(stateDir string) (*Backend, error) {
+	if !seccomp.Enabled {
+		return nil, errors.New("agentrun was built without seccomp support: build it with CGO_ENABLED=1 -tags seccomp (make build)")
+	}
 	if !filepath.IsAbs(stateDir) {
 		return nil, fmt.Errorf("runc state dir %q is not absolute", stateDir)
 	}

@@ -1,0 +1,365 @@
+package runsc
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentrun/agentrun/runtime"
+)
+
+// These tests run real gVisor sandboxes: they need root, runsc (from
+// test/runsc.sh, or $AGENTRUN_RUNSC) and the python image rootfs
+// (test/images/build.sh). Anything missing fails the test loudly.
+
+const pythonRootfs = "/var/cache/agentrun/images/python/rootfs"
+
+func runscBinary(t *testing.T) string {
+	t.Helper()
+	p := os.Getenv("AGENTRUN_RUNSC")
+	if p == "" {
+		dir := os.Getenv("AGENTRUN_RUNSC_DIR")
+		if dir == "" {
+			dir = "/var/cache/agentrun/bin"
+		}
+		p = filepath.Join(dir, "runsc")
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("runsc is not installed at %s (run test/runsc.sh or set $AGENTRUN_RUNSC): %v", p, err)
+	}
+	return p
+}
+
+type fixture struct {
+	b        *Backend
+	stateDir string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("runsc backend tests must run as root")
+	}
+	if _, err := os.Stat(filepath.Join(pythonRootfs, "usr/bin/python3")); err != nil {
+		t.Fatalf("python rootfs missing (run test/images/build.sh): %v", err)
+	}
+	// Short: runsc puts unix sockets under its root dir.
+	dir, err := os.MkdirTemp("", "rsc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	b, err := New(runscBinary(t), nil, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{b: b, stateDir: dir}
+}
+
+type runOpts struct {
+	memory  int64
+	timeout time.Duration
+	limit   int64
+	stdin   string
+}
+
+func newID() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return "t-" + hex.EncodeToString(b[:])
+}
+
+// container builds the spec the way internal/runner does.
+func (f *fixture) container(t *testing.T, o runOpts, argv ...string) *runtime.Container {
+	t.Helper()
+	if o.memory == 0 {
+		o.memory = 256 << 20
+	}
+	if o.timeout == 0 {
+		o.timeout = 20 * time.Second
+	}
+	if o.limit == 0 {
+		o.limit = 64 << 10
+	}
+	ws := t.TempDir()
+	if err := os.Chown(ws, runtime.UID, runtime.GID); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	id := newID()
+	spec, err := runtime.New(pythonRootfs,
+		runtime.WithArgs(argv...),
+		runtime.WithEnv(map[string]string{"LANG": "C.UTF-8"}),
+		runtime.WithCgroupsPath(defaultCgroupParent+"/"+id),
+		runtime.WithMemory(o.memory),
+		runtime.WithCPUs(1),
+		runtime.WithPids(64),
+		runtime.WithTmpSize(64<<20, 64<<20),
+		runtime.WithWorkspace(ws),
+		runtime.WithSeccomp(),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := runtime.Validate(spec); err != nil {
+		t.Fatal(err)
+	}
+	return &runtime.Container{ID: id, Spec: spec, Stdin: []byte(o.stdin), Timeout: o.timeout, OutputLimit: o.limit}
+}
+
+// run runs python code and checks that the run left nothing behind.
+func (f *fixture) run(t *testing.T, o runOpts, code string) *runtime.Outcome {
+	t.Helper()
+	c := f.container(t, o, "python3", "-c", code)
+	out, err := f.b.Run(context.Background(), c)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	f.checkClean(t, c.ID)
+	return out
+}
+
+// checkClean fails if anything of run id is left: a process, a cgroup, the
+// bundle or runsc's state.
+func (f *fixture) checkClean(t *testing.T, id string) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(f.stateDir, id)); !os.IsNotExist(err) {
+		t.Errorf("bundle dir of %s left (stat: %v)", id, err)
+	}
+	if left, _ := os.ReadDir(f.b.root); len(left) > 0 {
+		var names []string
+		for _, e := range left {
+			names = append(names, e.Name())
+		}
+		t.Errorf("runsc state left: %v", names)
+	}
+	for _, pattern := range []string{"/sys/fs/cgroup/*/agentrun-runsc/" + id, "/sys/fs/cgroup/agentrun-runsc/" + id} {
+		if m, _ := filepath.Glob(pattern); len(m) > 0 {
+			t.Errorf("cgroups left: %v", m)
+		}
+	}
+	if pids := processesMentioning(id, f.stateDir); len(pids) > 0 {
+		t.Errorf("processes left: %v", pids)
+	}
+}
+
+// processesMentioning lists processes whose command line contains any of words.
+func processesMentioning(words ...string) []string {
+	var out []string
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "cmdline"))
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		cmd := strings.ReplaceAll(string(b), "\x00", " ")
+		for _, w := range words {
+			if strings.Contains(cmd, w) {
+				out = append(out, filepath.Base(d)+": "+cmd)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func TestPrint(t *testing.T) {
+	f := newFixture(t)
+	out := f.run(t, runOpts{}, "print(45)")
+	if string(out.Stdout.Data) != "45\n" || out.ExitCode != 0 || out.TimedOut || out.OOMKilled || out.Signal != "" {
+		t.Fatalf("got %+v, stderr %q", out, out.Stderr.Data)
+	}
+	if out.CPU <= 0 || out.MemoryPeak <= 0 || out.Duration <= 0 {
+		t.Errorf("usage missing: cpu %v peak %d duration %v", out.CPU, out.MemoryPeak, out.Duration)
+	}
+	t.Logf("print(45): %v wall, %v cpu, %d MiB peak (whole sandbox)", out.Duration, out.CPU, out.MemoryPeak>>20)
+}
+
+func TestExitCode(t *testing.T) {
+	f := newFixture(t)
+	out := f.run(t, runOpts{}, "import sys; sys.stderr.write('bye'); sys.exit(3)")
+	if out.ExitCode != 3 || string(out.Stderr.Data) != "bye" || out.Signal != "" {
+		t.Fatalf("got exit %d signal %q stderr %q", out.ExitCode, out.Signal, out.Stderr.Data)
+	}
+	out = f.run(t, runOpts{}, "import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
+	if out.ExitCode != 128+15 || out.Signal != "SIGTERM" {
+		t.Fatalf("self-SIGTERM: got exit %d signal %q", out.ExitCode, out.Signal)
+	}
+}
+
+// TestGVisor proves the program talks to gVisor's kernel, not the host's.
+func TestGVisor(t *testing.T) {
+	f := newFixture(t)
+	var host unix.Utsname
+	if err := unix.Uname(&host); err != nil {
+		t.Fatal(err)
+	}
+	hostRelease := unix.ByteSliceToString(host.Release[:])
+	out := f.run(t, runOpts{}, "import platform; print(platform.release()); print(open('/proc/version').read())")
+	lines := strings.SplitN(string(out.Stdout.Data), "\n", 2)
+	if out.ExitCode != 0 || len(lines) < 2 {
+		t.Fatalf("got %+v, stderr %q", out, out.Stderr.Data)
+	}
+	if lines[0] == hostRelease {
+		t.Errorf("sandbox kernel release %q is the host's", lines[0])
+	}
+	// dmesg shows gVisor's boot banner.
+	c := f.container(t, runOpts{}, "dmesg")
+	dm, err := f.b.Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.checkClean(t, c.ID)
+	t.Logf("release %q (host %q), dmesg exit %d: %q %q", lines[0], hostRelease, dm.ExitCode, dm.Stdout.Data, dm.Stderr.Data)
+	if !strings.Contains(string(dm.Stdout.Data), "gVisor") {
+		t.Errorf("no gVisor marker in dmesg output %q (stderr %q)", dm.Stdout.Data, dm.Stderr.Data)
+	}
+}
+
+func TestReadonlyRoot(t *testing.T) {
+	f := newFixture(t)
+	out := f.run(t, runOpts{}, `
+import errno
+for p in ['/x', '/usr/x', '/workspace/ok', '/tmp/ok']:
+    try:
+        open(p, 'w').write('x'); print(p, 'ok')
+    except OSError as e:
+        print(p, errno.errorcode[e.errno])`)
+	got := string(out.Stdout.Data)
+	t.Logf("writes: %q", got)
+	for _, want := range []string{"/x EROFS", "/usr/x EROFS", "/workspace/ok ok", "/tmp/ok ok"} {
+		if !strings.Contains(got, want+"\n") {
+			t.Errorf("want %q in %q (stderr %q)", want, got, out.Stderr.Data)
+		}
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	f := newFixture(t)
+	start := time.Now()
+	out := f.run(t, runOpts{timeout: time.Second}, "import time; print('start', flush=True); time.sleep(60)")
+	if !out.TimedOut || out.ExitCode != 137 || out.Signal != "SIGKILL" {
+		t.Fatalf("got timed_out %v exit %d signal %q", out.TimedOut, out.ExitCode, out.Signal)
+	}
+	if string(out.Stdout.Data) != "start\n" {
+		t.Errorf("stdout %q", out.Stdout.Data)
+	}
+	if d := time.Since(start); d > 8*time.Second {
+		t.Errorf("timeout took %v", d)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	f := newFixture(t)
+	c := f.container(t, runOpts{}, "python3", "-c", "import time; time.sleep(60)")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	out, err := f.b.Run(ctx, c)
+	if err == nil || !strings.Contains(err.Error(), "run cancelled") || out == nil {
+		t.Fatalf("got %v, %v", out, err)
+	}
+	f.checkClean(t, c.ID)
+}
+
+func TestOOM(t *testing.T) {
+	f := newFixture(t)
+	out := f.run(t, runOpts{memory: 128 << 20},
+		"x = []\nwhile True: x.append(bytearray(b'x' * (1 << 20)))")
+	if !out.OOMKilled || out.ExitCode != 137 {
+		t.Fatalf("got oom %v exit %d signal %q stderr %q", out.OOMKilled, out.ExitCode, out.Signal, out.Stderr.Data)
+	}
+	if out.MemoryPeak > 130<<20 {
+		t.Errorf("peak %d above the 128 MiB limit", out.MemoryPeak)
+	}
+	t.Logf("oom: exit %d signal %q peak %d MiB", out.ExitCode, out.Signal, out.MemoryPeak>>20)
+}
+
+func TestOutputCap(t *testing.T) {
+	f := newFixture(t)
+	out := f.run(t, runOpts{limit: 1000}, "import sys; sys.stdout.write('x' * 100000); sys.stderr.write('y' * 10)")
+	if len(out.Stdout.Data) != 1000 || out.Stdout.Total != 100000 || !out.Stdout.Truncated {
+		t.Errorf("stdout: kept %d total %d truncated %v", len(out.Stdout.Data), out.Stdout.Total, out.Stdout.Truncated)
+	}
+	if string(out.Stderr.Data) != "yyyyyyyyyy" || out.Stderr.Truncated {
+		t.Errorf("stderr: %+v", out.Stderr)
+	}
+}
+
+func TestStdin(t *testing.T) {
+	f := newFixture(t)
+	out := f.run(t, runOpts{stdin: "hello\nworld"}, "import sys; print(sys.stdin.read().upper())")
+	if string(out.Stdout.Data) != "HELLO\nWORLD\n" {
+		t.Fatalf("got %q stderr %q", out.Stdout.Data, out.Stderr.Data)
+	}
+	// No stdin: EOF at once.
+	out = f.run(t, runOpts{}, "import sys; print(repr(sys.stdin.read()))")
+	if string(out.Stdout.Data) != "''\n" {
+		t.Fatalf("got %q stderr %q", out.Stdout.Data, out.Stderr.Data)
+	}
+}
+
+func TestBadProgram(t *testing.T) {
+	f := newFixture(t)
+	c := f.container(t, runOpts{}, "/no/such/program")
+	out, err := f.b.Run(context.Background(), c)
+	t.Logf("missing program: %v; %+v", err, out)
+	if err == nil && (out == nil || out.ExitCode == 0) {
+		t.Fatal("a missing program ran successfully")
+	}
+	f.checkClean(t, c.ID)
+}
+
+func TestNew(t *testing.T) {
+	dir := t.TempDir()
+	_, err := New("/no/such/runsc", nil, dir)
+	if err == nil || !strings.Contains(err.Error(), "runsc not found at /no/such/runsc (config key runsc.path)") {
+		t.Errorf("missing binary: %v", err)
+	}
+	plain := filepath.Join(dir, "plain")
+	if err := os.WriteFile(plain, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(plain, nil, dir); err == nil || !strings.Contains(err.Error(), "runsc.path") {
+		t.Errorf("non-executable: %v", err)
+	}
+	bin := runscBinary(t)
+	for _, flags := range [][]string{{"--network=host"}, {"-root=/x"}, {"--TESTONLY-unsafe-nonroot"}, {"platform=kvm"}} {
+		if _, err := New(bin, flags, dir); err == nil || !strings.Contains(err.Error(), "runsc.flags") {
+			t.Errorf("flags %v: %v", flags, err)
+		}
+	}
+	b, err := New(bin, []string{"--platform=systrap"}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := b.args(&runtime.Container{ID: "x", Spec: runtime.Default("/r")}, "/b")
+	if i := slices.Index(args, "run"); i < 0 || !slices.Contains(args[:i], "--network=none") || !slices.Contains(args[:i], "--oci-seccomp") {
+		t.Errorf("args %v", args)
+	}
+}
+
+// TestLatency reports the median wall time of a print(45) run.
+func TestLatency(t *testing.T) {
+	f := newFixture(t)
+	var ds []time.Duration
+	for range 10 {
+		start := time.Now()
+		out := f.run(t, runOpts{}, "print(45)")
+		ds = append(ds, time.Since(start))
+		if string(out.Stdout.Data) != "45\n" {
+			t.Fatalf("got %q", out.Stdout.Data)
+		}
+	}
+	slices.Sort(ds)
+	t.Logf("print(45) with runsc: median %v (min %v, max %v) over %d runs", (ds[4]+ds[5])/2, ds[0], ds[9], len(ds))
+}

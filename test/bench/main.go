@@ -1,0 +1,305 @@
+// Command bench measures agentrun against the floor (bare chroot python3)
+// and its peers (runc run of an equivalent hardened bundle, bwrap) on the
+// same print(45) task, interleaved in one invocation, and writes the table
+// to docs/bench.md. Run it as root through `make bench`.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	agentruntime "github.com/agentrun/agentrun/runtime"
+)
+
+var (
+	n        = flag.Int("n", 30, "runs per contender")
+	bin      = flag.String("agentrun", "bin/agentrun", "agentrun binary")
+	images   = flag.String("images", envOr("AGENTRUN_IMAGES", "/var/cache/agentrun/images"), "test images (test/images/build.sh)")
+	runscBin = flag.String("runsc", envOr("AGENTRUN_RUNSC", "/var/cache/agentrun/bin/runsc"), "runsc binary (optional)")
+	out      = flag.String("out", "docs/bench.md", "markdown report")
+	allow    = flag.String("allow", "example.test", "allowlist entry for the allowlist contender")
+)
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// contender is one way of running print(45).
+type contender struct {
+	name  string
+	note  string
+	cmd   func(i int) *exec.Cmd
+	times []time.Duration
+	rss   int64 // peak RSS of the measured process, KiB
+	err   string
+}
+
+func main() {
+	flag.Parse()
+	log.SetFlags(0)
+	if os.Geteuid() != 0 {
+		log.Fatal("bench must run as root")
+	}
+	rootfs := filepath.Join(*images, "python", "rootfs")
+	work, err := os.MkdirTemp("", "agentrun-bench-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(work)
+
+	cfg := filepath.Join(work, "config.json")
+	write(cfg, fmt.Sprintf(`{"image":"dir:%s","audit":"","state_dir":"/run/agentrun-bench","runsc":{"path":%q,"flags":[]}}`, rootfs, *runscBin))
+	task := filepath.Join(work, "task.json")
+	write(task, `{"code":"print(45)"}`)
+	allowTask := filepath.Join(work, "allow.json")
+	write(allowTask, fmt.Sprintf(`{"code":"print(45)","network":{"allow":[%q]}}`, *allow))
+	runscTask := filepath.Join(work, "runsc.json")
+	write(runscTask, `{"code":"print(45)","runtime":"runsc"}`)
+
+	bundle, err := runcBundle(work, rootfs)
+	if err != nil {
+		log.Fatalf("runc bundle: %v", err)
+	}
+
+	cs := []*contender{
+		{name: "bare chroot python3", note: "the floor: no isolation at all",
+			cmd: func(int) *exec.Cmd { return exec.Command("chroot", rootfs, "python3", "-c", "print(45)") }},
+		{name: "runc run (CLI)", note: "runc " + version("runc", "--version") + ", the same hardened spec as agentrun",
+			cmd: func(i int) *exec.Cmd {
+				return exec.Command("runc", "--root", filepath.Join(work, "runc-state"), "run", "--bundle", bundle, fmt.Sprintf("bench-%d", i))
+			}},
+		{name: "bwrap", note: "bubblewrap " + version("bwrap", "--version") + ": ro root, proc, dev, tmpfs /tmp, all namespaces unshared, caps dropped, uid 65534",
+			cmd: func(int) *exec.Cmd {
+				return exec.Command("bwrap", "--ro-bind", rootfs, "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+					"--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--uid", "65534", "--gid", "65534",
+					"python3", "-c", "print(45)")
+			}},
+		{name: "agentrun run (cold, no network)", note: "one agentrun process per run, full hardening",
+			cmd: func(int) *exec.Cmd { return exec.Command(*bin, "run", "--config", cfg, task) }},
+		{name: "agentrun run (allowlist)", note: "network.allow [" + *allow + "]: netns pair, veth, proxy and DNS",
+			cmd: func(int) *exec.Cmd { return exec.Command(*bin, "run", "--config", cfg, allowTask) }},
+		{name: "agentrun run (runsc)", note: "gVisor runsc, systrap",
+			cmd: func(int) *exec.Cmd { return exec.Command(*bin, "run", "--config", cfg, runscTask) }},
+	}
+
+	// Warm-up (page cache, first cgroup) and availability check.
+	for _, c := range cs {
+		if err := runOnce(c, 0, false); err != nil {
+			c.err = err.Error()
+			log.Printf("%s: not measured: %v", c.name, err)
+		}
+	}
+	for i := range *n {
+		for _, c := range cs {
+			if c.err == "" {
+				if err := runOnce(c, i+1, true); err != nil {
+					c.err = err.Error()
+				}
+			}
+		}
+	}
+
+	tp := throughput(cs[3], []int{1, 4, 8}, 24)
+	report(os.Stdout, cs, tp)
+	f, err := os.Create(*out)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer f.Close()
+	report(f, cs, tp)
+}
+
+func runOnce(c *contender, i int, record bool) error {
+	cmd := c.cmd(i)
+	var stdout strings.Builder
+	cmd.Stdout = &stdout
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	start := time.Now()
+	err := cmd.Run()
+	el := time.Since(start)
+	if err != nil {
+		return fmt.Errorf("%v: %s", err, firstLine(stderr.String()+stdout.String()))
+	}
+	if !strings.Contains(stdout.String(), "45") {
+		return fmt.Errorf("unexpected output %q", firstLine(stdout.String()))
+	}
+	if strings.HasPrefix(strings.TrimSpace(stdout.String()), "{") {
+		var r struct{ Error string }
+		if json.Unmarshal([]byte(stdout.String()), &r) == nil && r.Error != "" {
+			return fmt.Errorf("%s", r.Error)
+		}
+	}
+	if record {
+		c.times = append(c.times, el)
+		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+			c.rss = max(c.rss, ru.Maxrss)
+		}
+	}
+	return nil
+}
+
+// throughput runs total tasks with k workers for each k and returns runs/s.
+func throughput(c *contender, ks []int, total int) map[int]float64 {
+	res := map[int]float64{}
+	if c.err != "" {
+		return res
+	}
+	for _, k := range ks {
+		jobs := make(chan int)
+		var wg sync.WaitGroup
+		var failed sync.Once
+		start := time.Now()
+		for range k {
+			wg.Go(func() {
+				for i := range jobs {
+					if err := runOnce(c, i, false); err != nil {
+						failed.Do(func() { log.Printf("throughput %d: %v", k, err) })
+					}
+				}
+			})
+		}
+		for i := range total {
+			jobs <- i
+		}
+		close(jobs)
+		wg.Wait()
+		res[k] = float64(total) / time.Since(start).Seconds()
+	}
+	return res
+}
+
+func report(w io.Writer, cs []*contender, tp map[int]float64) {
+	floor := median(cs[0].times)
+	fmt.Fprintf(w, "# agentrun benchmark\n\n")
+	fmt.Fprintf(w, "`make bench` on %s. The same `print(45)` task on the python test image, %d runs per contender, interleaved; wall time of the whole command.\n\n", machine(), *n)
+	fmt.Fprintln(w, "| contender | median | p90 | max | median / floor | peak RSS of the command | note |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	for _, c := range cs {
+		if c.err != "" {
+			fmt.Fprintf(w, "| %s | – | – | – | – | – | not measured: %s |\n", c.name, strings.ReplaceAll(firstLine(c.err), "|", "/"))
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %.2f× | %.1f MiB | %s |\n", c.name, ms(median(c.times)), ms(pct(c.times, 0.9)),
+			ms(slices.Max(c.times)), float64(median(c.times))/float64(floor), float64(c.rss)/1024, c.note)
+	}
+	if len(tp) > 0 {
+		fmt.Fprintf(w, "\nThroughput of `agentrun run` (cold, no network), 24 runs:\n\n| concurrency | runs/s |\n|---|---|\n")
+		for _, k := range slices.Sorted(mapKeys(tp)) {
+			fmt.Fprintf(w, "| %d | %.1f |\n", k, tp[k])
+		}
+	}
+	fmt.Fprintf(w, "\nTargets: cold agentrun ≤ 2.0× the floor; allowlist ≤ 10 ms above no network; agentrun's peak RSS < 40 MiB for one run.\n")
+}
+
+func mapKeys(m map[int]float64) func(func(int) bool) {
+	return func(yield func(int) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func median(d []time.Duration) time.Duration { return pct(d, 0.5) }
+
+func pct(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+
+func machine() string {
+	cpu := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				_, cpu, _ = strings.Cut(l, ": ")
+				break
+			}
+		}
+	}
+	var u syscall.Utsname
+	syscall.Uname(&u)
+	rel := make([]byte, 0, 65)
+	for _, c := range u.Release {
+		if c == 0 {
+			break
+		}
+		rel = append(rel, byte(c))
+	}
+	cg := "cgroup v1 (hybrid)"
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		cg = "cgroup v2"
+	}
+	return fmt.Sprintf("%d × %s, Linux %s, %s, %s", runtime.NumCPU(), cpu, rel, cg, time.Now().UTC().Format("2006-01-02"))
+}
+
+func version(cmd, flag string) string {
+	b, err := exec.Command(cmd, flag).Output()
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(firstLine(string(b)))
+	return f[len(f)-1]
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	l, _, _ := strings.Cut(s, "\n")
+	return l
+}
+
+func write(p, s string) {
+	if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// runcBundle writes a bundle whose config.json is agentrun's own hardened
+// spec for print(45) (runc applies the same seccomp, mounts and limits).
+func runcBundle(work, rootfs string) (string, error) {
+	dir := filepath.Join(work, "bundle")
+	ws := filepath.Join(work, "ws")
+	for _, d := range []string{dir, ws} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "", err
+		}
+	}
+	os.Chown(ws, agentruntime.UID, agentruntime.GID)
+	spec, err := agentruntime.New(rootfs,
+		agentruntime.WithArgs("python3", "-c", "print(45)"),
+		agentruntime.WithCgroupsPath("/agentrun-bench-runc"),
+		agentruntime.WithMemory(256<<20), agentruntime.WithCPUs(0.5), agentruntime.WithPids(64),
+		agentruntime.WithTmpSize(64<<20, 64<<20), agentruntime.WithWorkspace(ws), agentruntime.WithSeccomp())
+	if err != nil {
+		return "", err
+	}
+	spec.Linux.CgroupsPath = "" // let runc name one per container
+	b, err := json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	return dir, os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600)
+}
