@@ -1,5 +1,7 @@
 package result
 
+import "github.com/agentrun/agentrun/proxy"
+
 // Exit statuses of `agentrun run` that are not the program's own.
 const (
 	ExitTimeout = 124 // the run hit its wall-clock timeout
@@ -32,26 +34,15 @@ type Result struct {
 	Error           string          `json:"error"`
 }
 
-// Network lists the run's egress decisions.
-type Network struct {
-	Allowed []Allowed `json:"allowed"`
-	Denied  []Denied  `json:"denied"`
-}
+// Network lists the run's egress decisions, as agentrun's proxy and DNS
+// server recorded them.
+type Network = proxy.Report
 
 // Allowed is one allowed destination with the bytes it carried.
-type Allowed struct {
-	Host     string `json:"host"`
-	Port     int    `json:"port"`
-	BytesIn  int64  `json:"bytes_in"`
-	BytesOut int64  `json:"bytes_out"`
-}
+type Allowed = proxy.Allowed
 
 // Denied is one refused destination and why.
-type Denied struct {
-	Host   string `json:"host"`
-	Port   int    `json:"port"`
-	Reason string `json:"reason"`
-}
+type Denied = proxy.Denied
 
 // File is one collected file. Error says why a matching path was not
 // returned (not a regular file, over the collect limit).

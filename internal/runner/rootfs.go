@@ -18,25 +18,6 @@ type overlay struct {
 	merged string
 }
 
-// mountpoints must exist in a root filesystem, as real directories, for a
-// run to use it directly; otherwise libcontainer would create them in it.
-var mountpoints = []string{"proc", "sys", "dev", "tmp", "workspace"}
-
-// hasMountpoints reports whether rootfs can be used as is.
-func hasMountpoints(rootfs string) bool {
-	root, err := os.OpenRoot(rootfs)
-	if err != nil {
-		return false
-	}
-	defer root.Close()
-	for _, m := range mountpoints {
-		if fi, err := root.Lstat(m); err != nil || !fi.IsDir() {
-			return false
-		}
-	}
-	return true
-}
-
 // mountOverlay mounts lower under dir/rootfs with its upper and work
 // directories in dir (the run's state dir, a tmpfs).
 func mountOverlay(lower, dir string) (*overlay, error) {

@@ -8,14 +8,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
+	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/internal/workspace"
+	"github.com/agentrun/agentrun/netns"
 	"github.com/agentrun/agentrun/runtime"
 	"github.com/agentrun/agentrun/runtime/runc"
 )
@@ -27,6 +28,8 @@ type Runner struct {
 	audit    *audit.Log
 	runsDir  string
 	runcDir  string
+	pool     *netns.Pool
+	store    *image.Store
 }
 
 // New prepares a runner from cfg: its state directories and backends.
@@ -36,8 +39,15 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	}
 	r := &Runner{cfg: cfg, audit: log, backends: map[string]runtime.Backend{},
 		runsDir: filepath.Join(cfg.StateDir, "runs"), runcDir: filepath.Join(cfg.StateDir, "runc")}
-	if err := os.MkdirAll(r.runsDir, 0o700); err != nil {
+	var err error
+	if err = os.MkdirAll(r.runsDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating state dir: %w", err)
+	}
+	if r.store, err = image.Open(cfg.StoreDir); err != nil {
+		return nil, err
+	}
+	if r.pool, err = netns.NewPool(netns.DefaultCIDR); err != nil {
+		return nil, err
 	}
 	lc, err := runc.New(r.runcDir)
 	if err != nil {
@@ -77,18 +87,15 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result) (err
 		}
 	}()
 
-	if len(p.Allow) > 0 {
-		return fmt.Errorf("network.allow: egress allowlists are not available in this build")
-	}
 	backend, ok := r.backends[p.Runtime]
 	if !ok {
 		return fmt.Errorf("runtime %q is not available", p.Runtime)
 	}
-	img, err := r.image(ctx, p.Image)
+	img, err := r.store.Get(ctx, p.Image, image.PullOptions{})
 	if err != nil {
-		return err
+		return fmt.Errorf("image %q: %w", p.Image, err)
 	}
-	res.ImageDigest = img.digest
+	res.ImageDigest = img.Digest
 
 	dir, lock, err := r.register(res.ID)
 	if err != nil {
@@ -97,14 +104,21 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result) (err
 	undo.add(lock.Close) // last: the run is live until everything else is gone
 	undo.add(func() error { return os.RemoveAll(dir) })
 
-	rootfs := img.rootfs
-	if img.needsOverlay {
-		ov, err := mountOverlay(img.rootfs, dir)
+	rootfs := img.Rootfs
+	// A store image has its mount points; a dir: image may lack them, and
+	// then the run gets a private overlay so that nothing is created in it.
+	if !image.HasMountpoints(rootfs) {
+		ov, err := mountOverlay(img.Rootfs, dir)
 		if err != nil {
 			return err
 		}
 		undo.add(ov.unmount)
 		rootfs = ov.merged
+	}
+
+	netOpts, err := r.network(p, dir, res, &undo)
+	if err != nil {
+		return err
 	}
 
 	files := p.Files
@@ -121,17 +135,18 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result) (err
 	}
 	undo.add(ws.Close)
 
-	spec, err := runtime.New(rootfs,
+	opts := append([]runtime.SpecOpt{
 		runtime.WithArgs(p.Argv...),
 		runtime.WithEnv(p.Env),
-		runtime.WithCgroupsPath("/agentrun/"+res.ID),
+		runtime.WithCgroupsPath("/agentrun/" + res.ID),
 		runtime.WithMemory(p.Limits.Memory),
 		runtime.WithCPUs(p.Limits.CPUs),
 		runtime.WithPids(p.Limits.Pids),
 		runtime.WithTmpSize(p.Limits.TmpSize, p.Limits.WorkspaceSize),
 		runtime.WithWorkspace(ws.Dir),
 		runtime.WithSeccomp(),
-	)
+	}, netOpts...)
+	spec, err := runtime.New(rootfs, opts...)
 	if err != nil {
 		return fmt.Errorf("building spec: %w", err)
 	}
@@ -190,32 +205,6 @@ func newID() string {
 	var b [8]byte
 	rand.Read(b[:])
 	return "ar-" + hex.EncodeToString(b[:])
-}
-
-// image is a resolved image: where its root filesystem is and whether a run
-// needs its own overlay over it.
-type resolvedImage struct {
-	rootfs, digest string
-	needsOverlay   bool
-}
-
-func (r *Runner) image(ctx context.Context, ref string) (*resolvedImage, error) {
-	dir, ok := strings.CutPrefix(ref, "dir:")
-	if !ok {
-		return nil, fmt.Errorf("image %q: only dir: images are supported", ref)
-	}
-	if !filepath.IsAbs(dir) {
-		return nil, fmt.Errorf("image %q: dir: needs an absolute path", ref)
-	}
-	st, err := os.Stat(dir)
-	if err != nil {
-		return nil, fmt.Errorf("image %q: %w", ref, err)
-	}
-	if !st.IsDir() {
-		return nil, fmt.Errorf("image %q: not a directory", ref)
-	}
-	dir = filepath.Clean(dir)
-	return &resolvedImage{rootfs: dir, needsOverlay: !hasMountpoints(dir)}, nil
 }
 
 // cleanups is a stack of undo steps, run in reverse order.

@@ -1,0 +1,91 @@
+package image
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+)
+
+type refKind int
+
+const (
+	kindRemote refKind = iota
+	kindLayout
+	kindArchive
+	kindDir
+)
+
+// reference is a parsed image reference.
+type reference struct {
+	raw  string // as the user wrote it
+	kind refKind
+	key  string // canonical form, the refs index key
+
+	remote name.Reference // kindRemote
+	path   string         // kindLayout, kindArchive, kindDir: absolute
+	tag    string         // kindLayout: annotation to match, may be empty
+}
+
+const (
+	prefixLayout  = "oci:"
+	prefixArchive = "docker-archive:"
+	prefixDir     = "dir:"
+)
+
+// parseReference accepts "python:3.12-slim", "host:port/name:tag",
+// "host:port/name@sha256:...", "oci:/path[:tag]", "docker-archive:/path.tar"
+// and "dir:/path".
+func parseReference(raw string) (reference, error) {
+	r := reference{raw: raw}
+	switch {
+	case strings.HasPrefix(raw, prefixDir):
+		p, err := absPath(raw, strings.TrimPrefix(raw, prefixDir))
+		if err != nil {
+			return r, err
+		}
+		r.kind, r.path, r.key = kindDir, p, prefixDir+p
+	case strings.HasPrefix(raw, prefixLayout):
+		rest := strings.TrimPrefix(raw, prefixLayout)
+		// A tag is what follows the last ':' after the last '/'.
+		if i := strings.LastIndexByte(rest, ':'); i > strings.LastIndexByte(rest, '/') {
+			rest, r.tag = rest[:i], rest[i+1:]
+			if r.tag == "" {
+				return r, fmt.Errorf("%w %q: empty tag", ErrBadReference, raw)
+			}
+		}
+		p, err := absPath(raw, rest)
+		if err != nil {
+			return r, err
+		}
+		r.kind, r.path, r.key = kindLayout, p, prefixLayout+p
+		if r.tag != "" {
+			r.key += ":" + r.tag
+		}
+	case strings.HasPrefix(raw, prefixArchive):
+		p, err := absPath(raw, strings.TrimPrefix(raw, prefixArchive))
+		if err != nil {
+			return r, err
+		}
+		r.kind, r.path, r.key = kindArchive, p, prefixArchive+p
+	default:
+		ref, err := name.ParseReference(raw)
+		if err != nil {
+			return r, fmt.Errorf("%w %q: %v", ErrBadReference, raw, err)
+		}
+		r.kind, r.remote, r.key = kindRemote, ref, ref.Name()
+	}
+	return r, nil
+}
+
+func absPath(raw, p string) (string, error) {
+	if p == "" {
+		return "", fmt.Errorf("%w %q: empty path", ErrBadReference, raw)
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", fmt.Errorf("%w %q: %v", ErrBadReference, raw, err)
+	}
+	return abs, nil
+}

@@ -1,0 +1,75 @@
+package runner
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+
+	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/task"
+	"github.com/agentrun/agentrun/proxy"
+	"github.com/agentrun/agentrun/runtime"
+)
+
+// network gives a run with an allowlist its own sandbox namespace, joined by
+// a veth to a gateway namespace where this process's proxy and DNS server
+// listen, and returns the spec options that put the program there. A run
+// without an allowlist gets nothing here: its spec's fresh network
+// namespace holds only lo. What it sets up is undone through undo; the
+// proxy's report lands in res when the run ends.
+func (r *Runner) network(p *task.Plan, dir string, res *result.Result, undo *cleanups) ([]runtime.SpecOpt, error) {
+	if len(p.Allow) == 0 {
+		return nil, nil
+	}
+	allowRanges, err := prefixes(r.cfg.Network.AllowRanges)
+	if err != nil {
+		return nil, fmt.Errorf("config network.allow_ranges: %w", err)
+	}
+	denyRanges, err := prefixes(r.cfg.Network.DenyRanges)
+	if err != nil {
+		return nil, fmt.Errorf("config network.deny_ranges: %w", err)
+	}
+	n, err := r.pool.Setup()
+	if err != nil {
+		return nil, fmt.Errorf("setting up the run's network: %w", err)
+	}
+	undo.add(n.Close)
+	prx, err := proxy.Start(n, proxy.Policy{
+		Allow: p.Allow, Hosts: r.cfg.Network.Hosts,
+		AllowRanges: allowRanges, DenyRanges: denyRanges,
+		MaxBytes: p.Limits.NetBytes, MaxConns: int(p.Limits.NetConns),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("starting the egress proxy: %w", err)
+	}
+	// The proxy closes before the namespaces (its sockets hold the gateway's).
+	undo.add(func() error {
+		res.Network = prx.Report()
+		return prx.Close()
+	})
+	resolv, hosts := filepath.Join(dir, "resolv.conf"), filepath.Join(dir, "hosts")
+	for path, data := range map[string][]byte{resolv: prx.ResolvConf(), hosts: prx.Hosts()} {
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			return nil, fmt.Errorf("writing %s: %w", filepath.Base(path), err)
+		}
+	}
+	return []runtime.SpecOpt{
+		runtime.WithNetworkNamespace(n.SandboxPath),
+		runtime.WithReadonlyFile(resolv, "/etc/resolv.conf"),
+		runtime.WithReadonlyFile(hosts, "/etc/hosts"),
+		runtime.WithEnv(prx.Env()),
+	}, nil
+}
+
+func prefixes(ss []string) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(ss))
+	for _, s := range ss {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}

@@ -1,0 +1,471 @@
+package proxy
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+const bufSize = 32 << 10 // per client connection; bounds a request head or ClientHello
+
+// headLimit lets at most n bytes through to the bufio.Reader that reads a
+// request head, then is lifted for the body.
+type headLimit struct {
+	r io.Reader
+	n atomic.Int64 // bytes left; < 0 means no limit
+}
+
+func (l *headLimit) Read(b []byte) (int, error) {
+	n := l.n.Load()
+	if n == 0 {
+		return 0, errors.New("request head too large")
+	}
+	if n > 0 && int64(len(b)) > n {
+		b = b[:n]
+	}
+	m, err := l.r.Read(b)
+	if n > 0 {
+		l.n.Add(-int64(m))
+	}
+	return m, err
+}
+
+func newClientReader(c net.Conn) (*bufio.Reader, *headLimit) {
+	hl := &headLimit{r: c}
+	hl.n.Store(bufSize)
+	return bufio.NewReaderSize(hl, bufSize), hl
+}
+
+// handleProxy serves one connection to the explicit proxy (:3128).
+func (p *Proxy) handleProxy(c net.Conn) {
+	c.SetDeadline(time.Now().Add(headTimeout))
+	br, hl := newClientReader(c)
+	req, err := readRequest(br)
+	if err != nil {
+		writeStatus(c, http.StatusBadRequest, "agentrun: malformed proxy request", "")
+		return
+	}
+	hl.n.Store(-1)
+	t, err := proxyTarget(req)
+	if err != nil {
+		p.refuse(c, err, false)
+		return
+	}
+	up, err := p.connect(t)
+	if err != nil {
+		p.refuse(c, err, false)
+		return
+	}
+	defer p.untrack(up)
+	c.SetDeadline(time.Time{})
+	if req.Method == http.MethodConnect {
+		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+			return
+		}
+		p.splice(c, br, up)
+		return
+	}
+	p.forwardHTTP(c, req, up, t)
+}
+
+// handleTransparent serves one connection to a transparent listener:
+// TLS is routed by its ClientHello's server name, anything else is read as
+// HTTP and routed by its Host header.
+func (p *Proxy) handleTransparent(c net.Conn, port int) {
+	c.SetDeadline(time.Now().Add(headTimeout))
+	br, hl := newClientReader(c)
+	first, err := br.Peek(1)
+	if err != nil {
+		return
+	}
+	if looksLikeTLS(first[0]) {
+		sni, err := peekSNI(br)
+		if err != nil {
+			p.recordDenied("", port, "malformed tls client hello")
+			writeTLSAlert(c)
+			return
+		}
+		if sni == "" {
+			p.refuse(c, &denial{"", port, reasonNoSNI}, true)
+			return
+		}
+		t, err := checkHost(sni, port)
+		if err == nil {
+			var up net.Conn
+			if up, err = p.connect(t); err == nil {
+				defer p.untrack(up)
+				hl.n.Store(-1)
+				c.SetDeadline(time.Time{})
+				p.splice(c, br, up)
+				return
+			}
+		}
+		p.refuse(c, err, true)
+		return
+	}
+	req, err := readRequest(br)
+	if err != nil {
+		writeStatus(c, http.StatusBadRequest, "agentrun: malformed http request", "")
+		return
+	}
+	hl.n.Store(-1)
+	t, err := hostTarget(req, port)
+	if err != nil {
+		p.refuse(c, err, false)
+		return
+	}
+	up, err := p.connect(t)
+	if err != nil {
+		p.refuse(c, err, false)
+		return
+	}
+	defer p.untrack(up)
+	c.SetDeadline(time.Time{})
+	p.forwardHTTP(c, req, up, t)
+}
+
+// peekSNI reads, without consuming, a whole ClientHello from br.
+func peekSNI(br *bufio.Reader) (string, error) {
+	for {
+		buf, _ := br.Peek(br.Buffered())
+		sni, err := clientHelloSNI(buf)
+		if !errors.Is(err, errIncomplete) {
+			return sni, err
+		}
+		if br.Buffered() >= br.Size() {
+			return "", errors.New("tls client hello too large")
+		}
+		if _, err := br.Peek(br.Buffered() + 1); err != nil {
+			return "", err
+		}
+	}
+}
+
+// egressError is an allowed destination that could not be reached.
+type egressError struct {
+	t   target
+	err error
+}
+
+func (e *egressError) Error() string { return e.err.Error() }
+
+// connect resolves t, checks every candidate address and dials the first
+// one that passes, by IP: nothing is resolved again later. Refusals are
+// recorded and returned as *denial, failures as *egressError.
+func (p *Proxy) connect(t target) (net.Conn, error) {
+	if !p.allow.Match(t.host, t.port) {
+		return nil, &denial{t.host, t.port, reasonNotAllowed}
+	}
+	if max := p.policy.MaxBytes; max > 0 && (p.bytesIn.Load() >= max || p.bytesOut.Load() >= max) {
+		return nil, &denial{t.host, t.port, reasonBytes}
+	}
+	if !p.takeUpstream() {
+		return nil, &denial{t.host, t.port, reasonTooMany}
+	}
+	release := true
+	defer func() {
+		if release {
+			p.releaseUpstream()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(p.ctx, connectTimeout)
+	defer cancel()
+
+	var addrs []netip.Addr
+	if a, ok := p.hosts[t.host]; ok {
+		addrs = []netip.Addr{a}
+	} else {
+		var err error
+		if addrs, err = p.resolve(ctx, t.host); err != nil {
+			return nil, &egressError{t, fmt.Errorf("resolving %s: %w", t.host, err)}
+		}
+		if len(addrs) == 0 {
+			return nil, &egressError{t, fmt.Errorf("resolving %s: no addresses", t.host)}
+		}
+	}
+	var ok []netip.Addr
+	var refusal error
+	for _, a := range addrs {
+		if err := CheckAddr(a, p.policy.AllowRanges, p.policy.DenyRanges); err != nil {
+			if refusal == nil {
+				refusal = err
+			}
+			continue
+		}
+		ok = append(ok, a.Unmap())
+	}
+	if len(ok) == 0 {
+		return nil, &denial{t.host, t.port, refusal.Error()}
+	}
+	// IPv4 first (hosts often lack IPv6 routes), each try with its share
+	// of the time so one black-holed address cannot use it all.
+	slices.SortStableFunc(ok, func(a, b netip.Addr) int {
+		return cmp.Compare(a.BitLen(), b.BitLen())
+	})
+	st := p.stats(t)
+	var dialErr error
+	for i, a := range ok {
+		tryCtx, tryCancel := ctx, context.CancelFunc(func() {})
+		if left := len(ok) - i; left > 1 {
+			if dl, has := ctx.Deadline(); has {
+				tryCtx, tryCancel = context.WithTimeout(ctx, time.Until(dl)/time.Duration(left))
+			}
+		}
+		c, err := p.dial(tryCtx, "tcp", netip.AddrPortFrom(a, uint16(t.port)).String())
+		tryCancel()
+		if err != nil {
+			dialErr = errors.Join(dialErr, err)
+			continue
+		}
+		// From here the connection's Close gives the slot back.
+		release = false
+		st.conns.Add(1)
+		mc := &meteredConn{Conn: c, p: p, st: st, t: t}
+		if !p.track(mc) {
+			return nil, &egressError{t, errors.New("proxy closed")}
+		}
+		return mc, nil
+	}
+	return nil, &egressError{t, fmt.Errorf("connecting to %s: %w", t.host, dialErr)}
+}
+
+func (p *Proxy) takeUpstream() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.policy.MaxConns > 0 && p.upstreams >= p.policy.MaxConns {
+		return false
+	}
+	p.upstreams++
+	return true
+}
+
+func (p *Proxy) releaseUpstream() {
+	p.mu.Lock()
+	p.upstreams--
+	p.mu.Unlock()
+}
+
+// refuse answers a refused or failed request: an HTTP 403 (denials) or
+// 502/503 (failures), or a TLS alert when the client speaks TLS.
+func (p *Proxy) refuse(c net.Conn, err error, tls bool) {
+	var d *denial
+	var e *egressError
+	var msg, header string
+	status := http.StatusForbidden
+	switch {
+	case errors.As(err, &d):
+		p.recordDenied(d.host, d.port, d.reason)
+		msg = fmt.Sprintf("agentrun: egress to %s denied: %s", printable(hostPortString(d.host, d.port)), d.reason)
+		header = "X-Agentrun-Denied"
+		if d.reason == reasonTooMany {
+			status = http.StatusServiceUnavailable
+		}
+	case errors.As(err, &e):
+		msg = fmt.Sprintf("agentrun: egress to %s failed: %s", printable(hostPortString(e.t.host, e.t.port)), printable(e.err.Error()))
+		header = "X-Agentrun-Error"
+		status = http.StatusBadGateway
+	default:
+		msg = "agentrun: " + printable(err.Error())
+		header = "X-Agentrun-Error"
+		status = http.StatusBadGateway
+	}
+	if tls {
+		writeTLSAlert(c)
+		return
+	}
+	writeStatus(c, status, msg, header)
+}
+
+func hostPortString(host string, port int) string {
+	if port == 0 {
+		return host
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// writeStatus writes a complete one-line plain-text response.
+func writeStatus(c net.Conn, status int, msg, header string) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", status, http.StatusText(status))
+	b.WriteString("Content-Type: text/plain; charset=utf-8\r\n")
+	if header != "" {
+		fmt.Fprintf(&b, "%s: %s\r\n", header, msg)
+	}
+	fmt.Fprintf(&b, "Content-Length: %d\r\nConnection: close\r\n\r\n%s\n", len(msg)+1, msg)
+	c.SetWriteDeadline(time.Now().Add(headTimeout))
+	io.WriteString(c, b.String())
+}
+
+// writeTLSAlert sends a fatal access_denied alert: TLS clients report
+// "access denied".
+func writeTLSAlert(c net.Conn) {
+	c.SetWriteDeadline(time.Now().Add(headTimeout))
+	c.Write([]byte{21, 3, 3, 0, 2, 2, 49})
+}
+
+// hopHeaders are not forwarded.
+var hopHeaders = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Expect",
+}
+
+// forwardHTTP sends req to up in origin form and copies the response back.
+// One request per client connection: both sides are told to close, so a
+// second request can never ride on a connection checked for another host.
+func (p *Proxy) forwardHTTP(c net.Conn, req *http.Request, up net.Conn, t target) {
+	for _, f := range req.Header["Connection"] {
+		for _, h := range strings.Split(f, ",") {
+			req.Header.Del(strings.TrimSpace(h))
+		}
+	}
+	for _, h := range hopHeaders {
+		req.Header.Del(h)
+	}
+	req.Host = t.host
+	if t.port != 80 {
+		req.Host = net.JoinHostPort(t.host, strconv.Itoa(t.port))
+	}
+	req.URL.Scheme, req.URL.Host, req.URL.User = "", "", nil
+	req.RequestURI = ""
+	req.Close = true
+	if err := req.Write(up); err != nil {
+		if errors.Is(err, errByteLimit) {
+			return
+		}
+		writeStatus(c, http.StatusBadGateway, fmt.Sprintf("agentrun: egress to %s failed: %s", hostPortString(t.host, t.port), printable(err.Error())), "X-Agentrun-Error")
+		return
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(up), req)
+	if err != nil {
+		writeStatus(c, http.StatusBadGateway, fmt.Sprintf("agentrun: egress to %s failed: %s", hostPortString(t.host, t.port), printable(err.Error())), "X-Agentrun-Error")
+		return
+	}
+	defer resp.Body.Close()
+	resp.Close = true
+	resp.Write(c)
+}
+
+// splice copies both ways between the client (reading through cr, which
+// may hold bytes already read) and up, until both directions end or one
+// fails.
+func (p *Proxy) splice(c net.Conn, cr io.Reader, up net.Conn) {
+	done := make(chan struct{})
+	started := p.goTracked(func() {
+		defer close(done)
+		_, err := io.Copy(up, cr)
+		if err == nil {
+			closeWrite(up)
+		} else {
+			up.Close()
+			c.Close()
+		}
+	})
+	if !started {
+		return
+	}
+	_, err := io.Copy(c, up)
+	if err == nil {
+		closeWrite(c)
+	} else {
+		up.Close()
+		c.Close()
+	}
+	<-done
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+		return
+	}
+	c.Close()
+}
+
+var errByteLimit = errors.New("agentrun: byte limit reached")
+
+// meteredConn is an upstream connection whose bytes count against the
+// run's limits and the report.
+type meteredConn struct {
+	net.Conn
+	p      *Proxy
+	st     *hostStats
+	t      target
+	closed atomic.Bool
+}
+
+func (m *meteredConn) Read(b []byte) (int, error) {
+	n, err := m.Conn.Read(b)
+	if n > 0 {
+		got := m.p.charge(&m.p.bytesIn, n)
+		m.st.in.Add(int64(got))
+		if got < n {
+			m.cut()
+			return got, errByteLimit
+		}
+	}
+	return n, err
+}
+
+func (m *meteredConn) Write(b []byte) (int, error) {
+	got := m.p.charge(&m.p.bytesOut, len(b))
+	n, err := m.Conn.Write(b[:got])
+	m.st.out.Add(int64(n))
+	if err == nil && got < len(b) {
+		m.cut()
+		return n, errByteLimit
+	}
+	return n, err
+}
+
+func (m *meteredConn) CloseWrite() error {
+	if cw, ok := m.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return m.Conn.Close()
+}
+
+func (m *meteredConn) Close() error {
+	if m.closed.Swap(true) {
+		return nil
+	}
+	m.p.releaseUpstream()
+	return m.Conn.Close()
+}
+
+// cut records the limit and closes the connection.
+func (m *meteredConn) cut() {
+	m.p.recordDenied(m.t.host, m.t.port, "byte limit exceeded")
+	m.Close()
+}
+
+// charge takes up to n bytes from the budget counted by total and returns
+// how many were granted.
+func (p *Proxy) charge(total *atomic.Int64, n int) int {
+	max := p.policy.MaxBytes
+	if max <= 0 {
+		total.Add(int64(n))
+		return n
+	}
+	for {
+		cur := total.Load()
+		left := max - cur
+		if left <= 0 {
+			return 0
+		}
+		take := min(int64(n), left)
+		if total.CompareAndSwap(cur, cur+take) {
+			return int(take)
+		}
+	}
+}

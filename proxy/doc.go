@@ -1,0 +1,7 @@
+// Package proxy is a run's egress gate: a DNS server, an HTTP proxy and
+// transparent listeners inside the run's gateway namespace that let the
+// sandbox reach only allowlisted names on allowlisted ports.
+//
+// It never dials a host not on the allowlist, never dials an address that
+// CheckAddr refuses, and never forwards a DNS query.
+package proxy

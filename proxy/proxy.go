@@ -1,0 +1,468 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentrun/agentrun/netns"
+	"github.com/miekg/dns"
+)
+
+// Ports of the gateway's own listeners.
+const (
+	DNSPort   = 53
+	ProxyPort = 3128
+)
+
+const (
+	headTimeout    = 10 * time.Second // to read a request head or ClientHello
+	connectTimeout = 15 * time.Second // to resolve and dial upstream
+	maxDenied      = 1000             // distinct denial records kept
+)
+
+// Policy is what a run may reach. The zero value allows nothing.
+type Policy struct {
+	// Allow holds allowlist entries (see ParseAllow).
+	Allow []string
+	// Hosts maps names to fixed addresses, consulted before the resolver
+	// (like /etc/hosts). The address is still checked by CheckAddr.
+	Hosts map[string]string
+	// AllowRanges opens ranges CheckAddr would refuse; DenyRanges adds
+	// refusals and wins over everything.
+	AllowRanges, DenyRanges []netip.Prefix
+	// MaxBytes caps the bytes of a run in each direction, over all its
+	// connections; a connection that crosses it is cut. 0 means no cap.
+	MaxBytes int64
+	// MaxConns caps the upstream connections open at once. 0 means no cap.
+	MaxConns int
+	// Resolver resolves an allowed name on the host; nil means
+	// net.DefaultResolver (asked for the fully qualified name, so the
+	// host's search domains never apply).
+	Resolver func(ctx context.Context, host string) ([]netip.Addr, error)
+	// Dial connects to the checked "ip:port"; nil means a net.Dialer.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// Report is what the proxy let through and what it refused.
+type Report struct {
+	Allowed []Allowed `json:"allowed"`
+	Denied  []Denied  `json:"denied"`
+}
+
+// Allowed sums the connections to one host and port.
+type Allowed struct {
+	Host     string `json:"host"`
+	Port     int    `json:"port"`
+	BytesIn  int64  `json:"bytes_in"`  // upstream to sandbox
+	BytesOut int64  `json:"bytes_out"` // sandbox to upstream
+	Conns    int    `json:"conns"`     // connections made
+}
+
+// Denied is one distinct refusal (DNS refusals have Port 53).
+type Denied struct {
+	Host   string `json:"host"`
+	Port   int    `json:"port"`
+	Reason string `json:"reason"`
+	Count  int    `json:"count"` // times it happened
+}
+
+// Proxy is one run's DNS server, HTTP proxy and transparent listeners.
+type Proxy struct {
+	allow   *Allowlist
+	hosts   map[string]netip.Addr
+	policy  Policy
+	gw      netip.Addr
+	resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	ctx    context.Context // canceled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // every goroutine the proxy started
+
+	bytesIn, bytesOut atomic.Int64
+
+	mu            sync.Mutex
+	closed        bool
+	listeners     []net.Listener
+	dnsSrv        []*dns.Server
+	conns         map[net.Conn]struct{} // client and upstream connections
+	upstreams     int                   // open upstream connections
+	allowed       map[hostPort]*hostStats
+	allowedOrder  []hostPort
+	denied        map[deniedKey]int // index into deniedList
+	deniedList    []Denied
+	deniedDropped bool
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+type hostPort struct {
+	host string
+	port int
+}
+
+type deniedKey struct {
+	host, reason string
+	port         int
+}
+
+type hostStats struct {
+	in, out atomic.Int64
+	conns   atomic.Int64
+}
+
+// Start validates p and starts the proxy's listeners inside n's gateway
+// namespace: DNS on :53 (udp and tcp), the HTTP proxy on :3128, and one
+// transparent listener on each port the allowlist names (other than 53
+// and 3128), which routes each connection by its TLS server name or HTTP
+// Host header. Upstream connections leave from the host namespace.
+func Start(n *netns.Net, p Policy) (*Proxy, error) {
+	if n == nil {
+		return nil, errors.New("starting proxy: no network")
+	}
+	gw, ok := netip.AddrFromSlice(n.Gateway.To4())
+	if !ok {
+		return nil, fmt.Errorf("starting proxy: gateway address %v is not IPv4", n.Gateway)
+	}
+	px, err := newProxy(gw, p)
+	if err != nil {
+		return nil, err
+	}
+	if err := px.listen(n); err != nil {
+		px.Close()
+		return nil, err
+	}
+	return px, nil
+}
+
+// newProxy checks the policy and builds a proxy with no listeners.
+func newProxy(gw netip.Addr, p Policy) (*Proxy, error) {
+	allow, err := ParseAllow(p.Allow)
+	if err != nil {
+		return nil, fmt.Errorf("starting proxy: %w", err)
+	}
+	hosts := make(map[string]netip.Addr, len(p.Hosts))
+	for name, ip := range p.Hosts {
+		h, ok := canonicalName(name)
+		if !ok {
+			return nil, fmt.Errorf("starting proxy: hosts entry %q: not a valid host name", name)
+		}
+		a, err := netip.ParseAddr(ip)
+		if err != nil {
+			return nil, fmt.Errorf("starting proxy: hosts entry %q: %w", name, err)
+		}
+		hosts[h] = a.Unmap()
+	}
+	if p.MaxBytes < 0 || p.MaxConns < 0 {
+		return nil, errors.New("starting proxy: negative limit")
+	}
+	px := &Proxy{
+		allow:   allow,
+		hosts:   hosts,
+		policy:  p,
+		gw:      gw,
+		resolve: p.Resolver,
+		dial:    p.Dial,
+		conns:   make(map[net.Conn]struct{}),
+		allowed: make(map[hostPort]*hostStats),
+		denied:  make(map[deniedKey]int),
+	}
+	if px.resolve == nil {
+		px.resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host+".")
+		}
+	}
+	if px.dial == nil {
+		d := &net.Dialer{}
+		px.dial = d.DialContext
+	}
+	px.ctx, px.cancel = context.WithCancel(context.Background())
+	return px, nil
+}
+
+// listen opens every listener inside the gateway namespace and starts
+// serving them.
+func (p *Proxy) listen(n *netns.Net) error {
+	at := func(port int) string { return net.JoinHostPort(p.gw.String(), strconv.Itoa(port)) }
+
+	udp, err := n.ListenPacket("udp4", at(DNSPort))
+	if err != nil {
+		return fmt.Errorf("starting dns server: %w", err)
+	}
+	if err := p.serveDNS(&dns.Server{PacketConn: udp}); err != nil {
+		udp.Close()
+		return err
+	}
+	tcp, err := n.Listen("tcp4", at(DNSPort))
+	if err != nil {
+		return fmt.Errorf("starting dns server: %w", err)
+	}
+	if err := p.serveDNS(&dns.Server{Listener: tcp}); err != nil {
+		tcp.Close()
+		return err
+	}
+
+	l, err := n.Listen("tcp4", at(ProxyPort))
+	if err != nil {
+		return fmt.Errorf("starting http proxy: %w", err)
+	}
+	if !p.goAccept(l, p.handleProxy) {
+		return errors.New("starting http proxy: proxy closed")
+	}
+	for _, port := range p.allow.Ports() {
+		if port == DNSPort || port == ProxyPort {
+			continue // reachable through CONNECT only
+		}
+		l, err := n.Listen("tcp4", at(port))
+		if err != nil {
+			return fmt.Errorf("starting transparent listener: %w", err)
+		}
+		if !p.goAccept(l, func(c net.Conn) { p.handleTransparent(c, port) }) {
+			return errors.New("starting transparent listener: proxy closed")
+		}
+	}
+	return nil
+}
+
+// goTracked runs fn on a goroutine that Close waits for. It reports false,
+// running nothing, once the proxy is closed.
+func (p *Proxy) goTracked(fn func()) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		fn()
+	}()
+	return true
+}
+
+// track registers c so that Close closes it; false means the proxy is
+// closed and c has been closed.
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		c.Close()
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Proxy) untrack(c net.Conn) {
+	c.Close()
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+}
+
+// goAccept serves l until it is closed, each connection on a goroutine.
+func (p *Proxy) goAccept(l net.Listener, handle func(net.Conn)) bool {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		l.Close()
+		return false
+	}
+	p.listeners = append(p.listeners, l)
+	p.mu.Unlock()
+	return p.goTracked(func() {
+		var delay time.Duration
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				if p.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+					return
+				}
+				// Out of fds or similar: back off, as net/http does.
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				select {
+				case <-time.After(delay):
+				case <-p.ctx.Done():
+					return
+				}
+				continue
+			}
+			delay = 0
+			if !p.track(c) {
+				return
+			}
+			if !p.goTracked(func() { defer p.untrack(c); handle(c) }) {
+				p.untrack(c)
+				return
+			}
+		}
+	})
+}
+
+// serveDNS starts srv (with its PacketConn or Listener set) and waits
+// until it serves.
+func (p *Proxy) serveDNS(srv *dns.Server) error {
+	started := make(chan struct{})
+	srv.Handler = dns.HandlerFunc(p.answer)
+	srv.NotifyStartedFunc = func() { close(started) }
+	srv.ReadTimeout = 5 * time.Second
+	srv.WriteTimeout = 5 * time.Second
+	srv.IdleTimeout = func() time.Duration { return 5 * time.Second }
+	errc := make(chan error, 1)
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return errors.New("starting dns server: proxy closed")
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		errc <- srv.ActivateAndServe()
+	}()
+	p.mu.Unlock()
+	select {
+	case <-started:
+		p.mu.Lock()
+		p.dnsSrv = append(p.dnsSrv, srv)
+		p.mu.Unlock()
+		return nil
+	case err := <-errc:
+		return fmt.Errorf("starting dns server: %w", err)
+	}
+}
+
+// Close stops every listener, cuts every connection and waits for every
+// goroutine the proxy started. It is safe to call more than once.
+func (p *Proxy) Close() error {
+	p.closeOnce.Do(func() {
+		p.mu.Lock()
+		p.closed = true
+		listeners, servers := p.listeners, p.dnsSrv
+		conns := make([]net.Conn, 0, len(p.conns))
+		for c := range p.conns {
+			conns = append(conns, c)
+		}
+		p.mu.Unlock()
+		p.cancel()
+
+		var errs []error
+		for _, srv := range servers {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := srv.ShutdownContext(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("stopping dns server: %w", err))
+			}
+			cancel()
+		}
+		for _, l := range listeners {
+			if err := l.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+				errs = append(errs, fmt.Errorf("closing listener %s: %w", l.Addr(), err))
+			}
+		}
+		for _, c := range conns {
+			c.Close()
+		}
+		p.wg.Wait()
+		p.closeErr = errors.Join(errs...)
+	})
+	return p.closeErr
+}
+
+// Env is the proxy environment for the sandboxed program.
+func (p *Proxy) Env() map[string]string {
+	u := "http://" + net.JoinHostPort(p.gw.String(), strconv.Itoa(ProxyPort))
+	return map[string]string{
+		"HTTP_PROXY":  u,
+		"HTTPS_PROXY": u,
+		"http_proxy":  u,
+		"https_proxy": u,
+		"NO_PROXY":    "",
+		"no_proxy":    "",
+	}
+}
+
+// ResolvConf is the sandbox's /etc/resolv.conf: the gateway's DNS only.
+func (p *Proxy) ResolvConf() []byte {
+	return fmt.Appendf(nil, "nameserver %s\noptions ndots:0 timeout:2 attempts:2\n", p.gw)
+}
+
+// Hosts is the sandbox's /etc/hosts: localhost only.
+func (p *Proxy) Hosts() []byte {
+	return []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+}
+
+// Report returns a snapshot of what was allowed and denied so far.
+func (p *Proxy) Report() Report {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := Report{Allowed: []Allowed{}, Denied: slices.Clone(p.deniedList)}
+	if r.Denied == nil {
+		r.Denied = []Denied{}
+	}
+	for _, hp := range p.allowedOrder {
+		st := p.allowed[hp]
+		r.Allowed = append(r.Allowed, Allowed{
+			Host: hp.host, Port: hp.port,
+			BytesIn: st.in.Load(), BytesOut: st.out.Load(),
+			Conns: int(st.conns.Load()),
+		})
+	}
+	return r
+}
+
+// recordDenied adds one refusal to the report.
+func (p *Proxy) recordDenied(host string, port int, reason string) {
+	host = printable(host)
+	k := deniedKey{host, reason, port}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i, ok := p.denied[k]; ok {
+		p.deniedList[i].Count++
+		return
+	}
+	if len(p.deniedList) >= maxDenied {
+		if !p.deniedDropped {
+			p.deniedDropped = true
+			p.deniedList = append(p.deniedList, Denied{Host: "*", Reason: "further distinct denials not recorded", Count: 1})
+		}
+		return
+	}
+	p.denied[k] = len(p.deniedList)
+	p.deniedList = append(p.deniedList, Denied{Host: host, Port: port, Reason: reason, Count: 1})
+}
+
+// stats returns the counters of host:port, creating them.
+func (p *Proxy) stats(t target) *hostStats {
+	hp := hostPort{t.host, t.port}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.allowed[hp]
+	if st == nil {
+		st = &hostStats{}
+		p.allowed[hp] = st
+		p.allowedOrder = append(p.allowedOrder, hp)
+	}
+	return st
+}
+
+// printable makes client-supplied text safe for a header, a message and
+// the report: printable ASCII only, at most 255 bytes.
+func printable(s string) string {
+	b := make([]byte, 0, min(len(s), 255))
+	for i := 0; i < len(s) && len(b) < 255; i++ {
+		c := s[i]
+		if c < 0x20 || c > 0x7e {
+			c = '?'
+		}
+		b = append(b, c)
+	}
+	return string(b)
+}

@@ -1,0 +1,818 @@
+//go:build linux
+
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentrun/agentrun/netns"
+	"github.com/miekg/dns"
+	"github.com/vishvananda/netlink"
+	vnetns "github.com/vishvananda/netns"
+)
+
+// Tests here need root: they build namespaces and veths. Links the tests
+// create in the host namespace are named with this prefix.
+const fixturePrefix = "art-"
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces and veths)")
+	}
+}
+
+// inNS runs fn on a locked thread inside ns (None: where it is); the thread is discarded if
+// it cannot be moved back.
+func inNS(ns vnetns.NsHandle, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := vnetns.Get()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		if ns.IsOpen() {
+			if err := vnetns.Set(ns); err != nil {
+				errc <- err
+				return
+			}
+		}
+		err = fn()
+		if rerr := vnetns.Set(orig); rerr != nil {
+			errc <- errors.Join(err, rerr)
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- err
+	}()
+	return <-errc
+}
+
+// internet is a fake internet host: its own namespace at a 198.18.0.0/15
+// address, joined to the host namespace by a veth, serving HTTP on 80,
+// HTTPS on 443 (certificate for internet.test and *.internet.test) and a
+// UDP echo on 9999.
+type internet struct {
+	ip     netip.Addr
+	hostIP netip.Addr // host end of the veth
+	roots  *x509.CertPool
+}
+
+func newInternet(t *testing.T) *internet {
+	t.Helper()
+	idx := mrand.IntN(1 << 15) // a random /30 in 198.18.0.0/15
+	base := netip.AddrFrom4([4]byte{198, 18 + byte(idx>>14), byte(idx >> 6), byte(idx<<2) & 0xfc})
+	in := &internet{hostIP: base.Next(), ip: base.Next().Next()}
+
+	var ns vnetns.NsHandle
+	if err := inNS(vnetns.None(), func() error {
+		var err error
+		ns, err = vnetns.New()
+		return err
+	}); err != nil {
+		t.Fatalf("creating internet namespace: %v", err)
+	}
+	t.Cleanup(func() { ns.Close() })
+
+	name := fmt.Sprintf("%s%08x", fixturePrefix, mrand.Uint32())
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: "inet0", PeerNamespace: netlink.NsFd(int(ns))}
+	if err := netlink.LinkAdd(veth); err != nil {
+		t.Fatalf("creating veth %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if l, err := netlink.LinkByName(name); err == nil {
+			netlink.LinkDel(l)
+		}
+	})
+	hostLink, err := netlink.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mask := net.CIDRMask(30, 32)
+	if err := netlink.AddrAdd(hostLink, &netlink.Addr{IPNet: &net.IPNet{IP: in.hostIP.AsSlice(), Mask: mask}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetUp(hostLink); err != nil {
+		t.Fatal(err)
+	}
+	err = inNS(ns, func() error {
+		for _, l := range []string{"lo", "inet0"} {
+			link, err := netlink.LinkByName(l)
+			if err != nil {
+				return err
+			}
+			if l == "inet0" {
+				if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: &net.IPNet{IP: in.ip.AsSlice(), Mask: mask}}); err != nil {
+					return err
+				}
+			}
+			if err := netlink.LinkSetUp(link); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("configuring internet namespace: %v", err)
+	}
+
+	cert, roots := selfSigned(t)
+	in.roots = roots
+	mux := http.NewServeMux()
+	mux.HandleFunc("/hello", func(w http.ResponseWriter, r *http.Request) {
+		scheme := "http"
+		if r.TLS != nil {
+			scheme = "https"
+		}
+		fmt.Fprintf(w, "hello from %s over %s", r.Host, scheme)
+	})
+	mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) {
+		w.Write(make([]byte, 256<<10))
+	})
+	mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(w, r.Body)
+	})
+	for _, port := range []int{80, 443} {
+		var l net.Listener
+		if err := inNS(ns, func() error {
+			var err error
+			l, err = net.Listen("tcp4", netip.AddrPortFrom(in.ip, uint16(port)).String())
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: mux, ErrorLog: nil}
+		if port == 443 {
+			l = tls.NewListener(l, &tls.Config{Certificates: []tls.Certificate{cert}})
+		}
+		go srv.Serve(l)
+		t.Cleanup(func() { srv.Close() })
+	}
+	var pc net.PacketConn
+	if err := inNS(ns, func() error {
+		var err error
+		pc, err = net.ListenPacket("udp4", netip.AddrPortFrom(in.ip, 9999).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		b := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(b)
+			if err != nil {
+				return
+			}
+			pc.WriteTo(b[:n], from)
+		}
+	}()
+	t.Cleanup(func() { pc.Close() })
+
+	// Positive control: the host reaches it.
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + in.ip.String() + "/hello")
+	if err != nil {
+		t.Fatalf("control: host cannot reach the fake internet host: %v", err)
+	}
+	resp.Body.Close()
+	c.CloseIdleConnections()
+	return in
+}
+
+func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "internet.test"},
+		DNSNames:              []string{"internet.test", "*.internet.test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(leaf)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, roots
+}
+
+// snapshot is what must be the same before a run and after its Close.
+type snapshot struct {
+	links      map[string]bool
+	fds        int
+	goroutines int
+}
+
+func takeSnapshot(t *testing.T) snapshot {
+	t.Helper()
+	links, err := netlink.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := snapshot{links: map[string]bool{}, goroutines: runtime.NumGoroutine()}
+	for _, l := range links {
+		s.links[fmt.Sprintf("%d:%s", l.Attrs().Index, l.Attrs().Name)] = true
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.fds = len(ents)
+	return s
+}
+
+func checkNoLeak(t *testing.T, before snapshot) {
+	t.Helper()
+	var after snapshot
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		after = takeSnapshot(t)
+		if after.goroutines <= before.goroutines && after.fds <= before.fds || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for l := range after.links {
+		if !before.links[l] && !strings.Contains(l, ":"+fixturePrefix) {
+			t.Errorf("host link %s appeared", l)
+		}
+	}
+	if after.fds > before.fds {
+		t.Errorf("open fds: %d before, %d after", before.fds, after.fds)
+	}
+	if after.goroutines > before.goroutines {
+		buf := make([]byte, 1<<20)
+		t.Errorf("goroutines: %d before, %d after\n%s", before.goroutines, after.goroutines, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// run is one sandbox network with a proxy, seen from the sandbox.
+type run struct {
+	t   *testing.T
+	n   *netns.Net
+	px  *Proxy
+	gw  string
+	in  *internet
+	trs []*http.Transport
+}
+
+var pool = func() *netns.Pool {
+	p, err := netns.NewPool(netns.DefaultCIDR)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}()
+
+func (in *internet) policy() Policy {
+	return Policy{
+		Allow: []string{"internet.test", "*.internet.test", "loop.test", "private.test", "metadata.test", "rebind.test", "mapped.test"},
+		Hosts: map[string]string{
+			"internet.test":     in.ip.String(),
+			"www.internet.test": in.ip.String(),
+			"big.internet.test": in.ip.String(),
+			"loop.test":         "127.0.0.1",
+			"private.test":      "10.0.0.1",
+			"metadata.test":     "169.254.169.254",
+			"mapped.test":       "::ffff:127.0.0.1",
+		},
+		AllowRanges: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")},
+		Resolver: func(ctx context.Context, host string) ([]netip.Addr, error) {
+			if host == "rebind.test" {
+				return []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("169.254.1.1")}, nil
+			}
+			return nil, fmt.Errorf("no such host %s (test resolver)", host)
+		},
+	}
+}
+
+func startRun(t *testing.T, in *internet, p Policy) *run {
+	t.Helper()
+	n, err := pool.Setup()
+	if err != nil {
+		t.Fatalf("Setup: %v", err)
+	}
+	px, err := Start(n, p)
+	if err != nil {
+		n.Close()
+		t.Fatalf("Start: %v", err)
+	}
+	r := &run{t: t, n: n, px: px, gw: n.Gateway.String(), in: in}
+	t.Cleanup(r.close)
+	return r
+}
+
+func (r *run) close() {
+	for _, tr := range r.trs {
+		tr.CloseIdleConnections()
+	}
+	if err := r.px.Close(); err != nil {
+		r.t.Errorf("proxy Close: %v", err)
+	}
+	if err := r.n.Close(); err != nil {
+		r.t.Errorf("net Close: %v", err)
+	}
+}
+
+// dial connects from the sandbox to an IP literal address.
+func (r *run) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	return r.n.DialContext(ctx, netns.Sandbox, network, addr)
+}
+
+// explicitClient uses HTTP_PROXY as a program in the sandbox would.
+func (r *run) explicitClient() *http.Client {
+	u, err := url.Parse(r.px.Env()["HTTPS_PROXY"])
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	tr := &http.Transport{
+		Proxy:             http.ProxyURL(u),
+		DialContext:       r.dial,
+		TLSClientConfig:   &tls.Config{RootCAs: r.in.roots},
+		DisableKeepAlives: true,
+	}
+	r.trs = append(r.trs, tr)
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
+
+// lookup asks the gateway's DNS from the sandbox.
+func (r *run) lookup(network, name string, qtype uint16) (*dns.Msg, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := r.dial(ctx, network, net.JoinHostPort(r.gw, "53"))
+	if err != nil {
+		return nil, err
+	}
+	co := &dns.Conn{Conn: c}
+	defer co.Close()
+	co.SetDeadline(time.Now().Add(5 * time.Second))
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), qtype)
+	if err := co.WriteMsg(m); err != nil {
+		return nil, err
+	}
+	return co.ReadMsg()
+}
+
+// transparentClient resolves through the gateway's DNS and connects to the
+// answer directly, as a program that ignores proxy variables would.
+func (r *run) transparentClient() *http.Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			host, port, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			m, err := r.lookup("udp4", host, dns.TypeA)
+			if err != nil {
+				return nil, err
+			}
+			if m.Rcode != dns.RcodeSuccess || len(m.Answer) == 0 {
+				return nil, fmt.Errorf("lookup %s: %s", host, dns.RcodeToString[m.Rcode])
+			}
+			return r.dial(ctx, "tcp4", net.JoinHostPort(m.Answer[0].(*dns.A).A.String(), port))
+		},
+		TLSClientConfig:   &tls.Config{RootCAs: r.in.roots},
+		DisableKeepAlives: true,
+	}
+	r.trs = append(r.trs, tr)
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
+
+func get(t *testing.T, c *http.Client, u string) (int, string, http.Header) {
+	t.Helper()
+	resp, err := c.Get(u)
+	if err != nil {
+		t.Fatalf("GET %s: %v", u, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: reading body: %v", u, err)
+	}
+	return resp.StatusCode, string(b), resp.Header
+}
+
+// connect sends a raw CONNECT to the proxy and returns its answer.
+func (r *run) connect(authority string) (*http.Response, string, net.Conn) {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := r.dial(ctx, "tcp4", net.JoinHostPort(r.gw, "3128"))
+	if err != nil {
+		r.t.Fatalf("dialing proxy: %v", err)
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", authority, authority)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		c.Close()
+		r.t.Fatalf("CONNECT %s: %v", authority, err)
+	}
+	var body string
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		c.Close()
+		return resp, body, nil
+	}
+	return resp, body, c
+}
+
+func (r *run) wantDenied(host string, port int, reason string) {
+	r.t.Helper()
+	for _, d := range r.px.Report().Denied {
+		if d.Host == host && d.Port == port && strings.Contains(d.Reason, reason) {
+			return
+		}
+	}
+	r.t.Errorf("report has no denial %s:%d %q; report: %+v", host, port, reason, r.px.Report().Denied)
+}
+
+func TestProxyEndToEnd(t *testing.T) {
+	requireRoot(t)
+	in := newInternet(t)
+	before := takeSnapshot(t)
+	r := startRun(t, in, in.policy())
+
+	t.Run("explicit https", func(t *testing.T) {
+		code, body, _ := get(t, r.explicitClient(), "https://internet.test/hello")
+		if code != 200 || body != "hello from internet.test over https" {
+			t.Errorf("got %d %q", code, body)
+		}
+	})
+	t.Run("explicit http", func(t *testing.T) {
+		code, body, _ := get(t, r.explicitClient(), "http://www.internet.test/hello")
+		if code != 200 || body != "hello from www.internet.test over http" {
+			t.Errorf("got %d %q", code, body)
+		}
+	})
+	t.Run("explicit http post body", func(t *testing.T) {
+		resp, err := r.explicitClient().Post("http://internet.test/echo", "text/plain", strings.NewReader("ping body"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != "ping body" {
+			t.Errorf("got %d %q", resp.StatusCode, b)
+		}
+	})
+	t.Run("transparent https", func(t *testing.T) {
+		code, body, _ := get(t, r.transparentClient(), "https://www.internet.test/hello")
+		if code != 200 || body != "hello from www.internet.test over https" {
+			t.Errorf("got %d %q", code, body)
+		}
+	})
+	t.Run("transparent http", func(t *testing.T) {
+		code, body, _ := get(t, r.transparentClient(), "http://internet.test/hello")
+		if code != 200 || body != "hello from internet.test over http" {
+			t.Errorf("got %d %q", code, body)
+		}
+	})
+	t.Run("dns", func(t *testing.T) {
+		for _, network := range []string{"udp4", "tcp4"} {
+			m, err := r.lookup(network, "Internet.Test", dns.TypeA)
+			if err != nil {
+				t.Fatalf("%s: %v", network, err)
+			}
+			if m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 || m.Answer[0].(*dns.A).A.String() != r.gw {
+				t.Errorf("%s A internet.test = %v; want %s", network, m, r.gw)
+			}
+			m, err = r.lookup(network, "x.internet.test", dns.TypeAAAA)
+			if err != nil || m.Rcode != dns.RcodeSuccess || len(m.Answer) != 0 {
+				t.Errorf("%s AAAA x.internet.test = %v, %v; want empty NOERROR", network, m, err)
+			}
+			m, err = r.lookup(network, "evil.example", dns.TypeA)
+			if err != nil || m.Rcode != dns.RcodeNameError || len(m.Answer) != 0 {
+				t.Errorf("%s A evil.example = %v, %v; want NXDOMAIN", network, m, err)
+			}
+			m, err = r.lookup(network, "internet.test.evil.example", dns.TypeTXT)
+			if err != nil || m.Rcode != dns.RcodeNameError {
+				t.Errorf("%s TXT lookalike = %v, %v; want NXDOMAIN", network, m, err)
+			}
+		}
+		r.wantDenied("evil.example", 53, "not in allowlist (dns)")
+		r.wantDenied("internet.test.evil.example", 53, "not in allowlist (dns)")
+	})
+	t.Run("denied name", func(t *testing.T) {
+		resp, body, _ := r.connect("evil.example:443")
+		want := "agentrun: egress to evil.example:443 denied: not in allowlist"
+		if resp.StatusCode != 403 || strings.TrimSpace(body) != want || resp.Header.Get("X-Agentrun-Denied") != want {
+			t.Errorf("CONNECT evil.example:443 = %d %q (header %q); want 403 %q", resp.StatusCode, body, resp.Header.Get("X-Agentrun-Denied"), want)
+		}
+		code, body, _ := get(t, r.explicitClient(), "http://evil.example/")
+		if code != 403 || !strings.Contains(body, "denied: not in allowlist") {
+			t.Errorf("GET http://evil.example/ = %d %q; want 403", code, body)
+		}
+		for _, auth := range []string{"internet.test:22", "internet.test.evil.example:443", "evilinternet.test:443", "internet.test..:443"} {
+			if resp, body, _ := r.connect(auth); resp.StatusCode != 403 {
+				t.Errorf("CONNECT %s = %d %q; want 403", auth, resp.StatusCode, body)
+			}
+		}
+		r.wantDenied("evil.example", 443, "not in allowlist")
+		r.wantDenied("evil.example", 80, "not in allowlist")
+		r.wantDenied("internet.test", 22, "not in allowlist")
+	})
+	t.Run("ip literals", func(t *testing.T) {
+		ipv4 := in.ip.As4()
+		dec := uint32(ipv4[0])<<24 | uint32(ipv4[1])<<16 | uint32(ipv4[2])<<8 | uint32(ipv4[3])
+		for _, auth := range []string{
+			in.ip.String() + ":443",
+			fmt.Sprintf("%d:443", dec),
+			fmt.Sprintf("0x%08x:443", dec),
+			"[::ffff:" + in.ip.String() + "]:443",
+			"169.254.169.254:80",
+		} {
+			resp, body, _ := r.connect(auth)
+			if resp.StatusCode != 403 || !strings.Contains(body, "ip literals are not allowed") {
+				t.Errorf("CONNECT %s = %d %q; want 403 ip literals", auth, resp.StatusCode, body)
+			}
+		}
+		code, body, _ := get(t, r.explicitClient(), "http://"+in.ip.String()+"/hello")
+		if code != 403 || !strings.Contains(body, "ip literals are not allowed") {
+			t.Errorf("GET by IP = %d %q; want 403", code, body)
+		}
+		if resp, body, _ := r.connect("user:pw@internet.test:443"); resp.StatusCode != 403 || !strings.Contains(body, "userinfo") {
+			t.Errorf("CONNECT with userinfo = %d %q; want 403", resp.StatusCode, body)
+		}
+	})
+	t.Run("non-global addresses", func(t *testing.T) {
+		for name, addr := range map[string]string{
+			"loop.test": "127.0.0.1", "private.test": "10.0.0.1", "metadata.test": "169.254.169.254",
+			"mapped.test": "127.0.0.1", "rebind.test": "127.0.0.1",
+		} {
+			resp, body, _ := r.connect(name + ":443")
+			want := "address " + addr + " is not globally routable"
+			if resp.StatusCode != 403 || !strings.Contains(body, want) {
+				t.Errorf("CONNECT %s:443 = %d %q; want 403 %q", name, resp.StatusCode, body, want)
+			}
+			r.wantDenied(name, 443, want)
+		}
+	})
+	t.Run("transparent denied", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, err := r.dial(ctx, "tcp4", net.JoinHostPort(r.gw, "443"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc := tls.Client(c, &tls.Config{ServerName: "evil.example", RootCAs: in.roots})
+		tc.SetDeadline(time.Now().Add(5 * time.Second))
+		if err := tc.Handshake(); err == nil || !strings.Contains(err.Error(), "access denied") {
+			t.Errorf("TLS to gw:443 with SNI evil.example: %v; want access denied", err)
+		}
+		tc.Close()
+		c, err = r.dial(ctx, "tcp4", net.JoinHostPort(r.gw, "80"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: evil.example\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil || resp.StatusCode != 403 {
+			t.Errorf("HTTP to gw:80 with Host evil.example = %v, %v; want 403", resp, err)
+		}
+		c.Close()
+		r.wantDenied("evil.example", 443, "not in allowlist")
+	})
+	t.Run("no direct egress", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		if c, err := r.dial(ctx, "tcp4", net.JoinHostPort(in.ip.String(), "80")); err == nil {
+			c.Close()
+			t.Error("sandbox connected to the internet host directly")
+		}
+		// UDP: the echo answers the host (control), never the sandbox.
+		if err := udpEcho(func(ctx context.Context) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "udp4", netip.AddrPortFrom(in.ip, 9999).String())
+		}); err != nil {
+			t.Fatalf("control: host UDP echo: %v", err)
+		}
+		if err := udpEcho(func(ctx context.Context) (net.Conn, error) {
+			return r.dial(ctx, "udp4", netip.AddrPortFrom(in.ip, 9999).String())
+		}); err == nil {
+			t.Error("sandbox got a UDP answer from the internet host")
+		}
+		// A host service on 0.0.0.0 is out of reach.
+		l, err := net.Listen("tcp4", "0.0.0.0:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		port := fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
+		for _, ip := range []string{r.gw, in.hostIP.String(), "127.0.0.1"} {
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			c, err := r.dial(ctx, "tcp4", net.JoinHostPort(ip, port))
+			cancel()
+			if err == nil {
+				c.Close()
+				t.Errorf("sandbox reached host listener via %s:%s", ip, port)
+			}
+		}
+	})
+	t.Run("report", func(t *testing.T) {
+		var found bool
+		for _, a := range r.px.Report().Allowed {
+			if a.Host == "internet.test" && a.Port == 443 {
+				found = a.BytesIn > 0 && a.BytesOut > 0 && a.Conns >= 1
+			}
+		}
+		if !found {
+			t.Errorf("report lacks traffic to internet.test:443: %+v", r.px.Report().Allowed)
+		}
+	})
+	t.Run("env and files", func(t *testing.T) {
+		env := r.px.Env()
+		want := "http://" + r.gw + ":3128"
+		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
+			if env[k] != want {
+				t.Errorf("Env()[%s] = %q; want %q", k, env[k], want)
+			}
+		}
+		if v, ok := env["NO_PROXY"]; !ok || v != "" {
+			t.Errorf("Env()[NO_PROXY] = %q, %v; want empty", v, ok)
+		}
+		if got := string(r.px.ResolvConf()); !strings.HasPrefix(got, "nameserver "+r.gw+"\n") || strings.Count(got, "nameserver") != 1 {
+			t.Errorf("ResolvConf() = %q", got)
+		}
+		if got := string(r.px.Hosts()); !strings.Contains(got, "127.0.0.1\tlocalhost") {
+			t.Errorf("Hosts() = %q", got)
+		}
+	})
+
+	r.close()
+	r.close() // idempotent
+	checkNoLeak(t, before)
+}
+
+func udpEcho(dial func(ctx context.Context) (net.Conn, error)) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	c, err := dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(700 * time.Millisecond))
+	if _, err := c.Write([]byte("ping")); err != nil {
+		return err
+	}
+	b := make([]byte, 16)
+	n, err := c.Read(b)
+	if err != nil {
+		return err
+	}
+	if string(b[:n]) != "ping" {
+		return fmt.Errorf("echo = %q", b[:n])
+	}
+	return nil
+}
+
+func TestProxyByteLimit(t *testing.T) {
+	requireRoot(t)
+	in := newInternet(t)
+	p := in.policy()
+	p.MaxBytes = 64 << 10
+	r := startRun(t, in, p)
+	resp, err := r.explicitClient().Get("https://big.internet.test/big")
+	if err == nil {
+		n, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if n >= 256<<10 {
+			t.Errorf("read %d bytes through a %d byte limit", n, p.MaxBytes)
+		}
+	}
+	var in64 int64
+	for _, a := range r.px.Report().Allowed {
+		in64 += a.BytesIn
+	}
+	if in64 > p.MaxBytes || in64 == 0 {
+		t.Errorf("BytesIn = %d; want 1..%d", in64, p.MaxBytes)
+	}
+	r.wantDenied("big.internet.test", 443, "byte limit exceeded")
+	// The budget is spent for the rest of the run.
+	if resp, body, _ := r.connect("internet.test:443"); resp.StatusCode != 403 || !strings.Contains(body, "byte limit") {
+		t.Errorf("CONNECT after the limit = %d %q; want 403 byte limit", resp.StatusCode, body)
+	}
+}
+
+func TestProxyMaxConns(t *testing.T) {
+	requireRoot(t)
+	in := newInternet(t)
+	p := in.policy()
+	p.MaxConns = 1
+	r := startRun(t, in, p)
+	resp, _, c := r.connect("internet.test:443")
+	if resp.StatusCode != 200 {
+		t.Fatalf("first CONNECT = %d", resp.StatusCode)
+	}
+	resp2, body, _ := r.connect("internet.test:443")
+	if resp2.StatusCode != 503 || !strings.Contains(body, "too many connections") {
+		t.Errorf("second CONNECT = %d %q; want 503 too many connections", resp2.StatusCode, body)
+	}
+	c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp3, _, c3 := r.connect("internet.test:443")
+		if resp3.StatusCode == 200 {
+			c3.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CONNECT after closing the first = %d; want 200", resp3.StatusCode)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestProxyCloseCutsConnections closes the proxy under open tunnels and
+// requests and checks that nothing is left.
+func TestProxyCloseCutsConnections(t *testing.T) {
+	requireRoot(t)
+	in := newInternet(t)
+	before := takeSnapshot(t)
+	n, err := pool.Setup()
+	if err != nil {
+		t.Fatal(err)
+	}
+	px, err := Start(n, in.policy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &run{t: t, n: n, px: px, gw: n.Gateway.String(), in: in}
+	var conns []net.Conn
+	for range 3 {
+		if _, _, c := r.connect("internet.test:443"); c != nil {
+			conns = append(conns, c)
+		}
+	}
+	// Half-sent request heads and idle connections to every listener.
+	for _, port := range []string{"3128", "80", "443", "53"} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		c, err := r.dial(ctx, "tcp4", net.JoinHostPort(r.gw, port))
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte("GET / HT"))
+		conns = append(conns, c)
+	}
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Go(func() { io.Copy(io.Discard, c) })
+	}
+	start := time.Now()
+	if err := px.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Close took %v", d)
+	}
+	wg.Wait() // every client saw its connection end
+	for _, c := range conns {
+		c.Close()
+	}
+	if err := n.Close(); err != nil {
+		t.Error(err)
+	}
+	checkNoLeak(t, before)
+}
