@@ -22,7 +22,7 @@ import (
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces and veths)")
+		t.Fatal("netns tests need root (network namespaces and veths); run them as root")
 	}
 }
 

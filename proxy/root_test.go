@@ -5,17 +5,9 @@ package proxy
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"errors"
 	"fmt"
 	"io"
-	"math/big"
-	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -28,210 +20,20 @@ import (
 	"time"
 
 	"github.com/agentrun/agentrun/netns"
+	"github.com/agentrun/agentrun/proxy/proxytest"
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
-	vnetns "github.com/vishvananda/netns"
 )
 
 // Tests here need root: they build namespaces and veths. Links the tests
 // create in the host namespace are named with this prefix.
-const fixturePrefix = "art-"
+const fixturePrefix = proxytest.VethPrefix
 
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces and veths)")
+		t.Fatal("proxy root tests need root (network namespaces and veths); run them as root")
 	}
-}
-
-// inNS runs fn on a locked thread inside ns (None: where it is); the thread is discarded if
-// it cannot be moved back.
-func inNS(ns vnetns.NsHandle, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := vnetns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		if ns.IsOpen() {
-			if err := vnetns.Set(ns); err != nil {
-				errc <- err
-				return
-			}
-		}
-		err = fn()
-		if rerr := vnetns.Set(orig); rerr != nil {
-			errc <- errors.Join(err, rerr)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- err
-	}()
-	return <-errc
-}
-
-// internet is a fake internet host: its own namespace at a 198.18.0.0/15
-// address, joined to the host namespace by a veth, serving HTTP on 80,
-// HTTPS on 443 (certificate for internet.test and *.internet.test) and a
-// UDP echo on 9999.
-type internet struct {
-	ip     netip.Addr
-	hostIP netip.Addr // host end of the veth
-	roots  *x509.CertPool
-}
-
-func newInternet(t *testing.T) *internet {
-	t.Helper()
-	idx := mrand.IntN(1 << 15) // a random /30 in 198.18.0.0/15
-	base := netip.AddrFrom4([4]byte{198, 18 + byte(idx>>14), byte(idx >> 6), byte(idx<<2) & 0xfc})
-	in := &internet{hostIP: base.Next(), ip: base.Next().Next()}
-
-	var ns vnetns.NsHandle
-	if err := inNS(vnetns.None(), func() error {
-		var err error
-		ns, err = vnetns.New()
-		return err
-	}); err != nil {
-		t.Fatalf("creating internet namespace: %v", err)
-	}
-	t.Cleanup(func() { ns.Close() })
-
-	name := fmt.Sprintf("%s%08x", fixturePrefix, mrand.Uint32())
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: "inet0", PeerNamespace: netlink.NsFd(int(ns))}
-	if err := netlink.LinkAdd(veth); err != nil {
-		t.Fatalf("creating veth %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		if l, err := netlink.LinkByName(name); err == nil {
-			netlink.LinkDel(l)
-		}
-	})
-	hostLink, err := netlink.LinkByName(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mask := net.CIDRMask(30, 32)
-	if err := netlink.AddrAdd(hostLink, &netlink.Addr{IPNet: &net.IPNet{IP: in.hostIP.AsSlice(), Mask: mask}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := netlink.LinkSetUp(hostLink); err != nil {
-		t.Fatal(err)
-	}
-	err = inNS(ns, func() error {
-		for _, l := range []string{"lo", "inet0"} {
-			link, err := netlink.LinkByName(l)
-			if err != nil {
-				return err
-			}
-			if l == "inet0" {
-				if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: &net.IPNet{IP: in.ip.AsSlice(), Mask: mask}}); err != nil {
-					return err
-				}
-			}
-			if err := netlink.LinkSetUp(link); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("configuring internet namespace: %v", err)
-	}
-
-	cert, roots := selfSigned(t)
-	in.roots = roots
-	mux := http.NewServeMux()
-	mux.HandleFunc("/hello", func(w http.ResponseWriter, r *http.Request) {
-		scheme := "http"
-		if r.TLS != nil {
-			scheme = "https"
-		}
-		fmt.Fprintf(w, "hello from %s over %s", r.Host, scheme)
-	})
-	mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) {
-		w.Write(make([]byte, 256<<10))
-	})
-	mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(w, r.Body)
-	})
-	for _, port := range []int{80, 443} {
-		var l net.Listener
-		if err := inNS(ns, func() error {
-			var err error
-			l, err = net.Listen("tcp4", netip.AddrPortFrom(in.ip, uint16(port)).String())
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		srv := &http.Server{Handler: mux, ErrorLog: nil}
-		if port == 443 {
-			l = tls.NewListener(l, &tls.Config{Certificates: []tls.Certificate{cert}})
-		}
-		go srv.Serve(l)
-		t.Cleanup(func() { srv.Close() })
-	}
-	var pc net.PacketConn
-	if err := inNS(ns, func() error {
-		var err error
-		pc, err = net.ListenPacket("udp4", netip.AddrPortFrom(in.ip, 9999).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		b := make([]byte, 1500)
-		for {
-			n, from, err := pc.ReadFrom(b)
-			if err != nil {
-				return
-			}
-			pc.WriteTo(b[:n], from)
-		}
-	}()
-	t.Cleanup(func() { pc.Close() })
-
-	// Positive control: the host reaches it.
-	c := &http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + in.ip.String() + "/hello")
-	if err != nil {
-		t.Fatalf("control: host cannot reach the fake internet host: %v", err)
-	}
-	resp.Body.Close()
-	c.CloseIdleConnections()
-	return in
-}
-
-func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "internet.test"},
-		DNSNames:              []string{"internet.test", "*.internet.test"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AddCert(leaf)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, roots
 }
 
 // snapshot is what must be the same before a run and after its Close.
@@ -290,7 +92,7 @@ type run struct {
 	n   *netns.Net
 	px  *Proxy
 	gw  string
-	in  *internet
+	in  *proxytest.Internet
 	trs []*http.Transport
 }
 
@@ -302,13 +104,13 @@ var pool = func() *netns.Pool {
 	return p
 }()
 
-func (in *internet) policy() Policy {
+func policyFor(in *proxytest.Internet) Policy {
 	return Policy{
 		Allow: []string{"internet.test", "*.internet.test", "loop.test", "private.test", "metadata.test", "rebind.test", "mapped.test"},
 		Hosts: map[string]string{
-			"internet.test":     in.ip.String(),
-			"www.internet.test": in.ip.String(),
-			"big.internet.test": in.ip.String(),
+			"internet.test":     in.IP.String(),
+			"www.internet.test": in.IP.String(),
+			"big.internet.test": in.IP.String(),
 			"loop.test":         "127.0.0.1",
 			"private.test":      "10.0.0.1",
 			"metadata.test":     "169.254.169.254",
@@ -324,7 +126,7 @@ func (in *internet) policy() Policy {
 	}
 }
 
-func startRun(t *testing.T, in *internet, p Policy) *run {
+func startRun(t *testing.T, in *proxytest.Internet, p Policy) *run {
 	t.Helper()
 	n, err := pool.Setup()
 	if err != nil {
@@ -366,7 +168,7 @@ func (r *run) explicitClient() *http.Client {
 	tr := &http.Transport{
 		Proxy:             http.ProxyURL(u),
 		DialContext:       r.dial,
-		TLSClientConfig:   &tls.Config{RootCAs: r.in.roots},
+		TLSClientConfig:   &tls.Config{RootCAs: r.in.Roots},
 		DisableKeepAlives: true,
 	}
 	r.trs = append(r.trs, tr)
@@ -410,7 +212,7 @@ func (r *run) transparentClient() *http.Client {
 			}
 			return r.dial(ctx, "tcp4", net.JoinHostPort(m.Answer[0].(*dns.A).A.String(), port))
 		},
-		TLSClientConfig:   &tls.Config{RootCAs: r.in.roots},
+		TLSClientConfig:   &tls.Config{RootCAs: r.in.Roots},
 		DisableKeepAlives: true,
 	}
 	r.trs = append(r.trs, tr)
@@ -470,9 +272,9 @@ func (r *run) wantDenied(host string, port int, reason string) {
 
 func TestProxyEndToEnd(t *testing.T) {
 	requireRoot(t)
-	in := newInternet(t)
+	in := proxytest.NewInternet(t)
 	before := takeSnapshot(t)
-	r := startRun(t, in, in.policy())
+	r := startRun(t, in, policyFor(in))
 
 	t.Run("explicit https", func(t *testing.T) {
 		code, body, _ := get(t, r.explicitClient(), "https://internet.test/hello")
@@ -554,13 +356,13 @@ func TestProxyEndToEnd(t *testing.T) {
 		r.wantDenied("internet.test", 22, "not in allowlist")
 	})
 	t.Run("ip literals", func(t *testing.T) {
-		ipv4 := in.ip.As4()
+		ipv4 := in.IP.As4()
 		dec := uint32(ipv4[0])<<24 | uint32(ipv4[1])<<16 | uint32(ipv4[2])<<8 | uint32(ipv4[3])
 		for _, auth := range []string{
-			in.ip.String() + ":443",
+			in.IP.String() + ":443",
 			fmt.Sprintf("%d:443", dec),
 			fmt.Sprintf("0x%08x:443", dec),
-			"[::ffff:" + in.ip.String() + "]:443",
+			"[::ffff:" + in.IP.String() + "]:443",
 			"169.254.169.254:80",
 		} {
 			resp, body, _ := r.connect(auth)
@@ -568,7 +370,7 @@ func TestProxyEndToEnd(t *testing.T) {
 				t.Errorf("CONNECT %s = %d %q; want 403 ip literals", auth, resp.StatusCode, body)
 			}
 		}
-		code, body, _ := get(t, r.explicitClient(), "http://"+in.ip.String()+"/hello")
+		code, body, _ := get(t, r.explicitClient(), "http://"+in.IP.String()+"/hello")
 		if code != 403 || !strings.Contains(body, "ip literals are not allowed") {
 			t.Errorf("GET by IP = %d %q; want 403", code, body)
 		}
@@ -596,7 +398,7 @@ func TestProxyEndToEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tc := tls.Client(c, &tls.Config{ServerName: "evil.example", RootCAs: in.roots})
+		tc := tls.Client(c, &tls.Config{ServerName: "evil.example", RootCAs: in.Roots})
 		tc.SetDeadline(time.Now().Add(5 * time.Second))
 		if err := tc.Handshake(); err == nil || !strings.Contains(err.Error(), "access denied") {
 			t.Errorf("TLS to gw:443 with SNI evil.example: %v; want access denied", err)
@@ -617,18 +419,18 @@ func TestProxyEndToEnd(t *testing.T) {
 	t.Run("no direct egress", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
-		if c, err := r.dial(ctx, "tcp4", net.JoinHostPort(in.ip.String(), "80")); err == nil {
+		if c, err := r.dial(ctx, "tcp4", net.JoinHostPort(in.IP.String(), "80")); err == nil {
 			c.Close()
 			t.Error("sandbox connected to the internet host directly")
 		}
 		// UDP: the echo answers the host (control), never the sandbox.
 		if err := udpEcho(func(ctx context.Context) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "udp4", netip.AddrPortFrom(in.ip, 9999).String())
+			return (&net.Dialer{}).DialContext(ctx, "udp4", netip.AddrPortFrom(in.IP, 9999).String())
 		}); err != nil {
 			t.Fatalf("control: host UDP echo: %v", err)
 		}
 		if err := udpEcho(func(ctx context.Context) (net.Conn, error) {
-			return r.dial(ctx, "udp4", netip.AddrPortFrom(in.ip, 9999).String())
+			return r.dial(ctx, "udp4", netip.AddrPortFrom(in.IP, 9999).String())
 		}); err == nil {
 			t.Error("sandbox got a UDP answer from the internet host")
 		}
@@ -639,7 +441,7 @@ func TestProxyEndToEnd(t *testing.T) {
 		}
 		defer l.Close()
 		port := fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
-		for _, ip := range []string{r.gw, in.hostIP.String(), "127.0.0.1"} {
+		for _, ip := range []string{r.gw, in.HostIP.String(), "127.0.0.1"} {
 			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 			c, err := r.dial(ctx, "tcp4", net.JoinHostPort(ip, port))
 			cancel()
@@ -709,8 +511,8 @@ func udpEcho(dial func(ctx context.Context) (net.Conn, error)) error {
 
 func TestProxyByteLimit(t *testing.T) {
 	requireRoot(t)
-	in := newInternet(t)
-	p := in.policy()
+	in := proxytest.NewInternet(t)
+	p := policyFor(in)
 	p.MaxBytes = 64 << 10
 	r := startRun(t, in, p)
 	resp, err := r.explicitClient().Get("https://big.internet.test/big")
@@ -737,8 +539,8 @@ func TestProxyByteLimit(t *testing.T) {
 
 func TestProxyMaxConns(t *testing.T) {
 	requireRoot(t)
-	in := newInternet(t)
-	p := in.policy()
+	in := proxytest.NewInternet(t)
+	p := policyFor(in)
 	p.MaxConns = 1
 	r := startRun(t, in, p)
 	resp, _, c := r.connect("internet.test:443")
@@ -768,13 +570,13 @@ func TestProxyMaxConns(t *testing.T) {
 // requests and checks that nothing is left.
 func TestProxyCloseCutsConnections(t *testing.T) {
 	requireRoot(t)
-	in := newInternet(t)
+	in := proxytest.NewInternet(t)
 	before := takeSnapshot(t)
 	n, err := pool.Setup()
 	if err != nil {
 		t.Fatal(err)
 	}
-	px, err := Start(n, in.policy())
+	px, err := Start(n, policyFor(in))
 	if err != nil {
 		t.Fatal(err)
 	}
