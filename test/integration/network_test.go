@@ -1,0 +1,339 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/runner"
+	"github.com/agentrun/agentrun/internal/task"
+	"github.com/agentrun/agentrun/proxy/proxytest"
+)
+
+// netConfig names the fake internet host and three rebinding traps, and
+// opens the 198.18.0.0/15 range the fake host lives in.
+func netConfig(t *testing.T, in *proxytest.Internet) *config.Config {
+	cfg := testConfig(t)
+	cfg.Network.Hosts = map[string]string{
+		"internet.test": in.IP.String(), "www.internet.test": in.IP.String(),
+		"loop.test": "127.0.0.1", "private.test": "10.0.0.1", "metadata.test": "169.254.169.254",
+	}
+	cfg.Network.AllowRanges = []string{"198.18.0.0/15"}
+	return cfg
+}
+
+// netTask is a python task that trusts the fake host's CA.
+func netTask(in *proxytest.Internet, code string, allow ...string) string {
+	b, _ := json.Marshal(map[string]any{
+		"code":    code,
+		"files":   map[string]any{"ca.pem": map[string]string{"content": string(in.CAPEM)}},
+		"env":     map[string]string{"SSL_CERT_FILE": "/workspace/ca.pem"},
+		"network": map[string]any{"allow": allow},
+		"limits":  map[string]any{"timeout": "20s"},
+	})
+	return string(b)
+}
+
+const fetchPy = `
+import sys, urllib.request, urllib.error, socket, os
+def fetch(url, proxies=True):
+    opener = urllib.request.build_opener() if proxies else urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        r = opener.open(url, timeout=10)
+        return "%d %s" % (r.status, r.read().decode())
+    except urllib.error.HTTPError as e:
+        return "%d %s" % (e.code, e.read().decode().strip())
+    except urllib.error.URLError as e:
+        return "URLError %s" % e.reason
+    except Exception as e:
+        return "ERR %s" % type(e).__name__
+def resolve(name):
+    try:
+        return socket.gethostbyname(name)
+    except socket.gaierror as e:
+        return "NXDOMAIN" if e.errno == socket.EAI_NONAME else "ERR %s" % e
+`
+
+func TestAllowlistExplicitAndTransparent(t *testing.T) {
+	in := proxytest.NewInternet(t)
+	code := fetchPy + `
+print(fetch("https://internet.test/hello"))
+print(fetch("http://www.internet.test/hello"))
+print(fetch("https://internet.test/hello", proxies=False))
+print(fetch("http://www.internet.test/hello", proxies=False))
+print(resolve("internet.test") == os.environ["HTTP_PROXY"].split("//")[1].split(":")[0])
+`
+	res := runTaskWith(t, netConfig(t, in), nil, netTask(in, code, "internet.test", "*.internet.test"))
+	want := "200 hello from internet.test over https\n200 hello from www.internet.test over http\n" +
+		"200 hello from internet.test over https\n200 hello from www.internet.test over http\nTrue\n"
+	if res.Stdout != want {
+		t.Fatalf("stdout:\n%s\nwant:\n%s\nstderr: %s", res.Stdout, want, res.Stderr)
+	}
+	hosts := map[string]bool{}
+	for _, a := range res.Network.Allowed {
+		hosts[fmt.Sprintf("%s:%d", a.Host, a.Port)] = a.BytesIn > 0 && a.BytesOut > 0
+	}
+	for _, hp := range []string{"internet.test:443", "www.internet.test:80"} {
+		if !hosts[hp] {
+			t.Errorf("network.allowed lacks %s with byte counts: %+v", hp, res.Network.Allowed)
+		}
+	}
+}
+
+func TestAllowlistWgetThroughProxy(t *testing.T) {
+	in := proxytest.NewInternet(t)
+	cfg := netConfig(t, in)
+	res := runTaskWith(t, cfg, nil, fmt.Sprintf(`{"image":%q,"command":["wget","-q","-O","-","http://internet.test/hello"],"network":{"allow":["internet.test"]}}`, busyboxImage))
+	if res.Stdout != "hello from internet.test over http" || res.ExitCode != 0 {
+		t.Fatalf("busybox wget: exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+}
+
+func TestAllowlistDenials(t *testing.T) {
+	in := proxytest.NewInternet(t)
+	code := fetchPy + fmt.Sprintf(`
+print(fetch("https://evil.example/"))
+print(resolve("evil.example"))
+print(fetch("http://%[1]s/hello"))
+print(fetch("https://%[1]s/hello"))
+print(fetch("http://loop.test/"))
+print(fetch("http://private.test/"))
+print(fetch("http://metadata.test/latest/meta-data/"))
+def tcp(ip, port):
+    s = socket.socket()
+    s.settimeout(3)
+    try:
+        s.connect((ip, port)); return "connected"
+    except OSError as e:
+        return type(e).__name__ + " " + (os.strerror(e.errno) if e.errno else "")
+print(tcp("%[1]s", 80))
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    u.sendto(b"x", ("%[1]s", 9999)); u.settimeout(2); print("udp", u.recv(10))
+except OSError as e:
+    print("udp", type(e).__name__)
+`, in.IP)
+	res := runTaskWith(t, netConfig(t, in), nil, netTask(in, code, "internet.test", "loop.test", "private.test", "metadata.test"))
+	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+	if len(lines) != 9 {
+		t.Fatalf("stdout %q stderr %q", res.Stdout, res.Stderr)
+	}
+	check := func(i int, prefix, contains string) {
+		t.Helper()
+		if !strings.HasPrefix(lines[i], prefix) || !strings.Contains(lines[i], contains) {
+			t.Errorf("line %d = %q; want %q ... %q", i, lines[i], prefix, contains)
+		}
+	}
+	// HTTPS through the proxy: the CONNECT is refused with a 403.
+	check(0, "URLError", "Tunnel connection failed: 403")
+	check(1, "NXDOMAIN", "")
+	check(2, "403", "ip literal")
+	check(3, "URLError", "403")
+	for i := 4; i <= 6; i++ {
+		check(i, "403", "not globally routable")
+	}
+	check(7, "OSError", "unreachable")
+	check(8, "udp OSError", "")
+	denied := map[string]bool{}
+	for _, d := range res.Network.Denied {
+		denied[d.Host] = true
+	}
+	for _, h := range []string{"evil.example", in.IP.String(), "loop.test", "private.test", "metadata.test"} {
+		if !denied[h] {
+			t.Errorf("network.denied lacks %s: %+v", h, res.Network.Denied)
+		}
+	}
+}
+
+func TestHostServicesUnreachable(t *testing.T) {
+	in := proxytest.NewInternet(t)
+	l, err := net.Listen("tcp4", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("host secret"))
+			c.Close()
+		}
+	}()
+	port := l.Addr().(*net.TCPAddr).Port
+	abstract := fmt.Sprintf("agentrun-test-%d", time.Now().UnixNano())
+	ul, err := net.Listen("unix", "@"+abstract)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ul.Close()
+	// Control: the host itself reaches both.
+	for _, a := range [][2]string{{"tcp4", fmt.Sprintf("127.0.0.1:%d", port)}, {"unix", "@" + abstract}} {
+		c, err := net.Dial(a[0], a[1])
+		if err != nil {
+			t.Fatalf("control: host cannot reach its own %s: %v", a[1], err)
+		}
+		c.Close()
+	}
+	var hostIPs []string
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+			hostIPs = append(hostIPs, ipn.IP.String())
+		}
+	}
+	code := fmt.Sprintf(`
+import socket, os, json
+gw = os.environ.get("HTTP_PROXY", "http://127.0.0.1:1").split("//")[1].split(":")[0]
+out = {}
+for ip in %s + [gw, "127.0.0.1"]:
+    s = socket.socket(); s.settimeout(2)
+    try:
+        s.connect((ip, %d)); out[ip] = "connected"
+    except OSError as e:
+        out[ip] = os.strerror(e.errno) if e.errno else type(e).__name__
+u = socket.socket(socket.AF_UNIX)
+try:
+    u.connect("\0%s"); out["abstract"] = "connected"
+except OSError as e:
+    out["abstract"] = os.strerror(e.errno)
+print(json.dumps(out))
+`, pyList(hostIPs), port, abstract)
+	for _, tc := range []struct{ name, task string }{
+		{"no network", pyTask(code, nil)},
+		{"allowlist", netTask(in, code, "internet.test")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := runTaskWith(t, netConfig(t, in), nil, tc.task)
+			var got map[string]string
+			if err := json.Unmarshal([]byte(res.Stdout), &got); err != nil {
+				t.Fatalf("stdout %q stderr %q", res.Stdout, res.Stderr)
+			}
+			for k, v := range got {
+				if v == "connected" {
+					t.Errorf("sandbox reached the host's %s", k)
+				}
+			}
+			if got["abstract"] != "Connection refused" {
+				t.Errorf("abstract socket: %q; want Connection refused", got["abstract"])
+			}
+		})
+	}
+}
+
+func pyList(ss []string) string {
+	b, _ := json.Marshal(ss)
+	return string(b)
+}
+
+// Twenty allowlist runs at once on one runner: each has its own /30 and
+// reaches only its own gateway; afterwards no veth, namespace, listener or
+// goroutine is left.
+func TestTwentyAllowlistRunsAtOnce(t *testing.T) {
+	in := proxytest.NewInternet(t)
+	cfg := netConfig(t, in)
+	r, err := runner.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	linksBefore := hostLinks(t)
+	goroutinesBefore := runtime.NumGoroutine()
+	code := fetchPy + `
+import socket, json, time
+gw = os.environ["HTTP_PROXY"].split("//")[1].split(":")[0]
+time.sleep(0.5)
+others = {}
+base = gw.rsplit(".", 2)[0]
+for third in range(0, 2):
+    for last in range(1, 100, 4):
+        ip = "%s.%d.%d" % (base, third, last)
+        if ip == gw: continue
+        s = socket.socket(); s.settimeout(1)
+        try:
+            s.connect((ip, 3128)); others[ip] = "connected"
+        except OSError:
+            pass
+print(json.dumps({"gw": gw, "hello": fetch("https://internet.test/hello"), "others": others}))
+`
+	taskJSON := netTask(in, code, "internet.test")
+	results := make([]*result.Result, 20)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() {
+			plan, err := task.Load([]byte(taskJSON), cfg)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			results[i] = r.Run(context.Background(), plan)
+		})
+	}
+	wg.Wait()
+	gws := map[string]bool{}
+	for i, res := range results {
+		if res == nil {
+			continue
+		}
+		var got struct {
+			GW     string
+			Hello  string
+			Others map[string]string
+		}
+		if res.Error != "" || json.Unmarshal([]byte(res.Stdout), &got) != nil {
+			t.Errorf("run %d: error %q stdout %q stderr %q", i, res.Error, res.Stdout, res.Stderr)
+			continue
+		}
+		if got.Hello != "200 hello from internet.test over https" {
+			t.Errorf("run %d: %q", i, got.Hello)
+		}
+		if len(got.Others) > 0 {
+			t.Errorf("run %d (gateway %s) reached other runs' gateways: %v", i, got.GW, got.Others)
+		}
+		if gws[got.GW] {
+			t.Errorf("gateway %s given to two runs at once", got.GW)
+		}
+		gws[got.GW] = true
+	}
+	assertNoLeaks(t)
+	if after := hostLinks(t); after != linksBefore {
+		t.Errorf("host links before %d, after %d", linksBefore, after)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > goroutinesBefore && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > goroutinesBefore {
+		t.Errorf("goroutines before %d, after %d", goroutinesBefore, n)
+	}
+	if fds, _ := os.ReadDir("/proc/self/fd"); len(fds) > 64 {
+		t.Errorf("%d fds open after the runs", len(fds))
+	}
+}
+
+func hostLinks(t *testing.T) int {
+	links, err := netlink.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, l := range links {
+		if !strings.HasPrefix(l.Attrs().Name, proxytest.VethPrefix) {
+			n++
+		}
+	}
+	return n
+}
+
