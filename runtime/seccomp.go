@@ -10,12 +10,14 @@ import (
 )
 
 // DeniedSyscalls are allowed by Docker's default profile but refused in a
-// sandbox: an agent's code needs no debugger and no way to read or write
-// another process's memory.
+// sandbox: an agent's code needs no debugger, no way to read or write
+// another process's memory, and no 16-bit segments (modify_ldt, kernel
+// attack surface that only old and emulated binaries use).
 var DeniedSyscalls = []string{
 	"ptrace",
 	"process_vm_readv",
 	"process_vm_writev",
+	"modify_ldt",
 }
 
 // namespaceSyscalls reach a new or another namespace. Docker's profile allows

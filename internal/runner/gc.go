@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/runtime/runc"
+	"github.com/agentrun/agentrun/runtime/runsc"
 )
 
 // A run registers itself in the state dir while holding the state's gc
@@ -77,6 +78,13 @@ func (r *Runner) GC() ([]string, error) {
 	for _, id := range lcIDs {
 		ids[id] = true
 	}
+	scIDs, err := runsc.IDs(r.runscDir)
+	if err != nil {
+		return nil, fmt.Errorf("reading runsc state: %w", err)
+	}
+	for _, id := range scIDs {
+		ids[id] = true
+	}
 
 	var cleaned []string
 	var errs []error
@@ -107,6 +115,11 @@ func (r *Runner) cleanRun(id, dir string) error {
 	var errs []error
 	if err := runc.Cleanup(r.runcDir, id); err != nil {
 		errs = append(errs, err)
+	}
+	if r.runsc != nil {
+		if err := r.runsc.Cleanup(id); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := unmountUnder(dir); err != nil {
 		errs = append(errs, err)

@@ -19,6 +19,7 @@ import (
 	"github.com/agentrun/agentrun/netns"
 	"github.com/agentrun/agentrun/runtime"
 	"github.com/agentrun/agentrun/runtime/runc"
+	"github.com/agentrun/agentrun/runtime/runsc"
 )
 
 // Runner runs task plans. It is safe for concurrent use.
@@ -30,6 +31,9 @@ type Runner struct {
 	runcDir  string
 	pool     *netns.Pool
 	store    *image.Store
+	runsc    *runsc.Backend // nil when runsc is not installed
+	runscErr error          // why it is nil
+	runscDir string
 }
 
 // New prepares a runner from cfg: its state directories and backends.
@@ -38,7 +42,8 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 		return nil, errors.New("agentrun must run as root (it creates namespaces, cgroups and mounts)")
 	}
 	r := &Runner{cfg: cfg, audit: log, backends: map[string]runtime.Backend{},
-		runsDir: filepath.Join(cfg.StateDir, "runs"), runcDir: filepath.Join(cfg.StateDir, "runc")}
+		runsDir: filepath.Join(cfg.StateDir, "runs"), runcDir: filepath.Join(cfg.StateDir, "runc"),
+		runscDir: filepath.Join(cfg.StateDir, "runsc")}
 	var err error
 	if err = os.MkdirAll(r.runsDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating state dir: %w", err)
@@ -53,7 +58,11 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.backends["libcontainer"] = lc
+	r.backends[config.RuntimeLibcontainer] = lc
+	// runsc is optional: a run that asks for it gets the reason it is missing.
+	if r.runsc, r.runscErr = runsc.New(cfg.Runsc.Path, cfg.Runsc.Flags, r.runscDir); r.runscErr == nil {
+		r.backends[config.RuntimeRunsc] = r.runsc
+	}
 	return r, nil
 }
 
@@ -89,6 +98,9 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result) (err
 
 	backend, ok := r.backends[p.Runtime]
 	if !ok {
+		if p.Runtime == config.RuntimeRunsc && r.runscErr != nil {
+			return fmt.Errorf("runtime runsc is not available: %w", r.runscErr)
+		}
 		return fmt.Errorf("runtime %q is not available", p.Runtime)
 	}
 	img, err := r.store.Get(ctx, p.Image, image.PullOptions{})
@@ -146,6 +158,9 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result) (err
 		runtime.WithWorkspace(ws.Dir),
 		runtime.WithSeccomp(),
 	}, netOpts...)
+	if p.Runtime == config.RuntimeRunsc {
+		opts = append(opts, runsc.SpecOpt())
+	}
 	spec, err := runtime.New(rootfs, opts...)
 	if err != nil {
 		return fmt.Errorf("building spec: %w", err)

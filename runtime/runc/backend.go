@@ -61,7 +61,7 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 		return nil, err
 	}
 
-	unlock, err := lockCgroupParent(b.StateDir, false)
+	unlock, err := runtime.LockCgroupParent(b.StateDir, false)
 	if err != nil {
 		return nil, err
 	}
@@ -84,12 +84,12 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 		}
 	}()
 
-	stdio, err := newStdio()
+	stdio, err := runtime.NewPipes()
 	if err != nil {
 		unlock()
 		return nil, err
 	}
-	defer stdio.closeAll()
+	defer stdio.CloseAll()
 
 	nnp := true
 	proc := &libcontainer.Process{
@@ -98,9 +98,9 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 		Cwd:             c.Spec.Process.Cwd,
 		UID:             int(c.Spec.Process.User.UID),
 		GID:             int(c.Spec.Process.User.GID),
-		Stdin:           stdio.inR,
-		Stdout:          stdio.outW,
-		Stderr:          stdio.errW,
+		Stdin:           stdio.InR,
+		Stdout:          stdio.OutW,
+		Stderr:          stdio.ErrW,
 		NoNewPrivileges: &nnp,
 		Rlimits:         rlimits,
 		Init:            true,
@@ -111,13 +111,13 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 	if err != nil {
 		return nil, fmt.Errorf("starting container: %w", err)
 	}
-	stdio.closeChildEnds()
+	stdio.CloseChildEnds()
 
 	out = &runtime.Outcome{}
 	var wg sync.WaitGroup
-	wg.Go(func() { out.Stdout = runtime.Capture(stdio.outR, c.OutputLimit) })
-	wg.Go(func() { out.Stderr = runtime.Capture(stdio.errR, c.OutputLimit) })
-	go feed(stdio.inW, c.Stdin) // ends with EPIPE at the latest when the sandbox dies
+	wg.Go(func() { out.Stdout = runtime.Capture(stdio.OutR, c.OutputLimit) })
+	wg.Go(func() { out.Stderr = runtime.Capture(stdio.ErrR, c.OutputLimit) })
+	go runtime.Feed(stdio.InW, c.Stdin) // ends with EPIPE at the latest when the sandbox dies
 
 	waited := make(chan *os.ProcessState, 1)
 	go func() {
@@ -197,7 +197,7 @@ func destroy(stateDir string, ctr *libcontainer.Container, paths map[string]stri
 // removeParents removes the shared "agentrun" parent of each cgroup path
 // once it is empty, unless another run is being created right now.
 func removeParents(stateDir string, paths map[string]string) {
-	unlock, err := lockCgroupParent(stateDir, true)
+	unlock, err := runtime.LockCgroupParent(stateDir, true)
 	if err != nil {
 		return
 	}
@@ -207,26 +207,6 @@ func removeParents(stateDir string, paths map[string]string) {
 			_ = os.Remove(parent) // fails while another run's cgroup is in it
 		}
 	}
-}
-
-// lockCgroupParent takes a lock that makes creating a run's cgroup and
-// removing the empty shared parent cgroup mutually exclusive, across
-// processes. exclusive=true does not wait: if another run is being created,
-// it reports an error and the parent stays.
-func lockCgroupParent(stateDir string, exclusive bool) (func(), error) {
-	f, err := os.OpenFile(filepath.Join(stateDir, "cgroup.lock"), os.O_RDONLY|os.O_CREATE|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("opening cgroup lock: %w", err)
-	}
-	how := unix.LOCK_SH
-	if exclusive {
-		how = unix.LOCK_EX | unix.LOCK_NB
-	}
-	if err := unix.Flock(int(f.Fd()), how); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("locking cgroup parent: %w", err)
-	}
-	return func() { f.Close() }, nil
 }
 
 func rlimits(in []specs.POSIXRlimit) ([]configs.Rlimit, error) {

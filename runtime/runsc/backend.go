@@ -22,7 +22,7 @@ import (
 )
 
 // defaultCgroupParent holds the cgroups of runs whose spec names none.
-const defaultCgroupParent = "/agentrun-runsc"
+const defaultCgroupParent = CgroupParent
 
 // runscFailure is runsc's own exit status when it could not run or wait for
 // the container (the program's exit status otherwise).
@@ -36,7 +36,7 @@ const killGrace = 5 * time.Second
 // them, as each one keeps the sandbox isolated or the run observable.
 var reservedFlags = []string{
 	"root", "network", "oci-seccomp", "log", "log-fd", "log-format", "debug-log-fd",
-	"ignore-cgroups", "systemd-cgroup", "host-uds", "host-fifo", "host-settings",
+	"ignore-cgroups", "systemd-cgroup", "host-uds", "host-fifo", "host-settings", "gofer-network-namespace",
 }
 
 // Backend runs containers with runsc. Create it with New.
@@ -107,7 +107,7 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 		return nil, err
 	}
 
-	unlock, err := lockCgroupParent(b.stateDir, false)
+	unlock, err := runtime.LockCgroupParent(b.stateDir, false)
 	if err != nil {
 		return nil, err
 	}
@@ -117,29 +117,32 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 		return nil, err
 	}
 
-	stdio, err := newStdio()
+	stdio, err := runtime.NewPipes()
 	if err != nil {
 		return nil, err
 	}
-	defer stdio.closeAll()
+	defer stdio.CloseAll()
+	if err := socketOutputs(stdio); err != nil {
+		return nil, err
+	}
 
 	cmd := exec.Command(b.path, b.args(c, bundle)...)
 	cmd.Dir = bundle
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdio.inR, stdio.outW, stdio.errW
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdio.InR, stdio.OutW, stdio.ErrW
 	// Its own process group, so that a stuck runsc can be killed whole.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting runsc: %w", err)
 	}
-	stdio.closeChildEnds()
+	stdio.CloseChildEnds()
 
 	out = &runtime.Outcome{}
 	var wg sync.WaitGroup
-	wg.Go(func() { out.Stdout = runtime.Capture(stdio.outR, c.OutputLimit) })
-	wg.Go(func() { out.Stderr = runtime.Capture(stdio.errR, c.OutputLimit) })
-	go feed(stdio.inW, c.Stdin) // ends with EPIPE at the latest when the sandbox dies
+	wg.Go(func() { out.Stdout = runtime.Capture(stdio.OutR, c.OutputLimit) })
+	wg.Go(func() { out.Stderr = runtime.Capture(stdio.ErrR, c.OutputLimit) })
+	go runtime.Feed(stdio.InW, c.Stdin) // ends with EPIPE at the latest when the sandbox dies
 
 	waited := make(chan struct{})
 	go func() {
@@ -183,8 +186,11 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 		return out, fmt.Errorf("run cancelled: %w", ctx.Err())
 	}
 	if out.ExitCode == runscFailure && !out.TimedOut {
+		// runsc could not start or wait for the program (e.g. no such
+		// program); its stderr then holds runsc's own message, not the
+		// program's, so no outcome is returned, as with libcontainer.
 		if msg := runscError(filepath.Join(bundle, "runsc.log")); msg != "" {
-			return out, fmt.Errorf("runsc failed: %s", msg)
+			return nil, fmt.Errorf("runsc failed: %s", msg)
 		}
 	}
 	return out, nil
@@ -205,6 +211,7 @@ func (b *Backend) args(c *runtime.Container, bundle string) []string {
 		"--platform=systrap",
 		"--oci-seccomp",
 		"--network=" + network,
+		"--gofer-network-namespace=new",
 		"--log=" + filepath.Join(bundle, "runsc.log"),
 	}
 	args = append(args, b.flags...)
@@ -228,20 +235,19 @@ func (b *Backend) kill(id string, cmd *exec.Cmd, waited <-chan struct{}, cg *san
 }
 
 // ensureDead removes the container from runsc if it still knows it, then
-// kills whatever is left in the cgroup.
+// kills whatever is left in the cgroup. A failed `runsc delete` matters only
+// if something survives it: cleanup removes runsc's files itself.
 func (b *Backend) ensureDead(id string, cg *sandboxCgroup) error {
-	var errs []error
+	var derr error
 	if b.hasState(id) {
-		if err := b.runscCmd("delete", "--force", id); err != nil {
-			errs = append(errs, err)
-		}
+		derr = b.runscCmd("delete", "--force", id)
 	}
 	if cg != nil {
 		if err := cg.kill(); err != nil {
-			errs = append(errs, err)
+			return errors.Join(derr, err)
 		}
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // cleanup removes everything a run made, whatever state it is in.
@@ -249,7 +255,7 @@ func (b *Backend) cleanup(id, bundle string, cg *sandboxCgroup) error {
 	errs := []error{b.ensureDead(id, cg)}
 	if cg != nil {
 		errs = append(errs, cg.remove())
-		if unlock, err := lockCgroupParent(b.stateDir, true); err == nil {
+		if unlock, err := runtime.LockCgroupParent(b.stateDir, true); err == nil {
 			cg.removeParent() // fails while another run's cgroup is in it
 			unlock()
 		}
@@ -266,7 +272,8 @@ func (b *Backend) cleanup(id, bundle string, cg *sandboxCgroup) error {
 }
 
 // stateFiles lists what runsc keeps under --root for the container id:
-// "<sandbox>_sand:<id>.state" and its lock, and per-container dirs.
+// "<id>_sandbox:<id>.state" and its lock, and the sandbox's control socket
+// "runsc-<id>.sock", which a sandbox killed early leaves behind.
 func (b *Backend) stateFiles(id string) []string {
 	entries, err := os.ReadDir(b.root)
 	if err != nil {
@@ -276,14 +283,17 @@ func (b *Backend) stateFiles(id string) []string {
 	for _, e := range entries {
 		n := e.Name()
 		base := strings.TrimSuffix(strings.TrimSuffix(n, ".lock"), ".state")
-		if n == id || base == id || strings.HasSuffix(base, ":"+id) || strings.HasPrefix(base, id+"_") {
+		if n == id || n == "runsc-"+id+".sock" || base == id || strings.HasSuffix(base, ":"+id) || strings.HasPrefix(base, id+"_") {
 			out = append(out, filepath.Join(b.root, n))
 		}
 	}
 	return out
 }
 
-func (b *Backend) hasState(id string) bool { return len(b.stateFiles(id)) > 0 }
+// hasState reports whether runsc still has a state file for container id.
+func (b *Backend) hasState(id string) bool {
+	return slices.ContainsFunc(b.stateFiles(id), func(p string) bool { return strings.HasSuffix(p, ".state") })
+}
 
 // runscCmd runs one runsc housekeeping command against the backend's state,
 // bounded by killGrace.
@@ -362,22 +372,20 @@ func validID(id string) bool {
 	return true
 }
 
-// lockCgroupParent takes a lock that makes creating a run's cgroup and
-// removing the empty shared parent cgroup mutually exclusive, across
-// processes. exclusive=true does not wait: if another run is being created,
-// it reports an error and the parent stays.
-func lockCgroupParent(stateDir string, exclusive bool) (func(), error) {
-	f, err := os.OpenFile(filepath.Join(stateDir, "cgroup.lock"), os.O_RDONLY|os.O_CREATE|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("opening cgroup lock: %w", err)
+// socketOutputs replaces the stdout and stderr pipes by stream socket
+// pairs: gVisor writes to a host pipe without waiting for room, so a
+// program's write of more than the pipe's 64 KiB lost the rest; it waits
+// on a socket as it should.
+func socketOutputs(p *runtime.Pipes) error {
+	for _, pair := range []struct{ r, w **os.File }{{&p.OutR, &p.OutW}, {&p.ErrR, &p.ErrW}} {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("creating output socket pair: %w", err)
+		}
+		(*pair.r).Close()
+		(*pair.w).Close()
+		*pair.r, *pair.w = os.NewFile(uintptr(fds[0]), "output-r"), os.NewFile(uintptr(fds[1]), "output-w")
+		unix.Shutdown(fds[0], unix.SHUT_WR)
 	}
-	how := unix.LOCK_SH
-	if exclusive {
-		how = unix.LOCK_EX | unix.LOCK_NB
-	}
-	if err := unix.Flock(int(f.Fd()), how); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("locking cgroup parent: %w", err)
-	}
-	return func() { f.Close() }, nil
+	return nil
 }

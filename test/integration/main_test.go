@@ -36,6 +36,32 @@ var (
 // Images used by the tests, as dir: references.
 var pythonImage, busyboxImage string
 
+// runscPath is the runsc binary test/runsc.sh installed.
+var runscPath string
+
+// runtimes are the backends every behavioural test runs on.
+var runtimes = []string{"libcontainer", "runsc"}
+
+// eachRuntime runs fn as a subtest per runtime.
+func eachRuntime(t *testing.T, fn func(t *testing.T, rt string)) {
+	for _, rt := range runtimes {
+		t.Run(rt, func(t *testing.T) { fn(t, rt) })
+	}
+}
+
+// cfgFor is testConfig with rt as the default runtime.
+func cfgFor(t testing.TB, rt string) *config.Config {
+	cfg := testConfig(t)
+	cfg.Runtime = rt
+	return cfg
+}
+
+// runIn runs the task JSON on runtime rt and checks the host afterwards.
+func runIn(t testing.TB, rt, taskJSON string) *result.Result {
+	t.Helper()
+	return runTaskWith(t, cfgFor(t, rt), nil, taskJSON)
+}
+
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {
 		return v
@@ -60,6 +86,24 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "building test images: %v\n", err)
 			os.Exit(1)
 		}
+	}
+	if os.Getenv("AGENTRUN_SKIP_RUNSC_BUILD") == "" {
+		_, file, _, _ := runtime.Caller(0)
+		cmd := exec.Command(filepath.Join(filepath.Dir(file), "..", "runsc.sh"))
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "installing runsc: %v\n", err)
+			os.Exit(1)
+		}
+		runscPath = strings.TrimSpace(string(out))
+	}
+	if runscPath == "" {
+		runscPath = envOr("AGENTRUN_RUNSC", "/var/cache/agentrun/bin/runsc")
+	}
+	if _, err := os.Stat(runscPath); err != nil {
+		fmt.Fprintf(os.Stderr, "runsc missing (test/runsc.sh installs it): %v\n", err)
+		os.Exit(1)
 	}
 	pythonImage = "dir:" + filepath.Join(*imagesDir, "python", "rootfs")
 	busyboxImage = "dir:" + filepath.Join(*imagesDir, "busybox", "rootfs")
@@ -93,6 +137,8 @@ func testConfig(t testing.TB) *config.Config {
 	cfg.StoreDir = filepath.Join(stateDir, "store")
 	cfg.Audit = ""
 	cfg.Image = pythonImage
+	cfg.Runsc.Path = runscPath
+	cfg.Runsc.Flags = nil
 	return cfg
 }
 
@@ -157,17 +203,19 @@ func hostLeaks() []string { return hostLeaksExcept("") }
 func hostLeaksExcept(live string) []string {
 	var leaks []string
 	for _, root := range cgroupRoots() {
-		parent := filepath.Join(root, "agentrun")
-		if st, err := os.Stat(parent); err != nil || !st.IsDir() {
-			continue
-		}
-		if live == "" {
-			leaks = append(leaks, "cgroup "+parent)
-		}
-		entries, _ := os.ReadDir(parent)
-		for _, e := range entries {
-			if e.IsDir() && e.Name() != live {
-				leaks = append(leaks, "cgroup "+filepath.Join(parent, e.Name()))
+		for _, name := range []string{"agentrun", "agentrun-runsc"} {
+			parent := filepath.Join(root, name)
+			if st, err := os.Stat(parent); err != nil || !st.IsDir() {
+				continue
+			}
+			if live == "" {
+				leaks = append(leaks, "cgroup "+parent)
+			}
+			entries, _ := os.ReadDir(parent)
+			for _, e := range entries {
+				if e.IsDir() && e.Name() != live {
+					leaks = append(leaks, "cgroup "+filepath.Join(parent, e.Name()))
+				}
 			}
 		}
 	}
@@ -178,12 +226,18 @@ func hostLeaksExcept(live string) []string {
 			}
 		}
 	}
-	for _, sub := range []string{"runs", "runc"} {
+	for _, sub := range []string{"runs", "runc", "runsc"} {
 		entries, _ := os.ReadDir(filepath.Join(stateDir, sub))
 		for _, e := range entries {
-			if e.Name() != "cgroup.lock" && (live == "" || e.Name() != live) {
+			if e.Name() != "cgroup.lock" && e.Name() != "root" && (live == "" || e.Name() != live) {
 				leaks = append(leaks, "state: "+filepath.Join(stateDir, sub, e.Name()))
 			}
+		}
+	}
+	rootEntries, _ := os.ReadDir(filepath.Join(stateDir, "runsc", "root"))
+	for _, e := range rootEntries {
+		if live == "" || !strings.Contains(e.Name(), live) {
+			leaks = append(leaks, "runsc state: "+e.Name())
 		}
 	}
 	return leaks

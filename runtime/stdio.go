@@ -1,0 +1,77 @@
+package runtime
+
+import (
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// Pipes are the three pipes between agentrun and a sandboxed program. The
+// child ends (InR, OutW, ErrW) go to the program; agentrun keeps the others.
+type Pipes struct {
+	InR, InW, OutR, OutW, ErrR, ErrW *os.File
+}
+
+// NewPipes makes the program's stdin, stdout and stderr pipes.
+func NewPipes() (*Pipes, error) {
+	var p Pipes
+	var err error
+	if p.InR, p.InW, err = os.Pipe(); err != nil {
+		return nil, fmt.Errorf("creating stdin pipe: %w", err)
+	}
+	if p.OutR, p.OutW, err = os.Pipe(); err != nil {
+		p.CloseAll()
+		return nil, fmt.Errorf("creating stdout pipe: %w", err)
+	}
+	if p.ErrR, p.ErrW, err = os.Pipe(); err != nil {
+		p.CloseAll()
+		return nil, fmt.Errorf("creating stderr pipe: %w", err)
+	}
+	return &p, nil
+}
+
+// CloseChildEnds closes agentrun's copies of the ends the program holds once
+// it is started, so that the output pipes reach EOF when its side is gone.
+func (p *Pipes) CloseChildEnds() { closeFiles(p.InR, p.OutW, p.ErrW) }
+
+// CloseAll closes every end still open; closing twice is harmless.
+func (p *Pipes) CloseAll() { closeFiles(p.InR, p.InW, p.OutR, p.OutW, p.ErrR, p.ErrW) }
+
+func closeFiles(fs ...*os.File) {
+	for _, f := range fs {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// Feed writes data to the program's stdin and closes it. A program that
+// exits without reading makes the write fail with EPIPE, which ends Feed.
+func Feed(w *os.File, data []byte) {
+	defer w.Close()
+	if len(data) > 0 {
+		_, _ = w.Write(data)
+	}
+}
+
+// LockCgroupParent takes a lock, in stateDir, that makes creating a run's
+// cgroup and removing the empty shared parent cgroup mutually exclusive,
+// across processes: shared while creating (waits), exclusive while removing
+// (does not wait: if a run is being created, it fails and the parent stays).
+// The returned function releases it.
+func LockCgroupParent(stateDir string, exclusive bool) (func(), error) {
+	f, err := os.OpenFile(stateDir+"/cgroup.lock", os.O_RDONLY|os.O_CREATE|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening cgroup lock: %w", err)
+	}
+	how := unix.LOCK_SH
+	if exclusive {
+		how = unix.LOCK_EX | unix.LOCK_NB
+	}
+	if err := unix.Flock(int(f.Fd()), how); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("locking cgroup parent: %w", err)
+	}
+	return func() { f.Close() }, nil
+}
