@@ -167,7 +167,16 @@ func WriteDockerArchive(t testing.TB, path, tag, rootfsDir string) {
 func TarDir(t testing.TB, dir string) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
+	if err := WriteTar(&buf, dir); err != nil {
+		t.Fatalf("tarring %s: %v", dir, err)
+	}
+	return buf.Bytes()
+}
+
+// WriteTar writes the tree under dir to w as an uncompressed tar, owned by
+// root, as a layer would hold it.
+func WriteTar(w io.Writer, dir string) error {
+	tw := tar.NewWriter(w)
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -210,13 +219,10 @@ func TarDir(t testing.TB, dir string) []byte {
 		}
 		return nil
 	})
-	if err == nil {
-		err = tw.Close()
-	}
 	if err != nil {
-		t.Fatalf("tarring %s: %v", dir, err)
+		return err
 	}
-	return buf.Bytes()
+	return tw.Close()
 }
 
 // WriteTree creates files under dir from a map of relative path to

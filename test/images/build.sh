@@ -7,12 +7,15 @@
 # Output (under $AGENTRUN_IMAGES, default /var/cache/agentrun/images):
 #   busybox/rootfs   busybox-static with its applets, /etc/passwd with nobody
 #   python/rootfs    Debian bookworm "essential" + python3, docs stripped
+#   */oci            each rootfs packed as an OCI image layout, tag "latest"
 # A rootfs is rebuilt only when this script changes (its hash is the stamp).
 set -euo pipefail
 
 out=${AGENTRUN_IMAGES:-/var/cache/agentrun/images}
 suite=${AGENTRUN_SUITE:-bookworm}
-stamp=$(sha256sum "$0" | cut -c1-16)-$suite
+here=$(cd "$(dirname "$0")" && pwd)
+stamp=$(cat "$0" "$here"/ocipack/main.go | sha256sum | cut -c1-16)-$suite
+GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
 
 need() { command -v "$1" >/dev/null || { echo "build.sh: $1 not found; install $2 (apt-get install $2)" >&2; exit 1; }; }
 
@@ -45,8 +48,14 @@ build_busybox() {
 	printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$dir.new/rootfs/etc/passwd"
 	printf 'root:x:0:\nnogroup:x:65534:\n' >"$dir.new/rootfs/etc/group"
 	finish "$dir.new/rootfs"
+	pack "$dir.new"
 	echo "$stamp" >"$dir.new/.stamp"
 	rm -rf "$dir" && mv "$dir.new" "$dir"
+}
+
+# pack writes DIR/oci, an OCI layout of DIR/rootfs tagged latest.
+pack() {
+	(cd "$here/../.." && CGO_ENABLED=0 "$GO" run ./test/images/ocipack "$1/rootfs" "$1/oci" latest)
 }
 
 build_python() {
@@ -64,6 +73,7 @@ build_python() {
 		--customize-hook='rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/*' \
 		"$suite" "$dir.new/rootfs"
 	finish "$dir.new/rootfs"
+	pack "$dir.new"
 	echo "$stamp" >"$dir.new/.stamp"
 	rm -rf "$dir" && mv "$dir.new" "$dir"
 }
