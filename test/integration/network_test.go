@@ -33,6 +33,13 @@ func netConfig(t *testing.T, in *proxytest.Internet) *config.Config {
 	return cfg
 }
 
+// netConfigFor is netConfig with rt as the default runtime.
+func netConfigFor(t *testing.T, in *proxytest.Internet, rt string) *config.Config {
+	cfg := netConfig(t, in)
+	cfg.Runtime = rt
+	return cfg
+}
+
 // netTask is a python task that trusts the fake host's CA.
 func netTask(in *proxytest.Internet, code string, allow ...string) string {
 	b, _ := json.Marshal(map[string]any{
@@ -66,43 +73,48 @@ def resolve(name):
 `
 
 func TestAllowlistExplicitAndTransparent(t *testing.T) {
-	in := proxytest.NewInternet(t)
-	code := fetchPy + `
+	eachRuntime(t, func(t *testing.T, rt string) {
+		in := proxytest.NewInternet(t)
+		code := fetchPy + `
 print(fetch("https://internet.test/hello"))
 print(fetch("http://www.internet.test/hello"))
 print(fetch("https://internet.test/hello", proxies=False))
 print(fetch("http://www.internet.test/hello", proxies=False))
 print(resolve("internet.test") == os.environ["HTTP_PROXY"].split("//")[1].split(":")[0])
 `
-	res := runTaskWith(t, netConfig(t, in), nil, netTask(in, code, "internet.test", "*.internet.test"))
-	want := "200 hello from internet.test over https\n200 hello from www.internet.test over http\n" +
-		"200 hello from internet.test over https\n200 hello from www.internet.test over http\nTrue\n"
-	if res.Stdout != want {
-		t.Fatalf("stdout:\n%s\nwant:\n%s\nstderr: %s", res.Stdout, want, res.Stderr)
-	}
-	hosts := map[string]bool{}
-	for _, a := range res.Network.Allowed {
-		hosts[fmt.Sprintf("%s:%d", a.Host, a.Port)] = a.BytesIn > 0 && a.BytesOut > 0
-	}
-	for _, hp := range []string{"internet.test:443", "www.internet.test:80"} {
-		if !hosts[hp] {
-			t.Errorf("network.allowed lacks %s with byte counts: %+v", hp, res.Network.Allowed)
+		res := runTaskWith(t, netConfigFor(t, in, rt), nil, netTask(in, code, "internet.test", "*.internet.test"))
+		want := "200 hello from internet.test over https\n200 hello from www.internet.test over http\n" +
+			"200 hello from internet.test over https\n200 hello from www.internet.test over http\nTrue\n"
+		if res.Stdout != want {
+			t.Fatalf("stdout:\n%s\nwant:\n%s\nstderr: %s", res.Stdout, want, res.Stderr)
 		}
-	}
+		hosts := map[string]bool{}
+		for _, a := range res.Network.Allowed {
+			hosts[fmt.Sprintf("%s:%d", a.Host, a.Port)] = a.BytesIn > 0 && a.BytesOut > 0
+		}
+		for _, hp := range []string{"internet.test:443", "www.internet.test:80"} {
+			if !hosts[hp] {
+				t.Errorf("network.allowed lacks %s with byte counts: %+v", hp, res.Network.Allowed)
+			}
+		}
+	})
 }
 
 func TestAllowlistWgetThroughProxy(t *testing.T) {
-	in := proxytest.NewInternet(t)
-	cfg := netConfig(t, in)
-	res := runTaskWith(t, cfg, nil, fmt.Sprintf(`{"image":%q,"command":["wget","-q","-O","-","http://internet.test/hello"],"network":{"allow":["internet.test"]}}`, busyboxImage))
-	if res.Stdout != "hello from internet.test over http" || res.ExitCode != 0 {
-		t.Fatalf("busybox wget: exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
-	}
+	eachRuntime(t, func(t *testing.T, rt string) {
+		in := proxytest.NewInternet(t)
+		cfg := netConfigFor(t, in, rt)
+		res := runTaskWith(t, cfg, nil, fmt.Sprintf(`{"image":%q,"command":["wget","-q","-O","-","http://internet.test/hello"],"network":{"allow":["internet.test"]}}`, busyboxImage))
+		if res.Stdout != "hello from internet.test over http" || res.ExitCode != 0 {
+			t.Fatalf("busybox wget: exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+		}
+	})
 }
 
 func TestAllowlistDenials(t *testing.T) {
-	in := proxytest.NewInternet(t)
-	code := fetchPy + fmt.Sprintf(`
+	eachRuntime(t, func(t *testing.T, rt string) {
+		in := proxytest.NewInternet(t)
+		code := fetchPy + fmt.Sprintf(`
 print(fetch("https://evil.example/"))
 print(resolve("evil.example"))
 print(fetch("http://%[1]s/hello"))
@@ -124,36 +136,37 @@ try:
 except OSError as e:
     print("udp", type(e).__name__)
 `, in.IP)
-	res := runTaskWith(t, netConfig(t, in), nil, netTask(in, code, "internet.test", "loop.test", "private.test", "metadata.test"))
-	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
-	if len(lines) != 9 {
-		t.Fatalf("stdout %q stderr %q", res.Stdout, res.Stderr)
-	}
-	check := func(i int, prefix, contains string) {
-		t.Helper()
-		if !strings.HasPrefix(lines[i], prefix) || !strings.Contains(lines[i], contains) {
-			t.Errorf("line %d = %q; want %q ... %q", i, lines[i], prefix, contains)
+		res := runTaskWith(t, netConfigFor(t, in, rt), nil, netTask(in, code, "internet.test", "loop.test", "private.test", "metadata.test"))
+		lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+		if len(lines) != 9 {
+			t.Fatalf("stdout %q stderr %q", res.Stdout, res.Stderr)
 		}
-	}
-	// HTTPS through the proxy: the CONNECT is refused with a 403.
-	check(0, "URLError", "Tunnel connection failed: 403")
-	check(1, "NXDOMAIN", "")
-	check(2, "403", "ip literal")
-	check(3, "URLError", "403")
-	for i := 4; i <= 6; i++ {
-		check(i, "403", "not globally routable")
-	}
-	check(7, "OSError", "unreachable")
-	check(8, "udp OSError", "")
-	denied := map[string]bool{}
-	for _, d := range res.Network.Denied {
-		denied[d.Host] = true
-	}
-	for _, h := range []string{"evil.example", in.IP.String(), "loop.test", "private.test", "metadata.test"} {
-		if !denied[h] {
-			t.Errorf("network.denied lacks %s: %+v", h, res.Network.Denied)
+		check := func(i int, prefix, contains string) {
+			t.Helper()
+			if !strings.HasPrefix(lines[i], prefix) || !strings.Contains(lines[i], contains) {
+				t.Errorf("line %d = %q; want %q ... %q", i, lines[i], prefix, contains)
+			}
 		}
-	}
+		// HTTPS through the proxy: the CONNECT is refused with a 403.
+		check(0, "URLError", "Tunnel connection failed: 403")
+		check(1, "NXDOMAIN", "")
+		check(2, "403", "ip literal")
+		check(3, "URLError", "403")
+		for i := 4; i <= 6; i++ {
+			check(i, "403", "not globally routable")
+		}
+		check(7, "OSError", "unreachable")
+		check(8, "udp OSError", "")
+		denied := map[string]bool{}
+		for _, d := range res.Network.Denied {
+			denied[d.Host] = true
+		}
+		for _, h := range []string{"evil.example", in.IP.String(), "loop.test", "private.test", "metadata.test"} {
+			if !denied[h] {
+				t.Errorf("network.denied lacks %s: %+v", h, res.Network.Denied)
+			}
+		}
+	})
 }
 
 func TestHostServicesUnreachable(t *testing.T) {
@@ -216,20 +229,22 @@ print(json.dumps(out))
 		{"no network", pyTask(code, nil)},
 		{"allowlist", netTask(in, code, "internet.test")},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			res := runTaskWith(t, netConfig(t, in), nil, tc.task)
-			var got map[string]string
-			if err := json.Unmarshal([]byte(res.Stdout), &got); err != nil {
-				t.Fatalf("stdout %q stderr %q", res.Stdout, res.Stderr)
-			}
-			for k, v := range got {
-				if v == "connected" {
-					t.Errorf("sandbox reached the host's %s", k)
+		eachRuntime(t, func(t *testing.T, rt string) {
+			t.Run(tc.name, func(t *testing.T) {
+				res := runTaskWith(t, netConfigFor(t, in, rt), nil, tc.task)
+				var got map[string]string
+				if err := json.Unmarshal([]byte(res.Stdout), &got); err != nil {
+					t.Fatalf("stdout %q stderr %q", res.Stdout, res.Stderr)
 				}
-			}
-			if got["abstract"] != "Connection refused" {
-				t.Errorf("abstract socket: %q; want Connection refused", got["abstract"])
-			}
+				for k, v := range got {
+					if v == "connected" {
+						t.Errorf("sandbox reached the host's %s", k)
+					}
+				}
+				if got["abstract"] != "Connection refused" {
+					t.Errorf("abstract socket: %q; want Connection refused", got["abstract"])
+				}
+			})
 		})
 	}
 }
@@ -336,4 +351,3 @@ func hostLinks(t *testing.T) int {
 	}
 	return n
 }
-

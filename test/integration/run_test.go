@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentrun/agentrun/internal/result"
 )
 
@@ -466,4 +468,27 @@ func TestMissingProgramRollsBack(t *testing.T) {
 		}
 		assertNoLeaks(t)
 	})
+}
+
+// TestRunscIsGVisor proves a runsc run is served by gVisor's kernel, not
+// the host's: another kernel release, and gVisor's /proc/version.
+func TestRunscIsGVisor(t *testing.T) {
+	var host unix.Utsname
+	if err := unix.Uname(&host); err != nil {
+		t.Fatal(err)
+	}
+	code := "import platform\nprint(platform.release())\nprint(open('/proc/version').read().strip())"
+	lc := runIn(t, "libcontainer", pyTask(code, nil))
+	sc := runIn(t, "runsc", pyTask(code, nil))
+	hostRelease := unix.ByteSliceToString(host.Release[:])
+	if first := strings.SplitN(lc.Stdout, "\n", 2)[0]; first != hostRelease {
+		t.Errorf("libcontainer release %q; want the host's %q", first, hostRelease)
+	}
+	lines := strings.SplitN(sc.Stdout, "\n", 3)
+	if len(lines) < 2 || lines[0] == hostRelease || !strings.Contains(lines[0], "gvisor") || !strings.Contains(strings.ToLower(lines[1]), "gvisor") {
+		t.Errorf("runsc run reports release %q and /proc/version %q; want gVisor's, not the host's %q", lines[0], lines[1:], hostRelease)
+	}
+	if sc.Runtime != "runsc" || lc.Runtime != "libcontainer" {
+		t.Errorf("result runtimes %q and %q", lc.Runtime, sc.Runtime)
+	}
 }
