@@ -12,11 +12,12 @@ if [ -x "$bin" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$version" ]; then
 	echo "$bin"
 	exit 0
 fi
-command -v go >/dev/null || { echo "runsc.sh: go not found in PATH" >&2; exit 1; }
+GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
+[ -x "$GO" ] || { echo "runsc.sh: go not found (set GO or PATH)" >&2; exit 1; }
 mkdir -p "$dir"
 rm -f "$stamp"
 echo "runsc.sh: building runsc $version into $dir (takes minutes)" >&2
-CGO_ENABLED=0 GOBIN="$dir" go install "gvisor.dev/gvisor/runsc@$version"
+CGO_ENABLED=0 GOBIN="$dir" "$GO" install "gvisor.dev/gvisor/runsc@$version"
 [ -x "$bin" ] || { echo "runsc.sh: go install did not produce $bin" >&2; exit 1; }
 echo "$version" >"$stamp"
 echo "$bin"
