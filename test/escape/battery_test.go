@@ -249,6 +249,18 @@ func parseReport(out string) ([]Probe, bool) {
 // buildProbe builds the probe statically into dir.
 func buildProbe(t *testing.T, dir string) string {
 	t.Helper()
+	// A prebuilt probe, for hosts without Go (the device run).
+	if pre := os.Getenv("AGENTRUN_ESCAPE_PROBE"); pre != "" {
+		b, err := os.ReadFile(pre)
+		if err != nil {
+			t.Fatalf("AGENTRUN_ESCAPE_PROBE: %v", err)
+		}
+		out := filepath.Join(dir, "probe")
+		if err := os.WriteFile(out, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		goBin = filepath.Join(goruntime.GOROOT(), "bin", "go")

@@ -25,6 +25,11 @@ var (
 func agentrunBin(t *testing.T) string {
 	t.Helper()
 	binOnce.Do(func() {
+		// A prebuilt binary, for hosts without Go (the device run).
+		if pre := os.Getenv("AGENTRUN_BIN"); pre != "" {
+			binPath = pre
+			return
+		}
 		_, file, _, _ := runtime.Caller(0)
 		root := filepath.Join(filepath.Dir(file), "..", "..")
 		binPath = filepath.Join(stateDir, "agentrun-cli")

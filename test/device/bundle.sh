@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# bundle.sh prepares _device/bundle.tar.xz for a run of the test suites on a
+# second machine that has no Go and no package access (pure cgroup v2): the
+# test binaries, agentrun, runsc, the escape probe, and the busybox and a
+# slimmed python root filesystem. test/device/run.sh runs it there.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
+images=${AGENTRUN_IMAGES:-/var/cache/agentrun/images}
+runsc=$(GO=$GO test/runsc.sh)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/bin" "$work/images/python" "$work/images/busybox" _device
+
+export CGO_ENABLED=1
+flags=(-tags seccomp -trimpath -ldflags "-s -w")
+"$GO" test -c "${flags[@]}" -o "$work/bin/integration.test" ./test/integration
+"$GO" test -c "${flags[@]}" -o "$work/bin/escape.test" ./test/escape
+"$GO" test -c "${flags[@]}" -o "$work/bin/runsc.test" ./runtime/runsc
+"$GO" build "${flags[@]}" -o "$work/bin/agentrun" ./cmd/agentrun
+CGO_ENABLED=0 "$GO" build -trimpath -ldflags "-s -w" -o "$work/bin/probe" ./test/escape/probe
+cp "$runsc" "$work/bin/runsc"
+
+cp -a "$images/busybox/rootfs" "$work/images/busybox/rootfs"
+# The python image without what no test uses (docs, locales, perl, bytecode
+# caches, unused modules and libraries), to fit the carry limit.
+py=$work/images/python/rootfs
+cp -a "$images/python/rootfs" "$py"
+find "$py" -name __pycache__ -type d -prune -exec rm -rf {} +
+rm -rf "$py"/usr/share/* "$py"/var/lib/dpkg "$py"/var/cache "$py"/var/log "$py"/usr/lib/apt \
+	"$py"/usr/bin/perl* "$py"/usr/lib/x86_64-linux-gnu/perl* "$py"/usr/lib/x86_64-linux-gnu/gconv \
+	"$py"/usr/lib/python3.11/{test,ensurepip,idlelib,lib2to3,pydoc_data,tkinter,turtledemo,asyncio,multiprocessing,unittest,xml,sqlite3,distutils} \
+	"$py"/usr/lib/python3.11/config-3.11-x86_64-linux-gnu
+chroot "$py" python3 -c "import urllib.request, ssl, json, ctypes, threading, platform, socket, errno" ||
+	{ echo "bundle.sh: the slimmed python image is broken" >&2; exit 1; }
+
+tar -C "$work" -cf - . | xz -6 -T2 >_device/bundle.tar.xz.new
+mv _device/bundle.tar.xz.new _device/bundle.tar.xz
+cp test/device/run.sh _device/run.sh
+size=$(stat -c %s _device/bundle.tar.xz)
+echo "bundle.sh: _device/bundle.tar.xz is $((size >> 20)) MiB"
+[ "$size" -lt $((62 << 20)) ] || { echo "bundle.sh: over the 62 MiB carry budget" >&2; exit 1; }
