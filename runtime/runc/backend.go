@@ -131,9 +131,9 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 	case ps = <-waited:
 	case <-timer.C:
 		out.TimedOut = true
-		ps = kill(ctr, waited)
+		ps = kill(ctr, cfg.Cgroups, paths, waited)
 	case <-ctx.Done():
-		ps = kill(ctr, waited)
+		ps = kill(ctr, cfg.Cgroups, paths, waited)
 	}
 	out.Duration = time.Since(start)
 	// Killing init (pid 1 of the sandbox's pid namespace) killed every
@@ -157,10 +157,23 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 	return out, nil
 }
 
-// kill ends the whole sandbox and waits for its init.
-func kill(ctr *libcontainer.Container, waited <-chan *os.ProcessState) *os.ProcessState {
+// kill ends the whole sandbox and waits for its init. libcontainer
+// signals init only while it looks alive, and a program whose main thread
+// ended while others run (a zombie leader) does not: so every process of
+// the cgroup is killed too, again until init is reaped.
+func kill(ctr *libcontainer.Container, cg *cgroups.Cgroup, paths map[string]string, waited <-chan *os.ProcessState) *os.ProcessState {
 	_ = ctr.Signal(unix.SIGKILL)
-	return <-waited
+	m, err := manager.NewWithPaths(cg, paths)
+	for {
+		if err == nil {
+			killAll(m)
+		}
+		select {
+		case ps := <-waited:
+			return ps
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // usage reads cpu, peak memory and the OOM-kill count from the run's cgroup

@@ -59,8 +59,18 @@ func Cleanup(stateDir, id string) error {
 	return destroy(stateDir, ctr, paths)
 }
 
-// removeCgroup kills every process in the cgroup at path (freezing it
-// first so that nothing forks meanwhile) and removes it.
+// killAll SIGKILLs every process in m's cgroup, frozen first so that
+// nothing forks meanwhile.
+func killAll(m cgroups.Manager) {
+	_ = m.Freeze(cgroups.Frozen)
+	pids, _ := m.GetAllPids()
+	for _, pid := range pids {
+		_ = unix.Kill(pid, unix.SIGKILL)
+	}
+	_ = m.Freeze(cgroups.Thawed)
+}
+
+// removeCgroup kills every process in the cgroup at path and removes it.
 func removeCgroup(path string) error {
 	m, err := manager.New(&cgroups.Cgroup{Path: path, Resources: &cgroups.Resources{}})
 	if err != nil {
@@ -68,12 +78,7 @@ func removeCgroup(path string) error {
 	}
 	// Not m.Exists: a crash while the cgroup was being made can leave it in
 	// some hierarchies only. Destroy removes whatever part exists.
-	_ = m.Freeze(cgroups.Frozen)
-	pids, _ := m.GetAllPids()
-	for _, pid := range pids {
-		_ = unix.Kill(pid, unix.SIGKILL)
-	}
-	_ = m.Freeze(cgroups.Thawed)
+	killAll(m)
 	var derr error
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if derr = m.Destroy(); derr == nil {

@@ -492,3 +492,25 @@ func TestRunscIsGVisor(t *testing.T) {
 		t.Errorf("result runtimes %q and %q", lc.Runtime, sc.Runtime)
 	}
 }
+
+// A program whose main thread ends while another thread spins (its process
+// leader is a zombie) is still killed at the timeout.
+func TestTimeoutKillsProgramWithoutMainThread(t *testing.T) {
+	code := `
+import ctypes, threading
+def spin():
+    while True: pass
+threading.Thread(target=spin).start()
+ctypes.CDLL(None).pthread_exit(None)
+`
+	eachRuntime(t, func(t *testing.T, rt string) {
+		start := time.Now()
+		res := runIn(t, rt, pyTask(code, map[string]any{"limits": map[string]any{"timeout": "1s"}}))
+		if !res.TimedOut || res.ExitStatus() != result.ExitTimeout {
+			t.Errorf("timed_out %v exit status %d; want true, 124", res.TimedOut, res.ExitStatus())
+		}
+		if el := time.Since(start); el > 10*time.Second {
+			t.Errorf("a 1s timeout took %v", el)
+		}
+	})
+}

@@ -101,6 +101,9 @@ func main() {
 		case "-int80":
 			int80Child(os.Args[2:])
 			return
+		case "-x32":
+			x32Child(os.Args[2:])
+			return
 		case "-forkbomb":
 			forkBombChild(os.Args[2:])
 			return

@@ -5,8 +5,11 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -390,14 +393,11 @@ func abiProbes() []probeDef {
 		{"setuid", nrSetuid, []func() uintptr{func() uintptr { return 0 }}, nil},
 		{"getpid", nrGetpid, nil, nil},
 	} {
-		ps = append(ps, sysProbe(sysSpec{id: "x32-" + x.id, name: fmt.Sprintf("x32 %s (%d|0x40000000)", x.id, x.nr), cat: "abi", item: 25,
-			call: func() (uintptr, unix.Errno) {
-				var a []uintptr
-				for _, f := range x.args {
-					a = append(a, f())
-				}
-				return raw(x.nr|x32Bit, a...)
-			}, only: blockedErrs}))
+		args := []string{}
+		for _, f := range x.args {
+			args = append(args, strconv.FormatUint(uint64(f()), 10))
+		}
+		ps = append(ps, abiProbe("x32-"+x.id, fmt.Sprintf("x32 %s (%d|0x40000000)", x.id, x.nr), "-x32", int(nrGetpid), int(x.nr), args))
 	}
 	// i386 through int 0x80, each in a child: a fault there must not take
 	// down the battery.
@@ -413,35 +413,43 @@ func abiProbes() []probeDef {
 		{"ptrace", 26, []string{strconv.Itoa(unix.PTRACE_PEEKDATA), "1", "0"}},
 		{"chroot", 61, []string{"cstr:/tmp"}},
 	} {
-		ps = append(ps, int80Probe("i386-"+x.id, x.nr, x.args))
+		ps = append(ps, abiProbe("i386-"+x.id, fmt.Sprintf("i386 int 0x80 syscall %d (%s)", x.nr, x.id), "-int80", 20, x.nr, x.args))
 	}
 	return ps
 }
 
-// int80Probe runs an i386 syscall in a child; the control is i386 getpid
-// (20) in another child, which must return that child's pid.
-func int80Probe(id string, nr int, args []string) probeDef {
-	return probeDef{id, fmt.Sprintf("i386 int 0x80 syscall %d (%s)", nr, id[len("i386-"):]), "abi", 25, func(p *Probe) {
-		ws, out, err := runChild([]string{selfExe, "-int80", "20"}, nil, nil)
+// abiProbe runs a syscall of another ABI (mode -int80: i386, -x32: x32)
+// in a child: a fault, or the filter's bad-arch action killing the thread,
+// must not take down the battery. The control is getpid (ctlNR) through
+// the same ABI in another child: it returns the child's pid where the ABI
+// reaches the filter's rules, or the child dies of SIGSYS where the filter
+// refuses the whole ABI, which blocks the probe as well.
+func abiProbe(id, name, mode string, ctlNR, nr int, args []string) probeDef {
+	return probeDef{id, name, "abi", 25, func(p *Probe) {
+		ws, out, err := runChild([]string{selfExe, mode, strconv.Itoa(ctlNR)}, nil, nil)
 		var pid, ret int
 		var cerrno string
 		n, _ := fmt.Sscanf(out, "%d %d %s", &pid, &ret, &cerrno)
-		p.ControlOK = err == nil && ws.Exited() && ws.ExitStatus() == 0 && n >= 2 && pid == ret && pid > 0
-		p.Control = fmt.Sprintf("i386 getpid in a child (%s, %v): %q", describeWait(ws), err, out)
+		// The whole ABI refused: getpid kills the calling thread (the
+		// filter's bad-arch action), or fails.
+		abiRefused := err == nil && ((ws.Signaled() && ws.Signal() == unix.SIGSYS) || strings.Contains(out, threadKilled) || (ws.Exited() && n == 3 && ret < 0))
+		p.ControlOK = abiRefused || (err == nil && ws.Exited() && ws.ExitStatus() == 0 && n >= 2 && pid == ret && pid > 0)
+		p.Control = fmt.Sprintf("getpid through the same ABI in a child (%s, %v): %q", describeWait(ws), err, out)
 		if !p.ControlOK {
-			p.NotProbed = "int 0x80 does not work here (no IA-32 emulation?): " + p.Control
+			p.NotProbed = "this ABI does not work here (no IA-32 emulation?): " + p.Control
 			return
 		}
-		ws, out, err = runChild(append([]string{selfExe, "-int80", strconv.Itoa(nr)}, args...), nil, nil)
+		ws, out, err = runChild(append([]string{selfExe, mode, strconv.Itoa(nr)}, args...), nil, nil)
 		if err != nil {
 			p.NotProbed = "starting the child: " + err.Error()
 			return
 		}
-		if ws.Signaled() {
-			p.Blocked = ws.Signal() == unix.SIGSYS
-			p.Detail = "the child was " + describeWait(ws)
+		if ws.Signaled() || strings.Contains(out, threadKilled) {
+			p.Blocked = strings.Contains(out, threadKilled) || ws.Signal() == unix.SIGSYS
+			p.Detail = "the child was " + describeWait(ws) + " " + strings.TrimSpace(out)
 			if p.Blocked {
 				p.Errno = "SIGSYS"
+				p.Detail = "the calling thread was killed (seccomp bad-arch action)"
 			}
 			return
 		}
@@ -455,7 +463,7 @@ func int80Probe(id string, nr int, args []string) probeDef {
 			return
 		}
 		p.Errno = en
-		// x86-64 and i386 share errno values.
+		// x86-64, x32 and i386 share errno values.
 		p.Blocked = en == "EPERM" || en == "ENOSYS" || en == "EACCES"
 		p.Detail = fmt.Sprintf("returned %d (%s)", ret, en)
 	}}
@@ -481,12 +489,57 @@ func int80Child(args []string) {
 		v, _ := strconv.ParseInt(s, 10, 64)
 		a[i] = uintptr(v)
 	}
-	r := int32(int80(uintptr(nr), a[0], a[1], a[2]))
-	en := "OK"
-	if r < 0 {
-		en = ename(unix.Errno(-r))
+	fmt.Println(onOwnThread(func() string {
+		r := int32(int80(uintptr(nr), a[0], a[1], a[2]))
+		en := "OK"
+		if r < 0 {
+			en = ename(unix.Errno(-r))
+		}
+		return fmt.Sprintf("%d %d %s", os.Getpid(), r, en)
+	}))
+}
+
+// threadKilled is what onOwnThread reports when the thread never came back.
+const threadKilled = "THREAD-KILLED"
+
+// onOwnThread runs fn on a thread of its own and returns its answer, or
+// threadKilled if that thread does not come back: a seccomp filter's
+// bad-arch action kills the calling thread, not the process.
+func onOwnThread(fn func() string) string {
+	ch := make(chan string, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread may be dead
+		ch <- fn()
+	}()
+	select {
+	case s := <-ch:
+		return s
+	case <-time.After(500 * time.Millisecond): // a syscall answers in microseconds
+		return threadKilled
 	}
-	fmt.Printf("%d %d %s\n", os.Getpid(), r, en)
+}
+
+// x32Child: -x32 NR [ARG...], numeric arguments; it makes syscall NR
+// through the x32 ABI and prints "pid ret errno".
+func x32Child(args []string) {
+	if len(args) == 0 {
+		os.Exit(2)
+	}
+	nr, _ := strconv.ParseUint(args[0], 10, 64)
+	var a []uintptr
+	for _, s := range args[1:] {
+		v, _ := strconv.ParseUint(s, 10, 64)
+		a = append(a, uintptr(v))
+	}
+	fmt.Println(onOwnThread(func() string {
+		r, e := raw(uintptr(nr)|x32Bit, a...)
+		en := "OK"
+		ret := int64(r)
+		if e != 0 {
+			en, ret = ename(e), -1
+		}
+		return fmt.Sprintf("%d %d %s", os.Getpid(), ret, en)
+	}))
 }
 
 func cutPrefix(s, p string) (string, bool) {
