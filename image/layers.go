@@ -127,8 +127,14 @@ func (s *Store) putBlob(d v1.Hash, data []byte, what string) error {
 	if d.Algorithm != "sha256" || hex.EncodeToString(sum[:]) != d.Hex {
 		return fmt.Errorf("%s: %w: want %s, got sha256:%x", what, ErrDigestMismatch, d, sum)
 	}
-	if _, err := os.Lstat(s.blobPath(d)); err == nil {
+	// A stored blob is used only if it still matches its digest; a corrupt
+	// one is removed and fetched again.
+	if ok, err := blobMatches(s.blobPath(d), d); err == nil && ok {
 		return nil
+	} else if err == nil {
+		if err := os.Remove(s.blobPath(d)); err != nil {
+			return fmt.Errorf("removing corrupt layer blob %s: %w", d, err)
+		}
 	}
 	return s.writeBlob(d, bytes.NewReader(data), int64(len(data)))
 }
@@ -139,8 +145,14 @@ func (s *Store) fetchLayer(ctx context.Context, l v1.Layer, d v1.Hash, size int6
 	if d.Algorithm != "sha256" {
 		return fmt.Errorf("layer %s: unsupported digest algorithm", d)
 	}
-	if _, err := os.Lstat(s.blobPath(d)); err == nil {
+	// A stored blob is used only if it still matches its digest; a corrupt
+	// one is removed and fetched again.
+	if ok, err := blobMatches(s.blobPath(d), d); err == nil && ok {
 		return nil
+	} else if err == nil {
+		if err := os.Remove(s.blobPath(d)); err != nil {
+			return fmt.Errorf("removing corrupt layer blob %s: %w", d, err)
+		}
 	}
 	if size > s.maxBytes() {
 		return fmt.Errorf("layer %s: %w: %d bytes compressed, limit %d (decompression bomb?)", d, ErrTooLarge, size, s.maxBytes())
@@ -153,6 +165,21 @@ func (s *Store) fetchLayer(ctx context.Context, l v1.Layer, d v1.Hash, size int6
 		defer rc.Close()
 		return s.writeBlob(d, rc, size)
 	})
+}
+
+// blobMatches reports whether the file at path hashes to d (an error when
+// it cannot be read, e.g. it does not exist).
+func blobMatches(path string, d v1.Hash) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return false, err
+	}
+	return hex.EncodeToString(h.Sum(nil)) == d.Hex, nil
 }
 
 // writeBlob copies r into blobs/, via a locked temp file in staging,

@@ -83,9 +83,9 @@ func absPath(raw, p string) (string, error) {
 	if p == "" {
 		return "", fmt.Errorf("%w %q: empty path", ErrBadReference, raw)
 	}
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		return "", fmt.Errorf("%w %q: %v", ErrBadReference, raw, err)
+	// Never relative to agentrun's working directory.
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("%w %q: the path must be absolute", ErrBadReference, raw)
 	}
-	return abs, nil
+	return filepath.Clean(p), nil
 }

@@ -150,6 +150,13 @@ func (s *Store) lockFor(name string) string {
 	return filepath.Join(s.dir, "locks", name+".lock")
 }
 
+// refLock is the lock serialising pulls of one reference. References share
+// 256 lock files by hash, so that tasks naming ever new references cannot
+// grow the store without bound.
+func (s *Store) refLock(key string) string {
+	return s.lockFor("ref-" + hashString(key)[:2])
+}
+
 // Get returns the image for ref, pulling and unpacking it only if the
 // store lacks it, and marks it used. A dir: reference is returned as is.
 func (s *Store) Get(ctx context.Context, ref string, opts PullOptions) (*Image, error) {
@@ -171,7 +178,7 @@ func (s *Store) Get(ctx context.Context, ref string, opts PullOptions) (*Image, 
 		return nil, err
 	}
 	defer gc.unlock()
-	rl, err := lockPath(ctx, s.lockFor("ref-"+hashString(r.key)), false)
+	rl, err := lockPath(ctx, s.refLock(r.key), false)
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +205,7 @@ func (s *Store) Pull(ctx context.Context, ref string, opts PullOptions) (*Image,
 		return nil, err
 	}
 	defer gc.unlock()
-	rl, err := lockPath(ctx, s.lockFor("ref-"+hashString(r.key)), false)
+	rl, err := lockPath(ctx, s.refLock(r.key), false)
 	if err != nil {
 		return nil, err
 	}

@@ -86,3 +86,45 @@ func CheckHostname(name string) error {
 	}
 	return nil
 }
+
+// LocalImagePrefixes are the reference forms that name a path on the host.
+var LocalImagePrefixes = []string{"dir:", "oci:", "docker-archive:"}
+
+// LocalImagePath returns the host path a local image reference names
+// (for oci: and docker-archive:, without a trailing ":tag"), and whether
+// ref is local at all.
+func LocalImagePath(ref string) (string, bool) {
+	for _, p := range LocalImagePrefixes {
+		if rest, ok := strings.CutPrefix(ref, p); ok {
+			if p != "dir:" {
+				// A tag follows the last ':' after the last '/'.
+				if i := strings.LastIndex(rest, ":"); i > strings.LastIndex(rest, "/") {
+					rest = rest[:i]
+				}
+			}
+			return rest, true
+		}
+	}
+	return "", false
+}
+
+// CheckLocalImage refuses a local image reference whose path is not
+// absolute and clean, or not under one of dirs.
+func CheckLocalImage(ref string, dirs []string) error {
+	path, ok := LocalImagePath(ref)
+	if !ok {
+		return nil
+	}
+	if !isCleanAbs(path) {
+		return fmt.Errorf("%q: a local image path must be absolute and clean", ref)
+	}
+	for _, d := range dirs {
+		if path == d || strings.HasPrefix(path, strings.TrimSuffix(d, "/")+"/") {
+			return nil
+		}
+	}
+	if len(dirs) == 0 {
+		return fmt.Errorf("%q: tasks may not name local images (config policy.local_images lists none)", ref)
+	}
+	return fmt.Errorf("%q is not under a directory in config policy.local_images %q", ref, dirs)
+}

@@ -34,6 +34,10 @@ type Policy struct {
 	NetBytes      string   `json:"net_bytes,omitempty"`
 	NetConns      *int64   `json:"net_connections,omitempty"`
 	AllowNetwork  *bool    `json:"allow_network"` // false: tasks may not ask for any network
+	// LocalImages are the directories under which a task may name a local
+	// image (dir:, oci:, docker-archive:); none by default. The config's
+	// own default image is the operator's and is not bound by it.
+	LocalImages []string `json:"local_images,omitempty"`
 }
 
 // Network configures the egress proxy: static host entries (name to IP, used

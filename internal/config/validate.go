@@ -113,6 +113,11 @@ func validateLimits(l Limits, p Policy) error {
 			return err
 		}
 	}
+	for i, d := range p.LocalImages {
+		if !isCleanAbs(d) {
+			return fmt.Errorf("policy.local_images[%d]: %q must be an absolute, clean path", i, d)
+		}
+	}
 	if p.AllowNetwork == nil {
 		return fieldErr("policy.allow_network", errors.New("required"))
 	}

@@ -10,6 +10,12 @@ import (
 
 // resolveLimits takes each limit from the task, else from the config, and
 // refuses any above the config's policy (ErrPolicy), never clamping.
+// Smallest limits a sandbox can run with.
+const (
+	MinMemory = 8 << 20 // the container's own init and a small program
+	MinSize   = 64 << 10
+)
+
 func resolveLimits(tl config.Limits, cfg *config.Config) (Limits, error) {
 	def, pol := cfg.Limits, cfg.Policy
 	var l Limits
@@ -29,6 +35,17 @@ func resolveLimits(tl config.Limits, cfg *config.Config) (Limits, error) {
 	} {
 		if *f.dst, err = resolveOne(f.name, f.val, f.def, f.max, f.parse); err != nil {
 			return Limits{}, err
+		}
+	}
+	// Below these a sandbox cannot even start: say so, naming the field,
+	// rather than fail later in the kernel's words.
+	for _, f := range []struct {
+		name string
+		val  int64
+		min  int64
+	}{{"memory", l.Memory, MinMemory}, {"tmp_size", l.TmpSize, MinSize}, {"workspace_size", l.WorkspaceSize, MinSize}} {
+		if f.val < f.min {
+			return Limits{}, errorf("limits."+f.name, "%d bytes is below the minimum %d", f.val, f.min)
 		}
 	}
 	if l.CPUs, err = resolveNum("cpus", tl.CPUs, def.CPUs, pol.CPUs); err != nil {

@@ -39,6 +39,10 @@ func (t *Task) Resolve(cfg *config.Config) (*Plan, error) {
 	}
 	if p.Image == "" {
 		p.Image = cfg.Image
+	} else if err := config.CheckLocalImage(p.Image, cfg.Policy.LocalImages); err != nil {
+		// A task naming a host path could make any host directory its
+		// root: only the directories the operator lists may be named.
+		return nil, &Error{Field: "image", Reason: err.Error(), Err: ErrPolicy}
 	}
 	if err := config.CheckImage(p.Image); err != nil {
 		return nil, errorf("image", "%v", err)

@@ -77,6 +77,12 @@ var errorCases = []struct {
 	{name: "file null", json: `{"code":"x","files":{"a":null}}`, field: `files["a"]`},
 	{name: "file both contents", json: `{"code":"x","files":{"a":{"content":"","content_base64":""}}}`, field: `files["a"]`},
 	{name: "file bad base64", json: `{"code":"x","files":{"a":{"content_base64":"%%%"}}}`, field: `files["a"].content_base64`},
+	{name: "memory below minimum", json: `{"code":"x","limits":{"memory":"1"}}`, field: "limits.memory"},
+	{name: "tmp below minimum", json: `{"code":"x","limits":{"tmp_size":"1k"}}`, field: "limits.tmp_size"},
+	{name: "host dir image", json: `{"code":"x","image":"dir:/"}`, field: "image", policy: true},
+	{name: "relative dir image", json: `{"code":"x","image":"dir:relative"}`, field: "image", policy: true},
+	{name: "oci image outside policy", json: `{"code":"x","image":"oci:/etc:latest"}`, field: "image", policy: true},
+	{name: "archive image outside policy", json: `{"code":"x","image":"docker-archive:/tmp/x.tar"}`, field: "image", policy: true},
 	{name: "files too big", json: `{"code":"x","limits":{"workspace_size":"4"},"files":{"a":{"content":"abcd"}}}`, field: "limits.workspace_size"},
 	{name: "stdin too big", json: `{"command":["cat"],"limits":{"workspace_size":"2"},"stdin":"abc"}`, field: "limits.workspace_size"},
 
@@ -239,7 +245,7 @@ func TestFullTask(t *testing.T) {
 		"collect": ["out/*.png", "report.md"],
 		"env": {"MPLBACKEND": "Agg", "_X1": ""},
 		"limits": {"timeout": "1m", "memory": "2GiB", "cpus": 2, "pids": 512, "output_bytes": 1, "tmp_size": "1g",
-		           "workspace_size": "1k", "net_bytes": "1.5k", "net_connections": 256},
+		           "workspace_size": "64k", "net_bytes": "1.5k", "net_connections": 256},
 		"network": {"allow": ["PyPI.org", "*.pythonhosted.org", "api.example.com:08443", "pypi.org"]},
 		"runtime": "libcontainer"
 	}`), cfg)
@@ -259,7 +265,7 @@ func TestFullTask(t *testing.T) {
 		Env:      map[string]string{"LANG": "C.UTF-8", "MPLBACKEND": "Agg", "_X1": ""},
 		Limits: Limits{
 			Timeout: time.Minute, Memory: 2 << 30, CPUs: 2, Pids: 512, OutputBytes: 1,
-			TmpSize: 1 << 30, WorkspaceSize: 1024, NetBytes: 1536, NetConns: 256,
+			TmpSize: 1 << 30, WorkspaceSize: 64 << 10, NetBytes: 1536, NetConns: 256,
 		},
 		Allow:    []string{"pypi.org", "*.pythonhosted.org", "api.example.com:8443"},
 		TaskHash: p.TaskHash,
@@ -304,5 +310,27 @@ func TestResolveBrokenConfig(t *testing.T) {
 	}
 	if _, err := tk.Resolve(nil); err == nil {
 		t.Error("nil config should fail")
+	}
+}
+
+func TestLocalImageUnderPolicy(t *testing.T) {
+	cfg := config.Default()
+	cfg.Policy.LocalImages = []string{"/srv/images"}
+	for ref, ok := range map[string]bool{
+		"dir:/srv/images/py":               true,
+		"oci:/srv/images/layout:latest":    true,
+		"docker-archive:/srv/images/a.tar": true,
+		"dir:/srv/images/../../etc":        false,
+		"dir:/srv/imagesX":                 false,
+		"oci:/srv/other:latest":            false,
+		"python:3.12-slim":                 true,
+	} {
+		_, err := Load([]byte(`{"code":"x","image":"`+ref+`"}`), cfg)
+		if (err == nil) != ok {
+			t.Errorf("image %q: err %v; want allowed %v", ref, err, ok)
+		}
+		if err != nil && !errors.Is(err, ErrPolicy) {
+			t.Errorf("image %q: %v is not a policy refusal", ref, err)
+		}
 	}
 }

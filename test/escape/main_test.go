@@ -96,6 +96,7 @@ func testConfig() *config.Config {
 	cfg.StateDir = stateDir
 	cfg.StoreDir = filepath.Join(stateDir, "store")
 	cfg.Audit = ""
+	cfg.Policy.LocalImages = []string{os.TempDir()}
 	// runsc as test/runsc.sh installs it, unless told otherwise.
 	cfg.Runsc.Path = "/var/cache/agentrun/bin/runsc"
 	cfg.Runsc.Flags = nil

@@ -137,6 +137,9 @@ func testConfig(t testing.TB) *config.Config {
 	cfg.StoreDir = filepath.Join(stateDir, "store")
 	cfg.Audit = ""
 	cfg.Image = pythonImage
+	// Tasks of the tests name the test images and images they make in
+	// temporary directories.
+	cfg.Policy.LocalImages = []string{*imagesDir, os.TempDir(), stateDir}
 	cfg.Runsc.Path = runscPath
 	cfg.Runsc.Flags = nil
 	return cfg
