@@ -52,7 +52,8 @@ func cli(t *testing.T, stdin string, args ...string) (res *result.Result, stdout
 	t.Helper()
 	dir := t.TempDir()
 	cfg := map[string]any{"image": pythonImage, "state_dir": stateDir, "store_dir": filepath.Join(stateDir, "store"),
-		"audit": filepath.Join(dir, "audit.jsonl")}
+		"audit":  filepath.Join(dir, "audit.jsonl"),
+		"policy": map[string]any{"local_images": []string{*imagesDir, os.TempDir(), "/nonexistent"}}}
 	b, _ := json.Marshal(cfg)
 	cfgPath := filepath.Join(dir, "config.json")
 	os.WriteFile(cfgPath, b, 0o600)
