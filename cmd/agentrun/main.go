@@ -26,7 +26,7 @@ func init() {
 const usage = `usage: agentrun <command> [flags] [args]
 
 commands:
-  run [--config F] [--output F] [--format json|text] [--audit F] TASK
+  run [--config F] [--output F] [--format json|text] [--audit F] [--store DIR] TASK
         run TASK (a task.json file, or - for stdin) and print the result
   [flags] TASK
         the same as run [flags] TASK
@@ -35,6 +35,14 @@ commands:
   gc [--config F]
         remove what agentrun processes that died left behind (also done
         at the start of every run)
+  pull [--config F] [--store DIR] REF
+        fetch and unpack image REF into the store; prints "REF DIGEST"
+  images [--config F] [--store DIR] [--json]
+        list the images in the store
+  rmi [--config F] [--store DIR] REF...
+        remove references from the store (and their images when unused)
+  prune [--config F] [--store DIR]
+        remove images no reference uses and what interrupted pulls left
   help  show this help
 
 exit status of run: the program's own exit code; 124 timeout; 137 killed
@@ -59,6 +67,14 @@ func dispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return cmdDoctor(args[1:], stdout, stderr)
 	case "gc":
 		return cmdGC(args[1:], stdout, stderr)
+	case "pull":
+		return cmdPull(args[1:], stdout, stderr)
+	case "images":
+		return cmdImages(args[1:], stdout, stderr)
+	case "rmi":
+		return cmdRmi(args[1:], stdout, stderr)
+	case "prune":
+		return cmdPrune(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -25,6 +25,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	output := fs.String("output", "", "write the result to this file instead of stdout")
 	format := fs.String("format", "json", "result format: json, or text (program output and a summary)")
 	auditPath := fs.String("audit", "", `audit log ("-" for stderr; default from the config)`)
+	storeDir := fs.String("store", "", "image store directory (default from the config)")
 	if err := fs.Parse(args); err != nil {
 		return result.ExitSetup
 	}
@@ -37,7 +38,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return result.ExitSetup
 	}
 
-	res := runTask(fs.Arg(0), *cfgPath, *auditPath, stdin, stderr)
+	res := runTask(fs.Arg(0), *cfgPath, *auditPath, *storeDir, stdin, stderr)
 
 	out := stdout
 	if *output != "" {
@@ -54,14 +55,14 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return result.ExitSetup
 	}
 	if res.Error != "" && *format == "json" && *output == "" {
-		fmt.Fprintf(stderr, "agentrun: %s\n", res.Error)
+		fmt.Fprintf(stderr, "agentrun: %s\n", strings.Join(strings.Fields(res.Error), " "))
 	}
 	return res.ExitStatus()
 }
 
 // runTask loads the config and the task and runs it. Whatever fails, it
 // returns a result (with Error set when agentrun could not run the task).
-func runTask(taskPath, cfgPath, auditPath string, stdin io.Reader, stderr io.Writer) *result.Result {
+func runTask(taskPath, cfgPath, auditPath, storeDir string, stdin io.Reader, stderr io.Writer) *result.Result {
 	fail := func(err error) *result.Result {
 		return &result.Result{Error: err.Error(), Files: map[string]result.File{},
 			Network: result.Network{Allowed: []result.Allowed{}, Denied: []result.Denied{}}}
@@ -69,6 +70,9 @@ func runTask(taskPath, cfgPath, auditPath string, stdin io.Reader, stderr io.Wri
 	cfg, err := config.Load(cfgPath)
 	if err != nil {
 		return fail(err)
+	}
+	if storeDir != "" {
+		cfg.StoreDir = storeDir
 	}
 	data, err := readTask(taskPath, stdin)
 	if err != nil {
