@@ -239,7 +239,11 @@ probe("bpf", 321, 0, 0, 0)
 probe("perf_event_open", 298, 0, 0, 0, 0, 0)
 probe("clone3", 435, 0, 0)
 probe("personality", 135, 0x0400000)    # READ_IMPLIES_EXEC
-probe("x32_getpid", 0x40000000 | 39)
+# Another ABI in a child: the filter admits only the native one, and its
+# bad-arch action kills the calling thread.
+import subprocess, sys
+c = subprocess.run([sys.executable, "-c", "import ctypes; print('ok' if ctypes.CDLL(None).syscall(0x40000000 | 39) >= 0 else 'refused')"], capture_output=True, text=True)
+print("x32_getpid", "ok" if c.stdout.strip() == "ok" else ("SIGSYS" if c.returncode == -31 else "failed_%d" % c.returncode))
 `
 		res := runIn(t, rt, pyTask(code, nil))
 		got := map[string]string{}
