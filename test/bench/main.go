@@ -63,7 +63,7 @@ func main() {
 	defer os.RemoveAll(work)
 
 	cfg := filepath.Join(work, "config.json")
-	write(cfg, fmt.Sprintf(`{"image":"dir:%s","audit":"","state_dir":"/run/agentrun-bench","runsc":{"path":%q,"flags":[]}}`, rootfs, *runscBin))
+	write(cfg, fmt.Sprintf(`{"image":"dir:%s","audit":"","state_dir":%q,"runsc":{"path":%q,"flags":[]}}`, rootfs, filepath.Join(work, "state"), *runscBin))
 	task := filepath.Join(work, "task.json")
 	write(task, `{"code":"print(45)"}`)
 	allowTask := filepath.Join(work, "allow.json")

@@ -18,11 +18,11 @@ export AGENTRUN_IMAGES=$w/images AGENTRUN_SKIP_IMAGE_BUILD=1 AGENTRUN_SKIP_RUNSC
 } >"$OUT/host.txt" 2>&1
 cat "$OUT/host.txt"
 rc=0
-# The docker-registry package is not installable there: its tests are skipped
-# by name, and so reported in the closing note.
-for t in integration escape runsc; do
+# The python OCI layout does not fit the carry and docker-registry cannot be
+# installed there: TestPullRegistryPython is skipped by name, and so reported.
+for t in integration escape; do
 	echo "=== $t"
-	timeout 300 "$w/bin/$t.test" -test.v -test.count=1 -test.timeout 280s -test.skip 'DockerRegistry' >"$OUT/$t.log" 2>&1
+	timeout 300 "$w/bin/$t.test" -test.v -test.count=1 -test.timeout 280s -test.skip 'TestPullRegistryPython' >"$OUT/$t.log" 2>&1
 	r=$?
 	[ $r -eq 0 ] || rc=$r
 	grep -E '^(--- FAIL|FAIL|ok|PASS)' "$OUT/$t.log" | head -40
