@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,13 +116,86 @@ func main() {
 	}
 
 	tp := throughput(cs[3], []int{1, 4, 8}, 24)
-	report(os.Stdout, cs, tp)
+	pulls := pullBench(work, filepath.Join(*images, "python", "oci"))
+	report(os.Stdout, cs, tp, pulls)
 	f, err := os.Create(*out)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer f.Close()
-	report(f, cs, tp)
+	report(f, cs, tp, pulls)
+}
+
+// pullBench times a first pull and unpack of the python test image from a
+// registry on loopback (Debian's docker-registry, started here): agentrun
+// pull into an empty store against skopeo copy + umoci unpack, interleaved.
+func pullBench(work, layout string) []*contender {
+	const runs = 3
+	port, stop, err := startRegistry(work)
+	if err != nil {
+		return []*contender{{name: "first pull + unpack", err: err.Error()}}
+	}
+	defer stop()
+	ref := fmt.Sprintf("127.0.0.1:%d/bench/python:latest", port)
+	if out, err := exec.Command("skopeo", "copy", "--dest-tls-verify=false", "oci:"+layout+":latest", "docker://"+ref).CombinedOutput(); err != nil {
+		return []*contender{{name: "first pull + unpack", err: fmt.Sprintf("pushing the image: %v %s", err, firstLine(string(out)))}}
+	}
+	ar := &contender{name: "agentrun pull (first pull + unpack)", note: "content-addressed store, every layer verified, os.Root unpacker"}
+	sk := &contender{name: "skopeo copy + umoci unpack", note: "skopeo " + version("skopeo", "--version") + ", umoci " + version("umoci", "--version")}
+	for i := range runs {
+		dir := filepath.Join(work, fmt.Sprintf("pull-%d", i))
+		ar.cmd = func(int) *exec.Cmd {
+			return exec.Command(*bin, "pull", "--store", filepath.Join(dir, "store"), ref)
+		}
+		sk.cmd = func(int) *exec.Cmd {
+			return exec.Command("sh", "-c", `skopeo copy --src-tls-verify=false "docker://$1" "oci:$2/layout:latest" >/dev/null && umoci unpack --image "$2/layout:latest" "$2/bundle" && echo 45`,
+				"sh", ref, dir)
+		}
+		for _, c := range []*contender{ar, sk} {
+			if c.err != "" {
+				continue
+			}
+			os.RemoveAll(dir)
+			os.MkdirAll(dir, 0o700)
+			start := time.Now()
+			out, err := c.cmd(i).CombinedOutput()
+			if err != nil {
+				c.err = fmt.Sprintf("%v: %s", err, firstLine(string(out)))
+				continue
+			}
+			c.times = append(c.times, time.Since(start))
+		}
+		os.RemoveAll(dir)
+	}
+	return []*contender{ar, sk}
+}
+
+// startRegistry runs docker-registry on a free loopback port with its
+// storage in work, and returns the port and how to stop it.
+func startRegistry(work string) (int, func(), error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	dir := filepath.Join(work, "registry")
+	cfg := filepath.Join(work, "registry.yml")
+	write(cfg, fmt.Sprintf("version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%d\n", dir, port))
+	cmd := exec.Command("docker-registry", "serve", cfg)
+	cmd.Env = []string{}
+	if err := cmd.Start(); err != nil {
+		return 0, nil, fmt.Errorf("starting docker-registry (test/deps.sh installs it): %w", err)
+	}
+	stop := func() { cmd.Process.Kill(); cmd.Wait() }
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			c.Close()
+			return port, stop, nil
+		}
+	}
+	stop()
+	return 0, nil, fmt.Errorf("docker-registry did not listen on %d", port)
 }
 
 func runOnce(c *contender, i int, record bool) error {
@@ -184,7 +258,7 @@ func throughput(c *contender, ks []int, total int) map[int]float64 {
 	return res
 }
 
-func report(w io.Writer, cs []*contender, tp map[int]float64) {
+func report(w io.Writer, cs []*contender, tp map[int]float64, pulls []*contender) {
 	floor := median(cs[0].times)
 	fmt.Fprintf(w, "# agentrun benchmark\n\n")
 	fmt.Fprintf(w, "`make bench` on %s. The same `print(45)` task on the python test image, %d runs per contender, interleaved; wall time of the whole command.\n\n", machine(), *n)
@@ -204,7 +278,34 @@ func report(w io.Writer, cs []*contender, tp map[int]float64) {
 			fmt.Fprintf(w, "| %d | %.1f |\n", k, tp[k])
 		}
 	}
+	if len(pulls) > 0 {
+		fmt.Fprintf(w, "\nFirst pull and unpack of the python test image (%s) from a registry on loopback, 3 runs each, interleaved:\n\n| contender | median | max | ratio |\n|---|---|---|---|\n", imageSize())
+		base := median(pulls[len(pulls)-1].times)
+		for _, c := range pulls {
+			if c.err != "" || len(c.times) == 0 {
+				fmt.Fprintf(w, "| %s | – | – | not measured: %s |\n", c.name, strings.ReplaceAll(firstLine(c.err), "|", "/"))
+				continue
+			}
+			ratio := "–"
+			if base > 0 {
+				ratio = fmt.Sprintf("%.2f× (%s)", float64(median(c.times))/float64(base), c.note)
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", c.name, ms(median(c.times)), ms(slices.Max(c.times)), ratio)
+		}
+	}
 	fmt.Fprintf(w, "\nTargets: cold agentrun ≤ 2.0× the floor; allowlist ≤ 10 ms above no network; agentrun's peak RSS < 40 MiB for one run.\n")
+}
+
+// imageSize is the compressed size of the python test image's layout.
+func imageSize() string {
+	var n int64
+	filepath.Walk(filepath.Join(*images, "python", "oci", "blobs"), func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+		return nil
+	})
+	return fmt.Sprintf("%.0f MiB compressed", float64(n)/(1<<20))
 }
 
 func mapKeys(m map[int]float64) func(func(int) bool) {

@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/agentrun/agentrun/image/imagetest"
 )
@@ -36,11 +37,13 @@ func pack(rootfs, dir, tag string) error {
 		r, w := io.Pipe()
 		go func() { w.CloseWithError(imagetest.WriteTar(w, rootfs)) }()
 		return r, nil
-	})
+	}, tarball.WithMediaType(types.OCILayer))
 	if err != nil {
 		return err
 	}
-	img, err := mutate.ConfigFile(empty.Image, &v1.ConfigFile{
+	// OCI media types throughout, as an OCI layout's readers expect.
+	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	img, err := mutate.ConfigFile(base, &v1.ConfigFile{
 		OS: "linux", Architecture: runtime.GOARCH,
 		RootFS: v1.RootFS{Type: "layers"},
 		Config: v1.Config{Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}},
