@@ -4,6 +4,7 @@
 #   make test     install what is missing, build, run the whole suite (as root)
 #   make install  install bin/agentrun to $(PREFIX)/bin
 #   make bench    measure against bare chroot, runc and bwrap (docs/bench.md)
+#   make soak     1,000 mixed runs, checking nothing accumulates
 
 GO       ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 PREFIX   ?= /usr/local
@@ -64,6 +65,11 @@ test: deps vet unit integration fuzz
 # bench compares agentrun with bare chroot, runc and bwrap; writes docs/bench.md.
 bench: build images
 	$(GO) run ./test/bench -n 30 -agentrun $(BIN) -out docs/bench.md
+
+# soak: 1,000 mixed runs at concurrency 8 on one runner; nothing may accumulate.
+SOAK_RUNS ?= 1000
+soak: build images runsc
+	AGENTRUN_SOAK_RUNS=$(SOAK_RUNS) $(GO) test -tags $(TAGS) -count=1 -p 1 -timeout 30m -run '^TestSoak$$' -v ./test/integration/
 
 clean:
 	rm -rf bin

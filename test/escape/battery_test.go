@@ -189,6 +189,8 @@ func battery(t *testing.T, rt string) {
 	assertNoLeaks(t)
 
 	if path := os.Getenv("AGENTRUN_ESCAPE_REPORT"); path != "" {
+		// One report per runtime: REPORT.md becomes REPORT-<runtime>.md.
+		path = strings.TrimSuffix(path, ".md") + "-" + rt + ".md"
 		if err := os.WriteFile(path, []byte(markdown(rt, probes, expect)), 0o644); err != nil {
 			t.Errorf("writing the report: %v", err)
 		} else {

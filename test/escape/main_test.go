@@ -11,8 +11,8 @@
 //
 // AGENTRUN_ESCAPE_RUNTIME picks the runtime (default libcontainer; runsc
 // with AGENTRUN_RUNSC naming its binary if it is not the config default);
-// AGENTRUN_ESCAPE_REPORT names a file to receive the report as a markdown
-// table.
+// AGENTRUN_ESCAPE_REPORT=DIR/NAME.md writes each runtime's report as a
+// markdown table to DIR/NAME-<runtime>.md.
 package escape
 
 import (

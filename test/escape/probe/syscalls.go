@@ -397,7 +397,7 @@ func abiProbes() []probeDef {
 		for _, f := range x.args {
 			args = append(args, strconv.FormatUint(uint64(f()), 10))
 		}
-		ps = append(ps, abiProbe("x32-"+x.id, fmt.Sprintf("x32 %s (%d|0x40000000)", x.id, x.nr), "-x32", int(nrGetpid), int(x.nr), args))
+		ps = append(ps, abiProbe("x32-"+x.id, fmt.Sprintf("x32 %s (%d + 0x40000000)", x.id, x.nr), "-x32", int(nrGetpid), int(x.nr), args))
 	}
 	// i386 through int 0x80, each in a child: a fault there must not take
 	// down the battery.
