@@ -1,8 +1,10 @@
 package runtime
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -46,6 +48,22 @@ func closeFiles(fs ...*os.File) {
 	}
 }
 
+// Serve starts feeding stdin to the program and capturing its stdout and
+// stderr (each kept up to limit) once it has started and CloseChildEnds
+// was called. The returned wait blocks until both outputs reached EOF,
+// which is when every process holding them is gone.
+func (p *Pipes) Serve(stdin []byte, limit int64) (wait func() (stdout, stderr Output)) {
+	var out, errOut Output
+	var wg sync.WaitGroup
+	wg.Go(func() { out = Capture(p.OutR, limit) })
+	wg.Go(func() { errOut = Capture(p.ErrR, limit) })
+	go Feed(p.InW, stdin) // ends with EPIPE at the latest when the sandbox dies
+	return func() (Output, Output) {
+		wg.Wait()
+		return out, errOut
+	}
+}
+
 // Feed writes data to the program's stdin and closes it. A program that
 // exits without reading makes the write fail with EPIPE, which ends Feed.
 func Feed(w *os.File, data []byte) {
@@ -74,4 +92,20 @@ func LockCgroupParent(stateDir string, exclusive bool) (func(), error) {
 		return nil, fmt.Errorf("locking cgroup parent: %w", err)
 	}
 	return func() { f.Close() }, nil
+}
+
+// StateIDs lists the names of the directories in stateDir that valid
+// accepts: the runs a backend keeps state for. A missing stateDir holds none.
+func StateIDs(stateDir string, valid func(string) bool) ([]string, error) {
+	entries, err := os.ReadDir(stateDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range entries {
+		if e.IsDir() && valid(e.Name()) {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
 }

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"time"
 
@@ -114,10 +113,7 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 	stdio.CloseChildEnds()
 
 	out = &runtime.Outcome{}
-	var wg sync.WaitGroup
-	wg.Go(func() { out.Stdout = runtime.Capture(stdio.OutR, c.OutputLimit) })
-	wg.Go(func() { out.Stderr = runtime.Capture(stdio.ErrR, c.OutputLimit) })
-	go runtime.Feed(stdio.InW, c.Stdin) // ends with EPIPE at the latest when the sandbox dies
+	waitOutput := stdio.Serve(c.Stdin, c.OutputLimit)
 
 	waited := make(chan *os.ProcessState, 1)
 	go func() {
@@ -138,7 +134,7 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 	out.Duration = time.Since(start)
 	// Killing init (pid 1 of the sandbox's pid namespace) killed every
 	// process in it, so both pipes reach EOF.
-	wg.Wait()
+	out.Stdout, out.Stderr = waitOutput()
 
 	if ps != nil {
 		ws := ps.Sys().(syscall.WaitStatus)

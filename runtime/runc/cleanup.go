@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/agentrun/agentrun/runtime"
 	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/cgroups/manager"
 	"github.com/opencontainers/runc/libcontainer"
@@ -16,17 +17,7 @@ import (
 
 // IDs lists the containers that have state under stateDir.
 func IDs(stateDir string) ([]string, error) {
-	entries, err := os.ReadDir(stateDir)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
-	}
-	var ids []string
-	for _, e := range entries {
-		if e.IsDir() {
-			ids = append(ids, e.Name())
-		}
-	}
-	return ids, nil
+	return runtime.StateIDs(stateDir, func(string) bool { return true })
 }
 
 // Cleanup removes container id, left in stateDir by an agentrun that died:

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -139,10 +138,7 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 	stdio.CloseChildEnds()
 
 	out = &runtime.Outcome{}
-	var wg sync.WaitGroup
-	wg.Go(func() { out.Stdout = runtime.Capture(stdio.OutR, c.OutputLimit) })
-	wg.Go(func() { out.Stderr = runtime.Capture(stdio.ErrR, c.OutputLimit) })
-	go runtime.Feed(stdio.InW, c.Stdin) // ends with EPIPE at the latest when the sandbox dies
+	waitOutput := stdio.Serve(c.Stdin, c.OutputLimit)
 
 	waited := make(chan struct{})
 	go func() {
@@ -164,7 +160,7 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 	// runsc has ended; make sure the sandbox it ran has too, so that both
 	// pipes reach EOF and the cgroup's figures are final.
 	dead := b.ensureDead(c.ID, cg)
-	wg.Wait()
+	out.Stdout, out.Stderr = waitOutput()
 
 	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	switch {

@@ -1,27 +1,14 @@
 package runsc
 
 import (
-	"errors"
-	"os"
 	"path/filepath"
 
+	"github.com/agentrun/agentrun/runtime"
 	"github.com/containerd/cgroups/v3"
 )
 
 // IDs lists the runs that have a bundle under stateDir.
-func IDs(stateDir string) ([]string, error) {
-	entries, err := os.ReadDir(stateDir)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
-	}
-	var ids []string
-	for _, e := range entries {
-		if e.IsDir() && validID(e.Name()) {
-			ids = append(ids, e.Name())
-		}
-	}
-	return ids, nil
-}
+func IDs(stateDir string) ([]string, error) { return runtime.StateIDs(stateDir, validID) }
 
 // Cleanup removes run id, left by an agentrun that died: the sandbox (runsc
 // delete), every process in its cgroup, the cgroup, the bundle and runsc's

@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
 	"maps"
 	"net"
 	"os"
@@ -23,11 +22,11 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrun/agentrun/image/imagetest"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
@@ -82,7 +81,7 @@ func battery(t *testing.T, rt string) {
 	dir := t.TempDir() // 0700, root's: nothing here is reachable by other users
 	probeBin := buildProbe(t, dir)
 	rootfs, suid, fcaps, fcapsNoEff := makeImage(t, dir, probeBin)
-	imageHash := treeHash(t, rootfs)
+	imageHash := imagetest.HashTree(t, rootfs)
 
 	// Host-side bait: an abstract unix socket in the host netns and a TCP
 	// listener on every host address. Any connection is a failure, whatever
@@ -183,7 +182,7 @@ func battery(t *testing.T, rt string) {
 	if h := fileHash(t, "/proc/self/exe"); h != selfHash {
 		t.Errorf("the host binary /proc/self/exe changed during the run: sha256 %s -> %s", selfHash, h)
 	}
-	if h := treeHash(t, rootfs); h != imageHash {
+	if h := imagetest.HashTree(t, rootfs); h != imageHash {
 		t.Error("the image directory changed during the run")
 	}
 	assertNoLeaks(t)
@@ -380,40 +379,6 @@ func fileHash(t *testing.T, path string) string {
 	defer f.Close()
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
-
-// treeHash hashes every path, mode, owner, link target and file content
-// under dir.
-func treeHash(t *testing.T, dir string) string {
-	t.Helper()
-	h := sha256.New()
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		st := fi.Sys().(*syscall.Stat_t)
-		fmt.Fprintf(h, "%s %v %d %d %d\n", p, fi.Mode(), st.Uid, st.Gid, fi.Size())
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, _ := os.Readlink(p)
-			fmt.Fprintln(h, target)
-		case fi.Mode().IsRegular():
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			h.Write(b)
-		}
-		return nil
-	})
-	if err != nil {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(h.Sum(nil))

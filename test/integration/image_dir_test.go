@@ -1,9 +1,7 @@
 package integration
 
 import (
-	"crypto/sha256"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,41 +9,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-// treeHash hashes every path, mode, owner, link target and file content
-// under dir.
-func treeHash(t *testing.T, dir string) string {
-	t.Helper()
-	h := sha256.New()
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		st := fi.Sys().(*syscall.Stat_t)
-		fmt.Fprintf(h, "%s %v %d %d %d\n", p, fi.Mode(), st.Uid, st.Gid, fi.Size())
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, _ := os.Readlink(p)
-			fmt.Fprintln(h, target)
-		case fi.Mode().IsRegular():
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			h.Write(b)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("%x", h.Sum(nil))
-}
+	"github.com/agentrun/agentrun/image/imagetest"
+)
 
 // A dir: image without the mount points a container needs runs through a
 // private overlay; the directory itself is never changed.
@@ -58,12 +24,12 @@ func TestDirImageWithoutMountpointsIsNotModified(t *testing.T) {
 	for _, m := range []string{"workspace", "tmp", "proc", "sys", "dev"} {
 		os.RemoveAll(filepath.Join(dir, m))
 	}
-	before := treeHash(t, dir)
+	before := imagetest.HashTree(t, dir)
 	res := runTask(t, fmt.Sprintf(`{"image":"dir:%s","command":["/bin/sh","-c","echo ok > /tmp/x && cat /tmp/x && ls /workspace && touch /newfile || echo rofs"]}`, dir))
 	if res.Stdout != "ok\nrofs\n" {
 		t.Errorf("stdout %q stderr %q", res.Stdout, res.Stderr)
 	}
-	if after := treeHash(t, dir); after != before {
+	if after := imagetest.HashTree(t, dir); after != before {
 		t.Error("the image directory changed during the run")
 	}
 }
