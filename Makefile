@@ -15,6 +15,10 @@ FUZZTIME ?= 10s
 
 export CGO_ENABLED := 1
 export AGENTRUN_IMAGES := $(IMAGES)
+# libseccomp is linked statically when its archive is there (libseccomp-dev
+# ships it): the binary then needs nothing but libc on the host. Expanded
+# when used, so after `deps` has installed it.
+export CGO_LDFLAGS = $(wildcard $(shell pkg-config --variable=libdir libseccomp 2>/dev/null)/libseccomp.a)
 
 .PHONY: all build install deps images runsc demo test unit integration fuzz vet bench soak clean
 
@@ -51,7 +55,7 @@ unit:
 # integration: real sandboxes on both runtimes, one package at a time (each
 # checks that the host is left clean, which a concurrent package would spoil).
 integration: build images runsc
-	$(GO) test -tags $(TAGS) -count=1 -p 1 -timeout 20m ./runtime/runsc/ ./test/...
+	AGENTRUN_BIN=$(abspath $(BIN)) $(GO) test -tags $(TAGS) -count=1 -p 1 -timeout 20m ./runtime/runsc/ ./test/...
 
 # fuzz runs each fuzz target briefly.
 fuzz:

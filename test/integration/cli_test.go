@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"debug/elf"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -35,7 +36,7 @@ func agentrunBin(t *testing.T) string {
 		binPath = filepath.Join(stateDir, "agentrun-cli")
 		cmd := exec.Command("go", "build", "-tags", "seccomp", "-o", binPath, "./cmd/agentrun")
 		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1", "CGO_LDFLAGS="+staticLibseccomp())
 		if out, err := cmd.CombinedOutput(); err != nil {
 			binErr = err
 			t.Logf("go build: %s", out)
@@ -45,6 +46,38 @@ func agentrunBin(t *testing.T) string {
 		t.Fatalf("building agentrun: %v", binErr)
 	}
 	return binPath
+}
+
+// staticLibseccomp is libseccomp's archive, as the Makefile links it.
+func staticLibseccomp() string {
+	out, err := exec.Command("pkg-config", "--variable=libdir", "libseccomp").Output()
+	if err != nil {
+		return ""
+	}
+	a := filepath.Join(strings.TrimSpace(string(out)), "libseccomp.a")
+	if _, err := os.Stat(a); err != nil {
+		return ""
+	}
+	return a
+}
+
+// TestBinaryNeedsOnlyLibc: agentrun links libseccomp statically, so a host
+// without libseccomp2 runs it as well.
+func TestBinaryNeedsOnlyLibc(t *testing.T) {
+	f, err := elf.Open(agentrunBin(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	libs, err := f.ImportedLibraries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range libs {
+		if !strings.HasPrefix(l, "libc.so") {
+			t.Errorf("agentrun needs %s (all: %v); want libc only", l, libs)
+		}
+	}
 }
 
 // cli runs agentrun with a config pointing at the test's state dir.
