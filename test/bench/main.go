@@ -117,13 +117,21 @@ func main() {
 
 	tp := throughput(cs[3], []int{1, 4, 8}, 24)
 	pulls := pullBench(work, filepath.Join(*images, "python", "oci"))
-	report(os.Stdout, cs, tp, pulls)
+	via, direct, perr := proxyBench()
+	nb := netBench{via: via, direct: direct, err: perr}
+	report(os.Stdout, cs, tp, pulls, nb)
 	f, err := os.Create(*out)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer f.Close()
-	report(f, cs, tp, pulls)
+	report(f, cs, tp, pulls, nb)
+}
+
+// netBench is the proxy's throughput against a direct loopback transfer.
+type netBench struct {
+	via, direct float64 // MiB/s
+	err         error
 }
 
 // pullBench times a first pull and unpack of the python test image from a
@@ -258,7 +266,7 @@ func throughput(c *contender, ks []int, total int) map[int]float64 {
 	return res
 }
 
-func report(w io.Writer, cs []*contender, tp map[int]float64, pulls []*contender) {
+func report(w io.Writer, cs []*contender, tp map[int]float64, pulls []*contender, nb netBench) {
 	floor := median(cs[0].times)
 	fmt.Fprintf(w, "# agentrun benchmark\n\n")
 	fmt.Fprintf(w, "`make bench` on %s. The same `print(45)` task on the python test image, %d runs per contender, interleaved; wall time of the whole command.\n\n", machine(), *n)
@@ -277,6 +285,12 @@ func report(w io.Writer, cs []*contender, tp map[int]float64, pulls []*contender
 		for _, k := range slices.Sorted(mapKeys(tp)) {
 			fmt.Fprintf(w, "| %d | %.1f |\n", k, tp[k])
 		}
+	}
+	if nb.err != nil {
+		fmt.Fprintf(w, "\nProxy throughput: not measured: %v\n", nb.err)
+	} else {
+		fmt.Fprintf(w, "\nEgress throughput, %d MiB downloaded (median of 3): through a run's proxy (sandbox namespace → CONNECT → host loopback) %.0f MiB/s; straight over loopback %.0f MiB/s (%.2f×).\n",
+			proxyBytes>>20, nb.via, nb.direct, nb.via/nb.direct)
 	}
 	if len(pulls) > 0 {
 		fmt.Fprintf(w, "\nFirst pull and unpack of the python test image (%s) from a registry on loopback, 3 runs each, interleaved:\n\n| contender | median | max | ratio |\n|---|---|---|---|\n", imageSize())
