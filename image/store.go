@@ -170,19 +170,11 @@ func (s *Store) Get(ctx context.Context, ref string, opts PullOptions) (*Image, 
 	if img, err := s.lookup(ctx, r); img != nil || err != nil {
 		return img, err
 	}
-	// Pulls hold the gc lock shared, so Remove and Prune never delete
-	// blobs or staging dirs under them, and the ref's lock, so that two
-	// Gets of one new ref pull it once.
-	gc, err := lockPath(ctx, s.lockFor("gc"), true)
+	unlock, err := s.lockPull(ctx, r.key)
 	if err != nil {
 		return nil, err
 	}
-	defer gc.unlock()
-	rl, err := lockPath(ctx, s.refLock(r.key), false)
-	if err != nil {
-		return nil, err
-	}
-	defer rl.unlock()
+	defer unlock()
 	if img, err := s.lookup(ctx, r); img != nil || err != nil {
 		return img, err
 	}
@@ -200,17 +192,29 @@ func (s *Store) Pull(ctx context.Context, ref string, opts PullOptions) (*Image,
 	if r.kind == kindDir {
 		return dirImage(r)
 	}
+	unlock, err := s.lockPull(ctx, r.key)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	return s.pull(ctx, r, opts)
+}
+
+// lockPull takes the locks a pull of reference key holds: the gc lock
+// shared, so that Remove and Prune never delete blobs or staging dirs
+// under it, and the reference's lock, so that two Gets of one new
+// reference pull it once.
+func (s *Store) lockPull(ctx context.Context, key string) (unlock func(), err error) {
 	gc, err := lockPath(ctx, s.lockFor("gc"), true)
 	if err != nil {
 		return nil, err
 	}
-	defer gc.unlock()
-	rl, err := lockPath(ctx, s.refLock(r.key), false)
+	rl, err := lockPath(ctx, s.refLock(key), false)
 	if err != nil {
+		gc.unlock()
 		return nil, err
 	}
-	defer rl.unlock()
-	return s.pull(ctx, r, opts)
+	return func() { rl.unlock(); gc.unlock() }, nil
 }
 
 func dirImage(r reference) (*Image, error) {
