@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/docker/go-units"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
@@ -60,13 +61,13 @@ func (s *Store) unpackImage(ctx context.Context, img v1.Image, digest v1.Hash, p
 	for _, d := range m.Layers {
 		total += d.Size
 	}
-	fmt.Fprintf(progress, "pulling %d layers (%s)\n", len(layers), humanBytes(total))
+	fmt.Fprintf(progress, "pulling %d layers (%s)\n", len(layers), units.BytesSize(float64(total)))
 	for i, l := range layers {
 		d := m.Layers[i].Digest
 		if err := s.fetchLayer(ctx, l, d, m.Layers[i].Size); err != nil {
 			return 0, err
 		}
-		fmt.Fprintf(progress, "  layer %d/%d %s %s\n", i+1, len(layers), short(d), humanBytes(m.Layers[i].Size))
+		fmt.Fprintf(progress, "  layer %d/%d %s %s\n", i+1, len(layers), short(d), units.BytesSize(float64(m.Layers[i].Size)))
 	}
 
 	// Unpack into a locked staging dir; only a complete, verified tree is
@@ -117,7 +118,7 @@ func (s *Store) unpackImage(ctx context.Context, img v1.Image, digest v1.Hash, p
 	}
 	published = true
 	s.unpacks.Add(1)
-	fmt.Fprintf(progress, "unpacked %s (%s)\n", short(digest), humanBytes(size))
+	fmt.Fprintf(progress, "unpacked %s (%s)\n", short(digest), units.BytesSize(float64(size)))
 	return size, nil
 }
 
@@ -277,17 +278,4 @@ func short(d v1.Hash) string {
 		return d.Algorithm + ":" + d.Hex[:12]
 	}
 	return d.String()
-}
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/docker/go-units"
 )
 
 // storeFlags are the flags every image command takes.
@@ -124,7 +125,7 @@ func cmdImages(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(tw, "REFERENCE\tDIGEST\tSIZE\tLAST USED")
 	now := time.Now()
 	for _, e := range entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Ref, shortDigest(e.Digest), humanSize(e.Size), ago(now, e.LastUsed))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Ref, shortDigest(e.Digest), units.BytesSize(float64(e.Size)), ago(now, e.LastUsed))
 	}
 	if err := tw.Flush(); err != nil {
 		fmt.Fprintf(stderr, "agentrun images: %s\n", oneLine(err))
@@ -176,14 +177,14 @@ func cmdPrune(args []string, stdout, stderr io.Writer) int {
 	removed, err := s.Prune(context.Background())
 	var total int64
 	for _, e := range removed {
-		fmt.Fprintf(stdout, "removed %s (%s)\n", e.Digest, humanSize(e.Size))
+		fmt.Fprintf(stdout, "removed %s (%s)\n", e.Digest, units.BytesSize(float64(e.Size)))
 		total += e.Size
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "agentrun prune: %s\n", oneLine(err))
 		return 1
 	}
-	fmt.Fprintf(stdout, "%d images removed, %s freed\n", len(removed), humanSize(total))
+	fmt.Fprintf(stdout, "%d images removed, %s freed\n", len(removed), units.BytesSize(float64(total)))
 	return 0
 }
 
@@ -210,19 +211,6 @@ func shortDigest(d string) string {
 		return d
 	}
 	return algo + ":" + hex[:12]
-}
-
-func humanSize(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	v, i := float64(n)/unit, 0
-	for v >= unit && i < 4 {
-		v /= unit
-		i++
-	}
-	return fmt.Sprintf("%.1f %ciB", v, "KMGTP"[i])
 }
 
 // ago says how long before now t was, coarsely.
