@@ -80,6 +80,21 @@ func TestBinaryNeedsOnlyLibc(t *testing.T) {
 	}
 }
 
+// writeConfig writes cfg as a config file in a temporary dir and returns
+// its path.
+func writeConfig(t testing.TB, cfg map[string]any) string {
+	t.Helper()
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // cli runs agentrun with a config pointing at the test's state dir.
 func cli(t *testing.T, stdin string, args ...string) (res *result.Result, stdout, stderr string, code int) {
 	t.Helper()
@@ -87,9 +102,7 @@ func cli(t *testing.T, stdin string, args ...string) (res *result.Result, stdout
 	cfg := map[string]any{"image": pythonImage, "state_dir": stateDir, "store_dir": filepath.Join(stateDir, "store"),
 		"audit":  filepath.Join(dir, "audit.jsonl"),
 		"policy": map[string]any{"local_images": []string{*imagesDir, os.TempDir(), "/nonexistent"}}}
-	b, _ := json.Marshal(cfg)
-	cfgPath := filepath.Join(dir, "config.json")
-	os.WriteFile(cfgPath, b, 0o600)
+	cfgPath := writeConfig(t, cfg)
 	argv := append([]string{"--config", cfgPath}, args...)
 	if args[0] == "run" {
 		argv = append([]string{"run", "--config", cfgPath}, args[1:]...)

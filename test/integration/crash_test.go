@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -17,9 +16,7 @@ import (
 // another agentrun's run goes on untouched throughout.
 func TestGCAfterSIGKILL(t *testing.T) {
 	bin := agentrunBin(t)
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "config.json")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`{"image":%q,"state_dir":%q,"audit":""}`, pythonImage, stateDir)), 0o600)
+	cfg := writeConfig(t, map[string]any{"image": pythonImage, "state_dir": stateDir, "audit": ""})
 
 	// The live run: it must survive every gc below.
 	live := exec.Command(bin, "run", "--config", cfg, "-")

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -11,8 +10,7 @@ import (
 func TestDoctor(t *testing.T) {
 	bin := agentrunBin(t)
 	dir := t.TempDir()
-	good := filepath.Join(dir, "good.json")
-	os.WriteFile(good, []byte(`{"state_dir":"`+stateDir+`","store_dir":"`+filepath.Join(dir, "store")+`"}`), 0o600)
+	good := writeConfig(t, map[string]any{"state_dir": stateDir, "store_dir": filepath.Join(dir, "store")})
 	out, err := exec.Command(bin, "doctor", "--config", good).CombinedOutput()
 	if err != nil {
 		t.Fatalf("doctor on this host: %v\n%s", err, out)
@@ -27,8 +25,7 @@ func TestDoctor(t *testing.T) {
 	}
 
 	// A state dir that cannot be made: FAIL with a fix naming the key, exit 1.
-	bad := filepath.Join(dir, "bad.json")
-	os.WriteFile(bad, []byte(`{"state_dir":"/proc/agentrun-doctor"}`), 0o600)
+	bad := writeConfig(t, map[string]any{"state_dir": "/proc/agentrun-doctor"})
 	out, err = exec.Command(bin, "doctor", "--config", bad).CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
 		t.Fatalf("doctor with a bad state dir: err %v; want exit 1\n%s", err, out)

@@ -38,9 +38,7 @@ func TestDirImageWithoutMountpointsIsNotModified(t *testing.T) {
 // prints a result.
 func TestSIGTERMCleansUp(t *testing.T) {
 	bin := agentrunBin(t)
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "config.json")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`{"image":%q,"state_dir":%q,"audit":""}`, pythonImage, stateDir)), 0o600)
+	cfg := writeConfig(t, map[string]any{"image": pythonImage, "state_dir": stateDir, "audit": ""})
 	cmd := exec.Command(bin, "run", "--config", cfg, "-")
 	cmd.Stdin = strings.NewReader(`{"code":"import time\nprint('started', flush=True)\ntime.sleep(60)","limits":{"timeout":"60s"}}`)
 	var out strings.Builder

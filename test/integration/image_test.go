@@ -350,13 +350,8 @@ func TestImageConcurrentFirstRunsShareUnpack(t *testing.T) {
 // suite's state dir, and returns its path.
 func imageCLIConfig(t *testing.T, store string) string {
 	t.Helper()
-	b, _ := json.Marshal(map[string]any{"image": busyboxImage, "state_dir": stateDir, "store_dir": store, "audit": "",
+	return writeConfig(t, map[string]any{"image": busyboxImage, "state_dir": stateDir, "store_dir": store, "audit": "",
 		"policy": map[string]any{"local_images": testConfig(t).Policy.LocalImages}})
-	p := filepath.Join(t.TempDir(), "config.json")
-	if err := os.WriteFile(p, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // agentrun runs the CLI binary with args and stdin.
