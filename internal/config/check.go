@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 	"unicode"
 )
 
@@ -33,7 +34,7 @@ func CheckRuntime(name string) error {
 	return nil
 }
 
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var envName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 
 // reservedEnv are set by agentrun itself (HOME, PATH) or by its network
 // layer (the proxy variables); a task or config may not set them.
@@ -53,7 +54,7 @@ func IsReservedEnv(name string) bool {
 // [A-Za-z_][A-Za-z0-9_]* and is not reserved, the value has no NUL.
 func CheckEnv(name, value string) error {
 	switch {
-	case !envName.MatchString(name):
+	case !envName().MatchString(name):
 		return fmt.Errorf("invalid variable name %q: want [A-Za-z_][A-Za-z0-9_]*", name)
 	case IsReservedEnv(name):
 		return fmt.Errorf("%s is reserved: agentrun sets it", name)

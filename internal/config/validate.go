@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"unicode"
 )
 
@@ -143,10 +144,10 @@ func checkNum[T int64 | float64](name string, val, max *T) error {
 	return nil
 }
 
-var languageName = regexp.MustCompile(`^[A-Za-z0-9._+-]{1,64}$`)
+var languageName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._+-]{1,64}$`) })
 
 func checkLanguage(name string, argv []string) error {
-	if !languageName.MatchString(name) {
+	if !languageName().MatchString(name) {
 		return errors.New("language name must be 1-64 characters of A-Z a-z 0-9 . _ + -")
 	}
 	if len(argv) == 0 {

@@ -69,6 +69,9 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 // Run runs p and returns its result; it never returns nil. A failure of
 // agentrun itself is reported in the result's Error (exit status 125).
 func (r *Runner) Run(ctx context.Context, p *task.Plan) *result.Result {
+	if p.Runtime == config.RuntimeLibcontainer {
+		runc.WarmCgroupLock()
+	}
 	res := &result.Result{ID: newID(), Session: p.Session, Image: p.Image, Runtime: p.Runtime, Files: map[string]result.File{}}
 	res.Network.Allowed, res.Network.Denied = []result.Allowed{}, []result.Denied{}
 	rec := &audit.Record{Time: time.Now().UTC(), ID: res.ID, Session: p.Session, TaskHash: p.TaskHash,
