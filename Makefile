@@ -68,7 +68,7 @@ test: deps vet unit integration fuzz
 
 # bench compares agentrun with bare chroot, runc and bwrap; writes docs/bench.md.
 bench: build images
-	$(GO) run ./test/bench -n 30 -agentrun $(BIN) -out docs/bench.md
+	$(GO) run -tags $(TAGS) ./test/bench -n 30 -agentrun $(BIN) -out docs/bench.md
 
 # soak: 1,000 mixed runs at concurrency 8 on one runner; nothing may accumulate.
 SOAK_RUNS ?= 1000

@@ -30,6 +30,9 @@ commands:
         run TASK (a task.json file, or - for stdin) and print the result
   [flags] TASK
         the same as run [flags] TASK
+  serve [--config F]
+        run tasks over HTTP (POST /v1/runs, GET /healthz) on server.listen,
+        with the warm pool of server.pool; SIGTERM stops it
   doctor [--config F]
         check this host; exits 1 if a run would fail
   gc [--config F]
@@ -63,6 +66,8 @@ func dispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "run":
 		return cmdRun(args[1:], stdin, stdout, stderr)
+	case "serve":
+		return cmdServe(args[1:], stderr)
 	case "doctor":
 		return cmdDoctor(args[1:], stdout, stderr)
 	case "gc":

@@ -30,7 +30,7 @@ func (r *Runner) network(p *task.Plan, dir string, res *result.Result, undo *cle
 	if err != nil {
 		return nil, fmt.Errorf("config network.deny_ranges: %w", err)
 	}
-	n, err := r.pool.Setup()
+	n, err := r.nets.Setup()
 	if err != nil {
 		return nil, fmt.Errorf("setting up the run's network: %w", err)
 	}

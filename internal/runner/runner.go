@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/config"
@@ -29,8 +31,10 @@ type Runner struct {
 	audit    *audit.Log
 	runsDir  string
 	runcDir  string
-	pool     *netns.Pool
+	nets     *netns.Pool
 	store    *image.Store
+	lc       *runc.Backend
+	pool     *Pool          // nil without a pool
 	runsc    *runsc.Backend // nil when runsc is not installed
 	runscErr error          // why it is nil
 	runscDir string
@@ -51,7 +55,7 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	if r.store, err = image.Open(cfg.StoreDir); err != nil {
 		return nil, err
 	}
-	if r.pool, err = netns.NewPool(netns.DefaultCIDR); err != nil {
+	if r.nets, err = netns.NewPool(netns.DefaultCIDR); err != nil {
 		return nil, err
 	}
 	lc, err := runc.New(r.runcDir)
@@ -59,6 +63,7 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 		return nil, err
 	}
 	r.backends[config.RuntimeLibcontainer] = lc
+	r.lc = lc
 	// runsc is optional: a run that asks for it gets the reason it is missing.
 	if r.runsc, r.runscErr = runsc.New(cfg.Runsc.Path, cfg.Runsc.Flags, r.runscDir); r.runscErr == nil {
 		r.backends[config.RuntimeRunsc] = r.runsc
@@ -69,12 +74,9 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 // Run runs p and returns its result; it never returns nil. A failure of
 // agentrun itself is reported in the result's Error (exit status 125).
 func (r *Runner) Run(ctx context.Context, p *task.Plan) *result.Result {
-	if p.Runtime == config.RuntimeLibcontainer {
-		runc.WarmCgroupLock()
-	}
 	res := &result.Result{ID: newID(), Session: p.Session, Image: p.Image, Runtime: p.Runtime, Files: map[string]result.File{}}
 	res.Network.Allowed, res.Network.Denied = []result.Allowed{}, []result.Denied{}
-	rec := &audit.Record{Time: time.Now().UTC(), ID: res.ID, Session: p.Session, TaskHash: p.TaskHash,
+	rec := &audit.Record{Time: time.Now().UTC(), Session: p.Session, TaskHash: p.TaskHash,
 		Image: p.Image, Runtime: p.Runtime, Limits: auditLimits(p)}
 
 	if err := r.run(ctx, p, res); err != nil {
@@ -89,16 +91,8 @@ func (r *Runner) Run(ctx context.Context, p *task.Plan) *result.Result {
 	return res
 }
 
-// run is the setup order of one run. Every step that makes something on
-// the host pushes its undo; undo runs in reverse order on every path.
+// run runs p in a sandbox from the pool, or in one set up for it now.
 func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result) (err error) {
-	var undo cleanups
-	defer func() {
-		if cerr := undo.run(); cerr != nil && err == nil {
-			err = fmt.Errorf("cleaning up: %w", cerr)
-		}
-	}()
-
 	backend, ok := r.backends[p.Runtime]
 	if !ok {
 		if p.Runtime == config.RuntimeRunsc && r.runscErr != nil {
@@ -112,69 +106,36 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result) (err
 	}
 	res.ImageDigest = img.Digest
 
-	dir, lock, err := r.register(res.ID)
-	if err != nil {
-		return err
-	}
-	undo.add(lock.Close) // last: the run is live until everything else is gone
-	undo.add(func() error { return os.RemoveAll(dir) })
-
-	rootfs := img.Rootfs
-	// A store image has its mount points; a dir: image may lack them, and
-	// then the run gets a private overlay so that nothing is created in it.
-	if !image.HasMountpoints(rootfs) {
-		ov, err := mountOverlay(img.Rootfs, dir)
-		if err != nil {
+	defer r.pool.ran(p)
+	sb := r.pool.take(p, img)
+	if sb != nil {
+		res.ID = sb.id
+		if err := sb.ws.Write(runFiles(p), runtime.UID, runtime.GID); err != nil {
+			return errors.Join(err, sb.undo.run())
+		}
+	} else {
+		r.pool.want(p, img)
+		if p.Runtime == config.RuntimeLibcontainer {
+			runc.WarmCgroupLock()
+		}
+		if sb, err = r.setup(p, img, res, res.ID, runFiles(p)); err != nil {
 			return err
 		}
-		undo.add(ov.unmount)
-		rootfs = ov.merged
 	}
-
-	netOpts, err := r.network(p, dir, res, &undo)
-	if err != nil {
-		return err
-	}
-
-	files := p.Files
-	if p.CodeFile != "" {
-		files = make(map[string][]byte, len(p.Files)+1)
-		for k, v := range p.Files {
-			files[k] = v
+	defer func() {
+		if cerr := sb.undo.run(); cerr != nil && err == nil {
+			err = fmt.Errorf("cleaning up: %w", cerr)
 		}
-		files[p.CodeFile] = p.Code
-	}
-	ws, err := workspace.Create(filepath.Join(dir, "workspace"), p.Limits.WorkspaceSize, runtime.UID, runtime.GID, files)
-	if err != nil {
-		return err
-	}
-	undo.add(ws.Close)
+	}()
 
-	opts := append([]runtime.SpecOpt{
-		runtime.WithArgs(p.Argv...),
-		runtime.WithEnv(p.Env),
-		runtime.WithCgroupsPath("/agentrun/" + res.ID),
-		runtime.WithMemory(p.Limits.Memory),
-		runtime.WithCPUs(p.Limits.CPUs),
-		runtime.WithPids(p.Limits.Pids),
-		runtime.WithTmpSize(p.Limits.TmpSize, p.Limits.WorkspaceSize),
-		runtime.WithWorkspace(ws.Dir),
-		runtime.WithSeccomp(),
-	}, netOpts...)
-	if p.Runtime == config.RuntimeRunsc {
-		opts = append(opts, runsc.SpecOpt())
+	var out *runtime.Outcome
+	if sb.prep != nil {
+		out, err = sb.prep.Run(ctx, p.Stdin, p.Limits.Timeout, p.Limits.OutputBytes)
+	} else {
+		out, err = backend.Run(ctx, &runtime.Container{
+			ID: sb.id, Spec: sb.spec, Stdin: p.Stdin, Timeout: p.Limits.Timeout, OutputLimit: p.Limits.OutputBytes,
+		})
 	}
-	spec, err := runtime.New(rootfs, opts...)
-	if err != nil {
-		return fmt.Errorf("building spec: %w", err)
-	}
-	if err := runtime.Validate(spec); err != nil {
-		return fmt.Errorf("spec refused: %w", err)
-	}
-
-	out, err := backend.Run(ctx, &runtime.Container{
-		ID: res.ID, Spec: spec, Stdin: p.Stdin, Timeout: p.Limits.Timeout, OutputLimit: p.Limits.OutputBytes,
-	})
 	if out != nil {
 		fillOutcome(res, out)
 	}
@@ -182,11 +143,107 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result) (err
 		return err
 	}
 	if len(p.Collect) > 0 {
-		if res.Files, err = ws.Collect(p.Collect); err != nil {
+		if res.Files, err = sb.ws.Collect(p.Collect); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// sandbox is one run's host-side set-up (its state dir and lock, rootfs,
+// network and workspace) and, for libcontainer, its prepared container.
+// undo removes all of it.
+type sandbox struct {
+	id   string
+	ws   *workspace.Workspace
+	spec *specs.Spec
+	prep *runc.Prepared // nil for runsc, which sets up and runs in one step
+	undo cleanups
+}
+
+// setup makes the sandbox for p under id, with files in its workspace. It
+// is the setup order of one run: every step that makes something on the
+// host pushes its undo, and on error everything made is undone.
+func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id string, files map[string][]byte) (_ *sandbox, err error) {
+	sb := &sandbox{id: id}
+	defer func() {
+		if err != nil {
+			if cerr := sb.undo.run(); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("cleaning up: %w", cerr))
+			}
+		}
+	}()
+
+	dir, lock, err := r.register(id)
+	if err != nil {
+		return nil, err
+	}
+	sb.undo.add(lock.Close) // last: the run is live until everything else is gone
+	sb.undo.add(func() error { return os.RemoveAll(dir) })
+
+	rootfs := img.Rootfs
+	// A store image has its mount points; a dir: image may lack them, and
+	// then the run gets a private overlay so that nothing is created in it.
+	if !image.HasMountpoints(rootfs) {
+		ov, err := mountOverlay(img.Rootfs, dir)
+		if err != nil {
+			return nil, err
+		}
+		sb.undo.add(ov.unmount)
+		rootfs = ov.merged
+	}
+
+	netOpts, err := r.network(p, dir, res, &sb.undo)
+	if err != nil {
+		return nil, err
+	}
+
+	if sb.ws, err = workspace.Create(filepath.Join(dir, "workspace"), p.Limits.WorkspaceSize, runtime.UID, runtime.GID, files); err != nil {
+		return nil, err
+	}
+	sb.undo.add(sb.ws.Close)
+
+	opts := append([]runtime.SpecOpt{
+		runtime.WithArgs(p.Argv...),
+		runtime.WithEnv(p.Env),
+		runtime.WithCgroupsPath("/agentrun/" + id),
+		runtime.WithMemory(p.Limits.Memory),
+		runtime.WithCPUs(p.Limits.CPUs),
+		runtime.WithPids(p.Limits.Pids),
+		runtime.WithTmpSize(p.Limits.TmpSize, p.Limits.WorkspaceSize),
+		runtime.WithWorkspace(sb.ws.Dir),
+		runtime.WithSeccomp(),
+	}, netOpts...)
+	if p.Runtime == config.RuntimeRunsc {
+		opts = append(opts, runsc.SpecOpt())
+	}
+	if sb.spec, err = runtime.New(rootfs, opts...); err != nil {
+		return nil, fmt.Errorf("building spec: %w", err)
+	}
+	if err := runtime.Validate(sb.spec); err != nil {
+		return nil, fmt.Errorf("spec refused: %w", err)
+	}
+
+	if p.Runtime == config.RuntimeLibcontainer {
+		if sb.prep, err = r.lc.Prepare(&runtime.Container{ID: id, Spec: sb.spec}); err != nil {
+			return nil, err
+		}
+		sb.undo.add(sb.prep.Destroy)
+	}
+	return sb, nil
+}
+
+// runFiles is the workspace content of p: its files and its code file.
+func runFiles(p *task.Plan) map[string][]byte {
+	if p.CodeFile == "" {
+		return p.Files
+	}
+	files := make(map[string][]byte, len(p.Files)+1)
+	for k, v := range p.Files {
+		files[k] = v
+	}
+	files[p.CodeFile] = p.Code
+	return files
 }
 
 func fillOutcome(res *result.Result, o *runtime.Outcome) {
@@ -201,6 +258,7 @@ func fillOutcome(res *result.Result, o *runtime.Outcome) {
 }
 
 func fillRecord(rec *audit.Record, res *result.Result) {
+	rec.ID = res.ID
 	rec.ImageDigest = res.ImageDigest
 	rec.Network = res.Network
 	rec.ExitCode, rec.Signal, rec.TimedOut, rec.OOMKilled = res.ExitCode, res.Signal, res.TimedOut, res.OOMKilled

@@ -51,12 +51,22 @@ func Create(dir string, size int64, uid, gid int, files map[string][]byte) (_ *W
 	if w.root, err = os.OpenRoot(dir); err != nil {
 		return nil, fmt.Errorf("opening workspace: %w", err)
 	}
-	for _, name := range slices.Sorted(maps.Keys(files)) {
-		if err := w.write(name, files[name], uid, gid); err != nil {
-			return nil, fmt.Errorf("writing workspace file %q: %w", name, err)
-		}
+	if err := w.Write(files, uid, gid); err != nil {
+		return nil, err
 	}
 	return w, nil
+}
+
+// Write writes files into the workspace, owned by uid and gid (names are
+// workspace-relative and already validated; parents are created). A file
+// that exists already is an error.
+func (w *Workspace) Write(files map[string][]byte, uid, gid int) error {
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		if err := w.write(name, files[name], uid, gid); err != nil {
+			return fmt.Errorf("writing workspace file %q: %w", name, err)
+		}
+	}
+	return nil
 }
 
 func (w *Workspace) write(name string, data []byte, uid, gid int) error {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/opencontainers/cgroups"
 	_ "github.com/opencontainers/cgroups/devices" // device rules for the cgroup manager
+	"github.com/opencontainers/cgroups/fs"
+	"github.com/opencontainers/cgroups/fscommon"
 	"github.com/opencontainers/cgroups/manager"
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
@@ -47,6 +49,35 @@ func New(stateDir string) (*Backend, error) {
 // Run creates the container, runs its program to the end or to the timeout,
 // collects its output and usage, and destroys it.
 func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.Outcome, err error) {
+	p, err := b.Prepare(c)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if derr := p.Destroy(); derr != nil && err == nil {
+			err = derr
+		}
+	}()
+	return p.Run(ctx, c.Stdin, c.Timeout, c.OutputLimit)
+}
+
+// Prepared is a container whose init has done all of its set-up
+// (namespaces, cgroup, mounts, pivot_root) and waits to exec the program.
+// Its program runs once, by Run; Destroy removes it, run or not.
+type Prepared struct {
+	stateDir string
+	ctr      *libcontainer.Container
+	cg       *cgroups.Cgroup
+	paths    map[string]string
+	stdio    *runtime.Pipes
+	proc     *libcontainer.Process
+	reaped   bool // the init has been waited for
+}
+
+// Prepare creates c's container and starts its init, which stops just
+// before the exec of the program. c's Stdin, Timeout and OutputLimit are
+// not used: Run takes them. On error nothing is left behind.
+func (b *Backend) Prepare(c *runtime.Container) (_ *Prepared, err error) {
 	cfg, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{
 		CgroupName:   c.ID,
 		Spec:         c.Spec,
@@ -64,72 +95,81 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 	if err != nil {
 		return nil, err
 	}
+	defer func() { unlock() }()
 	ctr, err := libcontainer.Create(b.StateDir, c.ID, cfg)
 	if err != nil {
-		unlock()
 		// Create may leave a state dir without state.json behind.
 		_ = os.RemoveAll(filepath.Join(b.StateDir, c.ID))
 		return nil, fmt.Errorf("creating container: %w", err)
 	}
+	p := &Prepared{stateDir: b.StateDir, ctr: ctr, cg: cfg.Cgroups}
 	// The cgroup paths are known from Create on; a copy, since the map is
 	// the cgroup manager's own, which Destroy empties.
-	var paths map[string]string
 	if st, serr := ctr.State(); serr == nil {
-		paths = maps.Clone(st.CgroupPaths)
+		p.paths = maps.Clone(st.CgroupPaths)
 	}
 	defer func() {
-		if derr := destroy(b.StateDir, ctr, paths); derr != nil && err == nil {
-			err = derr
+		if err != nil {
+			unlock()
+			unlock = func() {}
+			_ = p.Destroy()
 		}
 	}()
 
-	stdio, err := runtime.NewPipes()
-	if err != nil {
-		unlock()
+	if p.stdio, err = runtime.NewPipes(); err != nil {
 		return nil, err
 	}
-	defer stdio.CloseAll()
-
 	nnp := true
-	proc := &libcontainer.Process{
+	p.proc = &libcontainer.Process{
 		Args:            c.Spec.Process.Args,
 		Env:             c.Spec.Process.Env,
 		Cwd:             c.Spec.Process.Cwd,
 		UID:             int(c.Spec.Process.User.UID),
 		GID:             int(c.Spec.Process.User.GID),
-		Stdin:           stdio.InR,
-		Stdout:          stdio.OutW,
-		Stderr:          stdio.ErrW,
+		Stdin:           p.stdio.InR,
+		Stdout:          p.stdio.OutW,
+		Stderr:          p.stdio.ErrW,
 		NoNewPrivileges: &nnp,
 		Rlimits:         rlimits,
 		Init:            true,
 	}
-	start := time.Now()
-	err = ctr.Run(proc)
-	unlock()
-	if err != nil {
+	if err := ctr.Start(p.proc); err != nil {
 		return nil, fmt.Errorf("starting container: %w", err)
 	}
-	stdio.CloseChildEnds()
+	p.stdio.CloseChildEnds()
+	return p, nil
+}
 
+// ID is the container's ID.
+func (p *Prepared) ID() string { return p.ctr.ID() }
+
+// Run lets the program exec, feeds it stdin, and waits for it to end or for
+// the timeout (or ctx) to kill the sandbox. It may be called once.
+func (p *Prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration, outputLimit int64) (out *runtime.Outcome, err error) {
+	if p.reaped {
+		return nil, errors.New("container already ran")
+	}
 	out = &runtime.Outcome{}
-	waitOutput := stdio.Serve(c.Stdin, c.OutputLimit)
+	start := time.Now()
+	waitOutput := p.stdio.Serve(stdin, outputLimit)
+	if err := p.ctr.Exec(); err != nil {
+		// The pipes reach EOF once the init is gone.
+		p.kill(p.wait())
+		waitOutput()
+		return nil, fmt.Errorf("starting program: %w", err)
+	}
 
-	waited := make(chan *os.ProcessState, 1)
-	go func() {
-		ps, _ := proc.Wait()
-		waited <- ps
-	}()
-	timer := time.NewTimer(c.Timeout)
+	waited := p.wait()
+	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	var ps *os.ProcessState
 	select {
 	case ps = <-waited:
 	case <-timer.C:
 		out.TimedOut = true
-		ps = kill(ctr, cfg.Cgroups, paths, waited)
+		ps = p.kill(waited)
 	case <-ctx.Done():
-		ps = kill(ctr, cfg.Cgroups, paths, waited)
+		ps = p.kill(waited)
 	}
 	out.Duration = time.Since(start)
 	// Killing init (pid 1 of the sandbox's pid namespace) killed every
@@ -146,20 +186,44 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 			out.ExitCode = ws.ExitStatus()
 		}
 	}
-	usage(ctr, cfg.Cgroups, paths, out)
+	usage(p.paths, out)
 	if ctx.Err() != nil {
 		return out, fmt.Errorf("run cancelled: %w", ctx.Err())
 	}
 	return out, nil
 }
 
+// wait reaps the init in the background.
+func (p *Prepared) wait() <-chan *os.ProcessState {
+	p.reaped = true
+	waited := make(chan *os.ProcessState, 1)
+	go func() {
+		ps, _ := p.proc.Wait()
+		waited <- ps
+	}()
+	return waited
+}
+
+// Destroy kills whatever still runs in the container and removes it: its
+// processes, cgroup, state dir and pipes.
+func (p *Prepared) Destroy() error {
+	if !p.reaped && p.proc != nil {
+		// Never run: its init waits for the exec signal; kill and reap it.
+		p.kill(p.wait())
+	}
+	if p.stdio != nil {
+		p.stdio.CloseAll()
+	}
+	return destroy(p.stateDir, p.ctr, p.paths)
+}
+
 // kill ends the whole sandbox and waits for its init. libcontainer
 // signals init only while it looks alive, and a program whose main thread
 // ended while others run (a zombie leader) does not: so every process of
 // the cgroup is killed too, again until init is reaped.
-func kill(ctr *libcontainer.Container, cg *cgroups.Cgroup, paths map[string]string, waited <-chan *os.ProcessState) *os.ProcessState {
-	_ = ctr.Signal(unix.SIGKILL)
-	m, err := manager.NewWithPaths(cg, paths)
+func (p *Prepared) kill(waited <-chan *os.ProcessState) *os.ProcessState {
+	_ = p.ctr.Signal(unix.SIGKILL)
+	m, err := manager.NewWithPaths(p.cg, p.paths)
 	for {
 		if err == nil {
 			killAll(m)
@@ -172,21 +236,29 @@ func kill(ctr *libcontainer.Container, cg *cgroups.Cgroup, paths map[string]stri
 	}
 }
 
-// usage reads cpu, peak memory and the OOM-kill count from the run's cgroup
-// before it is destroyed.
-func usage(ctr *libcontainer.Container, cg *cgroups.Cgroup, paths map[string]string, out *runtime.Outcome) {
-	if st, err := ctr.Stats(); err == nil && st.CgroupStats != nil {
-		out.CPU = time.Duration(st.CgroupStats.CpuStats.CpuUsage.TotalUsage)
-		out.MemoryPeak = int64(st.CgroupStats.MemoryStats.Usage.MaxUsage)
-	}
+// usage reads cpu time, peak memory and the OOM-kill count from the run's
+// cgroup before it is destroyed: three files, not the statistics of every
+// controller.
+func usage(paths map[string]string, out *runtime.Outcome) {
 	if paths == nil {
 		return
 	}
-	if m, err := manager.NewWithPaths(cg, paths); err == nil {
-		if n, err := m.OOMKillCount(); err == nil && n > 0 {
-			out.OOMKilled = true
+	var cpu, peak, ooms uint64
+	if cgroups.IsCgroup2UnifiedMode() {
+		dir := paths[""]
+		if usec, err := fscommon.GetValueByKey(dir, "cpu.stat", "usage_usec"); err == nil {
+			cpu = usec * 1000
 		}
+		peak, _ = fscommon.GetCgroupParamUint(dir, "memory.peak") // kernel 5.19 and later
+		ooms, _ = fscommon.GetValueByKey(dir, "memory.events", "oom_kill")
+	} else {
+		cpu, _ = fscommon.GetCgroupParamUint(paths["cpuacct"], "cpuacct.usage")
+		peak, _ = fscommon.GetCgroupParamUint(paths["memory"], "memory.max_usage_in_bytes")
+		ooms, _ = fs.OOMKillCount(paths["memory"])
 	}
+	out.CPU = time.Duration(cpu)
+	out.MemoryPeak = int64(peak)
+	out.OOMKilled = ooms > 0
 }
 
 // destroy removes the container (its processes, cgroup and state dir) and

@@ -1,0 +1,285 @@
+package runner
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/agentrun/agentrun/image"
+	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/task"
+)
+
+// Pool keeps libcontainer sandboxes set up ahead of demand: their state
+// dir, workspace and container, with the container's init stopped just
+// before the exec of the program. A run that finds one ready skips all of
+// its set-up; each sandbox serves one run only and is destroyed after it.
+//
+// A sandbox is made for one task shape: the image, argv, environment and
+// limits that the container is created with. For each image it is sized
+// for, the pool keeps ready sandboxes of the shape of the latest run of
+// that image (or of the shape it was seeded with). Tasks with a network
+// allowlist, or for runsc, always run cold.
+type Pool struct {
+	r     *Runner
+	sizes map[string]int // image ref -> sandboxes kept ready
+
+	mu     sync.Mutex
+	shapes map[string]*shape // image ref -> the shape kept ready for it
+	closed bool
+	err    error // the latest failure to fill, nil once one succeeds
+	hits   int64
+	misses int64
+
+	kick chan struct{}
+	stop chan struct{}
+	done chan struct{}
+}
+
+// shape is one task shape and the sandboxes ready for it, oldest first.
+type shape struct {
+	key   string
+	plan  *task.Plan // code, files and stdin dropped
+	img   *image.Image
+	ready []*sandbox
+}
+
+// PoolStats is what a pool holds now.
+type PoolStats struct {
+	Ready   map[string]int // image ref -> sandboxes ready
+	Hits    int64          // runs served from the pool
+	Misses  int64          // runs of a pooled image that ran cold
+	LastErr string         // the latest failure to fill, "" once one succeeds
+}
+
+// fillRetry is how long the pool waits after a failure to fill.
+const fillRetry = time.Second
+
+// NewPool starts a pool that keeps sizes[ref] sandboxes ready for image
+// ref (once it knows a shape for it: from Seed or from a run), and makes r
+// use it. Close stops it and destroys what it holds.
+func (r *Runner) NewPool(sizes map[string]int) *Pool {
+	p := &Pool{r: r, sizes: map[string]int{}, shapes: map[string]*shape{},
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	for ref, n := range sizes {
+		if n > 0 {
+			p.sizes[ref] = n
+		}
+	}
+	r.pool = p
+	go p.fill()
+	return p
+}
+
+// Seed makes plan's shape the one kept ready for its image, as if it had
+// just run. It is an error if the pool does not keep that image or the
+// plan could never be served from a pool.
+func (p *Pool) Seed(plan *task.Plan) error {
+	if p.sizes[plan.Image] == 0 {
+		return fmt.Errorf("the pool keeps no sandboxes for image %q", plan.Image)
+	}
+	if !poolable(plan) {
+		return fmt.Errorf("image %q: a task with network access or runtime %q never runs from the pool", plan.Image, plan.Runtime)
+	}
+	img, err := p.r.store.Get(context.Background(), plan.Image, image.PullOptions{})
+	if err != nil {
+		return fmt.Errorf("image %q: %w", plan.Image, err)
+	}
+	p.want(plan, img)
+	p.ran(plan)
+	return nil
+}
+
+// take returns a ready sandbox of plan's shape, or nil.
+func (p *Pool) take(plan *task.Plan, img *image.Image) *sandbox {
+	if p == nil || p.sizes[plan.Image] == 0 || !poolable(plan) {
+		return nil
+	}
+	key := shapeKey(plan, img)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.shapes[plan.Image]
+	if p.closed || s == nil || s.key != key || len(s.ready) == 0 {
+		p.misses++
+		return nil
+	}
+	p.hits++
+	sb := s.ready[0]
+	s.ready = s.ready[1:]
+	return sb
+}
+
+// ran tells the pool that a run of plan's image has ended: the time to
+// fill. Filling while a run goes on would take CPU from it.
+func (p *Pool) ran(plan *task.Plan) {
+	if p == nil || p.sizes[plan.Image] == 0 {
+		return
+	}
+	p.mu.Lock()
+	p.poke()
+	p.mu.Unlock()
+}
+
+// want makes plan's shape the one kept ready for its image; the pool fills
+// it after the run (ran).
+func (p *Pool) want(plan *task.Plan, img *image.Image) {
+	if p == nil || p.sizes[plan.Image] == 0 || !poolable(plan) {
+		return
+	}
+	key := shapeKey(plan, img)
+	p.mu.Lock()
+	s := p.shapes[plan.Image]
+	if p.closed || (s != nil && s.key == key) {
+		p.mu.Unlock()
+		return
+	}
+	p.shapes[plan.Image] = &shape{key: key, plan: bare(plan), img: img}
+	p.mu.Unlock()
+	if s != nil {
+		go destroyAll(s.ready) // the old shape's
+	}
+}
+
+// poke wakes the filler; p.mu is held.
+func (p *Pool) poke() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// fill makes sandboxes, one at a time, until every shape has its count.
+func (p *Pool) fill() {
+	defer close(p.done)
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-p.kick:
+		}
+		for {
+			s, n := p.next()
+			if s == nil {
+				break
+			}
+			res := &result.Result{}
+			sb, err := p.r.setup(s.plan, s.img, res, newID(), nil)
+			p.mu.Lock()
+			p.err = err
+			current := !p.closed && p.shapes[s.plan.Image] == s && len(s.ready) < n
+			if err == nil && current {
+				s.ready = append(s.ready, sb)
+				sb = nil
+			}
+			p.mu.Unlock()
+			if sb != nil {
+				_ = sb.undo.run()
+			}
+			if err != nil {
+				select {
+				case <-p.stop:
+					return
+				case <-time.After(fillRetry):
+				}
+			}
+		}
+	}
+}
+
+// next is a shape short of sandboxes and the count it should have.
+func (p *Pool) next() (*shape, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, 0
+	}
+	for ref, s := range p.shapes {
+		if n := p.sizes[ref]; len(s.ready) < n {
+			return s, n
+		}
+	}
+	return nil, 0
+}
+
+// Stats reports what the pool holds now.
+func (p *Pool) Stats() PoolStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := PoolStats{Ready: map[string]int{}, Hits: p.hits, Misses: p.misses}
+	for ref, s := range p.shapes {
+		st.Ready[ref] = len(s.ready)
+	}
+	if p.err != nil {
+		st.LastErr = p.err.Error()
+	}
+	return st
+}
+
+// Close stops filling and destroys every ready sandbox. Runs go on without
+// the pool.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	var all []*sandbox
+	for _, s := range p.shapes {
+		all = append(all, s.ready...)
+		s.ready = nil
+	}
+	p.mu.Unlock()
+	close(p.stop)
+	<-p.done
+	return destroyAll(all)
+}
+
+func destroyAll(sbs []*sandbox) error {
+	var errs []error
+	for _, sb := range sbs {
+		if err := sb.undo.run(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("destroying pooled sandboxes: %v", errs)
+	}
+	return nil
+}
+
+// poolable reports whether plan can run in a pooled sandbox: one made
+// without network and for libcontainer.
+func poolable(plan *task.Plan) bool {
+	return plan.Runtime == config.RuntimeLibcontainer && len(plan.Allow) == 0
+}
+
+// shapeKey identifies what a sandbox for plan is created with. What a run
+// supplies later (code, files, stdin, timeout, output cap, collect) is not
+// part of it.
+func shapeKey(plan *task.Plan, img *image.Image) string {
+	b, _ := json.Marshal(struct {
+		Image, Digest, Rootfs string
+		Argv                  []string
+		Env                   map[string]string
+		Memory, TmpSize, Ws   int64
+		Pids                  int64
+		CPUs                  float64
+	}{plan.Image, img.Digest, img.Rootfs, plan.Argv, plan.Env,
+		plan.Limits.Memory, plan.Limits.TmpSize, plan.Limits.WorkspaceSize, plan.Limits.Pids, plan.Limits.CPUs})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// bare is a copy of plan without what a run brings: the pool keeps it.
+func bare(plan *task.Plan) *task.Plan {
+	c := *plan
+	c.Code, c.Files, c.Stdin, c.Collect, c.CodeFile = nil, nil, nil, nil, ""
+	c.Session, c.TaskHash = "", ""
+	return &c
+}

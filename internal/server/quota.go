@@ -1,0 +1,82 @@
+package server
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// quotaWindow is the span runs_per_minute counts over.
+const quotaWindow = time.Minute
+
+// sweepAt is how many sessions the quota table holds before idle ones are
+// dropped.
+const sweepAt = 4096
+
+// quotas bounds each session's runs per minute and concurrent runs. A task
+// without a session shares the "" session with every other such task.
+type quotas struct {
+	perMinute, concurrent int // 0: no bound
+	now                   func() time.Time
+
+	mu       sync.Mutex
+	sessions map[string]*use
+}
+
+// use is one session's recent starts (oldest first) and running runs.
+type use struct {
+	starts  []time.Time
+	running int
+}
+
+func newQuotas(perMinute, concurrent int, now func() time.Time) *quotas {
+	return &quotas{perMinute: perMinute, concurrent: concurrent, now: now, sessions: map[string]*use{}}
+}
+
+// acquire counts a run of session, or says why it may not start and when
+// it may be tried again. release ends the run.
+func (q *quotas) acquire(session string) (release func(), retry time.Duration, err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.now()
+	if len(q.sessions) >= sweepAt {
+		for name, u := range q.sessions {
+			if u.prune(now); u.running == 0 && len(u.starts) == 0 {
+				delete(q.sessions, name)
+			}
+		}
+	}
+	u := q.sessions[session]
+	if u == nil {
+		u = &use{}
+		q.sessions[session] = u
+	}
+	u.prune(now)
+	if q.perMinute > 0 && len(u.starts) >= q.perMinute {
+		return nil, u.starts[0].Add(quotaWindow).Sub(now), fmt.Errorf("session %q is over its quota of %d runs per minute", session, q.perMinute)
+	}
+	if q.concurrent > 0 && u.running >= q.concurrent {
+		return nil, time.Second, fmt.Errorf("session %q already has %d runs going on, its quota", session, q.concurrent)
+	}
+	if q.perMinute > 0 {
+		u.starts = append(u.starts, now)
+	}
+	u.running++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			u.running--
+		})
+	}, 0, nil
+}
+
+// prune drops the starts that left the window.
+func (u *use) prune(now time.Time) {
+	i := 0
+	for i < len(u.starts) && now.Sub(u.starts[i]) >= quotaWindow {
+		i++
+	}
+	u.starts = u.starts[i:]
+}

@@ -1,0 +1,191 @@
+// Package server is the HTTP API of `agentrun serve`.
+//
+//	POST /v1/runs   a task (task.json) in, its result out
+//	GET  /healthz   runs going on and waiting, and the warm pool
+//
+// Runs are admitted under a global concurrency cap with a bounded queue,
+// and per-session quotas (runs per minute, concurrent runs); a run whose
+// client goes away is cancelled, which kills its sandbox.
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/runner"
+	"github.com/agentrun/agentrun/internal/task"
+)
+
+// RunFunc runs a plan and returns its result; runner.Runner.Run is one.
+type RunFunc func(context.Context, *task.Plan) *result.Result
+
+// Server answers the API. Create it with New.
+type Server struct {
+	cfg     *config.Config
+	run     RunFunc
+	pool    func() runner.PoolStats // nil without a pool
+	slots   chan struct{}
+	queued  atomic.Int64
+	running atomic.Int64
+	quotas  *quotas
+}
+
+// New returns a server running tasks with run under cfg's limits and
+// policy. pool, if not nil, reports the warm pool for /healthz.
+func New(cfg *config.Config, run RunFunc, pool func() runner.PoolStats) *Server {
+	return &Server{cfg: cfg, run: run, pool: pool,
+		slots:  make(chan struct{}, cfg.Server.MaxConcurrent),
+		quotas: newQuotas(cfg.Server.Quota.RunsPerMinute, cfg.Server.Quota.Concurrent, time.Now)}
+}
+
+// Handler is the API's HTTP handler.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/runs", s.postRun)
+	mux.HandleFunc("GET /healthz", s.healthz)
+	return s.auth(mux)
+}
+
+// auth requires the bearer token when one is configured.
+func (s *Server) auth(next http.Handler) http.Handler {
+	token := s.cfg.Server.Token
+	if token == "" {
+		return next
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="agentrun"`)
+			writeError(w, http.StatusUnauthorized, "", "missing or wrong bearer token")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Has("stream") {
+		writeError(w, http.StatusNotImplemented, "", "streaming (?stream=1) is not implemented: leave it out to get the whole result")
+		return
+	}
+	data, err := io.ReadAll(io.LimitReader(r.Body, task.MaxTaskBytes+1))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "", "reading task: "+err.Error())
+		return
+	}
+	if len(data) > task.MaxTaskBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("task is larger than %d bytes", task.MaxTaskBytes))
+		return
+	}
+	plan, err := task.Load(data, s.cfg)
+	if err != nil {
+		status, field := http.StatusBadRequest, ""
+		var te *task.Error
+		if errors.As(err, &te) {
+			field = te.Field
+		}
+		if errors.Is(err, task.ErrPolicy) {
+			status = http.StatusForbidden
+		}
+		writeError(w, status, field, err.Error())
+		return
+	}
+
+	release, retry, err := s.quotas.acquire(plan.Session)
+	if err != nil {
+		w.Header().Set("Retry-After", strconv.Itoa(int(retry.Round(time.Second)/time.Second)))
+		writeError(w, http.StatusTooManyRequests, "", err.Error())
+		return
+	}
+	defer release()
+	if err := s.admit(r.Context()); err != nil {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		return
+	}
+	defer func() { <-s.slots }()
+
+	s.running.Add(1)
+	res := s.run(r.Context(), plan)
+	s.running.Add(-1)
+	status := http.StatusOK
+	if res.Error != "" {
+		status = http.StatusInternalServerError
+	}
+	writeJSON(w, status, res)
+}
+
+// admit takes a run slot, waiting in the queue when all are taken. It
+// fails at once when the queue is full, or when ctx ends while waiting.
+func (s *Server) admit(ctx context.Context) error {
+	select {
+	case s.slots <- struct{}{}:
+		return nil
+	default:
+	}
+	if s.queued.Add(1) > int64(s.cfg.Server.Queue) {
+		s.queued.Add(-1)
+		return fmt.Errorf("server busy: %d runs going on and %d waiting, the most it takes", s.cfg.Server.MaxConcurrent, s.cfg.Server.Queue)
+	}
+	defer s.queued.Add(-1)
+	select {
+	case s.slots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("gave up waiting for a run slot: %w", ctx.Err())
+	}
+}
+
+// Health is the body of GET /healthz.
+type Health struct {
+	Status  string      `json:"status"`
+	Running int64       `json:"running"`
+	Queued  int64       `json:"queued"`
+	Pool    *PoolHealth `json:"pool,omitempty"`
+}
+
+// PoolHealth is the warm pool's part of Health.
+type PoolHealth struct {
+	Ready     map[string]int `json:"ready"`
+	Hits      int64          `json:"hits"`
+	Misses    int64          `json:"misses"`
+	LastError string         `json:"last_error,omitempty"`
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	h := Health{Status: "ok", Running: s.running.Load(), Queued: s.queued.Load()}
+	if s.pool != nil {
+		st := s.pool()
+		h.Pool = &PoolHealth{Ready: st.Ready, Hits: st.Hits, Misses: st.Misses, LastError: st.LastErr}
+	}
+	writeJSON(w, http.StatusOK, h)
+}
+
+// APIError is the body of every refusal.
+type APIError struct {
+	Error string `json:"error"`
+	Field string `json:"field,omitempty"` // the task field at fault, as task.json spells it
+}
+
+func writeError(w http.ResponseWriter, status int, field, msg string) {
+	writeJSON(w, status, APIError{Error: strings.Join(strings.Fields(msg), " "), Field: field})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,219 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/task"
+)
+
+func TestQuotaRunsPerMinute(t *testing.T) {
+	now := time.Unix(1000, 0)
+	q := newQuotas(2, 0, func() time.Time { return now })
+	for i := range 2 {
+		release, _, err := q.acquire("s")
+		if err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		release()
+		now = now.Add(10 * time.Second)
+	}
+	_, retry, err := q.acquire("s")
+	if err == nil || !strings.Contains(err.Error(), "2 runs per minute") {
+		t.Fatalf("third run in a minute: %v", err)
+	}
+	if retry != 40*time.Second {
+		t.Errorf("retry after %v; want 40s (when the first run leaves the window)", retry)
+	}
+	if _, _, err := q.acquire("other"); err != nil {
+		t.Errorf("another session: %v", err)
+	}
+	now = now.Add(40 * time.Second)
+	if _, _, err := q.acquire("s"); err != nil {
+		t.Errorf("after the window moved: %v", err)
+	}
+}
+
+func TestQuotaConcurrent(t *testing.T) {
+	q := newQuotas(0, 1, time.Now)
+	release, _, err := q.acquire("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := q.acquire(""); err == nil || !strings.Contains(err.Error(), "1 runs going on") {
+		t.Fatalf("second concurrent run: %v", err)
+	}
+	release()
+	release() // twice is harmless
+	if _, _, err := q.acquire(""); err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+	if _, _, err := q.acquire(""); err == nil {
+		t.Fatal("a double release freed two slots")
+	}
+}
+
+func TestQuotaTableStaysBounded(t *testing.T) {
+	now := time.Unix(1000, 0)
+	q := newQuotas(1, 0, func() time.Time { return now })
+	for i := range 3 * sweepAt {
+		release, _, err := q.acquire(strings.Repeat("x", i%50) + string(rune('a'+i%26)) + time.Duration(i).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		release()
+		now = now.Add(time.Second)
+	}
+	if len(q.sessions) > sweepAt+int(quotaWindow/time.Second) {
+		t.Fatalf("%d sessions kept; idle ones should be dropped", len(q.sessions))
+	}
+}
+
+func testServer(t *testing.T, mutate func(*config.Config), run RunFunc) *httptest.Server {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Image = "dir:/nonexistent"
+	cfg.Policy.LocalImages = []string{"/nonexistent"}
+	if mutate != nil {
+		mutate(cfg)
+	}
+	ts := httptest.NewServer(New(cfg, run, nil).Handler())
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+func okRun(_ context.Context, p *task.Plan) *result.Result {
+	return &result.Result{ID: "ar-test", Stdout: string(p.Code)}
+}
+
+func TestAPIAnswers(t *testing.T) {
+	ts := testServer(t, nil, okRun)
+	for _, tc := range []struct {
+		name, body string
+		status     int
+		field      string
+	}{
+		{"result", `{"code": "hi"}`, 200, ""},
+		{"not json", `{"code": `, 400, "code"},
+		{"unknown field", `{"code": "x", "colour": 1}`, 400, "colour"},
+		{"above policy", `{"code": "x", "limits": {"pids": 100000}}`, 403, "limits.pids"},
+		{"too large", `{"code": "` + strings.Repeat("a", task.MaxTaskBytes) + `"}`, 413, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := http.Post(ts.URL+"/v1/runs", "application/json", strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d; want %d", resp.StatusCode, tc.status)
+			}
+			if tc.status == 200 {
+				var res result.Result
+				if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || res.Stdout != "hi" {
+					t.Fatalf("result %+v, %v", res, err)
+				}
+				return
+			}
+			var e APIError
+			if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || e.Error == "" || e.Field != tc.field {
+				t.Fatalf("error body %+v, %v; want field %q", e, err, tc.field)
+			}
+		})
+	}
+	resp, err := http.Get(ts.URL + "/v1/runs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET /v1/runs: %d", resp.StatusCode)
+	}
+}
+
+func TestAPIFailedRunIs500(t *testing.T) {
+	ts := testServer(t, nil, func(context.Context, *task.Plan) *result.Result {
+		return &result.Result{Error: "image \"x\": not found"}
+	})
+	resp, err := http.Post(ts.URL+"/v1/runs", "application/json", strings.NewReader(`{"code": "x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var res result.Result
+	if resp.StatusCode != 500 || json.NewDecoder(resp.Body).Decode(&res) != nil || res.Error == "" {
+		t.Fatalf("status %d, %+v; want 500 with the result", resp.StatusCode, res)
+	}
+}
+
+func TestAPIToken(t *testing.T) {
+	ts := testServer(t, func(c *config.Config) { c.Server.Token = "t0k" }, okRun)
+	for auth, want := range map[string]int{"": 401, "Bearer nope": 401, "t0k": 401, "Bearer t0k": 200} {
+		req, _ := http.NewRequest("GET", ts.URL+"/healthz", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Authorization %q: %d; want %d", auth, resp.StatusCode, want)
+		}
+	}
+}
+
+// TestAPIQueueGivesUpWithClient: a queued request whose client leaves
+// frees its queue place.
+func TestAPIQueueGivesUpWithClient(t *testing.T) {
+	block := make(chan struct{})
+	ts := testServer(t, func(c *config.Config) { c.Server.MaxConcurrent, c.Server.Queue = 1, 1 },
+		func(ctx context.Context, p *task.Plan) *result.Result {
+			select {
+			case <-block:
+			case <-ctx.Done():
+			}
+			return &result.Result{}
+		})
+	defer close(block)
+	go http.Post(ts.URL+"/v1/runs", "application/json", strings.NewReader(`{"code": "x", "session": "a"}`))
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		var h Health
+		resp, err := http.Get(ts.URL + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		json.NewDecoder(resp.Body).Decode(&h)
+		resp.Body.Close()
+		if h.Running == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first run never started")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/runs", strings.NewReader(`{"code": "x", "session": "b"}`))
+	if _, err := http.DefaultClient.Do(req); err == nil {
+		t.Fatal("queued request answered while the slot was busy")
+	}
+	// Its queue place is free again: the next request waits, not 503.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel2()
+	req, _ = http.NewRequestWithContext(ctx2, "POST", ts.URL+"/v1/runs", strings.NewReader(`{"code": "x", "session": "c"}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("got status %d; want the request to wait in the queue", resp.StatusCode)
+	}
+}

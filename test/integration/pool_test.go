@@ -1,0 +1,201 @@
+package integration
+
+import (
+	"context"
+	"encoding/base64"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/runner"
+	"github.com/agentrun/agentrun/internal/task"
+)
+
+// pooled is a runner with a pool for the python image, seeded with the
+// shape of seedTask and filled.
+type pooled struct {
+	t    *testing.T
+	cfg  *config.Config
+	r    *runner.Runner
+	pool *runner.Pool
+}
+
+func newPooled(t *testing.T, n int, seedTask string) *pooled {
+	t.Helper()
+	cfg := testConfig(t)
+	r, err := runner.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pooled{t: t, cfg: cfg, r: r, pool: r.NewPool(map[string]int{pythonImage: n})}
+	t.Cleanup(func() {
+		if err := p.pool.Close(); err != nil {
+			t.Errorf("closing pool: %v", err)
+		}
+		assertNoLeaks(t)
+	})
+	if err := p.pool.Seed(p.plan(seedTask)); err != nil {
+		t.Fatal(err)
+	}
+	p.waitReady(n)
+	return p
+}
+
+func (p *pooled) plan(taskJSON string) *task.Plan {
+	p.t.Helper()
+	plan, err := task.Load([]byte(taskJSON), p.cfg)
+	if err != nil {
+		p.t.Fatalf("task.Load: %v", err)
+	}
+	return plan
+}
+
+// waitReady waits until the pool holds n sandboxes of the python image.
+func (p *pooled) waitReady(n int) {
+	p.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st := p.pool.Stats()
+		if st.Ready[pythonImage] == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("pool never got %d ready sandboxes: %+v", n, st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// run runs the task and checks it was (or was not) served from the pool.
+func (p *pooled) run(taskJSON string, wantHit bool) *result.Result {
+	p.t.Helper()
+	before := p.pool.Stats().Hits
+	res := p.r.Run(context.Background(), p.plan(taskJSON))
+	if res.Error != "" {
+		p.t.Fatalf("run failed: %s", res.Error)
+	}
+	if hit := p.pool.Stats().Hits > before; hit != wantHit {
+		p.t.Fatalf("served from the pool: %v, want %v", hit, wantHit)
+	}
+	return res
+}
+
+// TestPoolRunsTaskInReadySandbox: a pooled run gets its code, files and
+// stdin, the task's timeout and output cap, and its collect.
+func TestPoolRunsTaskInReadySandbox(t *testing.T) {
+	p := newPooled(t, 2, pyTask("pass", nil))
+	res := p.run(pyTask(`import sys
+data = open("/workspace/in.txt").read()
+line = sys.stdin.readline()
+open("/workspace/out.txt", "w").write(data.upper() + line)
+print("x" * 5000)`, map[string]any{
+		"files":   map[string]any{"in.txt": map[string]string{"content": "hello "}},
+		"stdin":   "world\n",
+		"collect": []string{"out.txt"},
+		"limits":  map[string]any{"output_bytes": 100},
+	}), true)
+	if res.ExitCode != 0 || !res.StdoutTruncated || len(res.Stdout) != 100 {
+		t.Fatalf("exit %d, stdout %d bytes (truncated %v); want 0, 100, true", res.ExitCode, len(res.Stdout), res.StdoutTruncated)
+	}
+	if got, _ := base64.StdEncoding.DecodeString(res.Files["out.txt"].ContentBase64); string(got) != "HELLO world\n" {
+		t.Fatalf("collected out.txt = %q (%+v)", got, res.Files["out.txt"])
+	}
+
+	res = p.run(pyTask("while True: pass", map[string]any{"limits": map[string]any{"timeout": "500ms"}}), true)
+	if !res.TimedOut || res.ExitCode != 137 {
+		t.Fatalf("timed_out %v exit %d; want true 137", res.TimedOut, res.ExitCode)
+	}
+	if res.DurationMS < 500 || res.DurationMS > 3000 {
+		t.Fatalf("duration %d ms for a 500ms timeout", res.DurationMS)
+	}
+}
+
+// TestPoolSandboxesServeOneRunEach: what one pooled run leaves in /tmp,
+// /workspace or as a process is not there for the next.
+func TestPoolSandboxesServeOneRunEach(t *testing.T) {
+	p := newPooled(t, 2, pyTask("pass", nil))
+	first := p.run(pyTask(`import os, subprocess
+open("/tmp/mark", "w").write("1")
+open("/workspace/mark", "w").write("1")
+subprocess.Popen(["sleep", "60"], start_new_session=True)
+print(os.getpid())`, nil), true)
+	second := p.run(pyTask(`import os
+print(os.path.exists("/tmp/mark"), os.path.exists("/workspace/mark"))
+print(sorted(int(d) for d in os.listdir("/proc") if d.isdigit()))`, nil), true)
+	if first.ID == second.ID {
+		t.Fatalf("both runs had id %s", first.ID)
+	}
+	if got := strings.TrimSpace(second.Stdout); got != "False False\n[1]" {
+		t.Fatalf("second run saw %q; want nothing of the first run and only its own pid 1", got)
+	}
+}
+
+// TestPoolEnforcesLimits: the pooled sandbox is as locked down as a cold
+// one: read-only root, memory cap with the OOM kill reported, pids cap,
+// and the seccomp profile.
+func TestPoolEnforcesLimits(t *testing.T) {
+	limits := map[string]any{"limits": map[string]any{"memory": "64m", "pids": 16}}
+	p := newPooled(t, 1, pyTask("pass", limits))
+
+	res := p.run(pyTask(`import os
+try:
+    open("/hacked", "w")
+except OSError as e:
+    print("denied", e.errno)
+status = open("/proc/self/status").read()
+print([l for l in status.splitlines() if l.startswith(("CapEff", "NoNewPrivs", "Seccomp:", "Uid"))])`, limits), true)
+	for _, want := range []string{"denied 30", "'CapEff:\\t0000000000000000'", "'NoNewPrivs:\\t1'", "'Seccomp:\\t2'", "65534"} {
+		if !strings.Contains(res.Stdout, want) {
+			t.Errorf("stdout %q lacks %q", res.Stdout, want)
+		}
+	}
+
+	p.waitReady(1)
+	res = p.run(pyTask(`import os
+n = 0
+try:
+    while True:
+        if os.fork() == 0:
+            import time; time.sleep(30)
+        n += 1
+except OSError as e:
+    print("fork failed after", n, e.errno)`, limits), true)
+	if !strings.Contains(res.Stdout, "fork failed after") || !strings.Contains(res.Stdout, " 11") {
+		t.Errorf("fork bomb: %q; want EAGAIN (11) below the pids cap", res.Stdout)
+	}
+
+	p.waitReady(1)
+	res = p.run(pyTask(`b = []
+while True:
+    b.append(bytearray(8 << 20))`, limits), true)
+	if !res.OOMKilled || res.ExitCode != 137 {
+		t.Fatalf("memory hog: oom_killed %v exit %d; want true 137", res.OOMKilled, res.ExitCode)
+	}
+}
+
+// TestPoolFollowsTaskShape: a run of another shape runs cold, and the pool
+// then keeps sandboxes of that shape; a shape with network access is never
+// pooled.
+func TestPoolFollowsTaskShape(t *testing.T) {
+	p := newPooled(t, 1, pyTask("pass", nil))
+	withEnv := pyTask(`import os; print(os.environ["COLOR"])`, map[string]any{"env": map[string]string{"COLOR": "blue"}})
+	if res := p.run(withEnv, false); res.Stdout != "blue\n" {
+		t.Fatalf("cold run printed %q", res.Stdout)
+	}
+	p.waitReady(1)
+	if res := p.run(withEnv, true); res.Stdout != "blue\n" {
+		t.Fatalf("pooled run printed %q", res.Stdout)
+	}
+
+	for _, extra := range []map[string]any{{"network": map[string]any{"allow": []string{"example.com"}}}, {"runtime": "runsc"}} {
+		err := p.pool.Seed(p.plan(pyTask("pass", extra)))
+		if err == nil || !strings.Contains(err.Error(), "never runs from the pool") {
+			t.Errorf("Seed(%v) = %v; want a refusal", extra, err)
+		}
+	}
+	if err := p.pool.Seed(p.plan(pyTask("pass", map[string]any{"image": busyboxImage}))); err == nil {
+		t.Error("Seed of an image the pool does not keep succeeded")
+	}
+}

@@ -1,0 +1,305 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/server"
+)
+
+// served is an `agentrun serve` process and an HTTP client for it.
+type served struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	client *http.Client
+	base   string // http://host[:port]
+	token  string
+	stderr *strings.Builder
+	mu     *sync.Mutex
+}
+
+// startServe starts agentrun serve with the test config plus server, and
+// waits until it listens (and its pool, if any, is full).
+func startServe(t *testing.T, srv map[string]any) *served {
+	t.Helper()
+	cfg := map[string]any{"image": pythonImage, "state_dir": stateDir, "store_dir": filepath.Join(stateDir, "store"),
+		"audit": "", "server": srv,
+		"policy": map[string]any{"local_images": []string{*imagesDir}}}
+	cmd := exec.Command(agentrunBin(t), "serve", "--config", writeConfig(t, cfg))
+	s := &served{t: t, cmd: cmd, stderr: &strings.Builder{}, mu: &sync.Mutex{}}
+	if tok, ok := srv["token"].(string); ok {
+		s.token = tok
+	}
+	pr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	addr := make(chan string, 1)
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			s.mu.Lock()
+			s.stderr.WriteString(sc.Text() + "\n")
+			s.mu.Unlock()
+			if a, ok := strings.CutPrefix(sc.Text(), "agentrun serve: listening on "); ok {
+				addr <- a
+			}
+		}
+	}()
+	select {
+	case a := <-addr:
+		if strings.HasPrefix(a, "/") {
+			s.base = "http://agentrun"
+			s.client = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, "unix", a)
+			}}}
+		} else {
+			s.base = "http://" + a
+			s.client = &http.Client{}
+		}
+	case <-exited:
+		t.Fatalf("agentrun serve exited: %s", s.log())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("agentrun serve did not start: %s", s.log())
+	}
+	if pool, ok := srv["pool"].(map[string]int); ok {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var h server.Health
+			s.get("/healthz", &h)
+			if h.Pool != nil && h.Pool.Ready[pythonImage] == pool[pythonImage] {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pool not filled: %+v; log: %s", h.Pool, s.log())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return s
+}
+
+func (s *served) log() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stderr.String()
+}
+
+func (s *served) do(method, path, body string) (*http.Response, []byte) {
+	s.t.Helper()
+	req, err := http.NewRequest(method, s.base+path, strings.NewReader(body))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if s.token != "" {
+		req.Header.Set("Authorization", "Bearer "+s.token)
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return resp, b
+}
+
+func (s *served) get(path string, v any) int {
+	s.t.Helper()
+	resp, b := s.do("GET", path, "")
+	if err := json.Unmarshal(b, v); err != nil {
+		s.t.Fatalf("GET %s: %v: %s", path, err, b)
+	}
+	return resp.StatusCode
+}
+
+// post runs a task and decodes the answer into v.
+func (s *served) post(task string, v any) *http.Response {
+	s.t.Helper()
+	resp, b := s.do("POST", "/v1/runs", task)
+	if err := json.Unmarshal(b, v); err != nil {
+		s.t.Fatalf("POST /v1/runs: status %d: %v: %s", resp.StatusCode, err, b)
+	}
+	return resp
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (s *served) stop() {
+	s.t.Helper()
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- s.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			s.t.Fatalf("agentrun serve exited with %v: %s", err, s.log())
+		}
+	case <-time.After(30 * time.Second):
+		s.t.Fatalf("agentrun serve did not stop on SIGTERM: %s", s.log())
+	}
+}
+
+// TestServeRunsTasksFromThePool: over the unix socket, a task runs in a
+// pooled sandbox and its result comes back; bad and refused tasks get 400
+// and 403 naming the field; on SIGTERM the server empties its pool,
+// removes its socket and leaves nothing on the host.
+func TestServeRunsTasksFromThePool(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "agentrun.sock")
+	s := startServe(t, map[string]any{"listen": "unix://" + sock, "pool": map[string]int{pythonImage: 1}})
+
+	st, err := os.Stat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o660 {
+		t.Errorf("socket mode %v; want 0660", st.Mode().Perm())
+	}
+
+	var res result.Result
+	if resp := s.post(`{"code": "import sys; print(sys.stdin.read() * 2)", "stdin": "ab"}`, &res); resp.StatusCode != 200 {
+		t.Fatalf("status %d: %+v", resp.StatusCode, res)
+	}
+	if res.Stdout != "abab\n" || res.ExitCode != 0 || res.ID == "" {
+		t.Fatalf("result %+v", res)
+	}
+	var h server.Health
+	s.get("/healthz", &h)
+	if h.Status != "ok" || h.Pool == nil || h.Pool.Hits != 1 {
+		t.Fatalf("healthz %+v (pool %+v); want one pool hit", h, h.Pool)
+	}
+
+	var apiErr server.APIError
+	if resp := s.post(`{"code": "print(1)", "limits": {"memory": "lots"}}`, &apiErr); resp.StatusCode != 400 || apiErr.Field != "limits.memory" {
+		t.Errorf("bad memory: status %d, %+v; want 400 naming limits.memory", resp.StatusCode, apiErr)
+	}
+	if resp := s.post(`{"code": "print(1)", "limits": {"timeout": "1h"}}`, &apiErr); resp.StatusCode != 403 || apiErr.Field != "limits.timeout" {
+		t.Errorf("timeout above policy: status %d, %+v; want 403 naming limits.timeout", resp.StatusCode, apiErr)
+	}
+	if resp, _ := s.do("POST", "/v1/runs?stream=1", `{"code":"print(1)"}`); resp.StatusCode != 501 {
+		t.Errorf("stream: status %d; want 501", resp.StatusCode)
+	}
+
+	s.stop()
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("socket still there after SIGTERM: %v", err)
+	}
+	assertNoLeaks(t)
+}
+
+// TestServeAdmission: with one run slot and a queue of one, a third
+// concurrent run is refused with 503; a session over its quota gets 429
+// with Retry-After, and other sessions are not affected.
+func TestServeAdmission(t *testing.T) {
+	s := startServe(t, map[string]any{"listen": "unix://" + filepath.Join(t.TempDir(), "a.sock"),
+		"max_concurrent": 1, "queue": 1, "quota": map[string]any{"runs_per_minute": 3, "concurrent": 2}})
+
+	slow := func(session string) string {
+		return fmt.Sprintf(`{"code": "import time; time.sleep(1.5); print('done')", "session": %q}`, session)
+	}
+	type answer struct {
+		status int
+		body   string
+	}
+	answers := make(chan answer, 2)
+	for _, session := range []string{"a", "b"} {
+		go func() {
+			resp, b := s.do("POST", "/v1/runs", slow(session))
+			answers <- answer{resp.StatusCode, string(b)}
+		}()
+	}
+	// Both taken: one runs, one waits in the queue.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var h server.Health
+		s.get("/healthz", &h)
+		if h.Running == 1 && h.Queued == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never saw one running and one queued: %+v", h)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var apiErr server.APIError
+	if resp := s.post(slow("c"), &apiErr); resp.StatusCode != 503 || !strings.Contains(apiErr.Error, "busy") {
+		t.Errorf("third run: status %d, %+v; want 503 busy", resp.StatusCode, apiErr)
+	}
+	for range 2 {
+		if a := <-answers; a.status != 200 || !strings.Contains(a.body, `"stdout": "done\n"`) {
+			t.Errorf("queued runs: status %d: %s", a.status, a.body)
+		}
+	}
+
+	// Session a has used 1 of its 3 runs per minute.
+	var res result.Result
+	for range 2 {
+		if resp := s.post(`{"code": "print(1)", "session": "a"}`, &res); resp.StatusCode != 200 {
+			t.Fatalf("run within quota: status %d", resp.StatusCode)
+		}
+	}
+	resp := s.post(`{"code": "print(1)", "session": "a"}`, &apiErr)
+	if resp.StatusCode != 429 || !strings.Contains(apiErr.Error, "3 runs per minute") || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("over quota: status %d, %+v, Retry-After %q; want 429 naming the quota", resp.StatusCode, apiErr, resp.Header.Get("Retry-After"))
+	}
+	if resp := s.post(`{"code": "print(1)", "session": "b"}`, &res); resp.StatusCode != 200 {
+		t.Errorf("another session: status %d", resp.StatusCode)
+	}
+	s.stop()
+	assertNoLeaks(t)
+}
+
+// TestServeTCPNeedsToken: a TCP listener requires server.token, and every
+// request must carry it.
+func TestServeTCPNeedsToken(t *testing.T) {
+	cfg := map[string]any{"image": pythonImage, "state_dir": stateDir, "audit": "",
+		"server": map[string]any{"listen": "tcp://127.0.0.1:0"}}
+	out, err := exec.Command(agentrunBin(t), "serve", "--config", writeConfig(t, cfg)).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "server.token") {
+		t.Fatalf("tcp without a token: %v: %s; want a refusal naming server.token", err, out)
+	}
+
+	s := startServe(t, map[string]any{"listen": "tcp://127.0.0.1:0", "token": "s3cret"})
+	var res result.Result
+	if resp := s.post(`{"code": "print(7)"}`, &res); resp.StatusCode != 200 || res.Stdout != "7\n" {
+		t.Fatalf("with the token: status %d, %+v", resp.StatusCode, res)
+	}
+	s.token = "wrong"
+	var apiErr server.APIError
+	if resp := s.post(`{"code": "print(7)"}`, &apiErr); resp.StatusCode != 401 {
+		t.Errorf("wrong token: status %d; want 401", resp.StatusCode)
+	}
+	s.token = ""
+	if code := s.get("/healthz", &apiErr); code != 401 {
+		t.Errorf("no token: status %d; want 401", code)
+	}
+	s.token = "s3cret"
+	s.stop()
+	assertNoLeaks(t)
+}
