@@ -102,8 +102,10 @@ func serve(cfgPath string, stderr io.Writer) error {
 
 	base, kill := context.WithCancel(context.Background())
 	defer kill()
+	api := server.New(cfg, r.RunReport, poolStats)
+	api.Logf = func(format string, args ...any) { fmt.Fprintf(stderr, "agentrun serve: "+format+"\n", args...) }
 	srv := &http.Server{
-		Handler:           server.New(cfg, r.Run, poolStats).Handler(),
+		Handler:           api.Handler(),
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ReadHeaderTimeout: 10 * time.Second,
 	}

@@ -73,13 +73,23 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 
 // Run runs p and returns its result; it never returns nil. A failure of
 // agentrun itself is reported in the result's Error (exit status 125).
+// When Run returns, everything the run made on the host is gone.
 func (r *Runner) Run(ctx context.Context, p *task.Plan) *result.Result {
+	return r.RunReport(ctx, p, nil)
+}
+
+// RunReport is Run that also hands the result to report (when not nil) as
+// soon as it is final: before the sandbox is torn down, so that a server
+// can answer while the tear-down goes on. A failure of the tear-down or of
+// the audit log comes after that: it is in the result RunReport returns
+// and in the audit record, not in the one report saw.
+func (r *Runner) RunReport(ctx context.Context, p *task.Plan, report func(*result.Result)) *result.Result {
 	res := &result.Result{ID: newID(), Session: p.Session, Image: p.Image, Runtime: p.Runtime, Files: map[string]result.File{}}
 	res.Network.Allowed, res.Network.Denied = []result.Allowed{}, []result.Denied{}
 	rec := &audit.Record{Time: time.Now().UTC(), Session: p.Session, TaskHash: p.TaskHash,
 		Image: p.Image, Runtime: p.Runtime, Limits: auditLimits(p)}
 
-	if err := r.run(ctx, p, res); err != nil {
+	if err := r.run(ctx, p, res, report); err != nil {
 		res.Error = err.Error()
 	}
 	fillRecord(rec, res)
@@ -91,8 +101,9 @@ func (r *Runner) Run(ctx context.Context, p *task.Plan) *result.Result {
 	return res
 }
 
-// run runs p in a sandbox from the pool, or in one set up for it now.
-func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result) (err error) {
+// run runs p in a sandbox from the pool, or in one set up for it now, and
+// tears the sandbox down.
+func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, report func(*result.Result)) (err error) {
 	backend, ok := r.backends[p.Runtime]
 	if !ok {
 		if p.Runtime == config.RuntimeRunsc && r.runscErr != nil {
@@ -122,12 +133,23 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result) (err
 			return err
 		}
 	}
-	defer func() {
-		if cerr := sb.undo.run(); cerr != nil && err == nil {
-			err = fmt.Errorf("cleaning up: %w", cerr)
-		}
-	}()
 
+	err = r.execute(ctx, p, backend, sb, res)
+	if report != nil {
+		final := *res
+		if err != nil {
+			final.Error = err.Error()
+		}
+		report(&final)
+	}
+	if cerr := sb.undo.run(); cerr != nil && err == nil {
+		err = fmt.Errorf("cleaning up: %w", cerr)
+	}
+	return err
+}
+
+// execute runs the program of sb to its end and collects its files.
+func (r *Runner) execute(ctx context.Context, p *task.Plan, backend runtime.Backend, sb *sandbox, res *result.Result) (err error) {
 	var out *runtime.Outcome
 	if sb.prep != nil {
 		out, err = sb.prep.Run(ctx, p.Stdin, p.Limits.Timeout, p.Limits.OutputBytes)

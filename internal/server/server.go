@@ -27,8 +27,9 @@ import (
 	"github.com/agentrun/agentrun/internal/task"
 )
 
-// RunFunc runs a plan and returns its result; runner.Runner.Run is one.
-type RunFunc func(context.Context, *task.Plan) *result.Result
+// RunFunc runs a plan and returns its result, handing it to report first
+// as soon as it is final; runner.Runner.RunReport is one.
+type RunFunc func(ctx context.Context, p *task.Plan, report func(*result.Result)) *result.Result
 
 // Server answers the API. Create it with New.
 type Server struct {
@@ -39,6 +40,9 @@ type Server struct {
 	queued  atomic.Int64
 	running atomic.Int64
 	quotas  *quotas
+
+	// Logf, when set, gets what goes wrong after a client was answered.
+	Logf func(format string, args ...any)
 }
 
 // New returns a server running tasks with run under cfg's limits and
@@ -116,9 +120,23 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 	}
 	defer func() { <-s.slots }()
 
+	// The answer goes out as soon as the result is final; the slot is
+	// held until the sandbox is torn down.
 	s.running.Add(1)
-	res := s.run(r.Context(), plan)
-	s.running.Add(-1)
+	defer s.running.Add(-1)
+	var sent *result.Result
+	final := s.run(r.Context(), plan, func(res *result.Result) {
+		sent = res
+		writeResult(w, res)
+	})
+	if sent == nil {
+		writeResult(w, final)
+	} else if final.Error != sent.Error && s.Logf != nil {
+		s.Logf("run %s: after the answer: %s", final.ID, final.Error)
+	}
+}
+
+func writeResult(w http.ResponseWriter, res *result.Result) {
 	status := http.StatusOK
 	if res.Error != "" {
 		status = http.StatusInternalServerError
@@ -182,10 +200,19 @@ func writeError(w http.ResponseWriter, status int, field, msg string) {
 	writeJSON(w, status, APIError{Error: strings.Join(strings.Fields(msg), " "), Field: field})
 }
 
+// writeJSON sends v with its length and flushes it: the client has the
+// whole answer even while the handler goes on.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error": "encoding the answer failed"}`)
+	}
+	b = append(b, '\n')
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+	_, _ = w.Write(b)
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -89,7 +90,7 @@ func testServer(t *testing.T, mutate func(*config.Config), run RunFunc) *httptes
 	return ts
 }
 
-func okRun(_ context.Context, p *task.Plan) *result.Result {
+func okRun(_ context.Context, p *task.Plan, _ func(*result.Result)) *result.Result {
 	return &result.Result{ID: "ar-test", Stdout: string(p.Code)}
 }
 
@@ -139,7 +140,7 @@ func TestAPIAnswers(t *testing.T) {
 }
 
 func TestAPIFailedRunIs500(t *testing.T) {
-	ts := testServer(t, nil, func(context.Context, *task.Plan) *result.Result {
+	ts := testServer(t, nil, func(context.Context, *task.Plan, func(*result.Result)) *result.Result {
 		return &result.Result{Error: "image \"x\": not found"}
 	})
 	resp, err := http.Post(ts.URL+"/v1/runs", "application/json", strings.NewReader(`{"code": "x"}`))
@@ -176,7 +177,7 @@ func TestAPIToken(t *testing.T) {
 func TestAPIQueueGivesUpWithClient(t *testing.T) {
 	block := make(chan struct{})
 	ts := testServer(t, func(c *config.Config) { c.Server.MaxConcurrent, c.Server.Queue = 1, 1 },
-		func(ctx context.Context, p *task.Plan) *result.Result {
+		func(ctx context.Context, p *task.Plan, _ func(*result.Result)) *result.Result {
 			select {
 			case <-block:
 			case <-ctx.Done():
@@ -215,5 +216,32 @@ func TestAPIQueueGivesUpWithClient(t *testing.T) {
 	if err == nil {
 		resp.Body.Close()
 		t.Fatalf("got status %d; want the request to wait in the queue", resp.StatusCode)
+	}
+}
+
+// TestAPIAnswersBeforeTearDown: the client has the result as soon as it is
+// final, while the sandbox is still being torn down.
+func TestAPIAnswersBeforeTearDown(t *testing.T) {
+	tearDown := make(chan struct{})
+	ts := testServer(t, nil, func(_ context.Context, p *task.Plan, report func(*result.Result)) *result.Result {
+		report(&result.Result{ID: "ar-early", Stdout: "early"})
+		<-tearDown
+		return &result.Result{ID: "ar-early", Stdout: "early"}
+	})
+	defer close(tearDown)
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Post(ts.URL+"/v1/runs", "application/json", strings.NewReader(`{"code": "x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	// The whole body, to its end, while the run is still tearing down.
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res result.Result
+	if err := json.Unmarshal(b, &res); err != nil || res.Stdout != "early" {
+		t.Fatalf("result %+v, %v", res, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/runtime/runc"
@@ -25,7 +26,7 @@ func init() {
 // compete with the next contender. It returns the contender and a func
 // that closes the pool.
 func poolContender(work, rootfs string) (*contender, func()) {
-	c := &contender{name: "agentrun warm pool", note: "a sandbox prepared ahead (container init waiting at exec): runner.Pool in this process, as `serve` uses it"}
+	c := &contender{name: "agentrun warm pool", note: "a sandbox prepared ahead (container init waiting at exec), in this process as `serve` runs it: timed to the result, which serve answers before the tear-down"}
 	cfg := config.Default()
 	cfg.Image = "dir:" + rootfs
 	cfg.Audit = ""
@@ -50,9 +51,10 @@ func poolContender(work, rootfs string) (*contender, func()) {
 		if err := waitReady(pool, cfg.Image); err != nil {
 			return 0, "", err
 		}
+		// Timed to the result, as serve answers: before the tear-down.
+		var el time.Duration
 		start := time.Now()
-		res := r.Run(context.Background(), plan)
-		el := time.Since(start)
+		res := r.RunReport(context.Background(), plan, func(*result.Result) { el = time.Since(start) })
 		if res.Error != "" {
 			return 0, "", errors.New(res.Error)
 		}
