@@ -39,6 +39,7 @@ type Pool struct {
 	kick chan struct{}
 	stop chan struct{}
 	done chan struct{}
+	bg   sync.WaitGroup // destroys of sandboxes of a shape no longer kept
 }
 
 // shape is one task shape and the sandboxes ready for it, oldest first.
@@ -133,15 +134,18 @@ func (p *Pool) want(plan *task.Plan, img *image.Image) {
 	}
 	key := shapeKey(plan, img)
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	s := p.shapes[plan.Image]
 	if p.closed || (s != nil && s.key == key) {
-		p.mu.Unlock()
 		return
 	}
 	p.shapes[plan.Image] = &shape{key: key, plan: bare(plan), img: img}
-	p.mu.Unlock()
-	if s != nil {
-		go destroyAll(s.ready) // the old shape's
+	if s != nil && len(s.ready) > 0 {
+		// The old shape's, in the background; Close waits for it (no Go
+		// once closed: that is checked under p.mu above).
+		stale := s.ready
+		s.ready = nil
+		p.bg.Go(func() { _ = destroyAll(stale) })
 	}
 }
 
@@ -237,6 +241,7 @@ func (p *Pool) Close() error {
 	p.mu.Unlock()
 	close(p.stop)
 	<-p.done
+	p.bg.Wait()
 	return destroyAll(all)
 }
 

@@ -102,8 +102,11 @@ func main() {
 		{name: "agentrun run (runsc)", note: "gVisor runsc, systrap",
 			cmd: func(int) *exec.Cmd { return exec.Command(*bin, "run", "--config", cfg, runscTask) }},
 	}
-	warm, closePool := poolContender(work, rootfs)
-	defer closePool()
+	srv, serr := startServe(work, rootfs)
+	if srv != nil {
+		defer srv.stop()
+	}
+	warm := poolContender(srv, serr)
 	cs = append(cs, warm)
 
 	// Warm-up (page cache, first cgroup) and availability check.
@@ -129,16 +132,21 @@ func main() {
 		}
 	}
 	tp := throughput(cs[3], []int{1, 4, 8}, 24)
+	var stp map[int]float64
+	if warm.err == "" {
+		warm.rss = srv.peakRSS()
+		stp = serveThroughput(srv, []int{1, 4, 8}, 24)
+	}
 	pulls := pullBench(work, filepath.Join(*images, "python", "oci"))
 	via, direct, perr := proxyBench()
 	nb := netBench{via: via, direct: direct, err: perr}
-	report(os.Stdout, cs, tp, pulls, nb)
+	report(os.Stdout, cs, tp, stp, pulls, nb)
 	f, err := os.Create(*out)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer f.Close()
-	report(f, cs, tp, pulls, nb)
+	report(f, cs, tp, stp, pulls, nb)
 }
 
 // netBench is the proxy's throughput against a direct loopback transfer.
@@ -304,11 +312,11 @@ func throughput(c *contender, ks []int, total int) map[int]float64 {
 	return res
 }
 
-func report(w io.Writer, cs []*contender, tp map[int]float64, pulls []*contender, nb netBench) {
+func report(w io.Writer, cs []*contender, tp, stp map[int]float64, pulls []*contender, nb netBench) {
 	floor := median(cs[0].times)
 	fmt.Fprintf(w, "# agentrun benchmark\n\n")
 	fmt.Fprintf(w, "`make bench` on %s. The same `print(45)` task on the python test image, %d runs per contender, interleaved; wall time of the whole command.\n\n", machine(), *n)
-	fmt.Fprintln(w, "| contender | median | p90 | max | median / floor | peak RSS of the command | note |")
+	fmt.Fprintln(w, "| contender | median | p90 | max | median / floor | peak RSS | note |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 	for _, c := range cs {
 		if c.err != "" {
@@ -316,16 +324,21 @@ func report(w io.Writer, cs []*contender, tp map[int]float64, pulls []*contender
 			continue
 		}
 		rss := "–"
-		if c.cmd != nil && c.rssErr == nil {
+		if c.rssErr == nil && c.rss > 0 {
 			rss = fmt.Sprintf("%.1f MiB", float64(c.rss)/1024)
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %.2f× | %s | %s |\n", c.name, ms(median(c.times)), ms(pct(c.times, 0.9)),
 			ms(slices.Max(c.times)), float64(median(c.times))/float64(floor), rss, c.note)
 	}
+	fmt.Fprintf(w, "\nPeak RSS: GNU time's maximum resident set of the command and the children it waited for (one extra run); for serve, the server process's own VmHWM after the runs above.\n")
 	if len(tp) > 0 {
-		fmt.Fprintf(w, "\nThroughput of `agentrun run` (cold, no network), 24 runs:\n\n| concurrency | runs/s |\n|---|---|\n")
+		fmt.Fprintf(w, "\nThroughput, 24 runs of print(45) at each concurrency: `agentrun run` (cold, no network) and `agentrun serve` (max_concurrent 8, a pool of 1 that refills between runs; runs that find it empty run cold in the server):\n\n| concurrency | agentrun run, runs/s | agentrun serve, runs/s |\n|---|---|---|\n")
 		for _, k := range slices.Sorted(mapKeys(tp)) {
-			fmt.Fprintf(w, "| %d | %.1f |\n", k, tp[k])
+			sv := "–"
+			if v, ok := stp[k]; ok {
+				sv = fmt.Sprintf("%.1f", v)
+			}
+			fmt.Fprintf(w, "| %d | %.1f | %s |\n", k, tp[k], sv)
 		}
 	}
 	if nb.err != nil {

@@ -1,82 +1,197 @@
 package main
 
 import (
+	"bufio"
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
 	"time"
-
-	"github.com/agentrun/agentrun/internal/config"
-	"github.com/agentrun/agentrun/internal/result"
-	"github.com/agentrun/agentrun/internal/runner"
-	"github.com/agentrun/agentrun/internal/task"
-	"github.com/agentrun/agentrun/runtime/runc"
 )
 
-func init() {
-	// The in-process pool contender's containers re-execute this binary
-	// as their init.
-	runc.InitHook()
+// served is an `agentrun serve` with a warm pool of one sandbox for the
+// python image, and an HTTP client for its socket.
+type served struct {
+	cmd    *exec.Cmd
+	client *http.Client
 }
 
-// poolContender runs print(45) through a runner whose pool keeps one
-// sandbox of the task's shape ready. Each timed run takes a ready sandbox;
-// between runs, untimed, the pool refills, so that the refill does not
-// compete with the next contender. It returns the contender and a func
-// that closes the pool.
-func poolContender(work, rootfs string) (*contender, func()) {
-	c := &contender{name: "agentrun warm pool", note: "a sandbox prepared ahead (container init waiting at exec), in this process as `serve` runs it: timed to the result, which serve answers before the tear-down"}
-	cfg := config.Default()
-	cfg.Image = "dir:" + rootfs
-	cfg.Audit = ""
-	cfg.StateDir = filepath.Join(work, "pool-state")
-	cfg.StoreDir = filepath.Join(work, "pool-store")
-	cfg.Policy.LocalImages = []string{filepath.Dir(filepath.Dir(rootfs))}
-	r, err := runner.New(cfg, nil)
+// startServe starts agentrun serve on a socket in work.
+func startServe(work, rootfs string) (*served, error) {
+	sock := filepath.Join(work, "serve.sock")
+	image := "dir:" + rootfs
+	cfg := filepath.Join(work, "serve-config.json")
+	write(cfg, fmt.Sprintf(`{"image":%q,"audit":"","state_dir":%q,"store_dir":%q,
+		"policy":{"local_images":[%q]},
+		"server":{"listen":%q,"max_concurrent":8,"queue":64,"quota":{"runs_per_minute":0,"concurrent":0},"pool":{%q:1}}}`,
+		image, filepath.Join(work, "serve-state"), filepath.Join(work, "serve-store"), filepath.Dir(filepath.Dir(rootfs)),
+		"unix://"+sock, image))
+	s := &served{cmd: exec.Command(*bin, "serve", "--config", cfg)}
+	stderr, err := s.cmd.StderrPipe()
 	if err != nil {
-		c.err = err.Error()
-		return c, func() {}
+		return nil, err
 	}
-	plan, err := task.Load([]byte(`{"code":"print(45)"}`), cfg)
-	if err != nil {
-		c.err = err.Error()
-		return c, func() {}
+	if err := s.cmd.Start(); err != nil {
+		return nil, err
 	}
-	pool := r.NewPool(map[string]int{cfg.Image: 1})
-	if err := pool.Seed(plan); err != nil {
-		c.err = err.Error()
-	}
-	c.call = func(int) (time.Duration, string, error) {
-		if err := waitReady(pool, cfg.Image); err != nil {
-			return 0, "", err
+	listening := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "agentrun serve: listening on") {
+				listening <- true
+			}
 		}
-		// Timed to the result, as serve answers: before the tear-down.
-		var el time.Duration
-		start := time.Now()
-		res := r.RunReport(context.Background(), plan, func(*result.Result) { el = time.Since(start) })
-		if res.Error != "" {
-			return 0, "", errors.New(res.Error)
+		listening <- false
+	}()
+	select {
+	case ok := <-listening:
+		if !ok {
+			s.cmd.Wait()
+			return nil, fmt.Errorf("agentrun serve exited")
 		}
-		// Refill before the next contender runs, untimed.
-		if err := waitReady(pool, cfg.Image); err != nil {
-			return 0, "", err
-		}
-		return el, res.Stdout, nil
+	case <-time.After(30 * time.Second):
+		s.stop()
+		return nil, fmt.Errorf("agentrun serve did not listen within 30s")
 	}
-	return c, func() { _ = pool.Close() }
+	s.client = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	return s, s.waitReady()
 }
 
-func waitReady(pool *runner.Pool, image string) error {
+// waitReady waits until the pool holds a sandbox.
+func (s *served) waitReady() error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		st := pool.Stats()
-		if st.Ready[image] > 0 {
-			return nil
+		var h struct {
+			Pool struct {
+				Ready     map[string]int `json:"ready"`
+				LastError string         `json:"last_error"`
+			} `json:"pool"`
+		}
+		resp, err := s.client.Get("http://agentrun/healthz")
+		if err == nil {
+			err = json.NewDecoder(resp.Body).Decode(&h)
+			resp.Body.Close()
+		}
+		if err != nil {
+			return err
+		}
+		for _, n := range h.Pool.Ready {
+			if n > 0 {
+				return nil
+			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("no pooled sandbox within 30s: %s", st.LastErr)
+			return fmt.Errorf("pool not filled within 30s: %s", h.Pool.LastError)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// post runs print(45) and returns the program's stdout.
+func (s *served) post() (string, error) {
+	resp, err := s.client.Post("http://agentrun/v1/runs", "application/json", strings.NewReader(`{"code":"print(45)"}`))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	var res struct{ Stdout, Error string }
+	if err := json.Unmarshal(b, &res); err != nil {
+		return "", fmt.Errorf("status %d: %s", resp.StatusCode, firstLine(string(b)))
+	}
+	if res.Error != "" {
+		return "", fmt.Errorf("%s", res.Error)
+	}
+	return res.Stdout, nil
+}
+
+// peakRSS is the server's peak RSS so far, KiB.
+func (s *served) peakRSS() int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+func (s *served) stop() {
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	s.cmd.Wait()
+}
+
+// poolContender times POST /v1/runs of print(45) against agentrun serve
+// with a sandbox ready in its pool, to the whole answer. Between runs,
+// untimed, the pool refills, so that the refill does not compete with the
+// next contender.
+func poolContender(s *served, err error) *contender {
+	c := &contender{name: "agentrun serve, warm pool", note: "POST /v1/runs over the unix socket, a sandbox prepared ahead (container init waiting at exec); timed to the whole answer"}
+	if err != nil {
+		c.err = err.Error()
+		return c
+	}
+	c.call = func(int) (time.Duration, string, error) {
+		if err := s.waitReady(); err != nil {
+			return 0, "", err
+		}
+		start := time.Now()
+		out, err := s.post()
+		el := time.Since(start)
+		if err != nil {
+			return 0, "", err
+		}
+		return el, out, s.waitReady()
+	}
+	return c
+}
+
+// serveThroughput sends total runs to the server from k clients at once,
+// for each k, and returns runs/s. The pool is filled before each k.
+func serveThroughput(s *served, ks []int, total int) map[int]float64 {
+	res := map[int]float64{}
+	for _, k := range ks {
+		if err := s.waitReady(); err != nil {
+			return res
+		}
+		jobs := make(chan int)
+		var wg sync.WaitGroup
+		var failed sync.Once
+		start := time.Now()
+		for range k {
+			wg.Go(func() {
+				for range jobs {
+					if out, err := s.post(); err != nil || out != "45\n" {
+						failed.Do(func() { fmt.Fprintf(os.Stderr, "serve throughput %d: %q %v\n", k, out, err) })
+					}
+				}
+			})
+		}
+		for i := range total {
+			jobs <- i
+		}
+		close(jobs)
+		wg.Wait()
+		res[k] = float64(total) / time.Since(start).Seconds()
+	}
+	return res
 }

@@ -303,3 +303,23 @@ func TestServeTCPNeedsToken(t *testing.T) {
 	s.stop()
 	assertNoLeaks(t)
 }
+
+// TestServeSIGKILLThenGC: a server killed with its pool full leaves
+// prepared sandboxes (their inits waiting to exec) behind; `agentrun gc`
+// removes every one of them.
+func TestServeSIGKILLThenGC(t *testing.T) {
+	s := startServe(t, map[string]any{"listen": "unix://" + filepath.Join(t.TempDir(), "k.sock"),
+		"pool": map[string]int{pythonImage: 2}})
+	if leaks := hostLeaks(); len(leaks) == 0 {
+		t.Fatal("a full pool shows nothing on the host; the leak check cannot see pooled sandboxes")
+	}
+	s.cmd.Process.Signal(syscall.SIGKILL)
+	s.cmd.Wait()
+
+	cfg := writeConfig(t, map[string]any{"image": pythonImage, "state_dir": stateDir, "audit": ""})
+	out, err := exec.Command(agentrunBin(t), "gc", "--config", cfg).CombinedOutput()
+	if err != nil {
+		t.Fatalf("agentrun gc: %v\n%s", err, out)
+	}
+	assertNoLeaks(t)
+}

@@ -218,6 +218,23 @@ func TestSoak(t *testing.T) {
 		t.Fatalf("before the soak, processes already mention %s:\n  %s", stateDir, strings.Join(procs, "\n  "))
 	}
 
+	// A warm pool serves what it can of the mix (the kinds of the default
+	// shape); it is closed before the host is checked.
+	pool := r.NewPool(map[string]int{cfg.Image: 2})
+	poolClosed := false
+	defer func() {
+		if !poolClosed {
+			pool.Close()
+		}
+	}()
+	seed, err := task.Load([]byte(kinds[0].task(0)), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.Seed(seed); err != nil {
+		t.Fatal(err)
+	}
+
 	var (
 		done       atomic.Int64
 		rssEarly   atomic.Int64
@@ -286,6 +303,15 @@ func TestSoak(t *testing.T) {
 	close(jobc)
 	wg.Wait()
 	elapsed := time.Since(start)
+	poolStats := pool.Stats()
+	poolClosed = true
+	if err := pool.Close(); err != nil {
+		t.Errorf("closing the pool: %v", err)
+	}
+	t.Logf("pool: %d runs served from it, %d of its image ran cold", poolStats.Hits, poolStats.Misses)
+	if poolStats.Hits == 0 {
+		t.Errorf("no run was served from the pool: %+v", poolStats)
+	}
 	rssEnd, err := rssBytes()
 	if err != nil {
 		t.Fatal(err)
