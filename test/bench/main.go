@@ -41,6 +41,9 @@ func envOr(k, def string) string {
 	return def
 }
 
+// concurrencies are those throughput is measured at.
+var concurrencies = []int{1, 4, 8}
+
 // contender is one way of running print(45): a command, or a call in this
 // process.
 type contender struct {
@@ -131,11 +134,13 @@ func main() {
 			c.rss, c.rssErr = peakRSS(c.cmd(*n + 1))
 		}
 	}
-	tp := throughput(cs[3], []int{1, 4, 8}, 24)
-	var stp map[int]float64
+	var tp, stp map[int]float64
+	if cold := cs[3]; cold.err == "" {
+		tp = throughput(func(i int) error { return runOnce(cold, i, false) }, nil, concurrencies, 24)
+	}
 	if warm.err == "" {
 		warm.rss = srv.peakRSS()
-		stp = serveThroughput(srv, []int{1, 4, 8}, 24)
+		stp = throughput(srv.run45, srv.waitReady, concurrencies, 24)
 	}
 	pulls := pullBench(work, filepath.Join(*images, "python", "oci"))
 	via, direct, perr := proxyBench()
@@ -282,13 +287,17 @@ func peakRSS(cmd *exec.Cmd) (int64, error) {
 	return strconv.ParseInt(lines[len(lines)-1], 10, 64)
 }
 
-// throughput runs total tasks with k workers for each k and returns runs/s.
-func throughput(c *contender, ks []int, total int) map[int]float64 {
+// throughput runs total runs of run with k workers for each k and returns
+// runs/s. before, if not nil, runs (untimed) before each k.
+func throughput(run func(i int) error, before func() error, ks []int, total int) map[int]float64 {
 	res := map[int]float64{}
-	if c.err != "" {
-		return res
-	}
 	for _, k := range ks {
+		if before != nil {
+			if err := before(); err != nil {
+				log.Printf("throughput %d: %v", k, err)
+				return res
+			}
+		}
 		jobs := make(chan int)
 		var wg sync.WaitGroup
 		var failed sync.Once
@@ -296,7 +305,7 @@ func throughput(c *contender, ks []int, total int) map[int]float64 {
 		for range k {
 			wg.Go(func() {
 				for i := range jobs {
-					if err := runOnce(c, i, false); err != nil {
+					if err := run(i); err != nil {
 						failed.Do(func() { log.Printf("throughput %d: %v", k, err) })
 					}
 				}
@@ -331,14 +340,16 @@ func report(w io.Writer, cs []*contender, tp, stp map[int]float64, pulls []*cont
 			ms(slices.Max(c.times)), float64(median(c.times))/float64(floor), rss, c.note)
 	}
 	fmt.Fprintf(w, "\nPeak RSS: GNU time's maximum resident set of the command and the children it waited for (one extra run); for serve, the server process's own VmHWM after the runs above.\n")
-	if len(tp) > 0 {
+	if len(tp) > 0 || len(stp) > 0 {
 		fmt.Fprintf(w, "\nThroughput, 24 runs of print(45) at each concurrency: `agentrun run` (cold, no network) and `agentrun serve` (max_concurrent 8, a pool of 1 that refills between runs; runs that find it empty run cold in the server):\n\n| concurrency | agentrun run, runs/s | agentrun serve, runs/s |\n|---|---|---|\n")
-		for _, k := range slices.Sorted(mapKeys(tp)) {
-			sv := "–"
-			if v, ok := stp[k]; ok {
-				sv = fmt.Sprintf("%.1f", v)
+		cell := func(m map[int]float64, k int) string {
+			if v, ok := m[k]; ok {
+				return fmt.Sprintf("%.1f", v)
 			}
-			fmt.Fprintf(w, "| %d | %.1f | %s |\n", k, tp[k], sv)
+			return "–"
+		}
+		for _, k := range concurrencies {
+			fmt.Fprintf(w, "| %d | %s | %s |\n", k, cell(tp, k), cell(stp, k))
 		}
 	}
 	if nb.err != nil {
@@ -375,16 +386,6 @@ func imageSize() string {
 		return nil
 	})
 	return fmt.Sprintf("%.0f MiB compressed", float64(n)/(1<<20))
-}
-
-func mapKeys(m map[int]float64) func(func(int) bool) {
-	return func(yield func(int) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 func median(d []time.Duration) time.Duration { return pct(d, 0.5) }

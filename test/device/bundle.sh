@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bundle.sh prepares _device/bundle.tar.xz for a run of the test suites on a
 # second machine that has no Go and no package access (pure cgroup v2): the
-# test binaries, agentrun, runsc, the escape probe, and the busybox and a
-# slimmed python root filesystem. test/device/run.sh runs it there.
+# test binaries, agentrun, the bench, runsc, the escape probe, and the
+# busybox and a slimmed python root filesystem. test/device/run.sh runs it there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
@@ -13,12 +13,17 @@ trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/bin" "$work/images/python" "$work/images/busybox" _device
 
 export CGO_ENABLED=1
+# libseccomp linked statically, as make build does.
+libdir=$(pkg-config --variable=libdir libseccomp)
+[ -f "$libdir/libseccomp.a" ] || { echo "bundle.sh: $libdir/libseccomp.a missing (libseccomp-dev)" >&2; exit 1; }
+export CGO_LDFLAGS="$libdir/libseccomp.a"
 flags=(-tags seccomp -trimpath -ldflags "-s -w")
 "$GO" test -c "${flags[@]}" -o "$work/bin/integration.test" ./test/integration
 "$GO" test -c "${flags[@]}" -o "$work/bin/escape.test" ./test/escape
 # runtime/runsc's own tests are left out for size: the integration suite
 # runs every behavioural test on runsc too.
 "$GO" build "${flags[@]}" -o "$work/bin/agentrun" ./cmd/agentrun
+"$GO" build "${flags[@]}" -o "$work/bin/bench" ./test/bench
 CGO_ENABLED=0 "$GO" build -trimpath -ldflags "-s -w" -o "$work/bin/probe" ./test/escape/probe
 cp "$runsc" "$work/bin/runsc"
 

@@ -29,6 +29,13 @@ for t in integration escape; do
 	grep -cE '^\s*--- PASS' "$OUT/$t.log" | sed 's/^/passed: /'
 	echo "exit $r"
 done
+# The bench: what is not there (runc, bwrap, skopeo, a registry) is
+# reported as not measured.
+echo "=== bench"
+timeout 240 "$w/bin/bench" -n 20 -agentrun "$w/bin/agentrun" -images "$w/images" -runsc "$w/bin/runsc" \
+	-out "$OUT/bench.md" >"$OUT/bench.log" 2>&1
+echo "exit $?"
+sed -n '/^| contender/,/^$/p' "$OUT/bench.md"
 echo "--- left on the host"
 ls -d /sys/fs/cgroup/agentrun* 2>&1; ls /run | grep -i agentrun
 exit $rc
