@@ -126,9 +126,6 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, repo
 		}
 	} else {
 		r.pool.want(p, img)
-		if p.Runtime == config.RuntimeLibcontainer {
-			runc.WarmCgroupLock()
-		}
 		if sb, err = r.setup(p, img, res, res.ID, runFiles(p)); err != nil {
 			return err
 		}
