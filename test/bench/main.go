@@ -41,6 +41,13 @@ func envOr(k, def string) string {
 	return def
 }
 
+// Names of the contenders the targets are about.
+const (
+	coldName  = "agentrun run (cold, no network)"
+	allowName = "agentrun run (allowlist)"
+	warmName  = "agentrun serve, warm pool"
+)
+
 // concurrencies are those throughput is measured at.
 var concurrencies = []int{1, 4, 8}
 
@@ -98,9 +105,9 @@ func main() {
 					"--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--uid", "65534", "--gid", "65534",
 					"python3", "-c", "print(45)")
 			}},
-		{name: "agentrun run (cold, no network)", note: "one agentrun process per run, full hardening",
+		{name: coldName, note: "one agentrun process per run, full hardening",
 			cmd: func(int) *exec.Cmd { return exec.Command(*bin, "run", "--config", cfg, task) }},
-		{name: "agentrun run (allowlist)", note: "network.allow [" + *allow + "]: netns pair, veth, proxy and DNS",
+		{name: allowName, note: "network.allow [" + *allow + "]: netns pair, veth, proxy and DNS",
 			cmd: func(int) *exec.Cmd { return exec.Command(*bin, "run", "--config", cfg, allowTask) }},
 		{name: "agentrun run (runsc)", note: "gVisor runsc, systrap",
 			cmd: func(int) *exec.Cmd { return exec.Command(*bin, "run", "--config", cfg, runscTask) }},
@@ -143,15 +150,16 @@ func main() {
 		stp = throughput(srv.run45, srv.waitReady, concurrencies, 24)
 	}
 	pulls := pullBench(work, filepath.Join(*images, "python", "oci"))
+	gobench := goBenchmarks()
 	via, direct, perr := proxyBench()
 	nb := netBench{via: via, direct: direct, err: perr}
-	report(os.Stdout, cs, tp, stp, pulls, nb)
+	report(os.Stdout, cs, tp, stp, pulls, nb, gobench)
 	f, err := os.Create(*out)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer f.Close()
-	report(f, cs, tp, stp, pulls, nb)
+	report(f, cs, tp, stp, pulls, nb, gobench)
 }
 
 // netBench is the proxy's throughput against a direct loopback transfer.
@@ -321,7 +329,49 @@ func throughput(run func(i int) error, before func() error, ks []int, total int)
 	return res
 }
 
-func report(w io.Writer, cs []*contender, tp, stp map[int]float64, pulls []*contender, nb netBench) {
+// find is the contender named name.
+func find(cs []*contender, name string) *contender {
+	for _, c := range cs {
+		if c.name == name {
+			return c
+		}
+	}
+	return &contender{err: "absent"}
+}
+
+// targets reports where the run stands against each target of the issue
+// that asked for this bench.
+func targets(w io.Writer, cs []*contender, floor time.Duration) {
+	fmt.Fprintf(w, "\nWhere this run stands against the targets (medians of this run):\n\n| target | measured | met |\n|---|---|---|\n")
+	row := func(target string, c *contender, measured func() (string, bool)) {
+		if c.err != "" || len(c.times) == 0 {
+			fmt.Fprintf(w, "| %s | not measured | – |\n", target)
+			return
+		}
+		m, ok := measured()
+		fmt.Fprintf(w, "| %s | %s | %s |\n", target, m, map[bool]string{true: "yes", false: "no"}[ok])
+	}
+	ratio := func(c *contender, max float64) func() (string, bool) {
+		return func() (string, bool) {
+			r := float64(median(c.times)) / float64(floor)
+			return fmt.Sprintf("%.2f×", r), r <= max
+		}
+	}
+	cold, allow, warm := find(cs, coldName), find(cs, allowName), find(cs, warmName)
+	row("cold `agentrun run` ≤ 2.0× the floor", cold, ratio(cold, 2.0))
+	row("warm pool ≤ 1.2× the floor", warm, ratio(warm, 1.2))
+	if cold.err == "" {
+		row("allowlist run ≤ 10 ms above a run without network", allow, func() (string, bool) {
+			d := median(allow.times) - median(cold.times)
+			return fmt.Sprintf("%+.1f ms", float64(d.Microseconds())/1000), d <= 10*time.Millisecond
+		})
+		row("peak RSS of one `agentrun run` < 40 MiB", cold, func() (string, bool) {
+			return fmt.Sprintf("%.1f MiB", float64(cold.rss)/1024), cold.rssErr == nil && cold.rss > 0 && cold.rss < 40<<10
+		})
+	}
+}
+
+func report(w io.Writer, cs []*contender, tp, stp map[int]float64, pulls []*contender, nb netBench, gobench []string) {
 	floor := median(cs[0].times)
 	fmt.Fprintf(w, "# agentrun benchmark\n\n")
 	fmt.Fprintf(w, "`make bench` on %s. The same `print(45)` task on the python test image, %d runs per contender, interleaved; wall time of the whole command.\n\n", machine(), *n)
@@ -373,7 +423,10 @@ func report(w io.Writer, cs []*contender, tp, stp map[int]float64, pulls []*cont
 			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", c.name, ms(median(c.times)), ms(slices.Max(c.times)), ratio)
 		}
 	}
-	fmt.Fprintf(w, "\nTargets: cold agentrun ≤ 2.0× the floor; warm pool ≤ 1.2×; allowlist ≤ 10 ms above no network; agentrun's peak RSS < 40 MiB for one run.\n")
+	targets(w, cs, floor)
+	if len(gobench) > 0 {
+		fmt.Fprintf(w, "\nGo benchmarks of the per-run work in agentrun's own code (`go test -bench`):\n\n```\n%s\n```\n", strings.Join(gobench, "\n"))
+	}
 }
 
 // imageSize is the compressed size of the python test image's layout.
@@ -473,4 +526,22 @@ func runcBundle(work, rootfs string) (string, error) {
 		return "", err
 	}
 	return dir, os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600)
+}
+
+// goBenchmarks runs the Go benchmarks of agentrun's per-run code when the
+// go command and the module are here (not on a machine without Go).
+func goBenchmarks() []string {
+	cmd := exec.Command("go", "test", "-tags", "seccomp", "-run", "^$", "-bench", ".", "-benchmem", "./runtime", "./internal/task")
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		log.Printf("go benchmarks: not run: %v", err)
+		return nil
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "Benchmark") || (strings.HasPrefix(l, "cpu:") && !slices.Contains(lines, l)) {
+			lines = append(lines, l)
+		}
+	}
+	return lines
 }

@@ -144,7 +144,7 @@ func (s *served) stop() {
 // untimed, the pool refills, so that the refill does not compete with the
 // next contender.
 func poolContender(s *served, err error) *contender {
-	c := &contender{name: "agentrun serve, warm pool", note: "POST /v1/runs over the unix socket, a sandbox prepared ahead (container init waiting at exec); timed to the whole answer"}
+	c := &contender{name: warmName, note: "POST /v1/runs over the unix socket, a sandbox prepared ahead (container init waiting at exec); timed to the whole answer"}
 	if err != nil {
 		c.err = err.Error()
 		return c
