@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
@@ -105,7 +107,7 @@ func (p *Pool) take(plan *task.Plan, img *image.Image) *sandbox {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.shapes[plan.Image]
-	if p.closed || s == nil || s.key != key || len(s.ready) == 0 {
+	if p.closed || key == "" || s == nil || s.key != key || len(s.ready) == 0 {
 		p.misses++
 		return nil
 	}
@@ -136,7 +138,7 @@ func (p *Pool) want(plan *task.Plan, img *image.Image) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.shapes[plan.Image]
-	if p.closed || (s != nil && s.key == key) {
+	if p.closed || key == "" || (s != nil && s.key == key) {
 		return
 	}
 	p.shapes[plan.Image] = &shape{key: key, plan: bare(plan), img: img}
@@ -266,16 +268,24 @@ func poolable(plan *task.Plan) bool {
 
 // shapeKey identifies what a sandbox for plan is created with. What a run
 // supplies later (code, files, stdin, timeout, output cap, collect) is not
-// part of it.
+// part of it. The rootfs is named by its inode too: an image removed and
+// pulled again at the same path is another rootfs, and the sandboxes made
+// on the old one (whose files are gone) are not used. It is "" when the
+// rootfs cannot be looked at.
 func shapeKey(plan *task.Plan, img *image.Image) string {
+	var st unix.Stat_t
+	if err := unix.Stat(img.Rootfs, &st); err != nil {
+		return ""
+	}
 	b, _ := json.Marshal(struct {
 		Image, Digest, Rootfs string
+		RootDev, RootIno      uint64
 		Argv                  []string
 		Env                   map[string]string
 		Memory, TmpSize, Ws   int64
 		Pids                  int64
 		CPUs                  float64
-	}{plan.Image, img.Digest, img.Rootfs, plan.Argv, plan.Env,
+	}{plan.Image, img.Digest, img.Rootfs, st.Dev, st.Ino, plan.Argv, plan.Env,
 		plan.Limits.Memory, plan.Limits.TmpSize, plan.Limits.WorkspaceSize, plan.Limits.Pids, plan.Limits.CPUs})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])

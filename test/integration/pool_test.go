@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runner"
@@ -198,4 +199,66 @@ func TestPoolFollowsTaskShape(t *testing.T) {
 	if err := p.pool.Seed(p.plan(pyTask("pass", map[string]any{"image": busyboxImage}))); err == nil {
 		t.Error("Seed of an image the pool does not keep succeeded")
 	}
+}
+
+// TestPoolSkipsSandboxesOfARemovedImage: sandboxes made on a rootfs that
+// rmi removed are never used, even when the image is unpacked again at the
+// same path; the run goes cold and the pool starts over.
+func TestPoolSkipsSandboxesOfARemovedImage(t *testing.T) {
+	ref := "oci:" + busyboxLayout() + ":latest"
+	cfg := testConfig(t)
+	r, err := runner.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := r.NewPool(map[string]int{ref: 1})
+	t.Cleanup(func() {
+		if err := pool.Close(); err != nil {
+			t.Errorf("closing pool: %v", err)
+		}
+		assertNoLeaks(t)
+	})
+	plan := func() *task.Plan {
+		p, err := task.Load([]byte(`{"image": "`+ref+`", "command": ["cat", "/bin/busybox"]}`), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if err := pool.Seed(plan()); err != nil {
+		t.Fatal(err)
+	}
+	waitPool := func() {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); pool.Stats().Ready[ref] != 1; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("pool not filled: %+v", pool.Stats())
+			}
+		}
+	}
+	run := func(wantHit bool) {
+		t.Helper()
+		before := pool.Stats().Hits
+		res := r.Run(context.Background(), plan())
+		if res.Error != "" || res.ExitCode != 0 || res.StdoutBytes < 1000 {
+			t.Fatalf("run: exit %d, %d bytes of stdout, error %q, stderr %q", res.ExitCode, res.StdoutBytes, res.Error, res.Stderr)
+		}
+		if hit := pool.Stats().Hits > before; hit != wantHit {
+			t.Fatalf("served from the pool: %v, want %v", hit, wantHit)
+		}
+	}
+	waitPool()
+	run(true)
+	waitPool()
+
+	st, err := image.Open(cfg.StoreDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Remove(ref); err != nil {
+		t.Fatal(err)
+	}
+	run(false) // unpacked again; the ready sandbox's rootfs is gone
+	waitPool()
+	run(true)
 }
