@@ -111,10 +111,18 @@ func (p *Pool) take(plan *task.Plan, img *image.Image) *sandbox {
 		p.misses++
 		return nil
 	}
-	p.hits++
-	sb := s.ready[0]
-	s.ready = s.ready[1:]
-	return sb
+	for len(s.ready) > 0 {
+		sb := s.ready[0]
+		s.ready = s.ready[1:]
+		if sb.prep.Ready() {
+			p.hits++
+			return sb
+		}
+		// Its init is gone (killed while it waited): drop it.
+		p.bg.Go(func() { _ = sb.undo.run() })
+	}
+	p.misses++
+	return nil
 }
 
 // ran tells the pool that a run of plan's image has ended: the time to
@@ -179,6 +187,7 @@ func (p *Pool) fill() {
 			p.err = err
 			current := !p.closed && p.shapes[s.plan.Image] == s && len(s.ready) < n
 			if err == nil && current {
+				sb.pooled = true
 				s.ready = append(s.ready, sb)
 				sb = nil
 			}

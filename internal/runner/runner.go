@@ -118,20 +118,22 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, repo
 	res.ImageDigest = img.Digest
 
 	defer r.pool.ran(p)
-	sb := r.pool.take(p, img)
-	if sb != nil {
-		res.ID = sb.id
-		if err := sb.ws.Write(runFiles(p), runtime.UID, runtime.GID); err != nil {
-			return errors.Join(err, sb.undo.run())
+	sb, err := r.sandbox(p, img, res)
+	if err != nil {
+		return err
+	}
+	err = r.execute(ctx, p, backend, sb, res)
+	if sb.pooled && errors.Is(err, runc.ErrNotStarted) {
+		// The pooled sandbox's init died as the run took it: run cold.
+		if cerr := sb.undo.run(); cerr != nil {
+			return errors.Join(err, cerr)
 		}
-	} else {
-		r.pool.want(p, img)
+		res.ID = newID()
 		if sb, err = r.setup(p, img, res, res.ID, runFiles(p)); err != nil {
 			return err
 		}
+		err = r.execute(ctx, p, backend, sb, res)
 	}
-
-	err = r.execute(ctx, p, backend, sb, res)
 	if report != nil {
 		final := *res
 		if err != nil {
@@ -143,6 +145,20 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, repo
 		err = fmt.Errorf("cleaning up: %w", cerr)
 	}
 	return err
+}
+
+// sandbox is a ready sandbox from the pool with p's files written in, or
+// else one set up for p now. It sets res.ID to the sandbox's.
+func (r *Runner) sandbox(p *task.Plan, img *image.Image, res *result.Result) (*sandbox, error) {
+	if sb := r.pool.take(p, img); sb != nil {
+		res.ID = sb.id
+		if err := sb.ws.Write(runFiles(p), runtime.UID, runtime.GID); err != nil {
+			return nil, errors.Join(err, sb.undo.run())
+		}
+		return sb, nil
+	}
+	r.pool.want(p, img)
+	return r.setup(p, img, res, res.ID, runFiles(p))
 }
 
 // execute runs the program of sb to its end and collects its files.
@@ -173,11 +189,12 @@ func (r *Runner) execute(ctx context.Context, p *task.Plan, backend runtime.Back
 // network and workspace) and, for libcontainer, its prepared container.
 // undo removes all of it.
 type sandbox struct {
-	id   string
-	ws   *workspace.Workspace
-	spec *specs.Spec
-	prep *runc.Prepared // nil for runsc, which sets up and runs in one step
-	undo cleanups
+	id     string
+	pooled bool // taken from the pool
+	ws     *workspace.Workspace
+	spec   *specs.Spec
+	prep   *runc.Prepared // nil for runsc, which sets up and runs in one step
+	undo   cleanups
 }
 
 // setup makes the sandbox for p under id, with files in its workspace. It

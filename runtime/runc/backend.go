@@ -143,6 +143,19 @@ func (b *Backend) Prepare(c *runtime.Container) (_ *Prepared, err error) {
 // ID is the container's ID.
 func (p *Prepared) ID() string { return p.ctr.ID() }
 
+// ErrNotStarted is wrapped by Run's error when the program could not be
+// started at all: the init was gone (killed while it waited, say).
+var ErrNotStarted = errors.New("program not started")
+
+// Ready reports whether the init still waits to exec the program.
+func (p *Prepared) Ready() bool {
+	if p.reaped {
+		return false
+	}
+	st, err := p.ctr.Status()
+	return err == nil && st == libcontainer.Created
+}
+
 // Run lets the program exec, feeds it stdin, and waits for it to end or for
 // the timeout (or ctx) to kill the sandbox. It may be called once.
 func (p *Prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration, outputLimit int64) (out *runtime.Outcome, err error) {
@@ -156,7 +169,7 @@ func (p *Prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration,
 		// The pipes reach EOF once the init is gone.
 		p.kill(p.wait())
 		waitOutput()
-		return nil, fmt.Errorf("starting program: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrNotStarted, err)
 	}
 
 	waited := p.wait()

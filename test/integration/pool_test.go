@@ -3,7 +3,11 @@ package integration
 import (
 	"context"
 	"encoding/base64"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -261,4 +265,32 @@ func TestPoolSkipsSandboxesOfARemovedImage(t *testing.T) {
 	run(false) // unpacked again; the ready sandbox's rootfs is gone
 	waitPool()
 	run(true)
+}
+
+// TestPoolDropsDeadSandboxes: a pooled sandbox whose init was killed while
+// it waited is dropped, and the run goes cold instead of failing.
+func TestPoolDropsDeadSandboxes(t *testing.T) {
+	p := newPooled(t, 1, pyTask("pass", nil))
+	killed := 0
+	for _, root := range cgroupRoots() {
+		runs, _ := filepath.Glob(filepath.Join(root, "agentrun", "ar-*", "cgroup.procs"))
+		for _, procs := range runs {
+			b, _ := os.ReadFile(procs)
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil && syscall.Kill(pid, syscall.SIGKILL) == nil {
+					killed++
+				}
+			}
+		}
+	}
+	if killed == 0 {
+		t.Fatal("found no pooled init to kill")
+	}
+	if res := p.run(pyTask("print(6 * 7)", nil), false); res.Stdout != "42\n" {
+		t.Fatalf("run after the kill printed %q (stderr %q)", res.Stdout, res.Stderr)
+	}
+	p.waitReady(1)
+	if res := p.run(pyTask("print(6 * 7)", nil), true); res.Stdout != "42\n" {
+		t.Fatalf("pooled run printed %q", res.Stdout)
+	}
 }
