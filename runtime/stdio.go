@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -75,24 +76,38 @@ func Feed(w *os.File, data []byte) {
 
 // LockCgroupParent takes a lock, in stateDir, that makes creating a run's
 // cgroup and removing the empty shared parent cgroup mutually exclusive,
-// across processes: shared while creating (waits), exclusive while removing
-// (does not wait: if a run is being created, it fails and the parent stays).
+// across processes: shared while creating (waits), exclusive while removing.
+// The exclusive lock is tried for up to removeWait and then given up: a run
+// being created holds it, and that run removes the parent when it ends.
 // The returned function releases it.
 func LockCgroupParent(stateDir string, exclusive bool) (func(), error) {
 	f, err := os.OpenFile(stateDir+"/cgroup.lock", os.O_RDONLY|os.O_CREATE|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening cgroup lock: %w", err)
 	}
-	how := unix.LOCK_SH
-	if exclusive {
-		how = unix.LOCK_EX | unix.LOCK_NB
+	if !exclusive {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_SH)
+	} else {
+		// Another run's removal holds it only briefly; waiting for it
+		// matters: two runs ending together would otherwise both give up
+		// and leave the parent behind.
+		for delay, deadline := time.Millisecond, time.Now().Add(removeWait); ; delay *= 2 {
+			if err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != unix.EWOULDBLOCK || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(delay)
+		}
 	}
-	if err := unix.Flock(int(f.Fd()), how); err != nil {
+	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("locking cgroup parent: %w", err)
 	}
 	return func() { f.Close() }, nil
 }
+
+// removeWait bounds how long removing the shared parent cgroup waits for
+// its lock.
+const removeWait = 250 * time.Millisecond
 
 // StateIDs lists the names of the directories in stateDir that valid
 // accepts: the runs a backend keeps state for. A missing stateDir holds none.
