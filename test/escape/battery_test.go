@@ -30,6 +30,7 @@ import (
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
+	"github.com/agentrun/agentrun/test/testenv"
 )
 
 // Probe is one line of the probe's report (test/escape/probe).
@@ -268,7 +269,7 @@ func buildProbe(t *testing.T, dir string) string {
 	}
 	out := filepath.Join(dir, "probe")
 	cmd := exec.Command(goBin, "build", "-trimpath", "-o", out, "./test/escape/probe")
-	cmd.Dir = repoRoot()
+	cmd.Dir = testenv.RepoRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64", "GOFLAGS=-buildvcs=false")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building the probe: %v\n%s", err, b)

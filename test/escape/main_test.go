@@ -19,9 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -30,6 +28,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/runtime/runc"
+	"github.com/agentrun/agentrun/test/testenv"
 )
 
 func init() {
@@ -38,45 +37,14 @@ func init() {
 }
 
 var (
-	imagesDir = flag.String("images", envOr("AGENTRUN_IMAGES", "/var/cache/agentrun/images"), "directory of the test root filesystems (test/images/build.sh)")
+	imagesDir = flag.String("images", testenv.EnvOr("AGENTRUN_IMAGES", testenv.DefaultImagesDir), "directory of the test root filesystems (test/images/build.sh)")
 	stateDir  string
 )
 
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
-
-// repoRoot is the module root, found from this file's path.
-func repoRoot() string {
-	_, file, _, _ := goruntime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
-
 func TestMain(m *testing.M) {
 	flag.Parse()
-	// These tests need root; without it they fail, loudly, never skip.
-	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "escape tests must run as root: they create containers, cgroups, namespaces and mounts")
-		os.Exit(1)
-	}
-	if os.Getenv("AGENTRUN_SKIP_IMAGE_BUILD") == "" {
-		cmd := exec.Command(filepath.Join(repoRoot(), "test", "images", "build.sh"), "busybox")
-		cmd.Env = append(os.Environ(), "AGENTRUN_IMAGES="+*imagesDir)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintf(os.Stderr, "building the busybox test image: %v\n", err)
-			os.Exit(1)
-		}
-	}
-	if _, err := os.Stat(filepath.Join(*imagesDir, "busybox", "rootfs", "bin", "busybox")); err != nil {
-		fmt.Fprintf(os.Stderr, "test image missing: %v (run test/images/build.sh busybox)\n", err)
-		os.Exit(1)
-	}
 	var err error
-	if stateDir, err = os.MkdirTemp("/run", "agentrun-escape-"); err != nil {
+	if stateDir, err = testenv.Setup("escape", *imagesDir, "busybox", "busybox"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -127,7 +95,7 @@ func hostLeaks() []string {
 	ids := slices.Clone(runIDs)
 	runIDsMu.Unlock()
 	var leaks []string
-	for _, root := range cgroupRoots() {
+	for _, root := range testenv.CgroupRoots() {
 		parent := filepath.Join(root, "agentrun")
 		for _, id := range ids {
 			if _, err := os.Stat(filepath.Join(parent, id)); err == nil {
@@ -138,27 +106,7 @@ func hostLeaks() []string {
 			leaks = append(leaks, "cgroup "+parent+" (empty)")
 		}
 	}
-	if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
-		for _, line := range strings.Split(string(mi), "\n") {
-			if strings.Contains(line, stateDir) {
-				leaks = append(leaks, "mount: "+line)
-			}
-		}
-	}
-	for _, sub := range []string{"runs", "runc", "runsc"} {
-		entries, _ := os.ReadDir(filepath.Join(stateDir, sub))
-		for _, e := range entries {
-			if e.Name() != "cgroup.lock" && e.Name() != "root" {
-				leaks = append(leaks, "state: "+filepath.Join(stateDir, sub, e.Name()))
-			}
-		}
-	}
-	// runsc's --root stays; what runsc keeps in it must not.
-	entries, _ := os.ReadDir(filepath.Join(stateDir, "runsc", "root"))
-	for _, e := range entries {
-		leaks = append(leaks, "runsc state: "+e.Name())
-	}
-	return leaks
+	return append(leaks, testenv.StateLeaks(stateDir, "")...)
 }
 
 // emptyParentStays reports whether the shared parent cgroup exists without
@@ -180,17 +128,6 @@ func emptyParentStays(parent string) bool {
 		}
 	}
 	return true
-}
-
-// cgroupRoots are the places a run's cgroup can appear: each v1 hierarchy,
-// or the unified v2 root.
-func cgroupRoots() []string {
-	var roots []string
-	entries, _ := os.ReadDir("/sys/fs/cgroup")
-	for _, e := range entries {
-		roots = append(roots, filepath.Join("/sys/fs/cgroup", e.Name()))
-	}
-	return append(roots, "/sys/fs/cgroup")
 }
 
 func assertNoLeaks(t *testing.T) {

@@ -7,13 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/test/testenv"
 )
 
 var (
@@ -31,11 +31,9 @@ func agentrunBin(t *testing.T) string {
 			binPath = pre
 			return
 		}
-		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Join(filepath.Dir(file), "..", "..")
 		binPath = filepath.Join(stateDir, "agentrun-cli")
 		cmd := exec.Command("go", "build", "-tags", "seccomp", "-o", binPath, "./cmd/agentrun")
-		cmd.Dir = root
+		cmd.Dir = testenv.RepoRoot()
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=1", "CGO_LDFLAGS="+staticLibseccomp())
 		if out, err := cmd.CombinedOutput(); err != nil {
 			binErr = err

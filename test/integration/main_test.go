@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/runtime/runc"
+	"github.com/agentrun/agentrun/test/testenv"
 )
 
 func init() {
@@ -29,7 +29,7 @@ func init() {
 }
 
 var (
-	imagesDir = flag.String("images", envOr("AGENTRUN_IMAGES", "/var/cache/agentrun/images"), "directory of the test root filesystems (test/images/build.sh)")
+	imagesDir = flag.String("images", testenv.EnvOr("AGENTRUN_IMAGES", testenv.DefaultImagesDir), "directory of the test root filesystems (test/images/build.sh)")
 	stateDir  string
 )
 
@@ -62,34 +62,15 @@ func runIn(t testing.TB, rt, taskJSON string) *result.Result {
 	return runTaskWith(t, cfgFor(t, rt), nil, taskJSON)
 }
 
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
-
 func TestMain(m *testing.M) {
 	flag.Parse()
-	// These tests need root; without it they fail, loudly, never skip.
-	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "integration tests must run as root: they create containers, cgroups, namespaces and mounts")
+	var err error
+	if stateDir, err = testenv.Setup("integration", *imagesDir, "all", "python", "busybox"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if os.Getenv("AGENTRUN_SKIP_IMAGE_BUILD") == "" {
-		_, file, _, _ := runtime.Caller(0)
-		build := filepath.Join(filepath.Dir(file), "..", "images", "build.sh")
-		cmd := exec.Command(build, "all")
-		cmd.Env = append(os.Environ(), "AGENTRUN_IMAGES="+*imagesDir)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintf(os.Stderr, "building test images: %v\n", err)
-			os.Exit(1)
-		}
-	}
 	if os.Getenv("AGENTRUN_SKIP_RUNSC_BUILD") == "" {
-		_, file, _, _ := runtime.Caller(0)
-		cmd := exec.Command(filepath.Join(filepath.Dir(file), "..", "runsc.sh"))
+		cmd := exec.Command(filepath.Join(testenv.RepoRoot(), "test", "runsc.sh"))
 		cmd.Stderr = os.Stderr
 		out, err := cmd.Output()
 		if err != nil {
@@ -99,7 +80,7 @@ func TestMain(m *testing.M) {
 		runscPath = strings.TrimSpace(string(out))
 	}
 	if runscPath == "" {
-		runscPath = envOr("AGENTRUN_RUNSC", "/var/cache/agentrun/bin/runsc")
+		runscPath = testenv.EnvOr("AGENTRUN_RUNSC", "/var/cache/agentrun/bin/runsc")
 	}
 	if _, err := os.Stat(runscPath); err != nil {
 		fmt.Fprintf(os.Stderr, "runsc missing (test/runsc.sh installs it): %v\n", err)
@@ -107,17 +88,6 @@ func TestMain(m *testing.M) {
 	}
 	pythonImage = "dir:" + filepath.Join(*imagesDir, "python", "rootfs")
 	busyboxImage = "dir:" + filepath.Join(*imagesDir, "busybox", "rootfs")
-	for _, img := range []string{pythonImage, busyboxImage} {
-		if _, err := os.Stat(strings.TrimPrefix(img, "dir:") + "/bin"); err != nil {
-			fmt.Fprintf(os.Stderr, "test image missing: %v (run test/images/build.sh)\n", err)
-			os.Exit(1)
-		}
-	}
-	var err error
-	if stateDir, err = os.MkdirTemp("/run", "agentrun-test-"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
 	code := m.Run()
 	if code == 0 {
 		if leaks := hostLeaks(); len(leaks) > 0 {
@@ -205,7 +175,7 @@ func hostLeaks() []string { return hostLeaksExcept("") }
 // (and the shared parent cgroup that holds it).
 func hostLeaksExcept(live string) []string {
 	var leaks []string
-	for _, root := range cgroupRoots() {
+	for _, root := range testenv.CgroupRoots() {
 		for _, name := range []string{"agentrun", "agentrun-runsc"} {
 			parent := filepath.Join(root, name)
 			if st, err := os.Stat(parent); err != nil || !st.IsDir() {
@@ -222,37 +192,5 @@ func hostLeaksExcept(live string) []string {
 			}
 		}
 	}
-	if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
-		for _, line := range strings.Split(string(mi), "\n") {
-			if strings.Contains(line, stateDir) && (live == "" || !strings.Contains(line, live)) {
-				leaks = append(leaks, "mount: "+line)
-			}
-		}
-	}
-	for _, sub := range []string{"runs", "runc", "runsc"} {
-		entries, _ := os.ReadDir(filepath.Join(stateDir, sub))
-		for _, e := range entries {
-			if e.Name() != "cgroup.lock" && e.Name() != "root" && (live == "" || e.Name() != live) {
-				leaks = append(leaks, "state: "+filepath.Join(stateDir, sub, e.Name()))
-			}
-		}
-	}
-	rootEntries, _ := os.ReadDir(filepath.Join(stateDir, "runsc", "root"))
-	for _, e := range rootEntries {
-		if live == "" || !strings.Contains(e.Name(), live) {
-			leaks = append(leaks, "runsc state: "+e.Name())
-		}
-	}
-	return leaks
-}
-
-// cgroupRoots are the places a run's cgroup can appear: each v1 hierarchy,
-// or the unified v2 root.
-func cgroupRoots() []string {
-	var roots []string
-	entries, _ := os.ReadDir("/sys/fs/cgroup")
-	for _, e := range entries {
-		roots = append(roots, filepath.Join("/sys/fs/cgroup", e.Name()))
-	}
-	return append(roots, "/sys/fs/cgroup")
+	return append(leaks, testenv.StateLeaks(stateDir, live)...)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
+	"github.com/agentrun/agentrun/test/testenv"
 )
 
 // pooled is a runner with a pool for the python image, seeded with the
@@ -272,7 +273,7 @@ func TestPoolSkipsSandboxesOfARemovedImage(t *testing.T) {
 func TestPoolDropsDeadSandboxes(t *testing.T) {
 	p := newPooled(t, 1, pyTask("pass", nil))
 	killed := 0
-	for _, root := range cgroupRoots() {
+	for _, root := range testenv.CgroupRoots() {
 		runs, _ := filepath.Glob(filepath.Join(root, "agentrun", "ar-*", "cgroup.procs"))
 		for _, procs := range runs {
 			b, _ := os.ReadFile(procs)
