@@ -28,6 +28,9 @@ const usage = `usage: agentrun <command> [flags] [args]
 commands:
   run [--config F] [--output F] [--format json|text] [--audit F] [--store DIR] TASK
         run TASK (a task.json file, or - for stdin) and print the result
+  run --server ADDR [--output F] [--format json|text] TASK
+        the same on agentrun serve at ADDR (also $AGENTRUN_SERVER; token from
+        $AGENTRUN_TOKEN): no root needed, only access to its socket
   [flags] TASK
         the same as run [flags] TASK
   serve [--config F]

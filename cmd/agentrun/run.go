@@ -15,6 +15,7 @@ import (
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runner"
+	"github.com/agentrun/agentrun/internal/server"
 	"github.com/agentrun/agentrun/internal/task"
 )
 
@@ -26,6 +27,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	format := fs.String("format", "json", "result format: json, or text (program output and a summary)")
 	auditPath := fs.String("audit", "", `audit log ("-" for stderr; default from the config)`)
 	storeDir := fs.String("store", "", "image store directory (default from the config)")
+	serverAddr := fs.String("server", os.Getenv("AGENTRUN_SERVER"), "run on this agentrun serve (unix:///path or tcp://host:port; token from $AGENTRUN_TOKEN) instead of here")
 	if err := fs.Parse(args); err != nil {
 		return result.ExitSetup
 	}
@@ -38,7 +40,16 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return result.ExitSetup
 	}
 
-	res := runTask(fs.Arg(0), *cfgPath, *auditPath, *storeDir, stdin, stderr)
+	var res *result.Result
+	if *serverAddr != "" {
+		if *cfgPath != "" || *auditPath != "" || *storeDir != "" {
+			fmt.Fprintln(stderr, "agentrun run: --config, --audit and --store are the server's own with --server")
+			return result.ExitSetup
+		}
+		res = runOnServer(*serverAddr, os.Getenv("AGENTRUN_TOKEN"), fs.Arg(0), stdin)
+	} else {
+		res = runTask(fs.Arg(0), *cfgPath, *auditPath, *storeDir, stdin, stderr)
+	}
 
 	out := stdout
 	if *output != "" {
@@ -60,39 +71,61 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return res.ExitStatus()
 }
 
+// failed is the result of a task agentrun could not run.
+func failed(err error) *result.Result {
+	return &result.Result{Error: err.Error(), Files: map[string]result.File{},
+		Network: result.Network{Allowed: []result.Allowed{}, Denied: []result.Denied{}}}
+}
+
+// runOnServer sends the task to an agentrun server and returns its result.
+// Ctrl-C or SIGTERM drops the request, which cancels the run there.
+func runOnServer(addr, token, taskPath string, stdin io.Reader) *result.Result {
+	c, err := server.NewClient(addr, token)
+	if err != nil {
+		return failed(err)
+	}
+	data, err := readTask(taskPath, stdin)
+	if err != nil {
+		return failed(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := c.Run(ctx, data)
+	if err != nil {
+		return failed(err)
+	}
+	return res
+}
+
 // runTask loads the config and the task and runs it. Whatever fails, it
 // returns a result (with Error set when agentrun could not run the task).
 func runTask(taskPath, cfgPath, auditPath, storeDir string, stdin io.Reader, stderr io.Writer) *result.Result {
-	fail := func(err error) *result.Result {
-		return &result.Result{Error: err.Error(), Files: map[string]result.File{},
-			Network: result.Network{Allowed: []result.Allowed{}, Denied: []result.Denied{}}}
-	}
 	cfg, err := config.Load(cfgPath)
 	if err != nil {
-		return fail(err)
+		return failed(err)
 	}
 	if storeDir != "" {
 		cfg.StoreDir = storeDir
 	}
 	data, err := readTask(taskPath, stdin)
 	if err != nil {
-		return fail(err)
+		return failed(err)
 	}
 	plan, err := task.Load(data, cfg)
 	if err != nil {
-		return fail(err)
+		return failed(err)
 	}
 	if auditPath == "" {
 		auditPath = cfg.Audit
 	}
 	log, err := audit.Open(auditPath)
 	if err != nil {
-		return fail(err)
+		return failed(err)
 	}
 	defer log.Close()
 	r, err := runner.New(cfg, log)
 	if err != nil {
-		return fail(err)
+		return failed(err)
 	}
 	if _, err := r.GC(); err != nil {
 		fmt.Fprintf(stderr, "agentrun: gc: %v\n", err)

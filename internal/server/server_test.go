@@ -245,3 +245,32 @@ func TestAPIAnswersBeforeTearDown(t *testing.T) {
 		t.Fatalf("result %+v, %v", res, err)
 	}
 }
+
+func TestClient(t *testing.T) {
+	ts := testServer(t, func(c *config.Config) { c.Server.Token = "t0k"; c.Server.Quota.RunsPerMinute = 1 }, okRun)
+	addr := "tcp://" + strings.TrimPrefix(ts.URL, "http://")
+	c, err := NewClient(addr, "t0k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Run(context.Background(), []byte(`{"code": "hello"}`))
+	if err != nil || res.Stdout != "hello" {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	if _, err := c.Run(context.Background(), []byte(`{"code": "again"}`)); err == nil ||
+		!strings.Contains(err.Error(), "429") || !strings.Contains(err.Error(), "runs per minute") || !strings.Contains(err.Error(), "retry after") {
+		t.Errorf("over quota: %v", err)
+	}
+	if _, err := c.Run(context.Background(), []byte(`{"code": 1}`)); err == nil || !strings.Contains(err.Error(), "400") {
+		t.Errorf("bad task: %v", err)
+	}
+	bad, _ := NewClient(addr, "wrong")
+	if _, err := bad.Run(context.Background(), []byte(`{"code": "x"}`)); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("wrong token: %v", err)
+	}
+	for _, a := range []string{"unix://relative.sock", "http://x", "tcp://nohostport"} {
+		if _, err := NewClient(a, ""); err == nil {
+			t.Errorf("NewClient(%q) accepted", a)
+		}
+	}
+}

@@ -46,6 +46,7 @@ const (
 	coldName  = "agentrun run (cold, no network)"
 	allowName = "agentrun run (allowlist)"
 	warmName  = "agentrun serve, warm pool"
+	cliName   = "agentrun run --server, warm pool"
 )
 
 // concurrencies are those throughput is measured at.
@@ -117,7 +118,7 @@ func main() {
 		defer srv.stop()
 	}
 	warm := poolContender(srv, serr)
-	cs = append(cs, warm)
+	cs = append(cs, warm, cliContender(srv, serr, task))
 
 	// Warm-up (page cache, first cgroup) and availability check.
 	for _, c := range cs {

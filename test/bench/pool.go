@@ -22,6 +22,7 @@ import (
 type served struct {
 	cmd    *exec.Cmd
 	client *http.Client
+	sock   string
 }
 
 // startServe starts agentrun serve on a socket in work.
@@ -34,7 +35,7 @@ func startServe(work, rootfs string) (*served, error) {
 		"server":{"listen":%q,"max_concurrent":8,"queue":64,"quota":{"runs_per_minute":0,"concurrent":0},"pool":{%q:1}}}`,
 		image, filepath.Join(work, "serve-state"), filepath.Join(work, "serve-store"), filepath.Dir(filepath.Dir(rootfs)),
 		"unix://"+sock, image))
-	s := &served{cmd: exec.Command(*bin, "serve", "--config", cfg)}
+	s := &served{cmd: exec.Command(*bin, "serve", "--config", cfg), sock: sock}
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {
 		return nil, err
@@ -171,4 +172,33 @@ func (s *served) run45(int) error {
 		err = fmt.Errorf("unexpected output %q", out)
 	}
 	return err
+}
+
+// cliContender times `agentrun run --server` of print(45) against the
+// same server: the CLI's own start plus a pooled run. The pool refills
+// between runs, untimed.
+func cliContender(s *served, err error, task string) *contender {
+	c := &contender{name: cliName, note: "a fresh `agentrun run` process per run that hands the task to serve over the socket (no root needed): the CLI with the warm pool"}
+	if err != nil {
+		c.err = err.Error()
+		return c
+	}
+	c.call = func(int) (time.Duration, string, error) {
+		if err := s.waitReady(); err != nil {
+			return 0, "", err
+		}
+		cmd := exec.Command(*bin, "run", "--server", "unix://"+s.sock, task)
+		start := time.Now()
+		out, err := cmd.Output()
+		el := time.Since(start)
+		if err != nil {
+			return 0, "", fmt.Errorf("%v: %s", err, firstLine(string(out)))
+		}
+		var res struct{ Stdout, Error string }
+		if err := json.Unmarshal(out, &res); err != nil || res.Error != "" {
+			return 0, "", fmt.Errorf("result %s: %v", firstLine(string(out)), err)
+		}
+		return el, res.Stdout, s.waitReady()
+	}
+	return c
 }

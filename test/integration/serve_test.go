@@ -52,9 +52,24 @@ func startServe(t *testing.T, srv map[string]any) *served {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
+		// A test that failed half-way: stop the server as SIGTERM would,
+		// and if it does not stop, kill it and let gc remove its pool.
+		if cmd.ProcessState != nil {
+			return
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+			return
+		case <-time.After(20 * time.Second):
+		}
+		cmd.Process.Kill()
+		<-done
+		gcCfg := writeConfig(t, map[string]any{"image": pythonImage, "state_dir": stateDir, "audit": ""})
+		if out, err := exec.Command(agentrunBin(t), "gc", "--config", gcCfg).CombinedOutput(); err != nil {
+			t.Errorf("agentrun gc after killing the server: %v: %s", err, out)
 		}
 	})
 	addr := make(chan string, 1)
@@ -321,5 +336,74 @@ func TestServeSIGKILLThenGC(t *testing.T) {
 	if err != nil {
 		t.Fatalf("agentrun gc: %v\n%s", err, out)
 	}
+	assertNoLeaks(t)
+}
+
+// TestRunThroughServer: `agentrun run --server` sends the task to agentrun
+// serve and behaves like a local run (result, exit status), as a user with
+// no privilege but access to the socket; refusals and an unreachable
+// server exit 125 with the reason.
+func TestRunThroughServer(t *testing.T) {
+	// A dir nobody can reach: the socket, and an unprivileged copy of the
+	// binary.
+	dir, err := os.MkdirTemp("", "agentrun-client-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "agentrun.sock")
+	s := startServe(t, map[string]any{"listen": "unix://" + sock, "pool": map[string]int{pythonImage: 1}})
+
+	// The socket goes to nobody's group, as it would to the agentrun group.
+	bin := filepath.Join(dir, "agentrun")
+	b, err := os.ReadFile(agentrunBin(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(sock, 0, 65534); err != nil {
+		t.Fatal(err)
+	}
+	client := func(task string, args ...string) (res result.Result, code int) {
+		t.Helper()
+		cmd := exec.Command(bin, append(append([]string{"run"}, args...), "-")...)
+		cmd.Stdin = strings.NewReader(task)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+		cmd.Env = []string{"AGENTRUN_SERVER=unix://" + sock}
+		out, err := cmd.Output()
+		code = cmd.ProcessState.ExitCode()
+		if jerr := json.Unmarshal(out, &res); jerr != nil {
+			t.Fatalf("agentrun run %v: %v, %v: %s", args, err, jerr, out)
+		}
+		return res, code
+	}
+
+	res, code := client(`{"code": "import os; print(os.getuid(), 6 * 7)"}`)
+	if code != 0 || res.Stdout != "65534 42\n" {
+		t.Fatalf("exit %d, result %+v", code, res)
+	}
+	if res, code = client(`{"code": "import sys; sys.exit(3)"}`); code != 3 || res.ExitCode != 3 {
+		t.Errorf("exit %d, exit_code %d; want 3", code, res.ExitCode)
+	}
+	if res, code = client(`{"code": "print(1)", "limits": {"pids": 100000}}`); code != 125 || !strings.Contains(res.Error, "limits.pids") {
+		t.Errorf("over policy: exit %d, error %q; want 125 naming limits.pids", code, res.Error)
+	}
+	if res, code = client(`{"code": "print(1)"}`, "--server", "unix://"+filepath.Join(dir, "nothing.sock")); code != 125 || !strings.Contains(res.Error, "reaching the server") {
+		t.Errorf("no server: exit %d, error %q; want 125", code, res.Error)
+	}
+	if out, err := exec.Command(bin, "run", "--server", "unix://"+sock, "--config", "/etc/x.json", "-").CombinedOutput(); err == nil || !strings.Contains(string(out), "--config") {
+		t.Errorf("--server with --config: %v: %s; want a refusal", err, out)
+	}
+	var h server.Health
+	s.get("/healthz", &h)
+	if h.Pool == nil || h.Pool.Hits == 0 {
+		t.Errorf("no run through the server came from its pool: %+v", h.Pool)
+	}
+	s.stop()
 	assertNoLeaks(t)
 }

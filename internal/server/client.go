@@ -1,0 +1,99 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/task"
+)
+
+// Client runs tasks on an agentrun server.
+type Client struct {
+	base  string // http://host[:port]
+	token string
+	http  *http.Client
+}
+
+// NewClient returns a client for the server listening on addr
+// (unix:///path or tcp://host:port, as server.listen), sending token as a
+// bearer token when it is not "".
+func NewClient(addr, token string) (*Client, error) {
+	c := &Client{token: token}
+	switch {
+	case strings.HasPrefix(addr, "unix://"):
+		path := strings.TrimPrefix(addr, "unix://")
+		if !strings.HasPrefix(path, "/") {
+			return nil, fmt.Errorf("server address %q: the socket path must be absolute", addr)
+		}
+		c.base = "http://agentrun"
+		c.http = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", path)
+		}}}
+	case strings.HasPrefix(addr, "tcp://"):
+		hp := strings.TrimPrefix(addr, "tcp://")
+		if _, _, err := net.SplitHostPort(hp); err != nil {
+			return nil, fmt.Errorf("server address %q: %w", addr, err)
+		}
+		c.base = "http://" + hp
+		c.http = &http.Client{}
+	default:
+		return nil, fmt.Errorf("server address %q: want unix:///path/to.sock or tcp://host:port", addr)
+	}
+	return c, nil
+}
+
+// Run sends the task (task.json bytes) and returns its result. A result
+// with Error set (the server could not run the task) is returned as is; a
+// refusal (bad task, over policy or quota, server busy) or a server that
+// cannot be reached is an error.
+func (c *Client) Run(ctx context.Context, taskJSON []byte) (*result.Result, error) {
+	if len(taskJSON) > task.MaxTaskBytes {
+		return nil, fmt.Errorf("task is larger than %d bytes", task.MaxTaskBytes)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/runs", bytes.NewReader(taskJSON))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("reaching the server: %w", err)
+	}
+	defer resp.Body.Close()
+	// A result is bounded by the task's output and collect caps.
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	if err != nil {
+		return nil, fmt.Errorf("reading the server's answer: %w", err)
+	}
+	switch resp.StatusCode {
+	case http.StatusOK, http.StatusInternalServerError:
+		var res result.Result
+		if err := json.Unmarshal(body, &res); err != nil {
+			return nil, fmt.Errorf("the server's answer (status %d) is not a result: %w", resp.StatusCode, err)
+		}
+		return &res, nil
+	}
+	var apiErr APIError
+	if json.Unmarshal(body, &apiErr) != nil || apiErr.Error == "" {
+		return nil, fmt.Errorf("the server answered %s", resp.Status)
+	}
+	msg := apiErr.Error
+	if retry := resp.Header.Get("Retry-After"); retry != "" {
+		msg += " (retry after " + retry + "s)"
+	}
+	return nil, fmt.Errorf("the server refused the task (%d): %s", resp.StatusCode, msg)
+}
+
+// maxAnswerBytes bounds a result read back: output and collected files
+// are capped by the policy, JSON and base64 grow them by a third or so.
+const maxAnswerBytes = 256 << 20
