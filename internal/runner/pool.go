@@ -125,6 +125,15 @@ func (p *Pool) take(plan *task.Plan, img *image.Image) *sandbox {
 	return nil
 }
 
+// failed tells the pool that a sandbox it gave out could not start its
+// program after all (its init died as it was taken): the run went cold.
+func (p *Pool) failed() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hits--
+	p.misses++
+}
+
 // ran tells the pool that a run of plan's image has ended: the time to
 // fill. Filling while a run goes on would take CPU from it.
 func (p *Pool) ran(plan *task.Plan) {

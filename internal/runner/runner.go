@@ -125,6 +125,7 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, repo
 	err = r.execute(ctx, p, backend, sb, res)
 	if sb.pooled && errors.Is(err, runc.ErrNotStarted) {
 		// The pooled sandbox's init died as the run took it: run cold.
+		r.pool.failed()
 		if cerr := sb.undo.run(); cerr != nil {
 			return errors.Join(err, cerr)
 		}

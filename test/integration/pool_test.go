@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -280,6 +281,7 @@ func TestPoolDropsDeadSandboxes(t *testing.T) {
 			for _, f := range strings.Fields(string(b)) {
 				if pid, err := strconv.Atoi(f); err == nil && syscall.Kill(pid, syscall.SIGKILL) == nil {
 					killed++
+					waitDead(t, pid)
 				}
 			}
 		}
@@ -294,4 +296,20 @@ func TestPoolDropsDeadSandboxes(t *testing.T) {
 	if res := p.run(pyTask("print(6 * 7)", nil), true); res.Stdout != "42\n" {
 		t.Fatalf("pooled run printed %q", res.Stdout)
 	}
+}
+
+// waitDead waits until process pid has died (a zombie, or gone).
+func waitDead(t *testing.T, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return
+		}
+		// The state follows the command name in parentheses.
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 && strings.HasPrefix(string(b[i+1:]), " Z") {
+			return
+		}
+	}
+	t.Fatalf("process %d still alive 5s after SIGKILL", pid)
 }
