@@ -123,7 +123,7 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, repo
 		return err
 	}
 	err = r.execute(ctx, p, backend, sb, res)
-	if sb.pooled && errors.Is(err, runc.ErrNotStarted) {
+	if sb.pooled && errors.Is(err, runc.ErrNotStarted) && ctx.Err() == nil {
 		// The pooled sandbox's init died as the run took it: run cold.
 		r.pool.failed()
 		if cerr := sb.undo.run(); cerr != nil {

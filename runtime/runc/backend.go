@@ -165,7 +165,7 @@ func (p *Prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration,
 	out = &runtime.Outcome{}
 	start := time.Now()
 	waitOutput := p.stdio.Serve(stdin, outputLimit)
-	if err := p.ctr.Exec(); err != nil {
+	if err := p.exec(ctx); err != nil {
 		// The pipes reach EOF once the init is gone.
 		p.kill(p.wait())
 		waitOutput()
@@ -206,6 +206,28 @@ func (p *Prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration,
 	return out, nil
 }
 
+// execWait bounds the exec signal to the init, which takes well under a
+// millisecond when the init waits for it. An init that cannot take it (it
+// was stopped, say) would otherwise hold the run before its timeout starts.
+const execWait = 5 * time.Second
+
+// exec tells the init to exec the program, within execWait and ctx. On
+// failure the caller kills the init, which also ends a pending Exec.
+func (p *Prepared) exec(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- p.ctr.Exec() }()
+	timer := time.NewTimer(execWait)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-timer.C:
+		return fmt.Errorf("the init did not take the exec signal within %v", execWait)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // wait reaps the init in the background.
 func (p *Prepared) wait() <-chan *os.ProcessState {
 	p.reaped = true
@@ -235,8 +257,13 @@ func (p *Prepared) Destroy() error {
 // ended while others run (a zombie leader) does not: so every process of
 // the cgroup is killed too, again until init is reaped.
 func (p *Prepared) kill(waited <-chan *os.ProcessState) *os.ProcessState {
-	_ = p.ctr.Signal(unix.SIGKILL)
+	// Through the cgroup first: Signal waits for a pending Exec, and that
+	// waits for the init to die.
 	m, err := manager.NewWithPaths(p.cg, p.paths)
+	if err == nil {
+		killAll(m)
+	}
+	_ = p.ctr.Signal(unix.SIGKILL)
 	for {
 		if err == nil {
 			killAll(m)

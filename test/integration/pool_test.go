@@ -313,3 +313,32 @@ func waitDead(t *testing.T, pid int) {
 	}
 	t.Fatalf("process %d still alive 5s after SIGKILL", pid)
 }
+
+// TestPoolStoppedSandboxDoesNotHang: a pooled init that cannot take the
+// exec signal (stopped) does not hold the run: it is killed and the run
+// goes cold.
+func TestPoolStoppedSandboxDoesNotHang(t *testing.T) {
+	p := newPooled(t, 1, pyTask("pass", nil))
+	stopped := 0
+	for _, root := range testenv.CgroupRoots() {
+		runs, _ := filepath.Glob(filepath.Join(root, "agentrun", "ar-*", "cgroup.procs"))
+		for _, procs := range runs {
+			b, _ := os.ReadFile(procs)
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil && syscall.Kill(pid, syscall.SIGSTOP) == nil {
+					stopped++
+				}
+			}
+		}
+	}
+	if stopped == 0 {
+		t.Fatal("found no pooled init to stop")
+	}
+	start := time.Now()
+	if res := p.run(pyTask("print(6 * 7)", nil), false); res.Stdout != "42\n" {
+		t.Fatalf("run printed %q (stderr %q)", res.Stdout, res.Stderr)
+	}
+	if took := time.Since(start); took > 15*time.Second {
+		t.Errorf("the run took %v", took)
+	}
+}
