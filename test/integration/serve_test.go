@@ -407,3 +407,58 @@ func TestRunThroughServer(t *testing.T) {
 	s.stop()
 	assertNoLeaks(t)
 }
+
+// TestServeClientGoneAndSIGTERM: a run whose client goes away is killed
+// and its sandbox removed while the server goes on; on SIGTERM a run going
+// on finishes and is answered before the server exits.
+func TestServeClientGoneAndSIGTERM(t *testing.T) {
+	s := startServe(t, map[string]any{"listen": "unix://" + filepath.Join(t.TempDir(), "g.sock")})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", s.base+"/v1/runs",
+		strings.NewReader(`{"code": "import time; time.sleep(30)", "limits": {"timeout": "40s"}}`))
+	if _, err := s.client.Do(req); err == nil {
+		t.Fatal("a 30s run answered within 500ms")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var h server.Health
+		s.get("/healthz", &h)
+		if h.Running == 0 && len(hostLeaks()) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10s after the client left: %+v, host: %v", h, hostLeaks())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	answered := make(chan string, 1)
+	go func() {
+		resp, err := s.client.Post(s.base+"/v1/runs", "application/json",
+			strings.NewReader(`{"code": "import time; time.sleep(1); print('finished')"}`))
+		if err != nil {
+			answered <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		answered <- string(b)
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var h server.Health
+		s.get("/healthz", &h)
+		if h.Running == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the run never started")
+		}
+	}
+	s.stop()
+	if b := <-answered; !strings.Contains(b, `"stdout": "finished\n"`) {
+		t.Fatalf("the run going on at SIGTERM was answered %s", b)
+	}
+	assertNoLeaks(t)
+}
