@@ -65,7 +65,8 @@ const fillRetry = time.Second
 
 // NewPool starts a pool that keeps sizes[ref] sandboxes ready for image
 // ref (once it knows a shape for it: from Seed or from a run), and makes r
-// use it. Close stops it and destroys what it holds.
+// use it; call it before r's first run. Close stops it and destroys what
+// it holds.
 func (r *Runner) NewPool(sizes map[string]int) *Pool {
 	p := &Pool{r: r, sizes: map[string]int{}, shapes: map[string]*shape{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
