@@ -346,7 +346,7 @@ func TestServeSIGKILLThenGC(t *testing.T) {
 func TestRunThroughServer(t *testing.T) {
 	// A dir nobody can reach: the socket, and an unprivileged copy of the
 	// binary.
-	dir, err := os.MkdirTemp("", "agentrun-client-")
+	dir, err := os.MkdirTemp("/run", "agentrun-client-") // as the suite's state dir
 	if err != nil {
 		t.Fatal(err)
 	}
