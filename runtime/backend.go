@@ -41,3 +41,11 @@ type Outcome struct {
 type Backend interface {
 	Run(ctx context.Context, c *Container) (*Outcome, error)
 }
+
+// KilledAtDeadline reports whether o, whose timeout fired, is the outcome
+// of the kill. A program that ended by itself as the deadline came (the
+// kill found it gone) keeps its own outcome, and is not reported as timed
+// out with a clean exit.
+func KilledAtDeadline(o *Outcome) bool {
+	return o.Signal == "SIGKILL"
+}

@@ -23,3 +23,11 @@ func TestCaptureKeepsLimitAndCountsAll(t *testing.T) {
 		}
 	}
 }
+
+func TestKilledAtDeadline(t *testing.T) {
+	for sig, want := range map[string]bool{"SIGKILL": true, "": false, "SIGTERM": false, "SIGSEGV": false} {
+		if got := KilledAtDeadline(&Outcome{Signal: sig, ExitCode: 137}); got != want {
+			t.Errorf("signal %q: %v; want %v", sig, got, want)
+		}
+	}
+}

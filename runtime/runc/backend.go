@@ -199,6 +199,7 @@ func (p *Prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration,
 			out.ExitCode = ws.ExitStatus()
 		}
 	}
+	out.TimedOut = out.TimedOut && runtime.KilledAtDeadline(out)
 	usage(p.paths, out)
 	if ctx.Err() != nil {
 		return out, fmt.Errorf("run cancelled: %w", ctx.Err())

@@ -173,6 +173,7 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 			out.Signal = unix.SignalName(syscall.Signal(n))
 		}
 	}
+	out.TimedOut = out.TimedOut && runtime.KilledAtDeadline(out)
 	out.CPU, out.MemoryPeak = cg.usage()
 	out.OOMKilled = cg.oomKilled()
 	if dead != nil {
