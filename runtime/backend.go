@@ -20,6 +20,8 @@ type Container struct {
 	Timeout time.Duration
 	// OutputLimit caps the bytes kept of stdout and of stderr, each.
 	OutputLimit int64
+	// Output, if not nil, gets the kept output as it arrives.
+	Output OutputFunc
 }
 
 // Outcome is what a finished run produced.

@@ -17,7 +17,7 @@ func TestCaptureKeepsLimitAndCountsAll(t *testing.T) {
 		}
 		data := bytes.Repeat([]byte("x"), tc.n)
 		go func() { w.Write(data); w.Close() }()
-		out := Capture(r, int64(tc.limit))
+		out := Capture(r, int64(tc.limit), "stdout", nil)
 		if out.Total != int64(tc.n) || len(out.Data) != min(tc.n, tc.limit) || out.Truncated != tc.truncated {
 			t.Errorf("Capture(%d bytes, limit %d) = total %d kept %d truncated %v", tc.n, tc.limit, out.Total, len(out.Data), out.Truncated)
 		}

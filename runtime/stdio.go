@@ -53,11 +53,11 @@ func closeFiles(fs ...*os.File) {
 // stderr (each kept up to limit) once it has started and CloseChildEnds
 // was called. The returned wait blocks until both outputs reached EOF,
 // which is when every process holding them is gone.
-func (p *Pipes) Serve(stdin []byte, limit int64) (wait func() (stdout, stderr Output)) {
+func (p *Pipes) Serve(stdin []byte, limit int64, sink OutputFunc) (wait func() (stdout, stderr Output)) {
 	var out, errOut Output
 	var wg sync.WaitGroup
-	wg.Go(func() { out = Capture(p.OutR, limit) })
-	wg.Go(func() { errOut = Capture(p.ErrR, limit) })
+	wg.Go(func() { out = Capture(p.OutR, limit, "stdout", sink) })
+	wg.Go(func() { errOut = Capture(p.ErrR, limit, "stderr", sink) })
 	go Feed(p.InW, stdin) // ends with EPIPE at the latest when the sandbox dies
 	return func() (Output, Output) {
 		wg.Wait()

@@ -102,7 +102,7 @@ func serve(cfgPath string, stderr io.Writer) error {
 
 	base, kill := context.WithCancel(context.Background())
 	defer kill()
-	api := server.New(cfg, r.RunReport, poolStats)
+	api := server.New(cfg, r.RunWith, poolStats)
 	api.Logf = func(format string, args ...any) { fmt.Fprintf(stderr, "agentrun serve: "+format+"\n", args...) }
 	srv := &http.Server{
 		Handler:           api.Handler(),

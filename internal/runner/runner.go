@@ -75,21 +75,29 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 // agentrun itself is reported in the result's Error (exit status 125).
 // When Run returns, everything the run made on the host is gone.
 func (r *Runner) Run(ctx context.Context, p *task.Plan) *result.Result {
-	return r.RunReport(ctx, p, nil)
+	return r.RunWith(ctx, p, Hooks{})
 }
 
-// RunReport is Run that also hands the result to report (when not nil) as
-// soon as it is final: before the sandbox is torn down, so that a server
-// can answer while the tear-down goes on. A failure of the tear-down or of
-// the audit log comes after that: it is in the result RunReport returns
-// and in the audit record, not in the one report saw.
-func (r *Runner) RunReport(ctx context.Context, p *task.Plan, report func(*result.Result)) *result.Result {
+// Hooks let a caller follow a run as it goes; each may be nil.
+type Hooks struct {
+	// Output gets the program's kept output as it arrives (from two
+	// goroutines at once).
+	Output runtime.OutputFunc
+	// Result gets the result as soon as it is final: before the sandbox is
+	// torn down, so that a server can answer while the tear-down goes on.
+	// A failure of the tear-down or of the audit log comes after that: it
+	// is in the result RunWith returns and in the audit record only.
+	Result func(*result.Result)
+}
+
+// RunWith is Run with hooks.
+func (r *Runner) RunWith(ctx context.Context, p *task.Plan, hooks Hooks) *result.Result {
 	res := &result.Result{ID: newID(), Session: p.Session, Image: p.Image, Runtime: p.Runtime, Files: map[string]result.File{}}
 	res.Network.Allowed, res.Network.Denied = []result.Allowed{}, []result.Denied{}
 	rec := &audit.Record{Time: time.Now().UTC(), Session: p.Session, TaskHash: p.TaskHash,
 		Image: p.Image, Runtime: p.Runtime, Limits: auditLimits(p)}
 
-	if err := r.run(ctx, p, res, report); err != nil {
+	if err := r.run(ctx, p, res, hooks); err != nil {
 		res.Error = err.Error()
 	}
 	fillRecord(rec, res)
@@ -103,7 +111,7 @@ func (r *Runner) RunReport(ctx context.Context, p *task.Plan, report func(*resul
 
 // run runs p in a sandbox from the pool, or in one set up for it now, and
 // tears the sandbox down.
-func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, report func(*result.Result)) (err error) {
+func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hooks Hooks) (err error) {
 	backend, ok := r.backends[p.Runtime]
 	if !ok {
 		if p.Runtime == config.RuntimeRunsc && r.runscErr != nil {
@@ -122,7 +130,7 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, repo
 	if err != nil {
 		return err
 	}
-	err = r.execute(ctx, p, backend, sb, res)
+	err = r.execute(ctx, p, backend, sb, res, hooks.Output)
 	if sb.pooled && errors.Is(err, runc.ErrNotStarted) && ctx.Err() == nil {
 		// The pooled sandbox's init died as the run took it: run cold.
 		r.pool.failed()
@@ -133,14 +141,14 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, repo
 		if sb, err = r.setup(p, img, res, res.ID, runFiles(p)); err != nil {
 			return err
 		}
-		err = r.execute(ctx, p, backend, sb, res)
+		err = r.execute(ctx, p, backend, sb, res, hooks.Output)
 	}
-	if report != nil {
+	if hooks.Result != nil {
 		final := *res
 		if err != nil {
 			final.Error = err.Error()
 		}
-		report(&final)
+		hooks.Result(&final)
 	}
 	if cerr := sb.undo.run(); cerr != nil && err == nil {
 		err = fmt.Errorf("cleaning up: %w", cerr)
@@ -163,13 +171,13 @@ func (r *Runner) sandbox(p *task.Plan, img *image.Image, res *result.Result) (*s
 }
 
 // execute runs the program of sb to its end and collects its files.
-func (r *Runner) execute(ctx context.Context, p *task.Plan, backend runtime.Backend, sb *sandbox, res *result.Result) (err error) {
+func (r *Runner) execute(ctx context.Context, p *task.Plan, backend runtime.Backend, sb *sandbox, res *result.Result, output runtime.OutputFunc) (err error) {
 	var out *runtime.Outcome
 	if sb.prep != nil {
-		out, err = sb.prep.Run(ctx, p.Stdin, p.Limits.Timeout, p.Limits.OutputBytes)
+		out, err = sb.prep.Run(ctx, p.Stdin, p.Limits.Timeout, p.Limits.OutputBytes, output)
 	} else {
 		out, err = backend.Run(ctx, &runtime.Container{
-			ID: sb.id, Spec: sb.spec, Stdin: p.Stdin, Timeout: p.Limits.Timeout, OutputLimit: p.Limits.OutputBytes,
+			ID: sb.id, Spec: sb.spec, Stdin: p.Stdin, Timeout: p.Limits.Timeout, OutputLimit: p.Limits.OutputBytes, Output: output,
 		})
 	}
 	if out != nil {

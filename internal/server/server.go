@@ -1,7 +1,8 @@
 // Package server is the HTTP API of `agentrun serve`.
 //
-//	POST /v1/runs   a task (task.json) in, its result out
-//	GET  /healthz   runs going on and waiting, and the warm pool
+//	POST /v1/runs            a task (task.json) in, its result out
+//	POST /v1/runs?stream=1   the same as NDJSON events: output as it comes, then the result
+//	GET  /healthz            runs going on and waiting, and the warm pool
 //
 // Runs are admitted under a global concurrency cap with a bounded queue,
 // and per-session quotas (runs per minute, concurrent runs); a run whose
@@ -27,9 +28,9 @@ import (
 	"github.com/agentrun/agentrun/internal/task"
 )
 
-// RunFunc runs a plan and returns its result, handing it to report first
-// as soon as it is final; runner.Runner.RunReport is one.
-type RunFunc func(ctx context.Context, p *task.Plan, report func(*result.Result)) *result.Result
+// RunFunc runs a plan and returns its result, calling the hooks as the run
+// goes; runner.Runner.RunWith is one.
+type RunFunc func(ctx context.Context, p *task.Plan, hooks runner.Hooks) *result.Result
 
 // Server answers the API. Create it with New.
 type Server struct {
@@ -79,8 +80,13 @@ func (s *Server) auth(next http.Handler) http.Handler {
 }
 
 func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Query().Has("stream") {
-		writeError(w, http.StatusNotImplemented, "", "streaming (?stream=1) is not implemented: leave it out to get the whole result")
+	stream := false
+	switch v := r.URL.Query().Get("stream"); v {
+	case "", "0", "false":
+	case "1", "true":
+		stream = true
+	default:
+		writeError(w, http.StatusBadRequest, "", fmt.Sprintf("stream=%q: want 1 or 0", v))
 		return
 	}
 	data, err := io.ReadAll(io.LimitReader(r.Body, task.MaxTaskBytes+1))
@@ -125,12 +131,26 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 	s.running.Add(1)
 	defer s.running.Add(-1)
 	var sent *result.Result
-	final := s.run(r.Context(), plan, func(res *result.Result) {
+	var hooks runner.Hooks
+	answer := func(res *result.Result) { writeResult(w, res) }
+	if stream {
+		ev := newEvents(w)
+		defer ev.close()
+		hooks.Output = func(stream string, data []byte) {
+			ev.send(Event{Event: stream, Data: string(data)})
+		}
+		answer = func(res *result.Result) {
+			ev.send(Event{Event: "result", Result: res})
+			ev.close()
+		}
+	}
+	hooks.Result = func(res *result.Result) {
 		sent = res
-		writeResult(w, res)
-	})
+		answer(res)
+	}
+	final := s.run(r.Context(), plan, hooks)
 	if sent == nil {
-		writeResult(w, final)
+		answer(final)
 	} else if final.Error != sent.Error && s.Logf != nil {
 		s.Logf("run %s: after the answer: %s", final.ID, final.Error)
 	}

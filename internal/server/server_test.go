@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
 )
 
@@ -90,7 +91,7 @@ func testServer(t *testing.T, mutate func(*config.Config), run RunFunc) *httptes
 	return ts
 }
 
-func okRun(_ context.Context, p *task.Plan, _ func(*result.Result)) *result.Result {
+func okRun(_ context.Context, p *task.Plan, _ runner.Hooks) *result.Result {
 	return &result.Result{ID: "ar-test", Stdout: string(p.Code)}
 }
 
@@ -140,7 +141,7 @@ func TestAPIAnswers(t *testing.T) {
 }
 
 func TestAPIFailedRunIs500(t *testing.T) {
-	ts := testServer(t, nil, func(context.Context, *task.Plan, func(*result.Result)) *result.Result {
+	ts := testServer(t, nil, func(context.Context, *task.Plan, runner.Hooks) *result.Result {
 		return &result.Result{Error: "image \"x\": not found"}
 	})
 	resp, err := http.Post(ts.URL+"/v1/runs", "application/json", strings.NewReader(`{"code": "x"}`))
@@ -177,7 +178,7 @@ func TestAPIToken(t *testing.T) {
 func TestAPIQueueGivesUpWithClient(t *testing.T) {
 	block := make(chan struct{})
 	ts := testServer(t, func(c *config.Config) { c.Server.MaxConcurrent, c.Server.Queue = 1, 1 },
-		func(ctx context.Context, p *task.Plan, _ func(*result.Result)) *result.Result {
+		func(ctx context.Context, p *task.Plan, _ runner.Hooks) *result.Result {
 			select {
 			case <-block:
 			case <-ctx.Done():
@@ -223,8 +224,8 @@ func TestAPIQueueGivesUpWithClient(t *testing.T) {
 // final, while the sandbox is still being torn down.
 func TestAPIAnswersBeforeTearDown(t *testing.T) {
 	tearDown := make(chan struct{})
-	ts := testServer(t, nil, func(_ context.Context, p *task.Plan, report func(*result.Result)) *result.Result {
-		report(&result.Result{ID: "ar-early", Stdout: "early"})
+	ts := testServer(t, nil, func(_ context.Context, p *task.Plan, hooks runner.Hooks) *result.Result {
+		hooks.Result(&result.Result{ID: "ar-early", Stdout: "early"})
 		<-tearDown
 		return &result.Result{ID: "ar-early", Stdout: "early"}
 	})
@@ -272,5 +273,51 @@ func TestClient(t *testing.T) {
 		if _, err := NewClient(a, ""); err == nil {
 			t.Errorf("NewClient(%q) accepted", a)
 		}
+	}
+}
+
+// TestAPIStream: with ?stream=1 the output comes as NDJSON lines while the
+// run goes on, then the result, also while the tear-down goes on.
+func TestAPIStream(t *testing.T) {
+	step := make(chan struct{})
+	tearDown := make(chan struct{})
+	ts := testServer(t, nil, func(_ context.Context, p *task.Plan, hooks runner.Hooks) *result.Result {
+		hooks.Output("stdout", []byte("one\n"))
+		<-step // the client must see "one" before the run goes on
+		hooks.Output("stderr", []byte("two\xff"))
+		res := &result.Result{ID: "ar-s", Stdout: "one\n", Stderr: "two"}
+		hooks.Result(res)
+		<-tearDown
+		return res
+	})
+	defer close(tearDown)
+	resp, err := http.Post(ts.URL+"/v1/runs?stream=1", "application/json", strings.NewReader(`{"code": "x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || ct != "application/x-ndjson" {
+		t.Fatalf("status %d, content type %q", resp.StatusCode, ct)
+	}
+	dec := json.NewDecoder(resp.Body)
+	var ev Event
+	if err := dec.Decode(&ev); err != nil || ev.Event != "stdout" || ev.Data != "one\n" {
+		t.Fatalf("first event %+v, %v", ev, err)
+	}
+	close(step)
+	if err := dec.Decode(&ev); err != nil || ev.Event != "stderr" || ev.Data != "two\ufffd" {
+		t.Fatalf("second event %+v, %v", ev, err)
+	}
+	if err := dec.Decode(&ev); err != nil || ev.Event != "result" || ev.Result == nil || ev.Result.ID != "ar-s" {
+		t.Fatalf("last event %+v, %v", ev, err)
+	}
+
+	bad, err := http.Post(ts.URL+"/v1/runs?stream=yes", "application/json", strings.NewReader(`{"code": "x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad.Body.Close()
+	if bad.StatusCode != 400 {
+		t.Errorf("stream=yes: status %d; want 400", bad.StatusCode)
 	}
 }

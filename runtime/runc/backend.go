@@ -58,7 +58,7 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 			err = derr
 		}
 	}()
-	return p.Run(ctx, c.Stdin, c.Timeout, c.OutputLimit)
+	return p.Run(ctx, c.Stdin, c.Timeout, c.OutputLimit, c.Output)
 }
 
 // Prepared is a container whose init has done all of its set-up
@@ -157,14 +157,15 @@ func (p *Prepared) Ready() bool {
 }
 
 // Run lets the program exec, feeds it stdin, and waits for it to end or for
-// the timeout (or ctx) to kill the sandbox. It may be called once.
-func (p *Prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration, outputLimit int64) (out *runtime.Outcome, err error) {
+// the timeout (or ctx) to kill the sandbox; output, if not nil, gets the
+// kept output as it arrives. It may be called once.
+func (p *Prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration, outputLimit int64, output runtime.OutputFunc) (out *runtime.Outcome, err error) {
 	if p.reaped {
 		return nil, errors.New("container already ran")
 	}
 	out = &runtime.Outcome{}
 	start := time.Now()
-	waitOutput := p.stdio.Serve(stdin, outputLimit)
+	waitOutput := p.stdio.Serve(stdin, outputLimit, output)
 	if err := p.exec(ctx); err != nil {
 		// The pipes reach EOF once the init is gone.
 		p.kill(p.wait())

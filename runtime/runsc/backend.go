@@ -138,7 +138,7 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 	stdio.CloseChildEnds()
 
 	out = &runtime.Outcome{}
-	waitOutput := stdio.Serve(c.Stdin, c.OutputLimit)
+	waitOutput := stdio.Serve(c.Stdin, c.OutputLimit, c.Output)
 
 	waited := make(chan struct{})
 	go func() {

@@ -37,7 +37,7 @@ type served struct {
 func startServe(t *testing.T, srv map[string]any) *served {
 	t.Helper()
 	cfg := map[string]any{"image": pythonImage, "state_dir": stateDir, "store_dir": filepath.Join(stateDir, "store"),
-		"audit": "", "server": srv,
+		"audit": "", "server": srv, "runsc": map[string]any{"path": runscPath, "flags": []string{}},
 		"policy": map[string]any{"local_images": []string{*imagesDir}}}
 	cmd := exec.Command(agentrunBin(t), "serve", "--config", writeConfig(t, cfg))
 	s := &served{t: t, cmd: cmd, stderr: &strings.Builder{}, mu: &sync.Mutex{}}
@@ -183,8 +183,9 @@ func (s *served) stop() {
 
 // TestServeRunsTasksFromThePool: over the unix socket, a task runs in a
 // pooled sandbox and its result comes back; bad and refused tasks get 400
-// and 403 naming the field; on SIGTERM the server empties its pool,
-// removes its socket and leaves nothing on the host.
+// and 403 naming the field; ?stream=1 streams the output as it comes; on
+// SIGTERM the server empties its pool, removes its socket and leaves
+// nothing on the host.
 func TestServeRunsTasksFromThePool(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "agentrun.sock")
 	s := startServe(t, map[string]any{"listen": "unix://" + sock, "pool": map[string]int{pythonImage: 1}})
@@ -217,8 +218,11 @@ func TestServeRunsTasksFromThePool(t *testing.T) {
 	if resp := s.post(`{"code": "print(1)", "limits": {"timeout": "1h"}}`, &apiErr); resp.StatusCode != 403 || apiErr.Field != "limits.timeout" {
 		t.Errorf("timeout above policy: status %d, %+v; want 403 naming limits.timeout", resp.StatusCode, apiErr)
 	}
-	if resp, _ := s.do("POST", "/v1/runs?stream=1", `{"code":"print(1)"}`); resp.StatusCode != 501 {
-		t.Errorf("stream: status %d; want 501", resp.StatusCode)
+
+	// Streamed, on both runtimes: the first line arrives while the
+	// program still runs.
+	for _, rt := range runtimes {
+		streamRun(t, s, rt)
 	}
 
 	s.stop()
@@ -226,6 +230,51 @@ func TestServeRunsTasksFromThePool(t *testing.T) {
 		t.Errorf("socket still there after SIGTERM: %v", err)
 	}
 	assertNoLeaks(t)
+}
+
+// streamRun runs a task that prints, sleeps and prints again with
+// ?stream=1 and checks the output came as it was written.
+func streamRun(t *testing.T, s *served, rt string) {
+	t.Helper()
+	resp, err := s.client.Post(s.base+"/v1/runs?stream=1", "application/json",
+		strings.NewReader(`{"runtime": "`+rt+`", "code": "import time\nprint('a', flush=True)\ntime.sleep(0.6)\nprint('b')"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(resp.Body)
+	var events []server.Event
+	var firstAt, resultAt time.Time
+	for {
+		var ev server.Event
+		if err := dec.Decode(&ev); err != nil {
+			break
+		}
+		if len(events) == 0 {
+			firstAt = time.Now()
+		}
+		if ev.Event == "result" {
+			resultAt = time.Now()
+		}
+		events = append(events, ev)
+	}
+	resp.Body.Close()
+	if len(events) == 0 {
+		t.Fatalf("%s: no events", rt)
+	}
+	var streamed strings.Builder
+	for _, ev := range events[:len(events)-1] {
+		if ev.Event != "stdout" {
+			t.Errorf("event %+v; want stdout only before the result", ev)
+		}
+		streamed.WriteString(ev.Data)
+	}
+	last := events[len(events)-1]
+	if streamed.String() != "a\nb\n" || last.Event != "result" || last.Result == nil || last.Result.Stdout != "a\nb\n" {
+		t.Fatalf("%s: streamed events %+v", rt, events)
+	}
+	if gap := resultAt.Sub(firstAt); gap < 400*time.Millisecond {
+		t.Errorf("%s: the first line came only %v before the result: not streamed", rt, gap)
+	}
 }
 
 // TestServeAdmission: with one run slot and a queue of one, a third
