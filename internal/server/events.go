@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"sync"
@@ -83,16 +84,8 @@ func (e *events) write() {
 		q, shut := e.q, e.shut
 		e.q = nil
 		e.mu.Unlock()
-		for _, line := range q {
-			if failed {
-				break
-			}
-			if _, err := e.w.Write(line); err != nil {
-				failed = true
-			}
-		}
-		if f, ok := e.w.(http.Flusher); ok && !failed && len(q) > 0 {
-			f.Flush()
+		if !failed && len(q) > 0 {
+			failed = writeBounded(e.w, bytes.Join(q, nil)) != nil
 		}
 		if shut {
 			e.mu.Lock()

@@ -231,8 +231,22 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
-	_, _ = w.Write(b)
-	if f, ok := w.(http.Flusher); ok {
-		f.Flush()
+	_ = writeBounded(w, b)
+}
+
+// writeDeadline bounds one write of an answer: a client that stops reading
+// loses its answer instead of holding its run slot forever. A variable for
+// the tests.
+var writeDeadline = 30 * time.Second
+
+// writeBounded writes b and flushes it within writeDeadline. The deadline
+// is lifted after: the connection may serve the client's next request.
+func writeBounded(w http.ResponseWriter, b []byte) error {
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Now().Add(writeDeadline))
+	defer rc.SetWriteDeadline(time.Time{})
+	if _, err := w.Write(b); err != nil {
+		return err
 	}
+	return rc.Flush()
 }

@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -319,5 +321,54 @@ func TestAPIStream(t *testing.T) {
 	bad.Body.Close()
 	if bad.StatusCode != 400 {
 		t.Errorf("stream=yes: status %d; want 400", bad.StatusCode)
+	}
+}
+
+// TestAPIClientNotReading: a client that sends a task and never reads the
+// answer loses it after the write deadline; its slot comes free.
+func TestAPIClientNotReading(t *testing.T) {
+	old := writeDeadline
+	writeDeadline = 200 * time.Millisecond
+	defer func() { writeDeadline = old }()
+	chunk := []byte(strings.Repeat("x", 64<<10))
+	ts := testServer(t, func(c *config.Config) { c.Server.MaxConcurrent, c.Server.Queue = 1, 0 },
+		func(_ context.Context, p *task.Plan, hooks runner.Hooks) *result.Result {
+			for range 256 { // 16 MiB: far more than the socket buffers hold
+				if hooks.Output != nil {
+					hooks.Output("stdout", chunk)
+				}
+			}
+			res := &result.Result{ID: "ar-big"}
+			if hooks.Result != nil {
+				hooks.Result(res)
+			}
+			return res
+		})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(ts.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"code": "x"}`
+	fmt.Fprintf(conn, "POST /v1/runs?stream=1 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	// Never read. The run starts, and its slot must come free.
+	running := func() int64 {
+		var h Health
+		resp, err := http.Get(ts.URL + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		json.NewDecoder(resp.Body).Decode(&h)
+		return h.Running
+	}
+	for _, want := range []int64{1, 0} {
+		deadline := time.Now().Add(10 * time.Second)
+		for running() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("runs going on never became %d", want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 }
