@@ -83,7 +83,13 @@ func serve(cfgPath string, stderr io.Writer) error {
 			}
 			// The pool starts with the shape of a default task of the image;
 			// the placeholder code is never run, only its file name counts.
-			seed, err := task.Load([]byte(fmt.Sprintf(`{"image":%q,"code":"pass"}`, ref)), cfg)
+			// The config's own image is the default of a task that names
+			// none (and so not bound by policy.local_images).
+			seedTask := fmt.Sprintf(`{"image":%q,"code":"pass"}`, ref)
+			if ref == cfg.Image {
+				seedTask = `{"code":"pass"}`
+			}
+			seed, err := task.Load([]byte(seedTask), cfg)
 			if err == nil {
 				err = pool.Seed(seed)
 			}

@@ -36,9 +36,15 @@ type served struct {
 // waits until it listens (and its pool, if any, is full).
 func startServe(t *testing.T, srv map[string]any) *served {
 	t.Helper()
+	return startServeCfg(t, srv, map[string]any{"local_images": []string{*imagesDir}})
+}
+
+// startServeCfg is startServe with the config's policy.
+func startServeCfg(t *testing.T, srv, policy map[string]any) *served {
+	t.Helper()
 	cfg := map[string]any{"image": pythonImage, "state_dir": stateDir, "store_dir": filepath.Join(stateDir, "store"),
 		"audit": "", "server": srv, "runsc": map[string]any{"path": runscPath, "flags": []string{}},
-		"policy": map[string]any{"local_images": []string{*imagesDir}}}
+		"policy": policy}
 	cmd := exec.Command(agentrunBin(t), "serve", "--config", writeConfig(t, cfg))
 	s := &served{t: t, cmd: cmd, stderr: &strings.Builder{}, mu: &sync.Mutex{}}
 	if tok, ok := srv["token"].(string); ok {
@@ -509,5 +515,23 @@ func TestServeClientGoneAndSIGTERM(t *testing.T) {
 	if b := <-answered; !strings.Contains(b, `"stdout": "finished\n"`) {
 		t.Fatalf("the run going on at SIGTERM was answered %s", b)
 	}
+	assertNoLeaks(t)
+}
+
+// TestServePoolsTheDefaultImage: the config's own image is pooled even
+// when tasks may not name local images (it is theirs by default).
+func TestServePoolsTheDefaultImage(t *testing.T) {
+	s := startServeCfg(t, map[string]any{"listen": "unix://" + filepath.Join(t.TempDir(), "d.sock"),
+		"pool": map[string]int{pythonImage: 1}}, map[string]any{})
+	var res result.Result
+	if resp := s.post(`{"code": "print(1 + 1)"}`, &res); resp.StatusCode != 200 || res.Stdout != "2\n" {
+		t.Fatalf("status %d, %+v", resp.StatusCode, res)
+	}
+	var h server.Health
+	s.get("/healthz", &h)
+	if h.Pool == nil || h.Pool.Hits != 1 {
+		t.Fatalf("pool %+v; want the run served from it", h.Pool)
+	}
+	s.stop()
 	assertNoLeaks(t)
 }
