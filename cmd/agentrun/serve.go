@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -28,16 +27,11 @@ import (
 const socketGroup = "agentrun"
 
 func cmdServe(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfgPath := fs.String("config", "", "config file (default "+config.DefaultPath+")")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
-		if err == nil {
-			fmt.Fprintln(stderr, "agentrun serve: no arguments expected")
-		}
-		return 2
+	cfg, code := loadConfig("serve", args, stderr)
+	if cfg == nil {
+		return code
 	}
-	if err := serve(*cfgPath, stderr); err != nil {
+	if err := serve(cfg, stderr); err != nil {
 		fmt.Fprintf(stderr, "agentrun serve: %v\n", err)
 		return 1
 	}
@@ -47,11 +41,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 // serve runs the API until SIGTERM or SIGINT, then lets the runs going on
 // finish (or kills them after the policy's longest timeout), empties the
 // warm pool and removes the socket.
-func serve(cfgPath string, stderr io.Writer) error {
-	cfg, err := config.Load(cfgPath)
-	if err != nil {
-		return err
-	}
+func serve(cfg *config.Config, stderr io.Writer) error {
 	if strings.HasPrefix(cfg.Server.Listen, "tcp://") && cfg.Server.Token == "" {
 		return errors.New("server.listen is tcp: set server.token, which every request must then carry as a bearer token")
 	}
