@@ -17,69 +17,14 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/agentrun/agentrun/test/testenv"
 )
 
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("netns tests need root (network namespaces and veths); run them as root")
-	}
-}
-
-// snapshot is what must be the same before a Setup and after its Close.
-type snapshot struct {
-	links      map[string]bool
-	fds        int
-	goroutines int
-}
-
-func takeSnapshot(t *testing.T) snapshot {
-	t.Helper()
-	links, err := netlink.LinkList()
-	if err != nil {
-		t.Fatalf("listing host links: %v", err)
-	}
-	s := snapshot{links: map[string]bool{}, goroutines: runtime.NumGoroutine()}
-	for _, l := range links {
-		s.links[fmt.Sprintf("%d:%s", l.Attrs().Index, l.Attrs().Name)] = true
-	}
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.fds = len(ents)
-	return s
-}
-
-// checkNoLeak compares with before, waiting a little for goroutines to end.
-func checkNoLeak(t *testing.T, before snapshot) {
-	t.Helper()
-	var after snapshot
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		after = takeSnapshot(t)
-		if after.goroutines <= before.goroutines && after.fds <= before.fds || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	for l := range after.links {
-		// "art-" links are fixtures of the proxy tests, which may run at
-		// the same time in another process.
-		if !before.links[l] && !strings.Contains(l, ":art-") {
-			t.Errorf("host link %s appeared", l)
-		}
-	}
-	if after.fds > before.fds {
-		t.Errorf("open fds: %d before, %d after", before.fds, after.fds)
-	}
-	if after.goroutines > before.goroutines {
-		t.Errorf("goroutines: %d before, %d after", before.goroutines, after.goroutines)
-	}
-	if ents, err := os.ReadDir("/run/netns"); err == nil && len(ents) > 0 {
-		for _, e := range ents {
-			t.Logf("/run/netns/%s exists (possibly not ours)", e.Name())
-		}
 	}
 }
 
@@ -111,7 +56,7 @@ func TestSetupClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := takeSnapshot(t)
+	before := testenv.TakeSnapshot(t)
 	hostNS := nsInode(t, "/proc/self/ns/net")
 
 	n, err := pool.Setup()
@@ -133,7 +78,7 @@ func TestSetupClose(t *testing.T) {
 	}
 	for _, l := range links {
 		name := l.Attrs().Name
-		if name == GatewayIf || (name == SandboxIf && !before.links[fmt.Sprintf("%d:%s", l.Attrs().Index, name)]) {
+		if name == GatewayIf || (name == SandboxIf && !before.HasLink(l.Attrs().Index, name)) {
 			t.Errorf("host namespace has link %q", name)
 		}
 	}
@@ -244,7 +189,7 @@ func TestSetupClose(t *testing.T) {
 	if got := pool.InUse(); got != 0 {
 		t.Errorf("pool InUse after Close = %d; want 0", got)
 	}
-	checkNoLeak(t, before)
+	testenv.CheckNoLeak(t, before, "art-") // proxy test fixtures, maybe in another process
 }
 
 func TestIsolation(t *testing.T) {
@@ -318,7 +263,7 @@ func TestIsolation(t *testing.T) {
 func TestConcurrentSetups(t *testing.T) {
 	requireRoot(t)
 	pool, _ := NewPool(DefaultCIDR)
-	before := takeSnapshot(t)
+	before := testenv.TakeSnapshot(t)
 	const runs = 20
 	nets := make([]*Net, runs)
 	errs := make([]error, runs)
@@ -354,7 +299,7 @@ func TestConcurrentSetups(t *testing.T) {
 	if got := pool.InUse(); got != 0 {
 		t.Errorf("InUse after Close = %d; want 0", got)
 	}
-	checkNoLeak(t, before)
+	testenv.CheckNoLeak(t, before, "art-") // proxy test fixtures, maybe in another process
 }
 
 func TestSetupRollback(t *testing.T) {
@@ -362,7 +307,7 @@ func TestSetupRollback(t *testing.T) {
 	for _, step := range []string{"gateway", "sandbox"} {
 		t.Run(step, func(t *testing.T) {
 			pool, _ := NewPool(DefaultCIDR)
-			before := takeSnapshot(t)
+			before := testenv.TakeSnapshot(t)
 			injected := errors.New("injected failure")
 			setupHook = func(s string) error {
 				if s == step {
@@ -378,7 +323,7 @@ func TestSetupRollback(t *testing.T) {
 			if got := pool.InUse(); got != 0 {
 				t.Errorf("InUse after failed Setup = %d; want 0", got)
 			}
-			checkNoLeak(t, before)
+			testenv.CheckNoLeak(t, before, "art-") // proxy test fixtures, maybe in another process
 		})
 	}
 }

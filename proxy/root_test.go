@@ -13,7 +13,6 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -22,7 +21,8 @@ import (
 	"github.com/agentrun/agentrun/netns"
 	"github.com/agentrun/agentrun/proxy/proxytest"
 	"github.com/miekg/dns"
-	"github.com/vishvananda/netlink"
+
+	"github.com/agentrun/agentrun/test/testenv"
 )
 
 // Tests here need root: they build namespaces and veths. Links the tests
@@ -33,56 +33,6 @@ func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("proxy root tests need root (network namespaces and veths); run them as root")
-	}
-}
-
-// snapshot is what must be the same before a run and after its Close.
-type snapshot struct {
-	links      map[string]bool
-	fds        int
-	goroutines int
-}
-
-func takeSnapshot(t *testing.T) snapshot {
-	t.Helper()
-	links, err := netlink.LinkList()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := snapshot{links: map[string]bool{}, goroutines: runtime.NumGoroutine()}
-	for _, l := range links {
-		s.links[fmt.Sprintf("%d:%s", l.Attrs().Index, l.Attrs().Name)] = true
-	}
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.fds = len(ents)
-	return s
-}
-
-func checkNoLeak(t *testing.T, before snapshot) {
-	t.Helper()
-	var after snapshot
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		after = takeSnapshot(t)
-		if after.goroutines <= before.goroutines && after.fds <= before.fds || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	for l := range after.links {
-		if !before.links[l] && !strings.Contains(l, ":"+fixturePrefix) {
-			t.Errorf("host link %s appeared", l)
-		}
-	}
-	if after.fds > before.fds {
-		t.Errorf("open fds: %d before, %d after", before.fds, after.fds)
-	}
-	if after.goroutines > before.goroutines {
-		buf := make([]byte, 1<<20)
-		t.Errorf("goroutines: %d before, %d after\n%s", before.goroutines, after.goroutines, buf[:runtime.Stack(buf, true)])
 	}
 }
 
@@ -273,7 +223,7 @@ func (r *run) wantDenied(host string, port int, reason string) {
 func TestProxyEndToEnd(t *testing.T) {
 	requireRoot(t)
 	in := proxytest.NewInternet(t)
-	before := takeSnapshot(t)
+	before := testenv.TakeSnapshot(t)
 	r := startRun(t, in, policyFor(in))
 
 	t.Run("explicit https", func(t *testing.T) {
@@ -483,7 +433,7 @@ func TestProxyEndToEnd(t *testing.T) {
 
 	r.close()
 	r.close() // idempotent
-	checkNoLeak(t, before)
+	testenv.CheckNoLeak(t, before, fixturePrefix)
 }
 
 func udpEcho(dial func(ctx context.Context) (net.Conn, error)) error {
@@ -571,7 +521,7 @@ func TestProxyMaxConns(t *testing.T) {
 func TestProxyCloseCutsConnections(t *testing.T) {
 	requireRoot(t)
 	in := proxytest.NewInternet(t)
-	before := takeSnapshot(t)
+	before := testenv.TakeSnapshot(t)
 	n, err := pool.Setup()
 	if err != nil {
 		t.Fatal(err)
@@ -616,5 +566,5 @@ func TestProxyCloseCutsConnections(t *testing.T) {
 	if err := n.Close(); err != nil {
 		t.Error(err)
 	}
-	checkNoLeak(t, before)
+	testenv.CheckNoLeak(t, before, fixturePrefix)
 }

@@ -37,7 +37,7 @@ func init() {
 }
 
 var (
-	imagesDir = flag.String("images", testenv.EnvOr("AGENTRUN_IMAGES", testenv.DefaultImagesDir), "directory of the test root filesystems (test/images/build.sh)")
+	imagesDir = testenv.ImagesDir
 	stateDir  string
 )
 

@@ -1,15 +1,22 @@
-// Package testenv is what agentrun's root test suites (test/integration,
-// test/escape) share: the root check, the test images, the state dir, and
-// the scan of what runs left on the host.
+// Package testenv is what agentrun's root tests share: for the suites
+// (test/integration, test/escape) the root check, the test images, the
+// state dir and the scan of what runs left on the host; for the namespace
+// tests (netns, proxy) the check that links, fds and goroutines are as
+// they were.
 package testenv
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
+	goruntime "runtime"
 	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
 )
 
 // EnvOr is the environment variable k, or def when it is unset or empty.
@@ -20,12 +27,13 @@ func EnvOr(k, def string) string {
 	return def
 }
 
-// DefaultImagesDir is where test/images/build.sh puts the test images.
-const DefaultImagesDir = "/var/cache/agentrun/images"
+// ImagesDir is the -images flag of the suites: where test/images/build.sh
+// puts the test images ($AGENTRUN_IMAGES, or /var/cache/agentrun/images).
+var ImagesDir = flag.String("images", EnvOr("AGENTRUN_IMAGES", "/var/cache/agentrun/images"), "directory of the test root filesystems (test/images/build.sh)")
 
 // RepoRoot is the module root, found from this file's path.
 func RepoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
+	_, file, _, _ := goruntime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
@@ -92,4 +100,70 @@ func StateLeaks(stateDir, live string) []string {
 		}
 	}
 	return leaks
+}
+
+// Snapshot is what a root test of namespaces must find the same after
+// tearing down what it made: host links, this process's fds and goroutines.
+type Snapshot struct {
+	links      map[string]bool
+	fds        int
+	goroutines int
+}
+
+// TakeSnapshot records the host's links and this process's fds and
+// goroutines.
+func TakeSnapshot(t testing.TB) Snapshot {
+	t.Helper()
+	links, err := netlink.LinkList()
+	if err != nil {
+		t.Fatalf("listing host links: %v", err)
+	}
+	s := Snapshot{links: map[string]bool{}, goroutines: goruntime.NumGoroutine()}
+	for _, l := range links {
+		s.links[fmt.Sprintf("%d:%s", l.Attrs().Index, l.Attrs().Name)] = true
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.fds = len(ents)
+	return s
+}
+
+// HasLink reports whether the host had link name, with that index, then.
+func (s Snapshot) HasLink(index int, name string) bool {
+	return s.links[fmt.Sprintf("%d:%s", index, name)]
+}
+
+// CheckNoLeak compares the host and this process with before, waiting a
+// little for goroutines to end. Links named with ignorePrefix are
+// fixtures that tests in another process may be making at the same time.
+func CheckNoLeak(t testing.TB, before Snapshot, ignorePrefix string) {
+	t.Helper()
+	var after Snapshot
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		after = TakeSnapshot(t)
+		if after.goroutines <= before.goroutines && after.fds <= before.fds || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for l := range after.links {
+		if !before.links[l] && !strings.Contains(l, ":"+ignorePrefix) {
+			t.Errorf("host link %s appeared", l)
+		}
+	}
+	if after.fds > before.fds {
+		t.Errorf("open fds: %d before, %d after", before.fds, after.fds)
+	}
+	if after.goroutines > before.goroutines {
+		buf := make([]byte, 1<<20)
+		t.Errorf("goroutines: %d before, %d after\n%s", before.goroutines, after.goroutines, buf[:goruntime.Stack(buf, true)])
+	}
+	if ents, err := os.ReadDir("/run/netns"); err == nil && len(ents) > 0 {
+		for _, e := range ents {
+			t.Logf("/run/netns/%s exists (possibly not ours)", e.Name())
+		}
+	}
 }
