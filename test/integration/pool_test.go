@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -273,21 +274,11 @@ func TestPoolSkipsSandboxesOfARemovedImage(t *testing.T) {
 // it waited is dropped, and the run goes cold instead of failing.
 func TestPoolDropsDeadSandboxes(t *testing.T) {
 	p := newPooled(t, 1, pyTask("pass", nil))
-	killed := 0
-	for _, root := range testenv.CgroupRoots() {
-		runs, _ := filepath.Glob(filepath.Join(root, "agentrun", "ar-*", "cgroup.procs"))
-		for _, procs := range runs {
-			b, _ := os.ReadFile(procs)
-			for _, f := range strings.Fields(string(b)) {
-				if pid, err := strconv.Atoi(f); err == nil && syscall.Kill(pid, syscall.SIGKILL) == nil {
-					killed++
-					waitDead(t, pid)
-				}
-			}
+	for _, pid := range pooledInits(t) {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if killed == 0 {
-		t.Fatal("found no pooled init to kill")
+		waitDead(t, pid)
 	}
 	if res := p.run(pyTask("print(6 * 7)", nil), false); res.Stdout != "42\n" {
 		t.Fatalf("run after the kill printed %q (stderr %q)", res.Stdout, res.Stderr)
@@ -296,6 +287,28 @@ func TestPoolDropsDeadSandboxes(t *testing.T) {
 	if res := p.run(pyTask("print(6 * 7)", nil), true); res.Stdout != "42\n" {
 		t.Fatalf("pooled run printed %q", res.Stdout)
 	}
+}
+
+// pooledInits are the processes in the cgroups of runs: with a pool full
+// and no run going on, the inits of the ready sandboxes. There must be one.
+func pooledInits(t *testing.T) []int {
+	t.Helper()
+	var pids []int
+	for _, root := range testenv.CgroupRoots() {
+		runs, _ := filepath.Glob(filepath.Join(root, "agentrun", "ar-*", "cgroup.procs"))
+		for _, procs := range runs {
+			b, _ := os.ReadFile(procs)
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil && !slices.Contains(pids, pid) {
+					pids = append(pids, pid)
+				}
+			}
+		}
+	}
+	if len(pids) == 0 {
+		t.Fatal("found no pooled sandbox's init")
+	}
+	return pids
 }
 
 // waitDead waits until process pid has died (a zombie, or gone).
@@ -319,20 +332,10 @@ func waitDead(t *testing.T, pid int) {
 // goes cold.
 func TestPoolStoppedSandboxDoesNotHang(t *testing.T) {
 	p := newPooled(t, 1, pyTask("pass", nil))
-	stopped := 0
-	for _, root := range testenv.CgroupRoots() {
-		runs, _ := filepath.Glob(filepath.Join(root, "agentrun", "ar-*", "cgroup.procs"))
-		for _, procs := range runs {
-			b, _ := os.ReadFile(procs)
-			for _, f := range strings.Fields(string(b)) {
-				if pid, err := strconv.Atoi(f); err == nil && syscall.Kill(pid, syscall.SIGSTOP) == nil {
-					stopped++
-				}
-			}
+	for _, pid := range pooledInits(t) {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if stopped == 0 {
-		t.Fatal("found no pooled init to stop")
 	}
 	start := time.Now()
 	if res := p.run(pyTask("print(6 * 7)", nil), false); res.Stdout != "42\n" {
