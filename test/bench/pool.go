@@ -141,11 +141,16 @@ func (s *served) stop() {
 }
 
 // poolContender times POST /v1/runs of print(45) against agentrun serve
-// with a sandbox ready in its pool, to the whole answer. Between runs,
-// untimed, the pool refills, so that the refill does not compete with the
-// next contender.
+// with a sandbox ready in its pool, to the whole answer.
 func poolContender(s *served, err error) *contender {
 	c := &contender{name: warmName, note: "POST /v1/runs over the unix socket, a sandbox prepared ahead (container init waiting at exec); timed to the whole answer"}
+	return s.pooled(c, err, s.post)
+}
+
+// pooled makes c time run with a sandbox ready in the pool. Between runs,
+// untimed, the pool refills, so that the refill does not compete with the
+// next contender. err is why the server is not there.
+func (s *served) pooled(c *contender, err error, run func() (stdout string, err error)) *contender {
 	if err != nil {
 		c.err = err.Error()
 		return c
@@ -155,7 +160,7 @@ func poolContender(s *served, err error) *contender {
 			return 0, "", err
 		}
 		start := time.Now()
-		out, err := s.post()
+		out, err := run()
 		el := time.Since(start)
 		if err != nil {
 			return 0, "", err
@@ -175,30 +180,18 @@ func (s *served) run45(int) error {
 }
 
 // cliContender times `agentrun run --server` of print(45) against the
-// same server: the CLI's own start plus a pooled run. The pool refills
-// between runs, untimed.
+// same server: the CLI's own start plus a pooled run.
 func cliContender(s *served, err error, task string) *contender {
 	c := &contender{name: cliName, note: "a fresh `agentrun run` process per run that hands the task to serve over the socket (no root needed): the CLI with the warm pool"}
-	if err != nil {
-		c.err = err.Error()
-		return c
-	}
-	c.call = func(int) (time.Duration, string, error) {
-		if err := s.waitReady(); err != nil {
-			return 0, "", err
-		}
-		cmd := exec.Command(*bin, "run", "--server", "unix://"+s.sock, task)
-		start := time.Now()
-		out, err := cmd.Output()
-		el := time.Since(start)
+	return s.pooled(c, err, func() (string, error) {
+		out, err := exec.Command(*bin, "run", "--server", "unix://"+s.sock, task).Output()
 		if err != nil {
-			return 0, "", fmt.Errorf("%v: %s", err, firstLine(string(out)))
+			return "", fmt.Errorf("%v: %s", err, firstLine(string(out)))
 		}
 		var res struct{ Stdout, Error string }
 		if err := json.Unmarshal(out, &res); err != nil || res.Error != "" {
-			return 0, "", fmt.Errorf("result %s: %v", firstLine(string(out)), err)
+			return "", fmt.Errorf("result %s: %v", firstLine(string(out)), err)
 		}
-		return el, res.Stdout, s.waitReady()
-	}
-	return c
+		return res.Stdout, nil
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"debug/elf"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,6 +92,23 @@ func writeConfig(t testing.TB, cfg map[string]any) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// plainConfig writes a config with the python image, the suite's state dir
+// and no audit log, and returns its path.
+func plainConfig(t testing.TB) string {
+	t.Helper()
+	return writeConfig(t, map[string]any{"image": pythonImage, "state_dir": stateDir, "audit": ""})
+}
+
+// gcCLI runs `agentrun gc` on the suite's state dir; its error says what gc
+// printed.
+func gcCLI(t *testing.T) error {
+	t.Helper()
+	if out, err := exec.Command(agentrunBin(t), "gc", "--config", plainConfig(t)).CombinedOutput(); err != nil {
+		return fmt.Errorf("agentrun gc: %v\n%s", err, out)
+	}
+	return nil
 }
 
 // cli runs agentrun with a config pointing at the test's state dir.

@@ -16,7 +16,7 @@ import (
 // another agentrun's run goes on untouched throughout.
 func TestGCAfterSIGKILL(t *testing.T) {
 	bin := agentrunBin(t)
-	cfg := writeConfig(t, map[string]any{"image": pythonImage, "state_dir": stateDir, "audit": ""})
+	cfg := plainConfig(t)
 
 	// The live run: it must survive every gc below.
 	live := exec.Command(bin, "run", "--config", cfg, "-")

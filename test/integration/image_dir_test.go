@@ -38,7 +38,7 @@ func TestDirImageWithoutMountpointsIsNotModified(t *testing.T) {
 // prints a result.
 func TestSIGTERMCleansUp(t *testing.T) {
 	bin := agentrunBin(t)
-	cfg := writeConfig(t, map[string]any{"image": pythonImage, "state_dir": stateDir, "audit": ""})
+	cfg := plainConfig(t)
 	cmd := exec.Command(bin, "run", "--config", cfg, "-")
 	cmd.Stdin = strings.NewReader(`{"code":"import time\nprint('started', flush=True)\ntime.sleep(60)","limits":{"timeout":"60s"}}`)
 	var out strings.Builder

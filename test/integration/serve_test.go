@@ -73,9 +73,8 @@ func startServeCfg(t *testing.T, srv, policy map[string]any) *served {
 		}
 		cmd.Process.Kill()
 		<-done
-		gcCfg := writeConfig(t, map[string]any{"image": pythonImage, "state_dir": stateDir, "audit": ""})
-		if out, err := exec.Command(agentrunBin(t), "gc", "--config", gcCfg).CombinedOutput(); err != nil {
-			t.Errorf("agentrun gc after killing the server: %v: %s", err, out)
+		if err := gcCLI(t); err != nil {
+			t.Errorf("after killing the server: %v", err)
 		}
 	})
 	addr := make(chan string, 1)
@@ -386,10 +385,8 @@ func TestServeSIGKILLThenGC(t *testing.T) {
 	s.cmd.Process.Signal(syscall.SIGKILL)
 	s.cmd.Wait()
 
-	cfg := writeConfig(t, map[string]any{"image": pythonImage, "state_dir": stateDir, "audit": ""})
-	out, err := exec.Command(agentrunBin(t), "gc", "--config", cfg).CombinedOutput()
-	if err != nil {
-		t.Fatalf("agentrun gc: %v\n%s", err, out)
+	if err := gcCLI(t); err != nil {
+		t.Fatal(err)
 	}
 	assertNoLeaks(t)
 }
