@@ -57,17 +57,9 @@ func (c *Client) Run(ctx context.Context, taskJSON []byte) (*result.Result, erro
 	if len(taskJSON) > task.MaxTaskBytes {
 		return nil, fmt.Errorf("task is larger than %d bytes", task.MaxTaskBytes)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/runs", bytes.NewReader(taskJSON))
+	resp, err := c.do(ctx, http.MethodPost, "/v1/runs", bytes.NewReader(taskJSON))
 	if err != nil {
 		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("reaching the server: %w", err)
 	}
 	defer resp.Body.Close()
 	// A result is bounded by the task's output and collect caps.
@@ -92,6 +84,42 @@ func (c *Client) Run(ctx context.Context, taskJSON []byte) (*result.Result, erro
 		msg += " (retry after " + retry + "s)"
 	}
 	return nil, fmt.Errorf("the server refused the task (%d): %s", resp.StatusCode, msg)
+}
+
+// Health asks the server how it is (GET /healthz).
+func (c *Client) Health(ctx context.Context) (*Health, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/healthz", nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("the server answered %s", resp.Status)
+	}
+	var h Health
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&h); err != nil {
+		return nil, fmt.Errorf("the server's health is not JSON: %w", err)
+	}
+	return &h, nil
+}
+
+// do sends one request, with the token.
+func (c *Client) do(ctx context.Context, method, path string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("reaching the server: %w", err)
+	}
+	return resp, nil
 }
 
 // maxAnswerBytes bounds a result read back: output and collected files

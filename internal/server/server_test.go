@@ -260,6 +260,9 @@ func TestClient(t *testing.T) {
 	if err != nil || res.Stdout != "hello" {
 		t.Fatalf("Run = %+v, %v", res, err)
 	}
+	if h, err := c.Health(context.Background()); err != nil || h.Status != "ok" {
+		t.Fatalf("Health = %+v, %v", h, err)
+	}
 	if _, err := c.Run(context.Background(), []byte(`{"code": "again"}`)); err == nil ||
 		!strings.Contains(err.Error(), "429") || !strings.Contains(err.Error(), "runs per minute") || !strings.Contains(err.Error(), "retry after") {
 		t.Errorf("over quota: %v", err)
@@ -270,6 +273,9 @@ func TestClient(t *testing.T) {
 	bad, _ := NewClient(addr, "wrong")
 	if _, err := bad.Run(context.Background(), []byte(`{"code": "x"}`)); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("wrong token: %v", err)
+	}
+	if _, err := bad.Health(context.Background()); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("health with the wrong token: %v", err)
 	}
 	for _, a := range []string{"unix://relative.sock", "http://x", "tcp://nohostport"} {
 		if _, err := NewClient(a, ""); err == nil {

@@ -5,9 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,13 +12,15 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/agentrun/agentrun/internal/server"
 )
 
 // served is an `agentrun serve` with a warm pool of one sandbox for the
-// python image, and an HTTP client for its socket.
+// python image, and a client for its socket.
 type served struct {
 	cmd    *exec.Cmd
-	client *http.Client
+	client *server.Client
 	sock   string
 }
 
@@ -63,9 +62,10 @@ func startServe(work, rootfs string) (*served, error) {
 		s.stop()
 		return nil, fmt.Errorf("agentrun serve did not listen within 30s")
 	}
-	s.client = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}}}
+	if s.client, err = server.NewClient("unix://"+sock, ""); err != nil {
+		s.stop()
+		return nil, err
+	}
 	return s, s.waitReady()
 }
 
@@ -73,19 +73,12 @@ func startServe(work, rootfs string) (*served, error) {
 func (s *served) waitReady() error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		var h struct {
-			Pool struct {
-				Ready     map[string]int `json:"ready"`
-				LastError string         `json:"last_error"`
-			} `json:"pool"`
-		}
-		resp, err := s.client.Get("http://agentrun/healthz")
-		if err == nil {
-			err = json.NewDecoder(resp.Body).Decode(&h)
-			resp.Body.Close()
-		}
+		h, err := s.client.Health(context.Background())
 		if err != nil {
 			return err
+		}
+		if h.Pool == nil {
+			return fmt.Errorf("the server has no pool")
 		}
 		for _, n := range h.Pool.Ready {
 			if n > 0 {
@@ -101,18 +94,9 @@ func (s *served) waitReady() error {
 
 // post runs print(45) and returns the program's stdout.
 func (s *served) post() (string, error) {
-	resp, err := s.client.Post("http://agentrun/v1/runs", "application/json", strings.NewReader(`{"code":"print(45)"}`))
+	res, err := s.client.Run(context.Background(), []byte(`{"code":"print(45)"}`))
 	if err != nil {
 		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	var res struct{ Stdout, Error string }
-	if err := json.Unmarshal(b, &res); err != nil {
-		return "", fmt.Errorf("status %d: %s", resp.StatusCode, firstLine(string(b)))
 	}
 	if res.Error != "" {
 		return "", fmt.Errorf("%s", res.Error)
