@@ -94,12 +94,18 @@ func (p *Pool) Seed(plan *task.Plan) error {
 	if err != nil {
 		return fmt.Errorf("image %q: %w", plan.Image, err)
 	}
-	p.want(plan, img)
+	key := shapeKey(plan, img)
+	p.mu.Lock()
+	if s := p.shapes[plan.Image]; !p.closed && key != "" && (s == nil || s.key != key) {
+		p.keep(plan, img, key)
+	}
+	p.mu.Unlock()
 	p.ran(plan)
 	return nil
 }
 
-// take returns a ready sandbox of plan's shape, or nil.
+// take returns a ready sandbox of plan's shape, or nil; either way plan's
+// shape is the one kept ready for its image from now on.
 func (p *Pool) take(plan *task.Plan, img *image.Image) *sandbox {
 	if p == nil || p.sizes[plan.Image] == 0 || !poolable(plan) {
 		return nil
@@ -107,9 +113,14 @@ func (p *Pool) take(plan *task.Plan, img *image.Image) *sandbox {
 	key := shapeKey(plan, img)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := p.shapes[plan.Image]
-	if p.closed || key == "" || s == nil || s.key != key || len(s.ready) == 0 {
+	if p.closed || key == "" {
 		p.misses++
+		return nil
+	}
+	s := p.shapes[plan.Image]
+	if s == nil || s.key != key {
+		p.misses++
+		p.keep(plan, img, key)
 		return nil
 	}
 	for len(s.ready) > 0 {
@@ -146,23 +157,15 @@ func (p *Pool) ran(plan *task.Plan) {
 	p.mu.Unlock()
 }
 
-// want makes plan's shape the one kept ready for its image; the pool fills
-// it after the run (ran).
-func (p *Pool) want(plan *task.Plan, img *image.Image) {
-	if p == nil || p.sizes[plan.Image] == 0 || !poolable(plan) {
-		return
-	}
-	key := shapeKey(plan, img)
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// keep makes key, plan's shape, the one kept ready for its image, in place
+// of another; the pool fills it after the run (ran). p.mu is held, and p is
+// not closed.
+func (p *Pool) keep(plan *task.Plan, img *image.Image, key string) {
 	s := p.shapes[plan.Image]
-	if p.closed || key == "" || (s != nil && s.key == key) {
-		return
-	}
 	p.shapes[plan.Image] = &shape{key: key, plan: bare(plan), img: img}
 	if s != nil && len(s.ready) > 0 {
 		// The old shape's, in the background; Close waits for it (no Go
-		// once closed: that is checked under p.mu above).
+		// once closed).
 		stale := s.ready
 		s.ready = nil
 		p.bg.Go(func() { _ = destroyAll(stale) })

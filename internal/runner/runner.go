@@ -166,7 +166,6 @@ func (r *Runner) sandbox(p *task.Plan, img *image.Image, res *result.Result) (*s
 		}
 		return sb, nil
 	}
-	r.pool.want(p, img)
 	return r.setup(p, img, res, res.ID, runFiles(p))
 }
 
