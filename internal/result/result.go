@@ -1,6 +1,11 @@
 package result
 
-import "github.com/agentrun/agentrun/proxy"
+import (
+	"encoding/base64"
+	"unicode/utf8"
+
+	"github.com/agentrun/agentrun/proxy"
+)
 
 // Exit statuses of `agentrun run` that are not the program's own.
 const (
@@ -11,14 +16,19 @@ const (
 
 // Result is the outcome of one run, as printed by `agentrun run`.
 type Result struct {
-	ID              string          `json:"id"`
-	Session         string          `json:"session"`
-	ExitCode        int             `json:"exit_code"`
-	Signal          string          `json:"signal"`
-	TimedOut        bool            `json:"timed_out"`
-	OOMKilled       bool            `json:"oom_killed"`
-	Stdout          string          `json:"stdout"`
-	Stderr          string          `json:"stderr"`
+	ID        string `json:"id"`
+	Session   string `json:"session"`
+	ExitCode  int    `json:"exit_code"`
+	Signal    string `json:"signal"`
+	TimedOut  bool   `json:"timed_out"`
+	OOMKilled bool   `json:"oom_killed"`
+	Stdout    string `json:"stdout"`
+	Stderr    string `json:"stderr"`
+	// StdoutBase64 and StderrBase64 hold the kept output's exact bytes when
+	// they are not valid UTF-8, which Stdout and Stderr (JSON strings) can
+	// only carry with each bad byte replaced by U+FFFD.
+	StdoutBase64    string          `json:"stdout_base64,omitempty"`
+	StderrBase64    string          `json:"stderr_base64,omitempty"`
 	StdoutTruncated bool            `json:"stdout_truncated"`
 	StderrTruncated bool            `json:"stderr_truncated"`
 	StdoutBytes     int64           `json:"stdout_bytes"`
@@ -66,4 +76,33 @@ func (r *Result) ExitStatus() int {
 		return ExitKilled
 	}
 	return r.ExitCode
+}
+
+// SetOutput records the kept output: as text, and as base64 too for a
+// stream that is not valid UTF-8.
+func (r *Result) SetOutput(stdout, stderr []byte) {
+	r.Stdout, r.StdoutBase64 = text(stdout)
+	r.Stderr, r.StderrBase64 = text(stderr)
+}
+
+func text(b []byte) (s, b64 string) {
+	if !utf8.Valid(b) {
+		b64 = base64.StdEncoding.EncodeToString(b)
+	}
+	return string(b), b64
+}
+
+// RawStdout is the kept stdout as the program wrote it.
+func (r *Result) RawStdout() []byte { return raw(r.Stdout, r.StdoutBase64) }
+
+// RawStderr is the kept stderr as the program wrote it.
+func (r *Result) RawStderr() []byte { return raw(r.Stderr, r.StderrBase64) }
+
+func raw(s, b64 string) []byte {
+	if b64 != "" {
+		if b, err := base64.StdEncoding.DecodeString(b64); err == nil {
+			return b
+		}
+	}
+	return []byte(s)
 }

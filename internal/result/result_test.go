@@ -20,3 +20,18 @@ func TestExitStatus(t *testing.T) {
 		}
 	}
 }
+
+func TestSetOutputKeepsInvalidBytes(t *testing.T) {
+	var r Result
+	bad := []byte("ok \xff\xfe end")
+	r.SetOutput([]byte("日本語"), bad)
+	if r.Stdout != "日本語" || r.StdoutBase64 != "" {
+		t.Errorf("valid UTF-8: stdout %q, base64 %q; want the text and no base64", r.Stdout, r.StdoutBase64)
+	}
+	if r.StderrBase64 == "" || string(r.RawStderr()) != string(bad) {
+		t.Errorf("invalid UTF-8: base64 %q gives %q; want the exact bytes", r.StderrBase64, r.RawStderr())
+	}
+	if string(r.RawStdout()) != "日本語" {
+		t.Errorf("RawStdout %q", r.RawStdout())
+	}
+}

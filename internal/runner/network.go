@@ -16,9 +16,10 @@ import (
 // a veth to a gateway namespace where this process's proxy and DNS server
 // listen, and returns the spec options that put the program there. A run
 // without an allowlist gets nothing here: its spec's fresh network
-// namespace holds only lo. What it sets up is undone through undo; the
-// proxy's report lands in res when the run ends.
-func (r *Runner) network(p *task.Plan, dir string, res *result.Result, undo *cleanups) ([]runtime.SpecOpt, error) {
+// namespace holds only lo. What it sets up is undone through undo; settle
+// stops the proxy and puts its report in res once the program has ended,
+// before the result is handed out.
+func (r *Runner) network(p *task.Plan, dir string, res *result.Result, undo, settle *cleanups) ([]runtime.SpecOpt, error) {
 	if len(p.Allow) == 0 {
 		return nil, nil
 	}
@@ -44,7 +45,9 @@ func (r *Runner) network(p *task.Plan, dir string, res *result.Result, undo *cle
 		return nil, fmt.Errorf("starting the egress proxy: %w", err)
 	}
 	// The proxy closes before the namespaces (its sockets hold the gateway's).
-	undo.add(func() error {
+	// Close is idempotent: settle has done it already after a run.
+	undo.add(prx.Close)
+	settle.add(func() error {
 		res.Network = prx.Report()
 		return prx.Close()
 	})

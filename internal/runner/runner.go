@@ -83,10 +83,12 @@ type Hooks struct {
 	// Output gets the program's kept output as it arrives (from two
 	// goroutines at once).
 	Output runtime.OutputFunc
-	// Result gets the result as soon as it is final: before the sandbox is
-	// torn down, so that a server can answer while the tear-down goes on.
-	// A failure of the tear-down or of the audit log comes after that: it
-	// is in the result RunWith returns and in the audit record only.
+	// Result gets the result as soon as it is final: every field filled
+	// (output, usage, collected files, network decisions), before the
+	// sandbox is torn down, so that a server can answer while the
+	// tear-down goes on. A failure of the tear-down or of the audit log
+	// comes after that: it is in the result RunWith returns and in the
+	// audit record only.
 	Result func(*result.Result)
 }
 
@@ -142,6 +144,11 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 			return err
 		}
 		err = r.execute(ctx, p, backend, sb, res, hooks.Output)
+	}
+	// The program has ended: what fills the rest of the result (the
+	// network report) runs before anyone sees it.
+	if serr := sb.settle.run(); serr != nil && err == nil {
+		err = fmt.Errorf("cleaning up: %w", serr)
 	}
 	if hooks.Result != nil {
 		final := *res
@@ -203,6 +210,10 @@ type sandbox struct {
 	spec   *specs.Spec
 	prep   *runc.Prepared // nil for runsc, which sets up and runs in one step
 	undo   cleanups
+	// settle ends what the run used once its program has ended and fills
+	// the result with what it recorded (the proxy's report); it runs
+	// before the result is final.
+	settle cleanups
 }
 
 // setup makes the sandbox for p under id, with files in its workspace. It
@@ -237,7 +248,7 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 		rootfs = ov.merged
 	}
 
-	netOpts, err := r.network(p, dir, res, &sb.undo)
+	netOpts, err := r.network(p, dir, res, &sb.undo, &sb.settle)
 	if err != nil {
 		return nil, err
 	}
@@ -293,7 +304,7 @@ func runFiles(p *task.Plan) map[string][]byte {
 func fillOutcome(res *result.Result, o *runtime.Outcome) {
 	res.ExitCode, res.Signal = o.ExitCode, o.Signal
 	res.TimedOut, res.OOMKilled = o.TimedOut, o.OOMKilled
-	res.Stdout, res.Stderr = string(o.Stdout.Data), string(o.Stderr.Data)
+	res.SetOutput(o.Stdout.Data, o.Stderr.Data)
 	res.StdoutTruncated, res.StderrTruncated = o.Stdout.Truncated, o.Stderr.Truncated
 	res.StdoutBytes, res.StderrBytes = o.Stdout.Total, o.Stderr.Total
 	res.DurationMS = o.Duration.Milliseconds()
