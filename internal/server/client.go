@@ -8,7 +8,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/task"
@@ -49,41 +51,74 @@ func NewClient(addr, token string) (*Client, error) {
 	return c, nil
 }
 
+// Retries of a refusal that says when to try again (429 over a session
+// quota, 503 server busy): at most MaxRetries, each after the server's
+// Retry-After when that is at most MaxRetryWait. Variables for the tests.
+var (
+	MaxRetries   = 5
+	MaxRetryWait = 30 * time.Second
+)
+
 // Run sends the task (task.json bytes) and returns its result. A result
 // with Error set (the server could not run the task) is returned as is; a
 // refusal (bad task, over policy or quota, server busy) or a server that
-// cannot be reached is an error.
+// cannot be reached is an error. A 429 or 503 is tried again after its
+// Retry-After, a bounded number of times (see MaxRetries).
 func (c *Client) Run(ctx context.Context, taskJSON []byte) (*result.Result, error) {
 	if len(taskJSON) > task.MaxTaskBytes {
-		return nil, fmt.Errorf("task is larger than %d bytes", task.MaxTaskBytes)
+		return nil, fmt.Errorf("task is %d bytes, more than the maximum %d", len(taskJSON), task.MaxTaskBytes)
 	}
+	for tries := 0; ; tries++ {
+		res, wait, err := c.runOnce(ctx, taskJSON)
+		if wait < 0 || tries >= MaxRetries {
+			return res, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w (gave up waiting to try again: %w)", err, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// runOnce sends the task once. wait >= 0 when the refusal may be tried
+// again after wait.
+func (c *Client) runOnce(ctx context.Context, taskJSON []byte) (_ *result.Result, wait time.Duration, _ error) {
 	resp, err := c.do(ctx, http.MethodPost, "/v1/runs", bytes.NewReader(taskJSON))
 	if err != nil {
-		return nil, err
+		return nil, -1, err
 	}
 	defer resp.Body.Close()
 	// A result is bounded by the task's output and collect caps.
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
 	if err != nil {
-		return nil, fmt.Errorf("reading the server's answer: %w", err)
+		return nil, -1, fmt.Errorf("reading the server's answer: %w", err)
 	}
 	switch resp.StatusCode {
 	case http.StatusOK, http.StatusInternalServerError:
 		var res result.Result
 		if err := json.Unmarshal(body, &res); err != nil {
-			return nil, fmt.Errorf("the server's answer (status %d) is not a result: %w", resp.StatusCode, err)
+			return nil, -1, fmt.Errorf("the server's answer (status %d) is not a result: %w", resp.StatusCode, err)
 		}
-		return &res, nil
+		return &res, -1, nil
 	}
+	wait = -1
 	var apiErr APIError
 	if json.Unmarshal(body, &apiErr) != nil || apiErr.Error == "" {
-		return nil, fmt.Errorf("the server answered %s", resp.Status)
+		return nil, wait, fmt.Errorf("the server answered %s", resp.Status)
 	}
 	msg := apiErr.Error
 	if retry := resp.Header.Get("Retry-After"); retry != "" {
 		msg += " (retry after " + retry + "s)"
+		n, err := strconv.Atoi(retry)
+		if err == nil && n >= 0 && time.Duration(n)*time.Second <= MaxRetryWait &&
+			(resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) {
+			wait = time.Duration(n) * time.Second
+		}
 	}
-	return nil, fmt.Errorf("the server refused the task (%d): %s", resp.StatusCode, msg)
+	return nil, wait, fmt.Errorf("the server refused the task (%d): %s", resp.StatusCode, msg)
 }
 
 // Health asks the server how it is (GET /healthz).

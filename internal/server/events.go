@@ -2,20 +2,83 @@ package server
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/agentrun/agentrun/internal/result"
 )
 
 // Event is one line of a streamed answer (POST /v1/runs?stream=1): output
 // as the program writes it ("stdout", "stderr", with Data), then the
-// result ("result", with Result), last.
+// result ("result", with Result), last. Data is cut only between UTF-8
+// characters; output that is not UTF-8 comes with its exact bytes in
+// DataBase64 as well (Data then has U+FFFD for each bad byte).
 type Event struct {
-	Event  string         `json:"event"`
-	Data   string         `json:"data,omitempty"`
-	Result *result.Result `json:"result,omitempty"`
+	Event      string         `json:"event"`
+	Data       string         `json:"data,omitempty"`
+	DataBase64 string         `json:"data_base64,omitempty"`
+	Result     *result.Result `json:"result,omitempty"`
+}
+
+// outputs turns the run's output chunks into events, holding back the
+// start of a UTF-8 character cut at a chunk's end until the rest of it
+// comes (or the run ends).
+type outputs struct {
+	ev   *events
+	mu   sync.Mutex
+	held map[string][]byte // stream -> an incomplete character, at most 3 bytes
+}
+
+func newOutputs(ev *events) *outputs { return &outputs{ev: ev, held: map[string][]byte{}} }
+
+// send is a runner.Hooks.Output.
+func (o *outputs) send(stream string, data []byte) {
+	o.mu.Lock()
+	b := append(o.held[stream], data...)
+	whole, rest := splitRune(b)
+	o.held[stream] = append([]byte(nil), rest...)
+	o.mu.Unlock()
+	if len(whole) > 0 {
+		o.ev.send(outputEvent(stream, whole))
+	}
+}
+
+// flush sends what is held back: the run has ended.
+func (o *outputs) flush() {
+	o.mu.Lock()
+	held := o.held
+	o.held = map[string][]byte{}
+	o.mu.Unlock()
+	for _, stream := range []string{"stdout", "stderr"} {
+		if len(held[stream]) > 0 {
+			o.ev.send(outputEvent(stream, held[stream]))
+		}
+	}
+}
+
+// splitRune cuts b before a UTF-8 character that is not complete at its
+// end.
+func splitRune(b []byte) (whole, rest []byte) {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax+1; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				return b[:i], b[i:]
+			}
+			break
+		}
+	}
+	return b, nil
+}
+
+func outputEvent(stream string, b []byte) Event {
+	ev := Event{Event: stream, Data: string(b)}
+	if !utf8.Valid(b) {
+		ev.DataBase64 = base64.StdEncoding.EncodeToString(b)
+	}
+	return ev
 }
 
 // events writes a streamed answer's lines in order. send never blocks the

@@ -10,17 +10,22 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
@@ -44,6 +49,9 @@ type Server struct {
 
 	// Logf, when set, gets what goes wrong after a client was answered.
 	Logf func(format string, args ...any)
+	// PoolErrors, set before serving, names the pool images that could not
+	// be made ready at start and why; /healthz reports them.
+	PoolErrors map[string]string
 }
 
 // New returns a server running tasks with run under cfg's limits and
@@ -57,9 +65,44 @@ func New(cfg *config.Config, run RunFunc, pool func() runner.PoolStats) *Server 
 // Handler is the API's HTTP handler.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/runs", s.postRun)
-	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("/v1/runs", only(s.postRun, http.MethodPost))
+	mux.HandleFunc("/healthz", only(s.healthz, http.MethodGet, http.MethodHead))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "", fmt.Sprintf("no such endpoint %s: the API is POST /v1/runs and GET /healthz", r.URL.Path))
+	})
 	return s.auth(mux)
+}
+
+// only answers a request of another method with a JSON 405.
+func only(h http.HandlerFunc, methods ...string) http.HandlerFunc {
+	allow := strings.Join(methods, ", ")
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !slices.Contains(methods, r.Method) {
+			w.Header().Set("Allow", allow)
+			writeError(w, http.StatusMethodNotAllowed, "", fmt.Sprintf("%s %s: method not allowed; use %s", r.Method, r.URL.Path, allow))
+			return
+		}
+		h(w, r)
+	}
+}
+
+// Header and idle timeouts of the HTTP server: a client that sends its
+// request line and headers slowly, or holds a connection it does not use,
+// is cut off. Variables for the tests.
+var (
+	headerTimeout = 10 * time.Second
+	idleTimeout   = 2 * time.Minute
+)
+
+// HTTPServer is an http.Server for the API with its read deadlines set
+// (headers within 10 s, a task body within 30 s of its admission), and
+// which lets a request waiting for a run slot see its client leave.
+func (s *Server) HTTPServer() *http.Server {
+	return &http.Server{Handler: s.Handler(), ReadHeaderTimeout: headerTimeout, IdleTimeout: idleTimeout,
+		MaxHeaderBytes: 64 << 10,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c)
+		}}
 }
 
 // auth requires the bearer token when one is configured.
@@ -89,16 +132,25 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "", fmt.Sprintf("stream=%q: want 1 or 0", v))
 		return
 	}
-	data, err := io.ReadAll(io.LimitReader(r.Body, task.MaxTaskBytes+1))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "", "reading task: "+err.Error())
+	if r.ContentLength > task.MaxTaskBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("task is %d bytes, more than the maximum %d", r.ContentLength, task.MaxTaskBytes))
 		return
 	}
-	if len(data) > task.MaxTaskBytes {
-		writeError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("task is larger than %d bytes", task.MaxTaskBytes))
+	// The run slot comes first: only requests holding one read their
+	// bodies, so the bodies in memory are at most max_concurrent.
+	if err := s.admit(r.Context()); err != nil {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		return
+	}
+	defer func() { <-s.slots }()
+	data, status, err := readBody(w, r)
+	if err != nil {
+		writeError(w, status, "", err.Error())
 		return
 	}
 	plan, err := task.Load(data, s.cfg)
+	data = nil // the plan holds what is needed
 	if err != nil {
 		status, field := http.StatusBadRequest, ""
 		var te *task.Error
@@ -114,46 +166,82 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 
 	release, retry, err := s.quotas.acquire(plan.Session)
 	if err != nil {
-		w.Header().Set("Retry-After", strconv.Itoa(int(retry.Round(time.Second)/time.Second)))
+		w.Header().Set("Retry-After", strconv.Itoa(int((retry+time.Second-1)/time.Second)))
 		writeError(w, http.StatusTooManyRequests, "", err.Error())
 		return
 	}
 	defer release()
-	if err := s.admit(r.Context()); err != nil {
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "", err.Error())
-		return
-	}
-	defer func() { <-s.slots }()
 
-	// The answer goes out as soon as the result is final; the slot is
-	// held until the sandbox is torn down.
+	// The answer goes out as soon as the result is final. The session's
+	// quota is given back before it, so that the client's next run is not
+	// refused for this one; the run slot is held until the sandbox is torn
+	// down.
 	s.running.Add(1)
 	defer s.running.Add(-1)
 	var sent *result.Result
 	var hooks runner.Hooks
+	// The connection is closed after the answer: the handler goes on with
+	// the tear-down, and a client that sent its next request on this
+	// connection would wait for it.
+	w.Header().Set("Connection", "close")
 	answer := func(res *result.Result) { writeResult(w, res) }
 	if stream {
 		ev := newEvents(w)
 		defer ev.close()
-		hooks.Output = func(stream string, data []byte) {
-			ev.send(Event{Event: stream, Data: string(data)})
-		}
+		out := newOutputs(ev)
+		hooks.Output = out.send
 		answer = func(res *result.Result) {
+			out.flush()
 			ev.send(Event{Event: "result", Result: res})
 			ev.close()
 		}
 	}
 	hooks.Result = func(res *result.Result) {
 		sent = res
+		release()
 		answer(res)
 	}
 	final := s.run(r.Context(), plan, hooks)
 	if sent == nil {
+		release()
 		answer(final)
 	} else if final.Error != sent.Error && s.Logf != nil {
 		s.Logf("run %s: after the answer: %s", final.ID, final.Error)
 	}
+}
+
+// bodyDeadline bounds the reading of a task once its request holds a run
+// slot: a client that sends slowly loses its request instead of holding
+// the slot. A variable for the tests.
+var bodyDeadline = 30 * time.Second
+
+// readBody reads the task, at most task.MaxTaskBytes within bodyDeadline;
+// on error it says the status to answer with.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, int, error) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(bodyDeadline))
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, task.MaxTaskBytes))
+	var tooBig *http.MaxBytesError
+	var ne net.Error
+	if err == nil {
+		// Lifted: the server watches the connection to see the client go.
+		_ = rc.SetReadDeadline(time.Time{})
+		return buf.Bytes(), 0, nil
+	}
+	// The rest of the body is not waited for (the deadline stays): the
+	// connection is closed after the answer.
+	r.Body.Close()
+	switch {
+	case errors.As(err, &tooBig):
+		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("task is larger than the maximum %d bytes", task.MaxTaskBytes)
+	case errors.As(err, &ne) && ne.Timeout():
+		return nil, http.StatusRequestTimeout, fmt.Errorf("reading task: not sent within %v", bodyDeadline)
+	}
+	return nil, http.StatusBadRequest, fmt.Errorf("reading task: %w", err)
 }
 
 func writeResult(w http.ResponseWriter, res *result.Result) {
@@ -177,15 +265,54 @@ func (s *Server) admit(ctx context.Context) error {
 		return fmt.Errorf("server busy: %d runs going on and %d waiting, the most it takes", s.cfg.Server.MaxConcurrent, s.cfg.Server.Queue)
 	}
 	defer s.queued.Add(-1)
-	select {
-	case s.slots <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("gave up waiting for a run slot: %w", ctx.Err())
+	// The body is not read while waiting, so the HTTP server does not see
+	// the client leave: the connection is watched here.
+	conn, _ := ctx.Value(connKey{}).(net.Conn)
+	tick := time.NewTicker(peerPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case s.slots <- struct{}{}:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("gave up waiting for a run slot: %w", ctx.Err())
+		case <-tick.C:
+			if conn != nil && peerGone(conn) {
+				return errors.New("gave up waiting for a run slot: the client left")
+			}
+		}
 	}
 }
 
-// Health is the body of GET /healthz.
+// peerPoll is how often a waiting request's connection is checked.
+const peerPoll = 100 * time.Millisecond
+
+// connKey holds a request's connection in its context (see HTTPServer).
+type connKey struct{}
+
+// peerGone says whether the other end of c has hung up, without reading
+// from it: what it sent (the task) stays to be read.
+func peerGone(c net.Conn) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	gone := false
+	_ = raw.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
+		if n, err := unix.Poll(fds, 0); err == nil && n > 0 {
+			gone = fds[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0
+		}
+	})
+	return gone
+}
+
+// Health is the body of GET /healthz. Status is "ok", or "degraded" when
+// some pool image could not be made ready (Pool.Errors says which).
 type Health struct {
 	Status  string      `json:"status"`
 	Running int64       `json:"running"`
@@ -199,6 +326,8 @@ type PoolHealth struct {
 	Hits      int64          `json:"hits"`
 	Misses    int64          `json:"misses"`
 	LastError string         `json:"last_error,omitempty"`
+	// Errors: image -> why the server started without sandboxes for it.
+	Errors map[string]string `json:"errors,omitempty"`
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
@@ -206,6 +335,12 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	if s.pool != nil {
 		st := s.pool()
 		h.Pool = &PoolHealth{Ready: st.Ready, Hits: st.Hits, Misses: st.Misses, LastError: st.LastErr}
+	}
+	if len(s.PoolErrors) > 0 {
+		if h.Pool == nil {
+			h.Pool = &PoolHealth{Ready: map[string]int{}}
+		}
+		h.Status, h.Pool.Errors = "degraded", s.PoolErrors
 	}
 	writeJSON(w, http.StatusOK, h)
 }

@@ -2,15 +2,20 @@ package server
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
@@ -88,7 +93,9 @@ func testServer(t *testing.T, mutate func(*config.Config), run RunFunc) *httptes
 	if mutate != nil {
 		mutate(cfg)
 	}
-	ts := httptest.NewServer(New(cfg, run, nil).Handler())
+	ts := httptest.NewUnstartedServer(nil)
+	ts.Config = New(cfg, run, nil).HTTPServer()
+	ts.Start()
 	t.Cleanup(ts.Close)
 	return ts
 }
@@ -211,6 +218,7 @@ func TestAPIQueueGivesUpWithClient(t *testing.T) {
 	if _, err := http.DefaultClient.Do(req); err == nil {
 		t.Fatal("queued request answered while the slot was busy")
 	}
+	time.Sleep(2 * peerPoll) // the server checks a waiting client's connection this often
 	// Its queue place is free again: the next request waits, not 503.
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel2()
@@ -376,5 +384,283 @@ func TestAPIClientNotReading(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+	}
+}
+
+// blockingRun answers at once and holds its slot until release closes,
+// as a run tearing down its sandbox does (whether or not its client is
+// still there).
+func blockingRun(release chan struct{}) RunFunc {
+	return func(ctx context.Context, p *task.Plan, hooks runner.Hooks) *result.Result {
+		res := &result.Result{ID: "ar-b", Stdout: string(p.Code)}
+		if hooks.Result != nil {
+			hooks.Result(res)
+		}
+		<-release
+		return res
+	}
+}
+
+// waitRunning polls /healthz until n runs go on.
+func waitRunning(t *testing.T, url string, n int64) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var h Health
+		resp, err := http.Get(url + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		json.NewDecoder(resp.Body).Decode(&h)
+		resp.Body.Close()
+		if h.Running == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never %d runs going on: %+v", n, h)
+		}
+	}
+}
+
+// countingReader counts what the server took of a body.
+type countingReader struct {
+	n    atomic.Int64
+	left int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	if c.left == 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	for i := range p {
+		p[i] = ' '
+	}
+	c.left -= int64(len(p))
+	c.n.Add(int64(len(p)))
+	return len(p), nil
+}
+
+// TestAPIReadsBodiesOnlyWhenAdmitted: a request waiting for a run slot has
+// not had its body read: the bodies held in memory are bounded by the run
+// slots, not by the queue.
+func TestAPIReadsBodiesOnlyWhenAdmitted(t *testing.T) {
+	release := make(chan struct{})
+	ts := testServer(t, func(c *config.Config) { c.Server.MaxConcurrent, c.Server.Queue = 1, 4 }, blockingRun(release))
+	defer close(release)
+	resp, err := http.Post(ts.URL+"/v1/runs", "application/json", strings.NewReader(`{"code": "first"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadAll(resp.Body)
+	resp.Body.Close()
+	waitRunning(t, ts.URL, 1)
+
+	// 16 MiB of spaces before the task: far more than socket buffers hold.
+	const size = 16 << 20
+	body := &countingReader{left: size}
+	req, _ := http.NewRequest("POST", ts.URL+"/v1/runs", io.MultiReader(body, strings.NewReader(`{"code": "second"}`)))
+	req.ContentLength = size + int64(len(`{"code": "second"}`))
+	go http.DefaultClient.Do(req)
+	time.Sleep(500 * time.Millisecond)
+	if n := body.n.Load(); n >= size/2 {
+		t.Fatalf("the server read %d bytes of a queued request's body; want it left unread until admitted", n)
+	}
+}
+
+// TestAPIBodyDeadline: a client that stops sending its body is answered
+// 408 within the body deadline, and its slot comes free.
+func TestAPIBodyDeadline(t *testing.T) {
+	old := bodyDeadline
+	bodyDeadline = 300 * time.Millisecond
+	defer func() { bodyDeadline = old }()
+	ts := testServer(t, func(c *config.Config) { c.Server.MaxConcurrent, c.Server.Queue = 1, 0 }, okRun)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(ts.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/runs HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"code\": ")
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b, _ := io.ReadAll(conn)
+	if !strings.HasPrefix(string(b), "HTTP/1.1 408") || !strings.Contains(string(b), "not sent within") {
+		t.Fatalf("a stalled body got %q; want 408 within the deadline", b)
+	}
+	resp, err := http.Post(ts.URL+"/v1/runs", "application/json", strings.NewReader(`{"code": "hi"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("after the stalled client: status %d; want its slot free", resp.StatusCode)
+	}
+}
+
+// TestHTTPServerHeaderDeadline: a client that sends its headers a byte at
+// a time is cut off at the header deadline.
+func TestHTTPServerHeaderDeadline(t *testing.T) {
+	old := headerTimeout
+	headerTimeout = 300 * time.Millisecond
+	defer func() { headerTimeout = old }()
+	cfg := config.Default()
+	srv := New(cfg, okRun, nil).HTTPServer()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	fmt.Fprintf(conn, "POST /v1/runs HTTP/1.1\r\n")
+	for time.Since(start) < 5*time.Second {
+		if _, err := conn.Write([]byte("X")); err != nil {
+			break
+		}
+		conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if _, err := conn.Read(make([]byte, 1)); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			break
+		}
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("a slow header was still read after %v; want it cut at %v", d, headerTimeout)
+	}
+}
+
+// TestAPIQuotaFreedAtAnswer: a session with one concurrent run may send its
+// next run as soon as it has the answer, while the sandbox of the first is
+// still being torn down.
+func TestAPIQuotaFreedAtAnswer(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	ts := testServer(t, func(c *config.Config) { c.Server.MaxConcurrent, c.Server.Quota.Concurrent = 4, 1 }, blockingRun(release))
+	for i := range 3 {
+		resp, err := http.Post(ts.URL+"/v1/runs", "application/json", strings.NewReader(`{"code": "x", "session": "s"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("run %d, one at a time: status %d: %s", i, resp.StatusCode, b)
+		}
+	}
+}
+
+// TestAPIStreamKeepsCharacters: a UTF-8 character cut across two output
+// chunks comes whole in one event; bytes that are not UTF-8 come in
+// data_base64 as well.
+func TestAPIStreamKeepsCharacters(t *testing.T) {
+	text := strings.Repeat("日本語", 50)
+	ts := testServer(t, nil, func(_ context.Context, p *task.Plan, hooks runner.Hooks) *result.Result {
+		for b := []byte(text); len(b) > 0; {
+			n := min(7, len(b))
+			hooks.Output("stdout", b[:n])
+			b = b[n:]
+		}
+		hooks.Output("stderr", []byte("bad \xff\xe6\x97")) // an invalid byte, then a cut-off character
+		res := &result.Result{ID: "ar-u", Stdout: text}
+		hooks.Result(res)
+		return res
+	})
+	resp, err := http.Post(ts.URL+"/v1/runs?stream=1", "application/json", strings.NewReader(`{"code": "x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	var stdout strings.Builder
+	var stderrRaw []byte
+	for {
+		var ev Event
+		if err := dec.Decode(&ev); err != nil {
+			break
+		}
+		switch ev.Event {
+		case "stdout":
+			if strings.ContainsRune(ev.Data, utf8.RuneError) || ev.DataBase64 != "" {
+				t.Errorf("stdout event %+v: a character was cut", ev)
+			}
+			stdout.WriteString(ev.Data)
+		case "stderr":
+			raw := []byte(ev.Data)
+			if ev.DataBase64 != "" {
+				raw, _ = base64.StdEncoding.DecodeString(ev.DataBase64)
+			}
+			stderrRaw = append(stderrRaw, raw...)
+		}
+	}
+	if stdout.String() != text {
+		t.Errorf("streamed stdout %q; want %q", stdout.String(), text)
+	}
+	if string(stderrRaw) != "bad \xff\xe6\x97" {
+		t.Errorf("streamed stderr bytes %q; want the exact bytes", stderrRaw)
+	}
+}
+
+// TestAPIErrorsAreJSON: an unknown path or method gets a JSON error like
+// every other refusal.
+func TestAPIErrorsAreJSON(t *testing.T) {
+	ts := testServer(t, nil, okRun)
+	for _, tc := range []struct {
+		method, path string
+		status       int
+	}{{"GET", "/nothing", 404}, {"GET", "/v1/runs", 405}, {"DELETE", "/healthz", 405}, {"POST", "/v1/run", 404}} {
+		req, _ := http.NewRequest(tc.method, ts.URL+tc.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e APIError
+		err = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || err != nil || e.Error == "" || resp.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("%s %s: status %d, %+v, %v; want %d with a JSON error", tc.method, tc.path, resp.StatusCode, e, err, tc.status)
+		}
+	}
+}
+
+// TestHealthReportsPoolErrors: a pool image the server started without is
+// in /healthz, and the status says so.
+func TestHealthReportsPoolErrors(t *testing.T) {
+	api := New(config.Default(), okRun, nil)
+	api.PoolErrors = map[string]string{"registry.invalid/x": "pulling: no such host"}
+	ts := httptest.NewServer(api.Handler())
+	defer ts.Close()
+	c, _ := NewClient("tcp://"+strings.TrimPrefix(ts.URL, "http://"), "")
+	h, err := c.Health(context.Background())
+	if err != nil || h.Status != "degraded" || h.Pool == nil || h.Pool.Errors["registry.invalid/x"] == "" {
+		t.Fatalf("health %+v (pool %+v), %v; want degraded naming the image", h, h.Pool, err)
+	}
+}
+
+// TestClientRetriesBusy: a 503 with Retry-After is tried again after it,
+// at most MaxRetries times.
+func TestClientRetriesBusy(t *testing.T) {
+	release := make(chan struct{})
+	ts := testServer(t, func(c *config.Config) { c.Server.MaxConcurrent, c.Server.Queue = 1, 0 }, blockingRun(release))
+	c, _ := NewClient("tcp://"+strings.TrimPrefix(ts.URL, "http://"), "")
+	go c.Run(context.Background(), []byte(`{"code": "first"}`))
+	waitRunning(t, ts.URL, 1)
+
+	old := MaxRetries
+	MaxRetries = 1
+	if _, err := c.Run(context.Background(), []byte(`{"code": "x"}`)); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("busy past the retries: %v; want the 503", err)
+	}
+	MaxRetries = old
+	time.AfterFunc(500*time.Millisecond, func() { close(release) })
+	start := time.Now()
+	res, err := c.Run(context.Background(), []byte(`{"code": "second"}`))
+	if err != nil || res.Stdout != "second" {
+		t.Fatalf("busy, then free: %+v, %v; want the run after a retry", res, err)
+	}
+	if d := time.Since(start); d < 900*time.Millisecond {
+		t.Errorf("answered after %v: the retry did not wait for Retry-After", d)
 	}
 }
