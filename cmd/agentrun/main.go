@@ -27,7 +27,10 @@ const usage = `usage: agentrun <command> [flags] [args]
 
 commands:
   run [--config F] [--output F] [--format json|text] [--audit F] [--store DIR] TASK
-        run TASK (a task.json file, or - for stdin) and print the result
+        run TASK (a task.json file, or - for stdin) and print the result;
+        flags may also follow TASK. --format text: the program's stdout on
+        stdout and stderr on stderr (control characters escaped), then a
+        summary, collected files and network denials on stderr
   run --server ADDR [--output F] [--format json|text] TASK
         the same on agentrun serve at ADDR (also $AGENTRUN_SERVER; token from
         $AGENTRUN_TOKEN): no root needed, only access to its socket
@@ -87,11 +90,10 @@ func dispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
-	// A task file (or -) with no command word, possibly after run's flags.
-	if last := args[len(args)-1]; last == "-" || fileExists(last) {
-		if len(args) == 1 || strings.HasPrefix(args[0], "-") {
-			return cmdRun(args, stdin, stdout, stderr)
-		}
+	// A task file (or -) with no command word, with run's flags before or
+	// after it.
+	if first := args[0]; first == "-" || fileExists(first) || strings.HasPrefix(first, "-") {
+		return cmdRun(args, stdin, stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "agentrun: unknown command %q\n\n%s", args[0], usage)
 	return 2

@@ -6,10 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/config"
@@ -27,41 +31,58 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	format := fs.String("format", "json", "result format: json, or text (program output and a summary)")
 	auditPath := fs.String("audit", "", `audit log ("-" for stderr; default from the config)`)
 	storeDir := fs.String("store", "", "image store directory (default from the config)")
-	serverAddr := fs.String("server", os.Getenv("AGENTRUN_SERVER"), "run on this agentrun serve (unix:///path or tcp://host:port; token from $AGENTRUN_TOKEN) instead of here")
-	if err := fs.Parse(args); err != nil {
+	serverAddr := fs.String("server", "", "run on this agentrun serve (unix:///path or tcp://host:port; default $AGENTRUN_SERVER; token from $AGENTRUN_TOKEN) instead of here")
+	pos, ok := parseInterspersed(fs, args)
+	if !ok {
 		return result.ExitSetup
 	}
-	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "agentrun run: exactly one task file (or -) is required")
+	if len(pos) != 1 {
+		fmt.Fprintf(stderr, "agentrun run: exactly one task file (or -) is required; got %d: %q\n", len(pos), pos)
 		return result.ExitSetup
 	}
 	if *format != "json" && *format != "text" {
 		fmt.Fprintf(stderr, "agentrun run: --format must be json or text, not %q\n", *format)
 		return result.ExitSetup
 	}
-
-	var res *result.Result
-	if *serverAddr != "" {
-		if *cfgPath != "" || *auditPath != "" || *storeDir != "" {
-			fmt.Fprintln(stderr, "agentrun run: --config, --audit and --store are the server's own with --server")
-			return result.ExitSetup
-		}
-		res = runOnServer(*serverAddr, os.Getenv("AGENTRUN_TOKEN"), fs.Arg(0), stdin)
-	} else {
-		res = runTask(fs.Arg(0), *cfgPath, *auditPath, *storeDir, stdin, stderr)
+	fromEnv := false
+	if *serverAddr == "" {
+		*serverAddr, fromEnv = os.Getenv("AGENTRUN_SERVER"), true
 	}
-
+	if *serverAddr != "" && (*cfgPath != "" || *auditPath != "" || *storeDir != "") {
+		if fromEnv {
+			fmt.Fprintf(stderr, "agentrun run: AGENTRUN_SERVER is set (%s), so the task would run on that server, whose config, audit log and store are its own: unset AGENTRUN_SERVER to run here with --config, --audit or --store\n", *serverAddr)
+		} else {
+			fmt.Fprintln(stderr, "agentrun run: --config, --audit and --store are the server's own with --server")
+		}
+		return result.ExitSetup
+	}
+	// The result's file is opened before the run: a path that cannot be
+	// written fails here, not after the task has run.
 	out := stdout
 	if *output != "" {
 		f, err := os.OpenFile(*output, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 		if err != nil {
-			fmt.Fprintf(stderr, "agentrun run: %v\n", err)
+			fmt.Fprintf(stderr, "agentrun run: --output: %v (the task was not run)\n", err)
 			return result.ExitSetup
 		}
 		defer f.Close()
 		out = f
 	}
-	if err := writeResult(out, res, *format); err != nil {
+
+	var res *result.Result
+	if *serverAddr != "" {
+		res = runOnServer(*serverAddr, os.Getenv("AGENTRUN_TOKEN"), pos[0], stdin)
+	} else {
+		res = runTask(pos[0], *cfgPath, *auditPath, *storeDir, stdin, stderr)
+	}
+
+	var err error
+	if *format == "json" {
+		err = writeJSON(out, res)
+	} else {
+		err = writeText(out, stderr, res)
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "agentrun run: writing result: %v\n", err)
 		return result.ExitSetup
 	}
@@ -69,6 +90,27 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "agentrun: %s\n", strings.Join(strings.Fields(res.Error), " "))
 	}
 	return res.ExitStatus()
+}
+
+// parseInterspersed parses fs's flags wherever they are among args (so
+// that flags may follow the task file) and returns the other arguments;
+// everything after "--" is an argument.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, bool) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, false
+		}
+		consumed := args[:len(args)-fs.NArg()]
+		if len(consumed) > 0 && consumed[len(consumed)-1] == "--" {
+			return append(pos, fs.Args()...), true
+		}
+		if fs.NArg() == 0 {
+			return pos, true
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
 }
 
 // failed is the result of a task agentrun could not run.
@@ -135,44 +177,124 @@ func runTask(taskPath, cfgPath, auditPath, storeDir string, stdin io.Reader, std
 	return r.Run(ctx, plan)
 }
 
+// readTask reads the task file (or stdin for "-"), refusing one larger
+// than task.MaxTaskBytes by its own size, not the size read.
 func readTask(path string, stdin io.Reader) ([]byte, error) {
 	var r io.Reader = stdin
+	name := "the task on stdin"
 	if path != "-" {
 		f, err := os.Open(path)
 		if err != nil {
 			return nil, fmt.Errorf("reading task: %w", err)
 		}
 		defer f.Close()
-		r = f
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && st.Size() > task.MaxTaskBytes {
+			return nil, fmt.Errorf("task file %s is %d bytes, more than the maximum %d (32 MiB)", path, st.Size(), task.MaxTaskBytes)
+		}
+		r, name = f, "task file "+path
 	}
 	data, err := io.ReadAll(io.LimitReader(r, task.MaxTaskBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("reading task: %w", err)
 	}
+	if len(data) > task.MaxTaskBytes {
+		return nil, fmt.Errorf("%s is more than the maximum %d bytes (32 MiB)", name, task.MaxTaskBytes)
+	}
 	return data, nil
 }
 
-func writeResult(w io.Writer, res *result.Result, format string) error {
-	if format == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+func writeJSON(w io.Writer, res *result.Result) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(res)
+}
+
+// writeText writes the program's stdout to out and its stderr to errw as
+// it wrote them, with control characters (and bytes that are not UTF-8)
+// escaped so that the output cannot pass for agentrun's own lines or hide
+// them on a terminal, and a marker where a stream was cut at its cap. Then
+// on errw: the summary, the collected files and the network denials; or,
+// when agentrun could not run the task, the error alone.
+func writeText(out, errw io.Writer, res *result.Result) error {
+	for _, s := range []struct {
+		w         io.Writer
+		name      string
+		data      []byte
+		truncated bool
+		total     int64
+	}{
+		{out, "stdout", res.RawStdout(), res.StdoutTruncated, res.StdoutBytes},
+		{errw, "stderr", res.RawStderr(), res.StderrTruncated, res.StderrBytes},
+	} {
+		var b strings.Builder
+		b.WriteString(escapeControls(s.data))
+		if s.truncated {
+			if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
+				b.WriteString("\n")
+			}
+			fmt.Fprintf(&b, "[agentrun %s] %s truncated: %d of %d bytes kept\n", res.ID, s.name, len(s.data), s.total)
+		}
+		if _, err := io.WriteString(s.w, b.String()); err != nil {
+			return err
+		}
 	}
 	var b strings.Builder
-	b.WriteString(res.Stdout)
-	if res.Stderr != "" {
-		b.WriteString(res.Stderr)
+	if res.Error != "" {
+		fmt.Fprintf(&b, "agentrun: error: %s\n", strings.Join(strings.Fields(res.Error), " "))
+		_, err := io.WriteString(errw, b.String())
+		return err
 	}
-	fmt.Fprintf(&b, "\n[agentrun %s] %s\n", res.ID, summary(res))
-	_, err := io.WriteString(w, b.String())
+	tag := "[agentrun " + res.ID + "]"
+	fmt.Fprintf(&b, "%s %s\n", tag, summary(res))
+	for _, name := range slices.Sorted(maps.Keys(res.Files)) {
+		f := res.Files[name]
+		fmt.Fprintf(&b, "%s file %s: %d bytes", tag, escapeControls([]byte(name)), f.Size)
+		if f.Truncated {
+			b.WriteString(", truncated")
+		}
+		if f.Error != "" {
+			b.WriteString(", not returned: " + escapeControls([]byte(f.Error)))
+		}
+		b.WriteString("\n")
+	}
+	for _, d := range res.Network.Denied {
+		fmt.Fprintf(&b, "%s network denied %s:%d: %s", tag, escapeControls([]byte(d.Host)), d.Port, d.Reason)
+		if d.Count > 1 {
+			fmt.Fprintf(&b, " (%d times)", d.Count)
+		}
+		b.WriteString("\n")
+	}
+	_, err := io.WriteString(errw, b.String())
 	return err
+}
+
+// escapeControls returns b as text with every control character but
+// newline and tab, every bidirectional control, and every byte that is not
+// UTF-8 written as a Go escape (\x1b, \u202e).
+func escapeControls(b []byte) string {
+	var s strings.Builder
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&s, "\\x%02x", b[0])
+		case r == '\n' || r == '\t':
+			s.WriteRune(r)
+		case r < 0x80 && unicode.IsControl(r):
+			fmt.Fprintf(&s, "\\x%02x", r)
+		case unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r):
+			fmt.Fprintf(&s, "\\u%04x", r)
+		default:
+			s.Write(b[:n])
+		}
+		b = b[n:]
+	}
+	return s.String()
 }
 
 func summary(res *result.Result) string {
 	var parts []string
 	switch {
-	case res.Error != "":
-		parts = append(parts, "error: "+res.Error)
 	case res.TimedOut:
 		parts = append(parts, "timed out")
 	case res.OOMKilled:
@@ -184,8 +306,8 @@ func summary(res *result.Result) string {
 	}
 	parts = append(parts, fmt.Sprintf("%d ms", res.DurationMS), fmt.Sprintf("cpu %d ms", res.CPUMS),
 		fmt.Sprintf("peak %.1f MiB", float64(res.MemoryPeakBytes)/(1<<20)))
-	if res.StdoutTruncated || res.StderrTruncated {
-		parts = append(parts, fmt.Sprintf("output truncated (%d+%d bytes written)", res.StdoutBytes, res.StderrBytes))
+	if n := len(res.Network.Allowed); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d allowed destinations", n))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"os/user"
@@ -45,6 +44,11 @@ func serve(cfg *config.Config, stderr io.Writer) error {
 	if strings.HasPrefix(cfg.Server.Listen, "tcp://") && cfg.Server.Token == "" {
 		return errors.New("server.listen is tcp: set server.token, which every request must then carry as a bearer token")
 	}
+	// Before the runner makes the state dir: the socket's own dir, which
+	// the agentrun group may enter, is made first.
+	if err := socketDir(cfg.Server.Listen, cfg.StateDir, stderr); err != nil {
+		return err
+	}
 	log, err := audit.Open(cfg.Audit)
 	if err != nil {
 		return err
@@ -59,6 +63,7 @@ func serve(cfg *config.Config, stderr io.Writer) error {
 	}
 
 	var poolStats func() runner.PoolStats
+	poolErrors := map[string]string{}
 	if len(cfg.Server.Pool) > 0 {
 		pool := r.NewPool(cfg.Server.Pool)
 		defer func() {
@@ -80,11 +85,15 @@ func serve(cfg *config.Config, stderr io.Writer) error {
 				seedTask = `{"code":"pass"}`
 			}
 			seed, err := task.Load([]byte(seedTask), cfg)
-			if err == nil {
-				err = pool.Seed(seed)
-			}
 			if err != nil {
 				return fmt.Errorf("server.pool[%q]: %w", ref, err)
+			}
+			// An image that cannot be had now (a registry down) does not
+			// stop the server: it starts without sandboxes for it, says
+			// so in /healthz, and runs of that image pull it as usual.
+			if err := pool.Seed(seed); err != nil {
+				fmt.Fprintf(stderr, "agentrun serve: server.pool[%q]: %v; starting without it\n", ref, err)
+				poolErrors[ref] = err.Error()
 			}
 		}
 	}
@@ -100,11 +109,9 @@ func serve(cfg *config.Config, stderr io.Writer) error {
 	defer kill()
 	api := server.New(cfg, r.RunWith, poolStats)
 	api.Logf = func(format string, args ...any) { fmt.Fprintf(stderr, "agentrun serve: "+format+"\n", args...) }
-	srv := &http.Server{
-		Handler:           api.Handler(),
-		BaseContext:       func(net.Listener) context.Context { return base },
-		ReadHeaderTimeout: 10 * time.Second,
-	}
+	api.PoolErrors = poolErrors
+	srv := api.HTTPServer()
+	srv.BaseContext = func(net.Listener) context.Context { return base }
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
@@ -128,6 +135,55 @@ func serve(cfg *config.Config, stderr io.Writer) error {
 	return nil
 }
 
+// socketDir makes the directory of a unix server.listen when it is
+// missing: 0750, root and the agentrun group (when there is one), so that
+// the group can reach the socket and nothing else. The state dir, private
+// to root, must not hold it. An existing directory is left as it is, with
+// a warning when the group cannot pass through it.
+func socketDir(addr, stateDir string, stderr io.Writer) error {
+	path, ok := strings.CutPrefix(addr, "unix://")
+	if !ok {
+		return nil
+	}
+	dir := filepath.Dir(path)
+	if rel, err := filepath.Rel(filepath.Clean(stateDir), dir); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+		return fmt.Errorf("server.listen %s is inside state_dir %s, which only root may enter: put the socket elsewhere (the default is %s)",
+			addr, stateDir, config.Default().Server.Listen)
+	}
+	gid := -1
+	if g, err := user.LookupGroup(socketGroup); err == nil {
+		if n, err := strconv.Atoi(g.Gid); err == nil {
+			gid = n
+		}
+	}
+	st, err := os.Stat(dir)
+	if err == nil {
+		if gid >= 0 && st.Mode().Perm()&0o011 == 0 {
+			fmt.Fprintf(stderr, "agentrun serve: warning: %s (mode %v) does not let group %s reach the socket\n", dir, st.Mode().Perm(), socketGroup)
+		}
+		return nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("socket dir: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return fmt.Errorf("creating socket dir: %w", err)
+	}
+	if err := os.Mkdir(dir, 0o750); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("creating socket dir: %w", err)
+	}
+	if gid >= 0 {
+		if err := os.Chown(dir, 0, gid); err != nil {
+			return fmt.Errorf("giving the socket dir to group %s: %w", socketGroup, err)
+		}
+	}
+	// Mkdir's mode went through the umask.
+	if err := os.Chmod(dir, 0o750); err != nil {
+		return fmt.Errorf("setting the socket dir's mode: %w", err)
+	}
+	return nil
+}
+
 // listen opens the listener of server.listen. A unix socket is made
 // 0660, for root and the agentrun group (when there is one); a stale
 // socket file from a server that died is replaced, a live one is not.
@@ -140,9 +196,6 @@ func listen(addr string) (net.Listener, func(), error) {
 		return ln, func() {}, nil
 	}
 	path := strings.TrimPrefix(addr, "unix://")
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, nil, fmt.Errorf("creating socket dir: %w", err)
-	}
 	if c, err := net.Dial("unix", path); err == nil {
 		c.Close()
 		return nil, nil, fmt.Errorf("%s: another agentrun serve is listening there", path)

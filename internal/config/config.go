@@ -138,7 +138,9 @@ func Default() *Config {
 			Pool:          map[string]int{},
 		},
 		StoreDir: "/var/lib/agentrun",
-		StateDir: "/run/agentrun",
+		// Under /run/agentrun, which holds the socket and which the
+		// agentrun group may enter; the state dir itself is root's alone.
+		StateDir: "/run/agentrun/state",
 		Audit:    "/var/log/agentrun/audit.jsonl",
 	}
 }

@@ -54,7 +54,7 @@ func TestParseMergesOverDefaults(t *testing.T) {
 	if c.Server.Quota != (Quota{RunsPerMinute: 60, Concurrent: 5}) || c.Server.MaxConcurrent != 8 || c.Server.Pool["python:3.12-slim"] != 2 {
 		t.Errorf("server not merged: %+v", c.Server)
 	}
-	if c.Env["MPLBACKEND"] != "Agg" || c.Network.Hosts["pypi.internal"] != "203.0.113.7" || c.StateDir != "/run/agentrun" {
+	if c.Env["MPLBACKEND"] != "Agg" || c.Network.Hosts["pypi.internal"] != "203.0.113.7" || c.StateDir != "/run/agentrun/state" {
 		t.Errorf("unexpected config: %+v", c)
 	}
 }
@@ -170,5 +170,16 @@ func TestLoad(t *testing.T) {
 	}
 	if _, err := Load(dir); err == nil {
 		t.Error("a directory should not load")
+	}
+}
+
+// TestDefaultSocketOutsideStateDir: the default socket's directory is not
+// the state dir nor inside it, so that the agentrun group can reach the
+// socket while the state dir stays root's alone.
+func TestDefaultSocketOutsideStateDir(t *testing.T) {
+	d := Default()
+	dir := filepath.Dir(strings.TrimPrefix(d.Server.Listen, "unix://"))
+	if rel, err := filepath.Rel(d.StateDir, dir); err != nil || rel == "." || !strings.HasPrefix(rel, "..") {
+		t.Fatalf("socket dir %s is inside state_dir %s", dir, d.StateDir)
 	}
 }

@@ -48,6 +48,16 @@ func resolveLimits(tl config.Limits, cfg *config.Config) (Limits, error) {
 			return Limits{}, errorf("limits."+f.name, "%d bytes is below the minimum %d", f.val, f.min)
 		}
 	}
+	// /tmp is a tmpfs: what is written there is the sandbox's memory, so a
+	// /tmp larger than the memory limit ends in an OOM kill when filled,
+	// not in "no space left". A task asking for that is refused; a default
+	// tmp_size above the task's memory is lowered to it.
+	if l.TmpSize > l.Memory {
+		if tl.TmpSize != "" {
+			return Limits{}, errorf("limits.tmp_size", "%d bytes is above limits.memory (%d bytes): /tmp is held in the sandbox's memory, so filling it would end in an OOM kill; lower tmp_size or raise memory", l.TmpSize, l.Memory)
+		}
+		l.TmpSize = l.Memory
+	}
 	if l.CPUs, err = resolveNum("cpus", tl.CPUs, def.CPUs, pol.CPUs); err != nil {
 		return Limits{}, err
 	}

@@ -129,6 +129,7 @@ var errorCases = []struct {
 	{name: "timeout policy", json: `{"code":"x","limits":{"timeout":"61s"}}`, field: "limits.timeout", policy: true},
 	{name: "memory policy", json: `{"code":"x","limits":{"memory":"4g"}}`, field: "limits.memory", policy: true},
 	{name: "tmp_size policy", json: `{"code":"x","limits":{"tmp_size":"2g"}}`, field: "limits.tmp_size", policy: true},
+	{name: "tmp_size above memory", json: `{"code":"x","limits":{"memory":"32m","tmp_size":"64m"}}`, field: "limits.tmp_size"},
 	{name: "workspace_size policy", json: `{"code":"x","limits":{"workspace_size":"1025m"}}`, field: "limits.workspace_size", policy: true},
 	{name: "net_bytes policy", json: `{"code":"x","limits":{"net_bytes":"2g"}}`, field: "limits.net_bytes", policy: true},
 	{name: "cpus policy", json: `{"code":"x","limits":{"cpus":2.5}}`, field: "limits.cpus", policy: true},
@@ -332,5 +333,17 @@ func TestLocalImageUnderPolicy(t *testing.T) {
 		if err != nil && !errors.Is(err, ErrPolicy) {
 			t.Errorf("image %q: %v is not a policy refusal", ref, err)
 		}
+	}
+}
+
+// TestDefaultTmpSizeFollowsMemory: a task that lowers memory below the
+// default tmp_size gets a /tmp no larger than its memory.
+func TestDefaultTmpSizeFollowsMemory(t *testing.T) {
+	p, err := Load([]byte(`{"code":"x","limits":{"memory":"32m"}}`), config.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Limits.TmpSize != 32<<20 {
+		t.Errorf("tmp_size %d; want the memory limit, 32 MiB", p.Limits.TmpSize)
 	}
 }
