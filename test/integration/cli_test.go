@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/result"
@@ -164,6 +165,9 @@ func TestCLIExitCodes(t *testing.T) {
 		{"path trick", `{"code":"1","files":{"../etc/x":{"content":"x"}}}`, 125, func(r *result.Result) bool { return strings.Contains(r.Error, "files") }},
 		{"empty code", `{"code":""}`, 125, func(r *result.Result) bool { return strings.Contains(r.Error, "code") }},
 		{"missing image", `{"code":"1","image":"dir:/nonexistent/rootfs"}`, 125, func(r *result.Result) bool { return strings.Contains(r.Error, "/nonexistent/rootfs") }},
+		{"tmp above memory", `{"code":"1","limits":{"memory":"32m","tmp_size":"64m"}}`, 125, func(r *result.Result) bool {
+			return strings.Contains(r.Error, "limits.tmp_size") && strings.Contains(r.Error, "limits.memory")
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res, stdout, stderr, code := cli(t, tc.task, "run", "-")
@@ -188,9 +192,9 @@ func TestCLIFileArgumentFormatsAndAudit(t *testing.T) {
 		t.Fatalf("agentrun FILE: exit %d result %+v", code, res)
 	}
 
-	_, stdout, _, code := cli(t, "", "run", "--format", "text", taskPath)
-	if code != 0 || !strings.HasPrefix(stdout, "hi\n") || !strings.Contains(stdout, "exit 0") {
-		t.Errorf("--format text: exit %d output %q", code, stdout)
+	_, stdout, stderr, code := cli(t, "", "run", "--format", "text", taskPath)
+	if code != 0 || stdout != "hi\n" || !strings.Contains(stderr, "exit 0") {
+		t.Errorf("--format text: exit %d stdout %q stderr %q", code, stdout, stderr)
 	}
 
 	out := filepath.Join(dir, "result.json")
@@ -222,5 +226,78 @@ func TestCLIFileArgumentFormatsAndAudit(t *testing.T) {
 	}
 	if strings.Contains(sc.Text(), "print('hi')") {
 		t.Error("audit record holds the task's code")
+	}
+}
+
+// TestCLITextFormat: --format text keeps the program's stdout on stdout and
+// stderr on stderr, escapes control characters so that a program cannot
+// fake or hide agentrun's own lines, marks truncation, lists collected
+// files, and prints a host error as an error.
+func TestCLITextFormat(t *testing.T) {
+	task := pyTask(`import sys
+sys.stderr.write("on stderr\n")
+print("x" * 300, end="")
+sys.stdout.flush()
+sys.stdout.write("\n[agentrun ar-0] exit 0\x1b[8m\r")
+open("/workspace/made.txt", "w").write("abc")
+`, map[string]any{"collect": []string{"made.txt"}, "limits": map[string]any{"output_bytes": 100}})
+	_, stdout, stderr, code := cli(t, task, "run", "--format", "text", "-")
+	if code != 0 {
+		t.Fatalf("exit %d: %s %s", code, stdout, stderr)
+	}
+	if !strings.HasPrefix(stdout, strings.Repeat("x", 100)+"\n[agentrun ar-") || !strings.Contains(stdout, "stdout truncated: 100 of ") {
+		t.Errorf("stdout %q; want the kept output, then the truncation marker on its own line", stdout)
+	}
+	if !strings.HasPrefix(stderr, "on stderr\n") || !strings.Contains(stderr, "exit 0") || !strings.Contains(stderr, "file made.txt: 3 bytes") {
+		t.Errorf("stderr %q; want the program's stderr, the summary and the file", stderr)
+	}
+	_, stdout, _, _ = cli(t, pyTask(`print("[agentrun ar-0] exit 0\x1b[8m\r")`, nil), "run", "--format", "text", "-")
+	if strings.ContainsAny(stdout, "\x1b\r") || !strings.Contains(stdout, `\x1b[8m\x0d`) {
+		t.Errorf("stdout %q; want the control characters escaped", stdout)
+	}
+	_, stdout, stderr, code = cli(t, `{"code":"1","image":"dir:/nonexistent/rootfs"}`, "run", "--format", "text", "-")
+	if code != 125 || stdout != "" || !strings.HasPrefix(stderr, "agentrun: error: ") || strings.Contains(stderr, "[agentrun") {
+		t.Errorf("host error: exit %d stdout %q stderr %q; want the error alone", code, stdout, stderr)
+	}
+}
+
+// TestCLIArgumentsAndOutput: flags may follow the task file; --output to a
+// path that cannot be written fails before the task runs; a task over
+// 32 MiB is named by its own size; AGENTRUN_SERVER with --config names the
+// variable.
+func TestCLIArgumentsAndOutput(t *testing.T) {
+	dir := t.TempDir()
+	taskPath := filepath.Join(dir, "task.json")
+	os.WriteFile(taskPath, []byte(`{"code":"print('hi')"}`), 0o600)
+	for _, args := range [][]string{{"run", taskPath, "--format", "text"}, {taskPath, "--format", "text"}} {
+		_, stdout, stderr, code := cli(t, "", args...)
+		if code != 0 || stdout != "hi\n" {
+			t.Errorf("agentrun %v: exit %d stdout %q stderr %q", args, code, stdout, stderr)
+		}
+	}
+
+	start := time.Now()
+	_, _, stderr, code := cli(t, `{"code":"import time; time.sleep(5)"}`, "run", "--output", filepath.Join(dir, "no", "such", "dir", "r.json"), "-")
+	if code != 125 || !strings.Contains(stderr, "--output") || !strings.Contains(stderr, "not run") {
+		t.Errorf("unwritable --output: exit %d stderr %q; want 125 before the run", code, stderr)
+	}
+	if d := time.Since(start); d > 4*time.Second {
+		t.Errorf("unwritable --output: the 5 s task ran (%v)", d)
+	}
+
+	big := filepath.Join(dir, "big.json")
+	f, _ := os.Create(big)
+	f.Truncate(40_000_000)
+	f.Close()
+	res, _, _, code := cli(t, "", "run", big)
+	if code != 125 || res == nil || !strings.Contains(res.Error, "40000000 bytes") {
+		t.Errorf("a 40 MB task file: exit %d, %+v; want its size named", code, res)
+	}
+
+	cmd := exec.Command(agentrunBin(t), "run", "--config", plainConfig(t), taskPath)
+	cmd.Env = append(os.Environ(), "AGENTRUN_SERVER=unix:///nonexistent.sock")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "AGENTRUN_SERVER") {
+		t.Errorf("AGENTRUN_SERVER with --config: %v: %s; want the variable named", err, out)
 	}
 }

@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,8 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/server"
+	"github.com/agentrun/agentrun/proxy/proxytest"
 )
 
 // served is an `agentrun serve` process and an HTTP client for it.
@@ -42,9 +45,20 @@ func startServe(t *testing.T, srv map[string]any) *served {
 // startServeCfg is startServe with the config's policy.
 func startServeCfg(t *testing.T, srv, policy map[string]any) *served {
 	t.Helper()
-	cfg := map[string]any{"image": pythonImage, "state_dir": stateDir, "store_dir": filepath.Join(stateDir, "store"),
+	return startServeWith(t, serveConfig(srv, policy))
+}
+
+// serveConfig is the config startServeCfg uses, for tests that add to it.
+func serveConfig(srv, policy map[string]any) map[string]any {
+	return map[string]any{"image": pythonImage, "state_dir": stateDir, "store_dir": filepath.Join(stateDir, "store"),
 		"audit": "", "server": srv, "runsc": map[string]any{"path": runscPath, "flags": []string{}},
 		"policy": policy}
+}
+
+// startServeWith starts agentrun serve with the whole config cfg.
+func startServeWith(t *testing.T, cfg map[string]any) *served {
+	t.Helper()
+	srv, _ := cfg["server"].(map[string]any)
 	cmd := exec.Command(agentrunBin(t), "serve", "--config", writeConfig(t, cfg))
 	s := &served{t: t, cmd: cmd, stderr: &strings.Builder{}, mu: &sync.Mutex{}}
 	if tok, ok := srv["token"].(string); ok {
@@ -529,6 +543,489 @@ func TestServePoolsTheDefaultImage(t *testing.T) {
 	if h.Pool == nil || h.Pool.Hits != 1 {
 		t.Fatalf("pool %+v; want the run served from it", h.Pool)
 	}
+	s.stop()
+	assertNoLeaks(t)
+}
+
+// clientDir makes a dir under /run that user nobody can enter, with a copy
+// of the binary that user can run; it is removed when the test ends.
+func clientDir(t *testing.T) (dir, bin string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("/run", "agentrun-client-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(agentrunBin(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin = filepath.Join(dir, "agentrun")
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir, bin
+}
+
+// runAsNobody runs bin as uid 65534 in the given groups with env.
+func runAsNobody(bin string, env []string, groups []uint32, stdin string, args ...string) (stdout, stderr string, code int) {
+	cmd := exec.Command(bin, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: groups}}
+	cmd.Env = env
+	var o, e strings.Builder
+	cmd.Stdout, cmd.Stderr = &o, &e
+	cmd.Run()
+	return o.String(), e.String(), cmd.ProcessState.ExitCode()
+}
+
+// agentrunGroup returns the gid of the agentrun group, adding the group
+// for the test when the host lacks it.
+func agentrunGroup(t *testing.T) uint32 {
+	t.Helper()
+	lookup := func() (uint32, bool) {
+		out, err := exec.Command("getent", "group", "agentrun").Output()
+		if err != nil {
+			return 0, false
+		}
+		f := strings.Split(strings.TrimSpace(string(out)), ":")
+		var gid uint32
+		_, err = fmt.Sscan(f[2], &gid)
+		return gid, err == nil
+	}
+	if gid, ok := lookup(); ok {
+		return gid
+	}
+	if out, err := exec.Command("groupadd", "--system", "agentrun").CombinedOutput(); err != nil {
+		t.Fatalf("groupadd agentrun: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("groupdel", "agentrun").Run() })
+	gid, ok := lookup()
+	if !ok {
+		t.Fatal("group agentrun not found after groupadd")
+	}
+	return gid
+}
+
+// TestServeSocketReachableByGroup: with the default layout (the socket in
+// a dir that also holds the state dir), a user in the agentrun group can
+// run tasks through the socket, and still cannot enter the state dir.
+func TestServeSocketReachableByGroup(t *testing.T) {
+	gid := agentrunGroup(t)
+	dir, bin := clientDir(t)
+	runDir := filepath.Join(dir, "agentrun") + ".d" // made by serve, as /run/agentrun
+	sock := filepath.Join(runDir, "agentrun.sock")
+	state := filepath.Join(runDir, "state")
+	cfg := serveConfig(map[string]any{"listen": "unix://" + sock}, map[string]any{"local_images": []string{*imagesDir}})
+	cfg["state_dir"] = state
+	s := startServeWith(t, cfg)
+
+	out, errOut, code := runAsNobody(bin, []string{"AGENTRUN_SERVER=unix://" + sock}, []uint32{gid}, `{"code": "print(6 * 7)"}`, "run", "-")
+	if code != 0 || !strings.Contains(out, `"stdout": "42\n"`) {
+		t.Fatalf("as nobody in group agentrun: exit %d: %s %s", code, out, errOut)
+	}
+	st, err := os.Stat(runDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o750 || st.Sys().(*syscall.Stat_t).Gid != gid {
+		t.Errorf("socket dir mode %v gid %d; want 0750 and group agentrun (%d)", st.Mode().Perm(), st.Sys().(*syscall.Stat_t).Gid, gid)
+	}
+	if out, _, code := runAsNobody("/bin/ls", nil, []uint32{gid}, "", state); code == 0 {
+		t.Errorf("a member of group agentrun can list the state dir: %s", out)
+	}
+	// Not in the group: no access.
+	if _, errOut, code := runAsNobody(bin, []string{"AGENTRUN_SERVER=unix://" + sock}, []uint32{}, `{"code": "1"}`, "run", "-"); code != 125 || !strings.Contains(errOut, "permission denied") {
+		t.Errorf("outside the group: exit %d: %s; want permission denied", code, errOut)
+	}
+	s.stop()
+	// A socket inside the state dir is refused.
+	cfg = serveConfig(map[string]any{"listen": "unix://" + filepath.Join(state, "x.sock")}, map[string]any{})
+	cfg["state_dir"] = state
+	if out, err := exec.Command(agentrunBin(t), "serve", "--config", writeConfig(t, cfg)).CombinedOutput(); err == nil || !strings.Contains(string(out), "inside state_dir") {
+		t.Errorf("socket in the state dir: %v: %s; want a refusal", err, out)
+	}
+	assertNoLeaks(t)
+}
+
+// TestServeOneAtATimeNeverRefused: a client that sends its runs one after
+// the other, each once it has the previous answer, is never refused, even
+// with a session quota of one concurrent run.
+func TestServeOneAtATimeNeverRefused(t *testing.T) {
+	dir, bin := clientDir(t)
+	sock := filepath.Join(dir, "q.sock")
+	s := startServe(t, map[string]any{"listen": "unix://" + sock, "quota": map[string]any{"concurrent": 1, "runs_per_minute": 0}})
+	old := os.Getenv("AGENTRUN_SERVER")
+	defer os.Setenv("AGENTRUN_SERVER", old)
+	for i := range 12 {
+		var res result.Result
+		if resp := s.post(`{"code": "print(1)", "session": "one"}`, &res); resp.StatusCode != 200 {
+			t.Fatalf("POST %d: status %d: %+v", i, resp.StatusCode, res)
+		}
+	}
+	for i := range 8 {
+		cmd := exec.Command(bin, "run", "--server", "unix://"+sock, "-")
+		cmd.Stdin = strings.NewReader(`{"code": "print(2)", "session": "one"}`)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("run --server %d: %v: %s", i, err, out)
+		}
+	}
+	s.stop()
+	assertNoLeaks(t)
+}
+
+// TestServeRetryAfter: run --server waits out a 503 (server busy) as its
+// Retry-After says and gets its run.
+func TestServeRetryAfter(t *testing.T) {
+	dir, bin := clientDir(t)
+	sock := filepath.Join(dir, "r.sock")
+	s := startServe(t, map[string]any{"listen": "unix://" + sock, "max_concurrent": 1, "queue": 0})
+	busy := make(chan int, 1)
+	go func() {
+		resp, _ := s.do("POST", "/v1/runs", `{"code": "import time; time.sleep(2)", "session": "slow"}`)
+		busy <- resp.StatusCode
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var h server.Health
+		s.get("/healthz", &h)
+		if h.Running == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the slow run never started")
+		}
+	}
+	var apiErr server.APIError
+	if resp := s.post(`{"code": "print(1)"}`, &apiErr); resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("while busy: status %d; want 503 with Retry-After", resp.StatusCode)
+	}
+	cmd := exec.Command(bin, "run", "--server", "unix://"+sock, "-")
+	cmd.Stdin = strings.NewReader(`{"code": "print('after the wait')"}`)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"stdout": "after the wait\n"`) {
+		t.Fatalf("run --server while busy: %v: %s; want it to wait and run", err, out)
+	}
+	if code := <-busy; code != 200 {
+		t.Errorf("the slow run: status %d", code)
+	}
+	s.stop()
+	assertNoLeaks(t)
+}
+
+// TestServeErrorsAndMissingPoolImage: a pool image that cannot be had does
+// not stop the server, which reports it in /healthz and runs other tasks;
+// unknown paths and methods get JSON errors.
+func TestServeErrorsAndMissingPoolImage(t *testing.T) {
+	missing := "dir:" + filepath.Join(*imagesDir, "no-such-image", "rootfs")
+	s := startServe(t, map[string]any{"listen": "unix://" + filepath.Join(t.TempDir(), "e.sock"),
+		"pool": map[string]int{missing: 1}})
+	var h server.Health
+	s.get("/healthz", &h)
+	if h.Status != "degraded" || h.Pool == nil || !strings.Contains(h.Pool.Errors[missing], "no-such-image") {
+		t.Fatalf("healthz %+v (pool %+v); want degraded naming %s", h, h.Pool, missing)
+	}
+	var res result.Result
+	if resp := s.post(`{"code": "print(3)"}`, &res); resp.StatusCode != 200 || res.Stdout != "3\n" {
+		t.Fatalf("a run: status %d, %+v", resp.StatusCode, res)
+	}
+	for _, tc := range []struct {
+		method, path string
+		status       int
+	}{{"GET", "/v1/nothing", 404}, {"GET", "/v1/runs", 405}, {"POST", "/healthz", 405}} {
+		resp, b := s.do(tc.method, tc.path, "")
+		var e server.APIError
+		if resp.StatusCode != tc.status || json.Unmarshal(b, &e) != nil || e.Error == "" {
+			t.Errorf("%s %s: status %d: %s; want %d and a JSON error", tc.method, tc.path, resp.StatusCode, b, tc.status)
+		}
+	}
+	s.stop()
+	assertNoLeaks(t)
+}
+
+// vmHWM is the peak resident memory of process pid, in bytes.
+func vmHWM(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb int64
+			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb)
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmHWM")
+	return 0
+}
+
+// TestServeBodiesBoundedByRunSlots: 20 clients each sending a task of
+// 32 MiB less 2 bytes, slowly, do not make the server hold 20 of them: a
+// request reads its body only once it holds a run slot. A client that
+// sends its headers a byte at a time is cut off at the header deadline.
+func TestServeBodiesBoundedByRunSlots(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "m.sock")
+	s := startServe(t, map[string]any{"listen": "unix://" + sock, "max_concurrent": 1, "queue": 32})
+	// A valid JSON task of 32 MiB - 2 bytes, refused after decoding.
+	tail := `", "limits": {"pids": -1}}`
+	head := `{"code": "`
+	pad := strings.Repeat("a", 32<<20-2-len(head)-len(tail))
+	const clients = 20
+	var wg sync.WaitGroup
+	statuses := make(chan string, clients)
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.Dial("unix", sock)
+			if err != nil {
+				statuses <- err.Error()
+				return
+			}
+			defer c.Close()
+			body := head + pad + tail
+			fmt.Fprintf(c, "POST /v1/runs HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", len(body))
+			// All but the last bytes, a pause, then the rest.
+			if _, err := io.WriteString(c, body[:len(body)-8]); err != nil {
+				statuses <- err.Error()
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+			io.WriteString(c, body[len(body)-8:])
+			line, _ := bufio.NewReader(c).ReadString('\n')
+			statuses <- strings.TrimSpace(line)
+		}()
+	}
+	wg.Wait()
+	close(statuses)
+	for st := range statuses {
+		if !strings.Contains(st, " 400 ") {
+			t.Errorf("a 32 MiB task: %q; want 400 (limits.pids)", st)
+		}
+	}
+	peak := vmHWM(t, s.cmd.Process.Pid)
+	t.Logf("server peak RSS after %d clients of 32 MiB: %d MiB", clients, peak>>20)
+	if peak > 400<<20 {
+		t.Errorf("server peak RSS %d MiB with %d clients sending 32 MiB each and one run slot; want the bodies bounded by the slots", peak>>20, clients)
+	}
+
+	// Slowloris: the request line, then a header byte a second.
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	io.WriteString(c, "POST /v1/runs HTTP/1.1\r\nHost: x\r\n")
+	for time.Since(start) < 30*time.Second {
+		if _, err := io.WriteString(c, "X"); err != nil {
+			break
+		}
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		if _, err := c.Read(make([]byte, 512)); err != nil && !os.IsTimeout(err) {
+			break
+		}
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("a client sending its headers a byte a second was still connected after %v", d)
+	}
+	s.stop()
+	assertNoLeaks(t)
+}
+
+// completeTask touches every result field it can: output past the cap on
+// stdout, stderr, a collected file, an allowed and a denied destination,
+// and exit 3.
+func completeTask(in *proxytest.Internet) string {
+	b, _ := json.Marshal(map[string]any{
+		"session": "s-complete",
+		"code": fetchPy + `
+print(fetch("https://internet.test/hello"))
+print(fetch("https://evil.example/"))
+open("/workspace/out.txt", "w").write("collected")
+sys.stderr.write("to stderr\n")
+print("x" * 5000)
+sys.exit(3)
+`,
+		"files":   map[string]any{"ca.pem": map[string]string{"content": string(in.CAPEM)}},
+		"env":     map[string]string{"SSL_CERT_FILE": "/workspace/ca.pem"},
+		"network": map[string]any{"allow": []string{"internet.test"}},
+		"collect": []string{"out.txt"},
+		"limits":  map[string]any{"timeout": "20s", "output_bytes": 1000},
+	})
+	return string(b)
+}
+
+// checkComplete checks every field of a result of completeTask, and that
+// it agrees with the run's audit record.
+func checkComplete(t *testing.T, path string, res *result.Result, auditPath string) {
+	t.Helper()
+	// Each field of the result is checked below, set or (for this run)
+	// known to be empty; a field added later must be added here.
+	zeroHere := map[string]bool{"signal": true, "timed_out": true, "oom_killed": true, "stderr_truncated": true,
+		"stdout_base64": true, "stderr_base64": true, "error": true,
+		"image_digest": true} // dir: images have no digest
+	set := map[string]bool{}
+	hasFile := res.Files["out.txt"].ContentBase64 == "Y29sbGVjdGVk" // "collected"
+	allowed, denied := false, false
+	for _, a := range res.Network.Allowed {
+		allowed = allowed || (a.Host == "internet.test" && a.Port == 443 && a.BytesIn > 0 && a.Conns > 0)
+	}
+	for _, d := range res.Network.Denied {
+		denied = denied || d.Host == "evil.example"
+	}
+	for k, ok := range map[string]bool{
+		"id": res.ID != "", "session": res.Session == "s-complete", "exit_code": res.ExitCode == 3,
+		"stdout": strings.HasPrefix(res.Stdout, "200 hello"), "stderr": res.Stderr == "to stderr\n",
+		"stdout_truncated": res.StdoutTruncated, "stdout_bytes": res.StdoutBytes > 5000, "stderr_bytes": res.StderrBytes == 10,
+		"duration_ms": res.DurationMS > 0, "cpu_ms": res.CPUMS > 0, "memory_peak_bytes": res.MemoryPeakBytes > 0,
+		"image": res.Image == pythonImage, "runtime": res.Runtime == "libcontainer",
+		"network": allowed && denied, "files": hasFile,
+	} {
+		set[k] = true
+		if !ok {
+			t.Errorf("%s: result field %q is wrong or empty", path, k)
+		}
+	}
+	for k, zero := range map[string]bool{"signal": res.Signal == "", "timed_out": !res.TimedOut, "oom_killed": !res.OOMKilled,
+		"stderr_truncated": !res.StderrTruncated, "stdout_base64": res.StdoutBase64 == "", "stderr_base64": res.StderrBase64 == "",
+		"error": res.Error == "", "image_digest": res.ImageDigest == ""} {
+		if !zero {
+			t.Errorf("%s: result field %q is set; want it empty for this run", path, k)
+		}
+	}
+	b, _ := json.Marshal(res)
+	var fields map[string]any
+	json.Unmarshal(b, &fields)
+	for k := range fields {
+		if !set[k] && !zeroHere[k] {
+			t.Errorf("result field %q is not checked by this test", k)
+		}
+	}
+	if t.Failed() {
+		t.Logf("%s: result %s", path, b)
+	}
+	// The audit record of the same run says the same.
+	f, err := os.ReadFile(auditPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(f)), "\n") {
+		var rec audit.Record
+		if json.Unmarshal([]byte(line), &rec) != nil || rec.ID != res.ID {
+			continue
+		}
+		if len(rec.Network.Allowed) != len(res.Network.Allowed) || len(rec.Network.Denied) != len(res.Network.Denied) ||
+			rec.ExitCode != res.ExitCode || rec.StdoutBytes != res.StdoutBytes || len(rec.Files) != len(res.Files) {
+			t.Errorf("%s: the audit record %+v differs from the result", path, rec)
+		}
+		return
+	}
+	t.Errorf("%s: no audit record for %s", path, res.ID)
+}
+
+// TestServedResultsComplete: a run's result is the same, every field
+// filled, over POST /v1/runs, ?stream=1, run --server and a local run,
+// even though the server answers before the sandbox is torn down: the
+// network decisions in particular, which the audit record also lists.
+func TestServedResultsComplete(t *testing.T) {
+	in := proxytest.NewInternet(t)
+	dir, bin := clientDir(t)
+	sock := filepath.Join(dir, "c.sock")
+	auditPath := filepath.Join(t.TempDir(), "audit.jsonl")
+	cfg := serveConfig(map[string]any{"listen": "unix://" + sock}, map[string]any{"local_images": []string{*imagesDir}})
+	cfg["audit"] = auditPath
+	cfg["network"] = map[string]any{"hosts": map[string]string{"internet.test": in.IP.String()}, "allow_ranges": []string{"198.18.0.0/15"}}
+	s := startServeWith(t, cfg)
+	task := completeTask(in)
+
+	var res result.Result
+	s.post(task, &res)
+	checkComplete(t, "POST /v1/runs", &res, auditPath)
+
+	resp, b := s.do("POST", "/v1/runs?stream=1", task)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	var last server.Event
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.Result == nil {
+		t.Fatalf("stream: status %d, last line %q", resp.StatusCode, lines[len(lines)-1])
+	}
+	checkComplete(t, "stream", last.Result, auditPath)
+
+	for name, args := range map[string][]string{
+		"run --server": {"run", "--server", "unix://" + sock, "-"},
+		"run":          {"run", "--config", writeConfig(t, cfg), "-"},
+	} {
+		cmd := exec.Command(bin, args...)
+		cmd.Stdin = strings.NewReader(task)
+		out, _ := cmd.Output()
+		var r result.Result
+		if err := json.Unmarshal(out, &r); err != nil {
+			t.Fatalf("%s: %v: %s", name, err, out)
+		}
+		checkComplete(t, name, &r, auditPath)
+	}
+
+	// --format text lists the denial and the file, on stderr.
+	cmd := exec.Command(bin, "run", "--server", "unix://"+sock, "--format", "text", "-")
+	cmd.Stdin = strings.NewReader(task)
+	var o, e strings.Builder
+	cmd.Stdout, cmd.Stderr = &o, &e
+	cmd.Run()
+	if !strings.Contains(e.String(), "network denied evil.example:443") || !strings.Contains(e.String(), "file out.txt: 9 bytes") ||
+		!strings.Contains(o.String(), "stdout truncated") {
+		t.Errorf("--format text: stdout %q stderr %q; want the truncation, the file and the denial", o.String(), e.String())
+	}
+	s.stop()
+	assertNoLeaks(t)
+}
+
+// TestServeStreamUTF8: a character cut across two writes of the program
+// comes whole in the stream; bytes that are not UTF-8 come exactly in
+// stdout_base64 and data_base64.
+func TestServeStreamUTF8(t *testing.T) {
+	s := startServe(t, map[string]any{"listen": "unix://" + filepath.Join(t.TempDir(), "u.sock")})
+	text := strings.Repeat("日本語", 50)
+	code := `import sys, time
+b = ("日本語" * 50).encode()
+for i in range(0, len(b), 7):
+    sys.stdout.buffer.write(b[i:i+7]); sys.stdout.buffer.flush(); time.sleep(0.002)
+sys.stdout.buffer.write(b"\xff\n"); sys.stdout.buffer.flush()
+`
+	body, _ := json.Marshal(map[string]any{"code": code})
+	_, b := s.do("POST", "/v1/runs?stream=1", string(body))
+	var streamed []byte
+	var events int
+	var res *result.Result
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var ev server.Event
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		switch {
+		case ev.Event == "result":
+			res = ev.Result
+		case ev.DataBase64 != "":
+			raw, _ := base64.StdEncoding.DecodeString(ev.DataBase64)
+			streamed = append(streamed, raw...)
+		default:
+			streamed = append(streamed, ev.Data...)
+		}
+		events++
+	}
+	if string(streamed) != text+"\xff\n" {
+		t.Errorf("streamed output %q; want every character whole and the bad byte exact", streamed)
+	}
+	if n := strings.Count(string(streamed), "\ufffd"); n > 0 {
+		t.Errorf("%d replacement characters in the stream", n)
+	}
+	if res == nil || res.StdoutBase64 == "" || string(res.RawStdout()) != text+"\xff\n" {
+		t.Errorf("result %+v; want stdout_base64 with the exact bytes", res)
+	}
+	t.Logf("%d events", events)
 	s.stop()
 	assertNoLeaks(t)
 }
