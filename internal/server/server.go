@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,13 +40,14 @@ type RunFunc func(ctx context.Context, p *task.Plan, hooks runner.Hooks) *result
 
 // Server answers the API. Create it with New.
 type Server struct {
-	cfg     *config.Config
-	run     RunFunc
-	pool    func() runner.PoolStats // nil without a pool
-	slots   chan struct{}
-	queued  atomic.Int64
-	running atomic.Int64
-	quotas  *quotas
+	cfg      *config.Config
+	run      RunFunc
+	pool     func() runner.PoolStats // nil without a pool
+	slots    chan struct{}
+	decoding chan struct{} // one large task decoded at a time
+	queued   atomic.Int64
+	running  atomic.Int64
+	quotas   *quotas
 
 	// Logf, when set, gets what goes wrong after a client was answered.
 	Logf func(format string, args ...any)
@@ -58,8 +60,9 @@ type Server struct {
 // policy. pool, if not nil, reports the warm pool for /healthz.
 func New(cfg *config.Config, run RunFunc, pool func() runner.PoolStats) *Server {
 	return &Server{cfg: cfg, run: run, pool: pool,
-		slots:  make(chan struct{}, cfg.Server.MaxConcurrent),
-		quotas: newQuotas(cfg.Server.Quota.RunsPerMinute, cfg.Server.Quota.Concurrent, time.Now)}
+		slots:    make(chan struct{}, cfg.Server.MaxConcurrent),
+		decoding: make(chan struct{}, 1),
+		quotas:   newQuotas(cfg.Server.Quota.RunsPerMinute, cfg.Server.Quota.Concurrent, time.Now)}
 }
 
 // Handler is the API's HTTP handler.
@@ -149,7 +152,7 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, "", err.Error())
 		return
 	}
-	plan, err := task.Load(data, s.cfg)
+	plan, err := s.load(r.Context(), data)
 	data = nil // the plan holds what is needed
 	if err != nil {
 		status, field := http.StatusBadRequest, ""
@@ -208,6 +211,29 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 	} else if final.Error != sent.Error && s.Logf != nil {
 		s.Logf("run %s: after the answer: %s", final.ID, final.Error)
 	}
+}
+
+// bigTask is the size from which tasks are decoded one at a time.
+const bigTask = 1 << 20
+
+// load decodes a task. Decoding briefly takes several times a task's size
+// (about 7 times: the JSON walk's buffer, the decoded strings, the plan's
+// copies), so tasks larger than bigTask are decoded one at a time: the
+// memory this takes is bounded by one such task, not by max_concurrent of
+// them.
+func (s *Server) load(ctx context.Context, data []byte) (*task.Plan, error) {
+	if len(data) > bigTask {
+		select {
+		case s.decoding <- struct{}{}:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("gave up waiting to decode the task: %w", ctx.Err())
+		}
+		defer func() { <-s.decoding }()
+		// What the last one left is collected first, not on top of this
+		// one's peak.
+		runtime.GC()
+	}
+	return task.Load(data, s.cfg)
 }
 
 // bodyDeadline bounds the reading of a task once its request holds a run
