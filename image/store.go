@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -63,6 +64,10 @@ type Image struct {
 type PullOptions struct {
 	Progress io.Writer    // nil = quiet
 	Platform *v1.Platform // nil = linux/runtime.GOARCH
+	// Registries, when set, bounds a pull from a registry: the reference
+	// of a task, not the operator's. Get still returns an image the store
+	// holds without asking anyone; nil allows any registry.
+	Registries *Registries
 }
 
 // Entry is one reference in the store, or one image Prune removed.
@@ -159,16 +164,28 @@ func (s *Store) refLock(key string) string {
 
 // Get returns the image for ref, pulling and unpacking it only if the
 // store lacks it, and marks it used. A dir: reference is returned as is.
+// Errors are *Error.
 func (s *Store) Get(ctx context.Context, ref string, opts PullOptions) (*Image, error) {
 	r, err := parseReference(ref)
 	if err != nil {
-		return nil, err
+		return nil, &Error{Ref: ref, Err: err}
 	}
+	img, err := s.get(ctx, r, opts)
+	if err != nil {
+		return nil, &Error{Ref: ref, Remote: r.kind == kindRemote, Err: err}
+	}
+	return img, nil
+}
+
+func (s *Store) get(ctx context.Context, r reference, opts PullOptions) (*Image, error) {
 	if r.kind == kindDir {
 		return dirImage(r)
 	}
 	if img, err := s.lookup(ctx, r); img != nil || err != nil {
 		return img, err
+	}
+	if err := opts.allowed(r); err != nil {
+		return nil, err
 	}
 	unlock, err := s.lockPull(ctx, r.key)
 	if err != nil {
@@ -183,14 +200,25 @@ func (s *Store) Get(ctx context.Context, ref string, opts PullOptions) (*Image, 
 
 // Pull re-resolves ref against its source and unpacks the image if its
 // digest is new. The reference then points to that digest; an image it
-// pointed to before stays until Prune.
+// pointed to before stays until Prune. Errors are *Error.
 func (s *Store) Pull(ctx context.Context, ref string, opts PullOptions) (*Image, error) {
 	r, err := parseReference(ref)
 	if err != nil {
-		return nil, err
+		return nil, &Error{Ref: ref, Err: err}
 	}
+	img, err := s.repull(ctx, r, opts)
+	if err != nil {
+		return nil, &Error{Ref: ref, Remote: r.kind == kindRemote, Err: err}
+	}
+	return img, nil
+}
+
+func (s *Store) repull(ctx context.Context, r reference, opts PullOptions) (*Image, error) {
 	if r.kind == kindDir {
 		return dirImage(r)
+	}
+	if err := opts.allowed(r); err != nil {
+		return nil, err
 	}
 	unlock, err := s.lockPull(ctx, r.key)
 	if err != nil {
@@ -198,6 +226,18 @@ func (s *Store) Pull(ctx context.Context, ref string, opts PullOptions) (*Image,
 	}
 	defer unlock()
 	return s.pull(ctx, r, opts)
+}
+
+// allowed refuses a registry reference whose registry opts.Registries
+// does not list, before anything is dialled.
+func (opts PullOptions) allowed(r reference) error {
+	if opts.Registries == nil || r.kind != kindRemote {
+		return nil
+	}
+	if reg := r.remote.Context().RegistryStr(); !opts.Registries.lists(reg) {
+		return &PolicyError{Registry: reg}
+	}
+	return nil
 }
 
 // lockPull takes the locks a pull of reference key holds: the gc lock
@@ -262,7 +302,14 @@ func (s *Store) pull(ctx context.Context, r reference, opts PullOptions) (*Image
 		progress = io.Discard
 	}
 	fmt.Fprintf(progress, "resolving %s\n", r.raw)
-	img, err := s.resolve(ctx, r, wantPlatform(opts))
+	var tr http.RoundTripper
+	if r.kind == kindRemote {
+		tr = opts.Registries.transport(r.remote.Context().RegistryStr())
+		if t, ok := tr.(*http.Transport); ok && opts.Registries != nil {
+			defer t.CloseIdleConnections() // the pull's own
+		}
+	}
+	img, err := s.resolve(ctx, r, wantPlatform(opts), tr)
 	if err != nil {
 		return nil, err
 	}
