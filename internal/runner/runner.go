@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -56,6 +57,9 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	}
 	if r.store, err = image.Open(cfg.StoreDir); err != nil {
 		return nil, err
+	}
+	if r.store.MaxTotal, err = config.ParseSize(cmp.Or(cfg.StoreMax, "0")); err != nil {
+		return nil, fmt.Errorf("store_max_size: %w", err)
 	}
 	if r.regs, err = image.NewRegistries(cfg.Policy.Registries); err != nil {
 		return nil, fmt.Errorf("policy.%w", err)
@@ -140,6 +144,7 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 	if err != nil {
 		return err // an *image.Error, which names the image
 	}
+	defer img.Release() // each sandbox holds it for its own life
 	res.ImageDigest = img.Digest
 
 	defer r.pool.ran(p)
@@ -250,6 +255,14 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	}
 	sb.undo.add(lock.Close) // last: the run is live until everything else is gone
 	sb.undo.add(func() error { return os.RemoveAll(dir) })
+
+	// The image stays in the store while the sandbox lives (a pooled one
+	// outlives the Get that found its image).
+	release, err := r.store.Hold(img)
+	if err != nil {
+		return nil, err
+	}
+	sb.undo.add(release)
 
 	rootfs := img.Rootfs
 	// A store image has its mount points; a dir: image may lack them, and
