@@ -768,3 +768,41 @@ func (s *Store) writeIndex(idx *index) error {
 	}
 	return nil
 }
+
+// Available tells whether ref can be had without doing the work: an
+// image the store holds, a dir: root filesystem that exists, a layout or
+// archive that holds the image, or a registry that answers for it (one
+// try, within ctx). It pulls and unpacks nothing. where says which.
+func (s *Store) Available(ctx context.Context, ref string) (where string, err error) {
+	r, err := parseReference(ref)
+	if err != nil {
+		return "", &Error{Ref: ref, Err: err}
+	}
+	if r.kind == kindDir {
+		if _, err := dirImage(r); err != nil {
+			return "", &Error{Ref: ref, Err: err}
+		}
+		return "a root filesystem on disk", nil
+	}
+	if idx, err := s.readIndexLocked(); err == nil {
+		if e := idx.Refs[r.key]; e != nil {
+			if d, err := v1.NewHash(e.Digest); err == nil {
+				if fi, err := os.Lstat(s.rootfsPath(d)); err == nil && fi.IsDir() {
+					return "in the store (" + e.Digest + ")", nil
+				}
+			}
+		}
+	}
+	once := &Store{dir: s.dir, Attempts: 1}
+	var tr http.RoundTripper
+	if r.kind == kindRemote {
+		tr = (*Registries)(nil).transport("")
+	}
+	if _, err := once.resolve(ctx, r, wantPlatform(PullOptions{}), tr); err != nil {
+		return "", &Error{Ref: ref, Remote: r.kind == kindRemote, Err: err}
+	}
+	if r.kind == kindRemote {
+		return "not in the store; its registry answers, it is pulled on first use", nil
+	}
+	return "not in the store; its source holds it, it is unpacked on first use", nil
+}
