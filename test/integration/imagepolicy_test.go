@@ -143,3 +143,31 @@ func TestImageRedirectToHostServiceRefused(t *testing.T) {
 		t.Errorf("the host service got %d requests through redirects", n)
 	}
 }
+
+// Over serve, an image failure is a refusal of its kind naming the image
+// field (403 for the policy, 422 for a missing image), never a 500, and
+// the service's page stays out of it; the server's log has it.
+func TestServeImageErrorStatus(t *testing.T) {
+	const secret = "host-admin-page-b81d"
+	svc, hits := hostService(t, secret)
+	s := startServeCfg(t, map[string]any{"listen": "unix://" + filepath.Join(t.TempDir(), "i.sock")},
+		map[string]any{"registries": []string{svc}})
+	for _, tc := range []struct {
+		ref  string
+		want int
+	}{
+		{"127.0.0.1:1/any/thing:tag", http.StatusForbidden},
+		{svc + "/any/thing:tag", http.StatusUnprocessableEntity},
+		{"/srv/rootfs", http.StatusBadRequest},
+	} {
+		var body struct{ Error, Field string }
+		resp := s.post(echo45(tc.ref), &body)
+		if resp.StatusCode != tc.want || body.Field != "image" || !strings.Contains(body.Error, tc.ref) || strings.Contains(body.Error, secret) {
+			t.Errorf("%s: status %d %+v; want %d naming the image", tc.ref, resp.StatusCode, body, tc.want)
+		}
+	}
+	if hits.Load() == 0 || !strings.Contains(s.log(), secret) {
+		t.Errorf("the listed service was not asked (%d requests) or its answer is not in the server's log:\n%s", hits.Load(), s.log())
+	}
+	s.stop()
+}
