@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -76,7 +75,7 @@ func (r *Registries) lists(registry string) bool { return r.hosts[registry] }
 // listsAddr reports whether a connection to host:port is to a listed
 // registry.
 func (r *Registries) listsAddr(host, port string) bool {
-	if r.hosts[net.JoinHostPort(host, port)] || strings.Contains(host, ":") && r.hosts["["+host+"]:"+port] {
+	if r.hosts[net.JoinHostPort(host, port)] { // "[::1]:5000" for IPv6
 		return true
 	}
 	if port != "443" && port != "80" {

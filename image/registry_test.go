@@ -257,8 +257,8 @@ func TestNewRegistriesRefusesBadEntries(t *testing.T) {
 			t.Errorf("%q accepted", bad)
 		}
 	}
-	r := registries(t, "docker.io", "127.0.0.1:5000", "reg.example")
-	for _, ok := range [][2]string{{"index.docker.io", "443"}, {"127.0.0.1", "5000"}, {"reg.example", "80"}} {
+	r := registries(t, "docker.io", "127.0.0.1:5000", "reg.example", "[::1]:5000")
+	for _, ok := range [][2]string{{"index.docker.io", "443"}, {"127.0.0.1", "5000"}, {"reg.example", "80"}, {"::1", "5000"}} {
 		if !r.listsAddr(ok[0], ok[1]) {
 			t.Errorf("%v not listed", ok)
 		}

@@ -482,6 +482,7 @@ func (s *Store) Remove(ref string) error {
 			if err := s.removeRootfs(d); err != nil {
 				return fmt.Errorf("removing %q: %w", ref, err)
 			}
+			os.Remove(s.useLock(d))
 		}
 	}
 	if _, err := s.gcBlobs(ctx); err != nil {
