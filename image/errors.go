@@ -2,6 +2,7 @@ package image
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/agentrun/agentrun/image/unpack"
 )
@@ -24,4 +25,68 @@ var (
 	ErrDigestMismatch = errors.New("digest mismatch")
 	// ErrBadReference: the reference cannot be parsed.
 	ErrBadReference = errors.New("bad image reference")
+	// ErrPolicy: the registry policy refused the pull (see Registries).
+	ErrPolicy = errors.New("refused by policy")
 )
+
+// kinds are the error kinds Summary names, most specific first.
+var kinds = []error{ErrPolicy, ErrBadReference, ErrNotFound, ErrUnauthorized, ErrDigestMismatch,
+	ErrPlatform, ErrTooLarge, ErrUnsafeLayer, ErrUnreachable}
+
+// Error is what Get and Pull return on failure. Error() tells the whole
+// story, for the operator: for a registry reference it may hold what the
+// registry sent and the addresses it led to. Summary is the part that the
+// author of the reference may see.
+type Error struct {
+	Ref    string // the reference as given
+	Remote bool   // a registry reference
+	Err    error  // wraps one of the Err* kinds when one applies
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("image %q: %v", e.Ref, e.Err) }
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Summary is the error as the reference's author may see it. For a
+// registry reference it is the reference and the kind of failure only:
+// never the registry's own words (an error page), the addresses a
+// redirect or a name led to, or how a connection failed, so that an image
+// field cannot be used to read or probe services the host reaches. For a
+// local reference (oci:, docker-archive:, dir:) it is the whole error:
+// its paths are the ones the reference names.
+func (e *Error) Summary() string {
+	if !e.Remote {
+		return e.Error()
+	}
+	var pe *PolicyError
+	if errors.As(e.Err, &pe) {
+		return fmt.Sprintf("image %q: %v", e.Ref, pe)
+	}
+	for _, k := range kinds {
+		if errors.Is(e.Err, k) {
+			return fmt.Sprintf("image %q: %v", e.Ref, k)
+		}
+	}
+	return fmt.Sprintf("image %q: pulling failed (the host's log has the details)", e.Ref)
+}
+
+// PolicyError is a pull the registry policy refused: the reference's
+// registry is not listed, or a connection for it (a redirect's, or a name
+// that resolved so) was to an address the policy does not allow. It
+// matches ErrPolicy.
+type PolicyError struct {
+	Registry string // the reference's registry
+	// AtConnect: the registry is listed, but a connection for it was to a
+	// refused address (the error wrapping this one says which).
+	AtConnect bool
+}
+
+func (e *PolicyError) Error() string {
+	if !e.AtConnect {
+		return fmt.Sprintf("%v: registry %s is not in the config's policy.registries", ErrPolicy, e.Registry)
+	}
+	// The address stays out of this text: Summary shows it to the task.
+	return fmt.Sprintf("%v: a connection for registry %s was to a loopback, private or other non-global address not in policy.registries", ErrPolicy, e.Registry)
+}
+
+func (e *PolicyError) Is(target error) bool { return target == ErrPolicy }

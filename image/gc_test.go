@@ -77,9 +77,11 @@ func TestRemoveAndPrune(t *testing.T) {
 	other := t.TempDir()
 	imagetest.WriteTree(t, other, map[string]string{"etc/os-release": "ID=v2\n"})
 	d2 := imagetest.PushDir(t, host, "test/app", "v1", other)
-	if again, _ := s.Get(ctx, host+"/test/app:v1", PullOptions{}); again.Digest != d1 {
+	again, _ := s.Get(ctx, host+"/test/app:v1", PullOptions{})
+	if again.Digest != d1 {
 		t.Fatalf("Get re-resolved a present ref: %s", again.Digest)
 	}
+	again.Release()
 	cur, err := s.Pull(ctx, host+"/test/app:v1", PullOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -102,6 +104,16 @@ func TestRemoveAndPrune(t *testing.T) {
 	if ok, err := tryLock(lf); !ok || err != nil {
 		t.Fatalf("locking live staging: %v", err)
 	}
+
+	// While a run holds the old image, Prune leaves it.
+	if removed, err := s.Prune(ctx); err != nil || len(removed) != 0 {
+		t.Fatalf("Prune with the old image held: removed %v, %v; want nothing", removed, err)
+	}
+	if _, err := os.Stat(old.Rootfs); err != nil {
+		t.Fatalf("held rootfs pruned: %v", err)
+	}
+	old.Release()
+	old.Release() // twice is harmless
 
 	removed, err := s.Prune(ctx)
 	if err != nil {

@@ -28,6 +28,11 @@ type reference struct {
 	tag    string         // kindLayout: annotation to match, may be empty
 }
 
+// referenceForms says what an image reference looks like.
+const referenceForms = "dir:/path/to/rootfs for an unpacked root filesystem, oci:/path/to/layout[:tag] for an OCI layout, " +
+	"docker-archive:/path/to/image.tar for a docker save tarball, or a registry reference such as " +
+	"python:3.12-slim, host:port/name:tag or host:port/name@sha256:..."
+
 const (
 	prefixLayout  = "oci:"
 	prefixArchive = "docker-archive:"
@@ -69,10 +74,12 @@ func parseReference(raw string) (reference, error) {
 			return r, err
 		}
 		r.kind, r.path, r.key = kindArchive, p, prefixArchive+p
+	case strings.HasPrefix(raw, "/") || strings.HasPrefix(raw, ".") || strings.HasPrefix(raw, "~"):
+		return r, fmt.Errorf("%w %q: a path is not an image reference; use %s", ErrBadReference, raw, referenceForms)
 	default:
 		ref, err := name.ParseReference(raw)
 		if err != nil {
-			return r, fmt.Errorf("%w %q: %v", ErrBadReference, raw, err)
+			return r, fmt.Errorf("%w %q: %v (image references look like %s)", ErrBadReference, raw, err, referenceForms)
 		}
 		r.kind, r.remote, r.key = kindRemote, ref, ref.Name()
 	}
@@ -88,4 +95,11 @@ func absPath(raw, p string) (string, error) {
 		return "", fmt.Errorf("%w %q: the path must be absolute", ErrBadReference, raw)
 	}
 	return filepath.Clean(p), nil
+}
+
+// CheckReference parses ref without resolving it: ErrBadReference, with
+// what references look like, when it is not one.
+func CheckReference(ref string) error {
+	_, err := parseReference(ref)
+	return err
 }

@@ -50,12 +50,12 @@ func matches(have, want v1.Platform) bool {
 
 // resolve finds the single-platform image that r names, without fetching
 // its layers.
-func (s *Store) resolve(ctx context.Context, r reference, p v1.Platform) (v1.Image, error) {
+func (s *Store) resolve(ctx context.Context, r reference, p v1.Platform, tr http.RoundTripper) (v1.Image, error) {
 	var img v1.Image
 	var err error
 	switch r.kind {
 	case kindRemote:
-		img, err = s.resolveRemote(ctx, r, p)
+		img, err = s.resolveRemote(ctx, r, p, tr)
 	case kindLayout:
 		img, err = resolveLayout(r, p)
 	case kindArchive:
@@ -83,9 +83,10 @@ func (s *Store) resolve(ctx context.Context, r reference, p v1.Platform) (v1.Ima
 	return img, nil
 }
 
-func (s *Store) remoteOptions(ctx context.Context, p v1.Platform) []remote.Option {
+func (s *Store) remoteOptions(ctx context.Context, p v1.Platform, tr http.RoundTripper) []remote.Option {
 	return []remote.Option{
 		remote.WithContext(ctx),
+		remote.WithTransport(tr),
 		remote.WithAuthFromKeychain(authn.DefaultKeychain),
 		remote.WithPlatform(p),
 		// One try per call: Store.retry owns the retries and their errors.
@@ -93,10 +94,10 @@ func (s *Store) remoteOptions(ctx context.Context, p v1.Platform) []remote.Optio
 	}
 }
 
-func (s *Store) resolveRemote(ctx context.Context, r reference, p v1.Platform) (v1.Image, error) {
+func (s *Store) resolveRemote(ctx context.Context, r reference, p v1.Platform, tr http.RoundTripper) (v1.Image, error) {
 	var desc *remote.Descriptor
 	if err := s.retry(ctx, "fetching manifest", func() (err error) {
-		desc, err = remote.Get(r.remote, s.remoteOptions(ctx, p)...)
+		desc, err = remote.Get(r.remote, s.remoteOptions(ctx, p, tr)...)
 		return err
 	}); err != nil {
 		return nil, err
@@ -231,8 +232,16 @@ func (s *Store) retry(ctx context.Context, what string, f func() error) error {
 }
 
 // transient reports errors worth another try: server errors, throttling,
-// refused or reset connections, timeouts, truncated bodies.
+// refused or reset connections, timeouts, truncated bodies, failed name
+// lookups. A policy refusal never is.
 func transient(err error) bool {
+	if errors.Is(err, ErrPolicy) {
+		return false
+	}
+	var de *net.DNSError
+	if errors.As(err, &de) {
+		return true
+	}
 	var te *transport.Error
 	if errors.As(err, &te) {
 		return te.StatusCode >= 500 || te.StatusCode == http.StatusRequestTimeout || te.StatusCode == http.StatusTooManyRequests
@@ -246,7 +255,7 @@ func transient(err error) bool {
 }
 
 func classify(what string, err error, tries int) error {
-	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrPlatform) || errors.Is(err, ErrDigestMismatch) ||
+	if errors.Is(err, ErrPolicy) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrPlatform) || errors.Is(err, ErrDigestMismatch) ||
 		errors.Is(err, ErrTooLarge) || errors.Is(err, ErrUnsafeLayer) {
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -272,7 +281,7 @@ func classify(what string, err error, tries int) error {
 			has(transport.ManifestUnknownErrorCode, transport.NameUnknownErrorCode, transport.BlobUnknownErrorCode):
 			return fmt.Errorf("%s: %w: %v", what, ErrNotFound, err)
 		case transient(err):
-			return fmt.Errorf("%s: %w after %d attempts: %v", what, ErrUnreachable, tries, err)
+			return unreachable(what, err, tries)
 		}
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -280,7 +289,15 @@ func classify(what string, err error, tries int) error {
 	var oe *net.OpError
 	var de *net.DNSError
 	if transient(err) || errors.As(err, &ue) || errors.As(err, &oe) || errors.As(err, &de) {
-		return fmt.Errorf("%s: %w after %d attempts: %v", what, ErrUnreachable, tries, err)
+		return unreachable(what, err, tries)
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+func unreachable(what string, err error, tries int) error {
+	n := "attempts"
+	if tries == 1 {
+		n = "attempt"
+	}
+	return fmt.Errorf("%s: %w after %d %s: %v", what, ErrUnreachable, tries, n, err)
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,6 +49,10 @@ type Store struct {
 	// RetryWait is the first wait between tries, doubled after each; 0
 	// means 500ms.
 	RetryWait time.Duration
+	// MaxTotal caps the store's size (Total): after a pull adds an image,
+	// the least recently used images not in use are removed until the
+	// store is under it. 0 means no cap.
+	MaxTotal int64
 
 	unpacks atomic.Int64 // images unpacked by this Store, for tests
 }
@@ -57,12 +62,18 @@ type Image struct {
 	Ref    string // as the user wrote it
 	Digest string // "sha256:..." manifest digest ("" for dir: references)
 	Rootfs string // absolute path of the unpacked root filesystem, shared read-only by every run: never modify it
+
+	hold *fileLock // from Get and Pull until Release: no pruning removes the image
 }
 
 // PullOptions tune Get and Pull.
 type PullOptions struct {
 	Progress io.Writer    // nil = quiet
 	Platform *v1.Platform // nil = linux/runtime.GOARCH
+	// Registries, when set, bounds a pull from a registry: the reference
+	// of a task, not the operator's. Get still returns an image the store
+	// holds without asking anyone; nil allows any registry.
+	Registries *Registries
 }
 
 // Entry is one reference in the store, or one image Prune removed.
@@ -158,46 +169,131 @@ func (s *Store) refLock(key string) string {
 }
 
 // Get returns the image for ref, pulling and unpacking it only if the
-// store lacks it, and marks it used. A dir: reference is returned as is.
+// store lacks it, and marks it used. The image is held (no pruning
+// removes it) until its Release. A dir: reference is returned as is.
+// Errors are *Error.
 func (s *Store) Get(ctx context.Context, ref string, opts PullOptions) (*Image, error) {
 	r, err := parseReference(ref)
 	if err != nil {
-		return nil, err
+		return nil, &Error{Ref: ref, Err: err}
 	}
+	img, err := s.get(ctx, r, opts)
+	if err != nil {
+		return nil, &Error{Ref: ref, Remote: r.kind == kindRemote, Err: err}
+	}
+	return img, nil
+}
+
+func (s *Store) get(ctx context.Context, r reference, opts PullOptions) (*Image, error) {
 	if r.kind == kindDir {
 		return dirImage(r)
 	}
-	if img, err := s.lookup(ctx, r); img != nil || err != nil {
+	if img, err := s.lookupHeld(ctx, r); img != nil || err != nil {
 		return img, err
 	}
-	unlock, err := s.lockPull(ctx, r.key)
-	if err != nil {
+	if err := opts.allowed(r); err != nil {
 		return nil, err
 	}
-	defer unlock()
-	if img, err := s.lookup(ctx, r); img != nil || err != nil {
-		return img, err
+	img, grew, err := s.pullHeld(ctx, r, opts, true)
+	if err == nil && grew {
+		s.shrink()
 	}
-	return s.pull(ctx, r, opts)
+	return img, err
+}
+
+// lookupHeld is lookup with a hold taken on the image found.
+func (s *Store) lookupHeld(ctx context.Context, r reference) (*Image, error) {
+	img, err := s.lookup(ctx, r)
+	if img == nil || err != nil {
+		return nil, err
+	}
+	d, _ := v1.NewHash(img.Digest)
+	l, ok, err := s.hold(ctx, d)
+	if err != nil || !ok {
+		return nil, err // removed since the lookup: pull it again
+	}
+	img.hold = l
+	return img, nil
+}
+
+// pullHeld pulls r under its locks (unless lookup finds it there first)
+// and takes a hold on the image before letting the locks go, so that no
+// pruning comes in between. grew reports a new image in the store.
+func (s *Store) pullHeld(ctx context.Context, r reference, opts PullOptions, lookup bool) (img *Image, grew bool, err error) {
+	unlock, err := s.lockPull(ctx, r.key)
+	if err != nil {
+		return nil, false, err
+	}
+	defer unlock()
+	if lookup {
+		if img, err := s.lookupHeld(ctx, r); img != nil || err != nil {
+			return img, false, err
+		}
+	}
+	img, grew, err = s.pull(ctx, r, opts)
+	if err != nil {
+		return nil, false, err
+	}
+	d, _ := v1.NewHash(img.Digest)
+	l, ok, err := s.hold(ctx, d)
+	if err != nil {
+		return nil, false, err
+	}
+	if !ok {
+		return nil, false, fmt.Errorf("pulling %q: the rootfs vanished", r.raw)
+	}
+	img.hold = l
+	return img, grew, nil
+}
+
+// shrink applies MaxTotal after a pull added an image; a failure there is
+// the store's, not the pull's, and the next pull tries again.
+func (s *Store) shrink() {
+	if s.MaxTotal > 0 {
+		_, _ = s.Shrink(s.MaxTotal)
+	}
 }
 
 // Pull re-resolves ref against its source and unpacks the image if its
 // digest is new. The reference then points to that digest; an image it
-// pointed to before stays until Prune.
+// pointed to before stays until Prune. The image is held until its
+// Release. Errors are *Error.
 func (s *Store) Pull(ctx context.Context, ref string, opts PullOptions) (*Image, error) {
 	r, err := parseReference(ref)
 	if err != nil {
-		return nil, err
+		return nil, &Error{Ref: ref, Err: err}
 	}
+	img, err := s.repull(ctx, r, opts)
+	if err != nil {
+		return nil, &Error{Ref: ref, Remote: r.kind == kindRemote, Err: err}
+	}
+	return img, nil
+}
+
+func (s *Store) repull(ctx context.Context, r reference, opts PullOptions) (*Image, error) {
 	if r.kind == kindDir {
 		return dirImage(r)
 	}
-	unlock, err := s.lockPull(ctx, r.key)
-	if err != nil {
+	if err := opts.allowed(r); err != nil {
 		return nil, err
 	}
-	defer unlock()
-	return s.pull(ctx, r, opts)
+	img, grew, err := s.pullHeld(ctx, r, opts, false)
+	if err == nil && grew {
+		s.shrink()
+	}
+	return img, err
+}
+
+// allowed refuses a registry reference whose registry opts.Registries
+// does not list, before anything is dialled.
+func (opts PullOptions) allowed(r reference) error {
+	if opts.Registries == nil || r.kind != kindRemote {
+		return nil
+	}
+	if reg := r.remote.Context().RegistryStr(); !opts.Registries.lists(reg) {
+		return &PolicyError{Registry: reg}
+	}
+	return nil
 }
 
 // lockPull takes the locks a pull of reference key holds: the gc lock
@@ -256,24 +352,31 @@ func (s *Store) lookup(ctx context.Context, r reference) (*Image, error) {
 
 // pull resolves r and unpacks it unless its digest is present. The
 // caller holds the gc lock (shared) and r's lock.
-func (s *Store) pull(ctx context.Context, r reference, opts PullOptions) (*Image, error) {
+func (s *Store) pull(ctx context.Context, r reference, opts PullOptions) (_ *Image, grew bool, err error) {
 	progress := opts.Progress
 	if progress == nil {
 		progress = io.Discard
 	}
 	fmt.Fprintf(progress, "resolving %s\n", r.raw)
-	img, err := s.resolve(ctx, r, wantPlatform(opts))
+	var tr http.RoundTripper
+	if r.kind == kindRemote {
+		tr = opts.Registries.transport(r.remote.Context().RegistryStr())
+		if t, ok := tr.(*http.Transport); ok && opts.Registries != nil {
+			defer t.CloseIdleConnections() // the pull's own
+		}
+	}
+	img, err := s.resolve(ctx, r, wantPlatform(opts), tr)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	digest, err := img.Digest()
 	if err != nil {
-		return nil, fmt.Errorf("pulling %q: computing digest: %w", r.raw, err)
+		return nil, false, fmt.Errorf("pulling %q: computing digest: %w", r.raw, err)
 	}
 	// One unpack per digest, whichever refs and processes ask for it.
 	dl, err := lockPath(ctx, s.lockFor(digest.Algorithm+"-"+digest.Hex), false)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer dl.unlock()
 
@@ -282,13 +385,14 @@ func (s *Store) pull(ctx context.Context, r reference, opts PullOptions) (*Image
 	if fi, err := os.Lstat(rootfs); err == nil && fi.IsDir() {
 		fmt.Fprintf(progress, "%s: %s already unpacked\n", r.raw, digest)
 	} else {
+		grew = true
 		if size, err = s.unpackImage(ctx, img, digest, progress); err != nil {
-			return nil, fmt.Errorf("pulling %q: %w", r.raw, err)
+			return nil, false, fmt.Errorf("pulling %q: %w", r.raw, err)
 		}
 	}
 	blobs, err := imageBlobs(img, digest)
 	if err != nil {
-		return nil, fmt.Errorf("pulling %q: %w", r.raw, err)
+		return nil, false, fmt.Errorf("pulling %q: %w", r.raw, err)
 	}
 	err = s.withIndex(ctx, func(idx *index) (bool, error) {
 		now := time.Now().UTC()
@@ -304,10 +408,10 @@ func (s *Store) pull(ctx context.Context, r reference, opts PullOptions) (*Image
 		return true, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("pulling %q: %w", r.raw, err)
+		return nil, false, fmt.Errorf("pulling %q: %w", r.raw, err)
 	}
 	fmt.Fprintf(progress, "%s: %s\n", r.raw, digest)
-	return &Image{Ref: r.raw, Digest: digest.String(), Rootfs: rootfs}, nil
+	return &Image{Ref: r.raw, Digest: digest.String(), Rootfs: rootfs}, grew, nil
 }
 
 // imageBlobs lists the blobs an image keeps alive: manifest, config, layers.
@@ -378,6 +482,7 @@ func (s *Store) Remove(ref string) error {
 			if err := s.removeRootfs(d); err != nil {
 				return fmt.Errorf("removing %q: %w", ref, err)
 			}
+			os.Remove(s.useLock(d))
 		}
 	}
 	if _, err := s.gcBlobs(ctx); err != nil {
@@ -417,8 +522,14 @@ func (s *Store) Prune(ctx context.Context) ([]Entry, error) {
 			if idx.Images[d.String()] != nil {
 				continue
 			}
+			release, inUse := s.orphanInUse(ent.Name())
+			if inUse {
+				continue // a run or a pooled sandbox still has it
+			}
 			size := treeSize(filepath.Join(dir, ent.Name()))
-			if err := s.removeRootfs(d); err != nil {
+			err := s.removeRootfs(d)
+			release()
+			if err != nil {
 				return changed, err
 			}
 			removed = append(removed, Entry{Digest: d.String(), Size: size})
@@ -657,4 +768,42 @@ func (s *Store) writeIndex(idx *index) error {
 		return fmt.Errorf("writing image index: %w", err)
 	}
 	return nil
+}
+
+// Available tells whether ref can be had without doing the work: an
+// image the store holds, a dir: root filesystem that exists, a layout or
+// archive that holds the image, or a registry that answers for it (one
+// try, within ctx). It pulls and unpacks nothing. where says which.
+func (s *Store) Available(ctx context.Context, ref string) (where string, err error) {
+	r, err := parseReference(ref)
+	if err != nil {
+		return "", &Error{Ref: ref, Err: err}
+	}
+	if r.kind == kindDir {
+		if _, err := dirImage(r); err != nil {
+			return "", &Error{Ref: ref, Err: err}
+		}
+		return "a root filesystem on disk", nil
+	}
+	if idx, err := s.readIndexLocked(); err == nil {
+		if e := idx.Refs[r.key]; e != nil {
+			if d, err := v1.NewHash(e.Digest); err == nil {
+				if fi, err := os.Lstat(s.rootfsPath(d)); err == nil && fi.IsDir() {
+					return "in the store (" + e.Digest + ")", nil
+				}
+			}
+		}
+	}
+	once := &Store{dir: s.dir, Attempts: 1}
+	var tr http.RoundTripper
+	if r.kind == kindRemote {
+		tr = (*Registries)(nil).transport("")
+	}
+	if _, err := once.resolve(ctx, r, wantPlatform(PullOptions{}), tr); err != nil {
+		return "", &Error{Ref: ref, Remote: r.kind == kindRemote, Err: err}
+	}
+	if r.kind == kindRemote {
+		return "not in the store; its registry answers, it is pulled on first use", nil
+	}
+	return "not in the store; its source holds it, it is unpacked on first use", nil
 }

@@ -1,7 +1,6 @@
 package audit
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -37,6 +36,8 @@ type Record struct {
 	Files           []string       `json:"files,omitempty"`
 	Error           string         `json:"error,omitempty"`
 	Detail          string         `json:"detail,omitempty"` // system error detail kept out of the result
+	// Truncated is set when the record was cut to MaxRecordBytes.
+	Truncated *Truncation `json:"truncated,omitempty"`
 }
 
 // Limits are the limits the run was given, in bytes, milliseconds and cores.
@@ -51,12 +52,23 @@ type Limits struct {
 	NetworkAllow  []string `json:"network_allow,omitempty"`
 }
 
+// DefaultMaxBytes is the size past which the log file is rotated.
+const DefaultMaxBytes = 64 << 20
+
 // Log writes records as JSON lines. It is safe for concurrent use, also
-// across processes appending to the same file.
+// across processes appending to the same file. A log file is rotated
+// when a line would take it past MaxBytes: it becomes PATH.1 (replacing
+// the previous PATH.1) and a new PATH is started, so the log takes at
+// most twice MaxBytes on disk.
 type Log struct {
-	mu sync.Mutex
-	w  io.Writer
-	f  *os.File // nil when writing to a stream that is not ours to close
+	mu   sync.Mutex
+	w    io.Writer
+	f    *os.File // nil when writing to a stream that is not ours to close
+	path string
+
+	// MaxBytes is the size at which the file rotates; 0 means
+	// DefaultMaxBytes.
+	MaxBytes int64
 }
 
 // Open opens the audit log at path, creating it (0600) and its directory
@@ -71,33 +83,84 @@ func Open(path string) (*Log, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("creating audit log directory: %w", err)
 	}
+	f, err := openFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return &Log{w: f, f: f, path: path}, nil
+}
+
+func openFile(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening audit log: %w", err)
 	}
-	return &Log{w: f, f: f}, nil
+	return f, nil
 }
 
-// Write appends rec as one line. The line is written with a single write
-// call under an exclusive lock, so lines never interleave.
+// Write appends rec as one line of at most MaxRecordBytes (see
+// marshalBounded). The line is written with a single write call under an
+// exclusive lock, so lines never interleave.
 func (l *Log) Write(rec *Record) error {
-	line, err := json.Marshal(rec)
+	line, err := marshalBounded(rec)
 	if err != nil {
 		return fmt.Errorf("encoding audit record: %w", err)
 	}
-	line = append(line, '\n')
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.f != nil {
-		if err := unix.Flock(int(l.f.Fd()), unix.LOCK_EX); err != nil {
-			return fmt.Errorf("locking audit log: %w", err)
+		unlock, err := l.lockCurrent(int64(len(line)))
+		if err != nil {
+			return err
 		}
-		defer unix.Flock(int(l.f.Fd()), unix.LOCK_UN)
+		defer unlock()
 	}
 	if _, err := l.w.Write(line); err != nil {
 		return fmt.Errorf("writing audit log: %w", err)
 	}
 	return nil
+}
+
+// lockCurrent locks the file at l.path, following a rotation another
+// Log (in this process or another) made, and rotates it first when n
+// more bytes would take it past MaxBytes. l.mu is held.
+func (l *Log) lockCurrent(n int64) (unlock func(), err error) {
+	max := l.MaxBytes
+	if max <= 0 {
+		max = DefaultMaxBytes
+	}
+	for range 10 {
+		fd := int(l.f.Fd())
+		if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+			return nil, fmt.Errorf("locking audit log: %w", err)
+		}
+		var have, cur unix.Stat_t
+		ferr := unix.Fstat(fd, &have)
+		perr := unix.Lstat(l.path, &cur)
+		if ferr != nil {
+			unix.Flock(fd, unix.LOCK_UN)
+			return nil, fmt.Errorf("audit log: %w", ferr)
+		}
+		if perr == nil && cur.Ino == have.Ino && cur.Dev == have.Dev {
+			if have.Size == 0 || have.Size+n <= max {
+				return func() { unix.Flock(fd, unix.LOCK_UN) }, nil
+			}
+			// Full: rotate while holding the lock of the full file.
+			if err := os.Rename(l.path, l.path+".1"); err != nil {
+				unix.Flock(fd, unix.LOCK_UN)
+				return nil, fmt.Errorf("rotating audit log: %w", err)
+			}
+		}
+		// Rotated (by us or another Log): write to the new file.
+		unix.Flock(fd, unix.LOCK_UN)
+		f, err := openFile(l.path)
+		if err != nil {
+			return nil, err
+		}
+		l.f.Close()
+		l.f, l.w = f, f
+	}
+	return nil, fmt.Errorf("audit log %s: rotated under us ten times", l.path)
 }
 
 // Close closes the log file, if it is one.

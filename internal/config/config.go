@@ -38,6 +38,12 @@ type Policy struct {
 	// image (dir:, oci:, docker-archive:); none by default. The config's
 	// own default image is the operator's and is not bound by it.
 	LocalImages []string `json:"local_images,omitempty"`
+	// Registries are the registries ("host", "host:port") a task may name
+	// an image from; none by default. The config's own images (image, and
+	// server.pool's) and what the store already holds need no entry. A
+	// pull for a task never connects to a loopback, private, link-local
+	// or other non-global address of a host not listed here.
+	Registries []string `json:"registries,omitempty"`
 }
 
 // Network configures the egress proxy: static host entries (name to IP, used
@@ -85,6 +91,7 @@ type Config struct {
 	Runsc     Runsc               `json:"runsc"`
 	Server    Server              `json:"server"`
 	StoreDir  string              `json:"store_dir"`
+	StoreMax  string              `json:"store_max_size"` // size cap of the image store; least recently used images go first
 	StateDir  string              `json:"state_dir"`
 	Audit     string              `json:"audit"` // absolute path, "-" for stderr, "" for none
 }
@@ -138,6 +145,7 @@ func Default() *Config {
 			Pool:          map[string]int{},
 		},
 		StoreDir: "/var/lib/agentrun",
+		StoreMax: "20g",
 		// Under /run/agentrun, which holds the socket and which the
 		// agentrun group may enter; the state dir itself is root's alone.
 		StateDir: "/run/agentrun/state",

@@ -115,6 +115,10 @@ func TestParseErrors(t *testing.T) {
 		{`{"store_dir": "var/lib"}`, "store_dir: "},
 		{`{"state_dir": "/run/../x"}`, "state_dir: "},
 		{`{"audit": "audit.log"}`, "audit: "},
+		{`{"policy": {"registries": ["http://127.0.0.1:5000"]}}`, "policy.registries[0]: "},
+		{`{"policy": {"registries": ["ok.example", "a/b"]}}`, "policy.registries[1]: "},
+		{`{"store_max_size": "0"}`, "store_max_size: "},
+		{`{"store_max_size": "big"}`, "store_max_size: "},
 	}
 	for _, tc := range cases {
 		_, err := Parse([]byte(tc.in))
@@ -125,6 +129,7 @@ func TestParseErrors(t *testing.T) {
 	for _, ok := range []string{
 		`{}`, `{"audit": "-"}`, `{"audit": ""}`, `{"server": {"listen": "tcp://127.0.0.1:8080", "token": "s3cret"}}`,
 		`{"runtime": "runsc"}`, `{"limits": {"memory": "2GiB"}}`, `{"network": {"allow_ranges": ["fd00::/8"]}}`,
+		`{"policy": {"registries": ["docker.io", "127.0.0.1:5000", "[::1]:5000", "registry.internal"]}}`, `{"store_max_size": "500m"}`,
 	} {
 		if _, err := Parse([]byte(ok)); err != nil {
 			t.Errorf("Parse(%s) = %v; want ok", ok, err)

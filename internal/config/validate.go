@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"unicode"
+
+	"github.com/agentrun/agentrun/image"
 )
 
 // Validate checks every value of c and returns the first problem found,
@@ -51,6 +53,9 @@ func (c *Config) Validate() error {
 		if !isCleanAbs(d.path) {
 			return fieldErr(d.name, fmt.Errorf("%q is not a clean absolute path", d.path))
 		}
+	}
+	if n, err := ParseSize(c.StoreMax); err != nil || n <= 0 {
+		return fieldErr("store_max_size", fmt.Errorf("%q: want a size such as \"20g\"", c.StoreMax))
 	}
 	if c.Audit != "" && c.Audit != "-" && !isCleanAbs(c.Audit) {
 		return fieldErr("audit", fmt.Errorf("%q is not an absolute path, \"-\" (stderr) or \"\" (off)", c.Audit))
@@ -117,6 +122,11 @@ func validateLimits(l Limits, p Policy) error {
 	for i, d := range p.LocalImages {
 		if !isCleanAbs(d) {
 			return fmt.Errorf("policy.local_images[%d]: %q must be an absolute, clean path", i, d)
+		}
+	}
+	for i, r := range p.Registries {
+		if err := image.CheckRegistry(r); err != nil {
+			return fmt.Errorf("policy.registries[%d]: %w", i, err)
 		}
 	}
 	if p.AllowNetwork == nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/config"
 )
 
@@ -45,6 +46,7 @@ func Run(ctx context.Context, cfg *config.Config) []Check {
 	checks := []func(*config.Config) Check{
 		checkRoot, checkKernel, checkCgroups, checkSeccomp, checkFilesystems,
 		checkNamespaces, checkRunsc, checkStateDir, checkStoreDir, checkClock,
+		func(cfg *config.Config) Check { return checkImage(ctx, cfg) },
 	}
 	out := make([]Check, 0, len(checks))
 	for _, c := range checks {
@@ -283,6 +285,30 @@ func checkDir(name, dir, key string) Check {
 		free = fmt.Sprintf(", %d MiB free", st.Bavail*uint64(st.Bsize)>>20)
 	}
 	c.Status, c.Detail = OK, dir+" writable"+free
+	return c
+}
+
+// imageCheckTimeout bounds the question to the default image's registry.
+const imageCheckTimeout = 5 * time.Second
+
+// checkImage checks that the config's default image can be had: in the
+// store, on disk, or from a registry that answers within
+// imageCheckTimeout (nothing is pulled).
+func checkImage(ctx context.Context, cfg *config.Config) Check {
+	c := Check{Name: "image"}
+	st, err := image.Open(cfg.StoreDir)
+	if err != nil {
+		return Check{Name: c.Name, Status: Fail, Detail: err.Error(), Fix: "fix the store dir (store_dir) first"}
+	}
+	ctx, cancel := context.WithTimeout(ctx, imageCheckTimeout)
+	defer cancel()
+	where, err := st.Available(ctx, cfg.Image)
+	if err != nil {
+		return Check{Name: c.Name, Status: Fail, Detail: err.Error(),
+			Fix: fmt.Sprintf("tasks without an image would fail: pull it while its source is reachable (agentrun pull %s), "+
+				"or set the config's image to one that is (a local oci:, docker-archive: or dir: image needs no network)", cfg.Image)}
+	}
+	c.Status, c.Detail = OK, cfg.Image+": "+where
 	return c
 }
 

@@ -42,6 +42,9 @@ type Result struct {
 	Network         Network         `json:"network"`
 	Files           map[string]File `json:"files"`
 	Error           string          `json:"error"`
+	// Err is the error behind Error, for callers in the same process
+	// (errors.Is, errors.As); it is never encoded.
+	Err error `json:"-"`
 }
 
 // Network lists the run's egress decisions, as agentrun's proxy and DNS

@@ -92,8 +92,9 @@ func (p *Pool) Seed(plan *task.Plan) error {
 	}
 	img, err := p.r.store.Get(context.Background(), plan.Image, image.PullOptions{})
 	if err != nil {
-		return fmt.Errorf("image %q: %w", plan.Image, err)
+		return err // an *image.Error, which names the image
 	}
+	img.Release() // the pool's sandboxes hold it, each for its life
 	key := shapeKey(plan, img)
 	p.mu.Lock()
 	if s := p.shapes[plan.Image]; !p.closed && key != "" && (s == nil || s.key != key) {

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -33,6 +34,8 @@ type Runner struct {
 	runcDir  string
 	nets     *netns.Pool
 	store    *image.Store
+	regs     *image.Registries // where a task's own image may come from
+	own      map[string]bool   // the config's images: not bound by regs
 	lc       *runc.Backend
 	pool     *Pool          // nil without a pool
 	runsc    *runsc.Backend // nil when runsc is not installed
@@ -54,6 +57,16 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	}
 	if r.store, err = image.Open(cfg.StoreDir); err != nil {
 		return nil, err
+	}
+	if r.store.MaxTotal, err = config.ParseSize(cmp.Or(cfg.StoreMax, "0")); err != nil {
+		return nil, fmt.Errorf("store_max_size: %w", err)
+	}
+	if r.regs, err = image.NewRegistries(cfg.Policy.Registries); err != nil {
+		return nil, fmt.Errorf("policy.%w", err)
+	}
+	r.own = map[string]bool{cfg.Image: true}
+	for ref := range cfg.Server.Pool {
+		r.own[ref] = true
 	}
 	if r.nets, err = netns.NewPool(netns.DefaultCIDR); err != nil {
 		return nil, err
@@ -100,7 +113,15 @@ func (r *Runner) RunWith(ctx context.Context, p *task.Plan, hooks Hooks) *result
 		Image: p.Image, Runtime: p.Runtime, Limits: auditLimits(p)}
 
 	if err := r.run(ctx, p, res, hooks); err != nil {
-		res.Error = err.Error()
+		res.Error, res.Err = err.Error(), err
+		var ie *image.Error
+		if errors.As(err, &ie) {
+			// A registry's words and where it led stay on the host.
+			res.Error, rec.Detail = ie.Summary(), err.Error()
+			if rec.Detail != res.Error {
+				fmt.Fprintf(os.Stderr, "agentrun: run %s: %s\n", res.ID, rec.Detail)
+			}
+		}
 	}
 	fillRecord(rec, res)
 	if r.audit != nil {
@@ -121,10 +142,11 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 		}
 		return fmt.Errorf("runtime %q is not available", p.Runtime)
 	}
-	img, err := r.store.Get(ctx, p.Image, image.PullOptions{})
+	img, err := r.store.Get(ctx, p.Image, r.pullOptions(p))
 	if err != nil {
-		return fmt.Errorf("image %q: %w", p.Image, err)
+		return err // an *image.Error, which names the image
 	}
+	defer img.Release() // each sandbox holds it for its own life
 	res.ImageDigest = img.Digest
 
 	defer r.pool.ran(p)
@@ -161,6 +183,15 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 		err = fmt.Errorf("cleaning up: %w", cerr)
 	}
 	return err
+}
+
+// pullOptions bounds the pull of a task's image by policy.registries,
+// unless the config names that image itself.
+func (r *Runner) pullOptions(p *task.Plan) image.PullOptions {
+	if r.own[p.Image] {
+		return image.PullOptions{}
+	}
+	return image.PullOptions{Registries: r.regs}
 }
 
 // sandbox is a ready sandbox from the pool with p's files written in, or
@@ -235,6 +266,14 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	}
 	sb.undo.add(lock.Close) // last: the run is live until everything else is gone
 	sb.undo.add(func() error { return os.RemoveAll(dir) })
+
+	// The image stays in the store while the sandbox lives (a pooled one
+	// outlives the Get that found its image).
+	release, err := r.store.Hold(img)
+	if err != nil {
+		return nil, err
+	}
+	sb.undo.add(release)
 
 	rootfs := img.Rootfs
 	// A store image has its mount points; a dir: image may lack them, and

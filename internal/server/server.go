@@ -275,6 +275,10 @@ func writeResult(w http.ResponseWriter, res *result.Result) {
 	if res.Error != "" {
 		status = http.StatusInternalServerError
 	}
+	if code, ok := imageStatus(res.Err); ok {
+		writeError(w, code, "image", res.Error+" (run "+res.ID+")")
+		return
+	}
 	writeJSON(w, status, res)
 }
 

@@ -214,7 +214,10 @@ func badInputs(canary string) []badInput {
 		{name: "image oci:/nonexistent:tag", task: withCode(`"image":"oci:/nonexistent:tag"`), want: "no OCI layout at /nonexistent"},
 		{name: "image oci: empty tag", task: withCode(`"image":"oci:/nonexistent:"`), want: "empty tag"},
 		{name: "image docker-archive:/nonexistent/image.tar", task: withCode(`"image":"docker-archive:/nonexistent/image.tar"`), want: "image not found"},
-		{name: "image unreachable registry", task: withCode(`"image":"127.0.0.1:1/x:y"`), want: "registry unreachable", limit: 15 * time.Second},
+		{name: "image unreachable registry", task: withCode(`"image":"127.0.0.1:1/x:y"`), want: "registry unreachable", limit: 15 * time.Second,
+			cfg: map[string]any{"policy": map[string]any{"registries": []string{"127.0.0.1:1"}}}},
+		{name: "image registry not in policy", task: withCode(`"image":"127.0.0.1:1/x:y"`), want: `registry 127.0.0.1:1 is not in the config's policy.registries`},
+		{name: "image a bare path", task: withCode(`"image":"/srv/rootfs"`), want: "a path is not an image reference; use dir:/path/to/rootfs"},
 		{name: "image bad remote ref", task: withCode(`"image":"UPPER/Case:tag"`), want: "bad image reference"},
 		// Runtime and network.
 		{name: "runtime docker", task: withCode(`"runtime":"docker"`), want: `runtime: "docker" is not a runtime`},

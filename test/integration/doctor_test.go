@@ -10,12 +10,12 @@ import (
 func TestDoctor(t *testing.T) {
 	bin := agentrunBin(t)
 	dir := t.TempDir()
-	good := writeConfig(t, map[string]any{"state_dir": stateDir, "store_dir": filepath.Join(dir, "store")})
+	good := writeConfig(t, map[string]any{"image": busyboxImage, "state_dir": stateDir, "store_dir": filepath.Join(dir, "store")})
 	out, err := exec.Command(bin, "doctor", "--config", good).CombinedOutput()
 	if err != nil {
 		t.Fatalf("doctor on this host: %v\n%s", err, out)
 	}
-	for _, check := range []string{"root", "kernel", "cgroups", "seccomp", "filesystems", "namespaces", "runsc", "state dir", "store dir", "clock"} {
+	for _, check := range []string{"root", "kernel", "cgroups", "seccomp", "filesystems", "namespaces", "runsc", "state dir", "store dir", "clock", "image"} {
 		if !strings.Contains(string(out), "\n"+check+" ") {
 			t.Errorf("doctor output lacks the %q check:\n%s", check, out)
 		}

@@ -224,6 +224,7 @@ func TestPullRegistryPython(t *testing.T) {
 			host := reg.start(t)
 			digest := imagetest.Push(t, host, "agentrun/python", "3", img)
 			cfg := storeConfig(t)
+			cfg.Policy.Registries = []string{host}
 			for _, ref := range []string{host + "/agentrun/python:3", host + "/agentrun/python@" + digest} {
 				res := runTaskWith(t, cfg, nil, pyTask("print(45)", map[string]any{"image": ref}))
 				if res.Stdout != "45\n" || res.ExitCode != 0 {
@@ -348,10 +349,10 @@ func TestImageConcurrentFirstRunsShareUnpack(t *testing.T) {
 
 // imageCLIConfig writes a config for the CLI with the given store and the
 // suite's state dir, and returns its path.
-func imageCLIConfig(t *testing.T, store string) string {
+func imageCLIConfig(t *testing.T, store string, registries ...string) string {
 	t.Helper()
 	return writeConfig(t, map[string]any{"image": busyboxImage, "state_dir": stateDir, "store_dir": store, "audit": "",
-		"policy": map[string]any{"local_images": testConfig(t).Policy.LocalImages}})
+		"policy": map[string]any{"local_images": testConfig(t).Policy.LocalImages, "registries": registries}})
 }
 
 // agentrun runs the CLI binary with args and stdin.
@@ -376,7 +377,7 @@ func agentrun(t *testing.T, stdin string, args ...string) (stdout, stderr string
 func TestImageErrorsThroughCLI(t *testing.T) {
 	host := imagetest.Registry(t)
 	store := newStoreDir(t)
-	cfgPath := imageCLIConfig(t, store)
+	cfgPath := imageCLIConfig(t, store, host, "127.0.0.1:1")
 	missing := filepath.Join(t.TempDir(), "missing") // allowed by policy.local_images, absent
 	for _, tc := range []struct {
 		name, ref string
@@ -384,6 +385,8 @@ func TestImageErrorsThroughCLI(t *testing.T) {
 	}{
 		{"registry 404", host + "/agentrun/nope:1", []string{"image not found"}},
 		{"unreachable registry", "127.0.0.1:1/agentrun/busybox:1", []string{"registry unreachable", "127.0.0.1:1"}},
+		{"registry not in policy", "127.0.0.1:2/agentrun/busybox:1", []string{"refused by policy", "policy.registries"}},
+		{"a path", "/srv/rootfs", []string{"bad image reference", "dir:", "oci:", "docker-archive:"}},
 		{"bad reference", "Not::A/Ref", []string{"bad image reference"}},
 		{"missing layout", "oci:" + missing + ":latest", []string{"image not found", missing}},
 		{"missing layout tag", "oci:" + busyboxLayout() + ":nope", []string{"image not found", `"nope"`}},
@@ -406,7 +409,8 @@ func TestImageErrorsThroughCLI(t *testing.T) {
 			if res.Stdout != "" || res.ImageDigest != "" {
 				t.Errorf("result %+v", res)
 			}
-			if lines := strings.Split(strings.TrimSpace(stderr), "\n"); len(lines) != 1 || !strings.HasPrefix(lines[0], "agentrun: image ") {
+			// The error, after (for a registry) the host-side detail.
+			if lines := strings.Split(strings.TrimSpace(stderr), "\n"); len(lines) > 2 || !strings.HasPrefix(lines[len(lines)-1], "agentrun: image ") {
 				t.Errorf("stderr is not one clear line: %q", stderr)
 			}
 			assertNoLeaks(t)

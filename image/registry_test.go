@@ -1,0 +1,271 @@
+package image
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/agentrun/agentrun/image/imagetest"
+)
+
+// acceptCounter listens on 127.0.0.1 and counts the connections made to
+// it, closing each at once.
+func acceptCounter(t *testing.T) (addr string, accepts *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepts = &atomic.Int64{}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepts.Add(1)
+			c.Close()
+		}
+	}()
+	return ln.Addr().String(), accepts
+}
+
+func registries(t *testing.T, hosts ...string) *Registries {
+	t.Helper()
+	r, err := NewRegistries(hosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// A task's reference to a host service (a loopback port here) that the
+// policy does not list is refused before anything is dialled, whatever
+// answers there; it says nothing about that port.
+func TestUnlistedRegistryRefusedBeforeConnect(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	addr, accepts := acceptCounter(t)
+	listedOther := imagetest.Registry(t)
+	for _, ref := range []string{addr + "/any/thing:tag", "10.1.2.3:5000/x:y", "169.254.169.254/latest/meta-data:x", "python:3.12-slim"} {
+		for _, pull := range []func(context.Context, string, PullOptions) (*Image, error){e.store.Get, e.store.Pull} {
+			_, err := pull(ctx, ref, PullOptions{Registries: registries(t, listedOther)})
+			var pe *PolicyError
+			if !errors.Is(err, ErrPolicy) || !errors.As(err, &pe) || pe.AtConnect {
+				t.Fatalf("%s: err = %v; want a PolicyError before connecting", ref, err)
+			}
+			var ie *Error
+			if !errors.As(err, &ie) || !strings.Contains(ie.Summary(), "policy.registries") {
+				t.Errorf("%s: summary of %v does not name policy.registries", ref, err)
+			}
+		}
+	}
+	if n := accepts.Load(); n != 0 {
+		t.Errorf("%d connections reached the unlisted host service", n)
+	}
+	e.checkNothingPublished(t)
+}
+
+// A listed loopback registry works; what the store holds is served to a
+// task even when its registry is not listed (no connection is made).
+func TestListedRegistryPulls(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	host := imagetest.Registry(t)
+	imagetest.PushDir(t, host, "test/app", "v1", sampleRootfs(t))
+	img, err := e.store.Get(ctx, host+"/test/app:v1", PullOptions{Registries: registries(t, host)})
+	if err != nil {
+		t.Fatalf("Get from a listed registry: %v", err)
+	}
+	checkRootfs(t, img)
+	if _, err := e.store.Get(ctx, host+"/test/app:v1", PullOptions{Registries: registries(t)}); err != nil {
+		t.Errorf("Get of a stored image under an empty policy: %v", err)
+	}
+	if _, err := e.store.Pull(ctx, host+"/test/app:v1", PullOptions{Registries: registries(t)}); !errors.Is(err, ErrPolicy) {
+		t.Errorf("Pull (which asks the registry) under an empty policy: err = %v; want ErrPolicy", err)
+	}
+}
+
+// A listed registry that redirects to a loopback address that is not
+// listed, by IP or by a name that resolves there (localhost), is refused
+// when the redirect is dialled: the target sees no connection.
+func TestRedirectToUnlistedAddressRefusedAtDial(t *testing.T) {
+	ctx := context.Background()
+	target, accepts := acceptCounter(t)
+	_, port, _ := net.SplitHostPort(target)
+	for _, to := range []string{"127.0.0.1:" + port, "localhost:" + port} {
+		t.Run(to, func(t *testing.T) {
+			e := newEnv(t)
+			host := imagetest.RegistryWith(t, func(h http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
+						http.Redirect(w, r, "http://"+to+"/internal/admin", http.StatusTemporaryRedirect)
+						return
+					}
+					h.ServeHTTP(w, r)
+				})
+			})
+			imagetest.PushDir(t, host, "test/app", "v1", sampleRootfs(t))
+			_, err := e.store.Get(ctx, host+"/test/app:v1", PullOptions{Registries: registries(t, host)})
+			var pe *PolicyError
+			if !errors.As(err, &pe) || !pe.AtConnect {
+				t.Fatalf("err = %v; want a PolicyError at connect time", err)
+			}
+			var ie *Error
+			if !errors.As(err, &ie) || strings.Contains(ie.Summary(), port) || strings.Contains(ie.Summary(), "internal/admin") {
+				t.Errorf("summary %q tells where the redirect led", ie.Summary())
+			}
+			if !strings.Contains(err.Error(), to) {
+				t.Errorf("detail %q does not say where the redirect led", err)
+			}
+			if n := accepts.Load(); n != 0 {
+				t.Errorf("%d connections reached the redirect's target", n)
+			}
+			e.checkNothingPublished(t)
+		})
+	}
+	// Without a policy (the operator's own pull) the same redirect is
+	// followed: the check is the policy's.
+	e := newEnv(t)
+	host := imagetest.RegistryWith(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.Contains(r.URL.Path, "/blobs/") && r.Method == http.MethodGet {
+				http.Redirect(w, r, "http://"+target+"/x", http.StatusTemporaryRedirect)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	imagetest.PushDir(t, host, "test/app", "v1", sampleRootfs(t))
+	e.store.Attempts = 1
+	if _, err := e.store.Get(ctx, host+"/test/app:v1", PullOptions{}); err == nil {
+		t.Fatal("a pull whose blobs are an empty answer succeeded")
+	}
+	if accepts.Load() == 0 {
+		t.Error("the unrestricted pull never dialled the redirect: the test proves nothing")
+	}
+}
+
+// What a registry sends with an error (a 404 page, say) and how a
+// connection failed stay out of the summary a task sees; the detail has
+// them.
+func TestRegistryErrorBodyStaysOutOfSummary(t *testing.T) {
+	ctx := context.Background()
+	const secret = "INTERNAL-ADMIN-PAGE-s3cr3t"
+	e := newEnv(t)
+	host := imagetest.RegistryWith(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.Contains(r.URL.Path, "/manifests/") {
+				for _, code := range []int{404, 401, 418} {
+					if strings.HasSuffix(r.URL.Path, "/t"+strconv.Itoa(code)) {
+						http.Error(w, secret, code)
+						return
+					}
+				}
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	closed, _ := acceptCounter(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := ln.Addr().String()
+	ln.Close()
+	e.store.Attempts = 2
+	for _, tc := range []struct {
+		ref  string
+		kind error
+	}{
+		{host + "/x/y:t404", ErrNotFound},
+		{host + "/x/y:t401", ErrUnauthorized},
+		{host + "/x/y:t418", nil},
+		{closed + "/x/y:z", ErrUnreachable},
+		{refused + "/x/y:z", ErrUnreachable},
+	} {
+		reg := strings.SplitN(tc.ref, "/", 2)[0]
+		_, err := e.store.Get(ctx, tc.ref, PullOptions{Registries: registries(t, reg)})
+		var ie *Error
+		if err == nil || !errors.As(err, &ie) {
+			t.Fatalf("%s: err = %v; want an *Error", tc.ref, err)
+		}
+		if tc.kind != nil && !errors.Is(err, tc.kind) {
+			t.Errorf("%s: err = %v; want %v", tc.ref, err, tc.kind)
+		}
+		s := ie.Summary()
+		for _, leak := range []string{secret, "refused", "reset", "EOF", "127.0.0.1:" + strings.Split(reg, ":")[1] + "/v2"} {
+			if strings.Contains(s, leak) {
+				t.Errorf("%s: summary %q holds %q", tc.ref, s, leak)
+			}
+		}
+		if !strings.Contains(s, tc.ref) {
+			t.Errorf("summary %q does not name the reference", s)
+		}
+		if tc.kind == ErrNotFound && !strings.Contains(err.Error(), secret) {
+			t.Errorf("detail %q lacks what the registry said", err)
+		}
+		t.Logf("%s: summary %q", tc.ref, s)
+	}
+}
+
+// A name that does not resolve is a registry that cannot be reached: it
+// is retried like one, and the error says how many tries were made.
+func TestUnresolvableRegistryRetried(t *testing.T) {
+	e := newEnv(t)
+	for _, opts := range []PullOptions{{}, {Registries: registries(t, "registry.invalid")}} {
+		_, err := e.store.Get(context.Background(), "registry.invalid/x/y:z", opts)
+		if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "after 4 attempts") {
+			t.Errorf("err = %v; want ErrUnreachable after 4 attempts", err)
+		}
+	}
+	e.store.Attempts = 1
+	if _, err := e.store.Get(context.Background(), "registry.invalid/x/y:z", PullOptions{}); err == nil || !strings.Contains(err.Error(), "after 1 attempt:") {
+		t.Errorf("err = %v; want one attempt, in the singular", err)
+	}
+}
+
+// A bare path is not a reference: the error says what references look
+// like.
+func TestPathIsNotAReference(t *testing.T) {
+	e := newEnv(t)
+	for _, ref := range []string{"/srv/rootfs", "./rootfs", "../x", "~/img"} {
+		_, err := e.store.Get(context.Background(), ref, PullOptions{})
+		if !errors.Is(err, ErrBadReference) {
+			t.Fatalf("%s: err = %v; want ErrBadReference", ref, err)
+		}
+		for _, w := range []string{"dir:", "oci:", "docker-archive:", "host:port/name:tag"} {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %v does not mention %s", ref, err, w)
+			}
+		}
+	}
+	if err := CheckReference("/srv/rootfs"); !errors.Is(err, ErrBadReference) {
+		t.Errorf("CheckReference: %v", err)
+	}
+}
+
+func TestNewRegistriesRefusesBadEntries(t *testing.T) {
+	for _, bad := range []string{"", "http://x", "a/b", "x@y", "a..b", "a:0", "a:x", "[::1]"} {
+		if _, err := NewRegistries([]string{bad}); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	r := registries(t, "docker.io", "127.0.0.1:5000", "reg.example", "[::1]:5000")
+	for _, ok := range [][2]string{{"index.docker.io", "443"}, {"127.0.0.1", "5000"}, {"reg.example", "80"}, {"::1", "5000"}} {
+		if !r.listsAddr(ok[0], ok[1]) {
+			t.Errorf("%v not listed", ok)
+		}
+	}
+	for _, no := range [][2]string{{"127.0.0.1", "5001"}, {"reg.example", "5000"}, {"localhost", "5000"}} {
+		if r.listsAddr(no[0], no[1]) {
+			t.Errorf("%v listed", no)
+		}
+	}
+}

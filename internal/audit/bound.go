@@ -1,0 +1,97 @@
+package audit
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+)
+
+// Bounds of one record.
+const (
+	// MaxRecordBytes bounds one record's line, newline included.
+	MaxRecordBytes = 64 << 10
+	// maxText bounds the error and the detail.
+	maxText = 4 << 10
+	// maxName bounds each collected file name, host and denial reason.
+	maxName = 256
+)
+
+// Truncation says what a record left out to stay within MaxRecordBytes:
+// the full length of each list it cut.
+type Truncation struct {
+	Files          int `json:"files,omitempty"`
+	NetworkAllowed int `json:"network_allowed,omitempty"`
+	NetworkDenied  int `json:"network_denied,omitempty"`
+	NetworkAllow   int `json:"network_allow,omitempty"`
+}
+
+// marshalBounded encodes rec as one line of at most MaxRecordBytes: long
+// texts and names are cut, and then the lists (collected files, network
+// decisions, the allowlist) are halved until the line fits, the record
+// saying how long each list was. rec itself is not changed.
+func marshalBounded(rec *Record) ([]byte, error) {
+	line, err := json.Marshal(rec)
+	if err != nil || len(line)+1 <= MaxRecordBytes {
+		return append(line, '\n'), err
+	}
+	r := *rec
+	r.Error, r.Detail = cut(r.Error, maxText), cut(r.Detail, maxText)
+	r.Files = slices.Clone(r.Files)
+	slices.Sort(r.Files)
+	for i := range r.Files {
+		r.Files[i] = cut(r.Files[i], maxName)
+	}
+	r.Network.Allowed = slices.Clone(r.Network.Allowed)
+	for i := range r.Network.Allowed {
+		r.Network.Allowed[i].Host = cut(r.Network.Allowed[i].Host, maxName)
+	}
+	r.Network.Denied = slices.Clone(r.Network.Denied)
+	for i := range r.Network.Denied {
+		d := &r.Network.Denied[i]
+		d.Host, d.Reason = cut(d.Host, maxName), cut(d.Reason, maxName)
+	}
+	r.Limits.NetworkAllow = slices.Clone(r.Limits.NetworkAllow)
+	for i := range r.Limits.NetworkAllow {
+		r.Limits.NetworkAllow[i] = cut(r.Limits.NetworkAllow[i], maxName)
+	}
+	t := &Truncation{}
+	for {
+		line, err = json.Marshal(&r)
+		if err != nil || len(line)+1 <= MaxRecordBytes {
+			return append(line, '\n'), err
+		}
+		if len(r.Files)+len(r.Network.Allowed)+len(r.Network.Denied)+len(r.Limits.NetworkAllow) == 0 {
+			return nil, fmt.Errorf("audit record of %d bytes even with its lists emptied", len(line))
+		}
+		r.Truncated = t
+		r.Files = halve(r.Files, &t.Files)
+		r.Network.Allowed = halve(r.Network.Allowed, &t.NetworkAllowed)
+		r.Network.Denied = halve(r.Network.Denied, &t.NetworkDenied)
+		r.Limits.NetworkAllow = halve(r.Limits.NetworkAllow, &t.NetworkAllow)
+	}
+}
+
+// halve drops the second half of s, noting its full length in *total the
+// first time.
+func halve[T any](s []T, total *int) []T {
+	if len(s) == 0 {
+		return s
+	}
+	if *total == 0 {
+		*total = len(s)
+	}
+	return s[:len(s)/2]
+}
+
+// cut shortens s to at most n bytes (on a rune boundary), saying so.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const more = "…(cut)"
+	i := n - len(more)
+	for i > 0 && s[i]&0xC0 == 0x80 {
+		i--
+	}
+	return s[:i] + more
+}

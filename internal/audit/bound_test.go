@@ -1,0 +1,120 @@
+package audit
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/agentrun/agentrun/internal/result"
+)
+
+// A run that collects 100,000 files with long names, and fails with a
+// long error, writes one record of at most MaxRecordBytes that says what
+// it cut (such a record used to be several megabytes).
+func TestRecordIsBounded(t *testing.T) {
+	rec := &Record{ID: "ar-1", Error: strings.Repeat("e", 1<<20), Detail: strings.Repeat("d", 1<<20)}
+	for i := range 100000 {
+		rec.Files = append(rec.Files, fmt.Sprintf("out/%06d-%s", i, strings.Repeat("n", 200)))
+	}
+	for i := range 300 {
+		rec.Network.Denied = append(rec.Network.Denied, result.Denied{Host: fmt.Sprintf("h%d.%s", i, strings.Repeat("x", 500)), Reason: strings.Repeat("r", 500)})
+		rec.Limits.NetworkAllow = append(rec.Limits.NetworkAllow, strings.Repeat("a", 250))
+	}
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > MaxRecordBytes || strings.Count(string(b), "\n") != 1 {
+		t.Fatalf("record is %d bytes, %d lines; want one line of at most %d", len(b), strings.Count(string(b), "\n"), MaxRecordBytes)
+	}
+	var got Record
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Truncated == nil || got.Truncated.Files != 100000 || got.Truncated.NetworkDenied != 300 || got.Truncated.NetworkAllow != 300 {
+		t.Errorf("truncated = %+v; want the full counts", got.Truncated)
+	}
+	if len(got.Files) == 0 || len(got.Error) > maxText || len(got.Detail) > maxText || !strings.HasSuffix(got.Error, "…(cut)") {
+		t.Errorf("kept %d files, error %d bytes, detail %d bytes", len(got.Files), len(got.Error), len(got.Detail))
+	}
+	if len(rec.Files) != 100000 || len(rec.Error) != 1<<20 {
+		t.Error("the caller's record was changed")
+	}
+	// A small record is written whole.
+	small := &Record{ID: "ar-2", Files: []string{"a", "b"}}
+	line, err := marshalBounded(small)
+	if err != nil || strings.Contains(string(line), "truncated") {
+		t.Errorf("small record: %s %v", line, err)
+	}
+}
+
+// The log rotates at MaxBytes, into PATH.1, also when several Logs (as
+// several agentrun processes) append at once: no line is split or lost
+// but to the rotation, and the log never takes more than twice MaxBytes.
+func TestLogRotates(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	const max = 8 << 10
+	var logs []*Log
+	for range 3 {
+		l, err := Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.MaxBytes = max
+		logs = append(logs, l)
+	}
+	var wg sync.WaitGroup
+	for i, l := range logs {
+		wg.Go(func() {
+			for j := range 300 {
+				if err := l.Write(&Record{ID: fmt.Sprintf("ar-%d-%d", i, j), TaskHash: "sha256:x"}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, l := range logs {
+		l.Close()
+	}
+	ents, _ := os.ReadDir(filepath.Dir(path))
+	if len(ents) != 2 {
+		t.Fatalf("%d files in the log dir; want audit.jsonl and audit.jsonl.1", len(ents))
+	}
+	for _, p := range []string{path, path + ".1"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() > max || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %d bytes, mode %v; want at most %d, 0600", p, fi.Size(), fi.Mode().Perm(), max)
+		}
+		f, _ := os.Open(p)
+		n := 0
+		for sc := bufio.NewScanner(f); sc.Scan(); n++ {
+			var r Record
+			if err := json.Unmarshal(sc.Bytes(), &r); err != nil || r.TaskHash != "sha256:x" {
+				t.Fatalf("%s line %d is not a whole record: %q", p, n, sc.Text())
+			}
+		}
+		f.Close()
+		if n == 0 {
+			t.Errorf("%s is empty", p)
+		}
+	}
+}
