@@ -20,7 +20,6 @@ import (
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/server"
-	"github.com/agentrun/agentrun/internal/task"
 )
 
 // socketGroup is the group given access to the unix socket when it exists.
@@ -59,34 +58,15 @@ func serve(cfg *config.Config, stderr io.Writer) error {
 	}
 
 	var poolStats func() runner.PoolStats
-	if len(cfg.Server.Pool) > 0 {
-		pool := r.NewPool(cfg.Server.Pool)
+	if pool, err := startPool(cfg, r); err != nil {
+		return err
+	} else if pool != nil {
 		defer func() {
 			if err := pool.Close(); err != nil {
 				fmt.Fprintf(stderr, "agentrun serve: %v\n", err)
 			}
 		}()
 		poolStats = pool.Stats
-		for ref, n := range cfg.Server.Pool {
-			if n == 0 {
-				continue
-			}
-			// The pool starts with the shape of a default task of the image;
-			// the placeholder code is never run, only its file name counts.
-			// The config's own image is the default of a task that names
-			// none (and so not bound by policy.local_images).
-			seedTask := fmt.Sprintf(`{"image":%q,"code":"pass"}`, ref)
-			if ref == cfg.Image {
-				seedTask = `{"code":"pass"}`
-			}
-			seed, err := task.Load([]byte(seedTask), cfg)
-			if err == nil {
-				err = pool.Seed(seed)
-			}
-			if err != nil {
-				return fmt.Errorf("server.pool[%q]: %w", ref, err)
-			}
-		}
 	}
 
 	ln, cleanup, err := listen(cfg.Server.Listen)
