@@ -1,0 +1,539 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/worker"
+)
+
+// natsServer is a nats-server process with JetStream on a temp dir, on
+// loopback.
+type natsServer struct {
+	t           *testing.T
+	port, cport int
+	dir, name   string
+	routes      []string // cluster routes (nats://127.0.0.1:P), nil for a lone server
+	cmd         *exec.Cmd
+	log         *os.File
+}
+
+// freePort is a TCP port free on loopback right now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// startNATS starts a lone nats-server with JetStream; it fails the test
+// (never skips) when nats-server is missing.
+func startNATS(t *testing.T) *natsServer {
+	t.Helper()
+	s := &natsServer{t: t, port: freePort(t), dir: t.TempDir(), name: "n1"}
+	s.start()
+	return s
+}
+
+func (s *natsServer) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.port) }
+
+func (s *natsServer) start() {
+	s.t.Helper()
+	bin, err := exec.LookPath("nats-server")
+	if err != nil {
+		s.t.Fatalf("nats-server is missing (Debian package nats-server; test/deps.sh installs it): %v", err)
+	}
+	args := []string{"-js", "-sd", filepath.Join(s.dir, "js"), "-a", "127.0.0.1", "-p", strconv.Itoa(s.port), "-n", s.name}
+	if s.routes != nil {
+		args = append(args, "--cluster_name", "agentrun-test", "--cluster", fmt.Sprintf("nats://127.0.0.1:%d", s.cport),
+			"--routes", strings.Join(s.routes, ","))
+	}
+	if s.log, err = os.OpenFile(filepath.Join(s.dir, "nats.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
+		s.t.Fatal(err)
+	}
+	s.cmd = exec.Command(bin, args...)
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatalf("starting nats-server: %v", err)
+	}
+	cmd := s.cmd
+	s.t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", s.port)); err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("nats-server did not listen on %d: %s", s.port, s.logText())
+		}
+	}
+}
+
+// stop ends the server with sig and waits for it.
+func (s *natsServer) stop(sig syscall.Signal) {
+	s.cmd.Process.Signal(sig)
+	s.cmd.Wait()
+	s.log.Close()
+}
+
+func (s *natsServer) logText() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "nats.log"))
+	return string(b)
+}
+
+// startCluster starts three nats-servers on loopback routed to each other.
+func startCluster(t *testing.T) []*natsServer {
+	t.Helper()
+	var ss []*natsServer
+	var routes []string
+	for i := range 3 {
+		s := &natsServer{t: t, port: freePort(t), cport: freePort(t), dir: t.TempDir(), name: fmt.Sprintf("n%d", i+1)}
+		ss = append(ss, s)
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", s.cport))
+	}
+	for _, s := range ss {
+		s.routes = routes
+		s.start()
+	}
+	return ss
+}
+
+// bus is the test's own NATS client.
+type bus struct {
+	t  *testing.T
+	nc *nats.Conn
+	js jetstream.JetStream
+	wc config.Worker
+}
+
+func dialBus(t *testing.T, urls ...string) *bus {
+	t.Helper()
+	wc := config.Default().Worker
+	wc.NATS = urls
+	nc, err := worker.Connect(wc, "agentrun test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &bus{t: t, nc: nc, js: js, wc: wc}
+}
+
+// publish puts a task on the bus, retrying while the servers fail over.
+func (b *bus) publish(id, taskJSON string) (duplicate bool) {
+	b.t.Helper()
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		duplicate, err = worker.Publish(ctx, b.js, b.wc, id, []byte(taskJSON))
+		cancel()
+		if err == nil {
+			return duplicate
+		}
+	}
+	b.t.Fatalf("publishing %s: %v", id, err)
+	return false
+}
+
+func (b *bus) kv() jetstream.KeyValue {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := worker.OpenBucket(ctx, b.js, b.wc)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return kv
+}
+
+// results waits for the result of every id, within limit.
+func (b *bus) results(ids []string, limit time.Duration) map[string]*result.Result {
+	b.t.Helper()
+	kv := b.kv()
+	out := map[string]*result.Result{}
+	deadline := time.Now().Add(limit)
+	for _, id := range ids {
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			res, err := worker.Get(ctx, kv, id)
+			cancel()
+			if err == nil {
+				out[id] = res
+				break
+			}
+			if time.Now().After(deadline) {
+				b.t.Fatalf("no result for %s within %s (%d of %d came): %v", id, limit, len(out), len(ids), err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return out
+}
+
+// stored is how many values were ever written to the results bucket: one
+// per task when every result was stored once.
+func (b *bus) stored() uint64 {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := b.js.Stream(ctx, "KV_"+b.wc.Results)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return s.CachedInfo().State.LastSeq
+}
+
+// consumer is the shared consumer's state.
+func (b *bus) consumer() *jetstream.ConsumerInfo {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := b.js.Consumer(ctx, b.wc.Stream, worker.Consumer)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return c.CachedInfo()
+}
+
+// workerProc is an `agentrun worker` process on the suite's state dir.
+type workerProc struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	audit  string
+	mu     sync.Mutex
+	stderr strings.Builder
+}
+
+// startWorker starts agentrun worker on the busybox image with the
+// worker section over (nats, slots, ...), and waits until it takes tasks.
+func startWorker(t *testing.T, over map[string]any) *workerProc {
+	t.Helper()
+	dir := t.TempDir()
+	wc := map[string]any{"ack_wait": "2s", "retry_delay": "100ms"}
+	for k, v := range over {
+		wc[k] = v
+	}
+	cfg := map[string]any{"image": busyboxImage, "state_dir": stateDir, "store_dir": filepath.Join(stateDir, "store"),
+		"audit": filepath.Join(dir, "audit.jsonl"), "worker": wc,
+		"policy": map[string]any{"local_images": []string{*imagesDir, os.TempDir()}}}
+	w := &workerProc{t: t, audit: filepath.Join(dir, "audit.jsonl")}
+	w.cmd = exec.Command(agentrunBin(t), "worker", "--config", writeConfig(t, cfg))
+	pr, err := w.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if w.cmd.ProcessState != nil {
+			return
+		}
+		w.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { w.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+			return
+		case <-time.After(30 * time.Second):
+		}
+		w.cmd.Process.Kill()
+		<-done
+		if err := gcCLI(t); err != nil {
+			t.Errorf("after killing the worker: %v", err)
+		}
+	})
+	ready := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		sc := bufio.NewScanner(pr)
+		once := sync.Once{}
+		for sc.Scan() {
+			w.mu.Lock()
+			w.stderr.WriteString(sc.Text() + "\n")
+			w.mu.Unlock()
+			if strings.Contains(sc.Text(), "taking tasks") {
+				once.Do(func() { close(ready) })
+			}
+		}
+	}()
+	select {
+	case <-ready:
+	case <-exited:
+		t.Fatalf("agentrun worker exited: %s", w.log())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("agentrun worker did not start: %s", w.log())
+	}
+	return w
+}
+
+func (w *workerProc) log() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stderr.String()
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (w *workerProc) stop() {
+	w.t.Helper()
+	w.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- w.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			w.t.Fatalf("agentrun worker exited with %v: %s", err, w.log())
+		}
+	case <-time.After(60 * time.Second):
+		w.t.Fatalf("agentrun worker did not stop on SIGTERM: %s", w.log())
+	}
+}
+
+// runs counts the worker's audit records per task hash.
+func (w *workerProc) runs() map[string]int {
+	w.t.Helper()
+	n := map[string]int{}
+	f, err := os.Open(w.audit)
+	if os.IsNotExist(err) {
+		return n
+	}
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var rec struct {
+			TaskHash string `json:"task_hash"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			w.t.Fatalf("audit line: %v", err)
+		}
+		n[rec.TaskHash]++
+	}
+	return n
+}
+
+func taskHash(taskJSON string) string {
+	sum := sha256.Sum256([]byte(taskJSON))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// cgroupSampler counts, every few milliseconds, the run cgroups whose
+// processes are children of each worker process: how many sandboxes each
+// worker has at once, seen from the cgroups.
+type cgroupSampler struct {
+	mu   sync.Mutex
+	max  map[int]int               // worker pid -> most sandboxes at once
+	seen map[int]map[string]bool   // worker pid -> run ids seen
+	stop chan struct{}
+	done chan struct{}
+}
+
+func sampleCgroups() *cgroupSampler {
+	s := &cgroupSampler{max: map[int]int{}, seen: map[int]map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
+	parent := filepath.Dir(hostCgroupOf("x"))
+	go func() {
+		defer close(s.done)
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			now := map[int]int{}
+			entries, _ := os.ReadDir(parent)
+			for _, e := range entries {
+				if !e.IsDir() {
+					continue
+				}
+				procs, _ := os.ReadFile(filepath.Join(parent, e.Name(), "cgroup.procs"))
+				for _, f := range strings.Fields(string(procs)) {
+					if ppid := parentOf(f); ppid > 0 {
+						now[ppid]++
+						s.mu.Lock()
+						if s.seen[ppid] == nil {
+							s.seen[ppid] = map[string]bool{}
+						}
+						s.seen[ppid][e.Name()] = true
+						s.mu.Unlock()
+						break
+					}
+				}
+			}
+			s.mu.Lock()
+			for pid, n := range now {
+				s.max[pid] = max(s.max[pid], n)
+			}
+			s.mu.Unlock()
+		}
+	}()
+	return s
+}
+
+// parentOf is the parent pid of pid (0 when it is gone).
+func parentOf(pid string) int {
+	b, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "PPid:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}
+
+func (s *cgroupSampler) end() {
+	close(s.stop)
+	<-s.done
+}
+
+func (s *cgroupSampler) most(pid int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.max[pid]
+}
+
+func (s *cgroupSampler) runsOf(pid int) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []string
+	for id := range s.seen[pid] {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// echoTask is a busybox task printing its own id.
+func echoTask(id string) string {
+	return fmt.Sprintf(`{"id":%q,"command":["echo",%q]}`, id, "out "+id)
+}
+
+// comparable is res without what differs between two runs of one task.
+func comparable(res *result.Result) result.Result {
+	c := *res
+	c.ID, c.DurationMS, c.CPUMS, c.MemoryPeakBytes = "", 0, 0, 0
+	return c
+}
+
+// TestWorkerTwoWorkers200Tasks: 200 tasks over two workers each get
+// exactly one result, stored once, with the fields of a local run of the
+// same task; each task ran once; both workers took part; neither ever had
+// more sandboxes than its slots (seen from the cgroups).
+func TestWorkerTwoWorkers200Tasks(t *testing.T) {
+	ns := startNATS(t)
+	const slots = 3
+	w1 := startWorker(t, map[string]any{"nats": []string{ns.url()}, "slots": slots})
+	w2 := startWorker(t, map[string]any{"nats": []string{ns.url()}, "slots": slots})
+	b := dialBus(t, ns.url())
+	cg := sampleCgroups()
+	var ids []string
+	tasks := map[string]string{}
+	for i := range 200 {
+		id := fmt.Sprintf("many-%03d", i)
+		ids = append(ids, id)
+		tasks[id] = echoTask(id)
+		if b.publish(id, tasks[id]) {
+			t.Fatalf("%s: reported as a duplicate", id)
+		}
+	}
+	got := b.results(ids, 50*time.Second)
+	cg.end()
+
+	cfg := testConfig(t)
+	cfg.Image = busyboxImage
+	local := comparable(runOnly(t, cfg, nil, tasks[ids[0]]))
+	if local.Stdout != "out many-000\n" || local.Error != "" {
+		t.Fatalf("local run: %+v", local)
+	}
+	for _, id := range ids {
+		want := local
+		want.Stdout, want.StdoutBytes = "out "+id+"\n", int64(len("out "+id+"\n"))
+		if c := comparable(got[id]); fmt.Sprint(c) != fmt.Sprint(want) {
+			t.Errorf("%s: result %+v\nwant (a local run's) %+v", id, c, want)
+		}
+	}
+	if n := b.stored(); n != 200 {
+		t.Errorf("results bucket got %d writes, want 200 (one per task)", n)
+	}
+	r1, r2 := w1.runs(), w2.runs()
+	for _, id := range ids {
+		if n := r1[taskHash(tasks[id])] + r2[taskHash(tasks[id])]; n != 1 {
+			t.Errorf("%s ran %d times", id, n)
+		}
+	}
+	if len(r1) == 0 || len(r2) == 0 {
+		t.Errorf("one worker took every task: %d and %d", len(r1), len(r2))
+	}
+	for _, w := range []*workerProc{w1, w2} {
+		pid := w.cmd.Process.Pid
+		if m := cg.most(pid); m > slots || m == 0 {
+			t.Errorf("worker %d had at most %d sandboxes at once (cgroups), want 1..%d", pid, m, slots)
+		}
+		t.Logf("worker %d: %d runs, at most %d at once", pid, len(w.runs()), cg.most(pid))
+	}
+	w1.stop()
+	w2.stop()
+	assertNoLeaks(t)
+}
+
+// TestWorkerSlotsBoundSandboxes: a worker with 2 slots and 6 tasks of one
+// second never has more than 2 sandboxes at once, and has 2.
+func TestWorkerSlotsBoundSandboxes(t *testing.T) {
+	ns := startNATS(t)
+	w := startWorker(t, map[string]any{"nats": []string{ns.url()}, "slots": 2})
+	b := dialBus(t, ns.url())
+	cg := sampleCgroups()
+	var ids []string
+	for i := range 6 {
+		id := fmt.Sprintf("slow-%d", i)
+		ids = append(ids, id)
+		b.publish(id, fmt.Sprintf(`{"id":%q,"command":["sleep","1"]}`, id))
+	}
+	for id, res := range b.results(ids, 30*time.Second) {
+		if res.Error != "" || res.ExitCode != 0 {
+			t.Errorf("%s: %+v", id, res)
+		}
+	}
+	cg.end()
+	if m := cg.most(w.cmd.Process.Pid); m != 2 {
+		t.Errorf("at most %d sandboxes at once (cgroups), want exactly the 2 slots", m)
+	}
+	w.stop()
+	assertNoLeaks(t)
+}
