@@ -96,7 +96,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, wc config.Worker)
 	have := s.CachedInfo().Config
 	var bad []string
 	if have.Retention != jetstream.WorkQueuePolicy {
-		bad = append(bad, fmt.Sprintf("retention is %s, not workqueue", have.Retention))
+		bad = append(bad, fmt.Sprintf("retention is %s, not %s", have.Retention, jetstream.WorkQueuePolicy))
 	}
 	if !slices.Contains(have.Subjects, wc.Subject) {
 		bad = append(bad, fmt.Sprintf("subjects %v do not include %s", have.Subjects, wc.Subject))

@@ -356,8 +356,8 @@ func taskHash(taskJSON string) string {
 // worker has at once, seen from the cgroups.
 type cgroupSampler struct {
 	mu   sync.Mutex
-	max  map[int]int               // worker pid -> most sandboxes at once
-	seen map[int]map[string]bool   // worker pid -> run ids seen
+	max  map[int]int             // worker pid -> most sandboxes at once
+	seen map[int]map[string]bool // worker pid -> run ids seen
 	stop chan struct{}
 	done chan struct{}
 }
@@ -535,5 +535,142 @@ func TestWorkerSlotsBoundSandboxes(t *testing.T) {
 		t.Errorf("at most %d sandboxes at once (cgroups), want exactly the 2 slots", m)
 	}
 	w.stop()
+	assertNoLeaks(t)
+}
+
+// TestWorkerDeliverySemantics: a task published twice with one id runs
+// once; a task whose result is already stored is acked without running;
+// a task failing on the host ends after max_deliver with an error result
+// naming the deliveries; a policy refusal is the result at once and is
+// never delivered again; and submit and result print results with run's
+// exit codes.
+func TestWorkerDeliverySemantics(t *testing.T) {
+	ns := startNATS(t)
+	w := startWorker(t, map[string]any{"nats": []string{ns.url()}, "slots": 2, "max_deliver": 3})
+	b := dialBus(t, ns.url())
+	kv := b.kv()
+
+	// The same id twice: the stream drops the second.
+	dup := `{"id":"dup-1","command":["echo","once"]}`
+	if b.publish("dup-1", dup) {
+		t.Fatal("first publish reported as a duplicate")
+	}
+	if !b.publish("dup-1", dup) {
+		t.Error("second publish of dup-1 was not dropped as a duplicate")
+	}
+	// A result already stored (a worker that stored it and died before
+	// its ack): the delivery is acked, nothing runs.
+	planted, _ := json.Marshal(&result.Result{Stdout: "planted\n"})
+	if _, err := kv.Create(context.Background(), "pre-1", planted); err != nil {
+		t.Fatal(err)
+	}
+	pre := `{"id":"pre-1","command":["echo","ran"]}`
+	b.publish("pre-1", pre)
+	// A host failure on every delivery: the image is not there.
+	poison := fmt.Sprintf(`{"id":"poison-1","image":"dir:%s","command":["true"]}`, filepath.Join(t.TempDir(), "missing"))
+	b.publish("poison-1", poison)
+
+	got := b.results([]string{"dup-1", "pre-1", "poison-1"}, 30*time.Second)
+	if got["dup-1"].Stdout != "once\n" {
+		t.Errorf("dup-1: %+v", got["dup-1"])
+	}
+	if !strings.Contains(got["poison-1"].Error, "each of 3 deliveries") {
+		t.Errorf("poison-1: error %q, want one naming the 3 deliveries", got["poison-1"].Error)
+	}
+	// Wait until the pre-1 delivery is acked: nothing pending.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if ci := b.consumer(); ci.NumPending == 0 && ci.NumAckPending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("deliveries still pending: %+v", b.consumer())
+		}
+	}
+	if res, _ := worker.Get(context.Background(), kv, "pre-1"); res == nil || res.Stdout != "planted\n" {
+		t.Errorf("pre-1: %+v, want the planted result", res)
+	}
+	runs := w.runs()
+	for _, c := range []struct {
+		name, task string
+		want       int
+	}{{"dup-1", dup, 1}, {"pre-1", pre, 0}, {"poison-1", poison, 3}} {
+		if n := runs[taskHash(c.task)]; n != c.want {
+			t.Errorf("%s ran %d times, want %d", c.name, n, c.want)
+		}
+	}
+
+	// A refusal: the result at once, delivered once, never run.
+	before := b.consumer().Delivered.Consumer
+	refused := `{"id":"refused-1","command":["true"],"limits":{"memory":"100g"}}`
+	b.publish("refused-1", refused)
+	res := b.results([]string{"refused-1"}, 10*time.Second)["refused-1"]
+	if !strings.Contains(res.Error, "limits.memory") || !strings.Contains(res.Error, "exceeds policy") {
+		t.Errorf("refused-1: error %q", res.Error)
+	}
+	time.Sleep(500 * time.Millisecond) // five retry delays
+	if d := b.consumer().Delivered.Consumer - before; d != 1 {
+		t.Errorf("refused-1 delivered %d times, want 1", d)
+	}
+	if n := w.runs()[taskHash(refused)]; n != 0 {
+		t.Errorf("refused-1 ran %d times", n)
+	}
+
+	// The CLI: submit waits and exits as run would; --no-wait prints the
+	// id; result fetches it.
+	cfg := writeConfig(t, map[string]any{"worker": map[string]any{"nats": []string{ns.url()}}})
+	sub := func(stdin string, args ...string) (string, int) {
+		cmd := exec.Command(agentrunBin(t), append([]string{"submit", "--config", cfg}, args...)...)
+		if args[0] == "result" {
+			cmd = exec.Command(agentrunBin(t), append([]string{"result", "--config", cfg}, args[1:]...)...)
+		}
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.Output()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return string(out), ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), 0
+	}
+	if out, code := sub(`{"command":["sh","-c","echo hi; exit 3"]}`, "-"); code != 3 || !strings.Contains(out, `"stdout": "hi\n"`) {
+		t.Errorf("submit: exit %d, %s", code, out)
+	}
+	if out, code := sub(`{"command":["true"],"limits":{"memory":"100g"}}`, "-"); code != 125 || !strings.Contains(out, "exceeds policy") {
+		t.Errorf("submit of a refused task: exit %d, %s", code, out)
+	}
+	if out, code := sub(`{"command":["x"],"bogus":1}`, "-"); code != 125 || !strings.Contains(out, "bogus") {
+		t.Errorf("submit of a bad task: exit %d, %s", code, out)
+	}
+	out, code := sub(`{"id":"cli-1","command":["echo","later"]}`, "--no-wait", "-")
+	if code != 0 || strings.TrimSpace(out) != "cli-1" {
+		t.Errorf("submit --no-wait: exit %d, %q", code, out)
+	}
+	if out, code := sub("", "result", "--wait", "20s", "cli-1"); code != 0 || !strings.Contains(out, `"stdout": "later\n"`) {
+		t.Errorf("result cli-1: exit %d, %s", code, out)
+	}
+	if out, code := sub("", "result", "nope-1"); code != 125 || !strings.Contains(out, "no result") {
+		t.Errorf("result of an unknown id: exit %d, %s", code, out)
+	}
+	w.stop()
+	assertNoLeaks(t)
+}
+
+// TestWorkerRefusesIncompatibleStream: a stream of the worker's name that
+// is not a work queue is not used, and the worker says why.
+func TestWorkerRefusesIncompatibleStream(t *testing.T) {
+	ns := startNATS(t)
+	b := dialBus(t, ns.url())
+	if _, err := b.js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "AGENTRUN", Subjects: []string{"agentrun.tasks"}}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := map[string]any{"image": busyboxImage, "state_dir": stateDir, "audit": "",
+		"worker": map[string]any{"nats": []string{ns.url()}}}
+	out, err := exec.Command(agentrunBin(t), "worker", "--config", writeConfig(t, cfg)).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("worker on an incompatible stream: %v: %s", err, out)
+	}
+	if !strings.Contains(string(out), "stream AGENTRUN exists with incompatible settings: retention is Limits, not WorkQueue") {
+		t.Errorf("worker's error: %s", out)
+	}
 	assertNoLeaks(t)
 }
