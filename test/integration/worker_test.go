@@ -674,3 +674,172 @@ func TestWorkerRefusesIncompatibleStream(t *testing.T) {
 	}
 	assertNoLeaks(t)
 }
+
+// sleepTasks publishes n tasks that sleep secs and print their id.
+func sleepTasks(b *bus, prefix string, n int, secs string) (ids []string, tasks map[string]string) {
+	tasks = map[string]string{}
+	for i := range n {
+		id := fmt.Sprintf("%s-%02d", prefix, i)
+		ids = append(ids, id)
+		tasks[id] = fmt.Sprintf(`{"id":%q,"command":["sh","-c","sleep %s; echo %s"]}`, id, secs, id)
+		b.publish(id, tasks[id])
+	}
+	return ids, tasks
+}
+
+// checkEcho checks that each result is its task's clean exit and that the
+// bucket holds exactly one write per task.
+func checkEcho(t *testing.T, b *bus, got map[string]*result.Result, want int) {
+	t.Helper()
+	for id, res := range got {
+		if res.Error != "" || res.ExitCode != 0 || res.Stdout != id+"\n" {
+			t.Errorf("%s: %+v", id, res)
+		}
+	}
+	if n := b.stored(); n != uint64(want) {
+		t.Errorf("results bucket got %d writes, want %d (one per task)", n, want)
+	}
+}
+
+// TestWorkerSIGKILLRedelivers: a worker killed while it runs tasks loses
+// them back to the stream; the other worker completes them, each result
+// stored once; agentrun gc then removes every sandbox the killed worker
+// left.
+func TestWorkerSIGKILLRedelivers(t *testing.T) {
+	ns := startNATS(t)
+	cg := sampleCgroups()
+	defer cg.end()
+	victim := startWorker(t, map[string]any{"nats": []string{ns.url()}, "slots": 2})
+	b := dialBus(t, ns.url())
+	ids, _ := sleepTasks(b, "kill", 8, "1")
+	// The victim's sandboxes, seen from the cgroups.
+	pid := victim.cmd.Process.Pid
+	for deadline := time.Now().Add(15 * time.Second); len(cg.runsOf(pid)) < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker ran nothing: %s", victim.log())
+		}
+	}
+	survivor := startWorker(t, map[string]any{"nats": []string{ns.url()}, "slots": 2})
+	victim.cmd.Process.Kill()
+	victim.cmd.Wait()
+	left := cg.runsOf(pid)
+	if err := gcCLI(t); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range left {
+		if _, err := os.Stat(hostCgroupOf(id)); err == nil {
+			t.Errorf("run %s of the killed worker: cgroup left after gc", id)
+		}
+		if _, err := os.Stat(filepath.Join(stateDir, "runs", id)); err == nil {
+			t.Errorf("run %s of the killed worker: state left after gc", id)
+		}
+	}
+	checkEcho(t, b, b.results(ids, 40*time.Second), len(ids))
+	if n := len(survivor.runs()); n == 0 {
+		t.Error("the surviving worker ran nothing")
+	}
+	survivor.stop()
+	assertNoLeaks(t)
+}
+
+// TestWorkerMaxDeliverWithoutAnswer: a task whose last delivery dies with
+// its worker gets an error result from another worker, naming the
+// deliveries, and leaves the stream.
+func TestWorkerMaxDeliverWithoutAnswer(t *testing.T) {
+	ns := startNATS(t)
+	cg := sampleCgroups()
+	defer cg.end()
+	over := map[string]any{"nats": []string{ns.url()}, "slots": 1, "max_deliver": 1}
+	victim := startWorker(t, over)
+	b := dialBus(t, ns.url())
+	b.publish("lost-1", `{"id":"lost-1","command":["sleep","30"]}`)
+	for deadline := time.Now().Add(15 * time.Second); len(cg.runsOf(victim.cmd.Process.Pid)) == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker ran nothing: %s", victim.log())
+		}
+	}
+	other := startWorker(t, over)
+	victim.cmd.Process.Kill()
+	victim.cmd.Wait()
+	if err := gcCLI(t); err != nil {
+		t.Fatal(err)
+	}
+	res := b.results([]string{"lost-1"}, 20*time.Second)["lost-1"]
+	if !strings.Contains(res.Error, "delivered 1 times (max_deliver) and never answered") {
+		t.Errorf("lost-1: error %q", res.Error)
+	}
+	if ci := b.consumer(); ci.NumPending != 0 || ci.NumAckPending != 0 {
+		t.Errorf("lost-1 still in the stream: %+v", ci)
+	}
+	other.stop()
+	assertNoLeaks(t)
+}
+
+// TestWorkerNATSRestart: nats-server restarts while tasks run; the workers
+// reconnect, and every task gets its one result.
+func TestWorkerNATSRestart(t *testing.T) {
+	ns := startNATS(t)
+	w := startWorker(t, map[string]any{"nats": []string{ns.url()}, "slots": 3, "ack_wait": "5s"})
+	b := dialBus(t, ns.url())
+	ids, _ := sleepTasks(b, "restart", 9, "1")
+	time.Sleep(500 * time.Millisecond) // the first three are running
+	ns.stop(syscall.SIGTERM)
+	time.Sleep(time.Second)
+	ns.start()
+	checkEcho(t, b, b.results(ids, 40*time.Second), len(ids))
+	w.stop()
+	assertNoLeaks(t)
+}
+
+// TestWorkerClusterFailover: with the stream and bucket at 3 replicas on
+// a three-node cluster, one server killed mid-load loses nothing.
+func TestWorkerClusterFailover(t *testing.T) {
+	ss := startCluster(t)
+	var urls []string
+	for _, s := range ss {
+		urls = append(urls, s.url())
+	}
+	// The cluster elects its JetStream leader first.
+	b := dialBus(t, urls...)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := b.js.AccountInfo(ctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("JetStream cluster not ready: %v\n%s", err, ss[0].logText())
+		}
+	}
+	over := map[string]any{"nats": urls, "slots": 3, "replicas": 3, "ack_wait": "5s"}
+	w1 := startWorker(t, over)
+	w2 := startWorker(t, over)
+	ids, _ := sleepTasks(b, "cluster", 24, "0.5")
+	time.Sleep(time.Second)
+	// Kill the stream's leader.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	st, err := b.js.Stream(ctx, "AGENTRUN")
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci := st.CachedInfo().Cluster
+	if ci == nil || len(ci.Replicas) != 2 {
+		t.Fatalf("stream not replicated on 3 servers: %+v", ci)
+	}
+	killed := false
+	for _, s := range ss {
+		if s.name == ci.Leader {
+			s.stop(syscall.SIGKILL)
+			killed = true
+		}
+	}
+	if !killed {
+		t.Fatalf("stream leader %q is none of the servers", ci.Leader)
+	}
+	checkEcho(t, b, b.results(ids, 50*time.Second), len(ids))
+	w1.stop()
+	w2.stop()
+	assertNoLeaks(t)
+}
