@@ -29,7 +29,7 @@ import (
 // natsServer is a nats-server process with JetStream on a temp dir, on
 // loopback.
 type natsServer struct {
-	t           *testing.T
+	t           testing.TB
 	port, cport int
 	dir, name   string
 	routes      []string // cluster routes (nats://127.0.0.1:P), nil for a lone server
@@ -38,7 +38,7 @@ type natsServer struct {
 }
 
 // freePort is a TCP port free on loopback right now.
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -50,7 +50,7 @@ func freePort(t *testing.T) int {
 
 // startNATS starts a lone nats-server with JetStream; it fails the test
 // (never skips) when nats-server is missing.
-func startNATS(t *testing.T) *natsServer {
+func startNATS(t testing.TB) *natsServer {
 	t.Helper()
 	s := &natsServer{t: t, port: freePort(t), dir: t.TempDir(), name: "n1"}
 	s.start()
@@ -109,7 +109,7 @@ func (s *natsServer) logText() string {
 }
 
 // startCluster starts three nats-servers on loopback routed to each other.
-func startCluster(t *testing.T) []*natsServer {
+func startCluster(t testing.TB) []*natsServer {
 	t.Helper()
 	var ss []*natsServer
 	var routes []string
@@ -127,13 +127,13 @@ func startCluster(t *testing.T) []*natsServer {
 
 // bus is the test's own NATS client.
 type bus struct {
-	t  *testing.T
+	t  testing.TB
 	nc *nats.Conn
 	js jetstream.JetStream
 	wc config.Worker
 }
 
-func dialBus(t *testing.T, urls ...string) *bus {
+func dialBus(t testing.TB, urls ...string) *bus {
 	t.Helper()
 	wc := config.Default().Worker
 	wc.NATS = urls
@@ -227,7 +227,7 @@ func (b *bus) consumer() *jetstream.ConsumerInfo {
 
 // workerProc is an `agentrun worker` process on the suite's state dir.
 type workerProc struct {
-	t      *testing.T
+	t      testing.TB
 	cmd    *exec.Cmd
 	audit  string
 	mu     sync.Mutex
@@ -236,7 +236,7 @@ type workerProc struct {
 
 // startWorker starts agentrun worker on the busybox image with the
 // worker section over (nats, slots, ...), and waits until it takes tasks.
-func startWorker(t *testing.T, over map[string]any) *workerProc {
+func startWorker(t testing.TB, over map[string]any) *workerProc {
 	t.Helper()
 	dir := t.TempDir()
 	wc := map[string]any{"ack_wait": "2s", "retry_delay": "100ms"}
