@@ -843,3 +843,40 @@ func TestWorkerClusterFailover(t *testing.T) {
 	w2.stop()
 	assertNoLeaks(t)
 }
+
+// TestWorkerSIGTERMAndBounds: a result larger than NATS carries is stored
+// without its output, saying so; a task whose id differs from its
+// message's is refused; on SIGTERM a worker takes no more tasks, finishes
+// the one it runs, stores its result and exits 0.
+func TestWorkerSIGTERMAndBounds(t *testing.T) {
+	ns := startNATS(t)
+	w := startWorker(t, map[string]any{"nats": []string{ns.url()}, "slots": 1})
+	b := dialBus(t, ns.url())
+
+	b.publish("big-1", `{"id":"big-1","command":["sh","-c","head -c 1100000 /dev/zero | tr '\\0' a"],"limits":{"output_bytes":1048576}}`)
+	b.publish("other-1", `{"id":"mismatch","command":["true"]}`)
+	got := b.results([]string{"big-1", "other-1"}, 20*time.Second)
+	big := got["big-1"]
+	if big.Stdout != "" || big.StdoutBytes != 1100000 || !big.StdoutTruncated || !strings.Contains(big.Error, "more than NATS carries") {
+		t.Errorf("big-1: %d bytes of stdout kept, stdout_bytes %d, error %q", len(big.Stdout), big.StdoutBytes, big.Error)
+	}
+	if e := got["other-1"].Error; !strings.Contains(e, `task: id: "mismatch" is not the message's Nats-Msg-Id "other-1"`) {
+		t.Errorf("other-1: error %q", e)
+	}
+
+	b.publish("term-1", `{"id":"term-1","command":["sh","-c","sleep 2; echo done"]}`)
+	b.publish("term-2", `{"id":"term-2","command":["echo","never"]}`)
+	for deadline := time.Now().Add(15 * time.Second); b.consumer().NumAckPending == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("term-1 never started")
+		}
+	}
+	w.stop()
+	if res := b.results([]string{"term-1"}, time.Second)["term-1"]; res.Stdout != "done\n" || res.Error != "" {
+		t.Errorf("term-1, running at SIGTERM: %+v", res)
+	}
+	if ci := b.consumer(); ci.NumPending != 1 || ci.NumAckPending != 0 {
+		t.Errorf("after SIGTERM: %d tasks waiting, %d taken; want term-2 waiting, nothing taken", ci.NumPending, ci.NumAckPending)
+	}
+	assertNoLeaks(t)
+}
