@@ -33,6 +33,7 @@ type natsServer struct {
 	port, cport int
 	dir, name   string
 	routes      []string // cluster routes (nats://127.0.0.1:P), nil for a lone server
+	extra       []string // more nats-server arguments
 	cmd         *exec.Cmd
 	log         *os.File
 }
@@ -50,9 +51,9 @@ func freePort(t testing.TB) int {
 
 // startNATS starts a lone nats-server with JetStream; it fails the test
 // (never skips) when nats-server is missing.
-func startNATS(t testing.TB) *natsServer {
+func startNATS(t testing.TB, extra ...string) *natsServer {
 	t.Helper()
-	s := &natsServer{t: t, port: freePort(t), dir: t.TempDir(), name: "n1"}
+	s := &natsServer{t: t, port: freePort(t), dir: t.TempDir(), name: "n1", extra: extra}
 	s.start()
 	return s
 }
@@ -66,6 +67,7 @@ func (s *natsServer) start() {
 		s.t.Fatalf("nats-server is missing (Debian package nats-server; test/deps.sh installs it): %v", err)
 	}
 	args := []string{"-js", "-sd", filepath.Join(s.dir, "js"), "-a", "127.0.0.1", "-p", strconv.Itoa(s.port), "-n", s.name}
+	args = append(args, s.extra...)
 	if s.routes != nil {
 		args = append(args, "--cluster_name", "agentrun-test", "--cluster", fmt.Sprintf("nats://127.0.0.1:%d", s.cport),
 			"--routes", strings.Join(s.routes, ","))
