@@ -39,9 +39,10 @@ commands:
   worker [--config F]
         take tasks from NATS JetStream (config worker) and store their
         results there; SIGTERM stops it
-  submit [--config F] [--nats URL] [--no-wait] [--timeout D] [--format json|text] TASK
+  submit [--config F] [--nats URL] [--no-wait] [--follow] [--timeout D] [--format json|text] TASK
         publish TASK on NATS and print its result (exit status as run);
-        --no-wait prints the task id instead
+        --no-wait prints the task id instead; --follow writes the
+        program's output to stderr as it runs
   result [--config F] [--nats URL] [--wait D] [--format json|text] ID
         print the result of task ID
   doctor [--config F]

@@ -77,6 +77,7 @@ func cmdSubmit(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	b := newBusFlags(fs)
 	noWait := fs.Bool("no-wait", false, "print the task id and exit once the stream has the task")
+	follow := fs.Bool("follow", false, "write the program's output to stderr as it runs (worker.events)")
 	wait := fs.Duration("timeout", 0, "give up waiting for the result after this long (0: wait until interrupted)")
 	if err := fs.Parse(args); err != nil {
 		return result.ExitSetup
@@ -92,7 +93,11 @@ func cmdSubmit(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		ctx, cancel = context.WithTimeout(ctx, *wait)
 		defer cancel()
 	}
-	id, res := submit(ctx, b, fs.Arg(0), stdin, *noWait)
+	var live io.Writer
+	if *follow && !*noWait {
+		live = stderr
+	}
+	id, res := submit(ctx, b, fs.Arg(0), stdin, *noWait, live)
 	if *noWait && res == nil {
 		fmt.Fprintln(stdout, id)
 		return 0
@@ -100,9 +105,10 @@ func cmdSubmit(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return b.print(stdout, stderr, res)
 }
 
-// submit publishes the task and, unless noWait, waits for its result.
-// Whatever fails, it returns a result with Error set.
-func submit(ctx context.Context, b busFlags, taskPath string, stdin io.Reader, noWait bool) (string, *result.Result) {
+// submit publishes the task and, unless noWait, waits for its result,
+// writing its live output to live when not nil. Whatever fails, it returns
+// a result with Error set.
+func submit(ctx context.Context, b busFlags, taskPath string, stdin io.Reader, noWait bool, live io.Writer) (string, *result.Result) {
 	data, err := readTask(taskPath, stdin)
 	if err != nil {
 		return "", failed(err)
@@ -116,6 +122,13 @@ func submit(ctx context.Context, b busFlags, taskPath string, stdin io.Reader, n
 		return id, failed(err)
 	}
 	defer nc.Close()
+	if live != nil {
+		sub, err := worker.Follow(nc, cfg.Worker, id, live)
+		if err != nil {
+			return id, failed(err)
+		}
+		defer sub.Unsubscribe()
+	}
 	if _, err := worker.Publish(ctx, js, cfg.Worker, id, data); err != nil {
 		return id, failed(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -84,6 +86,33 @@ func Publish(ctx context.Context, js jetstream.JetStream, wc config.Worker, id s
 		return false, fmt.Errorf("publishing on %s: %w", wc.Subject, err)
 	}
 	return ack.Duplicate, nil
+}
+
+// Follow writes the live output of task id to w as it comes (both
+// streams), until the subscription it returns is ended. The events are
+// best effort: the result holds the output for sure.
+func Follow(nc *nats.Conn, wc config.Worker, id string, w io.Writer) (*nats.Subscription, error) {
+	if wc.Events == "" {
+		return nil, errors.New("worker.events is off: there is no live output to follow")
+	}
+	var mu sync.Mutex
+	sub, err := nc.Subscribe(wc.Events+"."+id, func(m *nats.Msg) {
+		var ev Event
+		if json.Unmarshal(m.Data, &ev) == nil {
+			mu.Lock()
+			io.WriteString(w, ev.Data)
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("following task %s: %w", id, err)
+	}
+	// The subscription is in place before the task is published.
+	if err := nc.Flush(); err != nil {
+		sub.Unsubscribe()
+		return nil, fmt.Errorf("following task %s: %w", id, err)
+	}
+	return sub, nil
 }
 
 // ErrNoResult is returned by Get for an id without a result (yet).

@@ -882,3 +882,50 @@ func TestWorkerSIGTERMAndBounds(t *testing.T) {
 	}
 	assertNoLeaks(t)
 }
+
+// TestWorkerLiveOutput: a task's output comes on its event subject while
+// it runs, before its result is stored; submit --follow writes it to
+// stderr and the result to stdout.
+func TestWorkerLiveOutput(t *testing.T) {
+	ns := startNATS(t)
+	w := startWorker(t, map[string]any{"nats": []string{ns.url()}, "slots": 1})
+	b := dialBus(t, ns.url())
+	events := make(chan *nats.Msg, 16)
+	sub, err := b.nc.ChanSubscribe("agentrun.events.live-1", events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	b.nc.Flush()
+	b.publish("live-1", `{"id":"live-1","command":["sh","-c","echo first; sleep 1; echo second >&2"]}`)
+	select {
+	case m := <-events:
+		var ev worker.Event
+		if err := json.Unmarshal(m.Data, &ev); err != nil || ev != (worker.Event{Stream: "stdout", Data: "first\n"}) {
+			t.Errorf("first event: %v %+v", err, ev)
+		}
+		if _, err := worker.Get(context.Background(), b.kv(), "live-1"); err == nil {
+			t.Error("the result was stored before the first output came")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no live output within 10s")
+	}
+	b.results([]string{"live-1"}, 10*time.Second)
+
+	cfg := writeConfig(t, map[string]any{"worker": map[string]any{"nats": []string{ns.url()}}})
+	cmd := exec.Command(agentrunBin(t), "submit", "--config", cfg, "--follow", "-")
+	cmd.Stdin = strings.NewReader(`{"command":["sh","-c","echo out; echo err >&2; sleep 0.3"]}`)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("submit --follow: %v: %s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "out\n") || !strings.Contains(stderr.String(), "err\n") {
+		t.Errorf("submit --follow: stderr %q", stderr.String())
+	}
+	if !strings.Contains(stdout.String(), `"stdout": "out\n"`) {
+		t.Errorf("submit --follow: stdout %q", stdout.String())
+	}
+	w.stop()
+	assertNoLeaks(t)
+}
