@@ -167,14 +167,31 @@ func (b *bus) publish(id, taskJSON string) (duplicate bool) {
 	return false
 }
 
-func (b *bus) kv() jetstream.KeyValue {
+// try calls f until it succeeds, for up to 30s: the servers may be
+// failing over.
+func (b *bus) try(what string, f func(ctx context.Context) error) {
 	b.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	kv, err := worker.OpenBucket(ctx, b.js, b.wc)
-	if err != nil {
-		b.t.Fatal(err)
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = f(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("%s: %v", what, err)
+		}
 	}
+}
+
+// kv opens the results bucket.
+func (b *bus) kv() (kv jetstream.KeyValue) {
+	b.t.Helper()
+	b.try("opening the results bucket", func(ctx context.Context) (err error) {
+		kv, err = worker.OpenBucket(ctx, b.js, b.wc)
+		return err
+	})
 	return kv
 }
 
@@ -204,27 +221,29 @@ func (b *bus) results(ids []string, limit time.Duration) map[string]*result.Resu
 
 // stored is how many values were ever written to the results bucket: one
 // per task when every result was stored once.
-func (b *bus) stored() uint64 {
+func (b *bus) stored() (n uint64) {
 	b.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := b.js.Stream(ctx, "KV_"+b.wc.Results)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	return s.CachedInfo().State.LastSeq
+	b.try("results bucket info", func(ctx context.Context) error {
+		st, err := b.js.Stream(ctx, "KV_"+b.wc.Results)
+		if err == nil {
+			n = st.CachedInfo().State.LastSeq
+		}
+		return err
+	})
+	return n
 }
 
 // consumer is the shared consumer's state.
-func (b *bus) consumer() *jetstream.ConsumerInfo {
+func (b *bus) consumer() (ci *jetstream.ConsumerInfo) {
 	b.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := b.js.Consumer(ctx, b.wc.Stream, worker.Consumer)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	return c.CachedInfo()
+	b.try("consumer info", func(ctx context.Context) error {
+		c, err := b.js.Consumer(ctx, b.wc.Stream, worker.Consumer)
+		if err == nil {
+			ci = c.CachedInfo()
+		}
+		return err
+	})
+	return ci
 }
 
 // workerProc is an `agentrun worker` process on the suite's state dir.
