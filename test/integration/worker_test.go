@@ -677,7 +677,8 @@ func TestWorkerDeliverySemantics(t *testing.T) {
 }
 
 // TestWorkerRefusesIncompatibleStream: a stream of the worker's name that
-// is not a work queue is not used, and the worker says why.
+// is not a work queue, or a bucket with another TTL, is not used, and the
+// worker says why.
 func TestWorkerRefusesIncompatibleStream(t *testing.T) {
 	ns := startNATS(t)
 	b := dialBus(t, ns.url())
@@ -692,6 +693,20 @@ func TestWorkerRefusesIncompatibleStream(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "stream AGENTRUN exists with incompatible settings: retention is Limits, not WorkQueue") {
 		t.Errorf("worker's error: %s", out)
+	}
+
+	// A results bucket of the worker's name that keeps results for another
+	// time.
+	if err := b.js.DeleteStream(context.Background(), "AGENTRUN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.js.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: "agentrun-results", TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	out, err = exec.Command(agentrunBin(t), "worker", "--config", writeConfig(t, cfg)).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 ||
+		!strings.Contains(string(out), "results bucket agentrun-results exists with incompatible settings: ttl 1h0m0s, not worker.result_ttl 24h0m0s") {
+		t.Errorf("worker on an incompatible bucket: %v: %s", err, out)
 	}
 	assertNoLeaks(t)
 }
