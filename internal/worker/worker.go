@@ -101,7 +101,8 @@ func (w *Worker) Slots() int { return w.slots }
 // Run takes and runs tasks until stop is done, then stops fetching, lets
 // the tasks running finish within grace, kills those still running after
 // it (their messages go back to the stream at once) and closes the
-// connection once every result is stored and acked.
+// connection once every result is stored and acked. The connection is
+// closed when Run returns.
 func (w *Worker) Run(stop context.Context, grace time.Duration) error {
 	defer w.nc.Close()
 	adv, err := w.nc.Subscribe(fmt.Sprintf("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.%s.%s", w.wc.Stream, Consumer), w.maxDeliveries)
@@ -170,8 +171,10 @@ func (w *Worker) Run(stop context.Context, grace time.Duration) error {
 		kill()
 		<-done
 	}
-	if err := w.nc.Drain(); err != nil {
-		return fmt.Errorf("draining the NATS connection: %w", err)
+	// Acks were confirmed by the server; what is left to send are the
+	// last live-output events.
+	if err := w.nc.FlushTimeout(5 * time.Second); err != nil {
+		return fmt.Errorf("flushing the NATS connection: %w", err)
 	}
 	return nil
 }
