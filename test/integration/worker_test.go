@@ -259,6 +259,12 @@ type workerProc struct {
 // worker section over (nats, slots, ...), and waits until it takes tasks.
 func startWorker(t testing.TB, over map[string]any) *workerProc {
 	t.Helper()
+	return startWorkerCfg(t, over, nil)
+}
+
+// startWorkerCfg is startWorker with more top-level config keys.
+func startWorkerCfg(t testing.TB, over, top map[string]any) *workerProc {
+	t.Helper()
 	dir := t.TempDir()
 	wc := map[string]any{"ack_wait": "2s", "retry_delay": "100ms"}
 	for k, v := range over {
@@ -267,6 +273,9 @@ func startWorker(t testing.TB, over map[string]any) *workerProc {
 	cfg := map[string]any{"image": busyboxImage, "state_dir": stateDir, "store_dir": filepath.Join(stateDir, "store"),
 		"audit": filepath.Join(dir, "audit.jsonl"), "worker": wc,
 		"policy": map[string]any{"local_images": []string{*imagesDir, os.TempDir()}}}
+	for k, v := range top {
+		cfg[k] = v
+	}
 	w := &workerProc{t: t, audit: filepath.Join(dir, "audit.jsonl")}
 	w.cmd = exec.Command(agentrunBin(t), "worker", "--config", writeConfig(t, cfg))
 	pr, err := w.cmd.StderrPipe()
@@ -959,6 +968,34 @@ func TestWorkerLiveOutput(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), `"stdout": "out\n"`) {
 		t.Errorf("submit --follow: stdout %q", stdout.String())
+	}
+	w.stop()
+	assertNoLeaks(t)
+}
+
+// TestWorkerUsesItsPool: a worker with server.pool runs a task of the
+// pooled shape in the sandbox it had ready (the result's id is that
+// sandbox's cgroup), and empties its pool on SIGTERM.
+func TestWorkerUsesItsPool(t *testing.T) {
+	ns := startNATS(t)
+	cg := sampleCgroups()
+	defer cg.end()
+	w := startWorkerCfg(t, map[string]any{"nats": []string{ns.url()}, "slots": 1},
+		map[string]any{"image": pythonImage, "server": map[string]any{"pool": map[string]int{pythonImage: 1}}})
+	var ready []string
+	for deadline := time.Now().Add(20 * time.Second); len(ready) == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no pooled sandbox: %s", w.log())
+		}
+		ready = cg.runsOf(w.cmd.Process.Pid)
+	}
+	// Its cgroup comes before the rest of its set-up: let that end.
+	time.Sleep(time.Second)
+	b := dialBus(t, ns.url())
+	b.publish("pool-1", `{"id":"pool-1","code":"print(45)"}`)
+	res := b.results([]string{"pool-1"}, 20*time.Second)["pool-1"]
+	if res.Stdout != "45\n" || res.ID != ready[0] {
+		t.Errorf("pool-1: id %s, stdout %q, error %q; want it run in the pooled sandbox %s", res.ID, res.Stdout, res.Error, ready[0])
 	}
 	w.stop()
 	assertNoLeaks(t)
