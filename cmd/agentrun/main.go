@@ -39,6 +39,15 @@ commands:
   serve [--config F]
         run tasks over HTTP (POST /v1/runs, GET /healthz) on server.listen,
         with the warm pool of server.pool; SIGTERM stops it
+  worker [--config F]
+        take tasks from NATS JetStream (config worker) and store their
+        results there; SIGTERM stops it
+  submit [--config F] [--nats URL] [--no-wait] [--follow] [--timeout D] [--format json|text] TASK
+        publish TASK on NATS and print its result (exit status as run);
+        --no-wait prints the task id instead; --follow writes the
+        program's output to stderr as it runs
+  result [--config F] [--nats URL] [--wait D] [--format json|text] ID
+        print the result of task ID
   doctor [--config F]
         check this host; exits 1 if a run would fail
   gc [--config F]
@@ -74,6 +83,12 @@ func dispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return cmdRun(args[1:], stdin, stdout, stderr)
 	case "serve":
 		return cmdServe(args[1:], stderr)
+	case "worker":
+		return cmdWorker(args[1:], stderr)
+	case "submit":
+		return cmdSubmit(args[1:], stdin, stdout, stderr)
+	case "result":
+		return cmdResult(args[1:], stdout, stderr)
 	case "doctor":
 		return cmdDoctor(args[1:], stdout, stderr)
 	case "gc":

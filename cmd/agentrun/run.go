@@ -76,13 +76,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		res = runTask(pos[0], *cfgPath, *auditPath, *storeDir, stdin, stderr)
 	}
 
-	var err error
-	if *format == "json" {
-		err = writeJSON(out, res)
-	} else {
-		err = writeText(out, stderr, res)
-	}
-	if err != nil {
+	if err := writeResult(out, stderr, res, *format); err != nil {
 		fmt.Fprintf(stderr, "agentrun run: writing result: %v\n", err)
 		return result.ExitSetup
 	}
@@ -201,6 +195,15 @@ func readTask(path string, stdin io.Reader) ([]byte, error) {
 		return nil, fmt.Errorf("%s is more than the maximum %d bytes (32 MiB)", name, task.MaxTaskBytes)
 	}
 	return data, nil
+}
+
+// writeResult writes res in format (json or text): the result, or the
+// program's output, to out; in text mode its summary to errw.
+func writeResult(out, errw io.Writer, res *result.Result, format string) error {
+	if format == "json" {
+		return writeJSON(out, res)
+	}
+	return writeText(out, errw, res)
 }
 
 func writeJSON(w io.Writer, res *result.Result) error {

@@ -19,7 +19,6 @@ import (
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/server"
-	"github.com/agentrun/agentrun/internal/task"
 )
 
 // socketGroup is the group given access to the unix socket when it exists.
@@ -63,39 +62,17 @@ func serve(cfg *config.Config, stderr io.Writer) error {
 	}
 
 	var poolStats func() runner.PoolStats
-	poolErrors := map[string]string{}
-	if len(cfg.Server.Pool) > 0 {
-		pool := r.NewPool(cfg.Server.Pool)
+	var poolErrors map[string]string
+	if pool, errs, err := startPool(cfg, r, stderr); err != nil {
+		return err
+	} else if pool != nil {
+		poolErrors = errs
 		defer func() {
 			if err := pool.Close(); err != nil {
 				fmt.Fprintf(stderr, "agentrun serve: %v\n", err)
 			}
 		}()
 		poolStats = pool.Stats
-		for ref, n := range cfg.Server.Pool {
-			if n == 0 {
-				continue
-			}
-			// The pool starts with the shape of a default task of the image;
-			// the placeholder code is never run, only its file name counts.
-			// The config's own image is the default of a task that names
-			// none (and so not bound by policy.local_images).
-			seedTask := fmt.Sprintf(`{"image":%q,"code":"pass"}`, ref)
-			if ref == cfg.Image {
-				seedTask = `{"code":"pass"}`
-			}
-			seed, err := task.Load([]byte(seedTask), cfg)
-			if err != nil {
-				return fmt.Errorf("server.pool[%q]: %w", ref, err)
-			}
-			// An image that cannot be had now (a registry down) does not
-			// stop the server: it starts without sandboxes for it, says
-			// so in /healthz, and runs of that image pull it as usual.
-			if err := pool.Seed(seed); err != nil {
-				fmt.Fprintf(stderr, "agentrun serve: server.pool[%q]: %v; starting without it\n", ref, err)
-				poolErrors[ref] = err.Error()
-			}
-		}
 	}
 
 	ln, cleanup, err := listen(cfg.Server.Listen)

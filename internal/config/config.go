@@ -71,6 +71,33 @@ type Server struct {
 	Token         string         `json:"token,omitempty"`
 }
 
+// Worker configures `agentrun worker`, which takes tasks from a NATS
+// JetStream work-queue stream and stores their results in a KV bucket, and
+// the clients `agentrun submit` and `agentrun result`.
+type Worker struct {
+	NATS       []string  `json:"nats"`        // server URLs (nats:// or tls://)
+	Creds      string    `json:"creds"`       // NATS credentials file (JWT and nkey seed), absolute; "" none
+	TLS        WorkerTLS `json:"tls"`         // client TLS
+	Stream     string    `json:"stream"`      // work-queue stream of tasks
+	Subject    string    `json:"subject"`     // subject tasks are published on
+	Results    string    `json:"results"`     // KV bucket of results, keyed by task id
+	Events     string    `json:"events"`      // subject prefix of live output (PREFIX.ID); "" none
+	Slots      int       `json:"slots"`       // tasks at once per worker; 0: server.max_concurrent
+	AckWait    string    `json:"ack_wait"`    // redelivery after silence this long (a running task is kept alive)
+	MaxDeliver int       `json:"max_deliver"` // deliveries of a task before its result is an error
+	RetryDelay string    `json:"retry_delay"` // a host failure naks with this delay times the delivery count
+	Replicas   int       `json:"replicas"`    // replicas of the stream and the bucket when a worker creates them
+	ResultTTL  string    `json:"result_ttl"`  // how long results are kept
+}
+
+// WorkerTLS names the PEM files of a TLS connection to NATS; all optional,
+// cert and key together.
+type WorkerTLS struct {
+	CA   string `json:"ca"`
+	Cert string `json:"cert"`
+	Key  string `json:"key"`
+}
+
 // Quota bounds each session; 0 disables that bound.
 type Quota struct {
 	RunsPerMinute int `json:"runs_per_minute"`
@@ -90,6 +117,7 @@ type Config struct {
 	Network   Network             `json:"network"`
 	Runsc     Runsc               `json:"runsc"`
 	Server    Server              `json:"server"`
+	Worker    Worker              `json:"worker"`
 	StoreDir  string              `json:"store_dir"`
 	StoreMax  string              `json:"store_max_size"` // size cap of the image store; least recently used images go first
 	StateDir  string              `json:"state_dir"`
@@ -143,6 +171,11 @@ func Default() *Config {
 			Queue:         64,
 			Quota:         Quota{RunsPerMinute: 60, Concurrent: 2},
 			Pool:          map[string]int{},
+		},
+		Worker: Worker{
+			NATS:   []string{"nats://127.0.0.1:4222"},
+			Stream: "AGENTRUN", Subject: "agentrun.tasks", Results: "agentrun-results", Events: "agentrun.events",
+			AckWait: "30s", MaxDeliver: 3, RetryDelay: "5s", Replicas: 1, ResultTTL: "24h",
 		},
 		StoreDir: "/var/lib/agentrun",
 		StoreMax: "20g",

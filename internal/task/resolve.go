@@ -13,7 +13,19 @@ import (
 	"github.com/agentrun/agentrun/internal/config"
 )
 
-var sessionRe = regexp.MustCompile(`^[A-Za-z0-9._:-]*$`)
+var (
+	sessionRe = regexp.MustCompile(`^[A-Za-z0-9._:-]*$`)
+	idRe      = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+)
+
+// CheckID checks a task id: 1 to MaxIDLen characters of A-Z a-z 0-9 _ -,
+// so that it is a valid key of the results bucket and a subject token.
+func CheckID(id string) error {
+	if len(id) > MaxIDLen || !idRe.MatchString(id) {
+		return fmt.Errorf("%q: must be 1 to %d characters of A-Z a-z 0-9 _ -", id, MaxIDLen)
+	}
+	return nil
+}
 
 // codeExt gives the code file's extension per language; others get none.
 var codeExt = map[string]string{
@@ -33,7 +45,12 @@ func (t *Task) Resolve(cfg *config.Config) (*Plan, error) {
 	if cfg == nil {
 		return nil, errors.New("task: resolve: nil config")
 	}
-	p := &Plan{Session: t.Session, Image: t.Image, Runtime: t.Runtime}
+	p := &Plan{ID: t.ID, Session: t.Session, Image: t.Image, Runtime: t.Runtime}
+	if t.ID != "" {
+		if err := CheckID(t.ID); err != nil {
+			return nil, errorf("id", "%v", err)
+		}
+	}
 	if len(p.Session) > MaxSessionLen || !sessionRe.MatchString(p.Session) {
 		return nil, errorf("session", "must be at most %d characters of A-Z a-z 0-9 . _ : -", MaxSessionLen)
 	}

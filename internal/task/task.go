@@ -23,6 +23,9 @@ type Network struct {
 
 // Task is task.json as sent (see spec section 2).
 type Task struct {
+	// ID names the task on the bus (agentrun submit, agentrun worker): the
+	// key of its result and its de-duplication id. A local run ignores it.
+	ID       string            `json:"id"`
 	Session  string            `json:"session"`
 	Image    string            `json:"image"`
 	Language string            `json:"language"`
@@ -52,6 +55,7 @@ type Limits struct {
 
 // Plan is a validated task with every default filled in from the config: all a backend needs.
 type Plan struct {
+	ID      string // the task's own id ("" when it names none)
 	Session string
 	Image   string
 	Runtime string
@@ -78,6 +82,7 @@ const (
 	MaxCollect     = 64       // entries in collect
 	MaxAllow       = 256      // entries in network.allow
 	MaxSessionLen  = 128
+	MaxIDLen       = 128
 	MaxPathLen     = 4096 // a file name or collect glob
 	MaxPathElemLen = 255  // one component of it
 )

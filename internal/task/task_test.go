@@ -51,6 +51,8 @@ var errorCases = []struct {
 
 	// Session, image, runtime.
 	{name: "session chars", json: `{"code":"x","session":"a b"}`, field: "session"},
+	{name: "id chars", json: `{"code":"x","id":"a.b"}`, field: "id"},
+	{name: "id long", json: `{"code":"x","id":"` + strings.Repeat("a", 129) + `"}`, field: "id"},
 	{name: "session slash", json: `{"code":"x","session":"../x"}`, field: "session"},
 	{name: "session long", json: `{"code":"x","session":"` + strings.Repeat("a", 129) + `"}`, field: "session"},
 	{name: "image whitespace", json: `{"code":"x","image":"python :3"}`, field: "image"},

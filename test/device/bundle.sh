@@ -26,6 +26,8 @@ flags=(-tags seccomp -trimpath -ldflags "-s -w")
 "$GO" build "${flags[@]}" -o "$work/bin/bench" ./test/bench
 CGO_ENABLED=0 "$GO" build -trimpath -ldflags "-s -w" -o "$work/bin/probe" ./test/escape/probe
 cp "$runsc" "$work/bin/runsc"
+# The workers' tests start nats-server (Debian's, linked against libc only).
+cp "$(command -v nats-server || echo /usr/sbin/nats-server)" "$work/bin/nats-server"
 
 cp -a "$images/busybox/rootfs" "$work/images/busybox/rootfs"
 cp -a "$images/busybox/oci" "$work/images/busybox/oci"

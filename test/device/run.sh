@@ -10,6 +10,7 @@ rm -rf "$w" && mkdir -p "$w"
 xz -d <_device/bundle.tar.xz | tar -C "$w" -xf -
 export AGENTRUN_IMAGES=$w/images AGENTRUN_SKIP_IMAGE_BUILD=1 AGENTRUN_SKIP_RUNSC_BUILD=1 \
 	AGENTRUN_RUNSC=$w/bin/runsc AGENTRUN_BIN=$w/bin/agentrun AGENTRUN_ESCAPE_PROBE=$w/bin/probe
+export PATH=$w/bin:$PATH # nats-server
 {
 	uname -a; cat /etc/os-release | head -2; nproc; free -g | head -2
 	echo "--- cgroups"; stat -fc %T /sys/fs/cgroup; cat /sys/fs/cgroup/cgroup.controllers; cat /sys/fs/cgroup/cgroup.subtree_control; cat /proc/self/cgroup

@@ -25,7 +25,7 @@ var (
 )
 
 // agentrunBin builds cmd/agentrun once per test binary.
-func agentrunBin(t *testing.T) string {
+func agentrunBin(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
 		// A prebuilt binary, for hosts without Go (the device run).
@@ -104,7 +104,7 @@ func plainConfig(t testing.TB) string {
 
 // gcCLI runs `agentrun gc` on the suite's state dir; its error says what gc
 // printed.
-func gcCLI(t *testing.T) error {
+func gcCLI(t testing.TB) error {
 	t.Helper()
 	if out, err := exec.Command(agentrunBin(t), "gc", "--config", plainConfig(t)).CombinedOutput(); err != nil {
 		return fmt.Errorf("agentrun gc: %v\n%s", err, out)

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/agentrun/agentrun/internal/audit"
+	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/runner"
+	"github.com/agentrun/agentrun/internal/worker"
+)
+
+func cmdWorker(args []string, stderr io.Writer) int {
+	cfg, code := loadConfig("worker", args, stderr)
+	if cfg == nil {
+		return code
+	}
+	if err := runWorker(cfg, stderr); err != nil {
+		fmt.Fprintf(stderr, "agentrun worker: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// runWorker takes tasks from NATS until SIGTERM or SIGINT, then stops
+// taking them, lets the tasks running finish (killing them after the
+// policy's longest timeout) and empties the warm pool.
+func runWorker(cfg *config.Config, stderr io.Writer) error {
+	log, err := audit.Open(cfg.Audit)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	r, err := runner.New(cfg, log)
+	if err != nil {
+		return err
+	}
+	if _, err := r.GC(); err != nil {
+		fmt.Fprintf(stderr, "agentrun worker: gc: %v\n", err)
+	}
+	stop, unnotify := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer unnotify()
+
+	host, _ := os.Hostname()
+	setup, cancel := context.WithTimeout(stop, 30*time.Second)
+	w, err := worker.New(setup, cfg, r.RunWith, fmt.Sprintf("agentrun worker %s/%d", host, os.Getpid()))
+	cancel()
+	if err != nil {
+		return err
+	}
+	w.Logf = func(format string, args ...any) { fmt.Fprintf(stderr, "agentrun worker: "+format+"\n", args...) }
+
+	pool, _, err := startPool(cfg, r, stderr)
+	if err != nil {
+		return err
+	}
+	if pool != nil {
+		defer func() {
+			if err := pool.Close(); err != nil {
+				fmt.Fprintf(stderr, "agentrun worker: %v\n", err)
+			}
+		}()
+	}
+	fmt.Fprintf(stderr, "agentrun worker: taking tasks from stream %s (%s), %d slots\n", cfg.Worker.Stream, cfg.Worker.Subject, w.Slots())
+	// The config is valid: its policy timeout parses.
+	longest, _ := config.ParseDuration(cfg.Policy.Timeout)
+	err = w.Run(stop, longest+5*time.Second)
+	fmt.Fprintf(stderr, "agentrun worker: stopped\n")
+	return err
+}

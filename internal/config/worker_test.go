@@ -1,0 +1,41 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestWorkerSection(t *testing.T) {
+	c, err := Parse([]byte(`{"worker": {"nats": ["tls://a:4222", "nats://b:4222"], "slots": 2, "replicas": 3,
+		"tls": {"ca": "/etc/ca.pem", "cert": "/etc/c.pem", "key": "/etc/k.pem"}, "events": ""}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := c.Worker
+	if len(w.NATS) != 2 || w.Slots != 2 || w.Replicas != 3 || w.Events != "" || w.Stream != "AGENTRUN" ||
+		w.Subject != "agentrun.tasks" || w.Results != "agentrun-results" || w.MaxDeliver != 3 || w.AckWait != "30s" {
+		t.Errorf("worker section: %+v", w)
+	}
+	for _, tc := range []struct{ doc, want string }{
+		{`{"worker": {"nats": []}}`, "worker.nats: at least one"},
+		{`{"worker": {"nats": ["http://x:1"]}}`, `worker.nats[0]: "http://x:1" is not a nats:// or tls:// URL`},
+		{`{"worker": {"creds": "rel/creds"}}`, "worker.creds:"},
+		{`{"worker": {"tls": {"cert": "/c.pem"}}}`, "worker.tls: cert and key go together"},
+		{`{"worker": {"stream": "a.b"}}`, "worker.stream:"},
+		{`{"worker": {"results": ""}}`, "worker.results:"},
+		{`{"worker": {"subject": "agentrun.>"}}`, "worker.subject:"},
+		{`{"worker": {"events": "a..b"}}`, "worker.events:"},
+		{`{"worker": {"slots": -1}}`, "worker.slots:"},
+		{`{"worker": {"max_deliver": 0}}`, "worker.max_deliver:"},
+		{`{"worker": {"replicas": 6}}`, "worker.replicas:"},
+		{`{"worker": {"ack_wait": "100ms"}}`, "worker.ack_wait: 100ms: must be at least 1s"},
+		{`{"worker": {"retry_delay": "soon"}}`, "worker.retry_delay:"},
+		{`{"worker": {"result_ttl": "0s"}}`, "worker.result_ttl:"},
+		{`{"worker": {"bogus": 1}}`, "bogus"},
+	} {
+		_, err := Parse([]byte(tc.doc))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one containing %q", tc.doc, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,50 @@
+package worker
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/agentrun/agentrun/internal/result"
+)
+
+func TestTaskID(t *testing.T) {
+	if id, err := TaskID([]byte(`{"id":"job-1_a","code":"x"}`)); err != nil || id != "job-1_a" {
+		t.Errorf("own id: %q %v", id, err)
+	}
+	a, err1 := TaskID([]byte(`{"code":"x"}`))
+	b, err2 := TaskID([]byte(`{"code":"x"}`))
+	if err1 != nil || err2 != nil || a == b || !strings.HasPrefix(a, "t-") {
+		t.Errorf("generated ids %q %q: %v %v", a, b, err1, err2)
+	}
+	for _, bad := range []string{`{"id":"a.b"}`, `{"id":"a b"}`, `{"id":"` + strings.Repeat("x", 129) + `"}`, `{"id":"*"}`} {
+		if _, err := TaskID([]byte(bad)); err == nil || !strings.Contains(err.Error(), "task: id:") {
+			t.Errorf("%s: %v, want an error naming id", bad[:min(len(bad), 20)], err)
+		}
+	}
+	if _, err := TaskID([]byte(`{"code":"x","nope":1}`)); err == nil || !strings.Contains(err.Error(), "nope") {
+		t.Errorf("unknown field: %v", err)
+	}
+}
+
+func TestEncodeFitsThePayload(t *testing.T) {
+	small := &result.Result{Stdout: "45\n", StdoutBytes: 3}
+	b, err := Encode(small, 1<<20)
+	if err != nil || !strings.Contains(string(b), `"stdout":"45\n"`) {
+		t.Errorf("small result: %s %v", b, err)
+	}
+	big := &result.Result{Stdout: strings.Repeat("a", 1<<20), StdoutBytes: 5 << 20, Stderr: "e", StderrBytes: 1,
+		Files: map[string]result.File{"f": {Size: 3, ContentBase64: "AAAA"}}, Error: "cleaning up: x"}
+	b, err = Encode(big, 1<<20)
+	if err != nil || len(b) > 1<<20-headroom {
+		t.Fatalf("big result: %d bytes, %v", len(b), err)
+	}
+	var got result.Result
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Stdout != "" || got.Stderr != "" || len(got.Files) != 0 || !got.StdoutTruncated || !got.StderrTruncated ||
+		got.StdoutBytes != 5<<20 || !strings.Contains(got.Error, "more than NATS carries") || !strings.Contains(got.Error, "cleaning up: x") {
+		t.Errorf("big result stored as %+v", got)
+	}
+}
