@@ -25,7 +25,7 @@ const (
 const (
 	headTimeout    = 10 * time.Second // to read a request head or ClientHello
 	connectTimeout = 15 * time.Second // to resolve and dial upstream
-	maxDenied      = 1000             // distinct denial records kept
+	maxDenied      = 1000             // distinct denial and failure records kept, each
 )
 
 // Policy is what a run may reach. The zero value allows nothing.
@@ -51,10 +51,12 @@ type Policy struct {
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
-// Report is what the proxy let through and what it refused.
+// Report is what the proxy let through, what it refused and which allowed
+// destinations it could not reach.
 type Report struct {
 	Allowed []Allowed `json:"allowed"`
 	Denied  []Denied  `json:"denied"`
+	Failed  []Failed  `json:"failed"`
 }
 
 // Allowed sums the connections to one host and port.
@@ -72,6 +74,15 @@ type Denied struct {
 	Port   int    `json:"port"`
 	Reason string `json:"reason"`
 	Count  int    `json:"count"` // times it happened
+}
+
+// Failed is one distinct failure to reach an allowed destination: its name
+// did not resolve, or no address of it took the connection.
+type Failed struct {
+	Host   string `json:"host"`
+	Port   int    `json:"port"`
+	Reason string `json:"reason"` // such as "name does not resolve", "connection refused"
+	Count  int    `json:"count"`  // times it happened
 }
 
 // Proxy is one run's DNS server, HTTP proxy and transparent listeners.
@@ -100,6 +111,9 @@ type Proxy struct {
 	denied        map[deniedKey]int // index into deniedList
 	deniedList    []Denied
 	deniedDropped bool
+	failed        map[deniedKey]int // index into failedList
+	failedList    []Failed
+	failedDropped bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -175,6 +189,7 @@ func newProxy(gw netip.Addr, p Policy) (*Proxy, error) {
 		conns:   make(map[net.Conn]struct{}),
 		allowed: make(map[hostPort]*hostStats),
 		denied:  make(map[deniedKey]int),
+		failed:  make(map[deniedKey]int),
 	}
 	if px.resolve == nil {
 		px.resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
@@ -403,9 +418,12 @@ func (p *Proxy) Hosts() []byte {
 func (p *Proxy) Report() Report {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	r := Report{Allowed: []Allowed{}, Denied: slices.Clone(p.deniedList)}
+	r := Report{Allowed: []Allowed{}, Denied: slices.Clone(p.deniedList), Failed: slices.Clone(p.failedList)}
 	if r.Denied == nil {
 		r.Denied = []Denied{}
+	}
+	if r.Failed == nil {
+		r.Failed = []Failed{}
 	}
 	for _, hp := range p.allowedOrder {
 		st := p.allowed[hp]
@@ -437,6 +455,28 @@ func (p *Proxy) recordDenied(host string, port int, reason string) {
 	}
 	p.denied[k] = len(p.deniedList)
 	p.deniedList = append(p.deniedList, Denied{Host: host, Port: port, Reason: reason, Count: 1})
+}
+
+// recordFailed adds one failure to reach an allowed destination to the
+// report.
+func (p *Proxy) recordFailed(host string, port int, reason string) {
+	host = printable(host)
+	k := deniedKey{host, reason, port}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i, ok := p.failed[k]; ok {
+		p.failedList[i].Count++
+		return
+	}
+	if len(p.failedList) >= maxDenied {
+		if !p.failedDropped {
+			p.failedDropped = true
+			p.failedList = append(p.failedList, Failed{Host: "*", Reason: "further distinct failures not recorded", Count: 1})
+		}
+		return
+	}
+	p.failed[k] = len(p.failedList)
+	p.failedList = append(p.failedList, Failed{Host: host, Port: port, Reason: reason, Count: 1})
 }
 
 // stats returns the counters of host:port, creating them.

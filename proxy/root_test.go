@@ -568,3 +568,74 @@ func TestProxyCloseCutsConnections(t *testing.T) {
 	}
 	testenv.CheckNoLeak(t, before, fixturePrefix)
 }
+
+// TestProxyUpstreamFailures reaches for allowed destinations that fail: a
+// port where nothing listens, an address where nothing answers and a name
+// that does not resolve. Each gets a 502 that says why (in the status line
+// too) and lands in the report's failures.
+func TestProxyUpstreamFailures(t *testing.T) {
+	requireRoot(t)
+	in := proxytest.NewInternet(t)
+	p := policyFor(in)
+	p.Allow = append(p.Allow, "internet.test:81", "silent.test", "nosuch.test")
+	p.Hosts["silent.test"] = in.Silent.String()
+	resolve := p.Resolver
+	p.Resolver = func(ctx context.Context, host string) ([]netip.Addr, error) {
+		if host == "nosuch.test" {
+			return nil, &net.DNSError{Err: "no such host", Name: host, Server: "192.0.2.53:53", IsNotFound: true}
+		}
+		return resolve(ctx, host)
+	}
+	r := startRun(t, in, p)
+
+	for _, tc := range []struct{ authority, reason string }{
+		{"internet.test:81", "connection refused"},
+		{"silent.test:443", "host unreachable"},
+		{"nosuch.test:443", "name does not resolve"},
+	} {
+		resp, body, _ := r.connect(tc.authority)
+		want := "agentrun: egress to " + tc.authority + " failed: " + tc.reason
+		if resp.StatusCode != 502 || !strings.HasPrefix(body, want) || resp.Status != "502 Bad Gateway: "+tc.reason {
+			t.Errorf("CONNECT %s = %q %q; want 502 %q", tc.authority, resp.Status, body, want)
+		}
+		if strings.Contains(body, "192.0.2.53") {
+			t.Errorf("CONNECT %s: body names the host's resolver: %q", tc.authority, body)
+		}
+	}
+	code, body, hdr := get(t, r.explicitClient(), "http://nosuch.test/")
+	if code != 502 || !strings.Contains(body, "nosuch.test:80 failed: name does not resolve") || hdr.Get("X-Agentrun-Error") == "" {
+		t.Errorf("GET http://nosuch.test/ = %d %q; want 502 name does not resolve", code, body)
+	}
+	// Transparent: a TLS client gets an alert, and the failure is recorded.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := r.dial(ctx, "tcp4", net.JoinHostPort(r.gw, "443"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := tls.Client(c, &tls.Config{ServerName: "nosuch.test", RootCAs: in.Roots})
+	tc.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := tc.Handshake(); err == nil {
+		t.Error("TLS handshake through a failed upstream succeeded")
+	}
+	tc.Close()
+
+	want := map[string]int{
+		"internet.test:81 connection refused":   1,
+		"silent.test:443 host unreachable":      1,
+		"nosuch.test:443 name does not resolve": 2,
+		"nosuch.test:80 name does not resolve":  1,
+	}
+	got := map[string]int{}
+	for _, f := range r.px.Report().Failed {
+		got[fmt.Sprintf("%s:%d %s", f.Host, f.Port, f.Reason)] = f.Count
+	}
+	for k, n := range want {
+		if got[k] != n {
+			t.Errorf("report failure %q count = %d; want %d (report %+v)", k, got[k], n, r.px.Report().Failed)
+		}
+	}
+	if d := r.px.Report().Denied; len(d) != 0 {
+		t.Errorf("failures recorded as denials: %+v", d)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runner"
@@ -165,6 +167,72 @@ except OSError as e:
 			if !denied[h] {
 				t.Errorf("network.denied lacks %s: %+v", h, res.Network.Denied)
 			}
+		}
+	})
+}
+
+// TestAllowedUpstreamFailures reaches for allowed destinations that fail: a
+// port where nothing listens, a network.hosts name whose address nothing
+// holds, and a name that does not resolve. The program gets a 502 that
+// says why; the result and the audit record list each failure.
+func TestAllowedUpstreamFailures(t *testing.T) {
+	eachRuntime(t, func(t *testing.T, rt string) {
+		in := proxytest.NewInternet(t)
+		cfg := netConfigFor(t, in, rt)
+		cfg.Network.Hosts["silent.test"] = in.Silent.String()
+		auditPath := filepath.Join(t.TempDir(), "audit.jsonl")
+		log, err := audit.Open(auditPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer log.Close()
+		code := fetchPy + `
+print(fetch("http://internet.test:81/"))
+print(fetch("https://internet.test:81/"))
+print(fetch("http://silent.test/"))
+print(fetch("http://nosuch.invalid/"))
+`
+		res := runTaskWith(t, cfg, log, netTask(in, code, "internet.test:81", "silent.test", "nosuch.invalid"))
+		lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+		if len(lines) != 4 {
+			t.Fatalf("stdout %q stderr %q", res.Stdout, res.Stderr)
+		}
+		for i, want := range []string{
+			"502 agentrun: egress to internet.test:81 failed: connection refused",
+			"URLError Tunnel connection failed: 502 Bad Gateway: connection refused",
+			"502 agentrun: egress to silent.test:80 failed: host unreachable",
+			"502 agentrun: egress to nosuch.invalid:80 failed: name ",
+		} {
+			if !strings.HasPrefix(lines[i], want) {
+				t.Errorf("line %d = %q; want %q...", i, lines[i], want)
+			}
+		}
+		check := func(where string, failed []result.Failed) {
+			t.Helper()
+			got := map[string]string{}
+			for _, f := range failed {
+				got[fmt.Sprintf("%s:%d", f.Host, f.Port)] = f.Reason
+			}
+			for hp, reason := range map[string]string{
+				"internet.test:81": "connection refused", "silent.test:80": "host unreachable", "nosuch.invalid:80": "name ",
+			} {
+				if reason != "" && !strings.HasPrefix(got[hp], reason) {
+					t.Errorf("%s: failure of %s = %q; want %q... (all: %+v)", where, hp, got[hp], reason, failed)
+				}
+			}
+		}
+		check("result network.failed", res.Network.Failed)
+		b, err := os.ReadFile(auditPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec audit.Record
+		if err := json.Unmarshal(b, &rec); err != nil {
+			t.Fatalf("audit record %q: %v", b, err)
+		}
+		check("audit network.failed", rec.Network.Failed)
+		if len(res.Network.Denied) != 0 {
+			t.Errorf("failures of allowed hosts recorded as denials: %+v", res.Network.Denied)
 		}
 	})
 }
