@@ -26,7 +26,30 @@ const (
 	headTimeout    = 10 * time.Second // to read a request head or ClientHello
 	connectTimeout = 15 * time.Second // to resolve and dial upstream
 	maxDenied      = 1000             // distinct denial and failure records kept, each
+
+	// Connections from the sandbox to the gateway's listeners (proxy,
+	// transparent and DNS over TCP) open at once: MaxConns plus
+	// clientSlack for heads still being read and DNS queries, or
+	// unlimitedClients+clientSlack when MaxConns is 0. A connection over
+	// the cap is closed as soon as it is accepted.
+	clientSlack      = 32
+	unlimitedClients = 256
+
+	// ClientConnBytes bounds what agentrun holds for one client connection:
+	// its head buffer (bufSize), the copy buffer of a tunnel, the stacks of
+	// its two goroutines and the kernel's socket buffers in the gateway
+	// namespace are well under it; netns caps the last.
+	ClientConnBytes = 4 * bufSize
 )
+
+// MaxClients is the number of connections from the sandbox to the
+// gateway's listeners that a run with policy p may have open at once.
+func (p Policy) MaxClients() int {
+	if p.MaxConns == 0 {
+		return unlimitedClients + clientSlack
+	}
+	return p.MaxConns + clientSlack
+}
 
 // Policy is what a run may reach. The zero value allows nothing.
 type Policy struct {
@@ -106,6 +129,7 @@ type Proxy struct {
 	dnsSrv        []*dns.Server
 	conns         map[net.Conn]struct{} // client and upstream connections
 	upstreams     int                   // open upstream connections
+	clients       int                   // open connections from the sandbox
 	allowed       map[hostPort]*hostStats
 	allowedOrder  []hostPort
 	denied        map[deniedKey]int // index into deniedList
@@ -221,7 +245,7 @@ func (p *Proxy) listen(n *netns.Net) error {
 	if err != nil {
 		return fmt.Errorf("starting dns server: %w", err)
 	}
-	if err := p.serveDNS(&dns.Server{Listener: tcp}); err != nil {
+	if err := p.serveDNS(&dns.Server{Listener: clientListener{tcp, p}, MaxTCPQueries: 16}); err != nil {
 		tcp.Close()
 		return err
 	}
@@ -312,15 +336,82 @@ func (p *Proxy) goAccept(l net.Listener, handle func(net.Conn)) bool {
 				continue
 			}
 			delay = 0
+			if !p.takeClient(c) {
+				continue
+			}
 			if !p.track(c) {
+				p.releaseClient()
 				return
 			}
-			if !p.goTracked(func() { defer p.untrack(c); handle(c) }) {
+			if !p.goTracked(func() { defer p.releaseClient(); defer p.untrack(c); handle(c) }) {
 				p.untrack(c)
+				p.releaseClient()
 				return
 			}
 		}
 	})
+}
+
+// takeClient counts c against the run's cap on connections from the
+// sandbox; over the cap c is closed and the refusal recorded.
+func (p *Proxy) takeClient(c net.Conn) bool {
+	p.mu.Lock()
+	ok := p.clients < p.policy.MaxClients()
+	if ok {
+		p.clients++
+	}
+	p.mu.Unlock()
+	if !ok {
+		port := 0
+		if a, isTCP := c.LocalAddr().(*net.TCPAddr); isTCP {
+			port = a.Port
+		}
+		// Reset, not a graceful close: nothing of it lingers in the kernel.
+		if tc, isTCP := c.(*net.TCPConn); isTCP {
+			tc.SetLinger(0)
+		}
+		c.Close()
+		p.recordDenied("", port, reasonTooManyClients)
+	}
+	return ok
+}
+
+func (p *Proxy) releaseClient() {
+	p.mu.Lock()
+	p.clients--
+	p.mu.Unlock()
+}
+
+// clientListener applies the cap on connections from the sandbox to a
+// listener served by someone else (the DNS server over TCP).
+type clientListener struct {
+	net.Listener
+	p *Proxy
+}
+
+func (l clientListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if l.p.takeClient(c) {
+			return &clientConn{Conn: c, p: l.p}, nil
+		}
+	}
+}
+
+// clientConn gives its slot back when closed.
+type clientConn struct {
+	net.Conn
+	p    *Proxy
+	once sync.Once
+}
+
+func (c *clientConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.p.releaseClient)
+	return err
 }
 
 // serveDNS starts srv (with its PacketConn or Listener set) and waits

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,8 +14,10 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -637,5 +640,100 @@ func TestProxyUpstreamFailures(t *testing.T) {
 	}
 	if d := r.px.Report().Denied; len(d) != 0 {
 		t.Errorf("failures recorded as denials: %+v", d)
+	}
+}
+
+// TestProxyClientFlood opens far more connections to the gateway's
+// listeners than a run may hold, each with an unfinished 30 KB request head
+// (or DNS message), and checks that the proxy holds at most MaxClients of
+// them and stays under its stated memory ceiling, records the refusals,
+// and serves a normal request once the flood ends.
+func TestProxyClientFlood(t *testing.T) {
+	requireRoot(t)
+	in := proxytest.NewInternet(t)
+	p := policyFor(in)
+	p.MaxConns = 32
+	r := startRun(t, in, p)
+	const flood = 1500
+
+	head := []byte("GET http://internet.test/hello HTTP/1.1\r\nHost: internet.test\r\n")
+	for len(head) < 30<<10 {
+		head = append(head, "X-A: b\r\n"...)
+	}
+	dnsHead := append([]byte{0xff, 0xff}, make([]byte, 30<<10)...)
+
+	memInUse := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapInuse + ms.StackInuse
+	}
+	before := memInUse()
+
+	var wg sync.WaitGroup
+	conns := make([]net.Conn, 0, flood)
+	ports := []string{"3128", "80", "443", "53"}
+	for i := range flood {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c, err := r.dial(ctx, "tcp4", net.JoinHostPort(r.gw, ports[i%len(ports)]))
+		cancel()
+		if errors.Is(err, syscall.ECONNRESET) {
+			continue // over the cap, reset before connect returned
+		}
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		conns = append(conns, c)
+		data := head
+		if ports[i%len(ports)] == "53" {
+			data = dnsHead
+		} else if ports[i%len(ports)] == "443" {
+			data = append([]byte{22, 3, 1, 0x3f, 0xff, 1, 0, 0x3f, 0xfb}, make([]byte, 16000)...) // an unfinished ClientHello
+		}
+		wg.Go(func() {
+			c.SetWriteDeadline(time.Now().Add(3 * time.Second))
+			c.Write(data) // over the cap: reset, an error here
+		})
+	}
+	wg.Wait()
+	time.Sleep(500 * time.Millisecond) // the proxy reads what was sent
+	held := memInUse() - min(before, memInUse())
+
+	r.px.mu.Lock()
+	clients := r.px.clients
+	r.px.mu.Unlock()
+	if clients > p.MaxClients() {
+		t.Errorf("proxy holds %d client connections; want at most %d", clients, p.MaxClients())
+	}
+	// The flood's own client sockets live in this process too: 2 KiB each.
+	ceiling := uint64(p.MaxClients()*ClientConnBytes + flood*2<<10)
+	t.Logf("%d connections: %d held by the proxy, %d KiB in use (ceiling %d KiB)", flood, clients, held>>10, ceiling>>10)
+	if held > ceiling {
+		t.Errorf("memory in use grew by %d KiB under the flood; ceiling %d KiB", held>>10, ceiling>>10)
+	}
+	r.wantDenied("", 3128, reasonTooManyClients)
+
+	for _, c := range conns {
+		c.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r.px.mu.Lock()
+		clients = r.px.clients
+		r.px.mu.Unlock()
+		if clients == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d client connections still counted after the flood ended", clients)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	code, body, _ := get(t, r.explicitClient(), "https://internet.test/hello")
+	if code != 200 || body != "hello from internet.test over https" {
+		t.Errorf("after the flood: got %d %q", code, body)
+	}
+	if m, err := r.lookup("tcp4", "internet.test", dns.TypeA); err != nil || m.Rcode != dns.RcodeSuccess {
+		t.Errorf("dns over tcp after the flood: %v, %v", m, err)
 	}
 }
