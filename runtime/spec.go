@@ -32,7 +32,7 @@ const (
 	// which are per namespace). With nofile it bounds what one process can
 	// hold in socket buffers; the memory cgroup bounds the run (see
 	// ChargeSocketMemory).
-	SocketBuffer = 1 << 20
+	SocketBuffer = 256 << 10
 )
 
 // MaskedPaths are hidden from the sandbox: /proc and /sys entries that leak
@@ -118,7 +118,7 @@ func Default(rootfs string) *specs.Spec {
 				Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
 			},
 			Sysctl: map[string]string{
-				"net.ipv4.tcp_rmem": fmt.Sprintf("4096 131072 %d", SocketBuffer),
+				"net.ipv4.tcp_rmem": fmt.Sprintf("4096 65536 %d", SocketBuffer),
 				"net.ipv4.tcp_wmem": fmt.Sprintf("4096 16384 %d", SocketBuffer),
 			},
 			MaskedPaths:       append([]string(nil), MaskedPaths...),
