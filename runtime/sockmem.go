@@ -28,11 +28,19 @@ func ChargeSocketMemory(memDir string, limit int64) (bool, error) {
 		return false, fmt.Errorf("limiting socket memory: %w", err)
 	}
 	path := filepath.Join(memDir, tcpLimitFile)
-	if err := os.WriteFile(path, []byte(strconv.FormatInt(limit, 10)), 0); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return false, nil
-		}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0) // never created
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
 		return false, fmt.Errorf("limiting socket memory: %w", err)
+	}
+	_, err = f.WriteString(strconv.FormatInt(limit, 10))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return false, fmt.Errorf("limiting socket memory: writing %s: %w", path, err)
 	}
 	return true, nil
 }
