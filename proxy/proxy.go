@@ -123,21 +123,17 @@ type Proxy struct {
 
 	bytesIn, bytesOut atomic.Int64
 
-	mu            sync.Mutex
-	closed        bool
-	listeners     []net.Listener
-	dnsSrv        []*dns.Server
-	conns         map[net.Conn]struct{} // client and upstream connections
-	upstreams     int                   // open upstream connections
-	clients       int                   // open connections from the sandbox
-	allowed       map[hostPort]*hostStats
-	allowedOrder  []hostPort
-	denied        map[deniedKey]int // index into deniedList
-	deniedList    []Denied
-	deniedDropped bool
-	failed        map[deniedKey]int // index into failedList
-	failedList    []Failed
-	failedDropped bool
+	mu           sync.Mutex
+	closed       bool
+	listeners    []net.Listener
+	dnsSrv       []*dns.Server
+	conns        map[net.Conn]struct{} // client and upstream connections
+	upstreams    int                   // open upstream connections
+	clients      int                   // open connections from the sandbox
+	allowed      map[hostPort]*hostStats
+	allowedOrder []hostPort
+	denied       tally
+	failed       tally // as Failed records
 
 	closeOnce sync.Once
 	closeErr  error
@@ -212,8 +208,6 @@ func newProxy(gw netip.Addr, p Policy) (*Proxy, error) {
 		dial:    p.Dial,
 		conns:   make(map[net.Conn]struct{}),
 		allowed: make(map[hostPort]*hostStats),
-		denied:  make(map[deniedKey]int),
-		failed:  make(map[deniedKey]int),
 	}
 	if px.resolve == nil {
 		px.resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
@@ -509,12 +503,12 @@ func (p *Proxy) Hosts() []byte {
 func (p *Proxy) Report() Report {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	r := Report{Allowed: []Allowed{}, Denied: slices.Clone(p.deniedList), Failed: slices.Clone(p.failedList)}
+	r := Report{Allowed: []Allowed{}, Denied: slices.Clone(p.denied.list), Failed: make([]Failed, 0, len(p.failed.list))}
 	if r.Denied == nil {
 		r.Denied = []Denied{}
 	}
-	if r.Failed == nil {
-		r.Failed = []Failed{}
+	for _, f := range p.failed.list {
+		r.Failed = append(r.Failed, Failed(f))
 	}
 	for _, hp := range p.allowedOrder {
 		st := p.allowed[hp]
@@ -529,45 +523,45 @@ func (p *Proxy) Report() Report {
 
 // recordDenied adds one refusal to the report.
 func (p *Proxy) recordDenied(host string, port int, reason string) {
-	host = printable(host)
-	k := deniedKey{host, reason, port}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if i, ok := p.denied[k]; ok {
-		p.deniedList[i].Count++
-		return
-	}
-	if len(p.deniedList) >= maxDenied {
-		if !p.deniedDropped {
-			p.deniedDropped = true
-			p.deniedList = append(p.deniedList, Denied{Host: "*", Reason: "further distinct denials not recorded", Count: 1})
-		}
-		return
-	}
-	p.denied[k] = len(p.deniedList)
-	p.deniedList = append(p.deniedList, Denied{Host: host, Port: port, Reason: reason, Count: 1})
+	p.denied.add(printable(host), port, reason, "further distinct denials not recorded")
 }
 
 // recordFailed adds one failure to reach an allowed destination to the
 // report.
 func (p *Proxy) recordFailed(host string, port int, reason string) {
-	host = printable(host)
-	k := deniedKey{host, reason, port}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if i, ok := p.failed[k]; ok {
-		p.failedList[i].Count++
+	p.failed.add(printable(host), port, reason, "further distinct failures not recorded")
+}
+
+// tally keeps distinct records with their counts, at most maxDenied of
+// them and then one saying that more were dropped.
+type tally struct {
+	index   map[deniedKey]int // into list
+	list    []Denied
+	dropped bool
+}
+
+func (t *tally) add(host string, port int, reason, overflow string) {
+	k := deniedKey{host, reason, port}
+	if i, ok := t.index[k]; ok {
+		t.list[i].Count++
 		return
 	}
-	if len(p.failedList) >= maxDenied {
-		if !p.failedDropped {
-			p.failedDropped = true
-			p.failedList = append(p.failedList, Failed{Host: "*", Reason: "further distinct failures not recorded", Count: 1})
+	if len(t.list) >= maxDenied {
+		if !t.dropped {
+			t.dropped = true
+			t.list = append(t.list, Denied{Host: "*", Reason: overflow, Count: 1})
 		}
 		return
 	}
-	p.failed[k] = len(p.failedList)
-	p.failedList = append(p.failedList, Failed{Host: host, Port: port, Reason: reason, Count: 1})
+	if t.index == nil {
+		t.index = make(map[deniedKey]int)
+	}
+	t.index[k] = len(t.list)
+	t.list = append(t.list, Denied{Host: host, Port: port, Reason: reason, Count: 1})
 }
 
 // stats returns the counters of host:port, creating them.
