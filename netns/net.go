@@ -26,6 +26,14 @@ func (w Which) String() string {
 	return fmt.Sprintf("Which(%d)", int(w))
 }
 
+// Bounds on the kernel side of the gateway's listeners, set in each gateway
+// namespace: the largest TCP receive and send buffer of one socket, and
+// the accept queue of one listener.
+const (
+	GatewaySocketBuffer = 256 << 10
+	GatewayBacklog      = 128
+)
+
 // Interface names inside the two namespaces.
 const (
 	GatewayIf = "gw0"

@@ -87,12 +87,18 @@ type sysctl struct {
 
 // The gateway forwards nothing; neither veth end gets IPv6 (no link-local
 // fe80:: path around the IPv4-only listeners). "default" applies to
-// interfaces created later, so the sandbox's lo keeps ::1.
+// interfaces created later, so the sandbox's lo keeps ::1. The gateway's
+// sockets are agentrun's, charged to no run: each buffers at most
+// GatewaySocketBuffer bytes each way, and at most GatewayBacklog
+// connections wait to be accepted on each listener.
 var (
 	gatewaySysctls = []sysctl{
 		{"/proc/sys/net/ipv4/ip_forward", "0", false},
 		{"/proc/sys/net/ipv6/conf/all/forwarding", "0", true},
 		{"/proc/sys/net/ipv6/conf/default/disable_ipv6", "1", true},
+		{"/proc/sys/net/ipv4/tcp_rmem", fmt.Sprintf("4096 65536 %d", GatewaySocketBuffer), false},
+		{"/proc/sys/net/ipv4/tcp_wmem", fmt.Sprintf("4096 16384 %d", GatewaySocketBuffer), false},
+		{"/proc/sys/net/core/somaxconn", fmt.Sprint(GatewayBacklog), false},
 	}
 	sandboxSysctls = []sysctl{
 		{"/proc/sys/net/ipv6/conf/default/disable_ipv6", "1", true},

@@ -145,6 +145,31 @@ func TestSetupClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The gateway's socket buffers and accept queues are bounded; the
+	// host's settings are not touched.
+	hostRmem, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_rmem")
+	err = n.Do(Gateway, func() error {
+		for path, want := range map[string]string{
+			"/proc/sys/net/ipv4/tcp_rmem":  fmt.Sprintf("4096\t65536\t%d", GatewaySocketBuffer),
+			"/proc/sys/net/ipv4/tcp_wmem":  fmt.Sprintf("4096\t16384\t%d", GatewaySocketBuffer),
+			"/proc/sys/net/core/somaxconn": fmt.Sprint(GatewayBacklog),
+		} {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			if got := strings.TrimSpace(string(b)); got != want {
+				return fmt.Errorf("gateway %s = %q; want %q", path, got, want)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_rmem"); string(b) != string(hostRmem) || strings.Contains(string(b), fmt.Sprint(GatewaySocketBuffer)) {
+		t.Errorf("host tcp_rmem = %q; want it untouched", b)
+	}
 
 	// Gateway listener reachable from the sandbox.
 	l, err := n.Listen("tcp4", net.JoinHostPort(n.Gateway.String(), "0"))

@@ -44,6 +44,9 @@ func parseRule(e string) (rule, error) {
 	if s == "" {
 		return rule{}, fmt.Errorf("empty")
 	}
+	if strings.Contains(s, "/") {
+		return rule{}, fmt.Errorf("a URL, not a host name: give the host name alone, with an optional \":port\"")
+	}
 	if strings.HasPrefix(s, "[") || strings.Count(s, ":") > 1 {
 		return rule{}, fmt.Errorf("ip literals are not allowed (use allow_ranges)")
 	}

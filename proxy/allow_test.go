@@ -3,6 +3,7 @@ package proxy
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -69,6 +70,15 @@ func TestMatchIPEntriesNeverMatchNames(t *testing.T) {
 	var empty Allowlist
 	if empty.Match("pypi.org", 443) {
 		t.Error("empty allowlist matched")
+	}
+}
+
+func TestParseAllowRefusesURLs(t *testing.T) {
+	for _, e := range []string{"https://pypi.org", "http://pypi.org:8080/", "pypi.org/simple"} {
+		_, err := ParseAllow([]string{e})
+		if err == nil || !strings.Contains(err.Error(), "a URL, not a host name") {
+			t.Errorf("ParseAllow(%q) = %v; want a URL error", e, err)
+		}
 	}
 }
 

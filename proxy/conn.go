@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -152,13 +153,46 @@ func peekSNI(br *bufio.Reader) (string, error) {
 	}
 }
 
-// egressError is an allowed destination that could not be reached.
+// egressError is an allowed destination that could not be reached: reason
+// says what failed in a few words, err has the detail.
 type egressError struct {
-	t   target
-	err error
+	t      target
+	reason string
+	err    error
 }
 
-func (e *egressError) Error() string { return e.err.Error() }
+func (e *egressError) Error() string { return e.reason + ": " + e.err.Error() }
+
+// resolveReason names what went wrong resolving an allowed name. The
+// detail of a resolver error (the host's resolver address) stays out.
+func resolveReason(err error) string {
+	var de *net.DNSError
+	switch {
+	case errors.As(err, &de) && de.IsNotFound:
+		return "name does not resolve"
+	case errors.As(err, &de) && de.IsTimeout, errors.Is(err, context.DeadlineExceeded):
+		return "name resolution timed out"
+	}
+	return "name resolution failed"
+}
+
+// dialReason names what went wrong connecting to an allowed destination's
+// addresses (errs joins the error of each address tried).
+func dialReason(errs error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(errs, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(errs, syscall.EHOSTUNREACH):
+		return "host unreachable"
+	case errors.Is(errs, syscall.ENETUNREACH):
+		return "network unreachable"
+	case errors.Is(errs, syscall.ETIMEDOUT), errors.Is(errs, context.DeadlineExceeded),
+		errors.As(errs, &ne) && ne.Timeout():
+		return "connection timed out"
+	}
+	return "connection failed"
+}
 
 // connect resolves t, checks every candidate address and dials the first
 // one that passes, by IP: nothing is resolved again later. Refusals are
@@ -188,10 +222,10 @@ func (p *Proxy) connect(t target) (net.Conn, error) {
 	} else {
 		var err error
 		if addrs, err = p.resolve(ctx, t.host); err != nil {
-			return nil, &egressError{t, fmt.Errorf("resolving %s: %w", t.host, err)}
+			return nil, &egressError{t, resolveReason(err), fmt.Errorf("resolving %s: %w", t.host, err)}
 		}
 		if len(addrs) == 0 {
-			return nil, &egressError{t, fmt.Errorf("resolving %s: no addresses", t.host)}
+			return nil, &egressError{t, "name does not resolve", fmt.Errorf("resolving %s: no addresses", t.host)}
 		}
 	}
 	var ok []netip.Addr
@@ -233,11 +267,11 @@ func (p *Proxy) connect(t target) (net.Conn, error) {
 		st.conns.Add(1)
 		mc := &meteredConn{Conn: c, p: p, st: st, t: t}
 		if !p.track(mc) {
-			return nil, &egressError{t, errors.New("proxy closed")}
+			return nil, &egressError{t, "proxy closed", errors.New("run ending")}
 		}
 		return mc, nil
 	}
-	return nil, &egressError{t, fmt.Errorf("connecting to %s: %w", t.host, dialErr)}
+	return nil, &egressError{t, dialReason(dialErr), fmt.Errorf("connecting to %s: %w", t.host, dialErr)}
 }
 
 func (p *Proxy) takeUpstream() bool {
@@ -257,11 +291,13 @@ func (p *Proxy) releaseUpstream() {
 }
 
 // refuse answers a refused or failed request: an HTTP 403 (denials) or
-// 502/503 (failures), or a TLS alert when the client speaks TLS.
+// 502/503 (failures), or a TLS alert when the client speaks TLS. Both are
+// recorded in the report. A 502 carries its reason in the status line too,
+// since clients of a refused CONNECT show only that.
 func (p *Proxy) refuse(c net.Conn, err error, tls bool) {
 	var d *denial
 	var e *egressError
-	var msg, header string
+	var msg, header, phrase string
 	status := http.StatusForbidden
 	switch {
 	case errors.As(err, &d):
@@ -272,9 +308,14 @@ func (p *Proxy) refuse(c net.Conn, err error, tls bool) {
 			status = http.StatusServiceUnavailable
 		}
 	case errors.As(err, &e):
-		msg = fmt.Sprintf("agentrun: egress to %s failed: %s", printable(hostPortString(e.t.host, e.t.port)), printable(e.err.Error()))
+		p.recordFailed(e.t.host, e.t.port, e.reason)
+		msg = fmt.Sprintf("agentrun: egress to %s failed: %s", printable(hostPortString(e.t.host, e.t.port)), e.reason)
+		if !strings.HasPrefix(e.reason, "name") { // a resolver's detail names the host's resolver
+			msg += " (" + printable(e.err.Error()) + ")"
+		}
 		header = "X-Agentrun-Error"
 		status = http.StatusBadGateway
+		phrase = "Bad Gateway: " + e.reason
 	default:
 		msg = "agentrun: " + printable(err.Error())
 		header = "X-Agentrun-Error"
@@ -284,7 +325,7 @@ func (p *Proxy) refuse(c net.Conn, err error, tls bool) {
 		writeTLSAlert(c)
 		return
 	}
-	writeStatus(c, status, msg, header)
+	writeStatusPhrase(c, status, phrase, msg, header)
 }
 
 func hostPortString(host string, port int) string {
@@ -296,8 +337,17 @@ func hostPortString(host string, port int) string {
 
 // writeStatus writes a complete one-line plain-text response.
 func writeStatus(c net.Conn, status int, msg, header string) {
+	writeStatusPhrase(c, status, "", msg, header)
+}
+
+// writeStatusPhrase is writeStatus with a reason phrase other than the
+// status's usual text (when phrase is not empty).
+func writeStatusPhrase(c net.Conn, status int, phrase, msg, header string) {
+	if phrase == "" {
+		phrase = http.StatusText(status)
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", status, http.StatusText(status))
+	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", status, phrase)
 	b.WriteString("Content-Type: text/plain; charset=utf-8\r\n")
 	if header != "" {
 		fmt.Fprintf(&b, "%s: %s\r\n", header, msg)
@@ -343,11 +393,15 @@ func (p *Proxy) forwardHTTP(c net.Conn, req *http.Request, up net.Conn, t target
 		if errors.Is(err, errByteLimit) {
 			return
 		}
+		p.recordFailed(t.host, t.port, "upstream closed before the request was sent")
 		writeStatus(c, http.StatusBadGateway, fmt.Sprintf("agentrun: egress to %s failed: %s", hostPortString(t.host, t.port), printable(err.Error())), "X-Agentrun-Error")
 		return
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(up), req)
 	if err != nil {
+		if !errors.Is(err, errByteLimit) {
+			p.recordFailed(t.host, t.port, "no valid http response from upstream")
+		}
 		writeStatus(c, http.StatusBadGateway, fmt.Sprintf("agentrun: egress to %s failed: %s", hostPortString(t.host, t.port), printable(err.Error())), "X-Agentrun-Error")
 		return
 	}

@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -26,17 +28,18 @@ func (d *denial) Error() string { return d.reason }
 
 // Denial reasons (the text after "denied: " in a 403 body).
 const (
-	reasonNotAllowed = "not in allowlist"
-	reasonIPLiteral  = "ip literals are not allowed"
-	reasonUserinfo   = "userinfo in the authority is not allowed"
-	reasonBadHost    = "invalid host name"
-	reasonBadPort    = "invalid port"
-	reasonNoHost     = "request names no host"
-	reasonScheme     = "only http:// URLs may be proxied without CONNECT"
-	reasonNoSNI      = "tls client hello without server name"
-	reasonTooMany    = "too many connections"
-	reasonBytes      = "byte limit reached"
-	reasonDNS        = "not in allowlist (dns)"
+	reasonNotAllowed     = "not in allowlist"
+	reasonIPLiteral      = "ip literals are not allowed"
+	reasonUserinfo       = "userinfo in the authority is not allowed"
+	reasonBadHost        = "invalid host name"
+	reasonBadPort        = "invalid port"
+	reasonNoHost         = "request names no host"
+	reasonScheme         = "only http:// URLs may be proxied without CONNECT"
+	reasonNoSNI          = "tls client hello without server name"
+	reasonTooMany        = "too many connections"
+	reasonTooManyClients = "too many connections to the gateway"
+	reasonBytes          = "byte limit reached"
+	reasonDNS            = "not in allowlist (dns)"
 )
 
 // checkHost turns a host as the client wrote it into a canonical name, or
@@ -124,7 +127,39 @@ func hostTarget(req *http.Request, port int) (target, error) {
 
 // readRequest reads one request head from br.
 func readRequest(br *bufio.Reader) (*http.Request, error) {
+	if err := peekHead(br); err != nil {
+		return nil, err
+	}
 	return http.ReadRequest(br)
+}
+
+// maxHeadLines bounds the lines of a request head, so that parsing one
+// allocates little beyond the buffer that holds it.
+const maxHeadLines = 256
+
+// peekHead waits, without consuming, until br holds a whole request head
+// (up to the blank line), which must fit br's buffer in at most
+// maxHeadLines lines. Until then only br's buffer holds it.
+func peekHead(br *bufio.Reader) error {
+	for {
+		buf, _ := br.Peek(br.Buffered())
+		end := bytes.Index(buf, []byte("\n\n"))
+		if i := bytes.Index(buf, []byte("\n\r\n")); i >= 0 && (end < 0 || i < end) {
+			end = i
+		}
+		if end >= 0 {
+			if bytes.Count(buf[:end], []byte("\n")) >= maxHeadLines {
+				return fmt.Errorf("request head of more than %d lines", maxHeadLines)
+			}
+			return nil
+		}
+		if br.Buffered() >= br.Size() {
+			return errors.New("request head too large")
+		}
+		if _, err := br.Peek(br.Buffered() + 1); err != nil {
+			return err
+		}
+	}
 }
 
 // TLS ClientHello parsing.

@@ -202,3 +202,18 @@ func FuzzParseRequest(f *testing.F) {
 		}
 	})
 }
+
+func TestReadRequestBoundsHead(t *testing.T) {
+	many := "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\n" + strings.Repeat("X: y\r\n", maxHeadLines) + "\r\n"
+	if _, err := readRequest(bufio.NewReaderSize(strings.NewReader(many), 32<<10)); err == nil || !strings.Contains(err.Error(), "lines") {
+		t.Errorf("head of %d lines: %v; want refused", maxHeadLines+2, err)
+	}
+	big := "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nX: " + strings.Repeat("y", 40<<10) + "\r\n\r\n"
+	if _, err := readRequest(bufio.NewReaderSize(strings.NewReader(big), 32<<10)); err == nil || !strings.Contains(err.Error(), "too large") {
+		t.Errorf("40 KiB head: %v; want refused", err)
+	}
+	lf := "GET http://a.test/ HTTP/1.1\nHost: a.test\n\nbody"
+	if req, err := readRequest(bufio.NewReaderSize(strings.NewReader(lf), 32<<10)); err != nil || req.Host != "a.test" {
+		t.Errorf("LF-only head: %v, %v", req, err)
+	}
+}

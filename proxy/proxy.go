@@ -25,8 +25,31 @@ const (
 const (
 	headTimeout    = 10 * time.Second // to read a request head or ClientHello
 	connectTimeout = 15 * time.Second // to resolve and dial upstream
-	maxDenied      = 1000             // distinct denial records kept
+	maxDenied      = 1000             // distinct denial and failure records kept, each
+
+	// Connections from the sandbox to the gateway's listeners (proxy,
+	// transparent and DNS over TCP) open at once: MaxConns plus
+	// clientSlack for heads still being read and DNS queries, or
+	// unlimitedClients+clientSlack when MaxConns is 0. A connection over
+	// the cap is closed as soon as it is accepted.
+	clientSlack      = 32
+	unlimitedClients = 256
+
+	// ClientConnBytes bounds what agentrun holds for one client connection:
+	// its head buffer (bufSize), the copy buffer of a tunnel, the stacks of
+	// its two goroutines and the kernel's socket buffers in the gateway
+	// namespace are well under it; netns caps the last.
+	ClientConnBytes = 4 * bufSize
 )
+
+// MaxClients is the number of connections from the sandbox to the
+// gateway's listeners that a run with policy p may have open at once.
+func (p Policy) MaxClients() int {
+	if p.MaxConns == 0 {
+		return unlimitedClients + clientSlack
+	}
+	return p.MaxConns + clientSlack
+}
 
 // Policy is what a run may reach. The zero value allows nothing.
 type Policy struct {
@@ -51,10 +74,12 @@ type Policy struct {
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
-// Report is what the proxy let through and what it refused.
+// Report is what the proxy let through, what it refused and which allowed
+// destinations it could not reach.
 type Report struct {
 	Allowed []Allowed `json:"allowed"`
 	Denied  []Denied  `json:"denied"`
+	Failed  []Failed  `json:"failed"`
 }
 
 // Allowed sums the connections to one host and port.
@@ -74,6 +99,15 @@ type Denied struct {
 	Count  int    `json:"count"` // times it happened
 }
 
+// Failed is one distinct failure to reach an allowed destination: its name
+// did not resolve, or no address of it took the connection.
+type Failed struct {
+	Host   string `json:"host"`
+	Port   int    `json:"port"`
+	Reason string `json:"reason"` // such as "name does not resolve", "connection refused"
+	Count  int    `json:"count"`  // times it happened
+}
+
 // Proxy is one run's DNS server, HTTP proxy and transparent listeners.
 type Proxy struct {
 	allow   *Allowlist
@@ -89,17 +123,17 @@ type Proxy struct {
 
 	bytesIn, bytesOut atomic.Int64
 
-	mu            sync.Mutex
-	closed        bool
-	listeners     []net.Listener
-	dnsSrv        []*dns.Server
-	conns         map[net.Conn]struct{} // client and upstream connections
-	upstreams     int                   // open upstream connections
-	allowed       map[hostPort]*hostStats
-	allowedOrder  []hostPort
-	denied        map[deniedKey]int // index into deniedList
-	deniedList    []Denied
-	deniedDropped bool
+	mu           sync.Mutex
+	closed       bool
+	listeners    []net.Listener
+	dnsSrv       []*dns.Server
+	conns        map[net.Conn]struct{} // client and upstream connections
+	upstreams    int                   // open upstream connections
+	clients      int                   // open connections from the sandbox
+	allowed      map[hostPort]*hostStats
+	allowedOrder []hostPort
+	denied       tally
+	failed       tally // as Failed records
 
 	closeOnce sync.Once
 	closeErr  error
@@ -174,7 +208,6 @@ func newProxy(gw netip.Addr, p Policy) (*Proxy, error) {
 		dial:    p.Dial,
 		conns:   make(map[net.Conn]struct{}),
 		allowed: make(map[hostPort]*hostStats),
-		denied:  make(map[deniedKey]int),
 	}
 	if px.resolve == nil {
 		px.resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
@@ -206,7 +239,7 @@ func (p *Proxy) listen(n *netns.Net) error {
 	if err != nil {
 		return fmt.Errorf("starting dns server: %w", err)
 	}
-	if err := p.serveDNS(&dns.Server{Listener: tcp}); err != nil {
+	if err := p.serveDNS(&dns.Server{Listener: clientListener{tcp, p}, MaxTCPQueries: 16}); err != nil {
 		tcp.Close()
 		return err
 	}
@@ -297,15 +330,82 @@ func (p *Proxy) goAccept(l net.Listener, handle func(net.Conn)) bool {
 				continue
 			}
 			delay = 0
+			if !p.takeClient(c) {
+				continue
+			}
 			if !p.track(c) {
+				p.releaseClient()
 				return
 			}
-			if !p.goTracked(func() { defer p.untrack(c); handle(c) }) {
+			if !p.goTracked(func() { defer p.releaseClient(); defer p.untrack(c); handle(c) }) {
 				p.untrack(c)
+				p.releaseClient()
 				return
 			}
 		}
 	})
+}
+
+// takeClient counts c against the run's cap on connections from the
+// sandbox; over the cap c is closed and the refusal recorded.
+func (p *Proxy) takeClient(c net.Conn) bool {
+	p.mu.Lock()
+	ok := p.clients < p.policy.MaxClients()
+	if ok {
+		p.clients++
+	}
+	p.mu.Unlock()
+	if !ok {
+		port := 0
+		if a, isTCP := c.LocalAddr().(*net.TCPAddr); isTCP {
+			port = a.Port
+		}
+		// Reset, not a graceful close: nothing of it lingers in the kernel.
+		if tc, isTCP := c.(*net.TCPConn); isTCP {
+			tc.SetLinger(0)
+		}
+		c.Close()
+		p.recordDenied("", port, reasonTooManyClients)
+	}
+	return ok
+}
+
+func (p *Proxy) releaseClient() {
+	p.mu.Lock()
+	p.clients--
+	p.mu.Unlock()
+}
+
+// clientListener applies the cap on connections from the sandbox to a
+// listener served by someone else (the DNS server over TCP).
+type clientListener struct {
+	net.Listener
+	p *Proxy
+}
+
+func (l clientListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if l.p.takeClient(c) {
+			return &clientConn{Conn: c, p: l.p}, nil
+		}
+	}
+}
+
+// clientConn gives its slot back when closed.
+type clientConn struct {
+	net.Conn
+	p    *Proxy
+	once sync.Once
+}
+
+func (c *clientConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.p.releaseClient)
+	return err
 }
 
 // serveDNS starts srv (with its PacketConn or Listener set) and waits
@@ -403,9 +503,12 @@ func (p *Proxy) Hosts() []byte {
 func (p *Proxy) Report() Report {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	r := Report{Allowed: []Allowed{}, Denied: slices.Clone(p.deniedList)}
+	r := Report{Allowed: []Allowed{}, Denied: slices.Clone(p.denied.list), Failed: make([]Failed, 0, len(p.failed.list))}
 	if r.Denied == nil {
 		r.Denied = []Denied{}
+	}
+	for _, f := range p.failed.list {
+		r.Failed = append(r.Failed, Failed(f))
 	}
 	for _, hp := range p.allowedOrder {
 		st := p.allowed[hp]
@@ -420,23 +523,45 @@ func (p *Proxy) Report() Report {
 
 // recordDenied adds one refusal to the report.
 func (p *Proxy) recordDenied(host string, port int, reason string) {
-	host = printable(host)
-	k := deniedKey{host, reason, port}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if i, ok := p.denied[k]; ok {
-		p.deniedList[i].Count++
+	p.denied.add(printable(host), port, reason, "further distinct denials not recorded")
+}
+
+// recordFailed adds one failure to reach an allowed destination to the
+// report.
+func (p *Proxy) recordFailed(host string, port int, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.failed.add(printable(host), port, reason, "further distinct failures not recorded")
+}
+
+// tally keeps distinct records with their counts, at most maxDenied of
+// them and then one saying that more were dropped.
+type tally struct {
+	index   map[deniedKey]int // into list
+	list    []Denied
+	dropped bool
+}
+
+func (t *tally) add(host string, port int, reason, overflow string) {
+	k := deniedKey{host, reason, port}
+	if i, ok := t.index[k]; ok {
+		t.list[i].Count++
 		return
 	}
-	if len(p.deniedList) >= maxDenied {
-		if !p.deniedDropped {
-			p.deniedDropped = true
-			p.deniedList = append(p.deniedList, Denied{Host: "*", Reason: "further distinct denials not recorded", Count: 1})
+	if len(t.list) >= maxDenied {
+		if !t.dropped {
+			t.dropped = true
+			t.list = append(t.list, Denied{Host: "*", Reason: overflow, Count: 1})
 		}
 		return
 	}
-	p.denied[k] = len(p.deniedList)
-	p.deniedList = append(p.deniedList, Denied{Host: host, Port: port, Reason: reason, Count: 1})
+	if t.index == nil {
+		t.index = make(map[deniedKey]int)
+	}
+	t.index[k] = len(t.list)
+	t.list = append(t.list, Denied{Host: host, Port: port, Reason: reason, Count: 1})
 }
 
 // stats returns the counters of host:port, creating them.

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,8 +14,10 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -567,4 +570,170 @@ func TestProxyCloseCutsConnections(t *testing.T) {
 		t.Error(err)
 	}
 	testenv.CheckNoLeak(t, before, fixturePrefix)
+}
+
+// TestProxyUpstreamFailures reaches for allowed destinations that fail: a
+// port where nothing listens, an address where nothing answers and a name
+// that does not resolve. Each gets a 502 that says why (in the status line
+// too) and lands in the report's failures.
+func TestProxyUpstreamFailures(t *testing.T) {
+	requireRoot(t)
+	in := proxytest.NewInternet(t)
+	p := policyFor(in)
+	p.Allow = append(p.Allow, "internet.test:81", "silent.test", "nosuch.test")
+	p.Hosts["silent.test"] = in.Silent.String()
+	resolve := p.Resolver
+	p.Resolver = func(ctx context.Context, host string) ([]netip.Addr, error) {
+		if host == "nosuch.test" {
+			return nil, &net.DNSError{Err: "no such host", Name: host, Server: "192.0.2.53:53", IsNotFound: true}
+		}
+		return resolve(ctx, host)
+	}
+	r := startRun(t, in, p)
+
+	for _, tc := range []struct{ authority, reason string }{
+		{"internet.test:81", "connection refused"},
+		{"silent.test:443", "host unreachable"},
+		{"nosuch.test:443", "name does not resolve"},
+	} {
+		resp, body, _ := r.connect(tc.authority)
+		want := "agentrun: egress to " + tc.authority + " failed: " + tc.reason
+		if resp.StatusCode != 502 || !strings.HasPrefix(body, want) || resp.Status != "502 Bad Gateway: "+tc.reason {
+			t.Errorf("CONNECT %s = %q %q; want 502 %q", tc.authority, resp.Status, body, want)
+		}
+		if strings.Contains(body, "192.0.2.53") {
+			t.Errorf("CONNECT %s: body names the host's resolver: %q", tc.authority, body)
+		}
+	}
+	code, body, hdr := get(t, r.explicitClient(), "http://nosuch.test/")
+	if code != 502 || !strings.Contains(body, "nosuch.test:80 failed: name does not resolve") || hdr.Get("X-Agentrun-Error") == "" {
+		t.Errorf("GET http://nosuch.test/ = %d %q; want 502 name does not resolve", code, body)
+	}
+	// Transparent: a TLS client gets an alert, and the failure is recorded.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := r.dial(ctx, "tcp4", net.JoinHostPort(r.gw, "443"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := tls.Client(c, &tls.Config{ServerName: "nosuch.test", RootCAs: in.Roots})
+	tc.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := tc.Handshake(); err == nil {
+		t.Error("TLS handshake through a failed upstream succeeded")
+	}
+	tc.Close()
+
+	want := map[string]int{
+		"internet.test:81 connection refused":   1,
+		"silent.test:443 host unreachable":      1,
+		"nosuch.test:443 name does not resolve": 2,
+		"nosuch.test:80 name does not resolve":  1,
+	}
+	got := map[string]int{}
+	for _, f := range r.px.Report().Failed {
+		got[fmt.Sprintf("%s:%d %s", f.Host, f.Port, f.Reason)] = f.Count
+	}
+	for k, n := range want {
+		if got[k] != n {
+			t.Errorf("report failure %q count = %d; want %d (report %+v)", k, got[k], n, r.px.Report().Failed)
+		}
+	}
+	if d := r.px.Report().Denied; len(d) != 0 {
+		t.Errorf("failures recorded as denials: %+v", d)
+	}
+}
+
+// TestProxyClientFlood opens far more connections to the gateway's
+// listeners than a run may hold, each with an unfinished 30 KB request head
+// (or DNS message), and checks that the proxy holds at most MaxClients of
+// them and stays under its stated memory ceiling, records the refusals,
+// and serves a normal request once the flood ends.
+func TestProxyClientFlood(t *testing.T) {
+	requireRoot(t)
+	in := proxytest.NewInternet(t)
+	p := policyFor(in)
+	p.MaxConns = 32
+	r := startRun(t, in, p)
+	const flood = 1500
+
+	head := []byte("GET http://internet.test/hello HTTP/1.1\r\nHost: internet.test\r\n")
+	for len(head) < 30<<10 {
+		head = append(head, "X-A: b\r\n"...)
+	}
+	dnsHead := append([]byte{0xff, 0xff}, make([]byte, 30<<10)...)
+
+	memInUse := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapInuse + ms.StackInuse
+	}
+	before := memInUse()
+
+	var wg sync.WaitGroup
+	conns := make([]net.Conn, 0, flood)
+	ports := []string{"3128", "80", "443", "53"}
+	for i := range flood {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c, err := r.dial(ctx, "tcp4", net.JoinHostPort(r.gw, ports[i%len(ports)]))
+		cancel()
+		if errors.Is(err, syscall.ECONNRESET) {
+			continue // over the cap, reset before connect returned
+		}
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		conns = append(conns, c)
+		data := head
+		if ports[i%len(ports)] == "53" {
+			data = dnsHead
+		} else if ports[i%len(ports)] == "443" {
+			data = append([]byte{22, 3, 1, 0x3f, 0xff, 1, 0, 0x3f, 0xfb}, make([]byte, 16000)...) // an unfinished ClientHello
+		}
+		wg.Go(func() {
+			c.SetWriteDeadline(time.Now().Add(3 * time.Second))
+			c.Write(data) // over the cap: reset, an error here
+		})
+	}
+	wg.Wait()
+	time.Sleep(500 * time.Millisecond) // the proxy reads what was sent
+	held := memInUse() - min(before, memInUse())
+
+	r.px.mu.Lock()
+	clients := r.px.clients
+	r.px.mu.Unlock()
+	if clients > p.MaxClients() {
+		t.Errorf("proxy holds %d client connections; want at most %d", clients, p.MaxClients())
+	}
+	// The flood's own client sockets live in this process too: 2 KiB each.
+	ceiling := uint64(p.MaxClients()*ClientConnBytes + flood*2<<10)
+	t.Logf("%d connections: %d held by the proxy, %d KiB in use (ceiling %d KiB)", flood, clients, held>>10, ceiling>>10)
+	if held > ceiling {
+		t.Errorf("memory in use grew by %d KiB under the flood; ceiling %d KiB", held>>10, ceiling>>10)
+	}
+	r.wantDenied("", 3128, reasonTooManyClients)
+
+	for _, c := range conns {
+		c.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r.px.mu.Lock()
+		clients = r.px.clients
+		r.px.mu.Unlock()
+		if clients == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d client connections still counted after the flood ended", clients)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	code, body, _ := get(t, r.explicitClient(), "https://internet.test/hello")
+	if code != 200 || body != "hello from internet.test over https" {
+		t.Errorf("after the flood: got %d %q", code, body)
+	}
+	if m, err := r.lookup("tcp4", "internet.test", dns.TypeA); err != nil || m.Rcode != dns.RcodeSuccess {
+		t.Errorf("dns over tcp after the flood: %v, %v", m, err)
+	}
 }

@@ -26,6 +26,13 @@ const (
 
 	// nofile is the open-file limit of a sandboxed process (soft and hard).
 	nofile = 1024
+
+	// SocketBuffer is the largest TCP receive and send buffer of one socket
+	// in the sandbox's network namespace (net.ipv4.tcp_rmem and tcp_wmem,
+	// which are per namespace). With nofile it bounds what one process can
+	// hold in socket buffers; the memory cgroup bounds the run (see
+	// ChargeSocketMemory).
+	SocketBuffer = 256 << 10
 )
 
 // MaskedPaths are hidden from the sandbox: /proc and /sys entries that leak
@@ -109,6 +116,10 @@ func Default(rootfs string) *specs.Spec {
 			},
 			Resources: &specs.LinuxResources{
 				Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
+			},
+			Sysctl: map[string]string{
+				"net.ipv4.tcp_rmem": fmt.Sprintf("4096 65536 %d", SocketBuffer),
+				"net.ipv4.tcp_wmem": fmt.Sprintf("4096 16384 %d", SocketBuffer),
 			},
 			MaskedPaths:       append([]string(nil), MaskedPaths...),
 			ReadonlyPaths:     append([]string(nil), ReadonlyPaths...),

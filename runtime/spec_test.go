@@ -1,6 +1,8 @@
 package runtime
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -265,5 +267,31 @@ func TestValidateRefuses(t *testing.T) {
 				t.Errorf("Validate = %v; want an error containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestDefaultCapsSocketBuffers(t *testing.T) {
+	s := Default("/r")
+	for _, k := range []string{"net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"} {
+		f := strings.Fields(s.Linux.Sysctl[k])
+		if len(f) != 3 || f[2] != "262144" {
+			t.Errorf("sysctl %s = %q; want a 256 KiB maximum", k, s.Linux.Sysctl[k])
+		}
+	}
+}
+
+func TestChargeSocketMemoryWithoutAccounting(t *testing.T) {
+	dir := t.TempDir()
+	if ok, err := ChargeSocketMemory(dir, 64<<20); ok || err != nil {
+		t.Errorf("ChargeSocketMemory(dir without the file) = %v, %v; want false, nil", ok, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, tcpLimitFile)); err == nil {
+		t.Error("ChargeSocketMemory created the limit file")
+	}
+	if _, err := ChargeSocketMemory(filepath.Join(dir, "gone"), 64<<20); err == nil {
+		t.Error("ChargeSocketMemory(missing cgroup) = nil error")
+	}
+	if _, err := ChargeSocketMemory(dir, 0); err == nil {
+		t.Error("ChargeSocketMemory(limit 0) = nil error")
 	}
 }

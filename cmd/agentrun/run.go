@@ -110,7 +110,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, bool) {
 // failed is the result of a task agentrun could not run.
 func failed(err error) *result.Result {
 	return &result.Result{Error: err.Error(), Files: map[string]result.File{},
-		Network: result.Network{Allowed: []result.Allowed{}, Denied: []result.Denied{}}}
+		Network: result.Network{Allowed: []result.Allowed{}, Denied: []result.Denied{}, Failed: []result.Failed{}}}
 }
 
 // runOnServer sends the task to an agentrun server and returns its result.

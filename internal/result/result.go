@@ -48,7 +48,7 @@ type Result struct {
 }
 
 // Network lists the run's egress decisions, as agentrun's proxy and DNS
-// server recorded them.
+// server recorded them, and the allowed destinations it could not reach.
 type Network = proxy.Report
 
 // Allowed is one allowed destination with the bytes it carried.
@@ -56,6 +56,9 @@ type Allowed = proxy.Allowed
 
 // Denied is one refused destination and why.
 type Denied = proxy.Denied
+
+// Failed is one allowed destination that could not be reached and why.
+type Failed = proxy.Failed
 
 // File is one collected file. Error says why a matching path was not
 // returned (not a regular file, over the collect limit).

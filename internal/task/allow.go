@@ -37,6 +37,9 @@ func checkAllow(entries []string, allowNetwork *bool) ([]string, error) {
 }
 
 func canonicalAllow(entry string) (string, error) {
+	if hint, ok := urlHost(entry); ok {
+		return "", fmt.Errorf("a URL, not a host name: give the host name alone (%q), with an optional \":port\"", hint)
+	}
 	host, port, hasPort := strings.Cut(strings.ToLower(entry), ":")
 	if hasPort {
 		n, err := strconv.Atoi(port)
@@ -53,4 +56,25 @@ func canonicalAllow(entry string) (string, error) {
 		return "", fmt.Errorf("want a host name or \"*.\" + host name, with an optional \":port\": %w", err)
 	}
 	return host + port, nil
+}
+
+// urlHost reports whether entry looks like a URL or a host with a path
+// ("https://pypi.org", "pypi.org/simple") and returns the host name it
+// names, for the error. Such entries are refused, not normalized: a
+// scheme would suggest a port or protocol restriction the allowlist does
+// not make.
+func urlHost(entry string) (string, bool) {
+	rest := entry
+	if _, after, ok := strings.Cut(entry, "://"); ok {
+		rest = after
+	} else if !strings.Contains(entry, "/") {
+		return "", false
+	}
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	if i := strings.LastIndexByte(rest, '@'); i >= 0 {
+		rest = rest[i+1:]
+	}
+	return strings.ToLower(rest), true
 }

@@ -200,6 +200,10 @@ func TestErrorText(t *testing.T) {
 	if err == nil || err.Error() != "task: limits.cpus: 2.5 exceeds policy maximum 2" {
 		t.Errorf("got %v", err)
 	}
+	_, err = Load([]byte(`{"code":"x","network":{"allow":["pypi.org","https://PyPI.org/simple"]}}`), config.Default())
+	if err == nil || err.Error() != `task: network.allow[1]: "https://PyPI.org/simple": a URL, not a host name: give the host name alone ("pypi.org"), with an optional ":port"` {
+		t.Errorf("URL in network.allow: %v", err)
+	}
 	_, err = Parse(make([]byte, MaxTaskBytes+1))
 	if err == nil || !strings.HasPrefix(err.Error(), "task: task is ") {
 		t.Errorf("oversize: %v", err)

@@ -62,12 +62,13 @@ func InNS(ns vnetns.NsHandle, fn func() error) error {
 }
 
 // Internet is a fake internet host: its own namespace at a 198.18.0.0/15
-// address, joined to the host namespace by a veth, serving HTTP on 80,
+// address (in a /29 it shares with the host end and Silent), joined to the host namespace by a veth, serving HTTP on 80,
 // HTTPS on 443 (certificate for internet.test and *.internet.test) and a
 // UDP echo on 9999.
 type Internet struct {
 	IP     netip.Addr     // where it serves
 	HostIP netip.Addr     // host end of its veth
+	Silent netip.Addr     // an address on its link that nothing holds: a dial gets no answer
 	Roots  *x509.CertPool // trusts its certificate
 	CAPEM  []byte         // its self-signed certificate, PEM, for a sandbox to trust
 }
@@ -76,9 +77,10 @@ type Internet struct {
 // namespace and its veth (named with the prefix VethPrefix).
 func NewInternet(t testing.TB) *Internet {
 	t.Helper()
-	idx := mrand.IntN(1 << 15) // a random /30 in 198.18.0.0/15
-	base := netip.AddrFrom4([4]byte{198, 18 + byte(idx>>14), byte(idx >> 6), byte(idx<<2) & 0xfc})
+	idx := mrand.IntN(1 << 14) // a random /29 in 198.18.0.0/15
+	base := netip.AddrFrom4([4]byte{198, 18 + byte(idx>>13), byte(idx >> 5), byte(idx<<3) & 0xf8})
 	in := &Internet{HostIP: base.Next(), IP: base.Next().Next()}
+	in.Silent = in.IP.Next()
 
 	var ns vnetns.NsHandle
 	if err := InNS(vnetns.None(), func() error {
@@ -104,7 +106,7 @@ func NewInternet(t testing.TB) *Internet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mask := net.CIDRMask(30, 32)
+	mask := net.CIDRMask(29, 32)
 	if err := netlink.AddrAdd(hostLink, &netlink.Addr{IPNet: &net.IPNet{IP: in.HostIP.AsSlice(), Mask: mask}}); err != nil {
 		t.Fatal(err)
 	}

@@ -137,6 +137,13 @@ func (b *Backend) Prepare(c *runtime.Container) (_ *Prepared, err error) {
 		return nil, fmt.Errorf("starting container: %w", err)
 	}
 	p.stdio.CloseChildEnds()
+	// The cgroup exists from Start on and the program waits for Run: its
+	// socket buffers are capped before it can open a socket.
+	if m := c.Spec.Linux.Resources.Memory; m != nil && m.Limit != nil && !cgroups.IsCgroup2UnifiedMode() {
+		if _, err := runtime.ChargeSocketMemory(p.paths["memory"], *m.Limit); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
 }
 
@@ -296,6 +303,9 @@ func usage(paths map[string]string, out *runtime.Outcome) {
 	} else {
 		cpu, _ = fscommon.GetCgroupParamUint(paths["cpuacct"], "cpuacct.usage")
 		peak, _ = fscommon.GetCgroupParamUint(paths["memory"], "memory.max_usage_in_bytes")
+		// v1 keeps socket buffers apart (v2's memory.peak has them).
+		tcp, _ := fscommon.GetCgroupParamUint(paths["memory"], "memory.kmem.tcp.max_usage_in_bytes")
+		peak += tcp
 		ooms, _ = fs.OOMKillCount(paths["memory"])
 	}
 	out.CPU = time.Duration(cpu)

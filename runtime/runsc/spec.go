@@ -24,9 +24,14 @@ const CgroupParent = "/agentrun-runsc"
 //     Docker's "clone3 gives ENOSYS" rule would stop glibc from falling back
 //     to clone and no thread could start: clone3 is allowed instead. Any
 //     namespace a program makes with it lives in gVisor's kernel, not the
-//     host's, and gVisor's own filter still guards the host.
+//     host's, and gVisor's own filter still guards the host;
+//   - the sandbox's socket sysctls are dropped: its sockets are gVisor's
+//     netstack, whose buffers are the sentry's memory, inside the run's
+//     cgroup, not host sockets.
 func SpecOpt() runtime.SpecOpt {
 	return func(s *specs.Spec) error {
+		delete(s.Linux.Sysctl, "net.ipv4.tcp_rmem")
+		delete(s.Linux.Sysctl, "net.ipv4.tcp_wmem")
 		if r := s.Linux.Resources; r != nil && r.Pids != nil && r.Pids.Limit != nil {
 			// Inside, gVisor's own kernel holds the program to the limit
 			// (RLIMIT_NPROC there counts only the sandbox's processes).

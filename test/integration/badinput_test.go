@@ -223,6 +223,7 @@ func badInputs(canary string) []badInput {
 		{name: "runtime docker", task: withCode(`"runtime":"docker"`), want: `runtime: "docker" is not a runtime`},
 		{name: "allow IP literal", task: withCode(`"network":{"allow":["1.2.3.4"]}`), want: "network.allow[0]"},
 		{name: "allow *", task: withCode(`"network":{"allow":["*"]}`), want: `network.allow[0]: "*": a wildcard is only allowed`},
+		{name: "allow URL", task: withCode(`"network":{"allow":["https://pypi.org"]}`), want: `network.allow[0]: "https://pypi.org": a URL, not a host name: give the host name alone ("pypi.org")`},
 		{name: "allow inner wildcard", task: withCode(`"network":{"allow":["a.*.com"]}`), want: "network.allow[0]"},
 		{name: "allow bad port", task: withCode(`"network":{"allow":["ok.test","ok.test:99999"]}`), want: "network.allow[1]"},
 		{name: "allow under a no-network policy", task: withCode(`"network":{"allow":["ok.test"]}`),

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -14,10 +15,12 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
+	"github.com/agentrun/agentrun/proxy"
 	"github.com/agentrun/agentrun/proxy/proxytest"
 )
 
@@ -167,6 +170,168 @@ except OSError as e:
 			}
 		}
 	})
+}
+
+// TestAllowedUpstreamFailures reaches for allowed destinations that fail: a
+// port where nothing listens, a network.hosts name whose address nothing
+// holds, and a name that does not resolve. The program gets a 502 that
+// says why; the result and the audit record list each failure.
+func TestAllowedUpstreamFailures(t *testing.T) {
+	eachRuntime(t, func(t *testing.T, rt string) {
+		in := proxytest.NewInternet(t)
+		cfg := netConfigFor(t, in, rt)
+		cfg.Network.Hosts["silent.test"] = in.Silent.String()
+		auditPath := filepath.Join(t.TempDir(), "audit.jsonl")
+		log, err := audit.Open(auditPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer log.Close()
+		code := fetchPy + `
+print(fetch("http://internet.test:81/"))
+print(fetch("https://internet.test:81/"))
+print(fetch("http://silent.test/"))
+print(fetch("http://nosuch.invalid/"))
+`
+		res := runTaskWith(t, cfg, log, netTask(in, code, "internet.test:81", "silent.test", "nosuch.invalid"))
+		lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+		if len(lines) != 4 {
+			t.Fatalf("stdout %q stderr %q", res.Stdout, res.Stderr)
+		}
+		for i, want := range []string{
+			"502 agentrun: egress to internet.test:81 failed: connection refused",
+			"URLError Tunnel connection failed: 502 Bad Gateway: connection refused",
+			"502 agentrun: egress to silent.test:80 failed: host unreachable",
+			"502 agentrun: egress to nosuch.invalid:80 failed: name ",
+		} {
+			if !strings.HasPrefix(lines[i], want) {
+				t.Errorf("line %d = %q; want %q...", i, lines[i], want)
+			}
+		}
+		check := func(where string, failed []result.Failed) {
+			t.Helper()
+			got := map[string]string{}
+			for _, f := range failed {
+				got[fmt.Sprintf("%s:%d", f.Host, f.Port)] = f.Reason
+			}
+			for hp, reason := range map[string]string{
+				"internet.test:81": "connection refused", "silent.test:80": "host unreachable", "nosuch.invalid:80": "name ",
+			} {
+				if reason != "" && !strings.HasPrefix(got[hp], reason) {
+					t.Errorf("%s: failure of %s = %q; want %q... (all: %+v)", where, hp, got[hp], reason, failed)
+				}
+			}
+		}
+		check("result network.failed", res.Network.Failed)
+		b, err := os.ReadFile(auditPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec audit.Record
+		if err := json.Unmarshal(b, &rec); err != nil {
+			t.Fatalf("audit record %q: %v", b, err)
+		}
+		check("audit network.failed", rec.Network.Failed)
+		if len(res.Network.Denied) != 0 {
+			t.Errorf("failures of allowed hosts recorded as denials: %+v", res.Network.Denied)
+		}
+	})
+}
+
+// TestGatewayFlood has the sandbox open thousands of connections to the
+// gateway's proxy, transparent and DNS listeners, each with an unfinished
+// 30 KB request head, from 8 processes. agentrun's memory (the runner runs
+// in this process) must stay under the proxy's stated ceiling, and a
+// normal request must work once the flood ends.
+func TestGatewayFlood(t *testing.T) {
+	in := proxytest.NewInternet(t)
+	code := fetchPy + `
+import os, time
+gw = os.environ["HTTP_PROXY"].split("//")[1].split(":")[0]
+head = b"GET http://internet.test/hello HTTP/1.1\r\nHost: internet.test\r\n" + b"X-A: b\r\n" * 3800
+kids = []
+for k in range(8):
+    pid = os.fork()
+    if pid == 0:
+        held, socks = 0, []
+        for i in range(500):
+            port = (3128, 80, 53)[i % 3]
+            s = socket.socket()
+            s.settimeout(2)
+            try:
+                s.connect((gw, port))
+                s.sendall(b"\xff\xff" + head if port == 53 else head)
+                held += 1
+            except OSError:
+                pass
+            socks.append(s)
+        time.sleep(2)
+        os._exit(0)
+    kids.append(pid)
+for pid in kids:
+    os.waitpid(pid, 0)
+for i in range(20):
+    r = fetch("http://internet.test/hello")
+    if r.startswith("200"):
+        break
+    time.sleep(0.25)
+print(r)
+`
+	var ms runtime.MemStats
+	memInUse := func() uint64 {
+		runtime.ReadMemStats(&ms)
+		return ms.HeapInuse + ms.StackInuse
+	}
+	runtime.GC()
+	before := memInUse()
+	peak := before
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+				peak = max(peak, memInUse())
+			}
+		}
+	})
+	cfg := netConfigFor(t, in, "libcontainer")
+	task := netTask(in, code, "internet.test")
+	res := runTaskWith(t, cfg, nil, task)
+	close(done)
+	wg.Wait()
+	if strings.TrimSpace(res.Stdout) != "200 hello from internet.test over http" {
+		t.Errorf("request after the flood: stdout %q stderr %q", res.Stdout, res.Stderr)
+	}
+	plan, err := taskPlan(task, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stated ceiling, (net_connections + 32) × 128 KiB, and room for
+	// the run's own machinery.
+	maxClients := int(plan.Limits.NetConns) + 32
+	if n := (proxy.Policy{MaxConns: int(plan.Limits.NetConns)}).MaxClients(); n != maxClients || proxy.ClientConnBytes != 128<<10 {
+		t.Errorf("proxy allows %d connections of %d bytes; the README states %d of 128 KiB", n, proxy.ClientConnBytes, maxClients)
+	}
+	ceiling := uint64(maxClients<<17 + 24<<20)
+	grew := peak - before
+	t.Logf("agentrun's memory in use grew by %d KiB under the flood (ceiling %d KiB for %d connections)", grew>>10, ceiling>>10, maxClients)
+	if grew > ceiling {
+		t.Errorf("agentrun's memory in use grew by %d MiB under the flood; ceiling %d MiB", grew>>20, ceiling>>20)
+	}
+	var refused bool
+	for _, d := range res.Network.Denied {
+		refused = refused || d.Reason == "too many connections to the gateway"
+	}
+	if !refused {
+		t.Errorf("network.denied lacks the refused flood: %+v", res.Network.Denied)
+	}
+}
+
+func taskPlan(taskJSON string, cfg *config.Config) (*task.Plan, error) {
+	return task.Load([]byte(taskJSON), cfg)
 }
 
 func TestHostServicesUnreachable(t *testing.T) {
