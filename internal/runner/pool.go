@@ -34,9 +34,9 @@ type Pool struct {
 	mu     sync.Mutex
 	shapes map[string]*shape // image ref -> the shape kept ready for it
 	closed bool
-	err    error // the latest failure to fill, nil once one succeeds
-	hits   int64
-	misses int64
+	err    error            // the latest failure to fill, nil once one succeeds
+	hits   map[string]int64 // image ref -> runs served from the pool
+	misses map[string]int64 // image ref -> runs of the image that ran cold
 
 	kick chan struct{}
 	stop chan struct{}
@@ -58,6 +58,8 @@ type PoolStats struct {
 	Hits    int64          // runs served from the pool
 	Misses  int64          // runs of a pooled image that ran cold
 	LastErr string         // the latest failure to fill, "" once one succeeds
+
+	ImageHits, ImageMisses map[string]int64 // Hits and Misses per image ref
 }
 
 // fillRetry is how long the pool waits after a failure to fill.
@@ -69,6 +71,7 @@ const fillRetry = time.Second
 // it holds.
 func (r *Runner) NewPool(sizes map[string]int) *Pool {
 	p := &Pool{r: r, sizes: map[string]int{}, shapes: map[string]*shape{},
+		hits: map[string]int64{}, misses: map[string]int64{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	for ref, n := range sizes {
 		if n > 0 {
@@ -114,12 +117,12 @@ func (p *Pool) take(plan *task.Plan, img *image.Image) *sandbox {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || key == "" {
-		p.misses++
+		p.misses[plan.Image]++
 		return nil
 	}
 	s := p.shapes[plan.Image]
 	if s == nil || s.key != key {
-		p.misses++
+		p.misses[plan.Image]++
 		p.keep(plan, img, key)
 		return nil
 	}
@@ -127,23 +130,23 @@ func (p *Pool) take(plan *task.Plan, img *image.Image) *sandbox {
 		sb := s.ready[0]
 		s.ready = s.ready[1:]
 		if sb.prep.Ready() {
-			p.hits++
+			p.hits[plan.Image]++
 			return sb
 		}
 		// Its init is gone (killed while it waited): drop it.
 		p.bg.Go(func() { _ = sb.undo.run() })
 	}
-	p.misses++
+	p.misses[plan.Image]++
 	return nil
 }
 
 // failed tells the pool that a sandbox it gave out could not start its
 // program after all (its init died as it was taken): the run went cold.
-func (p *Pool) failed() {
+func (p *Pool) failed(plan *task.Plan) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.hits--
-	p.misses++
+	p.hits[plan.Image]--
+	p.misses[plan.Image]++
 }
 
 // ran tells the pool that a run of plan's image has ended: the time to
@@ -238,7 +241,12 @@ func (p *Pool) next() (*shape, int) {
 func (p *Pool) Stats() PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	st := PoolStats{Ready: map[string]int{}, Hits: p.hits, Misses: p.misses}
+	st := PoolStats{Ready: map[string]int{}, ImageHits: map[string]int64{}, ImageMisses: map[string]int64{}}
+	for ref := range p.sizes {
+		st.ImageHits[ref], st.ImageMisses[ref] = p.hits[ref], p.misses[ref]
+		st.Hits += p.hits[ref]
+		st.Misses += p.misses[ref]
+	}
 	for ref, s := range p.shapes {
 		st.Ready[ref] = len(s.ready)
 	}

@@ -83,6 +83,10 @@ type Hooks struct {
 	// Output gets the program's kept output as it arrives (from two
 	// goroutines at once).
 	Output runtime.OutputFunc
+	// Setup gets how long the run's sandbox took to be ready (image, then
+	// a pooled sandbox or a cold set-up) and whether it came from the pool,
+	// once the program has run.
+	Setup func(pooled bool, d time.Duration)
 	// Result gets the result as soon as it is final: before the sandbox is
 	// torn down, so that a server can answer while the tear-down goes on.
 	// A failure of the tear-down or of the audit log comes after that: it
@@ -112,6 +116,7 @@ func (r *Runner) RunWith(ctx context.Context, p *task.Plan, hooks Hooks) *result
 // run runs p in a sandbox from the pool, or in one set up for it now, and
 // tears the sandbox down.
 func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hooks Hooks) (err error) {
+	start := time.Now()
 	backend, ok := r.backends[p.Runtime]
 	if !ok {
 		if p.Runtime == config.RuntimeRunsc && r.runscErr != nil {
@@ -130,18 +135,24 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 	if err != nil {
 		return err
 	}
+	setup := time.Since(start)
 	err = r.execute(ctx, p, backend, sb, res, hooks.Output)
 	if sb.pooled && errors.Is(err, runc.ErrNotStarted) && ctx.Err() == nil {
 		// The pooled sandbox's init died as the run took it: run cold.
-		r.pool.failed()
+		r.pool.failed(p)
 		if cerr := sb.undo.run(); cerr != nil {
 			return errors.Join(err, cerr)
 		}
 		res.ID = newID()
+		again := time.Now()
 		if sb, err = r.setup(p, img, res, res.ID, runFiles(p)); err != nil {
 			return err
 		}
+		setup = time.Since(again)
 		err = r.execute(ctx, p, backend, sb, res, hooks.Output)
+	}
+	if hooks.Setup != nil {
+		hooks.Setup(sb.pooled, setup)
 	}
 	if hooks.Result != nil {
 		final := *res

@@ -3,6 +3,7 @@
 //	POST /v1/runs            a task (task.json) in, its result out
 //	POST /v1/runs?stream=1   the same as NDJSON events: output as it comes, then the result
 //	GET  /healthz            runs going on and waiting, and the warm pool
+//	GET  /metrics            the same and more, in the Prometheus text format
 //
 // Runs are admitted under a global concurrency cap with a bounded queue,
 // and per-session quotas (runs per minute, concurrent runs); a run whose
@@ -23,6 +24,7 @@ import (
 	"time"
 
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/metrics"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
@@ -41,6 +43,7 @@ type Server struct {
 	queued  atomic.Int64
 	running atomic.Int64
 	quotas  *quotas
+	metrics *metrics.Metrics
 
 	// Logf, when set, gets what goes wrong after a client was answered.
 	Logf func(format string, args ...any)
@@ -49,9 +52,22 @@ type Server struct {
 // New returns a server running tasks with run under cfg's limits and
 // policy. pool, if not nil, reports the warm pool for /healthz.
 func New(cfg *config.Config, run RunFunc, pool func() runner.PoolStats) *Server {
-	return &Server{cfg: cfg, run: run, pool: pool,
+	s := &Server{cfg: cfg, run: run, pool: pool,
 		slots:  make(chan struct{}, cfg.Server.MaxConcurrent),
 		quotas: newQuotas(cfg.Server.Quota.RunsPerMinute, cfg.Server.Quota.Concurrent, time.Now)}
+	g := metrics.Gauges{Running: s.running.Load, Queued: s.queued.Load}
+	if pool != nil {
+		g.Pool = func() metrics.PoolStats {
+			st := pool()
+			ms := metrics.PoolStats{Ready: map[string]int64{}, Hits: st.ImageHits, Misses: st.ImageMisses}
+			for ref, n := range st.Ready {
+				ms.Ready[ref] = int64(n)
+			}
+			return ms
+		}
+	}
+	s.metrics = metrics.New(g)
+	return s
 }
 
 // Handler is the API's HTTP handler.
@@ -59,6 +75,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/runs", s.postRun)
 	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /metrics", s.serveMetrics)
 	return s.auth(mux)
 }
 
@@ -95,11 +112,13 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(data) > task.MaxTaskBytes {
+		s.metrics.Refused(s.cfg.Runtime, "")
 		writeError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("task is larger than %d bytes", task.MaxTaskBytes))
 		return
 	}
 	plan, err := task.Load(data, s.cfg)
 	if err != nil {
+		s.metrics.Refused(s.cfg.Runtime, "")
 		status, field := http.StatusBadRequest, ""
 		var te *task.Error
 		if errors.As(err, &te) {
@@ -114,12 +133,20 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 
 	release, retry, err := s.quotas.acquire(plan.Session)
 	if err != nil {
+		var qe *quotaError
+		errors.As(err, &qe)
+		s.metrics.Refused(plan.Runtime, qe.quota)
 		w.Header().Set("Retry-After", strconv.Itoa(int(retry.Round(time.Second)/time.Second)))
 		writeError(w, http.StatusTooManyRequests, "", err.Error())
 		return
 	}
 	defer release()
 	if err := s.admit(r.Context()); err != nil {
+		quota := ""
+		if errors.Is(err, errQueueFull) {
+			quota = metrics.QuotaQueue
+		}
+		s.metrics.Refused(plan.Runtime, quota)
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, "", err.Error())
 		return
@@ -132,6 +159,11 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 	defer s.running.Add(-1)
 	var sent *result.Result
 	var hooks runner.Hooks
+	admitted, pooled := time.Now(), false
+	hooks.Setup = func(p bool, d time.Duration) {
+		pooled = p
+		s.metrics.Setup(p, d)
+	}
 	answer := func(res *result.Result) { writeResult(w, res) }
 	if stream {
 		ev := newEvents(w)
@@ -146,10 +178,12 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 	}
 	hooks.Result = func(res *result.Result) {
 		sent = res
+		s.metrics.Ran(plan.Runtime, pooled, time.Since(admitted), res)
 		answer(res)
 	}
 	final := s.run(r.Context(), plan, hooks)
 	if sent == nil {
+		s.metrics.Ran(plan.Runtime, pooled, time.Since(admitted), final)
 		answer(final)
 	} else if final.Error != sent.Error && s.Logf != nil {
 		s.Logf("run %s: after the answer: %s", final.ID, final.Error)
@@ -164,6 +198,9 @@ func writeResult(w http.ResponseWriter, res *result.Result) {
 	writeJSON(w, status, res)
 }
 
+// errQueueFull is admit's refusal when the queue is full.
+var errQueueFull = errors.New("server busy")
+
 // admit takes a run slot, waiting in the queue when all are taken. It
 // fails at once when the queue is full, or when ctx ends while waiting.
 func (s *Server) admit(ctx context.Context) error {
@@ -174,7 +211,7 @@ func (s *Server) admit(ctx context.Context) error {
 	}
 	if s.queued.Add(1) > int64(s.cfg.Server.Queue) {
 		s.queued.Add(-1)
-		return fmt.Errorf("server busy: %d runs going on and %d waiting, the most it takes", s.cfg.Server.MaxConcurrent, s.cfg.Server.Queue)
+		return fmt.Errorf("%w: %d runs going on and %d waiting, the most it takes", errQueueFull, s.cfg.Server.MaxConcurrent, s.cfg.Server.Queue)
 	}
 	defer s.queued.Add(-1)
 	select {
@@ -208,6 +245,11 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 		h.Pool = &PoolHealth{Ready: st.Ready, Hits: st.Hits, Misses: st.Misses, LastError: st.LastErr}
 	}
 	writeJSON(w, http.StatusOK, h)
+}
+
+func (s *Server) serveMetrics(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	s.metrics.WritePrometheus(w)
 }
 
 // APIError is the body of every refusal.
