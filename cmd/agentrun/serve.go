@@ -20,7 +20,6 @@ import (
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/server"
-	"github.com/agentrun/agentrun/internal/task"
 )
 
 // socketGroup is the group given access to the unix socket when it exists.
@@ -31,7 +30,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	if cfg == nil {
 		return code
 	}
-	if err := serve(cfg, stderr); err != nil {
+	if err := serve(cfg, configPath(args), stderr); err != nil {
 		fmt.Fprintf(stderr, "agentrun serve: %v\n", err)
 		return 1
 	}
@@ -40,11 +39,23 @@ func cmdServe(args []string, stderr io.Writer) int {
 
 // serve runs the API until SIGTERM or SIGINT, then lets the runs going on
 // finish (or kills them after the policy's longest timeout), empties the
-// warm pool and removes the socket.
-func serve(cfg *config.Config, stderr io.Writer) error {
+// warm pool and removes the socket. SIGHUP reloads the config at cfgPath.
+//
+// Under systemd it takes its socket from socket activation (LISTEN_FDS),
+// says READY=1 once it listens and its pool is filled, and STOPPING=1 on
+// SIGTERM (NOTIFY_SOCKET).
+func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
+	logf := func(format string, args ...any) { fmt.Fprintf(stderr, "agentrun serve: "+format+"\n", args...) }
 	if strings.HasPrefix(cfg.Server.Listen, "tcp://") && cfg.Server.Token == "" {
 		return errors.New("server.listen is tcp: set server.token, which every request must then carry as a bearer token")
 	}
+	// Before anything is made: a wrong socket from systemd is refused
+	// with nothing to undo.
+	ln, cleanup, err := listenerOf(cfg)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
 	log, err := audit.Open(cfg.Audit)
 	if err != nil {
 		return err
@@ -58,48 +69,28 @@ func serve(cfg *config.Config, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "agentrun serve: gc: %v\n", err)
 	}
 
-	var poolStats func() runner.PoolStats
-	if len(cfg.Server.Pool) > 0 {
-		pool := r.NewPool(cfg.Server.Pool)
-		defer func() {
-			if err := pool.Close(); err != nil {
-				fmt.Fprintf(stderr, "agentrun serve: %v\n", err)
-			}
-		}()
-		poolStats = pool.Stats
-		for ref, n := range cfg.Server.Pool {
-			if n == 0 {
-				continue
-			}
-			// The pool starts with the shape of a default task of the image;
-			// the placeholder code is never run, only its file name counts.
-			// The config's own image is the default of a task that names
-			// none (and so not bound by policy.local_images).
-			seedTask := fmt.Sprintf(`{"image":%q,"code":"pass"}`, ref)
-			if ref == cfg.Image {
-				seedTask = `{"code":"pass"}`
-			}
-			seed, err := task.Load([]byte(seedTask), cfg)
-			if err == nil {
-				err = pool.Seed(seed)
-			}
-			if err != nil {
-				return fmt.Errorf("server.pool[%q]: %w", ref, err)
-			}
+	// The pool is there even when the config sizes none: a reload may.
+	pool := r.NewPool(cfg.Server.Pool)
+	defer func() {
+		if err := pool.Close(); err != nil {
+			logf("%v", err)
 		}
-	}
-
-	ln, cleanup, err := listen(cfg.Server.Listen)
+	}()
+	seeds, err := poolSeeds(cfg)
 	if err != nil {
 		return err
 	}
-	defer cleanup()
-	fmt.Fprintf(stderr, "agentrun serve: listening on %s\n", ln.Addr())
+	for ref, seed := range seeds {
+		if err := pool.Seed(seed); err != nil {
+			return fmt.Errorf("server.pool[%q]: %w", ref, err)
+		}
+	}
+	logf("listening on %s", ln.Addr())
 
 	base, kill := context.WithCancel(context.Background())
 	defer kill()
-	api := server.New(cfg, r.RunWith, poolStats)
-	api.Logf = func(format string, args ...any) { fmt.Fprintf(stderr, "agentrun serve: "+format+"\n", args...) }
+	api := server.New(cfg, r.RunWith, pool.Stats)
+	api.Logf = logf
 	srv := &http.Server{
 		Handler:           api.Handler(),
 		BaseContext:       func(net.Listener) context.Context { return base },
@@ -108,14 +99,36 @@ func serve(cfg *config.Config, stderr io.Writer) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
+	go notifyReady(pool, cfg.Server.Pool, logf)
+
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
+	signal.Notify(sig, syscall.SIGTERM, os.Interrupt, syscall.SIGHUP)
 	defer signal.Stop(sig)
-	select {
-	case err := <-served:
-		return fmt.Errorf("serving: %w", err)
-	case s := <-sig:
-		fmt.Fprintf(stderr, "agentrun serve: %v: finishing the runs going on\n", s)
+	for stop := false; !stop; {
+		select {
+		case err := <-served:
+			return fmt.Errorf("serving: %w", err)
+		case s := <-sig:
+			if s == syscall.SIGHUP {
+				notify("RELOADING=1")
+				next, err := reload(cfg, cfgPath, api, pool)
+				switch {
+				case next == nil:
+					logf("SIGHUP: config %s refused, the old one stays: %v", cfgPath, err)
+				case err != nil:
+					cfg = next
+					logf("SIGHUP: config %s reloaded; %v", cfgPath, err)
+				default:
+					cfg = next
+					logf("SIGHUP: config %s reloaded", cfgPath)
+				}
+				notify("READY=1")
+				continue
+			}
+			notify("STOPPING=1")
+			logf("%v: finishing the runs going on", s)
+			stop = true
+		}
 	}
 	// The config is valid: its policy timeout parses.
 	longest, _ := config.ParseDuration(cfg.Policy.Timeout)

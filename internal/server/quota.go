@@ -35,6 +35,13 @@ func newQuotas(perMinute, concurrent int, now func() time.Time) *quotas {
 	return &quotas{perMinute: perMinute, concurrent: concurrent, now: now, sessions: map[string]*use{}}
 }
 
+// set changes the bounds; runs counted so far stay counted.
+func (q *quotas) set(perMinute, concurrent int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.perMinute, q.concurrent = perMinute, concurrent
+}
+
 // quotaError is a refusal by one quota, named as the metrics name it.
 type quotaError struct {
 	quota string

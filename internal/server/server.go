@@ -36,10 +36,10 @@ type RunFunc func(ctx context.Context, p *task.Plan, hooks runner.Hooks) *result
 
 // Server answers the API. Create it with New.
 type Server struct {
-	cfg     *config.Config
+	cfg     atomic.Pointer[config.Config] // replaced by Reload
 	run     RunFunc
 	pool    func() runner.PoolStats // nil without a pool
-	slots   chan struct{}
+	slots   atomic.Pointer[chan struct{}]
 	queued  atomic.Int64
 	running atomic.Int64
 	quotas  *quotas
@@ -52,9 +52,11 @@ type Server struct {
 // New returns a server running tasks with run under cfg's limits and
 // policy. pool, if not nil, reports the warm pool for /healthz.
 func New(cfg *config.Config, run RunFunc, pool func() runner.PoolStats) *Server {
-	s := &Server{cfg: cfg, run: run, pool: pool,
-		slots:  make(chan struct{}, cfg.Server.MaxConcurrent),
+	s := &Server{run: run, pool: pool,
 		quotas: newQuotas(cfg.Server.Quota.RunsPerMinute, cfg.Server.Quota.Concurrent, time.Now)}
+	s.cfg.Store(cfg)
+	slots := make(chan struct{}, cfg.Server.MaxConcurrent)
+	s.slots.Store(&slots)
 	g := metrics.Gauges{Running: s.running.Load, Queued: s.queued.Load}
 	if pool != nil {
 		g.Pool = func() metrics.PoolStats {
@@ -70,6 +72,20 @@ func New(cfg *config.Config, run RunFunc, pool func() runner.PoolStats) *Server 
 	return s
 }
 
+// Reload makes cfg the config of the runs admitted from now on: its task
+// defaults and policy, server.max_concurrent, server.queue, server.quota
+// and server.token. Runs going on keep theirs; they do not count against
+// a new max_concurrent. cfg must be valid.
+func (s *Server) Reload(cfg *config.Config) {
+	old := s.cfg.Load()
+	if cfg.Server.MaxConcurrent != old.Server.MaxConcurrent {
+		slots := make(chan struct{}, cfg.Server.MaxConcurrent)
+		s.slots.Store(&slots)
+	}
+	s.quotas.set(cfg.Server.Quota.RunsPerMinute, cfg.Server.Quota.Concurrent)
+	s.cfg.Store(cfg)
+}
+
 // Handler is the API's HTTP handler.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -81,12 +97,13 @@ func (s *Server) Handler() http.Handler {
 
 // auth requires the bearer token when one is configured.
 func (s *Server) auth(next http.Handler) http.Handler {
-	token := s.cfg.Server.Token
-	if token == "" {
-		return next
-	}
-	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token := s.cfg.Load().Server.Token
+		if token == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		want := []byte("Bearer " + token)
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="agentrun"`)
 			writeError(w, http.StatusUnauthorized, "", "missing or wrong bearer token")
@@ -106,19 +123,20 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "", fmt.Sprintf("stream=%q: want 1 or 0", v))
 		return
 	}
+	cfg := s.cfg.Load() // the whole request is under one config
 	data, err := io.ReadAll(io.LimitReader(r.Body, task.MaxTaskBytes+1))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "", "reading task: "+err.Error())
 		return
 	}
 	if len(data) > task.MaxTaskBytes {
-		s.metrics.Refused(s.cfg.Runtime, "")
+		s.metrics.Refused(cfg.Runtime, "")
 		writeError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("task is larger than %d bytes", task.MaxTaskBytes))
 		return
 	}
-	plan, err := task.Load(data, s.cfg)
+	plan, err := task.Load(data, cfg)
 	if err != nil {
-		s.metrics.Refused(s.cfg.Runtime, "")
+		s.metrics.Refused(cfg.Runtime, "")
 		status, field := http.StatusBadRequest, ""
 		var te *task.Error
 		if errors.As(err, &te) {
@@ -141,7 +159,8 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	if err := s.admit(r.Context()); err != nil {
+	slots, err := s.admit(r.Context(), cfg)
+	if err != nil {
 		quota := ""
 		if errors.Is(err, errQueueFull) {
 			quota = metrics.QuotaQueue
@@ -151,7 +170,7 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "", err.Error())
 		return
 	}
-	defer func() { <-s.slots }()
+	defer func() { <-slots }()
 
 	// The answer goes out as soon as the result is final; the slot is
 	// held until the sandbox is torn down.
@@ -203,22 +222,24 @@ var errQueueFull = errors.New("server busy")
 
 // admit takes a run slot, waiting in the queue when all are taken. It
 // fails at once when the queue is full, or when ctx ends while waiting.
-func (s *Server) admit(ctx context.Context) error {
+// The slot is freed by a receive from the channel it returns.
+func (s *Server) admit(ctx context.Context, cfg *config.Config) (chan struct{}, error) {
+	slots := *s.slots.Load()
 	select {
-	case s.slots <- struct{}{}:
-		return nil
+	case slots <- struct{}{}:
+		return slots, nil
 	default:
 	}
-	if s.queued.Add(1) > int64(s.cfg.Server.Queue) {
+	if s.queued.Add(1) > int64(cfg.Server.Queue) {
 		s.queued.Add(-1)
-		return fmt.Errorf("%w: %d runs going on and %d waiting, the most it takes", errQueueFull, s.cfg.Server.MaxConcurrent, s.cfg.Server.Queue)
+		return nil, fmt.Errorf("%w: %d runs going on and %d waiting, the most it takes", errQueueFull, cfg.Server.MaxConcurrent, cfg.Server.Queue)
 	}
 	defer s.queued.Add(-1)
 	select {
-	case s.slots <- struct{}{}:
-		return nil
+	case slots <- struct{}{}:
+		return slots, nil
 	case <-ctx.Done():
-		return fmt.Errorf("gave up waiting for a run slot: %w", ctx.Err())
+		return nil, fmt.Errorf("gave up waiting for a run slot: %w", ctx.Err())
 	}
 }
 
