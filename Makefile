@@ -23,10 +23,12 @@ export AGENTRUN_IMAGES := $(IMAGES)
 # when used, so after `deps` has installed it.
 export CGO_LDFLAGS = $(wildcard $(shell pkg-config --variable=libdir libseccomp 2>/dev/null)/libseccomp.a)
 
-# Stamped into the binary (agentrun version): the release, and the gVisor
-# release test/runsc.sh installs.
+# Stamped into the binary (agentrun version): the release, the commit (for
+# builds where Go's own VCS stamping is off), and the gVisor release
+# test/runsc.sh installs.
 RUNSC_VERSION := $(shell sed -n 's/^version=//p' test/runsc.sh)
-LDFLAGS       := -X main.version=$(VERSION) -X main.runscVersion=$(RUNSC_VERSION)
+COMMIT        := $(shell git rev-parse HEAD 2>/dev/null)$(shell git status --porcelain 2>/dev/null | grep -q . && echo ' (modified)')
+LDFLAGS       := -X main.version=$(VERSION) -X 'main.commit=$(COMMIT)' -X main.runscVersion=$(RUNSC_VERSION)
 UNITS         := agentrun.socket agentrun.service agentrun@.service agentrun-worker.service
 
 .PHONY: all build install deb deps images runsc demo test unit integration fuzz vet bench soak clean

@@ -6,10 +6,12 @@ import (
 	"runtime/debug"
 )
 
-// Set at link time by the Makefile (-X): the release, and the gVisor
-// release test/runsc.sh installs, the one agentrun is tested with.
+// Set at link time by the Makefile (-X): the release, the commit (Go's
+// own VCS stamp, when there is one, comes first), and the gVisor release
+// test/runsc.sh installs, the one agentrun is tested with.
 var (
 	version      = ""
+	commit       = ""
 	runscVersion = ""
 )
 
@@ -25,21 +27,22 @@ func cmdVersion(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "agentrun version: the binary carries no build info")
 		return 1
 	}
-	v, commit, libcontainer := bi.Main.Version, "unknown", "unknown"
+	v, rev, libcontainer := bi.Main.Version, commit, "unknown"
 	if version != "" {
 		v = version
 	}
-	var modified bool
 	for _, s := range bi.Settings {
 		switch s.Key {
 		case "vcs.revision":
-			commit = s.Value
+			rev = s.Value
 		case "vcs.modified":
-			modified = s.Value == "true"
+			if s.Value == "true" {
+				rev += " (modified)"
+			}
 		}
 	}
-	if modified {
-		commit += " (modified)"
+	if rev == "" {
+		rev = "unknown"
 	}
 	for _, d := range bi.Deps {
 		if d.Path == "github.com/opencontainers/runc" {
@@ -54,6 +57,6 @@ func cmdVersion(args []string, stdout, stderr io.Writer) int {
 		runsc = "unknown"
 	}
 	fmt.Fprintf(stdout, "agentrun %s\ncommit: %s\ngo: %s\nlibcontainer: %s (github.com/opencontainers/runc)\nrunsc: gvisor.dev/gvisor %s (tested with; runsc is a separate binary)\n",
-		v, commit, bi.GoVersion, libcontainer, runsc)
+		v, rev, bi.GoVersion, libcontainer, runsc)
 	return 0
 }

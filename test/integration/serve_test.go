@@ -30,6 +30,7 @@ type served struct {
 	token  string
 	stderr *strings.Builder
 	mu     *sync.Mutex
+	config string // the config file's path
 }
 
 // startServe starts agentrun serve with the test config plus server, and
@@ -45,8 +46,17 @@ func startServeCfg(t *testing.T, srv, policy map[string]any) *served {
 	cfg := map[string]any{"image": pythonImage, "state_dir": stateDir, "store_dir": filepath.Join(stateDir, "store"),
 		"audit": "", "server": srv, "runsc": map[string]any{"path": runscPath, "flags": []string{}},
 		"policy": policy}
-	cmd := exec.Command(agentrunBin(t), "serve", "--config", writeConfig(t, cfg))
-	s := &served{t: t, cmd: cmd, stderr: &strings.Builder{}, mu: &sync.Mutex{}}
+	return startServeWith(t, cfg)
+}
+
+// startServeWith starts agentrun serve with the config cfg, written to a
+// file that the test may change (s.config).
+func startServeWith(t *testing.T, cfg map[string]any) *served {
+	t.Helper()
+	srv, _ := cfg["server"].(map[string]any)
+	path := writeConfig(t, cfg)
+	cmd := exec.Command(agentrunBin(t), "serve", "--config", path)
+	s := &served{t: t, cmd: cmd, stderr: &strings.Builder{}, mu: &sync.Mutex{}, config: path}
 	if tok, ok := srv["token"].(string); ok {
 		s.token = tok
 	}
