@@ -16,9 +16,11 @@ import (
 // a veth to a gateway namespace where this process's proxy and DNS server
 // listen, and returns the spec options that put the program there. A run
 // without an allowlist gets nothing here: its spec's fresh network
-// namespace holds only lo. What it sets up is undone through undo; the
-// proxy's report lands in res when the run ends.
-func (r *Runner) network(p *task.Plan, dir string, res *result.Result, undo *cleanups) ([]runtime.SpecOpt, error) {
+// namespace holds only lo. What it sets up is undone through sb.undo; the
+// proxy's report lands in res when sb.report is called (once the program
+// has ended, before the result goes out) and again when the run ends.
+func (r *Runner) network(p *task.Plan, dir string, res *result.Result, sb *sandbox) ([]runtime.SpecOpt, error) {
+	undo := &sb.undo
 	if len(p.Allow) == 0 {
 		return nil, nil
 	}
@@ -48,6 +50,7 @@ func (r *Runner) network(p *task.Plan, dir string, res *result.Result, undo *cle
 		res.Network = prx.Report()
 		return prx.Close()
 	})
+	sb.report = func() { res.Network = prx.Report() }
 	resolv, hosts := filepath.Join(dir, "resolv.conf"), filepath.Join(dir, "hosts")
 	for path, data := range map[string][]byte{resolv: prx.ResolvConf(), hosts: prx.Hosts()} {
 		if err := os.WriteFile(path, data, 0o644); err != nil {

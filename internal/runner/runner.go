@@ -155,6 +155,10 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 		hooks.Setup(sb.pooled, setup)
 	}
 	if hooks.Result != nil {
+		// The network section is part of the answer, not of the tear-down.
+		if sb.report != nil {
+			sb.report()
+		}
 		final := *res
 		if err != nil {
 			final.Error = err.Error()
@@ -214,6 +218,7 @@ type sandbox struct {
 	spec   *specs.Spec
 	prep   *runc.Prepared // nil for runsc, which sets up and runs in one step
 	undo   cleanups
+	report func() // puts the proxy's report in the result; nil without network
 }
 
 // setup makes the sandbox for p under id, with files in its workspace. It
@@ -248,7 +253,7 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 		rootfs = ov.merged
 	}
 
-	netOpts, err := r.network(p, dir, res, &sb.undo)
+	netOpts, err := r.network(p, dir, res, sb)
 	if err != nil {
 		return nil, err
 	}

@@ -362,7 +362,7 @@ func TestServeSocketActivated(t *testing.T) {
 	cfgPath := writeConfig(t, map[string]any{"image": pythonImage, "state_dir": stateDir, "store_dir": filepath.Join(stateDir, "store"),
 		"audit": "-", "policy": map[string]any{"local_images": []string{*imagesDir}},
 		"server": map[string]any{"listen": "unix://" + sock + ".unused", "pool": map[string]int{pythonImage: 1}}})
-	cmd := exec.Command("systemd-socket-activate", "--listen="+sock, "-E", "NOTIFY_SOCKET="+notify,
+	cmd := exec.Command("systemd-socket-activate", "--listen="+sock, "-E", "NOTIFY_SOCKET="+notify, "-E", "PATH",
 		agentrunBin(t), "serve", "--config", cfgPath)
 	var mu sync.Mutex
 	var stderr strings.Builder
@@ -382,8 +382,9 @@ func TestServeSocketActivated(t *testing.T) {
 		}
 	}()
 	log := func() string { mu.Lock(); defer mu.Unlock(); return stderr.String() }
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	done := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(done) }()
 	t.Cleanup(func() {
 		select {
 		case <-done:
@@ -424,9 +425,9 @@ func TestServeSocketActivated(t *testing.T) {
 	cmd.Process.Signal(syscall.SIGTERM)
 	waitState(t, states, "STOPPING=1", log)
 	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("serve: %v: %s", err, log())
+	case <-done:
+		if waitErr != nil {
+			t.Fatalf("serve: %v: %s", waitErr, log())
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("serve did not stop: %s", log())
