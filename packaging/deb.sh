@@ -13,6 +13,11 @@ out=$(realpath "$2")
 arch=$(dpkg --print-architecture 2>/dev/null || "$GO" env GOARCH)
 pkg=$out/agentrun_$3_$arch.deb
 rm -f "$pkg"
-BIN=$bin VERSION=$3 ARCH=$arch CGO_ENABLED=0 CGO_LDFLAGS= \
-	"$GO" run "$nfpm" package --config packaging/nfpm.yaml --packager deb --target "$pkg" >&2
+# nfpm expands the environment in some fields only: the binary's path is
+# put in by hand.
+conf=$(mktemp)
+trap 'rm -f "$conf"' EXIT
+sed "s|\${BIN}|$bin|" packaging/nfpm.yaml >"$conf"
+VERSION=$3 ARCH=$arch CGO_ENABLED=0 CGO_LDFLAGS= \
+	"$GO" run "$nfpm" package --config "$conf" --packager deb --target "$pkg" >&2
 echo "$pkg"

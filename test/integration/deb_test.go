@@ -101,9 +101,9 @@ func TestDebPackage(t *testing.T) {
 	if err != nil || !strings.HasPrefix(out0, "agentrun ") || !strings.Contains(out0, "libcontainer: v") || !strings.Contains(out0, "runsc: ") {
 		t.Errorf("agentrun version in the installed root: %v: %s", err, out0)
 	}
-	// doctor reads the packaged config; what it finds depends on this
-	// host, not the package, but it must run and report every check.
-	if out, err := inRoot(t, root, "agentrun", "doctor"); !strings.Contains(out, "namespaces") {
+	// doctor reads the packaged config and finds nothing that would stop
+	// a run (runsc, not packaged, is only a warning).
+	if out, err := inRoot(t, root, "agentrun", "doctor"); err != nil || !strings.Contains(out, "namespaces") {
 		t.Errorf("agentrun doctor in the installed root: %v: %s", err, out)
 	} else {
 		t.Logf("doctor in the installed root (%v):\n%s", err, out)
