@@ -151,9 +151,11 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 
 	release, retry, err := s.quotas.acquire(plan.Session)
 	if err != nil {
-		var qe *quotaError
-		errors.As(err, &qe)
-		s.metrics.Refused(plan.Runtime, qe.quota)
+		quota := ""
+		if qe := (*quotaError)(nil); errors.As(err, &qe) {
+			quota = qe.quota
+		}
+		s.metrics.Refused(plan.Runtime, quota)
 		w.Header().Set("Retry-After", strconv.Itoa(int(retry.Round(time.Second)/time.Second)))
 		writeError(w, http.StatusTooManyRequests, "", err.Error())
 		return
