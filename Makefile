@@ -2,12 +2,15 @@
 #
 #   make demo     install what is missing, build, run examples/hello.json offline
 #   make test     install what is missing, build, run the whole suite (as root)
-#   make install  install bin/agentrun to $(PREFIX)/bin
+#   make install  install bin/agentrun to $(PREFIX)/bin, the systemd units and a config
+#   make deb      build the Debian package (bin/agentrun_VERSION_ARCH.deb)
 #   make bench    measure against bare chroot, runc and bwrap (docs/bench.md)
 #   make soak     1,000 mixed runs, checking nothing accumulates
 
 GO       ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 PREFIX   ?= /usr/local
+UNITDIR  ?= $(PREFIX)/lib/systemd/system
+VERSION  ?= 0.1.0
 TAGS     := seccomp
 BIN      := bin/agentrun
 IMAGES   ?= /var/cache/agentrun/images
@@ -20,15 +23,37 @@ export AGENTRUN_IMAGES := $(IMAGES)
 # when used, so after `deps` has installed it.
 export CGO_LDFLAGS = $(wildcard $(shell pkg-config --variable=libdir libseccomp 2>/dev/null)/libseccomp.a)
 
-.PHONY: all build install deps images runsc demo test unit integration fuzz vet bench soak clean
+# Stamped into the binary (agentrun version): the release, the commit (for
+# builds where Go's own VCS stamping is off), and the gVisor release
+# test/runsc.sh installs.
+RUNSC_VERSION := $(shell sed -n 's/^version=//p' test/runsc.sh)
+COMMIT        := $(shell git rev-parse HEAD 2>/dev/null)$(shell git status --porcelain 2>/dev/null | grep -q . && echo ' (modified)')
+LDFLAGS       := -X main.version=$(VERSION) -X 'main.commit=$(COMMIT)' -X main.runscVersion=$(RUNSC_VERSION)
+UNITS         := agentrun.socket agentrun.service agentrun@.service agentrun-worker.service
+
+.PHONY: all build install deb deps images runsc demo test unit integration fuzz vet bench soak clean
 
 all: build
 
 build:
-	$(GO) build -tags $(TAGS) -trimpath -o $(BIN) ./cmd/agentrun
+	$(GO) build -tags $(TAGS) -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/agentrun
 
+# install: the binary, the systemd units (pointing at it) and, when there
+# is none, the default config. The agentrun group is the admin's (or the
+# package's) to create.
 install: build
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/agentrun
+	install -d -m 0755 $(DESTDIR)$(UNITDIR) $(DESTDIR)/etc/agentrun/tasks
+	for u in $(UNITS); do \
+		sed 's|/usr/bin/agentrun|$(PREFIX)/bin/agentrun|g' packaging/systemd/$$u >$(DESTDIR)$(UNITDIR)/$$u && \
+		chmod 0644 $(DESTDIR)$(UNITDIR)/$$u || exit 1; \
+	done
+	test -e $(DESTDIR)/etc/agentrun/config.json || install -m 0644 packaging/config.json $(DESTDIR)/etc/agentrun/config.json
+	if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+
+# deb: the Debian package, built with nfpm (packaging/nfpm.yaml).
+deb: build
+	GO=$(GO) packaging/deb.sh $(BIN) bin $(VERSION)
 
 # deps installs the Debian packages the build and the tests need (root).
 deps:

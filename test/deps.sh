@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # deps.sh installs the Debian packages agentrun's build, demo and tests need,
-# when any is missing. Needs root; a no-op when all are present.
+# when any is missing (systemd: systemd-analyze and systemd-socket-activate
+# for the unit tests; mmdebstrap: the Debian root the package installs into).
+# Needs root; a no-op when all are present.
 set -euo pipefail
-pkgs=(gcc make libc6-dev pkg-config libseccomp-dev busybox-static mmdebstrap ca-certificates runc bubblewrap docker-registry iproute2 skopeo umoci time nats-server)
+pkgs=(gcc make libc6-dev pkg-config libseccomp-dev busybox-static mmdebstrap ca-certificates runc bubblewrap docker-registry iproute2 skopeo umoci time nats-server systemd)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

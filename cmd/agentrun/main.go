@@ -38,7 +38,9 @@ commands:
         the same as run [flags] TASK
   serve [--config F]
         run tasks over HTTP (POST /v1/runs, GET /healthz) on server.listen,
-        with the warm pool of server.pool; SIGTERM stops it
+        with the warm pool of server.pool; GET /metrics for Prometheus;
+        socket activation and sd_notify under systemd; SIGHUP reloads the
+        config for new runs; SIGTERM stops it
   worker [--config F]
         take tasks from NATS JetStream (config worker) and store their
         results there; SIGTERM stops it
@@ -61,6 +63,9 @@ commands:
         remove references from the store (and their images when unused)
   prune [--config F] [--store DIR]
         remove images no reference uses and what interrupted pulls left
+  version
+        print the version, the commit and the libcontainer and runsc versions
+        it was built with
   help  show this help
 
 exit status of run: the program's own exit code; 124 timeout; 137 killed
@@ -101,6 +106,8 @@ func dispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return cmdRmi(args[1:], stdout, stderr)
 	case "prune":
 		return cmdPrune(args[1:], stdout, stderr)
+	case "version", "--version":
+		return cmdVersion(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

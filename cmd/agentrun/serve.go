@@ -29,7 +29,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 	if cfg == nil {
 		return code
 	}
-	if err := serve(cfg, stderr); err != nil {
+	if err := serve(cfg, configPath(args), stderr); err != nil {
 		fmt.Fprintf(stderr, "agentrun serve: %v\n", err)
 		return 1
 	}
@@ -38,8 +38,13 @@ func cmdServe(args []string, stderr io.Writer) int {
 
 // serve runs the API until SIGTERM or SIGINT, then lets the runs going on
 // finish (or kills them after the policy's longest timeout), empties the
-// warm pool and removes the socket.
-func serve(cfg *config.Config, stderr io.Writer) error {
+// warm pool and removes the socket. SIGHUP reloads the config at cfgPath.
+//
+// Under systemd it takes its socket from socket activation (LISTEN_FDS),
+// says READY=1 once it listens and its pool is filled, and STOPPING=1 on
+// SIGTERM (NOTIFY_SOCKET).
+func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
+	logf := func(format string, args ...any) { fmt.Fprintf(stderr, "agentrun serve: "+format+"\n", args...) }
 	if strings.HasPrefix(cfg.Server.Listen, "tcp://") && cfg.Server.Token == "" {
 		return errors.New("server.listen is tcp: set server.token, which every request must then carry as a bearer token")
 	}
@@ -48,6 +53,13 @@ func serve(cfg *config.Config, stderr io.Writer) error {
 	if err := socketDir(cfg.Server.Listen, cfg.StateDir, stderr); err != nil {
 		return err
 	}
+	// Before the runner makes anything: a wrong socket from systemd is
+	// refused with nothing to undo.
+	ln, cleanup, err := listenerOf(cfg)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
 	log, err := audit.Open(cfg.Audit)
 	if err != nil {
 		return err
@@ -61,45 +73,59 @@ func serve(cfg *config.Config, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "agentrun serve: gc: %v\n", err)
 	}
 
-	var poolStats func() runner.PoolStats
-	var poolErrors map[string]string
-	if pool, errs, err := startPool(cfg, r, stderr); err != nil {
-		return err
-	} else if pool != nil {
-		poolErrors = errs
-		defer func() {
-			if err := pool.Close(); err != nil {
-				fmt.Fprintf(stderr, "agentrun serve: %v\n", err)
-			}
-		}()
-		poolStats = pool.Stats
-	}
-
-	ln, cleanup, err := listen(cfg.Server.Listen)
+	// The pool is there even when the config sizes none: a reload may.
+	pool := r.NewPool(cfg.Server.Pool)
+	defer func() {
+		if err := pool.Close(); err != nil {
+			logf("%v", err)
+		}
+	}()
+	poolErrors, err := seedPool(cfg, pool, logf)
 	if err != nil {
 		return err
 	}
-	defer cleanup()
-	fmt.Fprintf(stderr, "agentrun serve: listening on %s\n", ln.Addr())
+	logf("listening on %s", ln.Addr())
 
 	base, kill := context.WithCancel(context.Background())
 	defer kill()
-	api := server.New(cfg, r.RunWith, poolStats)
-	api.Logf = func(format string, args ...any) { fmt.Fprintf(stderr, "agentrun serve: "+format+"\n", args...) }
+	api := server.New(cfg, r.RunWith, pool.Stats)
+	api.Logf = logf
 	api.PoolErrors = poolErrors
 	srv := api.HTTPServer()
 	srv.BaseContext = func(net.Listener) context.Context { return base }
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
+	go notifyReady(pool, cfg.Server.Pool, logf)
+
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
+	signal.Notify(sig, syscall.SIGTERM, os.Interrupt, syscall.SIGHUP)
 	defer signal.Stop(sig)
-	select {
-	case err := <-served:
-		return fmt.Errorf("serving: %w", err)
-	case s := <-sig:
-		fmt.Fprintf(stderr, "agentrun serve: %v: finishing the runs going on\n", s)
+	for stop := false; !stop; {
+		select {
+		case err := <-served:
+			return fmt.Errorf("serving: %w", err)
+		case s := <-sig:
+			if s == syscall.SIGHUP {
+				notify("RELOADING=1")
+				next, err := reload(cfg, cfgPath, api, pool)
+				switch {
+				case next == nil:
+					logf("SIGHUP: config %s refused, the old one stays: %v", cfgPath, err)
+				case err != nil:
+					cfg = next
+					logf("SIGHUP: config %s reloaded; %v", cfgPath, err)
+				default:
+					cfg = next
+					logf("SIGHUP: config %s reloaded", cfgPath)
+				}
+				notify("READY=1")
+				continue
+			}
+			notify("STOPPING=1")
+			logf("%v: finishing the runs going on", s)
+			stop = true
+		}
 	}
 	// The config is valid: its policy timeout parses.
 	longest, _ := config.ParseDuration(cfg.Policy.Timeout)

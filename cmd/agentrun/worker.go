@@ -55,16 +55,14 @@ func runWorker(cfg *config.Config, stderr io.Writer) error {
 	}
 	w.Logf = func(format string, args ...any) { fmt.Fprintf(stderr, "agentrun worker: "+format+"\n", args...) }
 
-	pool, _, err := startPool(cfg, r, stderr)
-	if err != nil {
+	pool := r.NewPool(cfg.Server.Pool)
+	defer func() {
+		if err := pool.Close(); err != nil {
+			w.Logf("%v", err)
+		}
+	}()
+	if _, err := seedPool(cfg, pool, w.Logf); err != nil {
 		return err
-	}
-	if pool != nil {
-		defer func() {
-			if err := pool.Close(); err != nil {
-				fmt.Fprintf(stderr, "agentrun worker: %v\n", err)
-			}
-		}()
 	}
 	fmt.Fprintf(stderr, "agentrun worker: taking tasks from stream %s (%s), %d slots\n", cfg.Worker.Stream, cfg.Worker.Subject, w.Slots())
 	// The config is valid: its policy timeout parses.

@@ -28,15 +28,15 @@ import (
 // that image (or of the shape it was seeded with). Tasks with a network
 // allowlist, or for runsc, always run cold.
 type Pool struct {
-	r     *Runner
-	sizes map[string]int // image ref -> sandboxes kept ready
+	r *Runner
 
 	mu     sync.Mutex
+	sizes  map[string]int    // image ref -> sandboxes kept ready
 	shapes map[string]*shape // image ref -> the shape kept ready for it
 	closed bool
-	err    error // the latest failure to fill, nil once one succeeds
-	hits   int64
-	misses int64
+	err    error            // the latest failure to fill, nil once one succeeds
+	hits   map[string]int64 // image ref -> runs served from the pool
+	misses map[string]int64 // image ref -> runs of the image that ran cold
 
 	kick chan struct{}
 	stop chan struct{}
@@ -58,6 +58,8 @@ type PoolStats struct {
 	Hits    int64          // runs served from the pool
 	Misses  int64          // runs of a pooled image that ran cold
 	LastErr string         // the latest failure to fill, "" once one succeeds
+
+	ImageHits, ImageMisses map[string]int64 // Hits and Misses per image ref
 }
 
 // fillRetry is how long the pool waits after a failure to fill.
@@ -69,6 +71,7 @@ const fillRetry = time.Second
 // it holds.
 func (r *Runner) NewPool(sizes map[string]int) *Pool {
 	p := &Pool{r: r, sizes: map[string]int{}, shapes: map[string]*shape{},
+		hits: map[string]int64{}, misses: map[string]int64{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	for ref, n := range sizes {
 		if n > 0 {
@@ -84,7 +87,10 @@ func (r *Runner) NewPool(sizes map[string]int) *Pool {
 // just run. It is an error if the pool does not keep that image or the
 // plan could never be served from a pool.
 func (p *Pool) Seed(plan *task.Plan) error {
-	if p.sizes[plan.Image] == 0 {
+	p.mu.Lock()
+	size := p.sizes[plan.Image]
+	p.mu.Unlock()
+	if size == 0 {
 		return fmt.Errorf("the pool keeps no sandboxes for image %q", plan.Image)
 	}
 	if !poolable(plan) {
@@ -108,19 +114,22 @@ func (p *Pool) Seed(plan *task.Plan) error {
 // take returns a ready sandbox of plan's shape, or nil; either way plan's
 // shape is the one kept ready for its image from now on.
 func (p *Pool) take(plan *task.Plan, img *image.Image) *sandbox {
-	if p == nil || p.sizes[plan.Image] == 0 || !poolable(plan) {
+	if p == nil || !poolable(plan) {
 		return nil
 	}
 	key := shapeKey(plan, img)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.sizes[plan.Image] == 0 {
+		return nil
+	}
 	if p.closed || key == "" {
-		p.misses++
+		p.misses[plan.Image]++
 		return nil
 	}
 	s := p.shapes[plan.Image]
 	if s == nil || s.key != key {
-		p.misses++
+		p.misses[plan.Image]++
 		p.keep(plan, img, key)
 		return nil
 	}
@@ -128,34 +137,70 @@ func (p *Pool) take(plan *task.Plan, img *image.Image) *sandbox {
 		sb := s.ready[0]
 		s.ready = s.ready[1:]
 		if sb.prep.Ready() {
-			p.hits++
+			p.hits[plan.Image]++
 			return sb
 		}
 		// Its init is gone (killed while it waited): drop it.
 		p.bg.Go(func() { _ = sb.undo.run() })
 	}
-	p.misses++
+	p.misses[plan.Image]++
 	return nil
 }
 
 // failed tells the pool that a sandbox it gave out could not start its
 // program after all (its init died as it was taken): the run went cold.
-func (p *Pool) failed() {
+func (p *Pool) failed(plan *task.Plan) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.hits--
-	p.misses++
+	p.hits[plan.Image]--
+	p.misses[plan.Image]++
 }
 
 // ran tells the pool that a run of plan's image has ended: the time to
 // fill. Filling while a run goes on would take CPU from it.
 func (p *Pool) ran(plan *task.Plan) {
-	if p == nil || p.sizes[plan.Image] == 0 {
+	if p == nil {
 		return
 	}
 	p.mu.Lock()
-	p.poke()
+	if p.sizes[plan.Image] > 0 {
+		p.poke()
+	}
 	p.mu.Unlock()
+}
+
+// Resize sets how many sandboxes the pool keeps ready per image from now
+// on (a config reload). An image no longer listed loses its shape and its
+// ready sandboxes, one with a smaller count its extra ones (destroyed in
+// the background); a newly listed image is filled once Seed or a run gives
+// it a shape. Runs going on are not touched.
+func (p *Pool) Resize(sizes map[string]int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.sizes = map[string]int{}
+	for ref, n := range sizes {
+		if n > 0 {
+			p.sizes[ref] = n
+		}
+	}
+	var drop []*sandbox
+	for ref, s := range p.shapes {
+		n := p.sizes[ref]
+		if len(s.ready) > n {
+			drop = append(drop, s.ready[n:]...)
+			s.ready = s.ready[:n:n]
+		}
+		if n == 0 {
+			delete(p.shapes, ref)
+		}
+	}
+	if len(drop) > 0 {
+		p.bg.Go(func() { _ = destroyAll(drop) })
+	}
+	p.poke()
 }
 
 // keep makes key, plan's shape, the one kept ready for its image, in place
@@ -199,7 +244,7 @@ func (p *Pool) fill() {
 			sb, err := p.r.setup(s.plan, s.img, res, newID(), nil)
 			p.mu.Lock()
 			p.err = err
-			current := !p.closed && p.shapes[s.plan.Image] == s && len(s.ready) < n
+			current := !p.closed && p.shapes[s.plan.Image] == s && len(s.ready) < min(n, p.sizes[s.plan.Image])
 			if err == nil && current {
 				sb.pooled = true
 				s.ready = append(s.ready, sb)
@@ -239,7 +284,19 @@ func (p *Pool) next() (*shape, int) {
 func (p *Pool) Stats() PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	st := PoolStats{Ready: map[string]int{}, Hits: p.hits, Misses: p.misses}
+	st := PoolStats{Ready: map[string]int{}, ImageHits: map[string]int64{}, ImageMisses: map[string]int64{}}
+	for ref, n := range p.hits {
+		st.ImageHits[ref] = n
+		st.Hits += n
+	}
+	for ref, n := range p.misses {
+		st.ImageMisses[ref] = n
+		st.Misses += n
+	}
+	for ref := range p.sizes {
+		st.ImageHits[ref] += 0
+		st.ImageMisses[ref] += 0
+	}
 	for ref, s := range p.shapes {
 		st.Ready[ref] = len(s.ready)
 	}

@@ -96,6 +96,10 @@ type Hooks struct {
 	// Output gets the program's kept output as it arrives (from two
 	// goroutines at once).
 	Output runtime.OutputFunc
+	// Setup gets how long the run's sandbox took to be ready (image, then
+	// a pooled sandbox or a cold set-up) and whether it came from the pool,
+	// once the program has run.
+	Setup func(pooled bool, d time.Duration)
 	// Result gets the result as soon as it is final: every field filled
 	// (output, usage, collected files, network decisions), before the
 	// sandbox is torn down, so that a server can answer while the
@@ -135,6 +139,7 @@ func (r *Runner) RunWith(ctx context.Context, p *task.Plan, hooks Hooks) *result
 // run runs p in a sandbox from the pool, or in one set up for it now, and
 // tears the sandbox down.
 func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hooks Hooks) (err error) {
+	start := time.Now()
 	backend, ok := r.backends[p.Runtime]
 	if !ok {
 		if p.Runtime == config.RuntimeRunsc && r.runscErr != nil {
@@ -154,23 +159,29 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 	if err != nil {
 		return err
 	}
+	setup := time.Since(start)
 	err = r.execute(ctx, p, backend, sb, res, hooks.Output)
 	if sb.pooled && errors.Is(err, runc.ErrNotStarted) && ctx.Err() == nil {
 		// The pooled sandbox's init died as the run took it: run cold.
-		r.pool.failed()
+		r.pool.failed(p)
 		if cerr := sb.undo.run(); cerr != nil {
 			return errors.Join(err, cerr)
 		}
 		res.ID = newID()
+		again := time.Now()
 		if sb, err = r.setup(p, img, res, res.ID, runFiles(p)); err != nil {
 			return err
 		}
+		setup = time.Since(again)
 		err = r.execute(ctx, p, backend, sb, res, hooks.Output)
 	}
 	// The program has ended: what fills the rest of the result (the
 	// network report) runs before anyone sees it.
 	if serr := sb.settle.run(); serr != nil && err == nil {
 		err = fmt.Errorf("cleaning up: %w", serr)
+	}
+	if hooks.Setup != nil {
+		hooks.Setup(sb.pooled, setup)
 	}
 	if hooks.Result != nil {
 		final := *res

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/agentrun/agentrun/internal/metrics"
 )
 
 // quotaWindow is the span runs_per_minute counts over.
@@ -33,8 +35,23 @@ func newQuotas(perMinute, concurrent int, now func() time.Time) *quotas {
 	return &quotas{perMinute: perMinute, concurrent: concurrent, now: now, sessions: map[string]*use{}}
 }
 
-// acquire counts a run of session, or says why it may not start and when
-// it may be tried again. release ends the run.
+// set changes the bounds; runs counted so far stay counted.
+func (q *quotas) set(perMinute, concurrent int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.perMinute, q.concurrent = perMinute, concurrent
+}
+
+// quotaError is a refusal by one quota, named as the metrics name it.
+type quotaError struct {
+	quota string
+	msg   string
+}
+
+func (e *quotaError) Error() string { return e.msg }
+
+// acquire counts a run of session, or says why it may not start (a
+// *quotaError) and when it may be tried again. release ends the run.
 func (q *quotas) acquire(session string) (release func(), retry time.Duration, err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -53,10 +70,12 @@ func (q *quotas) acquire(session string) (release func(), retry time.Duration, e
 	}
 	u.prune(now)
 	if q.perMinute > 0 && len(u.starts) >= q.perMinute {
-		return nil, u.starts[0].Add(quotaWindow).Sub(now), fmt.Errorf("session %q is over its quota of %d runs per minute", session, q.perMinute)
+		return nil, u.starts[0].Add(quotaWindow).Sub(now), &quotaError{metrics.QuotaPerMinute,
+			fmt.Sprintf("session %q is over its quota of %d runs per minute", session, q.perMinute)}
 	}
 	if q.concurrent > 0 && u.running >= q.concurrent {
-		return nil, time.Second, fmt.Errorf("session %q already has %d runs going on, its quota", session, q.concurrent)
+		return nil, time.Second, &quotaError{metrics.QuotaConcurrent,
+			fmt.Sprintf("session %q already has %d runs going on, its quota", session, q.concurrent)}
 	}
 	if q.perMinute > 0 {
 		u.starts = append(u.starts, now)

@@ -3,6 +3,7 @@
 //	POST /v1/runs            a task (task.json) in, its result out
 //	POST /v1/runs?stream=1   the same as NDJSON events: output as it comes, then the result
 //	GET  /healthz            runs going on and waiting, and the warm pool
+//	GET  /metrics            the same and more, in the Prometheus text format
 //
 // Runs are admitted under a global concurrency cap with a bounded queue,
 // and per-session quotas (runs per minute, concurrent runs); a run whose
@@ -29,6 +30,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/metrics"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
@@ -40,14 +42,15 @@ type RunFunc func(ctx context.Context, p *task.Plan, hooks runner.Hooks) *result
 
 // Server answers the API. Create it with New.
 type Server struct {
-	cfg      *config.Config
+	cfg      atomic.Pointer[config.Config] // replaced by Reload
 	run      RunFunc
 	pool     func() runner.PoolStats // nil without a pool
-	slots    chan struct{}
+	slots    atomic.Pointer[chan struct{}]
 	decoding chan struct{} // one large task decoded at a time
 	queued   atomic.Int64
 	running  atomic.Int64
 	quotas   *quotas
+	metrics  *metrics.Metrics
 
 	// Logf, when set, gets what goes wrong after a client was answered.
 	Logf func(format string, args ...any)
@@ -59,10 +62,39 @@ type Server struct {
 // New returns a server running tasks with run under cfg's limits and
 // policy. pool, if not nil, reports the warm pool for /healthz.
 func New(cfg *config.Config, run RunFunc, pool func() runner.PoolStats) *Server {
-	return &Server{cfg: cfg, run: run, pool: pool,
-		slots:    make(chan struct{}, cfg.Server.MaxConcurrent),
+	s := &Server{run: run, pool: pool,
 		decoding: make(chan struct{}, 1),
 		quotas:   newQuotas(cfg.Server.Quota.RunsPerMinute, cfg.Server.Quota.Concurrent, time.Now)}
+	s.cfg.Store(cfg)
+	slots := make(chan struct{}, cfg.Server.MaxConcurrent)
+	s.slots.Store(&slots)
+	g := metrics.Gauges{Running: s.running.Load, Queued: s.queued.Load}
+	if pool != nil {
+		g.Pool = func() metrics.PoolStats {
+			st := pool()
+			ms := metrics.PoolStats{Ready: map[string]int64{}, Hits: st.ImageHits, Misses: st.ImageMisses}
+			for ref, n := range st.Ready {
+				ms.Ready[ref] = int64(n)
+			}
+			return ms
+		}
+	}
+	s.metrics = metrics.New(g)
+	return s
+}
+
+// Reload makes cfg the config of the runs admitted from now on: its task
+// defaults and policy, server.max_concurrent, server.queue, server.quota
+// and server.token. Runs going on keep theirs; they do not count against
+// a new max_concurrent. cfg must be valid.
+func (s *Server) Reload(cfg *config.Config) {
+	old := s.cfg.Load()
+	if cfg.Server.MaxConcurrent != old.Server.MaxConcurrent {
+		slots := make(chan struct{}, cfg.Server.MaxConcurrent)
+		s.slots.Store(&slots)
+	}
+	s.quotas.set(cfg.Server.Quota.RunsPerMinute, cfg.Server.Quota.Concurrent)
+	s.cfg.Store(cfg)
 }
 
 // Handler is the API's HTTP handler.
@@ -70,8 +102,9 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/runs", only(s.postRun, http.MethodPost))
 	mux.HandleFunc("/healthz", only(s.healthz, http.MethodGet, http.MethodHead))
+	mux.HandleFunc("/metrics", only(s.serveMetrics, http.MethodGet, http.MethodHead))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "", fmt.Sprintf("no such endpoint %s: the API is POST /v1/runs and GET /healthz", r.URL.Path))
+		writeError(w, http.StatusNotFound, "", fmt.Sprintf("no such endpoint %s: the API is POST /v1/runs, GET /healthz and GET /metrics", r.URL.Path))
 	})
 	return s.auth(mux)
 }
@@ -110,12 +143,13 @@ func (s *Server) HTTPServer() *http.Server {
 
 // auth requires the bearer token when one is configured.
 func (s *Server) auth(next http.Handler) http.Handler {
-	token := s.cfg.Server.Token
-	if token == "" {
-		return next
-	}
-	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token := s.cfg.Load().Server.Token
+		if token == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		want := []byte("Bearer " + token)
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="agentrun"`)
 			writeError(w, http.StatusUnauthorized, "", "missing or wrong bearer token")
@@ -135,26 +169,35 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "", fmt.Sprintf("stream=%q: want 1 or 0", v))
 		return
 	}
+	cfg := s.cfg.Load() // the whole request is under one config
 	if r.ContentLength > task.MaxTaskBytes {
+		s.metrics.Refused(cfg.Runtime, "")
 		writeError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("task is %d bytes, more than the maximum %d", r.ContentLength, task.MaxTaskBytes))
 		return
 	}
 	// The run slot comes first: only requests holding one read their
 	// bodies, so the bodies in memory are at most max_concurrent.
-	if err := s.admit(r.Context()); err != nil {
+	slots, err := s.admit(r.Context(), cfg)
+	if err != nil {
+		quota := ""
+		if errors.Is(err, errQueueFull) {
+			quota = metrics.QuotaQueue
+		}
+		s.metrics.Refused(cfg.Runtime, quota)
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, "", err.Error())
 		return
 	}
-	defer func() { <-s.slots }()
+	defer func() { <-slots }()
 	data, status, err := readBody(w, r)
 	if err != nil {
 		writeError(w, status, "", err.Error())
 		return
 	}
-	plan, err := s.load(r.Context(), data)
+	plan, err := s.load(r.Context(), data, cfg)
 	data = nil // the plan holds what is needed
 	if err != nil {
+		s.metrics.Refused(cfg.Runtime, "")
 		status, field := http.StatusBadRequest, ""
 		var te *task.Error
 		if errors.As(err, &te) {
@@ -169,6 +212,11 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 
 	release, retry, err := s.quotas.acquire(plan.Session)
 	if err != nil {
+		quota := ""
+		if qe := (*quotaError)(nil); errors.As(err, &qe) {
+			quota = qe.quota
+		}
+		s.metrics.Refused(plan.Runtime, quota)
 		w.Header().Set("Retry-After", strconv.Itoa(int((retry+time.Second-1)/time.Second)))
 		writeError(w, http.StatusTooManyRequests, "", err.Error())
 		return
@@ -187,6 +235,11 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 	// the tear-down, and a client that sent its next request on this
 	// connection would wait for it.
 	w.Header().Set("Connection", "close")
+	admitted, pooled := time.Now(), false
+	hooks.Setup = func(p bool, d time.Duration) {
+		pooled = p
+		s.metrics.Setup(p, d)
+	}
 	answer := func(res *result.Result) { writeResult(w, res) }
 	if stream {
 		ev := newEvents(w)
@@ -202,11 +255,13 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 	hooks.Result = func(res *result.Result) {
 		sent = res
 		release()
+		s.metrics.Ran(plan.Runtime, pooled, time.Since(admitted), res)
 		answer(res)
 	}
 	final := s.run(r.Context(), plan, hooks)
 	if sent == nil {
 		release()
+		s.metrics.Ran(plan.Runtime, pooled, time.Since(admitted), final)
 		answer(final)
 	} else if final.Error != sent.Error && s.Logf != nil {
 		s.Logf("run %s: after the answer: %s", final.ID, final.Error)
@@ -221,7 +276,7 @@ const bigTask = 1 << 20
 // copies), so tasks larger than bigTask are decoded one at a time: the
 // memory this takes is bounded by one such task, not by max_concurrent of
 // them.
-func (s *Server) load(ctx context.Context, data []byte) (*task.Plan, error) {
+func (s *Server) load(ctx context.Context, data []byte, cfg *config.Config) (*task.Plan, error) {
 	if len(data) > bigTask {
 		select {
 		case s.decoding <- struct{}{}:
@@ -233,7 +288,7 @@ func (s *Server) load(ctx context.Context, data []byte) (*task.Plan, error) {
 		// one's peak.
 		runtime.GC()
 	}
-	return task.Load(data, s.cfg)
+	return task.Load(data, cfg)
 }
 
 // bodyDeadline bounds the reading of a task once its request holds a run
@@ -282,17 +337,22 @@ func writeResult(w http.ResponseWriter, res *result.Result) {
 	writeJSON(w, status, res)
 }
 
+// errQueueFull is admit's refusal when the queue is full.
+var errQueueFull = errors.New("server busy")
+
 // admit takes a run slot, waiting in the queue when all are taken. It
 // fails at once when the queue is full, or when ctx ends while waiting.
-func (s *Server) admit(ctx context.Context) error {
+// The slot is freed by a receive from the channel it returns.
+func (s *Server) admit(ctx context.Context, cfg *config.Config) (chan struct{}, error) {
+	slots := *s.slots.Load()
 	select {
-	case s.slots <- struct{}{}:
-		return nil
+	case slots <- struct{}{}:
+		return slots, nil
 	default:
 	}
-	if s.queued.Add(1) > int64(s.cfg.Server.Queue) {
+	if s.queued.Add(1) > int64(cfg.Server.Queue) {
 		s.queued.Add(-1)
-		return fmt.Errorf("server busy: %d runs going on and %d waiting, the most it takes", s.cfg.Server.MaxConcurrent, s.cfg.Server.Queue)
+		return nil, fmt.Errorf("%w: %d runs going on and %d waiting, the most it takes", errQueueFull, cfg.Server.MaxConcurrent, cfg.Server.Queue)
 	}
 	defer s.queued.Add(-1)
 	// The body is not read while waiting, so the HTTP server does not see
@@ -302,13 +362,13 @@ func (s *Server) admit(ctx context.Context) error {
 	defer tick.Stop()
 	for {
 		select {
-		case s.slots <- struct{}{}:
-			return nil
+		case slots <- struct{}{}:
+			return slots, nil
 		case <-ctx.Done():
-			return fmt.Errorf("gave up waiting for a run slot: %w", ctx.Err())
+			return nil, fmt.Errorf("gave up waiting for a run slot: %w", ctx.Err())
 		case <-tick.C:
 			if conn != nil && peerGone(conn) {
-				return errors.New("gave up waiting for a run slot: the client left")
+				return nil, errors.New("gave up waiting for a run slot: the client left")
 			}
 		}
 	}
@@ -373,6 +433,11 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 		h.Status, h.Pool.Errors = "degraded", s.PoolErrors
 	}
 	writeJSON(w, http.StatusOK, h)
+}
+
+func (s *Server) serveMetrics(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	s.metrics.WritePrometheus(w)
 }
 
 // APIError is the body of every refusal.

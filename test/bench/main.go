@@ -155,12 +155,30 @@ func main() {
 	via, direct, perr := proxyBench()
 	nb := netBench{via: via, direct: direct, err: perr}
 	report(os.Stdout, cs, tp, stp, pulls, nb, gobench)
+	kept := keptSections(*out)
 	f, err := os.Create(*out)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer f.Close()
 	report(f, cs, tp, stp, pulls, nb, gobench)
+	io.WriteString(f, kept)
+}
+
+// keptSection starts the part of the report that other measurements wrote
+// (test/bench/initcost.sh): kept as it is when the report is written again.
+const keptSection = "\n## Metrics and container init\n"
+
+// keptSections is that part of the report at path, or "".
+func keptSections(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	if i := strings.Index(string(b), keptSection); i >= 0 {
+		return string(b[i:])
+	}
+	return ""
 }
 
 // netBench is the proxy's throughput against a direct loopback transfer.

@@ -33,6 +33,7 @@ type served struct {
 	token  string
 	stderr *strings.Builder
 	mu     *sync.Mutex
+	config string // the config file's path
 }
 
 // startServe starts agentrun serve with the test config plus server, and
@@ -55,12 +56,14 @@ func serveConfig(srv, policy map[string]any) map[string]any {
 		"policy": policy}
 }
 
-// startServeWith starts agentrun serve with the whole config cfg.
+// startServeWith starts agentrun serve with the config cfg, written to a
+// file that the test may change (s.config).
 func startServeWith(t *testing.T, cfg map[string]any) *served {
 	t.Helper()
 	srv, _ := cfg["server"].(map[string]any)
-	cmd := exec.Command(agentrunBin(t), "serve", "--config", writeConfig(t, cfg))
-	s := &served{t: t, cmd: cmd, stderr: &strings.Builder{}, mu: &sync.Mutex{}}
+	path := writeConfig(t, cfg)
+	cmd := exec.Command(agentrunBin(t), "serve", "--config", path)
+	s := &served{t: t, cmd: cmd, stderr: &strings.Builder{}, mu: &sync.Mutex{}, config: path}
 	if tok, ok := srv["token"].(string); ok {
 		s.token = tok
 	}

@@ -1,0 +1,329 @@
+// Package metrics is the Prometheus side of `agentrun serve`: the series
+// GET /metrics answers with, in the Prometheus text format (0.0.4).
+//
+//	agentrun_runs_total{outcome,runtime}        runs by how they ended
+//	agentrun_run_duration_seconds{path}         admission to result, pool or cold
+//	agentrun_setup_seconds{path}                the sandbox made ready, pool or cold
+//	agentrun_running, agentrun_queued           runs going on and waiting now
+//	agentrun_pool_ready{image}                  sandboxes ready per pooled image
+//	agentrun_pool_hits_total{image}             runs served from the pool
+//	agentrun_pool_misses_total{image}           runs of a pooled image that ran cold
+//	agentrun_egress_total{decision}             connections allowed, requests denied
+//	agentrun_quota_refusals_total{quota}        runs_per_minute, concurrent, queue
+//	go_*, process_*                             the Go runtime and the process
+//
+// It is written here on the standard library, with no package-level
+// initialisation at all: agentrun's binary re-executes itself as every
+// container's init, where every package's init runs again, and the
+// Prometheus libraries measured 0.5 to 1.3 ms of init there (docs/bench.md).
+// The output is checked with the Prometheus text parser in the tests.
+package metrics
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentrun/agentrun/internal/result"
+)
+
+// Outcomes of a run, the values of the outcome label.
+const (
+	OK          = "ok"
+	ExitNonzero = "exit_nonzero"
+	Timeout     = "timeout"
+	OOM         = "oom"
+	Refused     = "refused" // not started: bad task, above policy, over a quota, queue full
+	Error       = "error"   // agentrun could not run it
+)
+
+// Paths a run's sandbox comes by, the values of the path label.
+const (
+	Pool = "pool"
+	Cold = "cold"
+)
+
+// Quotas, the values of the quota label.
+const (
+	QuotaPerMinute  = "runs_per_minute"
+	QuotaConcurrent = "concurrent"
+	QuotaQueue      = "queue" // the server's queue was full
+)
+
+// Gauges are read when scraped.
+type Gauges struct {
+	Running, Queued func() int64
+	// Pool reports the warm pool; nil without one.
+	Pool func() PoolStats
+}
+
+// PoolStats is the warm pool as the metrics see it, per image reference.
+type PoolStats struct {
+	Ready, Hits, Misses map[string]int64
+}
+
+// Metrics holds serve's series. It is safe for concurrent use.
+type Metrics struct {
+	gauges  Gauges
+	started time.Time
+
+	runs, egress, quotas *counters
+	runTime, setupTime   *histograms
+}
+
+// New returns the metrics of one server, reading g when scraped.
+func New(g Gauges) *Metrics {
+	m := &Metrics{gauges: g, started: time.Now(),
+		runs:      newCounters("agentrun_runs_total", "Runs by how they ended (refused: never started)."),
+		egress:    newCounters("agentrun_egress_total", "Egress decisions of the runs' proxies: connections allowed, requests denied."),
+		quotas:    newCounters("agentrun_quota_refusals_total", "Runs refused by a session quota or a full queue."),
+		runTime:   newHistograms("agentrun_run_duration_seconds", "Time from a run's admission to its result."),
+		setupTime: newHistograms("agentrun_setup_seconds", "Time to a run's sandbox being ready: from the pool, or set up cold."),
+	}
+	// Every fixed series exists from the start, at zero: a rate over a
+	// series that appears with its first event misses that event.
+	for _, rt := range []string{"libcontainer", "runsc"} {
+		for _, o := range []string{OK, ExitNonzero, Timeout, OOM, Refused, Error} {
+			m.runs.add(labels("outcome", o, "runtime", rt), 0)
+		}
+	}
+	for _, d := range []string{"allowed", "denied"} {
+		m.egress.add(labels("decision", d), 0)
+	}
+	for _, q := range []string{QuotaPerMinute, QuotaConcurrent, QuotaQueue} {
+		m.quotas.add(labels("quota", q), 0)
+	}
+	for _, p := range []string{Pool, Cold} {
+		m.runTime.get(labels("path", p))
+		m.setupTime.get(labels("path", p))
+	}
+	return m
+}
+
+// Outcome is how res ended, as the outcome label says it.
+func Outcome(res *result.Result) string {
+	switch {
+	case res.Error != "":
+		return Error
+	case res.TimedOut:
+		return Timeout
+	case res.OOMKilled:
+		return OOM
+	case res.ExitCode != 0:
+		return ExitNonzero
+	}
+	return OK
+}
+
+// Refused counts a run of runtime refused before it started; quota, when
+// not "", is the quota or queue that refused it.
+func (m *Metrics) Refused(runtime, quota string) {
+	m.runs.add(labels("outcome", Refused, "runtime", runtime), 1)
+	if quota != "" {
+		m.quotas.add(labels("quota", quota), 1)
+	}
+}
+
+// Setup records how long a run's sandbox took to be ready, and by which path.
+func (m *Metrics) Setup(pooled bool, d time.Duration) {
+	m.setupTime.get(labels("path", path(pooled))).observe(d.Seconds())
+}
+
+// Ran records a run that was admitted: its outcome, its time from
+// admission to result, and its network decisions.
+func (m *Metrics) Ran(runtime string, pooled bool, d time.Duration, res *result.Result) {
+	m.runs.add(labels("outcome", Outcome(res), "runtime", runtime), 1)
+	m.runTime.get(labels("path", path(pooled))).observe(d.Seconds())
+	var allowed, denied int
+	for _, a := range res.Network.Allowed {
+		allowed += a.Conns
+	}
+	for _, d := range res.Network.Denied {
+		denied += d.Count
+	}
+	m.egress.add(labels("decision", "allowed"), uint64(allowed))
+	m.egress.add(labels("decision", "denied"), uint64(denied))
+}
+
+// WritePrometheus writes every series in the Prometheus text format.
+func (m *Metrics) WritePrometheus(w io.Writer) {
+	var b strings.Builder
+	m.runs.write(&b)
+	m.runTime.write(&b)
+	m.setupTime.write(&b)
+	if m.gauges.Running != nil {
+		single(&b, "agentrun_running", "gauge", "Runs going on.", float64(m.gauges.Running()))
+	}
+	if m.gauges.Queued != nil {
+		single(&b, "agentrun_queued", "gauge", "Runs waiting for a slot.", float64(m.gauges.Queued()))
+	}
+	if m.gauges.Pool != nil {
+		st := m.gauges.Pool()
+		perImage(&b, "agentrun_pool_ready", "gauge", "Sandboxes ready in the warm pool.", st.Ready)
+		perImage(&b, "agentrun_pool_hits_total", "counter", "Runs served from the warm pool.", st.Hits)
+		perImage(&b, "agentrun_pool_misses_total", "counter", "Runs of a pooled image that ran cold.", st.Misses)
+	}
+	m.egress.write(&b)
+	m.quotas.write(&b)
+	writeRuntime(&b, m.started)
+	io.WriteString(w, b.String())
+}
+
+func path(pooled bool) string {
+	if pooled {
+		return Pool
+	}
+	return Cold
+}
+
+// labels is the label set of kv (name, value, ...) as the text format
+// writes it between braces.
+func labels(kv ...string) string {
+	var b strings.Builder
+	for i := 0; i+1 < len(kv); i += 2 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(kv[i])
+		b.WriteString(`="`)
+		b.WriteString(escape(kv[i+1]))
+		b.WriteByte('"')
+	}
+	return b.String()
+}
+
+// escape is a label value as the text format writes it: backslash, double
+// quote and newline escaped.
+func escape(v string) string {
+	if !strings.ContainsAny(v, "\\\"\n") {
+		return v
+	}
+	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(v)
+}
+
+func header(b *strings.Builder, name, typ, help string) {
+	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+}
+
+func single(b *strings.Builder, name, typ, help string, v float64) {
+	header(b, name, typ, help)
+	fmt.Fprintf(b, "%s %g\n", name, v)
+}
+
+func perImage(b *strings.Builder, name, typ, help string, byImage map[string]int64) {
+	header(b, name, typ, help)
+	for _, img := range sortedKeys(byImage) {
+		fmt.Fprintf(b, "%s{%s} %d\n", name, labels("image", img), byImage[img])
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// counters is one counter family, a series per label set.
+type counters struct {
+	name, help string
+	mu         sync.Mutex
+	series     map[string]*atomic.Uint64
+}
+
+func newCounters(name, help string) *counters {
+	return &counters{name: name, help: help, series: map[string]*atomic.Uint64{}}
+}
+
+func (c *counters) add(labels string, n uint64) {
+	c.mu.Lock()
+	v := c.series[labels]
+	if v == nil {
+		v = new(atomic.Uint64)
+		c.series[labels] = v
+	}
+	c.mu.Unlock()
+	v.Add(n)
+}
+
+func (c *counters) write(b *strings.Builder) {
+	header(b, c.name, "counter", c.help)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, l := range sortedKeys(c.series) {
+		fmt.Fprintf(b, "%s{%s} %d\n", c.name, l, c.series[l].Load())
+	}
+}
+
+// buckets are the upper bounds of the duration histograms, in seconds:
+// from a pooled set-up (milliseconds) to the longest policy timeouts.
+func buckets() []float64 {
+	return []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
+}
+
+// histograms is one histogram family, a histogram per label set.
+type histograms struct {
+	name, help string
+	mu         sync.Mutex
+	series     map[string]*histogram
+}
+
+type histogram struct {
+	bounds []float64
+	counts []uint64 // per bucket, not cumulative; the last is +Inf
+	sum    float64
+	count  uint64
+}
+
+func newHistograms(name, help string) *histograms {
+	return &histograms{name: name, help: help, series: map[string]*histogram{}}
+}
+
+// hist is a handle on one histogram of a family.
+type hist struct {
+	f *histograms
+	h *histogram
+}
+
+func (f *histograms) get(labels string) hist {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h := f.series[labels]
+	if h == nil {
+		bounds := buckets()
+		h = &histogram{bounds: bounds, counts: make([]uint64, len(bounds)+1)}
+		f.series[labels] = h
+	}
+	return hist{f, h}
+}
+
+func (h hist) observe(v float64) {
+	h.f.mu.Lock()
+	defer h.f.mu.Unlock()
+	i := sort.SearchFloat64s(h.h.bounds, v) // the first bound >= v
+	h.h.counts[i]++
+	h.h.sum += v
+	h.h.count++
+}
+
+func (f *histograms) write(b *strings.Builder) {
+	header(b, f.name, "histogram", f.help)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, l := range sortedKeys(f.series) {
+		h := f.series[l]
+		var cum uint64
+		for i, le := range h.bounds {
+			cum += h.counts[i]
+			fmt.Fprintf(b, "%s_bucket{%s,le=\"%g\"} %d\n", f.name, l, le, cum)
+		}
+		fmt.Fprintf(b, "%s_bucket{%s,le=\"+Inf\"} %d\n", f.name, l, h.count)
+		fmt.Fprintf(b, "%s_sum{%s} %g\n%s_count{%s} %d\n", f.name, l, h.sum, f.name, l, h.count)
+	}
+}
