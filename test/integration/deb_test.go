@@ -102,11 +102,22 @@ func TestDebPackage(t *testing.T) {
 		t.Errorf("agentrun version in the installed root: %v: %s", err, out0)
 	}
 	// doctor reads the packaged config and finds nothing that would stop
-	// a run (runsc, not packaged, is only a warning).
-	if out, err := inRoot(t, root, "agentrun", "doctor"); err != nil || !strings.Contains(out, "namespaces") {
-		t.Errorf("agentrun doctor in the installed root: %v: %s", err, out)
-	} else {
-		t.Logf("doctor in the installed root (%v):\n%s", err, out)
+	// a run (runsc, not packaged, is only a warning) but the default
+	// image: the packaged config names python:3.12-slim, which this host,
+	// with no registry reachable, cannot pull, and doctor must say so.
+	out1, err := inRoot(t, root, "agentrun", "doctor")
+	t.Logf("doctor in the installed root (%v):\n%s", err, out1)
+	if !strings.Contains(out1, "namespaces") {
+		t.Errorf("agentrun doctor in the installed root: %v: %s", err, out1)
+	}
+	for _, line := range strings.Split(out1, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[1] == "FAIL" && f[0] != "image" {
+			t.Errorf("agentrun doctor in the installed root: %s", line)
+		}
+	}
+	if !strings.Contains(out1, "python:3.12-slim") || !strings.Contains(out1, "agentrun pull") {
+		t.Errorf("agentrun doctor in the installed root does not say the default image cannot be had: %s", out1)
 	}
 
 	// The operator edits the config; the upgrade keeps it without asking.
