@@ -31,6 +31,7 @@ type Result struct {
 	Runtime         string          `json:"runtime"`
 	Network         Network         `json:"network"`
 	Files           map[string]File `json:"files"`
+	Collect         *Collect        `json:"collect,omitempty"`
 	Error           string          `json:"error"`
 }
 
@@ -45,9 +46,12 @@ type Allowed = proxy.Allowed
 type Denied = proxy.Denied
 
 // File is one collected file. Error says why a matching path was not
-// returned (not a regular file, over the collect limit).
+// returned (not a regular file, over the collect limit). A name that is
+// not valid UTF-8 is keyed by an escaped form (each invalid byte as \xNN)
+// and its exact bytes are in NameBase64.
 type File struct {
 	Size          int64  `json:"size"`
+	NameBase64    string `json:"name_base64,omitempty"`
 	ContentBase64 string `json:"content_base64,omitempty"`
 	Truncated     bool   `json:"truncated,omitempty"`
 	Error         string `json:"error,omitempty"`
@@ -66,4 +70,11 @@ func (r *Result) ExitStatus() int {
 		return ExitKilled
 	}
 	return r.ExitCode
+}
+
+// Collect reports on a run's collect: the patterns that matched nothing,
+// and the bound that stopped the walk early ("" when none did).
+type Collect struct {
+	Unmatched []string `json:"unmatched"`
+	Cut       string   `json:"cut,omitempty"`
 }

@@ -186,7 +186,7 @@ func (r *Runner) execute(ctx context.Context, p *task.Plan, backend runtime.Back
 		return err
 	}
 	if len(p.Collect) > 0 {
-		if res.Files, err = sb.ws.Collect(p.Collect); err != nil {
+		if res.Files, res.Collect, err = sb.ws.Collect(p.Collect, workspace.Limits{}); err != nil {
 			return err
 		}
 	}
