@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/internal/config"
+	agentruntime "github.com/agentrun/agentrun/runtime"
 )
 
 // Status is the outcome of one check.
@@ -44,7 +45,7 @@ type Check struct {
 func Run(ctx context.Context, cfg *config.Config) []Check {
 	checks := []func(*config.Config) Check{
 		checkRoot, checkKernel, checkCgroups, checkSeccomp, checkFilesystems,
-		checkNamespaces, checkRunsc, checkStateDir, checkStoreDir, checkClock,
+		checkNamespaces, checkRunsc, checkInit, checkStateDir, checkStoreDir, checkClock,
 	}
 	out := make([]Check, 0, len(checks))
 	for _, c := range checks {
@@ -260,6 +261,14 @@ func checkRunsc(cfg *config.Config) Check {
 	first, _, _ := strings.Cut(string(out), "\n")
 	c.Status, c.Detail = OK, cfg.Runsc.Path+": "+strings.TrimSpace(first)
 	return c
+}
+
+func checkInit(cfg *config.Config) Check {
+	if err := agentruntime.CheckInit(cfg.Init); err != nil {
+		return Check{Name: "init", Status: Fail, Detail: err.Error(),
+			Fix: "apt-get install tini (it ships " + config.DefaultInit + "), or set config key init to a static init"}
+	}
+	return Check{Name: "init", Status: OK, Detail: cfg.Init}
 }
 
 func checkStateDir(cfg *config.Config) Check { return checkDir("state dir", cfg.StateDir, "state_dir") }

@@ -48,6 +48,9 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	r := &Runner{cfg: cfg, audit: log, backends: map[string]runtime.Backend{},
 		runsDir: filepath.Join(cfg.StateDir, "runs"), runcDir: filepath.Join(cfg.StateDir, "runc"),
 		runscDir: filepath.Join(cfg.StateDir, "runsc")}
+	if err := runtime.CheckInit(cfg.Init); err != nil {
+		return nil, fmt.Errorf("%w (apt-get install tini, or set config key init)", err)
+	}
 	var err error
 	if err = os.MkdirAll(r.runsDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating state dir: %w", err)
@@ -253,7 +256,8 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 		runtime.WithCgroupsPath("/agentrun/" + id),
 		runtime.WithMemory(p.Limits.Memory),
 		runtime.WithCPUs(p.Limits.CPUs),
-		runtime.WithPids(p.Limits.Pids),
+		runtime.WithPids(p.Limits.Pids + 1), // the init is one of them
+		runtime.WithInit(r.cfg.Init),
 		runtime.WithTmpSize(p.Limits.TmpSize, p.Limits.WorkspaceSize),
 		runtime.WithWorkspace(sb.ws.Dir),
 		runtime.WithSeccomp(),
