@@ -231,7 +231,9 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	rootfs := img.Rootfs
 	// A store image has its mount points; a dir: image may lack them, and
 	// then the run gets a private overlay so that nothing is created in it.
-	if !image.HasMountpoints(rootfs) {
+	// So does every runsc run: runsc's gofer makes the init's mount point
+	// (/dev/init) in the root filesystem itself, not in the sandbox's /dev.
+	if !image.HasMountpoints(rootfs) || p.Runtime == config.RuntimeRunsc {
 		ov, err := mountOverlay(img.Rootfs, dir)
 		if err != nil {
 			return nil, err
