@@ -242,6 +242,9 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 		rootfs = ov.merged
 	}
 
+	if err := checkProgram(rootfs, p.Argv[0]); err != nil {
+		return nil, err
+	}
 	netOpts, err := r.network(p, dir, res, &sb.undo)
 	if err != nil {
 		return nil, err
