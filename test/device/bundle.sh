@@ -26,6 +26,8 @@ flags=(-tags seccomp -trimpath -ldflags "-s -w")
 "$GO" build "${flags[@]}" -o "$work/bin/bench" ./test/bench
 CGO_ENABLED=0 "$GO" build -trimpath -ldflags "-s -w" -o "$work/bin/probe" ./test/escape/probe
 cp "$runsc" "$work/bin/runsc"
+# The sandbox's init (Debian's tini), for a machine without apt.
+cp /usr/bin/tini-static "$work/bin/tini-static"
 
 cp -a "$images/busybox/rootfs" "$work/images/busybox/rootfs"
 cp -a "$images/busybox/oci" "$work/images/busybox/oci"
