@@ -2,9 +2,11 @@ package runtime
 
 import (
 	"context"
+	"syscall"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 )
 
 // Container is one run as a backend sees it: a validated spec plus the
@@ -50,4 +52,15 @@ type Backend interface {
 // out with a clean exit.
 func KilledAtDeadline(o *Outcome) bool {
 	return o.Signal == "SIGKILL"
+}
+
+// ExitSignal is the name of signal n when an exit status is 128+n, as
+// the sandbox's init (and runsc) report a program that a signal ended;
+// "" for other statuses. A program that exits with 128+n itself reads the
+// same, as in a shell.
+func ExitSignal(status int) string {
+	if n := status - 128; n > 0 && n < 65 {
+		return unix.SignalName(syscall.Signal(n))
+	}
+	return ""
 }

@@ -139,15 +139,53 @@ func New(rootfs string, opts ...SpecOpt) (*specs.Spec, error) {
 	return s, nil
 }
 
-// WithArgs sets the program's argv; it is run directly, never through a shell.
+// WithArgs sets the program's argv; it is run directly, never through a
+// shell (under the init, when WithInit is applied too, in either order).
 func WithArgs(argv ...string) SpecOpt {
 	return func(s *specs.Spec) error {
 		if len(argv) == 0 || argv[0] == "" {
 			return fmt.Errorf("empty argv")
 		}
 		s.Process.Args = append([]string(nil), argv...)
+		if hasInit(s) {
+			s.Process.Args = append([]string{InitPath, "--"}, s.Process.Args...)
+		}
 		return nil
 	}
+}
+
+// InitPath is where the sandbox's init is mounted: in the sandbox's own
+// /dev tmpfs, so that no image needs a mount point for it.
+const InitPath = "/dev/init"
+
+// WithInit runs the program under a minimal init, the static binary at
+// host path bin (tini), bind-mounted read-only at InitPath: the init is
+// pid 1 of the sandbox, so the program gets the kernel's default signal
+// actions (a program's abort() or its own SIGTERM ends it), its orphans are
+// reaped instead of staying zombies against the pids cap, and its end by
+// signal n is reported as 128+n. The init takes one of the pids; the
+// caller adds it to the program's.
+func WithInit(bin string) SpecOpt {
+	return func(s *specs.Spec) error {
+		if bin == "" || bin[0] != '/' {
+			return fmt.Errorf("init %q is not absolute", bin)
+		}
+		if hasInit(s) {
+			return fmt.Errorf("init given twice")
+		}
+		s.Mounts = append(s.Mounts, specs.Mount{
+			Destination: InitPath, Type: "bind", Source: bin,
+			Options: []string{"bind", "ro", "nosuid", "nodev"},
+		})
+		if len(s.Process.Args) > 0 {
+			s.Process.Args = append([]string{InitPath, "--"}, s.Process.Args...)
+		}
+		return nil
+	}
+}
+
+func hasInit(s *specs.Spec) bool {
+	return slices.ContainsFunc(s.Mounts, func(m specs.Mount) bool { return m.Destination == InitPath })
 }
 
 // WithEnv adds variables to the environment. PATH and HOME keep their

@@ -104,6 +104,9 @@ func Validate(s *specs.Spec) error {
 			if !slices.Contains(m.Options, "ro") && !slices.Contains(m.Options, "noexec") {
 				bad("writable bind mount %s lacks noexec", m.Destination)
 			}
+			if !slices.Contains(m.Options, "noexec") && m.Destination != InitPath {
+				bad("bind mount %s lacks noexec (only the init at %s may be run from the host)", m.Destination, InitPath)
+			}
 		}
 	}
 	return errors.Join(errs...)

@@ -116,6 +116,7 @@ type Config struct {
 	Languages map[string][]string `json:"languages"` // language -> argv; "{file}" is replaced by the code file's path
 	Network   Network             `json:"network"`
 	Runsc     Runsc               `json:"runsc"`
+	Init      string              `json:"init"` // the sandbox's init: a static binary (tini-static)
 	Server    Server              `json:"server"`
 	Worker    Worker              `json:"worker"`
 	StoreDir  string              `json:"store_dir"`
@@ -123,6 +124,10 @@ type Config struct {
 	StateDir  string              `json:"state_dir"`
 	Audit     string              `json:"audit"` // absolute path, "-" for stderr, "" for none
 }
+
+// DefaultInit is the sandbox's init unless the config names another:
+// Debian's tini-static (package tini).
+const DefaultInit = "/usr/bin/tini-static"
 
 // DefaultPath is where Load looks when given no path.
 const DefaultPath = "/etc/agentrun/config.json"
@@ -165,6 +170,7 @@ func Default() *Config {
 		},
 		Network: Network{Hosts: map[string]string{}, AllowRanges: []string{}, DenyRanges: []string{}},
 		Runsc:   Runsc{Path: "/usr/local/bin/runsc", Flags: []string{"--platform=systrap"}},
+		Init:    DefaultInit,
 		Server: Server{
 			Listen:        "unix:///run/agentrun/agentrun.sock",
 			MaxConcurrent: 8,

@@ -52,6 +52,9 @@ func (c *Config) Validate() error {
 	if err := c.Worker.validate(); err != nil {
 		return err
 	}
+	if !isCleanAbs(c.Init) {
+		return fieldErr("init", fmt.Errorf("%q is not a clean absolute path (the sandbox's init, e.g. %s)", c.Init, DefaultInit))
+	}
 	for _, d := range []struct{ name, path string }{{"store_dir", c.StoreDir}, {"state_dir", c.StateDir}} {
 		if !isCleanAbs(d.path) {
 			return fieldErr(d.name, fmt.Errorf("%q is not a clean absolute path", d.path))

@@ -22,6 +22,7 @@ import (
 
 	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/config"
+	agentruntime "github.com/agentrun/agentrun/runtime"
 )
 
 // Status is the outcome of one check.
@@ -45,7 +46,7 @@ type Check struct {
 func Run(ctx context.Context, cfg *config.Config) []Check {
 	checks := []func(*config.Config) Check{
 		checkRoot, checkKernel, checkCgroups, checkSeccomp, checkFilesystems,
-		checkNamespaces, checkRunsc, checkStateDir, checkStoreDir, checkClock,
+		checkNamespaces, checkRunsc, checkInit, checkStateDir, checkStoreDir, checkClock,
 		func(cfg *config.Config) Check { return checkImage(ctx, cfg) },
 	}
 	out := make([]Check, 0, len(checks))
@@ -262,6 +263,14 @@ func checkRunsc(cfg *config.Config) Check {
 	first, _, _ := strings.Cut(string(out), "\n")
 	c.Status, c.Detail = OK, cfg.Runsc.Path+": "+strings.TrimSpace(first)
 	return c
+}
+
+func checkInit(cfg *config.Config) Check {
+	if err := agentruntime.CheckInit(cfg.Init); err != nil {
+		return Check{Name: "init", Status: Fail, Detail: err.Error(),
+			Fix: "apt-get install tini (it ships " + config.DefaultInit + "), or set config key init to a static init"}
+	}
+	return Check{Name: "init", Status: OK, Detail: cfg.Init}
 }
 
 func checkStateDir(cfg *config.Config) Check { return checkDir("state dir", cfg.StateDir, "state_dir") }

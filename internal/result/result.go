@@ -41,6 +41,7 @@ type Result struct {
 	Runtime         string          `json:"runtime"`
 	Network         Network         `json:"network"`
 	Files           map[string]File `json:"files"`
+	Collect         *Collect        `json:"collect,omitempty"`
 	Error           string          `json:"error"`
 	// Err is the error behind Error, for callers in the same process
 	// (errors.Is, errors.As); it is never encoded.
@@ -61,9 +62,12 @@ type Denied = proxy.Denied
 type Failed = proxy.Failed
 
 // File is one collected file. Error says why a matching path was not
-// returned (not a regular file, over the collect limit).
+// returned (not a regular file, over the collect limit). A name that is
+// not valid UTF-8 is keyed by an escaped form (each invalid byte as \xNN)
+// and its exact bytes are in NameBase64.
 type File struct {
 	Size          int64  `json:"size"`
+	NameBase64    string `json:"name_base64,omitempty"`
 	ContentBase64 string `json:"content_base64,omitempty"`
 	Truncated     bool   `json:"truncated,omitempty"`
 	Error         string `json:"error,omitempty"`
@@ -111,4 +115,11 @@ func raw(s, b64 string) []byte {
 		}
 	}
 	return []byte(s)
+}
+
+// Collect reports on a run's collect: the patterns that matched nothing,
+// and the bound that stopped the walk early ("" when none did).
+type Collect struct {
+	Unmatched []string `json:"unmatched"`
+	Cut       string   `json:"cut,omitempty"`
 }

@@ -3,11 +3,14 @@ package runner
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	agentruntime "github.com/agentrun/agentrun/runtime"
 )
 
 // overlay is a run's private writable view of a shared root filesystem:
@@ -46,4 +49,43 @@ func (o *overlay) unmount() error {
 		return fmt.Errorf("unmounting run rootfs: %w", err)
 	}
 	return nil
+}
+
+// checkProgram fails, naming the program, when argv0 is certainly not in
+// rootfs: a name without a slash is looked up in the sandbox's PATH. The
+// init would otherwise start, fail to exec it and exit 127, which reads as
+// the program's own status. Only a clean "does not exist" counts: a path
+// through an absolute symlink (which os.Root will not follow) or under
+// one of the sandbox's own mounts is left to the exec.
+func checkProgram(rootfs, argv0 string) error {
+	var cands []string
+	switch {
+	case strings.HasPrefix(argv0, "/"):
+		cands = []string{argv0}
+	case strings.Contains(argv0, "/"):
+		return nil // relative to /workspace, which is noexec anyway
+	default:
+		for _, dir := range filepath.SplitList(agentruntime.DefaultPath) {
+			cands = append(cands, dir+"/"+argv0)
+		}
+	}
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return fmt.Errorf("opening the image root: %w", err)
+	}
+	defer root.Close()
+	for _, c := range cands {
+		top, _, _ := strings.Cut(strings.TrimPrefix(c, "/"), "/")
+		switch top {
+		case "dev", "proc", "sys", "tmp", "workspace":
+			return nil
+		}
+		if _, err := root.Stat(strings.TrimPrefix(c, "/")); !errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+	}
+	if len(cands) == 1 {
+		return fmt.Errorf("program %s: no such file in the image", argv0)
+	}
+	return fmt.Errorf("program %q: not found in the image's PATH (%s)", argv0, agentruntime.DefaultPath)
 }

@@ -51,6 +51,9 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	r := &Runner{cfg: cfg, audit: log, backends: map[string]runtime.Backend{},
 		runsDir: filepath.Join(cfg.StateDir, "runs"), runcDir: filepath.Join(cfg.StateDir, "runc"),
 		runscDir: filepath.Join(cfg.StateDir, "runsc")}
+	if err := runtime.CheckInit(cfg.Init); err != nil {
+		return nil, fmt.Errorf("%w (apt-get install tini, or set config key init)", err)
+	}
 	var err error
 	if err = os.MkdirAll(r.runsDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating state dir: %w", err)
@@ -235,7 +238,7 @@ func (r *Runner) execute(ctx context.Context, p *task.Plan, backend runtime.Back
 		return err
 	}
 	if len(p.Collect) > 0 {
-		if res.Files, err = sb.ws.Collect(p.Collect); err != nil {
+		if res.Files, res.Collect, err = sb.ws.Collect(p.Collect, workspace.Limits{}); err != nil {
 			return err
 		}
 	}
@@ -289,7 +292,9 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	rootfs := img.Rootfs
 	// A store image has its mount points; a dir: image may lack them, and
 	// then the run gets a private overlay so that nothing is created in it.
-	if !image.HasMountpoints(rootfs) {
+	// So does every runsc run: runsc's gofer makes the init's mount point
+	// (/dev/init) in the root filesystem itself, not in the sandbox's /dev.
+	if !image.HasMountpoints(rootfs) || p.Runtime == config.RuntimeRunsc {
 		ov, err := mountOverlay(img.Rootfs, dir)
 		if err != nil {
 			return nil, err
@@ -298,6 +303,9 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 		rootfs = ov.merged
 	}
 
+	if err := checkProgram(rootfs, p.Argv[0]); err != nil {
+		return nil, err
+	}
 	netOpts, err := r.network(p, dir, res, &sb.undo, &sb.settle)
 	if err != nil {
 		return nil, err
@@ -314,7 +322,8 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 		runtime.WithCgroupsPath("/agentrun/" + id),
 		runtime.WithMemory(p.Limits.Memory),
 		runtime.WithCPUs(p.Limits.CPUs),
-		runtime.WithPids(p.Limits.Pids),
+		runtime.WithPids(p.Limits.Pids + 1), // the init is one of them
+		runtime.WithInit(r.cfg.Init),
 		runtime.WithTmpSize(p.Limits.TmpSize, p.Limits.WorkspaceSize),
 		runtime.WithWorkspace(sb.ws.Dir),
 		runtime.WithSeccomp(),

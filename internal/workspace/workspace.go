@@ -1,10 +1,8 @@
 package workspace
 
 import (
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -13,14 +11,6 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/agentrun/agentrun/internal/result"
-)
-
-// Limits on what Collect returns.
-const (
-	MaxCollectBytes = 16 << 20 // file content in one result, in all
-	MaxCollectFiles = 1000
 )
 
 // Workspace is one run's workspace tmpfs.
@@ -97,66 +87,6 @@ func (w *Workspace) write(name string, data []byte, uid, gid int) error {
 		return err
 	}
 	return f.Close()
-}
-
-// Collect returns the regular files matching globs (workspace-relative),
-// at most MaxCollectBytes of content and MaxCollectFiles files in all. A
-// match that is not a regular file (a symlink, a fifo, a directory) is
-// listed with an error and never opened through.
-func (w *Workspace) Collect(globs []string) (map[string]result.File, error) {
-	out := map[string]result.File{}
-	budget := int64(MaxCollectBytes)
-	fsys := w.root.FS()
-	for _, g := range globs {
-		names, err := fs.Glob(fsys, g)
-		if err != nil {
-			return nil, fmt.Errorf("collect %q: %w", g, err)
-		}
-		for _, name := range names {
-			if _, done := out[name]; done {
-				continue
-			}
-			if len(out) >= MaxCollectFiles {
-				return out, nil
-			}
-			out[name] = w.collectOne(name, &budget)
-		}
-	}
-	return out, nil
-}
-
-func (w *Workspace) collectOne(name string, budget *int64) result.File {
-	fi, err := w.root.Lstat(name)
-	if err != nil {
-		return result.File{Error: "cannot stat: " + reason(err)}
-	}
-	if !fi.Mode().IsRegular() {
-		return result.File{Error: "not a regular file (" + fi.Mode().Type().String() + ")"}
-	}
-	// O_NOFOLLOW and O_NONBLOCK: the program is dead, but never block on a
-	// fifo or follow a link that replaced the file.
-	f, err := w.root.OpenFile(name, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return result.File{Error: "cannot open: " + reason(err)}
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return result.File{Error: "not a regular file"}
-	}
-	size := fi.Size()
-	if *budget <= 0 {
-		return result.File{Size: size, Truncated: size > 0, Error: "collect limit reached"}
-	}
-	data, err := io.ReadAll(io.LimitReader(f, *budget))
-	if err != nil {
-		return result.File{Size: size, Error: "read error"}
-	}
-	*budget -= int64(len(data))
-	return result.File{
-		Size:          size,
-		ContentBase64: base64.StdEncoding.EncodeToString(data),
-		Truncated:     int64(len(data)) < size,
-	}
 }
 
 // Close unmounts the workspace and removes its mount point.

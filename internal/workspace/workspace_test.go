@@ -2,13 +2,20 @@ package workspace
 
 import (
 	"encoding/base64"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentrun/agentrun/internal/result"
 )
 
 func requireRoot(t *testing.T) {
@@ -75,9 +82,18 @@ func TestCollect(t *testing.T) {
 	os.Symlink("report.md", filepath.Join(w.Dir, "inner.md"))
 	unix.Mkfifo(filepath.Join(w.Dir, "out", "fifo.png"), 0o644)
 
-	got, err := w.Collect([]string{"out/*.png", "report.md", "etc/passwd", "inner.md", "missing.txt"})
+	os.Symlink("/etc/passwd", filepath.Join(w.Dir, "p"))
+
+	got, rep, err := w.Collect([]string{"out/*.png", "report.md", "etc/passwd", "inner.md", "missing.txt", "p"}, Limits{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A pattern naming a symlink exactly lists it, as a wildcard does.
+	if f, ok := got["p"]; !ok || f.Error == "" || f.ContentBase64 != "" {
+		t.Errorf("p (a symlink named exactly) = %+v, listed %v; want listed with an error", f, ok)
+	}
+	if want := []string{"etc/passwd", "missing.txt"}; !slices.Equal(rep.Unmatched, want) || rep.Cut != "" {
+		t.Errorf("report = %+v; want unmatched %q and no cut", rep, want)
 	}
 	if f := got["out/a.png"]; f.ContentBase64 != base64.StdEncoding.EncodeToString([]byte("PNG")) || f.Size != 3 || f.Error != "" {
 		t.Errorf("out/a.png = %+v", f)
@@ -116,5 +132,124 @@ func TestCloseLeavesNothing(t *testing.T) {
 	mounts, _ := os.ReadFile("/proc/self/mountinfo")
 	if strings.Contains(string(mounts), dir) {
 		t.Errorf("Close left a mount at %s", dir)
+	}
+}
+
+// collectIn runs Collect on a workspace holding what setup made, and
+// fails past a second: every walk is bounded well below that.
+func collectIn(t *testing.T, w *Workspace, globs []string, lim Limits) (map[string]result.File, *result.Collect) {
+	t.Helper()
+	start := time.Now()
+	got, rep, err := w.Collect(globs, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Collect took %v", d)
+	}
+	return got, rep
+}
+
+// TestCollectSymlinkLoop: 1000 links d/lNNN -> . made d/*/*/* match 10^9
+// paths through fs.Glob. A link is never descended into: the walk looks at
+// each entry once.
+func TestCollectSymlinkLoop(t *testing.T) {
+	w := create(t, 8<<20, nil)
+	d := filepath.Join(w.Dir, "d")
+	os.Mkdir(d, 0o755)
+	for i := range 1000 {
+		if err := os.Symlink(".", filepath.Join(d, fmt.Sprintf("l%03d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, rep := collectIn(t, w, []string{"d/*/*/*", "d/l0*/x"}, Limits{})
+	if len(got) != 0 || !slices.Equal(rep.Unmatched, []string{"d/*/*/*", "d/l0*/x"}) || rep.Cut != "" {
+		t.Errorf("got %d files, report %+v; want none and both patterns unmatched", len(got), rep)
+	}
+	got, rep = collectIn(t, w, []string{"d/*"}, Limits{})
+	if len(got) != 1000 || got["d/l123"].Error == "" || rep.Cut != "" {
+		t.Errorf("d/*: %d files (d/l123 %+v), report %+v; want the 1000 links listed with errors", len(got), got["d/l123"], rep)
+	}
+}
+
+func TestCollectBounds(t *testing.T) {
+	w := create(t, 8<<20, nil)
+	for i := range 50 {
+		sub := filepath.Join(w.Dir, "t", fmt.Sprintf("%02d", i))
+		os.MkdirAll(sub, 0o755)
+		for j := range 40 {
+			os.WriteFile(filepath.Join(sub, fmt.Sprintf("f%02d.txt", j)), []byte("0123456789"), 0o644)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		globs []string
+		lim   Limits
+		cut   string
+		files int
+	}{
+		{"entries", []string{"t/*/*.png"}, Limits{Entries: 500}, "500 directory entries looked at", 0},
+		{"files", []string{"t/*/*.txt"}, Limits{Files: 30}, "30 files", 30},
+		{"time", []string{"t/*/*.png"}, Limits{Time: time.Nanosecond}, "1ns spent", 0},
+		{"none", []string{"t/*/*.txt"}, Limits{Files: 5000}, "", 2000},
+	} {
+		got, rep := collectIn(t, w, tc.globs, tc.lim)
+		if rep.Cut != tc.cut || len(got) != tc.files {
+			t.Errorf("%s: %d files, report %+v; want %d files, cut %q", tc.name, len(got), rep, tc.files, tc.cut)
+		}
+		if tc.cut != "" && len(rep.Unmatched) != 0 {
+			t.Errorf("%s: a cut walk reported %q unmatched", tc.name, rep.Unmatched)
+		}
+	}
+	// Bytes: the budget is shared; files past it are listed, truncated.
+	got, _ := collectIn(t, w, []string{"t/00/*"}, Limits{Bytes: 25})
+	var kept int
+	for _, f := range got {
+		b, _ := base64.StdEncoding.DecodeString(f.ContentBase64)
+		kept += len(b)
+	}
+	if kept != 25 || len(got) != 40 || !got["t/00/f39.txt"].Truncated {
+		t.Errorf("bytes: kept %d bytes of %d files; want 25 bytes of 40", kept, len(got))
+	}
+}
+
+// Names that are not valid UTF-8 became the same JSON key ("r\ufffd"):
+// they get escaped keys that differ, and their exact bytes.
+func TestCollectNonUTF8Names(t *testing.T) {
+	w := create(t, 1<<20, nil)
+	for _, n := range []string{"r\xff", "r\xfe", `r\xff`} {
+		os.WriteFile(filepath.Join(w.Dir, n), []byte(n), 0o644)
+	}
+	got, _ := collectIn(t, w, []string{"r*"}, Limits{})
+	b, err := json.Marshal(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back map[string]result.File
+	json.Unmarshal(b, &back)
+	if len(back) != 3 {
+		t.Fatalf("3 files became %d JSON keys: %s", len(back), b)
+	}
+	seen := map[string]bool{}
+	for key, f := range back {
+		name := key
+		if f.NameBase64 != "" {
+			raw, _ := base64.StdEncoding.DecodeString(f.NameBase64)
+			name = string(raw)
+			if !utf8.ValidString(key) || key == name {
+				t.Errorf("escaped key %q for %q", key, name)
+			}
+		}
+		content, _ := base64.StdEncoding.DecodeString(f.ContentBase64)
+		if string(content) != name {
+			t.Errorf("key %q (name %q) holds %q", key, name, content)
+		}
+		seen[name] = true
+	}
+	if !seen["r\xff"] || !seen["r\xfe"] || !seen[`r\xff`] {
+		t.Errorf("names back: %v", seen)
+	}
+	if _, ok := back[`r\xff (2)`]; !ok {
+		t.Errorf("the escaped key taken by a real name did not move aside: %s", b)
 	}
 }

@@ -204,7 +204,10 @@ func (p *Prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration,
 			out.ExitCode = 128 + int(ws.Signal())
 			out.Signal = unix.SignalName(ws.Signal())
 		default:
+			// The sandbox's init reports a program a signal ended
+			// as 128+n.
 			out.ExitCode = ws.ExitStatus()
+			out.Signal = runtime.ExitSignal(out.ExitCode)
 		}
 	}
 	out.TimedOut = out.TimedOut && runtime.KilledAtDeadline(out)

@@ -1,6 +1,7 @@
 package runc
 
 import (
+	"fmt"
 	"os"
 	goruntime "runtime"
 
@@ -21,6 +22,11 @@ import (
 // locked, no other goroutine ever runs on the main thread.
 func InitHook() {
 	if len(os.Args) > 1 && os.Args[1] == "init" && os.Getenv("_LIBCONTAINER_INITPIPE") != "" {
+		if err := installNativeABIFilter(); err != nil {
+			// The parent sees the init fail, and the run with it.
+			fmt.Fprintln(os.Stderr, "agentrun init:", err)
+			os.Exit(1)
+		}
 		libcontainer.Init()
 	}
 	goruntime.LockOSThread()

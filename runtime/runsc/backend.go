@@ -169,9 +169,7 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 		out.Signal = unix.SignalName(ws.Signal())
 	default:
 		out.ExitCode = ws.ExitStatus()
-		if n := out.ExitCode - 128; n > 0 && n < 65 {
-			out.Signal = unix.SignalName(syscall.Signal(n))
-		}
+		out.Signal = runtime.ExitSignal(out.ExitCode)
 	}
 	out.TimedOut = out.TimedOut && runtime.KilledAtDeadline(out)
 	out.CPU, out.MemoryPeak = cg.usage()

@@ -28,6 +28,8 @@ CGO_ENABLED=0 "$GO" build -trimpath -ldflags "-s -w" -o "$work/bin/probe" ./test
 cp "$runsc" "$work/bin/runsc"
 # The workers' tests start nats-server (Debian's, linked against libc only).
 cp "$(command -v nats-server || echo /usr/sbin/nats-server)" "$work/bin/nats-server"
+# The sandbox's init (Debian's tini), for a machine without apt.
+cp /usr/bin/tini-static "$work/bin/tini-static"
 
 cp -a "$images/busybox/rootfs" "$work/images/busybox/rootfs"
 cp -a "$images/busybox/oci" "$work/images/busybox/oci"

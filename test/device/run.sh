@@ -8,6 +8,8 @@ mkdir -p "$OUT"
 w=/tmp/agentrun-device
 rm -rf "$w" && mkdir -p "$w"
 xz -d <_device/bundle.tar.xz | tar -C "$w" -xf -
+# The sandbox's init where the config's default expects it.
+[ -x /usr/bin/tini-static ] || install -o root -g root -m 0755 "$w/bin/tini-static" /usr/bin/tini-static
 export AGENTRUN_IMAGES=$w/images AGENTRUN_SKIP_IMAGE_BUILD=1 AGENTRUN_SKIP_RUNSC_BUILD=1 \
 	AGENTRUN_RUNSC=$w/bin/runsc AGENTRUN_BIN=$w/bin/agentrun AGENTRUN_ESCAPE_PROBE=$w/bin/probe
 export PATH=$w/bin:$PATH # nats-server

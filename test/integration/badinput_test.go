@@ -33,6 +33,7 @@ type cliRun struct {
 	stdout, stderr string
 	code           int
 	took           time.Duration
+	maxRSS         int64 // bytes, agentrun's peak resident set
 }
 
 // ids is the run id of the result, if any, for assertNoLeaksOf.
@@ -81,6 +82,9 @@ func runCLI(t *testing.T, cfg []byte, dir string, stdin io.Reader, command strin
 	start := time.Now()
 	err := cmd.Run()
 	out := cliRun{stdout: o.String(), stderr: e.String(), took: time.Since(start)}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		out.maxRSS = ru.Maxrss << 10
+	}
 	var ee *exec.ExitError
 	switch {
 	case errors.As(err, &ee):

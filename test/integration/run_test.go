@@ -301,7 +301,7 @@ func TestNoHostFileOrProcessVisible(t *testing.T) {
 		code := fmt.Sprintf(`
 import os
 print(os.path.exists(%q), os.path.exists("/etc/agentrun"), os.path.exists("/run/agentrun"))
-print(sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
+print(sorted(int(p) for p in os.listdir("/proc") if p.isdigit()) == [1, os.getpid()] and os.getppid() == 1)
 print(os.path.exists("/proc/%d"))
 print(open("/proc/1/cmdline").read().split("\0")[0])
 mounts = open("/proc/self/mountinfo").read()
@@ -315,14 +315,14 @@ print("agentrun-test" in mounts or %q in mounts)
 		if lines[0] != "False False False" {
 			t.Errorf("host paths visible: %q", lines[0])
 		}
-		if lines[1] != "[1]" {
-			t.Errorf("processes visible: %s; want only [1]", lines[1])
+		if lines[1] != "True" {
+			t.Errorf("processes visible other than the init (1) and the program, its child: %s", lines[1])
 		}
 		if lines[2] != "False" {
 			t.Errorf("the test's own pid is visible")
 		}
-		if lines[3] != "python3" {
-			t.Errorf("pid 1 is %q; want the program itself", lines[3])
+		if lines[3] != "/dev/init" {
+			t.Errorf("pid 1 is %q; want the sandbox's init", lines[3])
 		}
 		if lines[4] != "False" {
 			t.Errorf("host state paths appear in mountinfo")
@@ -450,7 +450,7 @@ print(os.environ["RUN"], open("/tmp/mark").read(), open("/workspace/mark").read(
 		wg.Wait()
 		assertNoLeaks(t)
 		for i, res := range results {
-			want := fmt.Sprintf("%d %d %d ['mark'] 1\n", i, i, i)
+			want := fmt.Sprintf("%d %d %d ['mark'] 2\n", i, i, i) // the init and the program
 			if res.Error != "" || res.Stdout != want {
 				t.Errorf("run %d: stdout %q; want %q (stderr %q, error %q)", i, res.Stdout, want, res.Stderr, res.Error)
 			}

@@ -164,7 +164,7 @@ func procSysProbes(o *Options) []probeDef {
 			}
 			p.ControlOK = e == 0 && sawSelf
 			p.Control = fmt.Sprintf("/proc listed (%s), own pid %s found: %v", errOrOK(e), self, sawSelf)
-			p.Blocked = os.Getpid() == 1 && len(foreign) == 0 && len(pids) <= 8
+			p.Blocked = inSandbox() && len(foreign) == 0 && len(pids) <= 8
 			p.Detail = fmt.Sprintf("getpid %d; pids %v", os.Getpid(), pids)
 			if len(foreign) > 0 {
 				p.Detail += "; other users' processes: " + strings.Join(foreign, " ")

@@ -419,8 +419,10 @@ func abiProbes() []probeDef {
 }
 
 // abiProbe runs a syscall of another ABI (mode -int80: i386, -x32: x32)
-// in a child: a fault, or the filter's bad-arch action killing the thread,
-// must not take down the battery. The control is getpid (ctlNR) through
+// in a child: a fault, or the filter killing the process, must not take
+// down the battery. Blocked is an errno, or the whole child killed by
+// SIGSYS; a call that kills only its thread leaves the program hanging
+// and counts as not blocked. The control is getpid (ctlNR) through
 // the same ABI in another child: it returns the child's pid where the ABI
 // reaches the filter's rules, or the child dies of SIGSYS where the filter
 // refuses the whole ABI, which blocks the probe as well.
@@ -444,12 +446,19 @@ func abiProbe(id, name, mode string, ctlNR, nr int, args []string) probeDef {
 			p.NotProbed = "starting the child: " + err.Error()
 			return
 		}
-		if ws.Signaled() || strings.Contains(out, threadKilled) {
-			p.Blocked = strings.Contains(out, threadKilled) || ws.Signal() == unix.SIGSYS
+		if strings.Contains(out, threadKilled) {
+			// Refused, but a program whose thread dies this way hangs
+			// until its timeout: the call must be answered, or the whole
+			// process killed.
+			p.Detail = "only the calling thread was killed (the filter's bad-arch action): the rest of the process hangs"
+			return
+		}
+		if ws.Signaled() {
+			p.Blocked = ws.Signal() == unix.SIGSYS
 			p.Detail = "the child was " + describeWait(ws) + " " + strings.TrimSpace(out)
 			if p.Blocked {
 				p.Errno = "SIGSYS"
-				p.Detail = "the calling thread was killed (seccomp bad-arch action)"
+				p.Detail = "the whole process was killed by SIGSYS"
 			}
 			return
 		}
