@@ -12,9 +12,10 @@ import (
 
 // debianTar is a minimal Debian root filesystem, made once by mmdebstrap
 // and kept ($AGENTRUN_DEBIAN_TAR).
-var debianTar = testenv.EnvOr("AGENTRUN_DEBIAN_TAR", "/var/cache/agentrun/debian-bookworm-minbase.tar")
+var debianTar = testenv.EnvOr("AGENTRUN_DEBIAN_TAR", "/var/cache/agentrun/debian-bookworm-minbase-tini.tar")
 
-// freshDebian unpacks the cached Debian root (making it first when it is
+// freshDebian unpacks the cached Debian root, with the package's one
+// dependency beyond libc (tini) installed, (making it first when it is
 // not there) into a new directory.
 func freshDebian(t *testing.T) string {
 	t.Helper()
@@ -22,8 +23,9 @@ func freshDebian(t *testing.T) string {
 		if err := os.MkdirAll(filepath.Dir(debianTar), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		tmp := debianTar + ".part"
-		out, err := exec.Command("mmdebstrap", "--variant=minbase", "--quiet", "bookworm", tmp).CombinedOutput()
+		// mmdebstrap writes a tarball for a name ending in .tar.
+		tmp := strings.TrimSuffix(debianTar, ".tar") + ".part.tar"
+		out, err := exec.Command("mmdebstrap", "--variant=minbase", "--include=tini", "--quiet", "bookworm", tmp).CombinedOutput()
 		if err != nil {
 			os.Remove(tmp)
 			t.Fatalf("mmdebstrap (Debian package mmdebstrap, and the Debian mirror): %v: %s", err, out)

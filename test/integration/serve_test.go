@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -859,7 +860,7 @@ sys.exit(3)
 		"files":   map[string]any{"ca.pem": map[string]string{"content": string(in.CAPEM)}},
 		"env":     map[string]string{"SSL_CERT_FILE": "/workspace/ca.pem"},
 		"network": map[string]any{"allow": []string{"internet.test"}},
-		"collect": []string{"out.txt"},
+		"collect": []string{"out.txt", "absent.txt"},
 		"limits":  map[string]any{"timeout": "20s", "output_bytes": 1000},
 	})
 	return string(b)
@@ -894,6 +895,7 @@ func checkCompleteResult(t *testing.T, path string, res *result.Result, auditPat
 		"duration_ms": res.DurationMS > 0, "cpu_ms": res.CPUMS > 0, "memory_peak_bytes": res.MemoryPeakBytes > 0,
 		"image": res.Image == pythonImage, "runtime": res.Runtime == "libcontainer",
 		"network": allowed && denied, "files": hasFile,
+		"collect": res.Collect != nil && slices.Equal(res.Collect.Unmatched, []string{"absent.txt"}) && res.Collect.Cut == "",
 	} {
 		set[k] = true
 		if !ok {
