@@ -39,11 +39,15 @@ commands:
   serve [--config F]
         run tasks over HTTP (POST /v1/runs, GET /healthz) on server.listen,
         with the warm pool of server.pool; SIGTERM stops it
+  sessions [--config F] [--json] new|ls|rm ID|files ID|cat ID PATH|put ID PATH
+        kept session workspaces: create one (prints its id, for a task's
+        "session" with "keep_workspace": true), list, remove, list or read
+        or write its files
   doctor [--config F]
         check this host; exits 1 if a run would fail
   gc [--config F]
         remove what agentrun processes that died left behind (also done
-        at the start of every run)
+        at the start of every run) and sessions idle past sessions.ttl
   pull [--config F] [--store DIR] REF
         fetch and unpack image REF into the store; prints "REF DIGEST"
   images [--config F] [--store DIR] [--json]
@@ -74,6 +78,8 @@ func dispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return cmdRun(args[1:], stdin, stdout, stderr)
 	case "serve":
 		return cmdServe(args[1:], stderr)
+	case "sessions":
+		return cmdSessions(args[1:], stdin, stdout, stderr)
 	case "doctor":
 		return cmdDoctor(args[1:], stdout, stderr)
 	case "gc":

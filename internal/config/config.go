@@ -71,6 +71,14 @@ type Quota struct {
 	Concurrent    int `json:"concurrent"`
 }
 
+// Sessions configures kept session workspaces (see the README's Sessions
+// section): each is a disk image of MaxBytes, removed after TTL idle.
+type Sessions struct {
+	TTL      string `json:"ttl"`       // idle time after which gc removes a session
+	Max      int    `json:"max"`       // sessions on this host at once
+	MaxBytes string `json:"max_bytes"` // size cap of each session's /workspace
+}
+
 // Config is agentrun's host configuration. Image, Language, Limits, Env and
 // Runtime are defaults for tasks; the rest configures the host side.
 type Config struct {
@@ -84,6 +92,7 @@ type Config struct {
 	Network   Network             `json:"network"`
 	Runsc     Runsc               `json:"runsc"`
 	Server    Server              `json:"server"`
+	Sessions  Sessions            `json:"sessions"`
 	StoreDir  string              `json:"store_dir"`
 	StateDir  string              `json:"state_dir"`
 	Audit     string              `json:"audit"` // absolute path, "-" for stderr, "" for none
@@ -137,6 +146,7 @@ func Default() *Config {
 			Quota:         Quota{RunsPerMinute: 60, Concurrent: 2},
 			Pool:          map[string]int{},
 		},
+		Sessions: Sessions{TTL: "1h", Max: 1000, MaxBytes: "256m"},
 		StoreDir: "/var/lib/agentrun",
 		// Under /run/agentrun, which holds the socket and which the
 		// agentrun group may enter; the state dir itself is root's alone.

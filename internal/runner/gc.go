@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
@@ -56,7 +57,8 @@ func (r *Runner) register(id string) (dir string, lock *os.File, err error) {
 // GC removes what runs of agentrun processes that died left behind:
 // their containers and processes, cgroups, mounts and state. Runs of live
 // agentrun processes are not touched. It returns the ids it cleaned.
-func (r *Runner) GC() ([]string, error) {
+// Sessions idle past their TTL are removed too, and their ids listed.
+func (r *Runner) GC() (cleaned []string, retErr error) {
 	g, err := lockFile(filepath.Join(r.cfg.StateDir, "gc.lock"), unix.LOCK_EX)
 	if err != nil {
 		return nil, fmt.Errorf("locking state dir: %w", err)
@@ -86,8 +88,13 @@ func (r *Runner) GC() ([]string, error) {
 		ids[id] = true
 	}
 
-	var cleaned []string
 	var errs []error
+	defer func() {
+		// After the runs: a dead run's mount of a session is gone now.
+		gone, err := r.sessions.GC(time.Now())
+		cleaned = append(cleaned, gone...)
+		retErr = errors.Join(retErr, err)
+	}()
 	for _, id := range slices.Sorted(maps.Keys(ids)) {
 		if !strings.HasPrefix(id, "ar-") {
 			continue

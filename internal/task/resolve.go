@@ -13,7 +13,10 @@ import (
 	"github.com/agentrun/agentrun/internal/config"
 )
 
-var sessionRe = regexp.MustCompile(`^[A-Za-z0-9._:-]*$`)
+var (
+	sessionRe     = regexp.MustCompile(`^[A-Za-z0-9._:-]*$`)
+	keptSessionRe = regexp.MustCompile(`^ss-[0-9a-f]{32}$`)
+)
 
 // codeExt gives the code file's extension per language; others get none.
 var codeExt = map[string]string{
@@ -33,9 +36,14 @@ func (t *Task) Resolve(cfg *config.Config) (*Plan, error) {
 	if cfg == nil {
 		return nil, errors.New("task: resolve: nil config")
 	}
-	p := &Plan{Session: t.Session, Image: t.Image, Runtime: t.Runtime}
+	p := &Plan{Session: t.Session, Image: t.Image, Runtime: t.Runtime, KeepWorkspace: t.KeepWorkspace}
 	if len(p.Session) > MaxSessionLen || !sessionRe.MatchString(p.Session) {
 		return nil, errorf("session", "must be at most %d characters of A-Z a-z 0-9 . _ : -", MaxSessionLen)
+	}
+	if p.KeepWorkspace && !keptSessionRe.MatchString(p.Session) {
+		// Only ids that agentrun sessions new made have a kept workspace;
+		// whether this one exists is checked when the run takes it.
+		return nil, errorf("keep_workspace", "needs the id of a session made by `agentrun sessions new` (ss- and 32 hex digits) in session, not %q", p.Session)
 	}
 	if p.Image == "" {
 		p.Image = cfg.Image
@@ -217,3 +225,7 @@ func mergeEnv(base, task map[string]string) (map[string]string, error) {
 	}
 	return env, nil
 }
+
+// CheckRelPath returns why name is not a clean relative path inside the
+// workspace (no "..", no absolute path, bounded length), or "" if it is.
+func CheckRelPath(name string) string { return checkRelPath(name) }

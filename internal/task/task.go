@@ -23,18 +23,20 @@ type Network struct {
 
 // Task is task.json as sent (see spec section 2).
 type Task struct {
-	Session  string            `json:"session"`
-	Image    string            `json:"image"`
-	Language string            `json:"language"`
-	Code     string            `json:"code"`
-	Command  []string          `json:"command"`
-	Stdin    string            `json:"stdin"`
-	Files    map[string]File   `json:"files"`
-	Collect  []string          `json:"collect"`
-	Env      map[string]string `json:"env"`
-	Limits   config.Limits     `json:"limits"`
-	Network  Network           `json:"network"`
-	Runtime  string            `json:"runtime"`
+	Session string `json:"session"`
+	// KeepWorkspace: the run gets session Session's kept /workspace.
+	KeepWorkspace bool              `json:"keep_workspace"`
+	Image         string            `json:"image"`
+	Language      string            `json:"language"`
+	Code          string            `json:"code"`
+	Command       []string          `json:"command"`
+	Stdin         string            `json:"stdin"`
+	Files         map[string]File   `json:"files"`
+	Collect       []string          `json:"collect"`
+	Env           map[string]string `json:"env"`
+	Limits        config.Limits     `json:"limits"`
+	Network       Network           `json:"network"`
+	Runtime       string            `json:"runtime"`
 }
 
 // Limits are resolved, typed limits. Sizes are in bytes.
@@ -53,8 +55,11 @@ type Limits struct {
 // Plan is a validated task with every default filled in from the config: all a backend needs.
 type Plan struct {
 	Session string
-	Image   string
-	Runtime string
+	// KeepWorkspace: /workspace is session Session's kept disk, not a
+	// fresh tmpfs.
+	KeepWorkspace bool
+	Image         string
+	Runtime       string
 	// Argv is the program argv; with code, "{file}" in the language argv is
 	// replaced by "/workspace/"+CodeFile.
 	Argv []string
