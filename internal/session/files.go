@@ -69,13 +69,37 @@ func (s *Store) withRoot(id string, fn func(*os.Root) error) (err error) {
 	return fn(root)
 }
 
-// Files lists session id's files, depth first, directories before their
-// contents. Symlinks are listed, never followed.
+// Files lists session id's files breadth first (a directory's entries
+// before those of its subdirectories), visiting at most MaxList entries
+// and MaxListDepth levels. Symlinks are listed, never followed.
 func (s *Store) Files(id string) (*Listing, error) {
 	out := &Listing{Files: []File{}}
 	err := s.withRoot(id, func(root *os.Root) error {
+		type dir struct {
+			name  string
+			depth int
+		}
+		queue := []dir{{".", 0}}
 		visited := 0
-		return walk(root, ".", 0, &visited, out)
+		for len(queue) > 0 {
+			d := queue[0]
+			queue = queue[1:]
+			subdirs, err := listDir(root, d.name, &visited, out)
+			if err != nil {
+				return err
+			}
+			if out.Truncated {
+				return nil
+			}
+			for _, sd := range subdirs {
+				if d.depth+1 >= MaxListDepth {
+					out.Truncated = true
+					break
+				}
+				queue = append(queue, dir{sd, d.depth + 1})
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -83,12 +107,15 @@ func (s *Store) Files(id string) (*Listing, error) {
 	return out, nil
 }
 
-func walk(root *os.Root, dir string, depth int, visited *int, out *Listing) error {
+// listDir lists the entries of dir into out, until visited reaches
+// MaxList, and returns its subdirectories.
+func listDir(root *os.Root, dir string, visited *int, out *Listing) ([]string, error) {
 	d, err := root.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {
-		return fmt.Errorf("listing %q: %w", dir, err)
+		return nil, fmt.Errorf("listing %q: %w", dir, err)
 	}
 	defer d.Close()
+	var subdirs []string
 	for {
 		// In chunks: a directory of a million names is read only as far
 		// as the bound.
@@ -96,7 +123,7 @@ func walk(root *os.Root, dir string, depth int, visited *int, out *Listing) erro
 		for _, e := range ents {
 			if *visited >= MaxList {
 				out.Truncated = true
-				return nil
+				return nil, nil
 			}
 			*visited++
 			name := path.Join(dir, e.Name())
@@ -106,23 +133,14 @@ func walk(root *os.Root, dir string, depth int, visited *int, out *Listing) erro
 			}
 			out.Files = append(out.Files, File{Name: name, Type: fileType(fi.Mode()), Size: fi.Size(), MTime: fi.ModTime().UTC()})
 			if fi.IsDir() {
-				if depth+1 >= MaxListDepth {
-					out.Truncated = true
-					continue
-				}
-				if err := walk(root, name, depth+1, visited, out); err != nil {
-					return err
-				}
-				if out.Truncated && *visited >= MaxList {
-					return nil
-				}
+				subdirs = append(subdirs, name)
 			}
 		}
 		if errors.Is(err, io.EOF) || (err == nil && len(ents) == 0) {
-			return nil
+			return subdirs, nil
 		}
 		if err != nil {
-			return fmt.Errorf("listing %q: %w", dir, err)
+			return nil, fmt.Errorf("listing %q: %w", dir, err)
 		}
 	}
 }

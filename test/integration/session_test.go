@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -244,6 +245,165 @@ func TestSessionTTL(t *testing.T) {
 		if _, err := r.Sessions().Get(id); (err == nil) != want {
 			t.Errorf("session %s after gc: %v, want kept=%v", id, err, want)
 		}
+	}
+	assertNoLeaks(t)
+}
+
+// TestSessionHostileLeftovers: a program leaves symlinks to /etc/shadow
+// and /proc/1/root (one of them as main.py), a fifo, a sparse file (10 GB
+// is refused by RLIMIT_FSIZE, so 200 MB),
+// 20000 small files and a name with a newline. Listing, reading, writing
+// and collecting stay inside the session, are bounded and do not hang, and
+// the next run still works.
+func TestSessionHostileLeftovers(t *testing.T) {
+	cfg := sessionCfg(t, "libcontainer", "256m")
+	r, id := newSession(t, cfg)
+	shadow, err := os.ReadFile("/etc/shadow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := runSession(t, r, cfg, id, `
+import os
+os.chdir("/workspace")
+os.symlink("/etc/shadow", "shadow")
+os.symlink("/proc/1/root", "proc1")
+os.mkfifo("fifo")
+with open("sparse", "wb") as f:
+    try:
+        f.truncate(10 << 30)
+        print("10 GB file made")
+    except OSError as e:
+        # RLIMIT_FSIZE (the session's size) stops it: as large as allowed.
+        print("10 GB:", e.strerror)
+        f.truncate(200 << 20)
+os.mkdir("many")
+for i in range(20000):
+    open("many/%d" % i, "w").close()
+open("new\nline.txt", "w").write("nl")
+os.remove("main.py")
+os.symlink("/etc/shadow", "main.py")`, map[string]any{"limits": map[string]any{"timeout": "60s"}})
+	mustOK(t, res)
+	if res.Stdout != "10 GB: File too large\n" {
+		t.Errorf("making a 10 GB file: %q", res.Stdout)
+	}
+	st := r.Sessions()
+
+	start := time.Now()
+	l, err := st.Files(id)
+	if err != nil {
+		t.Fatalf("files: %v", err)
+	}
+	if !l.Truncated || len(l.Files) != session.MaxList {
+		t.Errorf("listing: %d entries, truncated %v; want %d, cut", len(l.Files), l.Truncated, session.MaxList)
+	}
+	types := map[string]string{}
+	for _, f := range l.Files {
+		types[f.Name] = f.Type
+	}
+	for name, want := range map[string]string{"shadow": "symlink", "proc1": "symlink", "fifo": "fifo", "sparse": "file", "new\nline.txt": "file", "main.py": "symlink"} {
+		if types[name] != want {
+			t.Errorf("listing: %q is %q, want %q", name, types[name], want)
+		}
+	}
+
+	for name, want := range map[string]error{"shadow": session.ErrBadPath, "main.py": session.ErrBadPath, "proc1/etc/hostname": session.ErrBadPath,
+		"fifo": session.ErrBadPath, "sparse": session.ErrTooLarge, "../etc/passwd": session.ErrBadPath, "many": session.ErrBadPath} {
+		data, err := st.ReadFile(id, name)
+		if !errors.Is(err, want) || data != nil {
+			t.Errorf("read %q: %d bytes, %v; want %v", name, len(data), err, want)
+		}
+	}
+	if data, err := st.ReadFile(id, "new\nline.txt"); err != nil || string(data) != "nl" {
+		t.Errorf("read of a name with a newline: %q, %v", data, err)
+	}
+
+	if err := st.WriteFile(id, "shadow", strings.NewReader("replaced")); err != nil {
+		t.Errorf("write over a symlink: %v", err)
+	}
+	if data, _ := st.ReadFile(id, "shadow"); string(data) != "replaced" {
+		t.Errorf("after writing over the symlink: %q", data)
+	}
+	if err := st.WriteFile(id, "proc1/tmp/escaped", strings.NewReader("x")); !errors.Is(err, session.ErrBadPath) {
+		t.Errorf("write through a symlink out: %v", err)
+	}
+	if err := st.WriteFile(id, "big", strings.NewReader(strings.Repeat("x", session.MaxFileBytes+1))); !errors.Is(err, session.ErrTooLarge) {
+		t.Errorf("write over the bound: %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("host-side accesses took %v", d)
+	}
+
+	// The next run rewrites main.py (a symlink to /etc/shadow) and collects
+	// from among the leftovers.
+	res = runSession(t, r, cfg, id, `print("next")`, map[string]any{"collect": []string{"*", "many/*"}})
+	mustOK(t, res)
+	if res.Stdout != "next\n" {
+		t.Errorf("next run: %q", res.Stdout)
+	}
+	for name, wantErr := range map[string]bool{"proc1": true, "fifo": true, "main.py": false, "shadow": false} {
+		f, ok := res.Files[name]
+		if !ok || (f.Error != "") != wantErr {
+			t.Errorf("collect %q: %+v (present %v)", name, f, ok)
+		}
+	}
+	if f := res.Files["sparse"]; !f.Truncated {
+		t.Errorf("collect of the sparse file: %+v", f)
+	}
+	if now, _ := os.ReadFile("/etc/shadow"); string(now) != string(shadow) {
+		t.Error("/etc/shadow changed")
+	}
+	if _, err := os.Stat("/tmp/escaped"); err == nil {
+		t.Error("a write escaped to the host's /tmp")
+	}
+	assertNoLeaks(t)
+}
+
+// TestSessionSIGKILL kills agentrun mid-run in a session; after gc the
+// session is unlocked and holds what the run wrote, and no loop device,
+// mount or run state is left.
+func TestSessionSIGKILL(t *testing.T) {
+	bin := agentrunBin(t)
+	cfgPath := writeConfig(t, map[string]any{"image": pythonImage, "state_dir": stateDir,
+		"store_dir": filepath.Join(stateDir, "store"), "audit": "", "sessions": map[string]any{"max_bytes": "32m"}})
+	out, err := exec.Command(bin, "sessions", "--config", cfgPath, "new").Output()
+	if err != nil {
+		t.Fatalf("sessions new: %v", err)
+	}
+	id := strings.TrimSpace(string(out))
+	cfg := sessionCfg(t, "libcontainer", "32m")
+	st, err := session.Open(cfg, 65534, 65534)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Remove(id)
+
+	victim := exec.Command(bin, "run", "--config", cfgPath, "-")
+	victim.Stdin = strings.NewReader(`{"session":"` + id + `","keep_workspace":true,"limits":{"timeout":"60s"},` +
+		`"code":"import os, time\nf = open('/workspace/done', 'w')\nf.write('written')\nf.close()\nos.sync()\nopen('/workspace/flag', 'w').close()\ntime.sleep(60)"}`)
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	runID := waitForRun(t, "")
+	flag := filepath.Join(stateDir, "runs", runID, "workspace", "flag")
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(flag); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the run never wrote its flag")
+		}
+	}
+	victim.Process.Signal(syscall.SIGKILL)
+	victim.Wait()
+	if out, err := exec.Command(bin, "gc", "--config", cfgPath).CombinedOutput(); err != nil {
+		t.Fatalf("agentrun gc: %v\n%s", err, out)
+	}
+	assertNoLeaks(t)
+	if data, err := st.ReadFile(id, "done"); err != nil || string(data) != "written" {
+		t.Errorf("after the crash: %q, %v", data, err)
+	}
+	if _, err := exec.Command(bin, "sessions", "--config", cfgPath, "rm", id).CombinedOutput(); err != nil {
+		t.Errorf("rm after the crash: %v", err)
 	}
 	assertNoLeaks(t)
 }
