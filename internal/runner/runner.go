@@ -167,15 +167,26 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 	if serr := sb.settle.run(); serr != nil && err == nil {
 		err = fmt.Errorf("cleaning up: %w", serr)
 	}
-	if hooks.Result != nil {
-		final := *res
-		if err != nil {
-			final.Error = err.Error()
+	answer := func() {
+		if hooks.Result != nil {
+			final := *res
+			if err != nil {
+				final.Error = err.Error()
+			}
+			hooks.Result(&final)
 		}
-		hooks.Result(&final)
+	}
+	// A kept workspace is answered after its disk is unmounted: the
+	// client's next run of the session must find it free.
+	if lease == nil {
+		answer()
 	}
 	if cerr := sb.undo.run(); cerr != nil && err == nil {
 		err = fmt.Errorf("cleaning up: %w", cerr)
+	}
+	if lease != nil {
+		lease.Release()
+		answer()
 	}
 	return err
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runner"
+	"github.com/agentrun/agentrun/internal/session"
 	"github.com/agentrun/agentrun/internal/task"
 )
 
@@ -51,6 +52,9 @@ type Server struct {
 
 	// Logf, when set, gets what goes wrong after a client was answered.
 	Logf func(format string, args ...any)
+	// Sessions, set before serving, is the store of kept sessions that
+	// /v1/sessions serves; nil answers 404 there.
+	Sessions *session.Store
 	// PoolErrors, set before serving, names the pool images that could not
 	// be made ready at start and why; /healthz reports them.
 	PoolErrors map[string]string
@@ -70,8 +74,9 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/runs", only(s.postRun, http.MethodPost))
 	mux.HandleFunc("/healthz", only(s.healthz, http.MethodGet, http.MethodHead))
+	s.routeSessions(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "", fmt.Sprintf("no such endpoint %s: the API is POST /v1/runs and GET /healthz", r.URL.Path))
+		writeError(w, http.StatusNotFound, "", fmt.Sprintf("no such endpoint %s: the API is POST /v1/runs, /v1/sessions and GET /healthz", r.URL.Path))
 	})
 	return s.auth(mux)
 }
@@ -273,7 +278,8 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, int, error) {
 func writeResult(w http.ResponseWriter, res *result.Result) {
 	status := http.StatusOK
 	if res.Error != "" {
-		status = http.StatusInternalServerError
+		// A session busy or unknown is the client's to fix: 409, 404.
+		status = sessionStatus(res.Error)
 	}
 	writeJSON(w, status, res)
 }

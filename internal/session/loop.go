@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -90,4 +92,15 @@ func unmount(dir string) error {
 		return fmt.Errorf("removing session mount point: %w", err)
 	}
 	return nil
+}
+
+// attached reports whether a loop device is backed by img.
+func attached(img string) bool {
+	backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, b := range backing {
+		if f, err := os.ReadFile(b); err == nil && strings.TrimSuffix(string(f), "\n") == img {
+			return true
+		}
+	}
+	return false
 }

@@ -10,7 +10,7 @@
 // goes with its last mount. Hardlinks cannot reach outside the image, since
 // it is a file system of its own.
 //
-// The lock is a flock on the session's lock file, taken without waiting: a
+// The lock is an OFD lock on the session's lock file, taken without waiting: a
 // second user gets ErrBusy. The kernel drops it when its holder dies, so a
 // crashed run leaves the session usable. The lock file's mtime is the
 // session's last use, which gc compares with sessions.ttl.
@@ -225,12 +225,23 @@ func (s *Store) Get(id string) (*Info, error) {
 	}
 	in := &Info{ID: id, Created: time.Unix(dst.Ctim.Unix()), LastUsed: time.Unix(lst.Mtim.Unix()),
 		MaxBytes: dst.Size, DiskBytes: dst.Blocks * 512}
-	if l, err := lockFile(s.path(id, "lock"), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		in.Busy = errors.Is(err, unix.EWOULDBLOCK)
-	} else {
-		l.Close()
-	}
+	in.Busy = s.busy(id)
 	return in, nil
+}
+
+// busy reports whether session id's lock is held, without taking it (so
+// that asking never makes a run's lock fail).
+func (s *Store) busy(id string) bool {
+	f, err := os.OpenFile(s.path(id, "lock"), os.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, &lk); err != nil {
+		return false
+	}
+	return lk.Type != unix.F_UNLCK
 }
 
 // Lease is the exclusive use of a session, until Release.
@@ -249,13 +260,16 @@ func (s *Store) Lock(id string) (*Lease, error) {
 	if _, err := os.Lstat(s.path(id, "disk.img")); err != nil {
 		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
-	f, err := os.OpenFile(s.path(id, "lock"), os.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	f, err := os.OpenFile(s.path(id, "lock"), os.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	// An open file description lock (released when its holder dies, like
+	// flock) that busy can test without taking.
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk); err != nil {
 		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES) {
 			return nil, fmt.Errorf("%w: %s has a run or file access in progress", ErrBusy, id)
 		}
 		return nil, fmt.Errorf("locking session: %w", err)
@@ -268,9 +282,16 @@ func (s *Store) Lock(id string) (*Lease, error) {
 	return &Lease{s: s, ID: id, lock: f}, nil
 }
 
-// Mount mounts the session's disk at dir (created, removed by Unmount).
+// Mount mounts the session's disk at dir (created 0700). It is refused
+// (ErrBusy) while a loop device still holds the disk: a mount of a run
+// that ended is not gone yet, and mounting the file system twice would
+// corrupt it.
 func (l *Lease) Mount(dir string) error {
-	return mountImage(l.s.path(l.ID, "disk.img"), dir)
+	img := l.s.path(l.ID, "disk.img")
+	if attached(img) {
+		return fmt.Errorf("%w: %s: its disk is still mounted by a run that is ending", ErrBusy, l.ID)
+	}
+	return mountImage(img, dir)
 }
 
 // Release marks the session used now and lets others take it.
