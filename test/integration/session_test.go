@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +19,7 @@ import (
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/session"
 	"github.com/agentrun/agentrun/internal/task"
+	"github.com/agentrun/agentrun/proxy/proxytest"
 )
 
 // sessionCfg is the test config on runtime rt with sessions of maxBytes
@@ -404,6 +407,43 @@ func TestSessionSIGKILL(t *testing.T) {
 	}
 	if _, err := exec.Command(bin, "sessions", "--config", cfgPath, "rm", id).CombinedOutput(); err != nil {
 		t.Errorf("rm after the crash: %v", err)
+	}
+	assertNoLeaks(t)
+}
+
+// TestSessionInstallThenLock: run 1, allowed to reach the fake internet
+// host, downloads a Python module into the session's /workspace; run 2,
+// with no network at all, imports it.
+func TestSessionInstallThenLock(t *testing.T) {
+	in := proxytest.NewInternet(t)
+	in.Mux.HandleFunc("/pkg/greet.py", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "def hello():\n    return 'hello from an installed module'\n")
+	})
+	cfg := netConfig(t, in)
+	r, id := newSession(t, cfg)
+	res := runSession(t, r, cfg, id, fetchPy+`
+import os
+os.makedirs("/workspace/lib", exist_ok=True)
+status, body = fetch("https://internet.test/pkg/greet.py").split(" ", 1)
+open("/workspace/lib/greet.py", "w").write(body)
+print(status)`, map[string]any{
+		"files":   map[string]any{"ca.pem": map[string]string{"content": string(in.CAPEM)}},
+		"env":     map[string]string{"SSL_CERT_FILE": "/workspace/ca.pem"},
+		"network": map[string]any{"allow": []string{"internet.test"}},
+		"limits":  map[string]any{"timeout": "20s"}})
+	mustOK(t, res)
+	if res.Stdout != "200\n" {
+		t.Fatalf("install run: %q %s", res.Stdout, res.Stderr)
+	}
+	res = runSession(t, r, cfg, id, fetchPy+`
+import sys
+sys.path.insert(0, "/workspace/lib")
+import greet
+print(greet.hello())
+print(fetch("https://internet.test/hello"))`, nil)
+	mustOK(t, res)
+	if !strings.HasPrefix(res.Stdout, "hello from an installed module\n") || strings.Contains(res.Stdout, "200") {
+		t.Errorf("locked run: %q %s", res.Stdout, res.Stderr)
 	}
 	assertNoLeaks(t)
 }
