@@ -94,7 +94,7 @@ func (s *Store) path(id string, name ...string) string {
 
 // lockStore serializes creation and gc of sessions.
 func (s *Store) lockStore() (*os.File, error) {
-	return lockFile(filepath.Join(s.dir, ".lock"), unix.LOCK_EX)
+	return LockFile(filepath.Join(s.dir, ".lock"), unix.LOCK_EX)
 }
 
 // Create makes a new session and returns its id. It is refused with
@@ -142,7 +142,7 @@ func (s *Store) Create() (_ string, err error) {
 	if err := mkfs(img, s.uid, s.gid); err != nil {
 		return "", err
 	}
-	lock, err := lockFile(filepath.Join(tmp, "lock"), unix.LOCK_EX|unix.LOCK_NB)
+	lock, err := LockFile(filepath.Join(tmp, "lock"), unix.LOCK_EX|unix.LOCK_NB)
 	if err != nil {
 		return "", fmt.Errorf("creating session lock: %w", err)
 	}
@@ -362,7 +362,7 @@ func (s *Store) GC(now time.Time) ([]string, error) {
 			errs = append(errs, os.RemoveAll(s.path(name)))
 		case strings.HasPrefix(name, ".new-"):
 			// Creations hold the store lock, so this one died.
-			errs = append(errs, unmountUnder(filepath.Join(s.mnt, strings.TrimPrefix(name, ".new-"))))
+			errs = append(errs, UnmountUnder(filepath.Join(s.mnt, strings.TrimPrefix(name, ".new-"))))
 			errs = append(errs, os.RemoveAll(s.path(name)))
 		case ValidID(name):
 			l, err := s.Lock(name)
@@ -371,7 +371,7 @@ func (s *Store) GC(now time.Time) ([]string, error) {
 			}
 			// Free: a mount of a host-side access that died is stale.
 			if mounted[name] {
-				if err := unmountUnder(filepath.Join(s.mnt, name)); err != nil {
+				if err := UnmountUnder(filepath.Join(s.mnt, name)); err != nil {
 					errs = append(errs, err)
 				}
 				os.Remove(filepath.Join(s.mnt, name))
@@ -390,8 +390,8 @@ func (s *Store) GC(now time.Time) ([]string, error) {
 	return removed, errors.Join(errs...)
 }
 
-// lockFile opens (creating) path and flocks it with how.
-func lockFile(path string, how int) (*os.File, error) {
+// LockFile opens (creating) path and flocks it with how.
+func LockFile(path string, how int) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, err
@@ -403,8 +403,8 @@ func lockFile(path string, how int) (*os.File, error) {
 	return f, nil
 }
 
-// unmountUnder detaches every mount at or below dir, deepest first.
-func unmountUnder(dir string) error {
+// UnmountUnder detaches every mount at or below dir, deepest first.
+func UnmountUnder(dir string) error {
 	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
 	if err != nil {
 		return fmt.Errorf("reading mounts: %w", err)

@@ -45,32 +45,25 @@ func Create(dir string, size int64, uid, gid int, files map[string][]byte) (_ *W
 		os.Remove(dir)
 		return nil, fmt.Errorf("mounting workspace tmpfs: %w", err)
 	}
-	w := &Workspace{Dir: dir}
-	defer func() {
-		if err != nil {
-			w.Close()
-		}
-	}()
-	if w.root, err = os.OpenRoot(dir); err != nil {
-		return nil, fmt.Errorf("opening workspace: %w", err)
-	}
-	if err := w.Write(files, uid, gid); err != nil {
-		return nil, err
-	}
-	return w, nil
+	return open(&Workspace{Dir: dir}, uid, gid, files)
 }
 
 // Adopt makes the file system already mounted at dir (a kept session's
 // disk) the workspace and writes files into it, replacing files of the
 // same name. Close unmounts it. On error nothing is left mounted.
-func Adopt(dir string, uid, gid int, files map[string][]byte) (_ *Workspace, err error) {
-	w := &Workspace{Dir: dir, replace: true}
+func Adopt(dir string, uid, gid int, files map[string][]byte) (*Workspace, error) {
+	return open(&Workspace{Dir: dir, replace: true}, uid, gid, files)
+}
+
+// open opens the root of w, mounted at w.Dir, and writes files into it; on
+// error it unmounts w.
+func open(w *Workspace, uid, gid int, files map[string][]byte) (_ *Workspace, err error) {
 	defer func() {
 		if err != nil {
 			w.Close()
 		}
 	}()
-	if w.root, err = os.OpenRoot(dir); err != nil {
+	if w.root, err = os.OpenRoot(w.Dir); err != nil {
 		return nil, fmt.Errorf("opening workspace: %w", err)
 	}
 	if err := w.Write(files, uid, gid); err != nil {
