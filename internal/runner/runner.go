@@ -96,7 +96,8 @@ type Hooks struct {
 	// sandbox is torn down, so that a server can answer while the
 	// tear-down goes on. A failure of the tear-down or of the audit log
 	// comes after that: it is in the result RunWith returns and in the
-	// audit record only.
+	// audit record only. A run with a kept workspace gets it after the
+	// tear-down instead, once the session is free for its next run.
 	Result func(*result.Result)
 }
 

@@ -447,3 +447,27 @@ print(fetch("https://internet.test/hello"))`, nil)
 	}
 	assertNoLeaks(t)
 }
+
+// TestSessionMax: sessions.max bounds the sessions of the host; one more
+// is refused and leaves nothing.
+func TestSessionMax(t *testing.T) {
+	cfg := sessionCfg(t, "libcontainer", "16m")
+	cfg.Sessions.Max = 2
+	r, _ := newSession(t, cfg)
+	newSession(t, cfg)
+	if id, err := r.Sessions().Create(); !errors.Is(err, session.ErrFull) {
+		t.Errorf("a third session: %q, %v", id, err)
+	}
+	ents, err := os.ReadDir(filepath.Join(cfg.StoreDir, "sessions"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if len(names) != 3 { // two sessions and the store's lock
+		t.Errorf("store holds %v", names)
+	}
+	assertNoLeaks(t)
+}
