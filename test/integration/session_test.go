@@ -471,3 +471,42 @@ func TestSessionMax(t *testing.T) {
 	}
 	assertNoLeaks(t)
 }
+
+// TestSessionSIGKILLDuringUpload: agentrun killed while it writes a file
+// into a session (its disk mounted on the host) leaves a mount that gc
+// removes, with its loop device; the session is usable afterwards.
+func TestSessionSIGKILLDuringUpload(t *testing.T) {
+	bin := agentrunBin(t)
+	cfgPath := writeConfig(t, map[string]any{"image": pythonImage, "state_dir": stateDir,
+		"store_dir": filepath.Join(stateDir, "store"), "audit": "", "sessions": map[string]any{"max_bytes": "16m"}})
+	cfg := sessionCfg(t, "libcontainer", "16m")
+	_, id := newSession(t, cfg)
+	put := exec.Command(bin, "sessions", "--config", cfgPath, "put", id, "slow.txt")
+	stdin, err := put.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := put.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stdin.Write([]byte("partial"))
+	waitSessionBusy(t, id)
+	if len(hostLeaks()) == 0 {
+		t.Fatal("the upload's mount is not visible")
+	}
+	put.Process.Signal(syscall.SIGKILL)
+	put.Wait()
+	stdin.Close()
+	if out, err := exec.Command(bin, "gc", "--config", cfgPath).CombinedOutput(); err != nil {
+		t.Fatalf("agentrun gc: %v\n%s", err, out)
+	}
+	assertNoLeaks(t)
+	st, err := session.Open(cfg, 65534, 65534)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.WriteFile(id, "after.txt", strings.NewReader("ok")); err != nil {
+		t.Errorf("after the crash: %v", err)
+	}
+	assertNoLeaks(t)
+}
