@@ -491,8 +491,11 @@ func TestSessionSIGKILLDuringUpload(t *testing.T) {
 	}
 	stdin.Write([]byte("partial"))
 	waitSessionBusy(t, id)
-	if len(hostLeaks()) == 0 {
-		t.Fatal("the upload's mount is not visible")
+	// Busy comes before the mount: wait for it.
+	for deadline := time.Now().Add(10 * time.Second); len(hostLeaks()) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the upload's mount never showed")
+		}
 	}
 	put.Process.Signal(syscall.SIGKILL)
 	put.Wait()
