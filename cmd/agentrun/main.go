@@ -50,11 +50,15 @@ commands:
         program's output to stderr as it runs
   result [--config F] [--nats URL] [--wait D] [--format json|text] ID
         print the result of task ID
+  sessions [--config F] [--json] new|ls|rm ID|files ID|cat ID PATH|put ID PATH
+        kept session workspaces: create one (prints its id, for a task's
+        "session" with "keep_workspace": true), list, remove, list or read
+        or write its files
   doctor [--config F]
         check this host; exits 1 if a run would fail
   gc [--config F]
         remove what agentrun processes that died left behind (also done
-        at the start of every run)
+        at the start of every run) and sessions idle past sessions.ttl
   pull [--config F] [--store DIR] REF
         fetch and unpack image REF into the store; prints "REF DIGEST"
   images [--config F] [--store DIR] [--json]
@@ -94,6 +98,8 @@ func dispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return cmdSubmit(args[1:], stdin, stdout, stderr)
 	case "result":
 		return cmdResult(args[1:], stdout, stderr)
+	case "sessions":
+		return cmdSessions(args[1:], stdin, stdout, stderr)
 	case "doctor":
 		return cmdDoctor(args[1:], stdout, stderr)
 	case "gc":

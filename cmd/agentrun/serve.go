@@ -91,10 +91,27 @@ func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
 	api := server.New(cfg, r.RunWith, pool.Stats)
 	api.Logf = logf
 	api.PoolErrors = poolErrors
+	api.Sessions = r.Sessions()
 	srv := api.HTTPServer()
 	srv.BaseContext = func(net.Listener) context.Context { return base }
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	// Sessions idle past sessions.ttl go while serve runs, not only at
+	// its start.
+	go func() {
+		tick := time.NewTicker(time.Minute)
+		defer tick.Stop()
+		for {
+			select {
+			case <-base.Done():
+				return
+			case now := <-tick.C:
+				if _, err := r.Sessions().GC(now); err != nil {
+					api.Logf("session gc: %v", err)
+				}
+			}
+		}
+	}()
 
 	go notifyReady(pool, cfg.Server.Pool, logf)
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -106,13 +107,16 @@ func reload(cur *config.Config, path string, api *server.Server, pool *runner.Po
 	}
 	var fixed []string
 	for name, same := range map[string]bool{
-		"server.listen":  next.Server.Listen == cur.Server.Listen,
-		"state_dir":      next.StateDir == cur.StateDir,
-		"store_dir":      next.StoreDir == cur.StoreDir,
-		"store_max_size": next.StoreMax == cur.StoreMax,
-		"audit":          next.Audit == cur.Audit,
-		"runsc":          reflect.DeepEqual(next.Runsc, cur.Runsc),
-		"network":        reflect.DeepEqual(next.Network, cur.Network),
+		"server.listen":     next.Server.Listen == cur.Server.Listen,
+		"state_dir":         next.StateDir == cur.StateDir,
+		"store_dir":         next.StoreDir == cur.StoreDir,
+		"store_max_size":    next.StoreMax == cur.StoreMax,
+		"audit":             next.Audit == cur.Audit,
+		"runsc":             reflect.DeepEqual(next.Runsc, cur.Runsc),
+		"network":           reflect.DeepEqual(next.Network, cur.Network),
+		"init":              next.Init == cur.Init,
+		"sessions":          next.Sessions == cur.Sessions,
+		"policy.registries": slices.Equal(next.Policy.Registries, cur.Policy.Registries),
 	} {
 		if !same {
 			fixed = append(fixed, name)

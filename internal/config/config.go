@@ -104,6 +104,14 @@ type Quota struct {
 	Concurrent    int `json:"concurrent"`
 }
 
+// Sessions configures kept session workspaces (see the README's Sessions
+// section): each is a disk image of MaxBytes, removed after TTL idle.
+type Sessions struct {
+	TTL      string `json:"ttl"`       // idle time after which gc removes a session
+	Max      int    `json:"max"`       // sessions on this host at once
+	MaxBytes string `json:"max_bytes"` // size cap of each session's /workspace
+}
+
 // Config is agentrun's host configuration. Image, Language, Limits, Env and
 // Runtime are defaults for tasks; the rest configures the host side.
 type Config struct {
@@ -119,6 +127,7 @@ type Config struct {
 	Init      string              `json:"init"` // the sandbox's init: a static binary (tini-static)
 	Server    Server              `json:"server"`
 	Worker    Worker              `json:"worker"`
+	Sessions  Sessions            `json:"sessions"`
 	StoreDir  string              `json:"store_dir"`
 	StoreMax  string              `json:"store_max_size"` // size cap of the image store; least recently used images go first
 	StateDir  string              `json:"state_dir"`
@@ -183,6 +192,7 @@ func Default() *Config {
 			Stream: "AGENTRUN", Subject: "agentrun.tasks", Results: "agentrun-results", Events: "agentrun.events",
 			AckWait: "30s", MaxDeliver: 3, RetryDelay: "5s", Replicas: 1, ResultTTL: "24h",
 		},
+		Sessions: Sessions{TTL: "1h", Max: 1000, MaxBytes: "256m"},
 		StoreDir: "/var/lib/agentrun",
 		StoreMax: "20g",
 		// Under /run/agentrun, which holds the socket and which the

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 	"unicode"
 
 	"github.com/agentrun/agentrun/image"
@@ -54,6 +55,9 @@ func (c *Config) Validate() error {
 	}
 	if !isCleanAbs(c.Init) {
 		return fieldErr("init", fmt.Errorf("%q is not a clean absolute path (the sandbox's init, e.g. %s)", c.Init, DefaultInit))
+	}
+	if err := c.Sessions.validate(); err != nil {
+		return err
 	}
 	for _, d := range []struct{ name, path string }{{"store_dir", c.StoreDir}, {"state_dir", c.StateDir}} {
 		if !isCleanAbs(d.path) {
@@ -272,4 +276,35 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// Bounds on a session's size: ext4 needs room for its journal and tables,
+// and a session is a sandbox's working files, not a volume.
+const (
+	MinSessionBytes = 16 << 20
+	MaxSessionBytes = 64 << 30
+)
+
+func (s Sessions) validate() error {
+	if _, err := ParseDuration(s.TTL); err != nil {
+		return fieldErr("sessions.ttl", err)
+	}
+	if s.Max < 1 || s.Max > 100000 {
+		return fieldErr("sessions.max", fmt.Errorf("%d: must be between 1 and 100000", s.Max))
+	}
+	n, err := ParseSize(s.MaxBytes)
+	if err != nil {
+		return fieldErr("sessions.max_bytes", err)
+	}
+	if n < MinSessionBytes || n > MaxSessionBytes {
+		return fieldErr("sessions.max_bytes", fmt.Errorf("%q: must be between 16m and 64g", s.MaxBytes))
+	}
+	return nil
+}
+
+// SessionLimits returns the parsed sessions settings; c must be valid.
+func (c *Config) SessionLimits() (ttl time.Duration, maxBytes int64) {
+	ttl, _ = ParseDuration(c.Sessions.TTL)
+	maxBytes, _ = ParseSize(c.Sessions.MaxBytes)
+	return ttl, maxBytes
 }

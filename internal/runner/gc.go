@@ -8,10 +8,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
-	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrun/agentrun/internal/session"
 	"github.com/agentrun/agentrun/runtime/runc"
 	"github.com/agentrun/agentrun/runtime/runsc"
 )
@@ -22,22 +23,9 @@ import (
 // when the process dies, however it dies; GC, holding the gc lock
 // exclusively, treats every run whose lock it can take as left behind.
 
-// lockFile opens (creating) path and flocks it with how.
-func lockFile(path string, how int) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if err := unix.Flock(int(f.Fd()), how); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
-}
-
 // register creates the run dir of id and locks it for the life of the run.
 func (r *Runner) register(id string) (dir string, lock *os.File, err error) {
-	g, err := lockFile(filepath.Join(r.cfg.StateDir, "gc.lock"), unix.LOCK_SH)
+	g, err := session.LockFile(filepath.Join(r.cfg.StateDir, "gc.lock"), unix.LOCK_SH)
 	if err != nil {
 		return "", nil, fmt.Errorf("locking state dir: %w", err)
 	}
@@ -46,7 +34,7 @@ func (r *Runner) register(id string) (dir string, lock *os.File, err error) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return "", nil, fmt.Errorf("creating run dir: %w", err)
 	}
-	if lock, err = lockFile(filepath.Join(dir, "lock"), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if lock, err = session.LockFile(filepath.Join(dir, "lock"), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		os.RemoveAll(dir)
 		return "", nil, fmt.Errorf("locking run dir: %w", err)
 	}
@@ -56,8 +44,9 @@ func (r *Runner) register(id string) (dir string, lock *os.File, err error) {
 // GC removes what runs of agentrun processes that died left behind:
 // their containers and processes, cgroups, mounts and state. Runs of live
 // agentrun processes are not touched. It returns the ids it cleaned.
-func (r *Runner) GC() ([]string, error) {
-	g, err := lockFile(filepath.Join(r.cfg.StateDir, "gc.lock"), unix.LOCK_EX)
+// Sessions idle past their TTL are removed too, and their ids listed.
+func (r *Runner) GC() (cleaned []string, retErr error) {
+	g, err := session.LockFile(filepath.Join(r.cfg.StateDir, "gc.lock"), unix.LOCK_EX)
 	if err != nil {
 		return nil, fmt.Errorf("locking state dir: %w", err)
 	}
@@ -86,14 +75,19 @@ func (r *Runner) GC() ([]string, error) {
 		ids[id] = true
 	}
 
-	var cleaned []string
 	var errs []error
+	defer func() {
+		// After the runs: a dead run's mount of a session is gone now.
+		gone, err := r.sessions.GC(time.Now())
+		cleaned = append(cleaned, gone...)
+		retErr = errors.Join(retErr, err)
+	}()
 	for _, id := range slices.Sorted(maps.Keys(ids)) {
 		if !strings.HasPrefix(id, "ar-") {
 			continue
 		}
 		dir := filepath.Join(r.runsDir, id)
-		lock, err := lockFile(filepath.Join(dir, "lock"), unix.LOCK_EX|unix.LOCK_NB)
+		lock, err := session.LockFile(filepath.Join(dir, "lock"), unix.LOCK_EX|unix.LOCK_NB)
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			continue // a live run
 		}
@@ -121,27 +115,11 @@ func (r *Runner) cleanRun(id, dir string) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := unmountUnder(dir); err != nil {
+	if err := session.UnmountUnder(dir); err != nil {
 		errs = append(errs, err)
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
-}
-
-// unmountUnder detaches every mount at or below dir, deepest first.
-func unmountUnder(dir string) error {
-	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
-	if err != nil {
-		return fmt.Errorf("reading mounts: %w", err)
-	}
-	slices.SortFunc(mounts, func(a, b *mountinfo.Info) int { return len(b.Mountpoint) - len(a.Mountpoint) })
-	var errs []error
-	for _, m := range mounts {
-		if err := unix.Unmount(m.Mountpoint, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("unmounting %s: %w", m.Mountpoint, err))
-		}
 	}
 	return errors.Join(errs...)
 }

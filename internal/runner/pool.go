@@ -241,7 +241,7 @@ func (p *Pool) fill() {
 				break
 			}
 			res := &result.Result{}
-			sb, err := p.r.setup(s.plan, s.img, res, newID(), nil)
+			sb, err := p.r.setup(s.plan, s.img, res, newID(), nil, nil)
 			p.mu.Lock()
 			p.err = err
 			current := !p.closed && p.shapes[s.plan.Image] == s && len(s.ready) < min(n, p.sizes[s.plan.Image])

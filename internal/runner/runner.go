@@ -17,6 +17,7 @@ import (
 	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/session"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/internal/workspace"
 	"github.com/agentrun/agentrun/netns"
@@ -41,6 +42,7 @@ type Runner struct {
 	runsc    *runsc.Backend // nil when runsc is not installed
 	runscErr error          // why it is nil
 	runscDir string
+	sessions *session.Store
 }
 
 // New prepares a runner from cfg: its state directories and backends.
@@ -71,6 +73,9 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	for ref := range cfg.Server.Pool {
 		r.own[ref] = true
 	}
+	if r.sessions, err = session.Open(cfg, runtime.UID, runtime.GID); err != nil {
+		return nil, err
+	}
 	if r.nets, err = netns.NewPool(netns.DefaultCIDR); err != nil {
 		return nil, err
 	}
@@ -86,6 +91,9 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	}
 	return r, nil
 }
+
+// Sessions is the store of kept session workspaces.
+func (r *Runner) Sessions() *session.Store { return r.sessions }
 
 // Run runs p and returns its result; it never returns nil. A failure of
 // agentrun itself is reported in the result's Error (exit status 125).
@@ -108,7 +116,8 @@ type Hooks struct {
 	// sandbox is torn down, so that a server can answer while the
 	// tear-down goes on. A failure of the tear-down or of the audit log
 	// comes after that: it is in the result RunWith returns and in the
-	// audit record only.
+	// audit record only. A run with a kept workspace gets it after the
+	// tear-down instead, once the session is free for its next run.
 	Result func(*result.Result)
 }
 
@@ -150,6 +159,15 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 		}
 		return fmt.Errorf("runtime %q is not available", p.Runtime)
 	}
+	// A kept workspace is held for the whole run: a second run of the
+	// session is refused at once.
+	var lease *session.Lease
+	if p.KeepWorkspace {
+		if lease, err = r.sessions.Lock(p.Session); err != nil {
+			return err
+		}
+		defer lease.Release()
+	}
 	img, err := r.store.Get(ctx, p.Image, r.pullOptions(p))
 	if err != nil {
 		return err // an *image.Error, which names the image
@@ -158,7 +176,7 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 	res.ImageDigest = img.Digest
 
 	defer r.pool.ran(p)
-	sb, err := r.sandbox(p, img, res)
+	sb, err := r.sandbox(p, img, res, lease)
 	if err != nil {
 		return err
 	}
@@ -172,7 +190,7 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 		}
 		res.ID = newID()
 		again := time.Now()
-		if sb, err = r.setup(p, img, res, res.ID, runFiles(p)); err != nil {
+		if sb, err = r.setup(p, img, res, res.ID, runFiles(p), nil); err != nil {
 			return err
 		}
 		setup = time.Since(again)
@@ -186,15 +204,26 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 	if hooks.Setup != nil {
 		hooks.Setup(sb.pooled, setup)
 	}
-	if hooks.Result != nil {
-		final := *res
-		if err != nil {
-			final.Error = err.Error()
+	answer := func() {
+		if hooks.Result != nil {
+			final := *res
+			if err != nil {
+				final.Error = err.Error()
+			}
+			hooks.Result(&final)
 		}
-		hooks.Result(&final)
+	}
+	// A kept workspace is answered after its disk is unmounted: the
+	// client's next run of the session must find it free.
+	if lease == nil {
+		answer()
 	}
 	if cerr := sb.undo.run(); cerr != nil && err == nil {
 		err = fmt.Errorf("cleaning up: %w", cerr)
+	}
+	if lease != nil {
+		lease.Release()
+		answer()
 	}
 	return err
 }
@@ -209,8 +238,12 @@ func (r *Runner) pullOptions(p *task.Plan) image.PullOptions {
 }
 
 // sandbox is a ready sandbox from the pool with p's files written in, or
-// else one set up for p now. It sets res.ID to the sandbox's.
-func (r *Runner) sandbox(p *task.Plan, img *image.Image, res *result.Result) (*sandbox, error) {
+// else one set up for p now (always for a kept workspace, whose disk the
+// pool's sandboxes lack). It sets res.ID to the sandbox's.
+func (r *Runner) sandbox(p *task.Plan, img *image.Image, res *result.Result, lease *session.Lease) (*sandbox, error) {
+	if lease != nil {
+		return r.setup(p, img, res, res.ID, runFiles(p), lease)
+	}
 	if sb := r.pool.take(p, img); sb != nil {
 		res.ID = sb.id
 		if err := sb.ws.Write(runFiles(p), runtime.UID, runtime.GID); err != nil {
@@ -218,7 +251,7 @@ func (r *Runner) sandbox(p *task.Plan, img *image.Image, res *result.Result) (*s
 		}
 		return sb, nil
 	}
-	return r.setup(p, img, res, res.ID, runFiles(p))
+	return r.setup(p, img, res, res.ID, runFiles(p), nil)
 }
 
 // execute runs the program of sb to its end and collects its files.
@@ -263,8 +296,10 @@ type sandbox struct {
 
 // setup makes the sandbox for p under id, with files in its workspace. It
 // is the setup order of one run: every step that makes something on the
-// host pushes its undo, and on error everything made is undone.
-func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id string, files map[string][]byte) (_ *sandbox, err error) {
+// host pushes its undo, and on error everything made is undone. With a
+// lease, the workspace is that session's disk, mounted in the run dir (so
+// that gc finds it there if agentrun dies).
+func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id string, files map[string][]byte, lease *session.Lease) (_ *sandbox, err error) {
 	sb := &sandbox{id: id}
 	defer func() {
 		if err != nil {
@@ -311,7 +346,17 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 		return nil, err
 	}
 
-	if sb.ws, err = workspace.Create(filepath.Join(dir, "workspace"), p.Limits.WorkspaceSize, runtime.UID, runtime.GID, files); err != nil {
+	wsSize := p.Limits.WorkspaceSize
+	if lease != nil {
+		wsSize = r.sessions.MaxBytes()
+		wsDir := filepath.Join(dir, "workspace")
+		if err := lease.Mount(wsDir); err != nil {
+			return nil, err
+		}
+		if sb.ws, err = workspace.Adopt(wsDir, runtime.UID, runtime.GID, files); err != nil {
+			return nil, err
+		}
+	} else if sb.ws, err = workspace.Create(filepath.Join(dir, "workspace"), p.Limits.WorkspaceSize, runtime.UID, runtime.GID, files); err != nil {
 		return nil, err
 	}
 	sb.undo.add(sb.ws.Close)
@@ -324,7 +369,7 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 		runtime.WithCPUs(p.Limits.CPUs),
 		runtime.WithPids(p.Limits.Pids + 1), // the init is one of them
 		runtime.WithInit(r.cfg.Init),
-		runtime.WithTmpSize(p.Limits.TmpSize, p.Limits.WorkspaceSize),
+		runtime.WithTmpSize(p.Limits.TmpSize, wsSize),
 		runtime.WithWorkspace(sb.ws.Dir),
 		runtime.WithSeccomp(),
 	}, netOpts...)

@@ -33,6 +33,7 @@ import (
 	"github.com/agentrun/agentrun/internal/metrics"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runner"
+	"github.com/agentrun/agentrun/internal/session"
 	"github.com/agentrun/agentrun/internal/task"
 )
 
@@ -54,6 +55,9 @@ type Server struct {
 
 	// Logf, when set, gets what goes wrong after a client was answered.
 	Logf func(format string, args ...any)
+	// Sessions, set before serving, is the store of kept sessions that
+	// /v1/sessions serves; nil answers 404 there.
+	Sessions *session.Store
 	// PoolErrors, set before serving, names the pool images that could not
 	// be made ready at start and why; /healthz reports them.
 	PoolErrors map[string]string
@@ -103,8 +107,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/v1/runs", only(s.postRun, http.MethodPost))
 	mux.HandleFunc("/healthz", only(s.healthz, http.MethodGet, http.MethodHead))
 	mux.HandleFunc("/metrics", only(s.serveMetrics, http.MethodGet, http.MethodHead))
+	s.routeSessions(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "", fmt.Sprintf("no such endpoint %s: the API is POST /v1/runs, GET /healthz and GET /metrics", r.URL.Path))
+		writeError(w, http.StatusNotFound, "", fmt.Sprintf("no such endpoint %s: the API is POST /v1/runs, /v1/sessions, GET /healthz and GET /metrics", r.URL.Path))
 	})
 	return s.auth(mux)
 }
@@ -328,7 +333,8 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, int, error) {
 func writeResult(w http.ResponseWriter, res *result.Result) {
 	status := http.StatusOK
 	if res.Error != "" {
-		status = http.StatusInternalServerError
+		// A session busy or unknown is the client's to fix: 409, 404.
+		status = sessionStatus(res.Error)
 	}
 	if code, ok := imageStatus(res.Err); ok {
 		writeError(w, code, "image", res.Error+" (run "+res.ID+")")

@@ -14,8 +14,9 @@ import (
 )
 
 var (
-	sessionRe = regexp.MustCompile(`^[A-Za-z0-9._:-]*$`)
-	idRe      = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+	sessionRe     = regexp.MustCompile(`^[A-Za-z0-9._:-]*$`)
+	keptSessionRe = regexp.MustCompile(`^ss-[0-9a-f]{32}$`)
+	idRe          = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 )
 
 // CheckID checks a task id: 1 to MaxIDLen characters of A-Z a-z 0-9 _ -,
@@ -45,7 +46,7 @@ func (t *Task) Resolve(cfg *config.Config) (*Plan, error) {
 	if cfg == nil {
 		return nil, errors.New("task: resolve: nil config")
 	}
-	p := &Plan{ID: t.ID, Session: t.Session, Image: t.Image, Runtime: t.Runtime}
+	p := &Plan{ID: t.ID, Session: t.Session, Image: t.Image, Runtime: t.Runtime, KeepWorkspace: t.KeepWorkspace}
 	if t.ID != "" {
 		if err := CheckID(t.ID); err != nil {
 			return nil, errorf("id", "%v", err)
@@ -53,6 +54,11 @@ func (t *Task) Resolve(cfg *config.Config) (*Plan, error) {
 	}
 	if len(p.Session) > MaxSessionLen || !sessionRe.MatchString(p.Session) {
 		return nil, errorf("session", "must be at most %d characters of A-Z a-z 0-9 . _ : -", MaxSessionLen)
+	}
+	if p.KeepWorkspace && !keptSessionRe.MatchString(p.Session) {
+		// Only ids that agentrun sessions new made have a kept workspace;
+		// whether this one exists is checked when the run takes it.
+		return nil, errorf("keep_workspace", "needs the id of a session made by `agentrun sessions new` (ss- and 32 hex digits) in session, not %q", p.Session)
 	}
 	if p.Image == "" {
 		p.Image = cfg.Image
@@ -234,3 +240,7 @@ func mergeEnv(base, task map[string]string) (map[string]string, error) {
 	}
 	return env, nil
 }
+
+// CheckRelPath returns why name is not a clean relative path inside the
+// workspace (no "..", no absolute path, bounded length), or "" if it is.
+func CheckRelPath(name string) string { return checkRelPath(name) }

@@ -25,19 +25,21 @@ type Network struct {
 type Task struct {
 	// ID names the task on the bus (agentrun submit, agentrun worker): the
 	// key of its result and its de-duplication id. A local run ignores it.
-	ID       string            `json:"id"`
-	Session  string            `json:"session"`
-	Image    string            `json:"image"`
-	Language string            `json:"language"`
-	Code     string            `json:"code"`
-	Command  []string          `json:"command"`
-	Stdin    string            `json:"stdin"`
-	Files    map[string]File   `json:"files"`
-	Collect  []string          `json:"collect"`
-	Env      map[string]string `json:"env"`
-	Limits   config.Limits     `json:"limits"`
-	Network  Network           `json:"network"`
-	Runtime  string            `json:"runtime"`
+	ID      string `json:"id"`
+	Session string `json:"session"`
+	// KeepWorkspace: the run gets session Session's kept /workspace.
+	KeepWorkspace bool              `json:"keep_workspace"`
+	Image         string            `json:"image"`
+	Language      string            `json:"language"`
+	Code          string            `json:"code"`
+	Command       []string          `json:"command"`
+	Stdin         string            `json:"stdin"`
+	Files         map[string]File   `json:"files"`
+	Collect       []string          `json:"collect"`
+	Env           map[string]string `json:"env"`
+	Limits        config.Limits     `json:"limits"`
+	Network       Network           `json:"network"`
+	Runtime       string            `json:"runtime"`
 }
 
 // Limits are resolved, typed limits. Sizes are in bytes.
@@ -57,8 +59,11 @@ type Limits struct {
 type Plan struct {
 	ID      string // the task's own id ("" when it names none)
 	Session string
-	Image   string
-	Runtime string
+	// KeepWorkspace: /workspace is session Session's kept disk, not a
+	// fresh tmpfs.
+	KeepWorkspace bool
+	Image         string
+	Runtime       string
 	// Argv is the program argv; with code, "{file}" in the language argv is
 	// replaced by "/workspace/"+CodeFile.
 	Argv []string

@@ -18,6 +18,9 @@ type Workspace struct {
 	// Dir is the mount point on the host.
 	Dir  string
 	root *os.Root
+	// replace: files written replace those of the same name (a kept
+	// session's workspace holds the last run's files).
+	replace bool
 }
 
 // Create mounts a tmpfs of size bytes at dir (created, 0700), owned by uid
@@ -32,13 +35,25 @@ func Create(dir string, size int64, uid, gid int, files map[string][]byte) (_ *W
 		os.Remove(dir)
 		return nil, fmt.Errorf("mounting workspace tmpfs: %w", err)
 	}
-	w := &Workspace{Dir: dir}
+	return open(&Workspace{Dir: dir}, uid, gid, files)
+}
+
+// Adopt makes the file system already mounted at dir (a kept session's
+// disk) the workspace and writes files into it, replacing files of the
+// same name. Close unmounts it. On error nothing is left mounted.
+func Adopt(dir string, uid, gid int, files map[string][]byte) (*Workspace, error) {
+	return open(&Workspace{Dir: dir, replace: true}, uid, gid, files)
+}
+
+// open opens the root of w, mounted at w.Dir, and writes files into it; on
+// error it unmounts w.
+func open(w *Workspace, uid, gid int, files map[string][]byte) (_ *Workspace, err error) {
 	defer func() {
 		if err != nil {
 			w.Close()
 		}
 	}()
-	if w.root, err = os.OpenRoot(dir); err != nil {
+	if w.root, err = os.OpenRoot(w.Dir); err != nil {
 		return nil, fmt.Errorf("opening workspace: %w", err)
 	}
 	if err := w.Write(files, uid, gid); err != nil {
@@ -71,7 +86,14 @@ func (w *Workspace) write(name string, data []byte, uid, gid int) error {
 			}
 		}
 	}
-	f, err := w.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if w.replace {
+		// Whatever is there (a symlink, a fifo) goes; a directory stays
+		// and is an error.
+		if err := w.root.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	f, err := w.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return err
 	}

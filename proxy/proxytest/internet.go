@@ -66,11 +66,13 @@ func InNS(ns vnetns.NsHandle, fn func() error) error {
 // HTTPS on 443 (certificate for internet.test and *.internet.test) and a
 // UDP echo on 9999.
 type Internet struct {
-	IP     netip.Addr     // where it serves
-	HostIP netip.Addr     // host end of its veth
-	Silent netip.Addr     // an address on its link that nothing holds: a dial gets no answer
-	Roots  *x509.CertPool // trusts its certificate
-	CAPEM  []byte         // its self-signed certificate, PEM, for a sandbox to trust
+	IP     netip.Addr // where it serves
+	HostIP netip.Addr // host end of its veth
+	Silent netip.Addr // an address on its link that nothing holds: a dial gets no answer
+	// Mux serves both ports; a test may add its own paths.
+	Mux   *http.ServeMux
+	Roots *x509.CertPool // trusts its certificate
+	CAPEM []byte         // its self-signed certificate, PEM, for a sandbox to trust
 }
 
 // NewInternet starts a fake internet host; t.Cleanup removes it, its
@@ -138,6 +140,7 @@ func NewInternet(t testing.TB) *Internet {
 	in.Roots = roots
 	in.CAPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]})
 	mux := http.NewServeMux()
+	in.Mux = mux
 	mux.HandleFunc("/hello", func(w http.ResponseWriter, r *http.Request) {
 		scheme := "http"
 		if r.TLS != nil {

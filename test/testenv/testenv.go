@@ -99,6 +99,13 @@ func StateLeaks(stateDir, live string) []string {
 			leaks = append(leaks, "runsc state: "+e.Name())
 		}
 	}
+	// Loop devices backed by a file under the state dir (session disks).
+	backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, b := range backing {
+		if f, err := os.ReadFile(b); err == nil && strings.HasPrefix(string(f), stateDir+"/") {
+			leaks = append(leaks, "loop device: "+b+" -> "+strings.TrimSpace(string(f)))
+		}
+	}
 	return leaks
 }
 

@@ -1,0 +1,123 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/agentrun/agentrun/internal/session"
+)
+
+// SessionInfo is the answer of GET /v1/sessions/ID: the session and its
+// files (name, type, size, mtime), cut at session.MaxList entries.
+type SessionInfo struct {
+	session.Info
+	session.Listing
+}
+
+// routeSessions adds the session endpoints to mux.
+func (s *Server) routeSessions(mux *http.ServeMux) {
+	mux.HandleFunc("/v1/sessions", only(s.postSession, http.MethodPost))
+	mux.HandleFunc("/v1/sessions/{id}", only(s.session, http.MethodGet, http.MethodDelete))
+	mux.HandleFunc("/v1/sessions/{id}/files/{path...}", only(s.sessionFile, http.MethodGet, http.MethodPut))
+}
+
+func (s *Server) postSession(w http.ResponseWriter, r *http.Request) {
+	if s.Sessions == nil {
+		writeError(w, http.StatusNotFound, "", "sessions are not available on this server")
+		return
+	}
+	id, err := s.Sessions.Create()
+	if err != nil {
+		writeSessionError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]string{"id": id})
+}
+
+func (s *Server) session(w http.ResponseWriter, r *http.Request) {
+	if s.Sessions == nil {
+		writeError(w, http.StatusNotFound, "", "sessions are not available on this server")
+		return
+	}
+	id := r.PathValue("id")
+	if r.Method == http.MethodDelete {
+		if err := s.Sessions.Remove(id); err != nil {
+			writeSessionError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	in, err := s.Sessions.Get(id)
+	if err != nil {
+		writeSessionError(w, err)
+		return
+	}
+	l, err := s.Sessions.Files(id)
+	if err != nil {
+		writeSessionError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, SessionInfo{Info: *in, Listing: *l})
+}
+
+// fileDeadline bounds the sending of an uploaded file.
+var fileDeadline = 30 * time.Second
+
+func (s *Server) sessionFile(w http.ResponseWriter, r *http.Request) {
+	if s.Sessions == nil {
+		writeError(w, http.StatusNotFound, "", "sessions are not available on this server")
+		return
+	}
+	id, name := r.PathValue("id"), r.PathValue("path")
+	if r.Method == http.MethodPut {
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(fileDeadline))
+		w.Header().Set("Connection", "close")
+		body := http.MaxBytesReader(w, r.Body, session.MaxFileBytes)
+		if err := s.Sessions.WriteFile(id, name, body); err != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				err = fmt.Errorf("%w: more than %d bytes", session.ErrTooLarge, session.MaxFileBytes)
+			}
+			writeSessionError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	data, err := s.Sessions.ReadFile(id, name)
+	if err != nil {
+		writeSessionError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	w.Write(data)
+}
+
+// writeSessionError answers a session error with its status.
+func writeSessionError(w http.ResponseWriter, err error) {
+	writeError(w, sessionStatus(err.Error()), "", err.Error())
+}
+
+// sessionStatus is the HTTP status of a session error by its message
+// (a run's result carries its error as text).
+func sessionStatus(msg string) int {
+	switch {
+	case strings.HasPrefix(msg, session.ErrBusy.Error()):
+		return http.StatusConflict
+	case strings.HasPrefix(msg, session.ErrNotFound.Error()):
+		return http.StatusNotFound
+	case strings.HasPrefix(msg, session.ErrFull.Error()):
+		return http.StatusInsufficientStorage
+	case strings.HasPrefix(msg, session.ErrTooLarge.Error()):
+		return http.StatusRequestEntityTooLarge
+	case strings.HasPrefix(msg, session.ErrBadPath.Error()):
+		return http.StatusBadRequest
+	}
+	return http.StatusInternalServerError
+}

@@ -1,0 +1,420 @@
+// Package session keeps workspaces that outlive a run.
+//
+// A session is a directory <store_dir>/sessions/<id> holding disk.img, a
+// sparse file of sessions.max_bytes formatted as ext4, and lock. The disk
+// image is the kernel-enforced cap: a program that fills it gets ENOSPC and
+// the host file never grows past its size. It is mounted (loop device with
+// autoclear, nosuid,nodev,noexec) only while a run or a host-side file
+// access holds the session's lock, so that nothing stays mounted between
+// runs and a crash leaves at most a mount that gc removes; the loop device
+// goes with its last mount. Hardlinks cannot reach outside the image, since
+// it is a file system of its own.
+//
+// The lock is an OFD lock on the session's lock file, taken without waiting: a
+// second user gets ErrBusy. The kernel drops it when its holder dies, so a
+// crashed run leaves the session usable. The lock file's mtime is the
+// session's last use, which gc compares with sessions.ttl.
+package session
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+
+	"github.com/agentrun/agentrun/internal/config"
+)
+
+// Errors callers tell apart.
+var (
+	ErrBusy     = errors.New("session busy")
+	ErrNotFound = errors.New("no such session")
+	ErrFull     = errors.New("too many sessions")
+)
+
+// idRe is the form of a session id: "ss-" and 128 random bits in hex.
+var idRe = regexp.MustCompile(`^ss-[0-9a-f]{32}$`)
+
+// ValidID reports whether id has the form of a session id.
+func ValidID(id string) bool { return idRe.MatchString(id) }
+
+// Store is the sessions of one host.
+type Store struct {
+	dir      string // <store_dir>/sessions
+	mnt      string // <state_dir>/sessions: mount points of host-side accesses
+	ttl      time.Duration
+	max      int
+	maxBytes int64
+	uid, gid int
+}
+
+// Info describes a session.
+type Info struct {
+	ID       string    `json:"id"`
+	Created  time.Time `json:"created"`
+	LastUsed time.Time `json:"last_used"`
+	MaxBytes int64     `json:"max_bytes"`
+	// DiskBytes is what the session's image takes on the host disk.
+	DiskBytes int64 `json:"disk_bytes"`
+	Busy      bool  `json:"busy"`
+}
+
+// Open opens (creating its directories) the session store of cfg, whose
+// workspaces belong to uid and gid.
+func Open(cfg *config.Config, uid, gid int) (*Store, error) {
+	ttl, maxBytes := cfg.SessionLimits()
+	s := &Store{dir: filepath.Join(cfg.StoreDir, "sessions"), mnt: filepath.Join(cfg.StateDir, "sessions"),
+		ttl: ttl, max: cfg.Sessions.Max, maxBytes: maxBytes, uid: uid, gid: gid}
+	for _, d := range []string{s.dir, s.mnt} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("creating session dir: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// MaxBytes is the size of each session's disk.
+func (s *Store) MaxBytes() int64 { return s.maxBytes }
+
+func (s *Store) path(id string, name ...string) string {
+	return filepath.Join(append([]string{s.dir, id}, name...)...)
+}
+
+// lockStore serializes creation and gc of sessions.
+func (s *Store) lockStore() (*os.File, error) {
+	return LockFile(filepath.Join(s.dir, ".lock"), unix.LOCK_EX)
+}
+
+// Create makes a new session and returns its id. It is refused with
+// ErrFull when sessions.max sessions exist.
+func (s *Store) Create() (_ string, err error) {
+	g, err := s.lockStore()
+	if err != nil {
+		return "", fmt.Errorf("locking session store: %w", err)
+	}
+	defer g.Close()
+	ids, err := s.ids()
+	if err != nil {
+		return "", err
+	}
+	if len(ids) >= s.max {
+		return "", fmt.Errorf("%w: %d, the maximum (sessions.max)", ErrFull, len(ids))
+	}
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	id := "ss-" + hex.EncodeToString(b[:])
+	// Made under a name gc knows as unfinished, then renamed into place.
+	tmp := s.path(".new-" + id)
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return "", fmt.Errorf("creating session: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(tmp)
+		}
+	}()
+	img := filepath.Join(tmp, "disk.img")
+	f, err := os.OpenFile(img, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("creating session disk: %w", err)
+	}
+	err = f.Truncate(s.maxBytes)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", fmt.Errorf("sizing session disk: %w", err)
+	}
+	if err := mkfs(img, s.uid, s.gid); err != nil {
+		return "", err
+	}
+	lock, err := LockFile(filepath.Join(tmp, "lock"), unix.LOCK_EX|unix.LOCK_NB)
+	if err != nil {
+		return "", fmt.Errorf("creating session lock: %w", err)
+	}
+	defer lock.Close()
+	// Mount once to leave an empty, private root: no lost+found.
+	mp := filepath.Join(s.mnt, id)
+	if err := mountImage(img, mp); err != nil {
+		return "", err
+	}
+	err = os.Remove(filepath.Join(mp, "lost+found"))
+	if err == nil {
+		err = os.Chmod(mp, 0o700)
+	}
+	if uerr := unmount(mp); err == nil {
+		err = uerr
+	}
+	if err != nil {
+		return "", fmt.Errorf("preparing session disk: %w", err)
+	}
+	if err := os.Rename(tmp, s.path(id)); err != nil {
+		return "", fmt.Errorf("creating session: %w", err)
+	}
+	return id, nil
+}
+
+// mkfs formats img as ext4 with its root owned by uid:gid. The inode
+// tables are initialised lazily and never zeroed in the background, so
+// that the sparse image takes a few MiB on the host until used.
+func mkfs(img string, uid, gid int) error {
+	cmd := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0", "-i", "8192",
+		"-E", "lazy_itable_init=1,nodiscard,root_owner="+strconv.Itoa(uid)+":"+strconv.Itoa(gid), img)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("mkfs.ext4: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// ids lists the sessions, unfinished ones excluded.
+func (s *Store) ids() ([]string, error) {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading sessions: %w", err)
+	}
+	var ids []string
+	for _, e := range ents {
+		if ValidID(e.Name()) {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}
+
+// All describes every session, oldest use first.
+func (s *Store) All() ([]Info, error) {
+	ids, err := s.ids()
+	if err != nil {
+		return nil, err
+	}
+	out := []Info{}
+	for _, id := range ids {
+		if in, err := s.Get(id); err == nil {
+			out = append(out, *in)
+		}
+	}
+	slices.SortFunc(out, func(a, b Info) int { return a.LastUsed.Compare(b.LastUsed) })
+	return out, nil
+}
+
+// Get describes session id; ErrNotFound when there is none.
+func (s *Store) Get(id string) (*Info, error) {
+	if !ValidID(id) {
+		return nil, ErrNotFound
+	}
+	var dst, lst unix.Stat_t
+	if err := unix.Lstat(s.path(id, "disk.img"), &dst); err != nil {
+		return nil, ErrNotFound
+	}
+	if err := unix.Lstat(s.path(id, "lock"), &lst); err != nil {
+		return nil, ErrNotFound
+	}
+	in := &Info{ID: id, Created: time.Unix(dst.Ctim.Unix()), LastUsed: time.Unix(lst.Mtim.Unix()),
+		MaxBytes: dst.Size, DiskBytes: dst.Blocks * 512}
+	in.Busy = s.busy(id)
+	return in, nil
+}
+
+// busy reports whether session id's lock is held, without taking it (so
+// that asking never makes a run's lock fail).
+func (s *Store) busy(id string) bool {
+	f, err := os.OpenFile(s.path(id, "lock"), os.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, &lk); err != nil {
+		return false
+	}
+	return lk.Type != unix.F_UNLCK
+}
+
+// Lease is the exclusive use of a session, until Release.
+type Lease struct {
+	s    *Store
+	ID   string
+	lock *os.File
+}
+
+// Lock takes session id for one user: ErrNotFound if it does not exist,
+// ErrBusy at once if another holds it.
+func (s *Store) Lock(id string) (*Lease, error) {
+	if !ValidID(id) {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	if _, err := os.Lstat(s.path(id, "disk.img")); err != nil {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	f, err := os.OpenFile(s.path(id, "lock"), os.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	// An open file description lock (released when its holder dies, like
+	// flock) that busy can test without taking.
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES) {
+			return nil, fmt.Errorf("%w: %s has a run or file access in progress", ErrBusy, id)
+		}
+		return nil, fmt.Errorf("locking session: %w", err)
+	}
+	// gc may have removed it between the check and the lock.
+	if _, err := os.Lstat(s.path(id, "disk.img")); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	return &Lease{s: s, ID: id, lock: f}, nil
+}
+
+// Mount mounts the session's disk at dir (created 0700). It is refused
+// (ErrBusy) while a loop device still holds the disk: a mount of a run
+// that ended is not gone yet, and mounting the file system twice would
+// corrupt it.
+func (l *Lease) Mount(dir string) error {
+	img := l.s.path(l.ID, "disk.img")
+	if attached(img) {
+		return fmt.Errorf("%w: %s: its disk is still mounted by a run that is ending", ErrBusy, l.ID)
+	}
+	return mountImage(img, dir)
+}
+
+// Release marks the session used now and lets others take it.
+func (l *Lease) Release() {
+	if l == nil || l.lock == nil {
+		return
+	}
+	now := time.Now()
+	os.Chtimes(l.s.path(l.ID, "lock"), now, now)
+	l.lock.Close()
+	l.lock = nil
+}
+
+// Remove deletes session id; ErrBusy while it is in use.
+func (s *Store) Remove(id string) error {
+	l, err := s.Lock(id)
+	if err != nil {
+		return err
+	}
+	defer l.lock.Close()
+	return s.remove(id)
+}
+
+// remove deletes the session's directory; its lock is held or free.
+func (s *Store) remove(id string) error {
+	// Renamed away first so that no one locks it between the removals.
+	gone := s.path(".rm-" + id)
+	if err := os.Rename(s.path(id), gone); err != nil {
+		return fmt.Errorf("removing session: %w", err)
+	}
+	if err := os.RemoveAll(gone); err != nil {
+		return fmt.Errorf("removing session: %w", err)
+	}
+	return nil
+}
+
+// GC removes sessions idle for longer than the TTL, what crashed creations
+// and removals left, and the mounts of host-side accesses that died. A
+// session in use is never touched. It returns the ids it removed.
+func (s *Store) GC(now time.Time) ([]string, error) {
+	g, err := s.lockStore()
+	if err != nil {
+		return nil, fmt.Errorf("locking session store: %w", err)
+	}
+	defer g.Close()
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading sessions: %w", err)
+	}
+	// One read of the mount table: a host-side access's mount is
+	// <state_dir>/sessions/<id>.
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(s.mnt))
+	if err != nil {
+		return nil, fmt.Errorf("reading mounts: %w", err)
+	}
+	mounted := map[string]bool{}
+	for _, m := range mounts {
+		if rel, err := filepath.Rel(s.mnt, m.Mountpoint); err == nil && rel != "." {
+			mounted[strings.Split(rel, "/")[0]] = true
+		}
+	}
+	var removed []string
+	var errs []error
+	for _, e := range ents {
+		name := e.Name()
+		switch {
+		case strings.HasPrefix(name, ".rm-"):
+			errs = append(errs, os.RemoveAll(s.path(name)))
+		case strings.HasPrefix(name, ".new-"):
+			// Creations hold the store lock, so this one died.
+			errs = append(errs, UnmountUnder(filepath.Join(s.mnt, strings.TrimPrefix(name, ".new-"))))
+			errs = append(errs, os.RemoveAll(s.path(name)))
+		case ValidID(name):
+			l, err := s.Lock(name)
+			if err != nil {
+				continue // busy, or gone
+			}
+			// Free: a mount of a host-side access that died is stale.
+			if mounted[name] {
+				if err := UnmountUnder(filepath.Join(s.mnt, name)); err != nil {
+					errs = append(errs, err)
+				}
+				os.Remove(filepath.Join(s.mnt, name))
+			}
+			st, err := os.Stat(s.path(name, "lock"))
+			if err == nil && now.Sub(st.ModTime()) > s.ttl {
+				if err := s.remove(name); err != nil {
+					errs = append(errs, fmt.Errorf("session %s: %w", name, err))
+				} else {
+					removed = append(removed, name)
+				}
+			}
+			l.lock.Close()
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// LockFile opens (creating) path and flocks it with how.
+func LockFile(path string, how int) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), how); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// UnmountUnder detaches every mount at or below dir, deepest first.
+func UnmountUnder(dir string) error {
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		return fmt.Errorf("reading mounts: %w", err)
+	}
+	slices.SortFunc(mounts, func(a, b *mountinfo.Info) int { return len(b.Mountpoint) - len(a.Mountpoint) })
+	var errs []error
+	for _, m := range mounts {
+		if err := unix.Unmount(m.Mountpoint, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("unmounting %s: %w", m.Mountpoint, err))
+		}
+	}
+	return errors.Join(errs...)
+}
