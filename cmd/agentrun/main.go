@@ -36,6 +36,10 @@ commands:
   serve [--config F]
         run tasks over HTTP (POST /v1/runs, GET /healthz) on server.listen,
         with the warm pool of server.pool; SIGTERM stops it
+  mcp [--server ADDR | --config F]
+        serve the MCP tool run_code over stdio: forwarded to agentrun serve
+        (--server, $AGENTRUN_SERVER, else its default socket), or, as root
+        with no server there, run here
   doctor [--config F]
         check this host; exits 1 if a run would fail
   gc [--config F]
@@ -71,6 +75,8 @@ func dispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return cmdRun(args[1:], stdin, stdout, stderr)
 	case "serve":
 		return cmdServe(args[1:], stderr)
+	case "mcp":
+		return cmdMCP(args[1:], stderr)
 	case "doctor":
 		return cmdDoctor(args[1:], stdout, stderr)
 	case "gc":

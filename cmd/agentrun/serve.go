@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/mcpserver"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/server"
 	"github.com/agentrun/agentrun/internal/task"
@@ -100,6 +101,9 @@ func serve(cfg *config.Config, stderr io.Writer) error {
 	defer kill()
 	api := server.New(cfg, r.RunWith, poolStats)
 	api.Logf = func(format string, args ...any) { fmt.Fprintf(stderr, "agentrun serve: "+format+"\n", args...) }
+	mcpSrv := mcpserver.New(cfg, api.RunTask, api.Logf)
+	defer mcpSrv.Close()
+	api.Handle("/mcp", mcpSrv.HTTPHandler())
 	srv := &http.Server{
 		Handler:           api.Handler(),
 		BaseContext:       func(net.Listener) context.Context { return base },
@@ -121,6 +125,8 @@ func serve(cfg *config.Config, stderr io.Writer) error {
 	longest, _ := config.ParseDuration(cfg.Policy.Timeout)
 	grace, cancel := context.WithTimeout(context.Background(), longest+5*time.Second)
 	defer cancel()
+	// MCP sessions hold streams open: they end once their calls are done.
+	go mcpSrv.Shutdown(grace)
 	if err := srv.Shutdown(grace); err != nil {
 		kill() // cancels every run: their sandboxes are killed and removed
 		srv.Close()

@@ -8,7 +8,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/task"
@@ -51,8 +53,8 @@ func NewClient(addr, token string) (*Client, error) {
 
 // Run sends the task (task.json bytes) and returns its result. A result
 // with Error set (the server could not run the task) is returned as is; a
-// refusal (bad task, over policy or quota, server busy) or a server that
-// cannot be reached is an error.
+// refusal (bad task, over policy or quota, server busy) is a *Refusal, and
+// a server that cannot be reached another error.
 func (c *Client) Run(ctx context.Context, taskJSON []byte) (*result.Result, error) {
 	if len(taskJSON) > task.MaxTaskBytes {
 		return nil, fmt.Errorf("task is larger than %d bytes", task.MaxTaskBytes)
@@ -79,11 +81,13 @@ func (c *Client) Run(ctx context.Context, taskJSON []byte) (*result.Result, erro
 	if json.Unmarshal(body, &apiErr) != nil || apiErr.Error == "" {
 		return nil, fmt.Errorf("the server answered %s", resp.Status)
 	}
-	msg := apiErr.Error
-	if retry := resp.Header.Get("Retry-After"); retry != "" {
-		msg += " (retry after " + retry + "s)"
+	ref := &Refusal{Status: resp.StatusCode, Field: apiErr.Field,
+		Msg: fmt.Sprintf("the server refused the task (%d): %s", resp.StatusCode, apiErr.Error)}
+	if retry, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
+		ref.RetryAfter = time.Duration(retry) * time.Second
+		ref.Msg += fmt.Sprintf(" (retry after %ds)", retry)
 	}
-	return nil, fmt.Errorf("the server refused the task (%d): %s", resp.StatusCode, msg)
+	return nil, ref
 }
 
 // Health asks the server how it is (GET /healthz).
@@ -101,6 +105,34 @@ func (c *Client) Health(ctx context.Context) (*Health, error) {
 		return nil, fmt.Errorf("the server's health is not JSON: %w", err)
 	}
 	return &h, nil
+}
+
+// HTTP returns the URL of path on the server and an HTTP client that
+// reaches it with the token: for another protocol served on the same
+// socket (/mcp).
+func (c *Client) HTTP(path string) (string, *http.Client) {
+	hc := *c.http
+	hc.Transport = &withToken{base: hc.Transport, token: c.token}
+	return c.base + path, &hc
+}
+
+// withToken adds the bearer token, if any, to each request.
+type withToken struct {
+	base  http.RoundTripper // nil: http.DefaultTransport
+	token string
+}
+
+func (t *withToken) RoundTrip(req *http.Request) (*http.Response, error) {
+	base := t.base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	if t.token == "" {
+		return base.RoundTrip(req)
+	}
+	req = req.Clone(req.Context())
+	req.Header.Set("Authorization", "Bearer "+t.token)
+	return base.RoundTrip(req)
 }
 
 // do sends one request, with the token.

@@ -41,6 +41,7 @@ type Server struct {
 	queued  atomic.Int64
 	running atomic.Int64
 	quotas  *quotas
+	extra   map[string]http.Handler // more routes, behind the same auth
 
 	// Logf, when set, gets what goes wrong after a client was answered.
 	Logf func(format string, args ...any)
@@ -59,7 +60,19 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/runs", s.postRun)
 	mux.HandleFunc("GET /healthz", s.healthz)
+	for pattern, h := range s.extra {
+		mux.Handle(pattern, h)
+	}
 	return s.auth(mux)
+}
+
+// Handle adds a route to the API (before Handler is called), behind the
+// same token: another protocol spoken on the same socket, as /mcp.
+func (s *Server) Handle(pattern string, h http.Handler) {
+	if s.extra == nil {
+		s.extra = map[string]http.Handler{}
+	}
+	s.extra[pattern] = h
 }
 
 // auth requires the bearer token when one is configured.
@@ -94,37 +107,12 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "", "reading task: "+err.Error())
 		return
 	}
-	if len(data) > task.MaxTaskBytes {
-		writeError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("task is larger than %d bytes", task.MaxTaskBytes))
-		return
-	}
-	plan, err := task.Load(data, s.cfg)
+	plan, release, err := s.admitTask(r.Context(), data)
 	if err != nil {
-		status, field := http.StatusBadRequest, ""
-		var te *task.Error
-		if errors.As(err, &te) {
-			field = te.Field
-		}
-		if errors.Is(err, task.ErrPolicy) {
-			status = http.StatusForbidden
-		}
-		writeError(w, status, field, err.Error())
-		return
-	}
-
-	release, retry, err := s.quotas.acquire(plan.Session)
-	if err != nil {
-		w.Header().Set("Retry-After", strconv.Itoa(int(retry.Round(time.Second)/time.Second)))
-		writeError(w, http.StatusTooManyRequests, "", err.Error())
+		writeRefusal(w, err)
 		return
 	}
 	defer release()
-	if err := s.admit(r.Context()); err != nil {
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "", err.Error())
-		return
-	}
-	defer func() { <-s.slots }()
 
 	// The answer goes out as soon as the result is final; the slot is
 	// held until the sandbox is torn down.
@@ -162,6 +150,72 @@ func writeResult(w http.ResponseWriter, res *result.Result) {
 		status = http.StatusInternalServerError
 	}
 	writeJSON(w, status, res)
+}
+
+// Refusal is a task the server would not run, with the HTTP status that
+// says why: 400 bad task, 403 above policy, 413 too large, 429 over a
+// session quota, 503 busy. Field names the task field at fault, if one is.
+type Refusal struct {
+	Status     int
+	Field      string
+	Msg        string
+	RetryAfter time.Duration // when it may be tried again; 0 if not said
+}
+
+func (r *Refusal) Error() string { return r.Msg }
+
+// admitTask loads task.json and admits its run: the session's quotas, then
+// a run slot. release gives both back; the error is a *Refusal.
+func (s *Server) admitTask(ctx context.Context, data []byte) (plan *task.Plan, release func(), err error) {
+	if len(data) > task.MaxTaskBytes {
+		return nil, nil, &Refusal{Status: http.StatusRequestEntityTooLarge, Msg: fmt.Sprintf("task is larger than %d bytes", task.MaxTaskBytes)}
+	}
+	plan, err = task.Load(data, s.cfg)
+	if err != nil {
+		ref := &Refusal{Status: http.StatusBadRequest, Msg: err.Error()}
+		var te *task.Error
+		if errors.As(err, &te) {
+			ref.Field = te.Field
+		}
+		if errors.Is(err, task.ErrPolicy) {
+			ref.Status = http.StatusForbidden
+		}
+		return nil, nil, ref
+	}
+	unquota, retry, err := s.quotas.acquire(plan.Session)
+	if err != nil {
+		return nil, nil, &Refusal{Status: http.StatusTooManyRequests, Msg: err.Error(), RetryAfter: retry}
+	}
+	if err := s.admit(ctx); err != nil {
+		unquota()
+		return nil, nil, &Refusal{Status: http.StatusServiceUnavailable, Msg: err.Error(), RetryAfter: time.Second}
+	}
+	return plan, func() { <-s.slots; unquota() }, nil
+}
+
+// RunTask runs task.json under the server's policy, quotas and admission,
+// as POST /v1/runs does, for the server's other doors (MCP). It returns the
+// result (Error set when agentrun could not run it), or a *Refusal.
+func (s *Server) RunTask(ctx context.Context, data []byte) (*result.Result, error) {
+	plan, release, err := s.admitTask(ctx, data)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	s.running.Add(1)
+	defer s.running.Add(-1)
+	return s.run(ctx, plan, runner.Hooks{}), nil
+}
+
+func writeRefusal(w http.ResponseWriter, err error) {
+	ref, ok := err.(*Refusal)
+	if !ok {
+		ref = &Refusal{Status: http.StatusInternalServerError, Msg: err.Error()}
+	}
+	if ref.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(ref.RetryAfter.Round(time.Second)/time.Second))))
+	}
+	writeError(w, ref.Status, ref.Field, ref.Msg)
 }
 
 // admit takes a run slot, waiting in the queue when all are taken. It
