@@ -35,7 +35,10 @@ func Forward(ctx context.Context, transport mcp.Transport, logf func(format stri
 			ctx, done := s.track(ctx)
 			defer done()
 			res, err := remote.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: req.Params.Arguments})
-			if err != nil {
+			switch {
+			case ctx.Err() != nil:
+				return cancelled(), nil
+			case err != nil:
 				s.logf("forwarding %s to agentrun serve: %v", name, err)
 				return hostFailure(""), nil
 			}

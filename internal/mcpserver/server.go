@@ -166,6 +166,9 @@ func (s *Server) runCode(ctx context.Context, req *mcp.CallToolRequest, args Arg
 	res, err := s.run(ctx, taskJSON)
 	var ref *server.Refusal
 	switch {
+	case ctx.Err() != nil:
+		// The client cancelled the call or left: the run was killed.
+		return cancelled(), nil, nil
 	case errors.As(err, &ref):
 		return refused(ref), nil, nil
 	case err != nil:
@@ -241,6 +244,12 @@ func hostFailure(id string) *mcp.CallToolResult {
 		text += " (run " + id + ")"
 	}
 	return errorResult(text + "; the operator's log has the details.")
+}
+
+// cancelled is the answer to a call the client cancelled (or left): its
+// run was killed.
+func cancelled() *mcp.CallToolResult {
+	return errorResult("run_code cancelled: the run was stopped")
 }
 
 func errorResult(text string) *mcp.CallToolResult {

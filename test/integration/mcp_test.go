@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -204,6 +205,16 @@ print(open('input.txt').read())`
 		out := structured(t, res)
 		if out.Files["out/plot.png"].Returned != "image" || out.Files["data.bin"].Returned != "resource" || out.Stdout != "given\n" {
 			t.Errorf("structured files %+v, stdout %q", out.Files, out.Stdout)
+		}
+	})
+
+	t.Run("size cap", func(t *testing.T) {
+		// Two files of 5 MiB: the second is past the answer's 8 MiB.
+		res := call(t, cs, map[string]any{"code": "for n in 'ab': open(n, 'w').write('x' * (5 << 20))", "collect": []string{"a", "b"}})
+		text, out := answerText(t, res), structured(t, res)
+		if res.IsError || len(res.Content) != 2 || out.Files["a"].Returned != "resource" || out.Files["b"].Returned != "no" ||
+			!strings.Contains(text, "b: not returned: over the answer's 8388608 bytes of files") {
+			t.Errorf("answer %v %q, %d contents, files %+v", res.IsError, text, len(res.Content), out.Files)
 		}
 	})
 
@@ -466,8 +477,9 @@ func TestMCPBadClients(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		assertNoLeaks(t)
+		m.expect(t, `run_code cancelled`)
 		m.send(t, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"run_code","arguments":{"code":"print(6*7)"}}}`)
-		m.expect(t, `42\\n`)
+		m.expect(t, `"stdout":"42\n"`)
 		m.in.Close()
 		m.exits(t)
 	})
@@ -531,6 +543,29 @@ func TestMCPForwardsUnprivileged(t *testing.T) {
 	}
 	cs.Close()
 
+	// A client that leaves mid-run: serve kills the run.
+	m := startRawMCP(t, unprivilegedMCP(t, dir, "AGENTRUN_SERVER=unix://"+sock))
+	m.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_code","arguments":{"code":"import time; time.sleep(50)","timeout":"60s"}}}`)
+	running := func(want int64) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			var h server.Health
+			s.get("/healthz", &h)
+			if h.Running == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("serve has %d runs going on; want %d", h.Running, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	running(1)
+	m.in.Close()
+	m.exits(t)
+	running(0)
+
 	// No server: a clear message, exit 1, as nobody cannot run tasks itself.
 	var stderr strings.Builder
 	none := unprivilegedMCP(t, dir, "AGENTRUN_SERVER=unix://"+filepath.Join(dir, "nothing.sock"))
@@ -547,7 +582,12 @@ func TestMCPForwardsUnprivileged(t *testing.T) {
 // token as the rest of the API, on TCP and on its socket.
 func TestMCPOverHTTP(t *testing.T) {
 	s := startServe(t, map[string]any{"listen": "tcp://127.0.0.1:0", "token": "sekrit"})
-	if resp, _ := s.do("POST", "/mcp", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`); resp.StatusCode != 401 {
+	resp, err := http.Post(s.base+"/mcp", "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("/mcp without the token: %d; want 401", resp.StatusCode)
 	}
 	noToken := &mcp.StreamableClientTransport{Endpoint: s.base + "/mcp", MaxRetries: -1}
@@ -563,8 +603,8 @@ func TestMCPOverHTTP(t *testing.T) {
 	url, hc := c.HTTP("/mcp")
 	cs := mcpClient(t, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc, MaxRetries: -1})
 	res := call(t, cs, map[string]any{"code": "print(45)"})
-	if out := structured(t, res); res.IsError || out.Stdout != "45\n" {
-		t.Fatalf("answer %v %q", res.IsError, answerText(t, res))
+	if out := structured(t, res); res.IsError || out.Stdout != "45\n" || out.Session != "mcp-"+cs.ID() {
+		t.Fatalf("answer %v %q, session %q; want the MCP session mcp-%s", res.IsError, answerText(t, res), out.Session, cs.ID())
 	}
 	cs.Close()
 	s.stop()
