@@ -20,7 +20,7 @@ export AGENTRUN_IMAGES := $(IMAGES)
 # when used, so after `deps` has installed it.
 export CGO_LDFLAGS = $(wildcard $(shell pkg-config --variable=libdir libseccomp 2>/dev/null)/libseccomp.a)
 
-.PHONY: all build install deps images runsc demo test unit integration fuzz vet bench soak clean
+.PHONY: all build install deps images runsc mcp-client demo test unit integration fuzz vet bench soak clean
 
 all: build
 
@@ -52,9 +52,14 @@ vet:
 unit:
 	$(GO) test -tags $(TAGS) -count=1 ./internal/... ./runtime/ ./runtime/runc/ ./image/... ./netns/... ./proxy/... ./cmd/...
 
+# mcp-client installs the TypeScript MCP SDK the integration suite drives
+# agentrun mcp with (test/mcp-client, from its package-lock.json).
+mcp-client: deps
+	cd test/mcp-client && npm ci --no-audit --no-fund
+
 # integration: real sandboxes on both runtimes, one package at a time (each
 # checks that the host is left clean, which a concurrent package would spoil).
-integration: build images runsc
+integration: build images runsc mcp-client
 	AGENTRUN_BIN=$(abspath $(BIN)) $(GO) test -tags $(TAGS) -count=1 -p 1 -timeout 20m ./runtime/runsc/ ./test/...
 
 # fuzz runs each fuzz target briefly.
