@@ -21,27 +21,10 @@ const MaxFileBytes = 8 << 20
 
 // Output is run_code's structuredContent: the result's fields, with the
 // collected files described (their content is in the answer's content).
+// Its error is always "": a run agentrun could not run is an error answer.
 type Output struct {
-	ID              string             `json:"id"`
-	Session         string             `json:"session"`
-	ExitCode        int                `json:"exit_code"`
-	Signal          string             `json:"signal"`
-	TimedOut        bool               `json:"timed_out"`
-	OOMKilled       bool               `json:"oom_killed"`
-	Stdout          string             `json:"stdout"`
-	Stderr          string             `json:"stderr"`
-	StdoutTruncated bool               `json:"stdout_truncated"`
-	StderrTruncated bool               `json:"stderr_truncated"`
-	StdoutBytes     int64              `json:"stdout_bytes"`
-	StderrBytes     int64              `json:"stderr_bytes"`
-	DurationMS      int64              `json:"duration_ms"`
-	CPUMS           int64              `json:"cpu_ms"`
-	MemoryPeakBytes int64              `json:"memory_peak_bytes"`
-	Image           string             `json:"image"`
-	ImageDigest     string             `json:"image_digest"`
-	Runtime         string             `json:"runtime"`
-	Network         result.Network     `json:"network"`
-	Files           map[string]OutFile `json:"files"`
+	result.Result
+	Files map[string]OutFile `json:"files"`
 }
 
 // OutFile is one collected file in Output.
@@ -59,12 +42,8 @@ var imageTypes = map[string]bool{"image/png": true, "image/jpeg": true, "image/g
 // answer turns a run's result into run_code's answer: a text for the
 // model, images and other files as content, and the fields as Output.
 func answer(res *result.Result) (*mcp.CallToolResult, *Output) {
-	out := &Output{ID: res.ID, Session: res.Session, ExitCode: res.ExitCode, Signal: res.Signal,
-		TimedOut: res.TimedOut, OOMKilled: res.OOMKilled, Stdout: res.Stdout, Stderr: res.Stderr,
-		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
-		StdoutBytes: res.StdoutBytes, StderrBytes: res.StderrBytes, DurationMS: res.DurationMS, CPUMS: res.CPUMS,
-		MemoryPeakBytes: res.MemoryPeakBytes, Image: res.Image, ImageDigest: res.ImageDigest, Runtime: res.Runtime,
-		Network: res.Network, Files: map[string]OutFile{}}
+	out := &Output{Result: *res, Files: map[string]OutFile{}}
+	out.Result.Files = nil
 	if out.Network.Allowed == nil {
 		out.Network.Allowed = []result.Allowed{}
 	}

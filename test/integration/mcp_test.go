@@ -485,20 +485,28 @@ func TestMCPBadClients(t *testing.T) {
 	})
 }
 
+// copyBin copies the agentrun binary into dir (once), where a user
+// without privilege can run it, and returns its path.
+func copyBin(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "agentrun")
+	if _, err := os.Stat(bin); err == nil {
+		return bin
+	}
+	b, err := os.ReadFile(agentrunBin(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
 // unprivilegedMCP is `agentrun mcp` run as nobody (uid 65534) with env.
 func unprivilegedMCP(t *testing.T, dir string, env ...string) *exec.Cmd {
 	t.Helper()
-	bin := filepath.Join(dir, "agentrun")
-	if _, err := os.Stat(bin); err != nil {
-		b, err := os.ReadFile(agentrunBin(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(bin, b, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cmd := exec.Command(bin, "mcp")
+	cmd := exec.Command(copyBin(t, dir), "mcp")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
 	cmd.Env = env
 	return cmd
@@ -606,7 +614,7 @@ func TestMCPOverHTTP(t *testing.T) {
 	if out := structured(t, res); res.IsError || out.Stdout != "45\n" || out.Session != "mcp-"+cs.ID() {
 		t.Fatalf("answer %v %q, session %q; want the MCP session mcp-%s", res.IsError, answerText(t, res), out.Session, cs.ID())
 	}
-	cs.Close()
+	// SIGTERM with the session still open: serve closes it and stops.
 	s.stop()
 	assertNoLeaks(t)
 }

@@ -410,14 +410,7 @@ func TestRunThroughServer(t *testing.T) {
 	s := startServe(t, map[string]any{"listen": "unix://" + sock, "pool": map[string]int{pythonImage: 1}})
 
 	// The socket goes to nobody's group, as it would to the agentrun group.
-	bin := filepath.Join(dir, "agentrun")
-	b, err := os.ReadFile(agentrunBin(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := copyBin(t, dir)
 	if err := os.Chown(sock, 0, 65534); err != nil {
 		t.Fatal(err)
 	}
