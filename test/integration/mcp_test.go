@@ -315,6 +315,22 @@ func TestMCPHostFailureIsGeneric(t *testing.T) {
 	assertNoLeaks(t)
 }
 
+// TestMCPQuota: a call over its session's quota is an error answer that
+// says when to try again; one MCP session is one quota session.
+func TestMCPQuota(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Server.Quota.RunsPerMinute = 1
+	cs := inProcessMCP(t, cfg, nil)
+	if res := call(t, cs, map[string]any{"code": "print(1)"}); res.IsError {
+		t.Fatalf("first run: %q", answerText(t, res))
+	}
+	res := call(t, cs, map[string]any{"code": "print(1)"})
+	if text := answerText(t, res); !res.IsError || !strings.Contains(text, "1 runs per minute") || !strings.Contains(text, "try again in") {
+		t.Errorf("over quota: %v %q", res.IsError, text)
+	}
+	assertNoLeaks(t)
+}
+
 // mcpConfig writes the config `agentrun mcp` runs tasks with as root.
 func mcpConfig(t *testing.T, auditPath string) string {
 	return writeConfig(t, map[string]any{"image": pythonImage, "state_dir": stateDir,
