@@ -36,10 +36,10 @@ commands:
   serve [--config F]
         run tasks over HTTP (POST /v1/runs, GET /healthz) on server.listen,
         with the warm pool of server.pool; SIGTERM stops it
-  mcp [--server ADDR | --config F]
+  mcp [--server ADDR | [--local] --config F]
         serve the MCP tool run_code over stdio: forwarded to agentrun serve
         (--server, $AGENTRUN_SERVER, else its default socket), or, as root
-        with no server there, run here
+        with no server there (or with --local), run here
   doctor [--config F]
         check this host; exits 1 if a run would fail
   gc [--config F]

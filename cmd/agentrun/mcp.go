@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -30,6 +31,7 @@ func cmdMCP(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "config file, when running tasks here (default "+config.DefaultPath+")")
 	serverAddr := fs.String("server", os.Getenv("AGENTRUN_SERVER"), "forward to this agentrun serve (unix:///path or tcp://host:port; token from $AGENTRUN_TOKEN); default: its default socket, if it answers")
+	localOnly := fs.Bool("local", false, "run tasks here (root), never forward to a server")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -41,15 +43,28 @@ func cmdMCP(args []string, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	if *localOnly {
+		if *serverAddr != "" {
+			logf("--local and --server (or $AGENTRUN_SERVER) exclude each other")
+			return 2
+		}
+		srv, code := local(*cfgPath, logf)
+		if srv == nil {
+			return code
+		}
+		return serveStdio(ctx, srv, logf)
+	}
 	explicit := *serverAddr != ""
 	addr := *serverAddr
 	if !explicit {
 		addr = config.Default().Server.Listen
 	}
 	srv, ferr := forward(ctx, addr, logf)
-	if ferr != nil && (explicit || os.Geteuid() != 0) {
+	// Only a server that is not there lets root run tasks here: one that
+	// is there but refuses (a wrong token) is an error.
+	if ferr != nil && (explicit || os.Geteuid() != 0 || !absent(ferr)) {
 		logf("%v", ferr)
-		if !explicit {
+		if !explicit && absent(ferr) {
 			logf("running tasks here instead needs root")
 		}
 		return 1
@@ -64,11 +79,20 @@ func cmdMCP(args []string, stderr io.Writer) int {
 		srv.Close()
 		return 2
 	}
+	return serveStdio(ctx, srv, logf)
+}
+
+func serveStdio(ctx context.Context, srv *mcpserver.Server, logf func(string, ...any)) int {
 	if err := srv.ServeStdio(ctx); err != nil {
 		logf("%v", err)
 		return 1
 	}
 	return 0
+}
+
+// absent says whether err is that no server listens at the address.
+func absent(err error) bool {
+	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // forward connects to serve's /mcp at addr.
@@ -77,9 +101,14 @@ func forward(ctx context.Context, addr string, logf func(string, ...any)) (*mcps
 	if err != nil {
 		return nil, err
 	}
-	url, hc := c.HTTP("/mcp")
 	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
+	// The health check tells a server that is not there (absent) from
+	// one that refuses.
+	if _, err := c.Health(ctx); err != nil {
+		return nil, fmt.Errorf("agentrun serve at %s: %w", addr, err)
+	}
+	url, hc := c.HTTP("/mcp")
 	srv, err := mcpserver.Forward(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc, MaxRetries: -1}, logf)
 	if err != nil {
 		return nil, fmt.Errorf("agentrun serve at %s: %w", addr, err)

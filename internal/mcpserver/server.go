@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -144,7 +145,31 @@ func newServer(logf func(format string, args ...any), instructions string) *Serv
 	s := &Server{logf: logf, fallback: "mcp-" + randomHex(8)}
 	s.stop, s.cancel = context.WithCancel(context.Background())
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "agentrun", Version: Version}, &mcp.ServerOptions{Instructions: instructions})
+	s.mcp.AddReceivingMiddleware(boundErrors)
 	return s
+}
+
+// MaxErrorChars bounds the text of an error answer: the SDK's argument
+// validation quotes the value at fault, which may be megabytes of code.
+const MaxErrorChars = 2048
+
+// boundErrors cuts the texts of error answers to MaxErrorChars.
+func boundErrors(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		res, err := next(ctx, method, req)
+		if r, ok := res.(*mcp.CallToolResult); ok && r.IsError {
+			for _, c := range r.Content {
+				if t, ok := c.(*mcp.TextContent); ok && len(t.Text) > MaxErrorChars {
+					cut := MaxErrorChars
+					for cut > 0 && !utf8.RuneStart(t.Text[cut]) {
+						cut--
+					}
+					t.Text = t.Text[:cut] + fmt.Sprintf("… [%d more bytes cut]", len(t.Text)-cut)
+				}
+			}
+		}
+		return res, err
+	}
 }
 
 // runCode is run_code: the arguments become a task, the result an answer.
@@ -311,7 +336,7 @@ func inputSchema(cfg *config.Config) *jsonschema.Schema {
 		Type:     "object",
 		Required: []string{"code"},
 		Properties: map[string]*jsonschema.Schema{
-			"language": {Type: "string", Enum: enum, Description: "Language of code (default " + cfg.Language + ")."},
+			"language": {Type: "string", Enum: enum, MaxLength: ptr(64), Description: "Language of code (default " + cfg.Language + ")."},
 			"code": {Type: "string", MaxLength: ptr(MaxCodeChars),
 				Description: "The program's source, written to a file in /workspace and run."},
 			"files": {Type: "object", MaxProperties: ptr(task.MaxFiles),

@@ -58,7 +58,7 @@ func (m *mcpSession) close() {
 // without a process start per call.
 func mcpColdContender(cfg string) (*contender, *mcpSession) {
 	c := &contender{name: mcpColdName, note: "tools/call over stdio (Go SDK client) to one `agentrun mcp` process, root, no server: a cold sandbox per call"}
-	m, err := startMCP("--server=", "--config", cfg)
+	m, err := startMCP("--local", "--config", cfg)
 	if err != nil {
 		c.err = err.Error()
 		return c, nil

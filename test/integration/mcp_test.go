@@ -267,8 +267,8 @@ print(open('input.txt').read())`
 		} {
 			res := call(t, cs, c.args)
 			text := answerText(t, res)
-			if !res.IsError || res.StructuredContent != nil {
-				t.Errorf("%s: not an error answer: %q", c.name, text)
+			if !res.IsError || res.StructuredContent != nil || len(text) > mcpserver.MaxErrorChars+100 {
+				t.Errorf("%s: not a short error answer (%d bytes): %.200q", c.name, len(text), text)
 			}
 			for _, w := range c.want {
 				if !strings.Contains(text, w) {
@@ -340,7 +340,11 @@ func mcpConfig(t *testing.T, auditPath string) string {
 // TestMCPStdio: `agentrun mcp` as root with no server runs tasks itself,
 // driven over the SDK's command transport.
 func TestMCPStdio(t *testing.T) {
-	cmd := exec.Command(agentrunBin(t), "mcp", "--server=", "--config", mcpConfig(t, ""))
+	// No flag but the config: root, and no server on the default socket.
+	if _, err := os.Stat(strings.TrimPrefix(config.Default().Server.Listen, "unix://")); err == nil {
+		t.Fatalf("a server's socket is at %s: this test needs none there", config.Default().Server.Listen)
+	}
+	cmd := exec.Command(agentrunBin(t), "mcp", "--config", mcpConfig(t, ""))
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	cmd.Stderr = os.Stderr
 	cs := mcpClient(t, &mcp.CommandTransport{Command: cmd})
@@ -462,7 +466,7 @@ func runningIDs() []string {
 func TestMCPBadClients(t *testing.T) {
 	cfgPath := mcpConfig(t, "")
 	start := func() *rawMCP {
-		return startRawMCP(t, exec.Command(agentrunBin(t), "mcp", "--server=", "--config", cfgPath))
+		return startRawMCP(t, exec.Command(agentrunBin(t), "mcp", "--local", "--config", cfgPath))
 	}
 	sleeper := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_code","arguments":{"code":"import time; time.sleep(50)","timeout":"60s"}}}`
 
@@ -620,6 +624,15 @@ func TestMCPOverHTTP(t *testing.T) {
 	if _, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "0"}, nil).Connect(ctx, noToken, nil); err == nil {
 		t.Error("connected to /mcp without the token")
 	}
+	// agentrun mcp with a wrong token: refused, and as root it does not
+	// fall back to running tasks itself.
+	var stderr strings.Builder
+	wrong := exec.Command(agentrunBin(t), "mcp")
+	wrong.Env = []string{"AGENTRUN_SERVER=tcp://" + strings.TrimPrefix(s.base, "http://"), "AGENTRUN_TOKEN=wrong"}
+	wrong.Stdin, wrong.Stderr = strings.NewReader(""), &stderr
+	if err := wrong.Run(); wrong.ProcessState.ExitCode() != 1 || !strings.Contains(stderr.String(), "401") {
+		t.Errorf("wrong token: %v: %s", err, stderr.String())
+	}
 	c, err := server.NewClient("tcp://"+strings.TrimPrefix(s.base, "http://"), "sekrit")
 	if err != nil {
 		t.Fatal(err)
@@ -661,7 +674,7 @@ func TestMCPTypeScriptClient(t *testing.T) {
 		}
 		return string(out)
 	}
-	out := node("stdio", agentrunBin(t), "mcp", "--server=", "--config", mcpConfig(t, ""))
+	out := node("stdio", agentrunBin(t), "mcp", "--local", "--config", mcpConfig(t, ""))
 	if !strings.Contains(out, "ok stdio") {
 		t.Errorf("stdio: %s", out)
 	}
