@@ -569,6 +569,22 @@ func TestMCPForwardsUnprivileged(t *testing.T) {
 	if res := call(t, cs, map[string]any{"code": "print(1)", "timeout": "5m"}); !res.IsError || !strings.Contains(answerText(t, res), "timeout: 5m exceeds policy maximum") {
 		t.Errorf("refusal through serve: %q", answerText(t, res))
 	}
+
+	// serve restarts: the next calls open a new session there.
+	s.stop()
+	s = startServe(t, map[string]any{"listen": "unix://" + sock})
+	if err := os.Chown(sock, 0, 65534); err != nil {
+		t.Fatal(err)
+	}
+	var after *mcp.CallToolResult
+	for range 2 { // the first may find the old session's end first
+		if after = call(t, cs, map[string]any{"code": "print(2)"}); !after.IsError {
+			break
+		}
+	}
+	if after.IsError || structured(t, after).Stdout != "2\n" {
+		t.Errorf("after serve restarted: %q", answerText(t, after))
+	}
 	cs.Close()
 
 	// A client that leaves mid-run: serve kills the run.
