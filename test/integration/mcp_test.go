@@ -640,6 +640,22 @@ func TestMCPOverHTTP(t *testing.T) {
 	if _, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "0"}, nil).Connect(ctx, noToken, nil); err == nil {
 		t.Error("connected to /mcp without the token")
 	}
+	// A malformed frame and one past the size cap: refused, serve goes on.
+	for _, body := range []string{`{"jsonrpc":"2.0","id":1,"method":`, `{"x":"` + strings.Repeat("a", mcpserver.MaxFrameBytes) + `"}`} {
+		req, _ := http.NewRequest("POST", s.base+"/mcp", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer sekrit")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest && resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Errorf("bad frame of %d bytes: %d; want 400 or 413", len(body), resp.StatusCode)
+		}
+	}
+
 	// agentrun mcp with a wrong token: refused, and as root it does not
 	// fall back to running tasks itself.
 	var stderr strings.Builder
