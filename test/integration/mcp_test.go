@@ -505,6 +505,22 @@ func TestMCPBadClients(t *testing.T) {
 	})
 }
 
+// clientDir is a directory under /run (as the suite's state dir) that
+// any user can reach: for serve's socket and an unprivileged copy of the
+// binary.
+func clientDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/run", "agentrun-client-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // copyBin copies the agentrun binary into dir (once), where a user
 // without privilege can run it, and returns its path.
 func copyBin(t *testing.T, dir string) string {
@@ -536,14 +552,7 @@ func unprivilegedMCP(t *testing.T, dir string, env ...string) *exec.Cmd {
 // running serve over its socket (access by group only), whose MCP session
 // is the agentrun session; with no server it says so and exits 1.
 func TestMCPForwardsUnprivileged(t *testing.T) {
-	dir, err := os.MkdirTemp("/run", "agentrun-mcp-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := clientDir(t)
 	sock := filepath.Join(dir, "agentrun.sock")
 	s := startServe(t, map[string]any{"listen": "unix://" + sock, "pool": map[string]int{pythonImage: 1}})
 	if err := os.Chown(sock, 0, 65534); err != nil {

@@ -398,14 +398,7 @@ func TestServeSIGKILLThenGC(t *testing.T) {
 func TestRunThroughServer(t *testing.T) {
 	// A dir nobody can reach: the socket, and an unprivileged copy of the
 	// binary.
-	dir, err := os.MkdirTemp("/run", "agentrun-client-") // as the suite's state dir
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := clientDir(t)
 	sock := filepath.Join(dir, "agentrun.sock")
 	s := startServe(t, map[string]any{"listen": "unix://" + sock, "pool": map[string]int{pythonImage: 1}})
 
