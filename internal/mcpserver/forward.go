@@ -27,7 +27,7 @@ func Forward(ctx context.Context, transport mcp.Transport, logf func(format stri
 		return nil, err
 	}
 	s := newServer(logf, cs.InitializeResult().Instructions)
-	context.AfterFunc(s.stop, r.close)
+	s.after = r.close // once the calls are cancelled there
 	for tool, err := range cs.Tools(ctx, nil) {
 		if err != nil {
 			r.close()
@@ -35,7 +35,7 @@ func Forward(ctx context.Context, transport mcp.Transport, logf func(format stri
 		}
 		name := tool.Name
 		s.mcp.AddTool(tool, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			ctx, done := s.track(ctx)
+			ctx, done := s.track(ctx, req.Session)
 			defer done()
 			cs, err := r.session(ctx)
 			var res *mcp.CallToolResult

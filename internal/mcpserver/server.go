@@ -69,6 +69,10 @@ type Server struct {
 	stop   context.Context // cancelled by Close: every run is killed
 	cancel context.CancelFunc
 	calls  sync.WaitGroup
+	after  func() // run by Close once the calls are done; may be nil
+
+	mu    sync.Mutex
+	ended map[*mcp.ServerSession]chan struct{} // closed when the session ends
 }
 
 // New returns the MCP server that runs code with run, describing cfg's
@@ -116,6 +120,9 @@ func (s *Server) HTTPHandler() http.Handler {
 func (s *Server) Close() {
 	s.cancel()
 	s.calls.Wait()
+	if s.after != nil {
+		s.after()
+	}
 }
 
 // Shutdown lets the calls going on finish, or kills their runs when ctx
@@ -133,12 +140,45 @@ func (s *Server) Shutdown(ctx context.Context) {
 	}
 }
 
-// track counts a call going on and ties its context to Close.
-func (s *Server) track(ctx context.Context) (context.Context, func()) {
+// track counts a call going on and ties its context to Close and to the
+// end of its session (a client gone), which kill its run.
+func (s *Server) track(ctx context.Context, ss *mcp.ServerSession) (context.Context, func()) {
 	s.calls.Add(1)
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.stop, cancel)
+	if ss != nil {
+		ended := s.sessionEnded(ss)
+		go func() {
+			select {
+			case <-ended:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
 	return ctx, func() { stop(); cancel(); s.calls.Done() }
+}
+
+// sessionEnded is closed when ss has ended: one watcher per session.
+func (s *Server) sessionEnded(ss *mcp.ServerSession) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ch, ok := s.ended[ss]; ok {
+		return ch
+	}
+	if s.ended == nil {
+		s.ended = map[*mcp.ServerSession]chan struct{}{}
+	}
+	ch := make(chan struct{})
+	s.ended[ss] = ch
+	go func() {
+		ss.Wait()
+		s.mu.Lock()
+		delete(s.ended, ss)
+		s.mu.Unlock()
+		close(ch)
+	}()
+	return ch
 }
 
 func newServer(logf func(format string, args ...any), instructions string) *Server {
@@ -174,7 +214,7 @@ func boundErrors(next mcp.MethodHandler) mcp.MethodHandler {
 
 // runCode is run_code: the arguments become a task, the result an answer.
 func (s *Server) runCode(ctx context.Context, req *mcp.CallToolRequest, args Args) (*mcp.CallToolResult, any, error) {
-	ctx, done := s.track(ctx)
+	ctx, done := s.track(ctx, req.Session)
 	defer done()
 
 	session := s.fallback
