@@ -31,7 +31,7 @@ COMMIT        := $(shell git rev-parse HEAD 2>/dev/null)$(shell git status --por
 LDFLAGS       := -X main.version=$(VERSION) -X 'main.commit=$(COMMIT)' -X main.runscVersion=$(RUNSC_VERSION)
 UNITS         := agentrun.socket agentrun.service agentrun@.service agentrun-worker.service
 
-.PHONY: all build install deb deps images runsc demo test unit integration fuzz vet bench soak clean
+.PHONY: all build install deb deps images runsc mcp-client demo test unit integration fuzz vet bench soak clean
 
 all: build
 
@@ -77,9 +77,14 @@ vet:
 unit:
 	$(GO) test -tags $(TAGS) -count=1 ./internal/... ./runtime/ ./runtime/runc/ ./image/... ./netns/... ./proxy/... ./cmd/...
 
+# mcp-client installs the TypeScript MCP SDK the integration suite drives
+# agentrun mcp with (test/mcp-client, from its package-lock.json).
+mcp-client: deps
+	cd test/mcp-client && npm ci --no-audit --no-fund
+
 # integration: real sandboxes on both runtimes, one package at a time (each
 # checks that the host is left clean, which a concurrent package would spoil).
-integration: build images runsc
+integration: build images runsc mcp-client
 	AGENTRUN_BIN=$(abspath $(BIN)) $(GO) test -tags $(TAGS) -count=1 -p 1 -timeout 20m ./runtime/runsc/ ./test/...
 
 # fuzz runs each fuzz target briefly.

@@ -54,6 +54,10 @@ commands:
         kept session workspaces: create one (prints its id, for a task's
         "session" with "keep_workspace": true), list, remove, list or read
         or write its files
+  mcp [--server ADDR | [--local] --config F]
+        serve the MCP tool run_code over stdio: forwarded to agentrun serve
+        (--server, $AGENTRUN_SERVER, else its default socket), or, as root
+        with no server there (or with --local), run here
   doctor [--config F]
         check this host; exits 1 if a run would fail
   gc [--config F]
@@ -100,6 +104,8 @@ func dispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return cmdResult(args[1:], stdout, stderr)
 	case "sessions":
 		return cmdSessions(args[1:], stdin, stdout, stderr)
+	case "mcp":
+		return cmdMCP(args[1:], stderr)
 	case "doctor":
 		return cmdDoctor(args[1:], stdout, stderr)
 	case "gc":

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/mcpserver"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/server"
 )
@@ -92,6 +93,9 @@ func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
 	api.Logf = logf
 	api.PoolErrors = poolErrors
 	api.Sessions = r.Sessions()
+	mcpSrv := mcpserver.New(cfg, api.RunTask, api.Logf)
+	defer mcpSrv.Close()
+	api.Handle("/mcp", mcpSrv.HTTPHandler())
 	srv := api.HTTPServer()
 	srv.BaseContext = func(net.Listener) context.Context { return base }
 	served := make(chan error, 1)
@@ -148,6 +152,8 @@ func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
 	longest, _ := config.ParseDuration(cfg.Policy.Timeout)
 	grace, cancel := context.WithTimeout(context.Background(), longest+5*time.Second)
 	defer cancel()
+	// MCP sessions hold streams open: they end once their calls are done.
+	go mcpSrv.Shutdown(grace)
 	if err := srv.Shutdown(grace); err != nil {
 		kill() // cancels every run: their sandboxes are killed and removed
 		srv.Close()

@@ -61,9 +61,9 @@ var (
 
 // Run sends the task (task.json bytes) and returns its result. A result
 // with Error set (the server could not run the task) is returned as is; a
-// refusal (bad task, over policy or quota, server busy) or a server that
-// cannot be reached is an error. A 429 or 503 is tried again after its
-// Retry-After, a bounded number of times (see MaxRetries).
+// refusal (bad task, over policy or quota, server busy) is a *Refusal, and
+// a server that cannot be reached another error. A 429 or 503 is tried
+// again after its Retry-After, a bounded number of times (see MaxRetries).
 func (c *Client) Run(ctx context.Context, taskJSON []byte) (*result.Result, error) {
 	if len(taskJSON) > task.MaxTaskBytes {
 		return nil, fmt.Errorf("task is %d bytes, more than the maximum %d", len(taskJSON), task.MaxTaskBytes)
@@ -109,16 +109,18 @@ func (c *Client) runOnce(ctx context.Context, taskJSON []byte) (_ *result.Result
 	if json.Unmarshal(body, &apiErr) != nil || apiErr.Error == "" {
 		return nil, wait, fmt.Errorf("the server answered %s", resp.Status)
 	}
-	msg := apiErr.Error
+	ref := &Refusal{Status: resp.StatusCode, Field: apiErr.Field,
+		Msg: fmt.Sprintf("the server refused the task (%d): %s", resp.StatusCode, apiErr.Error)}
 	if retry := resp.Header.Get("Retry-After"); retry != "" {
-		msg += " (retry after " + retry + "s)"
-		n, err := strconv.Atoi(retry)
-		if err == nil && n >= 0 && time.Duration(n)*time.Second <= MaxRetryWait &&
-			(resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) {
-			wait = time.Duration(n) * time.Second
+		ref.Msg += " (retry after " + retry + "s)"
+		if n, err := strconv.Atoi(retry); err == nil && n >= 0 {
+			ref.RetryAfter = time.Duration(n) * time.Second
+			if ref.RetryAfter <= MaxRetryWait && (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) {
+				wait = ref.RetryAfter
+			}
 		}
 	}
-	return nil, wait, fmt.Errorf("the server refused the task (%d): %s", resp.StatusCode, msg)
+	return nil, wait, ref
 }
 
 // Health asks the server how it is (GET /healthz).
@@ -136,6 +138,34 @@ func (c *Client) Health(ctx context.Context) (*Health, error) {
 		return nil, fmt.Errorf("the server's health is not JSON: %w", err)
 	}
 	return &h, nil
+}
+
+// HTTP returns the URL of path on the server and an HTTP client that
+// reaches it with the token: for another protocol served on the same
+// socket (/mcp).
+func (c *Client) HTTP(path string) (string, *http.Client) {
+	hc := *c.http
+	hc.Transport = &withToken{base: hc.Transport, token: c.token}
+	return c.base + path, &hc
+}
+
+// withToken adds the bearer token, if any, to each request.
+type withToken struct {
+	base  http.RoundTripper // nil: http.DefaultTransport
+	token string
+}
+
+func (t *withToken) RoundTrip(req *http.Request) (*http.Response, error) {
+	base := t.base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	if t.token == "" {
+		return base.RoundTrip(req)
+	}
+	req = req.Clone(req.Context())
+	req.Header.Set("Authorization", "Bearer "+t.token)
+	return base.RoundTrip(req)
 }
 
 // do sends one request, with the token.

@@ -52,6 +52,7 @@ type Server struct {
 	running  atomic.Int64
 	quotas   *quotas
 	metrics  *metrics.Metrics
+	extra    map[string]http.Handler // more routes, behind the same auth
 
 	// Logf, when set, gets what goes wrong after a client was answered.
 	Logf func(format string, args ...any)
@@ -108,6 +109,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/healthz", only(s.healthz, http.MethodGet, http.MethodHead))
 	mux.HandleFunc("/metrics", only(s.serveMetrics, http.MethodGet, http.MethodHead))
 	s.routeSessions(mux)
+	for pattern, h := range s.extra {
+		mux.Handle(pattern, h)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "", fmt.Sprintf("no such endpoint %s: the API is POST /v1/runs, /v1/sessions, GET /healthz and GET /metrics", r.URL.Path))
 	})
@@ -144,6 +148,15 @@ func (s *Server) HTTPServer() *http.Server {
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, connKey{}, c)
 		}}
+}
+
+// Handle adds a route to the API (before Handler is called), behind the
+// same token: another protocol spoken on the same socket, as /mcp.
+func (s *Server) Handle(pattern string, h http.Handler) {
+	if s.extra == nil {
+		s.extra = map[string]http.Handler{}
+	}
+	s.extra[pattern] = h
 }
 
 // auth requires the bearer token when one is configured.
@@ -184,13 +197,7 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 	// bodies, so the bodies in memory are at most max_concurrent.
 	slots, err := s.admit(r.Context(), cfg)
 	if err != nil {
-		quota := ""
-		if errors.Is(err, errQueueFull) {
-			quota = metrics.QuotaQueue
-		}
-		s.metrics.Refused(cfg.Runtime, quota)
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		writeRefusal(w, s.admitRefusal(cfg.Runtime, err))
 		return
 	}
 	defer func() { <-slots }()
@@ -203,27 +210,13 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 	data = nil // the plan holds what is needed
 	if err != nil {
 		s.metrics.Refused(cfg.Runtime, "")
-		status, field := http.StatusBadRequest, ""
-		var te *task.Error
-		if errors.As(err, &te) {
-			field = te.Field
-		}
-		if errors.Is(err, task.ErrPolicy) {
-			status = http.StatusForbidden
-		}
-		writeError(w, status, field, err.Error())
+		writeRefusal(w, taskRefusal(err))
 		return
 	}
 
 	release, retry, err := s.quotas.acquire(plan.Session)
 	if err != nil {
-		quota := ""
-		if qe := (*quotaError)(nil); errors.As(err, &qe) {
-			quota = qe.quota
-		}
-		s.metrics.Refused(plan.Runtime, quota)
-		w.Header().Set("Retry-After", strconv.Itoa(int((retry+time.Second-1)/time.Second)))
-		writeError(w, http.StatusTooManyRequests, "", err.Error())
+		writeRefusal(w, s.quotaRefusal(plan, err, retry))
 		return
 	}
 	defer release()
@@ -345,6 +338,98 @@ func writeResult(w http.ResponseWriter, res *result.Result) {
 
 // errQueueFull is admit's refusal when the queue is full.
 var errQueueFull = errors.New("server busy")
+
+// Refusal is a task the server would not run, with the HTTP status that
+// says why: 400 bad task, 403 above policy, 413 too large, 429 over a
+// session quota, 503 busy. Field names the task field at fault, if one is.
+type Refusal struct {
+	Status     int
+	Field      string
+	Msg        string
+	RetryAfter time.Duration // when it may be tried again; 0 if not said
+}
+
+func (r *Refusal) Error() string { return r.Msg }
+
+// taskRefusal is the refusal of a task that does not load: 400, or 403
+// above policy, naming the field at fault.
+func taskRefusal(err error) *Refusal {
+	ref := &Refusal{Status: http.StatusBadRequest, Msg: err.Error()}
+	var te *task.Error
+	if errors.As(err, &te) {
+		ref.Field = te.Field
+	}
+	if errors.Is(err, task.ErrPolicy) {
+		ref.Status = http.StatusForbidden
+	}
+	return ref
+}
+
+// quotaRefusal is the 429 of a run over its session's quota, counted.
+func (s *Server) quotaRefusal(plan *task.Plan, err error, retry time.Duration) *Refusal {
+	quota := ""
+	if qe := (*quotaError)(nil); errors.As(err, &qe) {
+		quota = qe.quota
+	}
+	s.metrics.Refused(plan.Runtime, quota)
+	return &Refusal{Status: http.StatusTooManyRequests, Msg: err.Error(), RetryAfter: retry}
+}
+
+// admitRefusal is the 503 of a run that got no run slot, counted.
+func (s *Server) admitRefusal(runtime string, err error) *Refusal {
+	quota := ""
+	if errors.Is(err, errQueueFull) {
+		quota = metrics.QuotaQueue
+	}
+	s.metrics.Refused(runtime, quota)
+	return &Refusal{Status: http.StatusServiceUnavailable, Msg: err.Error(), RetryAfter: time.Second}
+}
+
+// RunTask runs task.json under the server's policy, quotas and admission,
+// as POST /v1/runs does, for the server's other doors (MCP). It returns the
+// result (Error set when agentrun could not run it), or a *Refusal.
+func (s *Server) RunTask(ctx context.Context, data []byte) (*result.Result, error) {
+	cfg := s.cfg.Load()
+	if len(data) > task.MaxTaskBytes {
+		s.metrics.Refused(cfg.Runtime, "")
+		return nil, &Refusal{Status: http.StatusRequestEntityTooLarge, Msg: fmt.Sprintf("task is %d bytes, more than the maximum %d", len(data), task.MaxTaskBytes)}
+	}
+	plan, err := s.load(ctx, data, cfg)
+	if err != nil {
+		s.metrics.Refused(cfg.Runtime, "")
+		return nil, taskRefusal(err)
+	}
+	release, retry, err := s.quotas.acquire(plan.Session)
+	if err != nil {
+		return nil, s.quotaRefusal(plan, err, retry)
+	}
+	defer release()
+	slots, err := s.admit(ctx, cfg)
+	if err != nil {
+		return nil, s.admitRefusal(plan.Runtime, err)
+	}
+	defer func() { <-slots }()
+	s.running.Add(1)
+	defer s.running.Add(-1)
+	admitted, pooled := time.Now(), false
+	res := s.run(ctx, plan, runner.Hooks{Setup: func(p bool, d time.Duration) {
+		pooled = p
+		s.metrics.Setup(p, d)
+	}})
+	s.metrics.Ran(plan.Runtime, pooled, time.Since(admitted), res)
+	return res, nil
+}
+
+func writeRefusal(w http.ResponseWriter, err error) {
+	ref, ok := err.(*Refusal)
+	if !ok {
+		ref = &Refusal{Status: http.StatusInternalServerError, Msg: err.Error()}
+	}
+	if ref.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int((ref.RetryAfter+time.Second-1)/time.Second))))
+	}
+	writeError(w, ref.Status, ref.Field, ref.Msg)
+}
 
 // admit takes a run slot, waiting in the queue when all are taken. It
 // fails at once when the queue is full, or when ctx ends while waiting.

@@ -275,8 +275,9 @@ func TestClient(t *testing.T) {
 		!strings.Contains(err.Error(), "429") || !strings.Contains(err.Error(), "runs per minute") || !strings.Contains(err.Error(), "retry after") {
 		t.Errorf("over quota: %v", err)
 	}
-	if _, err := c.Run(context.Background(), []byte(`{"code": 1}`)); err == nil || !strings.Contains(err.Error(), "400") {
-		t.Errorf("bad task: %v", err)
+	_, err = c.Run(context.Background(), []byte(`{"code": 1}`))
+	if ref, ok := err.(*Refusal); !ok || ref.Status != 400 || ref.Field != "code" || !strings.Contains(err.Error(), "400") {
+		t.Errorf("bad task: %#v; want a *Refusal naming code", err)
 	}
 	bad, _ := NewClient(addr, "wrong")
 	if _, err := bad.Run(context.Background(), []byte(`{"code": "x"}`)); err == nil || !strings.Contains(err.Error(), "401") {

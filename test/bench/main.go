@@ -119,6 +119,11 @@ func main() {
 	}
 	warm := poolContender(srv, serr)
 	cs = append(cs, warm, cliContender(srv, serr, task))
+	mcpCold, m1 := mcpColdContender(cfg)
+	defer m1.close()
+	mcpWarm, m2 := mcpWarmContender(srv, serr)
+	defer m2.close()
+	cs = append(cs, mcpCold, mcpWarm)
 
 	// Warm-up (page cache, first cgroup) and availability check.
 	for _, c := range cs {
@@ -408,6 +413,7 @@ func report(w io.Writer, cs []*contender, tp, stp map[int]float64, pulls []*cont
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %.2f× | %s | %s |\n", c.name, ms(median(c.times)), ms(pct(c.times, 0.9)),
 			ms(slices.Max(c.times)), float64(median(c.times))/float64(floor), rss, c.note)
 	}
+	mcpLine(w, cs)
 	fmt.Fprintf(w, "\nPeak RSS: GNU time's maximum resident set of the command and the children it waited for (one extra run); for serve, the server process's own VmHWM after the runs above.\n")
 	if len(tp) > 0 || len(stp) > 0 {
 		fmt.Fprintf(w, "\nThroughput, 24 runs of print(45) at each concurrency: `agentrun run` (cold, no network) and `agentrun serve` (max_concurrent 8, a pool of 1 that refills between runs; runs that find it empty run cold in the server):\n\n| concurrency | agentrun run, runs/s | agentrun serve, runs/s |\n|---|---|---|\n")

@@ -416,26 +416,12 @@ func TestServeSIGKILLThenGC(t *testing.T) {
 func TestRunThroughServer(t *testing.T) {
 	// A dir nobody can reach: the socket, and an unprivileged copy of the
 	// binary.
-	dir, err := os.MkdirTemp("/run", "agentrun-client-") // as the suite's state dir
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := clientDir(t)
 	sock := filepath.Join(dir, "agentrun.sock")
 	s := startServe(t, map[string]any{"listen": "unix://" + sock, "pool": map[string]int{pythonImage: 1}})
 
 	// The socket goes to nobody's group, as it would to the agentrun group.
-	bin := filepath.Join(dir, "agentrun")
-	b, err := os.ReadFile(agentrunBin(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := copyBin(t, dir)
 	if err := os.Chown(sock, 0, 65534); err != nil {
 		t.Fatal(err)
 	}
@@ -551,29 +537,6 @@ func TestServePoolsTheDefaultImage(t *testing.T) {
 	assertNoLeaks(t)
 }
 
-// clientDir makes a dir under /run that user nobody can enter, with a copy
-// of the binary that user can run; it is removed when the test ends.
-func clientDir(t *testing.T) (dir, bin string) {
-	t.Helper()
-	dir, err := os.MkdirTemp("/run", "agentrun-client-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(agentrunBin(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin = filepath.Join(dir, "agentrun")
-	if err := os.WriteFile(bin, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir, bin
-}
-
 // runAsNobody runs bin as uid 65534 in the given groups with env.
 func runAsNobody(bin string, env []string, groups []uint32, stdin string, args ...string) (stdout, stderr string, code int) {
 	cmd := exec.Command(bin, args...)
@@ -619,7 +582,8 @@ func agentrunGroup(t *testing.T) uint32 {
 // run tasks through the socket, and still cannot enter the state dir.
 func TestServeSocketReachableByGroup(t *testing.T) {
 	gid := agentrunGroup(t)
-	dir, bin := clientDir(t)
+	dir := clientDir(t)
+	bin := copyBin(t, dir)
 	runDir := filepath.Join(dir, "agentrun") + ".d" // made by serve, as /run/agentrun
 	sock := filepath.Join(runDir, "agentrun.sock")
 	state := filepath.Join(runDir, "state")
@@ -659,7 +623,8 @@ func TestServeSocketReachableByGroup(t *testing.T) {
 // the other, each once it has the previous answer, is never refused, even
 // with a session quota of one concurrent run.
 func TestServeOneAtATimeNeverRefused(t *testing.T) {
-	dir, bin := clientDir(t)
+	dir := clientDir(t)
+	bin := copyBin(t, dir)
 	sock := filepath.Join(dir, "q.sock")
 	s := startServe(t, map[string]any{"listen": "unix://" + sock, "quota": map[string]any{"concurrent": 1, "runs_per_minute": 0}})
 	// A new connection for each run, as separate clients open: on a kept
@@ -685,7 +650,8 @@ func TestServeOneAtATimeNeverRefused(t *testing.T) {
 // TestServeRetryAfter: run --server waits out a 503 (server busy) as its
 // Retry-After says and gets its run.
 func TestServeRetryAfter(t *testing.T) {
-	dir, bin := clientDir(t)
+	dir := clientDir(t)
+	bin := copyBin(t, dir)
 	sock := filepath.Join(dir, "r.sock")
 	s := startServe(t, map[string]any{"listen": "unix://" + sock, "max_concurrent": 1, "queue": 0})
 	busy := make(chan int, 1)
@@ -945,7 +911,8 @@ func checkCompleteResult(t *testing.T, path string, res *result.Result, auditPat
 // network decisions in particular, which the audit record also lists.
 func TestServedResultsComplete(t *testing.T) {
 	in := proxytest.NewInternet(t)
-	dir, bin := clientDir(t)
+	dir := clientDir(t)
+	bin := copyBin(t, dir)
 	sock := filepath.Join(dir, "c.sock")
 	auditPath := filepath.Join(t.TempDir(), "audit.jsonl")
 	cfg := serveConfig(map[string]any{"listen": "unix://" + sock}, map[string]any{"local_images": []string{*imagesDir}})

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agentrun/agentrun/internal/audit"
+	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/mcpserver"
+	"github.com/agentrun/agentrun/internal/runner"
+	"github.com/agentrun/agentrun/internal/server"
+)
+
+// connectTimeout bounds the wait for serve at the start of `agentrun mcp`.
+const connectTimeout = 10 * time.Second
+
+// cmdMCP serves MCP over stdio. It forwards to agentrun serve when one is
+// reachable (--server, $AGENTRUN_SERVER, else the default socket); with
+// none, as root, it runs tasks itself.
+func cmdMCP(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "config file, when running tasks here (default "+config.DefaultPath+")")
+	serverAddr := fs.String("server", os.Getenv("AGENTRUN_SERVER"), "forward to this agentrun serve (unix:///path or tcp://host:port; token from $AGENTRUN_TOKEN); default: its default socket, if it answers")
+	localOnly := fs.Bool("local", false, "run tasks here (root), never forward to a server")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 0 {
+		fmt.Fprintln(stderr, "agentrun mcp: no arguments expected")
+		return 2
+	}
+	logf := func(format string, args ...any) { fmt.Fprintf(stderr, "agentrun mcp: "+format+"\n", args...) }
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if *localOnly {
+		if *serverAddr != "" {
+			logf("--local and --server (or $AGENTRUN_SERVER) exclude each other")
+			return 2
+		}
+		srv, code := local(*cfgPath, logf)
+		if srv == nil {
+			return code
+		}
+		return serveStdio(ctx, srv, logf)
+	}
+	explicit := *serverAddr != ""
+	addr := *serverAddr
+	if !explicit {
+		addr = config.Default().Server.Listen
+	}
+	srv, ferr := forward(ctx, addr, logf)
+	// Only a server that is not there lets root run tasks here: one that
+	// is there but refuses (a wrong token) is an error.
+	if ferr != nil && (explicit || os.Geteuid() != 0 || !absent(ferr)) {
+		logf("%v", ferr)
+		if !explicit && absent(ferr) {
+			logf("running tasks here instead needs root")
+		}
+		return 1
+	}
+	if ferr != nil {
+		var code int
+		if srv, code = local(*cfgPath, logf); srv == nil {
+			return code
+		}
+	} else if *cfgPath != "" {
+		logf("--config is the server's own when forwarding to %s", addr)
+		srv.Close()
+		return 2
+	}
+	return serveStdio(ctx, srv, logf)
+}
+
+func serveStdio(ctx context.Context, srv *mcpserver.Server, logf func(string, ...any)) int {
+	if err := srv.ServeStdio(ctx); err != nil {
+		logf("%v", err)
+		return 1
+	}
+	return 0
+}
+
+// absent says whether err is that no server listens at the address.
+func absent(err error) bool {
+	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// forward connects to serve's /mcp at addr.
+func forward(ctx context.Context, addr string, logf func(string, ...any)) (*mcpserver.Server, error) {
+	c, err := server.NewClient(addr, os.Getenv("AGENTRUN_TOKEN"))
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	// The health check tells a server that is not there (absent) from
+	// one that refuses.
+	if _, err := c.Health(ctx); err != nil {
+		return nil, fmt.Errorf("agentrun serve at %s: %w", addr, err)
+	}
+	url, hc := c.HTTP("/mcp")
+	srv, err := mcpserver.Forward(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc, MaxRetries: -1}, logf)
+	if err != nil {
+		return nil, fmt.Errorf("agentrun serve at %s: %w", addr, err)
+	}
+	return srv, nil
+}
+
+// local makes the server that runs tasks in this process, as serve would:
+// the same policy, quotas and admission.
+func local(cfgPath string, logf func(string, ...any)) (*mcpserver.Server, int) {
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		logf("%v", err)
+		return nil, 1
+	}
+	log, err := audit.Open(cfg.Audit)
+	if err != nil {
+		logf("%v", err)
+		return nil, 1
+	}
+	r, err := runner.New(cfg, log)
+	if err != nil {
+		log.Close()
+		logf("%v", err)
+		return nil, 1
+	}
+	if _, err := r.GC(); err != nil {
+		logf("gc: %v", err)
+	}
+	api := server.New(cfg, r.RunWith, nil)
+	return mcpserver.New(cfg, api.RunTask, logf), 0
+}

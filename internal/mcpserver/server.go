@@ -1,0 +1,412 @@
+package mcpserver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/server"
+	"github.com/agentrun/agentrun/internal/task"
+)
+
+// Version is the server version agentrun announces to clients.
+const Version = "0.1.0"
+
+// ToolName is the name of the tool that runs code.
+const ToolName = "run_code"
+
+// Bounds of one call.
+const (
+	// MaxCodeChars bounds run_code's code (the schema's maxLength).
+	MaxCodeChars = 1 << 20
+	// MaxFrameBytes bounds one inbound message, on stdio and HTTP alike:
+	// code, files and stdin together, as JSON.
+	MaxFrameBytes = 16 << 20
+	// SessionIdle is how long an HTTP session may stay idle before it is
+	// closed.
+	SessionIdle = 30 * time.Minute
+)
+
+// RunFunc runs a task (task.json bytes) and returns its result, whose
+// Error is set when agentrun could not run it; or a *server.Refusal when
+// the task was refused (bad task, above policy, over quota, busy); or
+// another error when the run could not even be asked for.
+// server.Server.RunTask is one.
+type RunFunc func(ctx context.Context, taskJSON []byte) (*result.Result, error)
+
+// Args are run_code's arguments.
+type Args struct {
+	Language     string            `json:"language,omitempty"`
+	Code         string            `json:"code"`
+	Files        map[string]string `json:"files,omitempty"`
+	Stdin        string            `json:"stdin,omitempty"`
+	Collect      []string          `json:"collect,omitempty"`
+	NetworkAllow []string          `json:"network_allow,omitempty"`
+	Timeout      string            `json:"timeout,omitempty"`
+}
+
+// Server is the MCP server of one agentrun door. Create it with New.
+type Server struct {
+	mcp      *mcp.Server
+	run      RunFunc
+	logf     func(format string, args ...any)
+	fallback string // the session of a transport without session ids (stdio)
+
+	stop   context.Context // cancelled by Close: every run is killed
+	cancel context.CancelFunc
+	calls  sync.WaitGroup
+	after  func() // run by Close once the calls are done; may be nil
+
+	mu    sync.Mutex
+	ended map[*mcp.ServerSession]chan struct{} // closed when the session ends
+}
+
+// New returns the MCP server that runs code with run, describing cfg's
+// languages and policy to the model. logf gets the host-side failures the
+// model is not told about.
+func New(cfg *config.Config, run RunFunc, logf func(format string, args ...any)) *Server {
+	s := newServer(logf, "agentrun runs code in single-use, locked-down Linux sandboxes: "+
+		"no network unless asked for, no secrets, bounded time, memory and output.")
+	s.run = run
+	mcp.AddTool(s.mcp, &mcp.Tool{
+		Name:         ToolName,
+		Title:        "Run code in a sandbox",
+		Description:  toolDescription(cfg),
+		InputSchema:  inputSchema(cfg),
+		OutputSchema: outputSchema(),
+		Annotations:  &mcp.ToolAnnotations{OpenWorldHint: ptr(true), DestructiveHint: ptr(false)},
+	}, s.runCode)
+	return s
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// MCP is the SDK server, for transports of the caller's choosing.
+func (s *Server) MCP() *mcp.Server { return s.mcp }
+
+// ServeStdio serves one client over stdin and stdout until it closes
+// them or ctx ends, then kills the runs going on and waits until their
+// sandboxes are gone.
+func (s *Server) ServeStdio(ctx context.Context) error {
+	err := s.mcp.Run(ctx, &mcp.StdioTransport{MaxLineLength: MaxFrameBytes})
+	s.Close()
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+// HTTPHandler serves MCP as Streamable HTTP (for serve's /mcp).
+func (s *Server) HTTPHandler() http.Handler {
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp },
+		&mcp.StreamableHTTPOptions{SessionTimeout: SessionIdle, MaxRequestBodyBytes: MaxFrameBytes})
+}
+
+// Close kills the runs going on and waits until their sandboxes are gone.
+func (s *Server) Close() {
+	s.cancel()
+	s.calls.Wait()
+	if s.after != nil {
+		s.after()
+	}
+}
+
+// Shutdown lets the calls going on finish, or kills their runs when ctx
+// ends first, then closes every session (ending their HTTP streams).
+func (s *Server) Shutdown(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { s.calls.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	s.Close()
+	for ss := range s.mcp.Sessions() {
+		ss.Close()
+	}
+}
+
+// track counts a call going on and ties its context to Close and to the
+// end of its session (a client gone), which kill its run.
+func (s *Server) track(ctx context.Context, ss *mcp.ServerSession) (context.Context, func()) {
+	s.calls.Add(1)
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.stop, cancel)
+	if ss != nil {
+		ended := s.sessionEnded(ss)
+		go func() {
+			select {
+			case <-ended:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return ctx, func() { stop(); cancel(); s.calls.Done() }
+}
+
+// sessionEnded is closed when ss has ended: one watcher per session.
+func (s *Server) sessionEnded(ss *mcp.ServerSession) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ch, ok := s.ended[ss]; ok {
+		return ch
+	}
+	if s.ended == nil {
+		s.ended = map[*mcp.ServerSession]chan struct{}{}
+	}
+	ch := make(chan struct{})
+	s.ended[ss] = ch
+	go func() {
+		ss.Wait()
+		s.mu.Lock()
+		delete(s.ended, ss)
+		s.mu.Unlock()
+		close(ch)
+	}()
+	return ch
+}
+
+func newServer(logf func(format string, args ...any), instructions string) *Server {
+	s := &Server{logf: logf, fallback: "mcp-" + randomHex(8)}
+	s.stop, s.cancel = context.WithCancel(context.Background())
+	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "agentrun", Version: Version}, &mcp.ServerOptions{Instructions: instructions})
+	s.mcp.AddReceivingMiddleware(boundErrors)
+	return s
+}
+
+// MaxErrorChars bounds the text of an error answer: the SDK's argument
+// validation quotes the value at fault, which may be megabytes of code.
+const MaxErrorChars = 2048
+
+// boundErrors cuts the texts of error answers to MaxErrorChars.
+func boundErrors(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		res, err := next(ctx, method, req)
+		if r, ok := res.(*mcp.CallToolResult); ok && r.IsError {
+			for _, c := range r.Content {
+				if t, ok := c.(*mcp.TextContent); ok && len(t.Text) > MaxErrorChars {
+					cut := MaxErrorChars
+					for cut > 0 && !utf8.RuneStart(t.Text[cut]) {
+						cut--
+					}
+					t.Text = t.Text[:cut] + fmt.Sprintf("… [%d more bytes cut]", len(t.Text)-cut)
+				}
+			}
+		}
+		return res, err
+	}
+}
+
+// runCode is run_code: the arguments become a task, the result an answer.
+func (s *Server) runCode(ctx context.Context, req *mcp.CallToolRequest, args Args) (*mcp.CallToolResult, any, error) {
+	ctx, done := s.track(ctx, req.Session)
+	defer done()
+
+	session := s.fallback
+	if req.Session != nil && req.Session.ID() != "" {
+		session = "mcp-" + req.Session.ID()
+	}
+	if len(session) > task.MaxSessionLen {
+		session = session[:task.MaxSessionLen]
+	}
+	taskJSON, err := json.Marshal(toTask(args, session))
+	if err != nil {
+		return nil, nil, fmt.Errorf("encoding the task: %w", err)
+	}
+	res, err := s.run(ctx, taskJSON)
+	var ref *server.Refusal
+	switch {
+	case ctx.Err() != nil:
+		// The client cancelled the call or left: the run was killed.
+		return cancelled(), nil, nil
+	case errors.As(err, &ref):
+		return refused(ref), nil, nil
+	case err != nil:
+		s.logf("session %s: %v", session, err)
+		return hostFailure(""), nil, nil
+	case res.Error != "":
+		s.logf("run %s (session %s): %s", res.ID, session, res.Error)
+		return hostFailure(res.ID), nil, nil
+	}
+	ans, out := answer(res)
+	return ans, out, nil
+}
+
+// taskJSON is the task a call becomes, as task.json spells it.
+type taskJSON struct {
+	Session  string               `json:"session"`
+	Language string               `json:"language,omitempty"`
+	Code     string               `json:"code"`
+	Stdin    string               `json:"stdin,omitempty"`
+	Files    map[string]task.File `json:"files,omitempty"`
+	Collect  []string             `json:"collect,omitempty"`
+	Network  *task.Network        `json:"network,omitempty"`
+	Limits   *struct {
+		Timeout string `json:"timeout"`
+	} `json:"limits,omitempty"`
+}
+
+func toTask(a Args, session string) taskJSON {
+	t := taskJSON{Session: session, Language: a.Language, Code: a.Code, Stdin: a.Stdin, Collect: a.Collect}
+	if len(a.Files) > 0 {
+		t.Files = make(map[string]task.File, len(a.Files))
+		for name, content := range a.Files {
+			t.Files[name] = task.File{Content: &content}
+		}
+	}
+	if len(a.NetworkAllow) > 0 {
+		t.Network = &task.Network{Allow: a.NetworkAllow}
+	}
+	if a.Timeout != "" {
+		t.Limits = &struct {
+			Timeout string `json:"timeout"`
+		}{a.Timeout}
+	}
+	return t
+}
+
+// argNames maps a task field, as a refusal names it, to the argument the
+// model wrote.
+var argNames = []struct{ field, arg string }{
+	{"limits.timeout", "timeout"},
+	{"network.allow", "network_allow"},
+}
+
+// refused is the answer to a refused task: what is wrong, named as the
+// model wrote it, so that it can fix the call.
+func refused(ref *server.Refusal) *mcp.CallToolResult {
+	msg := strings.TrimPrefix(ref.Msg, "task: ")
+	for _, n := range argNames {
+		msg = strings.ReplaceAll(msg, n.field, n.arg)
+	}
+	text := "run_code refused: " + msg
+	if ref.RetryAfter > 0 {
+		text += fmt.Sprintf(" (try again in %s)", ref.RetryAfter.Round(time.Second))
+	}
+	return errorResult(text)
+}
+
+// hostFailure is the answer when agentrun itself failed: nothing of the
+// host's detail, only the run id the operator can look up.
+func hostFailure(id string) *mcp.CallToolResult {
+	text := "agentrun could not run the code because of a problem on the host, not in the code"
+	if id != "" {
+		text += " (run " + id + ")"
+	}
+	return errorResult(text + "; the operator's log has the details.")
+}
+
+// cancelled is the answer to a call the client cancelled (or left): its
+// run was killed.
+func cancelled() *mcp.CallToolResult {
+	return errorResult("run_code cancelled: the run was stopped")
+}
+
+func errorResult(text string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+}
+
+// toolDescription tells the model what run_code does and what it may ask.
+func toolDescription(cfg *config.Config) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Run a program in a fresh, single-use, locked-down Linux sandbox (image %s) and get its output. ", cfg.Image)
+	fmt.Fprintf(&b, "Languages: %s (default %s). ", strings.Join(config.LanguageNames(cfg), ", "), cfg.Language)
+	b.WriteString("The code runs as an unprivileged user in /workspace, with a read-only root and writable /tmp and /workspace; nothing is kept after the run. ")
+	if allowNetwork(cfg) {
+		b.WriteString("There is no network unless network_allow names the hosts to reach (through a proxy; everything else is refused). ")
+	} else {
+		b.WriteString("There is no network. ")
+	}
+	fmt.Fprintf(&b, "Limits: timeout %s by default, at most %s; memory %s; output kept %d bytes per stream. ",
+		cfg.Limits.Timeout, cfg.Policy.Timeout, cfg.Limits.Memory, deref(cfg.Limits.OutputBytes))
+	b.WriteString("Files listed in collect come back: images as images, other files as resources. " +
+		"A non-zero exit, a timeout or an out-of-memory kill is a normal answer that says so.")
+	return b.String()
+}
+
+func allowNetwork(cfg *config.Config) bool {
+	return cfg.Policy.AllowNetwork == nil || *cfg.Policy.AllowNetwork
+}
+
+func deref[T any](p *T) T {
+	var z T
+	if p == nil {
+		return z
+	}
+	return *p
+}
+
+// inputSchema is run_code's input schema: the config's languages, and the
+// policy's maxima in the descriptions.
+func inputSchema(cfg *config.Config) *jsonschema.Schema {
+	langs := config.LanguageNames(cfg)
+	sort.Strings(langs)
+	enum := make([]any, len(langs))
+	for i, l := range langs {
+		enum[i] = l
+	}
+	str := func(desc string) *jsonschema.Schema { return &jsonschema.Schema{Type: "string", Description: desc} }
+	pathItem := func() *jsonschema.Schema {
+		return &jsonschema.Schema{Type: "string", MinLength: ptr(1), MaxLength: ptr(task.MaxPathLen)}
+	}
+	network := &jsonschema.Schema{Type: "array", Items: &jsonschema.Schema{Type: "string", MinLength: ptr(1), MaxLength: ptr(260)},
+		MaxItems: ptr(task.MaxAllow),
+		Description: "Hosts the program may reach, e.g. [\"pypi.org\", \"*.pythonhosted.org\", \"api.example.com:8443\"] " +
+			"(port 443 and 80 when none is given). Absent or empty: no network at all."}
+	if !allowNetwork(cfg) {
+		network.MaxItems = ptr(0)
+		network.Description = "Not available on this host: the policy allows no network."
+	}
+	return &jsonschema.Schema{
+		Type:     "object",
+		Required: []string{"code"},
+		Properties: map[string]*jsonschema.Schema{
+			"language": {Type: "string", Enum: enum, MaxLength: ptr(64), Description: "Language of code (default " + cfg.Language + ")."},
+			"code": {Type: "string", MaxLength: ptr(MaxCodeChars),
+				Description: "The program's source, written to a file in /workspace and run."},
+			"files": {Type: "object", MaxProperties: ptr(task.MaxFiles),
+				PropertyNames:        pathItem(),
+				AdditionalProperties: &jsonschema.Schema{Type: "string"},
+				Description: fmt.Sprintf("Text files written into /workspace before the run: relative path -> content "+
+					"(all files at most %s by default, %s at most).", cfg.Limits.WorkspaceSize, cfg.Policy.WorkspaceSize)},
+			"stdin": str("Standard input of the program."),
+			"collect": {Type: "array", Items: pathItem(), MaxItems: ptr(task.MaxCollect),
+				Description: "Globs relative to /workspace of files to return after the run, e.g. [\"out/*.png\", \"report.md\"]."},
+			"network_allow": network,
+			"timeout": {Type: "string", Pattern: `^[0-9]+(\.[0-9]+)?(ms|s|m|h)([0-9]+(\.[0-9]+)?(ms|s|m))*$`,
+				Description: fmt.Sprintf("Wall-clock limit, a duration such as \"10s\" or \"1m\": %s by default, at most %s.",
+					cfg.Limits.Timeout, cfg.Policy.Timeout)},
+		},
+		AdditionalProperties: &jsonschema.Schema{Not: &jsonschema.Schema{}},
+	}
+}
+
+// outputSchema describes structuredContent: Output.
+func outputSchema() *jsonschema.Schema {
+	s, err := jsonschema.For[Output](nil)
+	if err != nil {
+		panic(fmt.Sprintf("run_code output schema: %v", err)) // a fixed type: a bug here
+	}
+	return s
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,66 @@
+// client.mjs drives agentrun's MCP server with the official TypeScript
+// SDK's client, as Claude Desktop or Cursor would:
+//
+//   node client.mjs stdio COMMAND [ARGS...]   spawn `agentrun mcp` and speak over stdio
+//   node client.mjs http URL [TOKEN]          speak Streamable HTTP to serve's /mcp
+//
+// It checks tools/list and a few run_code calls, prints "ok MODE" and exits
+// 0, or prints what is wrong and exits 1.
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+
+const [mode, target, ...rest] = process.argv.slice(2);
+
+function check(cond, what, got) {
+  if (!cond) {
+    console.log(`FAIL ${mode}: ${what}: ${JSON.stringify(got)}`);
+    process.exit(1);
+  }
+}
+
+let transport;
+if (mode === "stdio") {
+  transport = new StdioClientTransport({ command: target, args: rest, stderr: "inherit" });
+} else if (mode === "http") {
+  const headers = rest[0] ? { Authorization: `Bearer ${rest[0]}` } : {};
+  transport = new StreamableHTTPClientTransport(new URL(target), { requestInit: { headers } });
+} else {
+  console.log("usage: node client.mjs stdio COMMAND [ARGS...] | http URL [TOKEN]");
+  process.exit(2);
+}
+
+const client = new Client({ name: "agentrun-ts-test", version: "0.0.0" });
+await client.connect(transport);
+
+const { tools } = await client.listTools();
+check(tools.length === 1 && tools[0].name === "run_code", "tools/list", tools);
+const schema = tools[0].inputSchema;
+check(schema.properties.language.enum.includes("python"), "language enum", schema.properties.language);
+check(schema.required.includes("code"), "required", schema.required);
+
+// A happy path, checked through the structured result the SDK validated
+// against the tool's output schema.
+let res = await client.callTool({ name: "run_code", arguments: { code: "print(45)" } });
+check(!res.isError && res.content[0].type === "text" && res.content[0].text.includes("45"), "print(45)", res);
+check(res.structuredContent.stdout === "45\n" && res.structuredContent.exit_code === 0, "structuredContent", res.structuredContent);
+
+// A non-zero exit is a normal answer.
+res = await client.callTool({ name: "run_code", arguments: { code: "import sys; sys.exit(3)" } });
+check(!res.isError && res.structuredContent.exit_code === 3 && res.content[0].text.includes("exit code 3"), "exit 3", res);
+
+// A refusal the model can fix, naming the argument and the maximum.
+res = await client.callTool({ name: "run_code", arguments: { code: "print(1)", timeout: "5m" } });
+check(res.isError && /timeout: 5m exceeds policy maximum/.test(res.content[0].text), "over policy", res);
+
+// Wrong types: an error answer, not a broken session.
+res = await client.callTool({ name: "run_code", arguments: { code: 42 } });
+check(res.isError, "wrong type", res);
+
+// A collected image comes back as image content.
+const png = "import base64, os; os.makedirs('out', exist_ok=True); open('out/dot.png','wb').write(base64.b64decode('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC'))";
+res = await client.callTool({ name: "run_code", arguments: { code: png, collect: ["out/*.png"] } });
+check(!res.isError && res.content.some((c) => c.type === "image" && c.mimeType === "image/png"), "image", res.content.map((c) => c.type));
+
+await client.close();
+console.log(`ok ${mode}`);
