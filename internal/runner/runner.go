@@ -208,7 +208,7 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 		if hooks.Result != nil {
 			final := *res
 			if err != nil {
-				final.Error = err.Error()
+				final.Error, final.Err = err.Error(), err
 			}
 			hooks.Result(&final)
 		}

@@ -225,6 +225,10 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 	// quota is given back before it, so that the client's next run is not
 	// refused for this one; the run slot is held until the sandbox is torn
 	// down.
+	if err := s.checkSession(plan); err != nil {
+		writeError(w, sessionStatus(err), "session", err.Error())
+		return
+	}
 	s.running.Add(1)
 	defer s.running.Add(-1)
 	var sent *result.Result
@@ -327,7 +331,7 @@ func writeResult(w http.ResponseWriter, res *result.Result) {
 	status := http.StatusOK
 	if res.Error != "" {
 		// A session busy or unknown is the client's to fix: 409, 404.
-		status = sessionStatus(res.Error)
+		status = sessionStatus(res.Err)
 	}
 	if code, ok := imageStatus(res.Err); ok {
 		writeError(w, code, "image", res.Error+" (run "+res.ID+")")

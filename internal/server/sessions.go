@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/agentrun/agentrun/internal/session"
+	"github.com/agentrun/agentrun/internal/task"
 )
 
 // SessionInfo is the answer of GET /v1/sessions/ID: the session and its
@@ -101,23 +101,40 @@ func (s *Server) sessionFile(w http.ResponseWriter, r *http.Request) {
 
 // writeSessionError answers a session error with its status.
 func writeSessionError(w http.ResponseWriter, err error) {
-	writeError(w, sessionStatus(err.Error()), "", err.Error())
+	writeError(w, sessionStatus(err), "", err.Error())
 }
 
-// sessionStatus is the HTTP status of a session error by its message
-// (a run's result carries its error as text).
-func sessionStatus(msg string) int {
+// sessionStatus is the HTTP status of a session error by its kind.
+func sessionStatus(err error) int {
 	switch {
-	case strings.HasPrefix(msg, session.ErrBusy.Error()):
+	case errors.Is(err, session.ErrBusy):
 		return http.StatusConflict
-	case strings.HasPrefix(msg, session.ErrNotFound.Error()):
+	case errors.Is(err, session.ErrNotFound):
 		return http.StatusNotFound
-	case strings.HasPrefix(msg, session.ErrFull.Error()):
+	case errors.Is(err, session.ErrFull):
 		return http.StatusInsufficientStorage
-	case strings.HasPrefix(msg, session.ErrTooLarge.Error()):
+	case errors.Is(err, session.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge
-	case strings.HasPrefix(msg, session.ErrBadPath.Error()):
+	case errors.Is(err, session.ErrBadPath):
 		return http.StatusBadRequest
 	}
 	return http.StatusInternalServerError
+}
+
+// checkSession refuses at once, before any answer starts (a stream's
+// included), a run whose kept session is unknown (404) or in use by
+// another run (409). The runner's lock still decides a race between two
+// runs that both pass this check.
+func (s *Server) checkSession(plan *task.Plan) error {
+	if !plan.KeepWorkspace || s.Sessions == nil {
+		return nil
+	}
+	in, err := s.Sessions.Get(plan.Session)
+	if err != nil {
+		return err
+	}
+	if in.Busy {
+		return fmt.Errorf("%w: %s", session.ErrBusy, plan.Session)
+	}
+	return nil
 }

@@ -15,7 +15,7 @@ import (
 
 // TestServeSessions: POST /v1/sessions makes a session; files put over the
 // API are read by a run and files a run wrote are listed and read over the
-// API; a second run while one runs gets 409; DELETE removes it (409 while
+// API; a second run while one runs gets 409, streamed or not; DELETE removes it (409 while
 // busy); an unknown id is 404; the token is required throughout.
 func TestServeSessions(t *testing.T) {
 	s := startServe(t, map[string]any{"listen": "tcp://127.0.0.1:0", "token": "s3cret", "max_concurrent": 4,
@@ -70,6 +70,10 @@ func TestServeSessions(t *testing.T) {
 	var second result.Result
 	if resp := s.post(task(`print(1)`), &second); resp.StatusCode != 409 || !strings.Contains(second.Error, "session busy") {
 		t.Errorf("second run: %d %+v", resp.StatusCode, second)
+	}
+	// A streamed run is refused before its stream starts.
+	if resp, b := s.do("POST", "/v1/runs?stream=1", task(`print(1)`)); resp.StatusCode != 409 || !strings.Contains(string(b), "session busy") {
+		t.Errorf("second run, streamed: %d %s", resp.StatusCode, b)
 	}
 	if resp, _ := s.do("DELETE", base, ""); resp.StatusCode != 409 {
 		t.Errorf("DELETE while busy: %d", resp.StatusCode)
