@@ -364,7 +364,7 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	opts := append([]runtime.SpecOpt{
 		runtime.WithArgs(p.Argv...),
 		runtime.WithEnv(p.Env),
-		runtime.WithCgroupsPath("/agentrun/" + id),
+		runtime.WithCgroupsPath(cgroupParent(p.Runtime) + "/" + id),
 		runtime.WithMemory(p.Limits.Memory),
 		runtime.WithCPUs(p.Limits.CPUs),
 		runtime.WithPids(p.Limits.Pids + 1), // the init is one of them
@@ -456,4 +456,13 @@ func (c *cleanups) run() error {
 	}
 	*c = nil
 	return errors.Join(errs...)
+}
+
+// cgroupParent is where runs of runtime rt have their cgroups: runsc's
+// apart from libcontainer's, each backend with its own gc and lock.
+func cgroupParent(rt string) string {
+	if rt == config.RuntimeRunsc {
+		return runsc.CgroupParent
+	}
+	return "/agentrun"
 }

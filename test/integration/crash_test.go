@@ -84,10 +84,56 @@ func waitForRun(t *testing.T, not string) string {
 	return ""
 }
 
-// hostCgroupOf is the pids cgroup of run id, under v1 or v2.
-func hostCgroupOf(id string) string {
+// hostCgroupOf is the pids cgroup of libcontainer run id, under v1 or v2.
+func hostCgroupOf(id string) string { return hostCgroupUnder("agentrun", id) }
+
+// hostCgroupUnder is the pids cgroup of run id under parent, under v1 or v2.
+func hostCgroupUnder(parent, id string) string {
 	if _, err := os.Stat("/sys/fs/cgroup/pids"); err == nil {
-		return filepath.Join("/sys/fs/cgroup/pids/agentrun", id)
+		return filepath.Join("/sys/fs/cgroup/pids", parent, id)
 	}
-	return filepath.Join("/sys/fs/cgroup/agentrun", id)
+	return filepath.Join("/sys/fs/cgroup", parent, id)
+}
+
+// TestGCAfterSIGKILLRunsc: a runsc run's cgroup is under /agentrun-runsc,
+// where the README and runsc's own gc say, never under libcontainer's
+// /agentrun; agentrun killed mid-run, `agentrun gc` removes it, the
+// sandbox's processes and everything else.
+func TestGCAfterSIGKILLRunsc(t *testing.T) {
+	bin := agentrunBin(t)
+	cfg := writeConfig(t, map[string]any{"image": pythonImage, "state_dir": stateDir, "audit": "",
+		"runsc": map[string]any{"path": runscPath, "flags": []string{}}})
+	for i := range 3 {
+		victim := exec.Command(bin, "run", "--config", cfg, "-")
+		victim.Stdin = strings.NewReader(`{"runtime":"runsc","code":"import time\nprint('x', flush=True)\ntime.sleep(30)","limits":{"timeout":"50s"}}`)
+		if err := victim.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var id string
+		for deadline := time.Now().Add(30 * time.Second); id == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			entries, _ := os.ReadDir(filepath.Join(stateDir, "runs"))
+			for _, e := range entries {
+				if _, err := os.Stat(hostCgroupUnder("agentrun-runsc", e.Name())); err == nil {
+					id = e.Name()
+				}
+			}
+		}
+		if id == "" {
+			victim.Process.Kill()
+			victim.Wait()
+			t.Fatalf("iteration %d: no runsc run's cgroup appeared under agentrun-runsc within 30s", i)
+		}
+		if _, err := os.Stat(hostCgroupOf(id)); err == nil {
+			t.Errorf("iteration %d: runsc run %s has a cgroup under libcontainer's parent too", i, id)
+		}
+		victim.Process.Signal(syscall.SIGKILL)
+		victim.Wait()
+		if out, err := exec.Command(bin, "gc", "--config", cfg).CombinedOutput(); err != nil {
+			t.Fatalf("iteration %d: agentrun gc: %v\n%s", i, err, out)
+		}
+		if leaks := hostLeaks(); len(leaks) > 0 {
+			t.Fatalf("iteration %d: left after gc:\n  %s", i, strings.Join(leaks, "\n  "))
+		}
+	}
+	assertNoLeaks(t)
 }
