@@ -13,10 +13,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/mcpserver"
-	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/server"
 )
 
@@ -124,19 +122,10 @@ func local(cfgPath string, logf func(string, ...any)) (*mcpserver.Server, int) {
 		logf("%v", err)
 		return nil, 1
 	}
-	log, err := audit.Open(cfg.Audit)
+	r, _, err := openRunner(cfg, cfg.Audit, logf)
 	if err != nil {
 		logf("%v", err)
 		return nil, 1
-	}
-	r, err := runner.New(cfg, log)
-	if err != nil {
-		log.Close()
-		logf("%v", err)
-		return nil, 1
-	}
-	if _, err := r.GC(); err != nil {
-		logf("gc: %v", err)
 	}
 	api := server.New(cfg, r.RunWith, nil)
 	return mcpserver.New(cfg, api.RunTask, logf), 0

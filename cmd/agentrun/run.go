@@ -15,10 +15,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
-	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/server"
 	"github.com/agentrun/agentrun/internal/task"
 )
@@ -154,18 +152,13 @@ func runTask(taskPath, cfgPath, auditPath, storeDir string, stdin io.Reader, std
 	if auditPath == "" {
 		auditPath = cfg.Audit
 	}
-	log, err := audit.Open(auditPath)
+	r, closeLog, err := openRunner(cfg, auditPath, func(format string, args ...any) {
+		fmt.Fprintf(stderr, "agentrun: "+format+"\n", args...)
+	})
 	if err != nil {
 		return failed(err)
 	}
-	defer log.Close()
-	r, err := runner.New(cfg, log)
-	if err != nil {
-		return failed(err)
-	}
-	if _, err := r.GC(); err != nil {
-		fmt.Fprintf(stderr, "agentrun: gc: %v\n", err)
-	}
+	defer closeLog()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return r.Run(ctx, plan)

@@ -15,10 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/mcpserver"
-	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/server"
 )
 
@@ -61,18 +59,11 @@ func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
 		return err
 	}
 	defer cleanup()
-	log, err := audit.Open(cfg.Audit)
+	r, closeLog, err := openRunner(cfg, cfg.Audit, logf)
 	if err != nil {
 		return err
 	}
-	defer log.Close()
-	r, err := runner.New(cfg, log)
-	if err != nil {
-		return err
-	}
-	if _, err := r.GC(); err != nil {
-		fmt.Fprintf(stderr, "agentrun serve: gc: %v\n", err)
-	}
+	defer closeLog()
 
 	// The pool is there even when the config sizes none: a reload may.
 	pool := r.NewPool(cfg.Server.Pool)

@@ -9,9 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/config"
-	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/worker"
 )
 
@@ -31,18 +29,13 @@ func cmdWorker(args []string, stderr io.Writer) int {
 // taking them, lets the tasks running finish (killing them after the
 // policy's longest timeout) and empties the warm pool.
 func runWorker(cfg *config.Config, stderr io.Writer) error {
-	log, err := audit.Open(cfg.Audit)
+	r, closeLog, err := openRunner(cfg, cfg.Audit, func(format string, args ...any) {
+		fmt.Fprintf(stderr, "agentrun worker: "+format+"\n", args...)
+	})
 	if err != nil {
 		return err
 	}
-	defer log.Close()
-	r, err := runner.New(cfg, log)
-	if err != nil {
-		return err
-	}
-	if _, err := r.GC(); err != nil {
-		fmt.Fprintf(stderr, "agentrun worker: gc: %v\n", err)
-	}
+	defer closeLog()
 	stop, unnotify := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer unnotify()
 

@@ -1,0 +1,25 @@
+package main
+
+import (
+	"github.com/agentrun/agentrun/internal/audit"
+	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/runner"
+)
+
+// openRunner opens the audit log at auditPath and a runner on cfg, then
+// removes what dead runs left (a gc failure is logged with logf, not
+// fatal). closeLog closes the log once the runner is done.
+func openRunner(cfg *config.Config, auditPath string, logf func(string, ...any)) (r *runner.Runner, closeLog func() error, err error) {
+	log, err := audit.Open(auditPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	if r, err = runner.New(cfg, log); err != nil {
+		log.Close()
+		return nil, nil, err
+	}
+	if _, err := r.GC(); err != nil {
+		logf("gc: %v", err)
+	}
+	return r, log.Close, nil
+}
