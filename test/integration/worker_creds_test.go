@@ -10,11 +10,9 @@ import (
 	"time"
 
 	"github.com/nats-io/jwt/v2"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
 	"github.com/agentrun/agentrun/internal/config"
-	"github.com/agentrun/agentrun/internal/worker"
 )
 
 // operatorConfig writes a nats-server config in operator mode (an account
@@ -71,13 +69,7 @@ func TestWorkerCreds(t *testing.T) {
 
 	wc := config.Default().Worker
 	wc.NATS, wc.Creds = []string{ns.url()}, creds
-	nc, err := worker.Connect(wc, "agentrun test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	b := &bus{t: t, nc: nc, js: js, wc: wc}
+	b := dialWith(t, wc)
 	b.publish("creds-1", `{"id":"creds-1","command":["echo","with creds"]}`)
 	if res := b.results([]string{"creds-1"}, 20*time.Second)["creds-1"]; res.Stdout != "with creds\n" {
 		t.Errorf("creds-1: %+v", res)

@@ -139,6 +139,13 @@ func dialBus(t testing.TB, urls ...string) *bus {
 	t.Helper()
 	wc := config.Default().Worker
 	wc.NATS = urls
+	return dialWith(t, wc)
+}
+
+// dialWith connects to the bus as a worker configured by wc would (its
+// creds, its TLS).
+func dialWith(t testing.TB, wc config.Worker) *bus {
+	t.Helper()
 	nc, err := worker.Connect(wc, "agentrun test")
 	if err != nil {
 		t.Fatal(err)

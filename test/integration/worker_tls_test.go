@@ -17,10 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/agentrun/agentrun/internal/config"
-	"github.com/agentrun/agentrun/internal/worker"
 )
 
 // testPKI writes a CA and, signed by it, a server certificate for
@@ -75,13 +72,7 @@ func TestWorkerMutualTLS(t *testing.T) {
 
 	wc := config.Default().Worker
 	wc.NATS, wc.TLS = []string{url}, config.WorkerTLS{CA: ca, Cert: cliCert, Key: cliKey}
-	nc, err := worker.Connect(wc, "agentrun test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	b := &bus{t: t, nc: nc, js: js, wc: wc}
+	b := dialWith(t, wc)
 	b.publish("tls-1", `{"id":"tls-1","command":["echo","over tls"]}`)
 	if res := b.results([]string{"tls-1"}, 20*time.Second)["tls-1"]; res.Stdout != "over tls\n" {
 		t.Errorf("tls-1: %+v", res)
