@@ -139,5 +139,8 @@ func local(cfgPath string, logf func(string, ...any)) (*mcpserver.Server, int) {
 		logf("gc: %v", err)
 	}
 	api := server.New(cfg, r.RunWith, nil)
-	return mcpserver.New(cfg, api.RunTask, logf), 0
+	api.Sessions = r.Sessions()
+	srv := mcpserver.New(cfg, api.RunTask, logf)
+	srv.AddSessions(api.Sessions)
+	return srv, 0
 }
