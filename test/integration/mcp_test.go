@@ -72,7 +72,7 @@ func callTool(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]
 	defer cancel()
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
 	if err != nil {
-		t.Fatalf("%s %v: %v", tool, args, err)
+		t.Fatalf("%s: %v", tool, err)
 	}
 	return res
 }
