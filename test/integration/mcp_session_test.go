@@ -64,6 +64,38 @@ func newMCPSession(t *testing.T, cs *mcp.ClientSession) string {
 	return out.Session
 }
 
+// removeNewSessions removes, when the test ends, the kept sessions it made
+// through MCP (whose ids the tests do not always see), so that they count
+// against no later test's sessions.max.
+func removeNewSessions(t *testing.T) {
+	t.Helper()
+	st, err := session.Open(testConfig(t), 65534, 65534)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := func() map[string]bool {
+		all, err := st.All()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]bool{}
+		for _, in := range all {
+			m[in.ID] = true
+		}
+		return m
+	}
+	before := ids()
+	t.Cleanup(func() {
+		for id := range ids() {
+			if !before[id] {
+				if err := st.Remove(id); err != nil {
+					t.Errorf("removing session %s: %v", id, err)
+				}
+			}
+		}
+	})
+}
+
 // TestMCPSessions: new_session makes a kept session; a file written with
 // write_file is read by run_code in that session, whose files read_file
 // returns (text, or a blob when not UTF-8) and list_files lists; runs in
@@ -71,6 +103,7 @@ func newMCPSession(t *testing.T, cs *mcp.ClientSession) string {
 // files over the cap are refused with clear error answers, and the tools
 // are listed with their schemas.
 func TestMCPSessions(t *testing.T) {
+	removeNewSessions(t)
 	cfg := testConfig(t)
 	cs := inProcessMCP(t, cfg, nil)
 

@@ -558,6 +558,7 @@ func unprivilegedMCP(t *testing.T, dir string, env ...string) *exec.Cmd {
 // running serve over its socket (access by group only), whose MCP session
 // is the agentrun session; with no server it says so and exits 1.
 func TestMCPForwardsUnprivileged(t *testing.T) {
+	removeNewSessions(t)
 	dir := clientDir(t)
 	sock := filepath.Join(dir, "agentrun.sock")
 	s := startServe(t, map[string]any{"listen": "unix://" + sock, "pool": map[string]int{pythonImage: 1}})
@@ -707,6 +708,7 @@ func TestMCPOverHTTP(t *testing.T) {
 // npm, test/mcp-client) drives `agentrun mcp` over stdio and serve's /mcp
 // over HTTP.
 func TestMCPTypeScriptClient(t *testing.T) {
+	removeNewSessions(t)
 	dir := filepath.Join(testenv.RepoRoot(), "test", "mcp-client")
 	if _, err := exec.LookPath("node"); err != nil {
 		t.Fatal("node is missing (test/deps.sh installs nodejs and npm)")
