@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -237,6 +238,31 @@ open("big", "wb").write(b"a" * (17 << 20))`})
 	}
 	if res := callTool(t, cs, "read_file", map[string]any{"session": id, "path": "in/data.txt"}); res.IsError || answerText(t, res) != "from the model" {
 		t.Errorf("after the busy run: %v %q", res.IsError, answerText(t, res))
+	}
+	assertNoLeaks(t)
+}
+
+// TestMCPSessionFull: write_file into a session past sessions.max_bytes is
+// refused as too large, and keeps nothing of the file.
+func TestMCPSessionFull(t *testing.T) {
+	removeNewSessions(t)
+	cfg := testConfig(t)
+	cfg.Sessions.MaxBytes = "16m"
+	cs := inProcessMCP(t, cfg, nil)
+	id := newMCPSession(t, cs)
+	content := strings.Repeat("a", 6<<20)
+	var res *mcp.CallToolResult
+	for i := range 3 {
+		res = callTool(t, cs, "write_file", map[string]any{"session": id, "path": fmt.Sprintf("f%d", i), "content": content})
+		if res.IsError {
+			break
+		}
+	}
+	if txt := answerText(t, res); !res.IsError || !strings.Contains(txt, "write_file refused: file too large: the session is full") {
+		t.Fatalf("writing past sessions.max_bytes: %v %q", res.IsError, txt)
+	}
+	if res := callTool(t, cs, "read_file", map[string]any{"session": id, "path": "f2"}); !res.IsError || !strings.Contains(answerText(t, res), "no such file") {
+		t.Errorf("the file that did not fit was kept: %q", answerText(t, res))
 	}
 	assertNoLeaks(t)
 }
