@@ -128,5 +128,8 @@ func local(cfgPath string, logf func(string, ...any)) (*mcpserver.Server, int) {
 		return nil, 1
 	}
 	api := server.New(cfg, r.RunWith, nil)
-	return mcpserver.New(cfg, api.RunTask, logf), 0
+	api.Sessions = r.Sessions()
+	srv := mcpserver.New(cfg, api.RunTask, logf)
+	srv.AddSessions(api.Sessions)
+	return srv, 0
 }

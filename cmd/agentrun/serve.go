@@ -85,6 +85,7 @@ func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
 	api.PoolErrors = poolErrors
 	api.Sessions = r.Sessions()
 	mcpSrv := mcpserver.New(cfg, api.RunTask, api.Logf)
+	mcpSrv.AddSessions(api.Sessions)
 	defer mcpSrv.Close()
 	api.Handle("/mcp", mcpSrv.HTTPHandler())
 	srv := api.HTTPServer()

@@ -57,6 +57,7 @@ type Args struct {
 	Collect      []string          `json:"collect,omitempty"`
 	NetworkAllow []string          `json:"network_allow,omitempty"`
 	Timeout      string            `json:"timeout,omitempty"`
+	Session      string            `json:"session,omitempty"`
 }
 
 // Server is the MCP server of one agentrun door. Create it with New.
@@ -217,12 +218,17 @@ func (s *Server) runCode(ctx context.Context, req *mcp.CallToolRequest, args Arg
 	ctx, done := s.track(ctx, req.Session)
 	defer done()
 
-	session := s.fallback
-	if req.Session != nil && req.Session.ID() != "" {
-		session = "mcp-" + req.Session.ID()
-	}
-	if len(session) > task.MaxSessionLen {
-		session = session[:task.MaxSessionLen]
+	// A run in a kept session is counted (quotas, audit) under that
+	// session's id; any other under the MCP session's.
+	session := args.Session
+	if session == "" {
+		session = s.fallback
+		if req.Session != nil && req.Session.ID() != "" {
+			session = "mcp-" + req.Session.ID()
+		}
+		if len(session) > task.MaxSessionLen {
+			session = session[:task.MaxSessionLen]
+		}
 	}
 	taskJSON, err := json.Marshal(toTask(args, session))
 	if err != nil {
@@ -250,6 +256,7 @@ func (s *Server) runCode(ctx context.Context, req *mcp.CallToolRequest, args Arg
 // taskJSON is the task a call becomes, as task.json spells it.
 type taskJSON struct {
 	Session  string               `json:"session"`
+	Keep     bool                 `json:"keep_workspace,omitempty"`
 	Language string               `json:"language,omitempty"`
 	Code     string               `json:"code"`
 	Stdin    string               `json:"stdin,omitempty"`
@@ -262,7 +269,7 @@ type taskJSON struct {
 }
 
 func toTask(a Args, session string) taskJSON {
-	t := taskJSON{Session: session, Language: a.Language, Code: a.Code, Stdin: a.Stdin, Collect: a.Collect}
+	t := taskJSON{Session: session, Keep: a.Session != "", Language: a.Language, Code: a.Code, Stdin: a.Stdin, Collect: a.Collect}
 	if len(a.Files) > 0 {
 		t.Files = make(map[string]task.File, len(a.Files))
 		for name, content := range a.Files {
@@ -326,7 +333,8 @@ func toolDescription(cfg *config.Config) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Run a program in a fresh, single-use, locked-down Linux sandbox (image %s) and get its output. ", cfg.Image)
 	fmt.Fprintf(&b, "Languages: %s (default %s). ", strings.Join(config.LanguageNames(cfg), ", "), cfg.Language)
-	b.WriteString("The code runs as an unprivileged user in /workspace, with a read-only root and writable /tmp and /workspace; nothing is kept after the run. ")
+	b.WriteString("The code runs as an unprivileged user in /workspace, with a read-only root and writable /tmp and /workspace; nothing is kept after the run, " +
+		"unless session names a kept session (from new_session, where offered): then /workspace is that session's and stays for its next runs. ")
 	if allowNetwork(cfg) {
 		b.WriteString("There is no network unless network_allow names the hosts to reach (through a proxy; everything else is refused). ")
 	} else {
@@ -388,6 +396,9 @@ func inputSchema(cfg *config.Config) *jsonschema.Schema {
 			"collect": {Type: "array", Items: pathItem(), MaxItems: ptr(task.MaxCollect),
 				Description: "Globs relative to /workspace of files to return after the run, e.g. [\"out/*.png\", \"report.md\"]."},
 			"network_allow": network,
+			"session": {Type: "string", Pattern: `^ss-[0-9a-f]{32}$`,
+				Description: "A kept session's id (from new_session): the run's /workspace is that session's, kept after the run, " +
+					"with files and the code file written over it. Absent: a fresh /workspace, gone after the run."},
 			"timeout": {Type: "string", Pattern: `^[0-9]+(\.[0-9]+)?(ms|s|m|h)([0-9]+(\.[0-9]+)?(ms|s|m))*$`,
 				Description: fmt.Sprintf("Wall-clock limit, a duration such as \"10s\" or \"1m\": %s by default, at most %s.",
 					cfg.Limits.Timeout, cfg.Policy.Timeout)},

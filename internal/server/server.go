@@ -403,6 +403,9 @@ func (s *Server) RunTask(ctx context.Context, data []byte) (*result.Result, erro
 		s.metrics.Refused(cfg.Runtime, "")
 		return nil, taskRefusal(err)
 	}
+	if err := s.checkSession(plan); err != nil {
+		return nil, &Refusal{Status: sessionStatus(err), Field: "session", Msg: err.Error()}
+	}
 	release, retry, err := s.quotas.acquire(plan.Session)
 	if err != nil {
 		return nil, s.quotaRefusal(plan, err, retry)

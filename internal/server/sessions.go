@@ -122,7 +122,7 @@ func sessionStatus(err error) int {
 }
 
 // checkSession refuses at once, before any answer starts (a stream's
-// included), a run whose kept session is unknown (404) or in use by
+// included; RunTask's too), a run whose kept session is unknown (404) or in use by
 // another run (409). The runner's lock still decides a race between two
 // runs that both pass this check.
 func (s *Server) checkSession(plan *task.Plan) error {
@@ -131,7 +131,7 @@ func (s *Server) checkSession(plan *task.Plan) error {
 	}
 	in, err := s.Sessions.Get(plan.Session)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %s", err, plan.Session)
 	}
 	if in.Busy {
 		return fmt.Errorf("%w: %s", session.ErrBusy, plan.Session)

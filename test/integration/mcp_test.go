@@ -37,7 +37,8 @@ func mcpClient(t *testing.T, transport mcp.Transport) *mcp.ClientSession {
 	return cs
 }
 
-// inProcessMCP is the MCP server run_code as serve mounts it, with a real
+// inProcessMCP is the MCP server as serve mounts it (run_code and the
+// kept-session tools), with a real
 // runner under cfg, and an SDK client connected to it in memory.
 func inProcessMCP(t *testing.T, cfg *config.Config, log *audit.Log) *mcp.ClientSession {
 	t.Helper()
@@ -46,7 +47,9 @@ func inProcessMCP(t *testing.T, cfg *config.Config, log *audit.Log) *mcp.ClientS
 		t.Fatal(err)
 	}
 	api := server.New(cfg, r.RunWith, nil)
+	api.Sessions = r.Sessions()
 	s := mcpserver.New(cfg, api.RunTask, t.Logf)
+	s.AddSessions(api.Sessions)
 	st, ct := mcp.NewInMemoryTransports()
 	ss, err := s.MCP().Connect(context.Background(), st, nil)
 	if err != nil {
@@ -59,11 +62,17 @@ func inProcessMCP(t *testing.T, cfg *config.Config, log *audit.Log) *mcp.ClientS
 // call calls run_code with args.
 func call(t *testing.T, cs *mcp.ClientSession, args map[string]any) *mcp.CallToolResult {
 	t.Helper()
+	return callTool(t, cs, "run_code", args)
+}
+
+// callTool calls tool with args.
+func callTool(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any) *mcp.CallToolResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_code", Arguments: args})
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
 	if err != nil {
-		t.Fatalf("run_code %v: %v", args, err)
+		t.Fatalf("%s: %v", tool, err)
 	}
 	return res
 }
@@ -105,11 +114,8 @@ func TestMCPRunCode(t *testing.T) {
 	cfg.Limits.Memory = "64m"
 	cs := inProcessMCP(t, cfg, nil)
 
-	tools, err := cs.ListTools(context.Background(), nil)
-	if err != nil || len(tools.Tools) != 1 || tools.Tools[0].Name != "run_code" {
-		t.Fatalf("tools/list: %v %+v", err, tools)
-	}
-	schema, _ := json.Marshal(tools.Tools[0].InputSchema)
+	runCode := mcpTool(t, cs, "run_code")
+	schema, _ := json.Marshal(runCode.InputSchema)
 	var sch struct {
 		Required   []string `json:"required"`
 		Properties map[string]struct {
@@ -128,7 +134,7 @@ func TestMCPRunCode(t *testing.T) {
 	if d := sch.Properties["timeout"].Description; !strings.Contains(d, "at most "+cfg.Policy.Timeout) {
 		t.Errorf("timeout description %q does not name the policy maximum %s", d, cfg.Policy.Timeout)
 	}
-	for _, p := range []string{"code", "files", "stdin", "collect", "network_allow", "timeout"} {
+	for _, p := range []string{"code", "files", "stdin", "collect", "network_allow", "timeout", "session"} {
 		if _, ok := sch.Properties[p]; !ok {
 			t.Errorf("schema has no %q: %s", p, schema)
 		}
@@ -136,7 +142,7 @@ func TestMCPRunCode(t *testing.T) {
 	if len(sch.Required) != 1 || sch.Required[0] != "code" || sch.Properties["code"].MaxLength != mcpserver.MaxCodeChars {
 		t.Errorf("schema: required %v, code maxLength %d", sch.Required, sch.Properties["code"].MaxLength)
 	}
-	if tools.Tools[0].OutputSchema == nil {
+	if runCode.OutputSchema == nil {
 		t.Error("no output schema")
 	}
 
@@ -552,6 +558,7 @@ func unprivilegedMCP(t *testing.T, dir string, env ...string) *exec.Cmd {
 // running serve over its socket (access by group only), whose MCP session
 // is the agentrun session; with no server it says so and exits 1.
 func TestMCPForwardsUnprivileged(t *testing.T) {
+	removeNewSessions(t)
 	dir := clientDir(t)
 	sock := filepath.Join(dir, "agentrun.sock")
 	s := startServe(t, map[string]any{"listen": "unix://" + sock, "pool": map[string]int{pythonImage: 1}})
@@ -562,9 +569,17 @@ func TestMCPForwardsUnprivileged(t *testing.T) {
 	cmd := unprivilegedMCP(t, dir, "AGENTRUN_SERVER=unix://"+sock)
 	cmd.Stderr = os.Stderr
 	cs := mcpClient(t, &mcp.CommandTransport{Command: cmd})
-	tools, err := cs.ListTools(context.Background(), nil)
-	if err != nil || len(tools.Tools) != 1 || tools.Tools[0].Name != "run_code" {
-		t.Fatalf("tools/list through serve: %v %+v", err, tools)
+	if got := mcpToolNames(t, cs); got != mcpAllTools {
+		t.Fatalf("tools/list through serve: %s, want %s", got, mcpAllTools)
+	}
+	// The kept-session tools are serve's: a file written through them is
+	// read by a run in the session.
+	kept := newMCPSession(t, cs)
+	if res := callTool(t, cs, "write_file", map[string]any{"session": kept, "path": "in.txt", "content": "forwarded"}); res.IsError {
+		t.Fatalf("write_file through serve: %q", answerText(t, res))
+	}
+	if res := call(t, cs, map[string]any{"code": "print(open('in.txt').read())", "session": kept}); res.IsError || structured(t, res).Stdout != "forwarded\n" {
+		t.Fatalf("run_code in a session through serve: %q", answerText(t, res))
 	}
 	res := call(t, cs, map[string]any{"code": "import os; print(os.getuid(), 6 * 7)"})
 	out := structured(t, res)
@@ -693,6 +708,7 @@ func TestMCPOverHTTP(t *testing.T) {
 // npm, test/mcp-client) drives `agentrun mcp` over stdio and serve's /mcp
 // over HTTP.
 func TestMCPTypeScriptClient(t *testing.T) {
+	removeNewSessions(t)
 	dir := filepath.Join(testenv.RepoRoot(), "test", "mcp-client")
 	if _, err := exec.LookPath("node"); err != nil {
 		t.Fatal("node is missing (test/deps.sh installs nodejs and npm)")

@@ -34,10 +34,26 @@ const client = new Client({ name: "agentrun-ts-test", version: "0.0.0" });
 await client.connect(transport);
 
 const { tools } = await client.listTools();
-check(tools.length === 1 && tools[0].name === "run_code", "tools/list", tools);
-const schema = tools[0].inputSchema;
+const names = tools.map((t) => t.name).sort().join(",");
+check(names === "list_files,new_session,read_file,run_code,write_file", "tools/list", names);
+const schema = tools.find((t) => t.name === "run_code").inputSchema;
 check(schema.properties.language.enum.includes("python"), "language enum", schema.properties.language);
 check(schema.required.includes("code"), "required", schema.required);
+
+// A kept session: a file written by the client is read by a run in it,
+// whose file the client reads back (structured results validated by the SDK).
+let res0;
+const made = await client.callTool({ name: "new_session", arguments: {} });
+const sid = made.structuredContent && made.structuredContent.session;
+check(!made.isError && /^ss-[0-9a-f]{32}$/.test(sid), "new_session", made);
+res0 = await client.callTool({ name: "write_file", arguments: { session: sid, path: "in.txt", content: "hi" } });
+check(!res0.isError, "write_file", res0);
+res0 = await client.callTool({ name: "run_code", arguments: { session: sid, code: "open('out.txt','w').write(open('in.txt').read()*2)" } });
+check(!res0.isError && res0.structuredContent.exit_code === 0, "run_code in a session", res0);
+res0 = await client.callTool({ name: "read_file", arguments: { session: sid, path: "out.txt" } });
+check(!res0.isError && res0.content[0].text === "hihi", "read_file", res0);
+res0 = await client.callTool({ name: "list_files", arguments: { session: sid } });
+check(!res0.isError && res0.structuredContent.files.some((f) => f.name === "out.txt"), "list_files", res0);
 
 // A happy path, checked through the structured result the SDK validated
 // against the tool's output schema.
