@@ -73,7 +73,8 @@ type Server struct {
 	after  func() // run by Close once the calls are done; may be nil
 
 	mu    sync.Mutex
-	ended map[*mcp.ServerSession]chan struct{} // closed when the session ends
+	ended map[*mcp.ServerSession]chan struct{}        // closed when the session ends
+	live  map[string]map[*context.CancelFunc]struct{} // the calls going on, by session id
 }
 
 // New returns the MCP server that runs code with run, describing cfg's
@@ -111,10 +112,29 @@ func (s *Server) ServeStdio(ctx context.Context) error {
 	return err
 }
 
-// HTTPHandler serves MCP as Streamable HTTP (for serve's /mcp).
+// HTTPHandler serves MCP as Streamable HTTP (for serve's /mcp). A client
+// that ends its session (DELETE, as a forwarding `agentrun mcp` does when
+// its own client leaves) kills the session's runs first: the SDK closes a
+// session only once its calls have returned, so without this the DELETE
+// would wait for the runs to end by themselves.
 func (s *Server) HTTPHandler() http.Handler {
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp },
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp },
 		&mcp.StreamableHTTPOptions{SessionTimeout: SessionIdle, MaxRequestBodyBytes: MaxFrameBytes})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id := r.Header.Get("Mcp-Session-Id"); r.Method == http.MethodDelete && id != "" {
+			s.cancelSession(id)
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// cancelSession kills the runs of the calls going on in session id.
+func (s *Server) cancelSession(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for cancel := range s.live[id] {
+		(*cancel)()
+	}
 }
 
 // Close kills the runs going on and waits until their sandboxes are gone.
@@ -147,6 +167,26 @@ func (s *Server) track(ctx context.Context, ss *mcp.ServerSession) (context.Cont
 	s.calls.Add(1)
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.stop, cancel)
+	untrack := func() {}
+	if ss != nil && ss.ID() != "" {
+		id, key := ss.ID(), &cancel
+		s.mu.Lock()
+		if s.live == nil {
+			s.live = map[string]map[*context.CancelFunc]struct{}{}
+		}
+		if s.live[id] == nil {
+			s.live[id] = map[*context.CancelFunc]struct{}{}
+		}
+		s.live[id][key] = struct{}{}
+		s.mu.Unlock()
+		untrack = func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if delete(s.live[id], key); len(s.live[id]) == 0 {
+				delete(s.live, id)
+			}
+		}
+	}
 	if ss != nil {
 		ended := s.sessionEnded(ss)
 		go func() {
@@ -157,7 +197,7 @@ func (s *Server) track(ctx context.Context, ss *mcp.ServerSession) (context.Cont
 			}
 		}()
 	}
-	return ctx, func() { stop(); cancel(); s.calls.Done() }
+	return ctx, func() { untrack(); stop(); cancel(); s.calls.Done() }
 }
 
 // sessionEnded is closed when ss has ended: one watcher per session.

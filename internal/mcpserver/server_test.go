@@ -3,10 +3,13 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -89,5 +92,43 @@ func TestExamples(t *testing.T) {
 		if filepath.Base(a.Command) != "agentrun" || len(a.Args) != 1 || a.Args[0] != "mcp" {
 			t.Errorf("%s: agentrun is %+v; want agentrun mcp", p, a)
 		}
+	}
+}
+
+// TestDeleteKillsRuns: a client that ends its HTTP session with a call
+// going on (a forwarding agentrun mcp whose own client left) gets the run
+// killed at once, with no notifications/cancelled sent: the SDK would
+// otherwise close the session only after the run ended by itself.
+func TestDeleteKillsRuns(t *testing.T) {
+	started, killed := make(chan struct{}), make(chan struct{})
+	s := New(config.Default(), func(ctx context.Context, _ []byte) (*result.Result, error) {
+		close(started)
+		select {
+		case <-ctx.Done():
+			close(killed)
+		case <-time.After(time.Minute):
+		}
+		return &result.Result{}, nil
+	}, t.Logf)
+	hs := httptest.NewServer(s.HTTPHandler())
+	defer hs.Close()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "0"}, nil).
+		Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.URL}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go cs.CallTool(context.Background(), &mcp.CallToolParams{Name: ToolName, Arguments: map[string]any{"code": "x"}})
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call never reached the run")
+	}
+	req, _ := http.NewRequest(http.MethodDelete, hs.URL, nil)
+	req.Header.Set("Mcp-Session-Id", cs.ID())
+	go http.DefaultClient.Do(req)
+	select {
+	case <-killed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("DELETE of the session did not kill its run")
 	}
 }
