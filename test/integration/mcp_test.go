@@ -614,25 +614,10 @@ func TestMCPForwardsUnprivileged(t *testing.T) {
 	// A client that leaves mid-run: serve kills the run.
 	m := startRawMCP(t, unprivilegedMCP(t, dir, "AGENTRUN_SERVER=unix://"+sock))
 	m.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_code","arguments":{"code":"import time; time.sleep(50)","timeout":"60s"}}}`)
-	running := func(want int64) {
-		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			var h server.Health
-			s.get("/healthz", &h)
-			if h.Running == want {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("serve has %d runs going on; want %d", h.Running, want)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	running(1)
+	s.waitHealth("the run going on", func(h server.Health) bool { return h.Running == 1 })
 	m.in.Close()
 	m.exits(t)
-	running(0)
+	s.waitIdle()
 
 	// No server: a clear message, exit 1, as nobody cannot run tasks itself.
 	var stderr strings.Builder

@@ -63,15 +63,30 @@ func (s *served) scrape() map[string]float64 {
 // waitPool waits until the server's pool has n sandboxes ready for image.
 func (s *served) waitPool(image string, n int) {
 	s.t.Helper()
+	s.waitHealth(fmt.Sprintf("%d ready in the pool", n), func(h server.Health) bool {
+		return h.Pool != nil && h.Pool.Ready[image] == n
+	})
+}
+
+// waitIdle waits until serve has no run going on or waiting: an answer
+// goes out before its sandbox is torn down, and the run counts until then.
+func (s *served) waitIdle() {
+	s.t.Helper()
+	s.waitHealth("no run going on", func(h server.Health) bool { return h.Running == 0 && h.Queued == 0 })
+}
+
+// waitHealth waits up to 30 s until serve's /healthz satisfies ok.
+func (s *served) waitHealth(what string, ok func(server.Health) bool) {
+	s.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var h server.Health
 		s.get("/healthz", &h)
-		if h.Pool != nil && h.Pool.Ready[image] == n {
+		if ok(h) {
 			return
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("pool never had %d ready: %+v; log: %s", n, h.Pool, s.log())
+			s.t.Fatalf("serve never had %s: %+v; log: %s", what, h, s.log())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -137,6 +152,7 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 	if resp := s.post(`{"code": "print(1)", "session": "ok"}`, &apiErr); resp.StatusCode != 429 {
 		t.Fatalf("over quota: status %d", resp.StatusCode)
 	}
+	s.waitIdle()
 	after := s.scrape()
 
 	img := fmt.Sprintf("{image=%q}", pythonImage)
