@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -129,10 +130,28 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 	cmd.Dir = bundle
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdio.InR, stdio.OutW, stdio.ErrW
-	// Its own process group, so that a stuck runsc can be killed whole.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group, so that a stuck runsc can be killed whole;
+	// killed with agentrun, so that an agentrun that dies leaves no runsc
+	// going on (runsc run, attached, takes its sandbox and gofer with it)
+	// to write state after gc has looked.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	started, waited := make(chan error, 1), make(chan struct{})
+	go func() {
+		// The parent-death signal follows the thread that started runsc,
+		// not the process: the thread is kept to this goroutine, alive,
+		// until runsc has been waited for.
+		goruntime.LockOSThread()
+		defer goruntime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait() // the status is in cmd.ProcessState
+		close(waited)
+	}()
+	if err := <-started; err != nil {
 		return nil, fmt.Errorf("starting runsc: %w", err)
 	}
 	stdio.CloseChildEnds()
@@ -140,11 +159,6 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 	out = &runtime.Outcome{}
 	waitOutput := stdio.Serve(c.Stdin, c.OutputLimit, c.Output)
 
-	waited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait() // the status is in cmd.ProcessState
-		close(waited)
-	}()
 	timer := time.NewTimer(c.Timeout)
 	defer timer.Stop()
 	select {
