@@ -174,14 +174,24 @@ func (s *Store) Create() (_ string, err error) {
 // mkfs formats img as ext4 with its root owned by uid:gid. The inode
 // tables are initialised lazily and never zeroed in the background, so
 // that the sparse image takes a few MiB on the host until used.
+//
+// One inode per bytesPerInode of disk: 65536 for the default 256m, 131072
+// for 512m. An installed package tree (site-packages, node_modules)
+// averages a few KiB a file, so such a disk runs out of space and of
+// inodes about together; the inode tables take 1/16 of the disk (256-byte
+// inodes). Empty files, fifos and short symlinks take an inode and no
+// block: a program that makes only those gets ENOSPC at the inode count.
 func mkfs(img string, uid, gid int) error {
-	cmd := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0", "-i", "8192",
+	cmd := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0", "-i", strconv.Itoa(bytesPerInode),
 		"-E", "lazy_itable_init=1,nodiscard,root_owner="+strconv.Itoa(uid)+":"+strconv.Itoa(gid), img)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("mkfs.ext4: %w: %s", err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }
+
+// bytesPerInode is mkfs.ext4's inode ratio for session disks.
+const bytesPerInode = 4096
 
 // ids lists the sessions, unfinished ones excluded.
 func (s *Store) ids() ([]string, error) {
