@@ -172,11 +172,14 @@ except OSError as e:
 	})
 }
 
-// TestSessionBusy: a second run while one runs is refused at once with
+// TestSessionBusy, on each runtime: a second run while one runs is refused at once with
 // "session busy" and exit 125; rm of a busy session is refused; when idle,
 // the session runs again and rm removes it.
 func TestSessionBusy(t *testing.T) {
-	cfg := sessionCfg(t, "libcontainer", "32m")
+	eachRuntime(t, func(t *testing.T, rt string) { sessionBusy(t, sessionCfg(t, rt, "32m")) })
+}
+
+func sessionBusy(t *testing.T, cfg *config.Config) {
 	r, id := newSession(t, cfg)
 	var wg sync.WaitGroup
 	var first *result.Result
@@ -510,7 +513,7 @@ func TestSessionSIGKILL(t *testing.T) {
 	})
 }
 
-// TestSessionInstallThenLock: run 1, allowed to reach the fake internet
+// TestSessionInstallThenLock, on each runtime: run 1, allowed to reach the fake internet
 // host, downloads a Python module into the session's /workspace; run 2,
 // with no network at all, imports it.
 func TestSessionInstallThenLock(t *testing.T) {
@@ -518,7 +521,10 @@ func TestSessionInstallThenLock(t *testing.T) {
 	in.Mux.HandleFunc("/pkg/greet.py", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, "def hello():\n    return 'hello from an installed module'\n")
 	})
-	cfg := netConfig(t, in)
+	eachRuntime(t, func(t *testing.T, rt string) { installThenLock(t, in, netConfigFor(t, in, rt)) })
+}
+
+func installThenLock(t *testing.T, in *proxytest.Internet, cfg *config.Config) {
 	r, id := newSession(t, cfg)
 	res := runSession(t, r, cfg, id, fetchPy+`
 import os
