@@ -618,3 +618,30 @@ func TestSessionSIGKILLDuringUpload(t *testing.T) {
 	}
 	assertNoLeaks(t)
 }
+
+// TestSessionRunsColdBesidePool: with a warm pool for the same image, a
+// run with keep_workspace is never served from it (the pool's sandboxes
+// have a tmpfs workspace): it runs cold in the session's disk, the pool's
+// ready sandbox is left for others, and the next run sees the files.
+func TestSessionRunsColdBesidePool(t *testing.T) {
+	p := newPooled(t, 1, pyTask("pass", nil))
+	id, err := p.r.Sessions().Create()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.r.Sessions().Remove(id)
+	kept := func(code string) string {
+		return pyTask(code, map[string]any{"session": id, "keep_workspace": true})
+	}
+	p.run(kept(`open("/workspace/kept.txt", "w").write("kept")`), false)
+	if res := p.run(kept(`print(open("/workspace/kept.txt").read())`), false); res.Stdout != "kept\n" {
+		t.Errorf("second session run: %q", res.Stdout)
+	}
+	if st := p.pool.Stats(); st.Ready[pythonImage] != 1 {
+		t.Errorf("the pool after session runs: %+v", st)
+	}
+	// The pool still serves a plain run.
+	if res := p.run(pyTask(`import os; print(os.listdir("/workspace"))`, nil), true); res.Stdout != "['main.py']\n" {
+		t.Errorf("pooled run after the session runs: %q", res.Stdout)
+	}
+}
