@@ -3,6 +3,7 @@ package session
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -90,6 +91,25 @@ func unmount(dir string) error {
 	}
 	if err := os.Remove(dir); err != nil {
 		return fmt.Errorf("removing session mount point: %w", err)
+	}
+	return nil
+}
+
+// clearMountPoint removes what a process killed in mountImage or before
+// unmount left at dir, a session's mount point: a mount (detached, with
+// its loop device) and the directory itself. The caller holds the
+// session's lock, so nothing at dir is in use. A directory that holds
+// anything once unmounted was not made by mountImage: it is left, and its
+// removal fails, never deleting more than an empty directory.
+func clearMountPoint(dir string) error {
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err := UnmountUnder(dir); err != nil {
+		return err
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing a stale session mount point: %w", err)
 	}
 	return nil
 }

@@ -77,6 +77,9 @@ func Open(cfg *config.Config, uid, gid int) (*Store, error) {
 	ttl, maxBytes := cfg.SessionLimits()
 	s := &Store{dir: filepath.Join(cfg.StoreDir, "sessions"), mnt: filepath.Join(cfg.StateDir, "sessions"),
 		ttl: ttl, max: cfg.Sessions.Max, maxBytes: maxBytes, uid: uid, gid: gid}
+	if filepath.Clean(s.dir) == filepath.Clean(s.mnt) {
+		return nil, fmt.Errorf("store_dir and state_dir are both %s: the sessions' mount points would be their directories", filepath.Dir(s.dir))
+	}
 	for _, d := range []string{s.dir, s.mnt} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("creating session dir: %w", err)
@@ -171,14 +174,24 @@ func (s *Store) Create() (_ string, err error) {
 // mkfs formats img as ext4 with its root owned by uid:gid. The inode
 // tables are initialised lazily and never zeroed in the background, so
 // that the sparse image takes a few MiB on the host until used.
+//
+// One inode per bytesPerInode of disk: 65536 for the default 256m, 131072
+// for 512m. An installed package tree (site-packages, node_modules)
+// averages a few KiB a file, so such a disk runs out of space and of
+// inodes about together; the inode tables take 1/16 of the disk (256-byte
+// inodes). Empty files, fifos and short symlinks take an inode and no
+// block: a program that makes only those gets ENOSPC at the inode count.
 func mkfs(img string, uid, gid int) error {
-	cmd := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0", "-i", "8192",
+	cmd := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0", "-i", strconv.Itoa(bytesPerInode),
 		"-E", "lazy_itable_init=1,nodiscard,root_owner="+strconv.Itoa(uid)+":"+strconv.Itoa(gid), img)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("mkfs.ext4: %w: %s", err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }
+
+// bytesPerInode is mkfs.ext4's inode ratio for session disks.
+const bytesPerInode = 4096
 
 // ids lists the sessions, unfinished ones excluded.
 func (s *Store) ids() ([]string, error) {
@@ -282,17 +295,29 @@ func (s *Store) Lock(id string) (*Lease, error) {
 	return &Lease{s: s, ID: id, lock: f}, nil
 }
 
-// Mount mounts the session's disk at dir (created 0700). It is refused
-// (ErrBusy) while a loop device still holds the disk: a mount of a run
-// that ended is not gone yet, and mounting the file system twice would
-// corrupt it.
+// Mount mounts the session's disk at dir (created 0700). What a process
+// killed while it held the session left at dir (the mount point, the disk
+// still mounted on it) is removed first. Mount is refused (ErrBusy) while
+// a loop device still holds the disk after a short wait: a mount elsewhere,
+// of a run that ended, is not gone yet, and mounting the file system twice
+// would corrupt it.
 func (l *Lease) Mount(dir string) error {
 	img := l.s.path(l.ID, "disk.img")
-	if attached(img) {
-		return fmt.Errorf("%w: %s: its disk is still mounted by a run that is ending", ErrBusy, l.ID)
+	if err := clearMountPoint(dir); err != nil {
+		return err
+	}
+	// A detached mount lets go of its loop device a moment later.
+	for deadline := time.Now().Add(detachWait); attached(img); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: %s: its disk is still mounted by a run that is ending", ErrBusy, l.ID)
+		}
 	}
 	return mountImage(img, dir)
 }
+
+// detachWait bounds how long Mount waits for the loop device of a mount
+// that was just removed.
+const detachWait = time.Second
 
 // Release marks the session used now and lets others take it.
 func (l *Lease) Release() {
@@ -329,7 +354,8 @@ func (s *Store) remove(id string) error {
 }
 
 // GC removes sessions idle for longer than the TTL, what crashed creations
-// and removals left, and the mounts of host-side accesses that died. A
+// and removals left, and the mount points (and mounts) of host-side
+// accesses that died. A
 // session in use is never touched. It returns the ids it removed.
 func (s *Store) GC(now time.Time) ([]string, error) {
 	g, err := s.lockStore()
@@ -341,40 +367,42 @@ func (s *Store) GC(now time.Time) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading sessions: %w", err)
 	}
-	// One read of the mount table: a host-side access's mount is
-	// <state_dir>/sessions/<id>.
-	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(s.mnt))
-	if err != nil {
-		return nil, fmt.Errorf("reading mounts: %w", err)
-	}
-	mounted := map[string]bool{}
-	for _, m := range mounts {
-		if rel, err := filepath.Rel(s.mnt, m.Mountpoint); err == nil && rel != "." {
-			mounted[strings.Split(rel, "/")[0]] = true
-		}
-	}
 	var removed []string
 	var errs []error
+	// The mount points of sessions that are gone (removed, or whose
+	// creation died: creations hold the store lock) are stale, since
+	// nothing can take their lock any more.
+	live := map[string]bool{}
+	for _, e := range ents {
+		live[e.Name()] = ValidID(e.Name())
+	}
+	left, err := os.ReadDir(s.mnt)
+	if err != nil {
+		return nil, fmt.Errorf("reading session mount points: %w", err)
+	}
+	for _, e := range left {
+		if ValidID(e.Name()) && !live[e.Name()] {
+			errs = append(errs, clearMountPoint(filepath.Join(s.mnt, e.Name())))
+		}
+	}
 	for _, e := range ents {
 		name := e.Name()
 		switch {
 		case strings.HasPrefix(name, ".rm-"):
 			errs = append(errs, os.RemoveAll(s.path(name)))
 		case strings.HasPrefix(name, ".new-"):
-			// Creations hold the store lock, so this one died.
-			errs = append(errs, UnmountUnder(filepath.Join(s.mnt, strings.TrimPrefix(name, ".new-"))))
+			// Creations hold the store lock, so this one died (its
+			// mount point went above).
 			errs = append(errs, os.RemoveAll(s.path(name)))
 		case ValidID(name):
 			l, err := s.Lock(name)
 			if err != nil {
 				continue // busy, or gone
 			}
-			// Free: a mount of a host-side access that died is stale.
-			if mounted[name] {
-				if err := UnmountUnder(filepath.Join(s.mnt, name)); err != nil {
-					errs = append(errs, err)
-				}
-				os.Remove(filepath.Join(s.mnt, name))
+			// Free: the mount point of a host-side access that died, and
+			// its mount if it got that far, are stale.
+			if err := clearMountPoint(filepath.Join(s.mnt, name)); err != nil {
+				errs = append(errs, fmt.Errorf("session %s: %w", name, err))
 			}
 			st, err := os.Stat(s.path(name, "lock"))
 			if err == nil && now.Sub(st.ModTime()) > s.ttl {

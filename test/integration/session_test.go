@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/session"
 	"github.com/agentrun/agentrun/internal/task"
+	"github.com/agentrun/agentrun/internal/workspace"
 	"github.com/agentrun/agentrun/proxy/proxytest"
 )
 
@@ -170,11 +172,14 @@ except OSError as e:
 	})
 }
 
-// TestSessionBusy: a second run while one runs is refused at once with
+// TestSessionBusy, on each runtime: a second run while one runs is refused at once with
 // "session busy" and exit 125; rm of a busy session is refused; when idle,
 // the session runs again and rm removes it.
 func TestSessionBusy(t *testing.T) {
-	cfg := sessionCfg(t, "libcontainer", "32m")
+	eachRuntime(t, func(t *testing.T, rt string) { sessionBusy(t, sessionCfg(t, rt, "32m")) })
+}
+
+func sessionBusy(t *testing.T, cfg *config.Config) {
 	r, id := newSession(t, cfg)
 	var wg sync.WaitGroup
 	var first *result.Result
@@ -255,165 +260,260 @@ func TestSessionTTL(t *testing.T) {
 }
 
 // TestSessionHostileLeftovers: a program leaves symlinks to /etc/shadow
-// and /proc/1/root (one of them as main.py), a fifo, a sparse file (10 GB
-// is refused by RLIMIT_FSIZE, so 200 MB),
-// 20000 small files and a name with a newline. Listing, reading, writing
-// and collecting stay inside the session, are bounded and do not hang, and
-// the next run still works.
+// and /proc/1/root (one of them as main.py), a fifo, 100000 empty files
+// and a name with a newline; it cannot make a 10 GB file (RLIMIT_FSIZE
+// refuses a write past the session's size), so its sparse file is as
+// large as that allows. Listing, reading, writing and collecting stay
+// inside the session, stop at their bounds and say so, never read the
+// sparse file whole, and do not hang; the next run still works.
 func TestSessionHostileLeftovers(t *testing.T) {
-	cfg := sessionCfg(t, "libcontainer", "256m")
-	r, id := newSession(t, cfg)
-	shadow, err := os.ReadFile("/etc/shadow")
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := runSession(t, r, cfg, id, `
-import os
+	eachRuntime(t, func(t *testing.T, rt string) {
+		// 512m: 131072 inodes (one per 4 KiB), room for 100000 files.
+		cfg := sessionCfg(t, rt, "512m")
+		r, id := newSession(t, cfg)
+		shadow, err := os.ReadFile("/etc/shadow")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := runSession(t, r, cfg, id, `
+import errno, os, resource
 os.chdir("/workspace")
 os.symlink("/etc/shadow", "shadow")
 os.symlink("/proc/1/root", "proc1")
 os.mkfifo("fifo")
-with open("sparse", "wb") as f:
+limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+fd = os.open("sparse", os.O_WRONLY | os.O_CREAT, 0o644)
+for what, off in (("10 GB", 10 << 30), ("past the limit", limit)):
     try:
-        f.truncate(10 << 30)
-        print("10 GB file made")
+        os.pwrite(fd, b"x", off)
+        print(what + ": written")
     except OSError as e:
-        # RLIMIT_FSIZE (the session's size) stops it: as large as allowed.
-        print("10 GB:", e.strerror)
-        f.truncate(200 << 20)
+        print(what + ":", errno.errorcode[e.errno])
+# As large as allowed: one byte at the end, the rest a hole.
+os.pwrite(fd, b"x", limit - 1)
+os.close(fd)
+st = os.stat("sparse")
+print("sparse:", st.st_size == limit)
 os.mkdir("many")
-for i in range(20000):
-    open("many/%d" % i, "w").close()
+for i in range(50000):
+    os.close(os.open("many/%d" % i, os.O_WRONLY | os.O_CREAT, 0o644))
 open("new\nline.txt", "w").write("nl")
-os.remove("main.py")
-os.symlink("/etc/shadow", "main.py")`, map[string]any{"limits": map[string]any{"timeout": "60s"}})
-	mustOK(t, res)
-	if res.Stdout != "10 GB: File too large\n" {
-		t.Errorf("making a 10 GB file: %q", res.Stdout)
-	}
-	st := r.Sessions()
-
-	start := time.Now()
-	l, err := st.Files(id)
-	if err != nil {
-		t.Fatalf("files: %v", err)
-	}
-	if !l.Truncated || len(l.Files) != session.MaxList {
-		t.Errorf("listing: %d entries, truncated %v; want %d, cut", len(l.Files), l.Truncated, session.MaxList)
-	}
-	types := map[string]string{}
-	for _, f := range l.Files {
-		types[f.Name] = f.Type
-	}
-	for name, want := range map[string]string{"shadow": "symlink", "proc1": "symlink", "fifo": "fifo", "sparse": "file", "new\nline.txt": "file", "main.py": "symlink"} {
-		if types[name] != want {
-			t.Errorf("listing: %q is %q, want %q", name, types[name], want)
+print(limit)`, map[string]any{"limits": map[string]any{"timeout": "60s"}})
+		mustOK(t, res)
+		head, limitLine, _ := strings.Cut(strings.TrimSuffix(res.Stdout, "\n"), "sparse: True\n")
+		if head != "10 GB: EFBIG\npast the limit: EFBIG\n" {
+			t.Fatalf("making the leftovers: %q", res.Stdout)
 		}
-	}
-
-	for name, want := range map[string]error{"shadow": session.ErrBadPath, "main.py": session.ErrBadPath, "proc1/etc/hostname": session.ErrBadPath,
-		"fifo": session.ErrBadPath, "sparse": session.ErrTooLarge, "../etc/passwd": session.ErrBadPath, "many": session.ErrBadPath} {
-		data, err := st.ReadFile(id, name)
-		if !errors.Is(err, want) || data != nil {
-			t.Errorf("read %q: %d bytes, %v; want %v", name, len(data), err, want)
+		// The other half of the small files in a run of its own, each well
+		// within the timeout on a loaded host under runsc too.
+		res = runSession(t, r, cfg, id, `
+import os
+for i in range(50000, 100000):
+    os.close(os.open("/workspace/many/%d" % i, os.O_WRONLY | os.O_CREAT, 0o644))
+print(len(os.listdir("/workspace/many")))
+os.remove("/workspace/main.py")
+os.symlink("/etc/shadow", "/workspace/main.py")`, map[string]any{"limits": map[string]any{"timeout": "60s"}})
+		mustOK(t, res)
+		if res.Stdout != "100000\n" {
+			t.Fatalf("making 100000 files: %q", res.Stdout)
 		}
-	}
-	if data, err := st.ReadFile(id, "new\nline.txt"); err != nil || string(data) != "nl" {
-		t.Errorf("read of a name with a newline: %q, %v", data, err)
-	}
-
-	if err := st.WriteFile(id, "shadow", strings.NewReader("replaced")); err != nil {
-		t.Errorf("write over a symlink: %v", err)
-	}
-	if data, _ := st.ReadFile(id, "shadow"); string(data) != "replaced" {
-		t.Errorf("after writing over the symlink: %q", data)
-	}
-	if err := st.WriteFile(id, "proc1/tmp/escaped", strings.NewReader("x")); !errors.Is(err, session.ErrBadPath) {
-		t.Errorf("write through a symlink out: %v", err)
-	}
-	if err := st.WriteFile(id, "big", strings.NewReader(strings.Repeat("x", session.MaxFileBytes+1))); !errors.Is(err, session.ErrTooLarge) {
-		t.Errorf("write over the bound: %v", err)
-	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Errorf("host-side accesses took %v", d)
-	}
-
-	// The next run rewrites main.py (a symlink to /etc/shadow) and collects
-	// from among the leftovers.
-	res = runSession(t, r, cfg, id, `print("next")`, map[string]any{"collect": []string{"*", "many/*"}})
-	mustOK(t, res)
-	if res.Stdout != "next\n" {
-		t.Errorf("next run: %q", res.Stdout)
-	}
-	for name, wantErr := range map[string]bool{"proc1": true, "fifo": true, "main.py": false, "shadow": false} {
-		f, ok := res.Files[name]
-		if !ok || (f.Error != "") != wantErr {
-			t.Errorf("collect %q: %+v (present %v)", name, f, ok)
+		limit, err := strconv.ParseInt(limitLine, 10, 64)
+		if err != nil || limit < 512<<20 {
+			t.Fatalf("RLIMIT_FSIZE in the sandbox: %q", limitLine)
 		}
-	}
-	if f := res.Files["sparse"]; !f.Truncated {
-		t.Errorf("collect of the sparse file: %+v", f)
-	}
-	if now, _ := os.ReadFile("/etc/shadow"); string(now) != string(shadow) {
-		t.Error("/etc/shadow changed")
-	}
-	if _, err := os.Stat("/tmp/escaped"); err == nil {
-		t.Error("a write escaped to the host's /tmp")
-	}
-	assertNoLeaks(t)
+		st := r.Sessions()
+		// On the host the sparse file is a hole: the session's image takes
+		// its inode tables, directories and journal, not the file's size.
+		if in, err := st.Get(id); err != nil || in.DiskBytes > 96<<20 {
+			t.Errorf("the session's image takes %+v on the host (%v)", in, err)
+		}
+
+		start := time.Now()
+		l, err := st.Files(id)
+		if err != nil {
+			t.Fatalf("files: %v", err)
+		}
+		if !l.Truncated || len(l.Files) != session.MaxList {
+			t.Errorf("listing: %d entries, truncated %v; want %d, cut", len(l.Files), l.Truncated, session.MaxList)
+		}
+		byName := map[string]session.File{}
+		for _, f := range l.Files {
+			byName[f.Name] = f
+		}
+		wantFifo := "fifo"
+		if rt == "runsc" {
+			// gVisor keeps a fifo made in a gofer mount inside the
+			// sandbox: the host never sees it.
+			wantFifo = ""
+		}
+		for name, want := range map[string]string{"shadow": "symlink", "proc1": "symlink", "fifo": wantFifo, "sparse": "file",
+			"new\nline.txt": "file", "main.py": "symlink", "many": "dir"} {
+			if byName[name].Type != want {
+				t.Errorf("listing: %q is %q, want %q", name, byName[name].Type, want)
+			}
+		}
+		if byName["sparse"].Size != limit {
+			t.Errorf("listing: the sparse file is %d bytes, want %d", byName["sparse"].Size, limit)
+		}
+
+		for name, want := range map[string]error{"shadow": session.ErrBadPath, "main.py": session.ErrBadPath, "proc1/etc/hostname": session.ErrBadPath,
+			"fifo": session.ErrBadPath, "../etc/passwd": session.ErrBadPath, "many": session.ErrBadPath} {
+			data, err := st.ReadFile(id, name)
+			if !errors.Is(err, want) || data != nil {
+				t.Errorf("read %q: %d bytes, %v; want %v", name, len(data), err, want)
+			}
+		}
+		// The sparse file is refused by its size, before a byte of it is
+		// read: this process reads less than a MiB meanwhile.
+		before := readChars(t)
+		data, err := st.ReadFile(id, "sparse")
+		if read := readChars(t) - before; read > 1<<20 {
+			t.Errorf("reading the sparse file read %d bytes on the host", read)
+		}
+		if !errors.Is(err, session.ErrTooLarge) || data != nil || !strings.Contains(err.Error(), strconv.FormatInt(limit, 10)+" bytes") {
+			t.Errorf("read of the sparse file: %d bytes, %v", len(data), err)
+		}
+		if data, err := st.ReadFile(id, "new\nline.txt"); err != nil || string(data) != "nl" {
+			t.Errorf("read of a name with a newline: %q, %v", data, err)
+		}
+		if data, err := st.ReadFile(id, "many/99999"); err != nil || len(data) != 0 {
+			t.Errorf("read of the last small file: %q, %v", data, err)
+		}
+
+		if err := st.WriteFile(id, "shadow", strings.NewReader("replaced")); err != nil {
+			t.Errorf("write over a symlink: %v", err)
+		}
+		if data, _ := st.ReadFile(id, "shadow"); string(data) != "replaced" {
+			t.Errorf("after writing over the symlink: %q", data)
+		}
+		if err := st.WriteFile(id, "many/uploaded", strings.NewReader("up")); err != nil {
+			t.Errorf("write among 100000 files: %v", err)
+		}
+		if err := st.WriteFile(id, "proc1/tmp/escaped", strings.NewReader("x")); !errors.Is(err, session.ErrBadPath) {
+			t.Errorf("write through a symlink out: %v", err)
+		}
+		if err := st.WriteFile(id, "big", strings.NewReader(strings.Repeat("x", session.MaxFileBytes+1))); !errors.Is(err, session.ErrTooLarge) {
+			t.Errorf("write over the bound: %v", err)
+		}
+		if d := time.Since(start); d > 20*time.Second {
+			t.Errorf("host-side accesses took %v", d)
+		}
+
+		// The next run rewrites main.py (a symlink to /etc/shadow) and
+		// collects from among the leftovers: the walk stops at its bound on
+		// matches and says so.
+		res = runSession(t, r, cfg, id, `print("next")`, map[string]any{"collect": []string{"*", "many/*"}})
+		mustOK(t, res)
+		if res.Stdout != "next\n" {
+			t.Errorf("next run: %q", res.Stdout)
+		}
+		if res.Collect == nil || res.Collect.Cut != fmt.Sprintf("%d files", workspace.MaxCollectFiles) || len(res.Files) != workspace.MaxCollectFiles {
+			t.Errorf("collect: %d files, report %+v; want cut at %d files", len(res.Files), res.Collect, workspace.MaxCollectFiles)
+		}
+		for name, wantErr := range map[string]bool{"proc1": true, "fifo": true, "main.py": false, "shadow": false} {
+			f, ok := res.Files[name]
+			if name == "fifo" && wantFifo == "" {
+				if ok {
+					t.Errorf("collect: the sandbox's fifo is on the host: %+v", f)
+				}
+				continue
+			}
+			if !ok || (f.Error != "") != wantErr {
+				t.Errorf("collect %q: %+v (present %v)", name, f, ok)
+			}
+		}
+		if f := res.Files["sparse"]; !f.Truncated {
+			t.Errorf("collect of the sparse file: %+v", f)
+		}
+		if now, _ := os.ReadFile("/etc/shadow"); string(now) != string(shadow) {
+			t.Error("/etc/shadow changed")
+		}
+		if _, err := os.Stat("/tmp/escaped"); err == nil {
+			t.Error("a write escaped to the host's /tmp")
+		}
+		assertNoLeaks(t)
+	})
 }
 
-// TestSessionSIGKILL kills agentrun mid-run in a session; after gc the
-// session is unlocked and holds what the run wrote, and no loop device,
-// mount or run state is left.
+// readChars is how many bytes this process has read (rchar of
+// /proc/self/io: every read, from disk or not).
+func readChars(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "rchar: "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no rchar in /proc/self/io: %s", b)
+	return 0
+}
+
+// TestSessionSIGKILL kills agentrun mid-run in a session, on each
+// runtime; after gc the session is unlocked and holds what the run wrote,
+// and no loop device, mount, process or run state is left.
 func TestSessionSIGKILL(t *testing.T) {
-	bin := agentrunBin(t)
-	cfgPath := writeConfig(t, map[string]any{"image": pythonImage, "state_dir": stateDir,
-		"store_dir": filepath.Join(stateDir, "store"), "audit": "", "sessions": map[string]any{"max_bytes": "32m"}})
-	out, err := exec.Command(bin, "sessions", "--config", cfgPath, "new").Output()
-	if err != nil {
-		t.Fatalf("sessions new: %v", err)
-	}
-	id := strings.TrimSpace(string(out))
-	cfg := sessionCfg(t, "libcontainer", "32m")
-	st, err := session.Open(cfg, 65534, 65534)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Remove(id)
+	eachRuntime(t, func(t *testing.T, rt string) {
+		bin := agentrunBin(t)
+		cfgPath := writeConfig(t, map[string]any{"image": pythonImage, "state_dir": stateDir,
+			"store_dir": filepath.Join(stateDir, "store"), "audit": "", "sessions": map[string]any{"max_bytes": "32m"},
+			"runsc": map[string]any{"path": runscPath, "flags": []string{}}})
+		out, err := exec.Command(bin, "sessions", "--config", cfgPath, "new").Output()
+		if err != nil {
+			t.Fatalf("sessions new: %v", err)
+		}
+		id := strings.TrimSpace(string(out))
+		cfg := sessionCfg(t, rt, "32m")
+		st, err := session.Open(cfg, 65534, 65534)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Remove(id)
 
-	victim := exec.Command(bin, "run", "--config", cfgPath, "-")
-	victim.Stdin = strings.NewReader(`{"session":"` + id + `","keep_workspace":true,"limits":{"timeout":"60s"},` +
-		`"code":"import os, time\nf = open('/workspace/done', 'w')\nf.write('written')\nf.close()\nos.sync()\nopen('/workspace/flag', 'w').close()\ntime.sleep(60)"}`)
-	if err := victim.Start(); err != nil {
-		t.Fatal(err)
-	}
-	runID := waitForRun(t, "")
-	flag := filepath.Join(stateDir, "runs", runID, "workspace", "flag")
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(flag); err == nil {
-			break
+		victim := exec.Command(bin, "run", "--config", cfgPath, "-")
+		victim.Stdin = strings.NewReader(`{"runtime":"` + rt + `","session":"` + id + `","keep_workspace":true,"limits":{"timeout":"60s"},` +
+			`"code":"import os, time\nf = open('/workspace/done', 'w')\nf.write('written')\nf.close()\nos.sync()\nopen('/workspace/flag', 'w').close()\ntime.sleep(60)"}`)
+		if err := victim.Start(); err != nil {
+			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the run never wrote its flag")
+		// The flag shows in the run's mount of the session's disk.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if flags, _ := filepath.Glob(filepath.Join(stateDir, "runs", "*", "workspace", "flag")); len(flags) > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				victim.Process.Kill()
+				victim.Wait()
+				t.Fatal("the run never wrote its flag")
+			}
 		}
-	}
-	victim.Process.Signal(syscall.SIGKILL)
-	victim.Wait()
-	if out, err := exec.Command(bin, "gc", "--config", cfgPath).CombinedOutput(); err != nil {
-		t.Fatalf("agentrun gc: %v\n%s", err, out)
-	}
-	assertNoLeaks(t)
-	if data, err := st.ReadFile(id, "done"); err != nil || string(data) != "written" {
-		t.Errorf("after the crash: %q, %v", data, err)
-	}
-	if _, err := exec.Command(bin, "sessions", "--config", cfgPath, "rm", id).CombinedOutput(); err != nil {
-		t.Errorf("rm after the crash: %v", err)
-	}
-	assertNoLeaks(t)
+		victim.Process.Signal(syscall.SIGKILL)
+		victim.Wait()
+		if out, err := exec.Command(bin, "gc", "--config", cfgPath).CombinedOutput(); err != nil {
+			t.Fatalf("agentrun gc: %v\n%s", err, out)
+		}
+		assertNoLeaks(t)
+		if in, err := st.Get(id); err != nil || in.Busy {
+			t.Errorf("after gc: %+v, %v; want the session, free", in, err)
+		}
+		if data, err := st.ReadFile(id, "done"); err != nil || string(data) != "written" {
+			t.Errorf("after the crash: %q, %v", data, err)
+		}
+		if _, err := exec.Command(bin, "sessions", "--config", cfgPath, "rm", id).CombinedOutput(); err != nil {
+			t.Errorf("rm after the crash: %v", err)
+		}
+		assertNoLeaks(t)
+	})
 }
 
-// TestSessionInstallThenLock: run 1, allowed to reach the fake internet
+// TestSessionInstallThenLock, on each runtime: run 1, allowed to reach the fake internet
 // host, downloads a Python module into the session's /workspace; run 2,
 // with no network at all, imports it.
 func TestSessionInstallThenLock(t *testing.T) {
@@ -421,7 +521,10 @@ func TestSessionInstallThenLock(t *testing.T) {
 	in.Mux.HandleFunc("/pkg/greet.py", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, "def hello():\n    return 'hello from an installed module'\n")
 	})
-	cfg := netConfig(t, in)
+	eachRuntime(t, func(t *testing.T, rt string) { installThenLock(t, in, netConfigFor(t, in, rt)) })
+}
+
+func installThenLock(t *testing.T, in *proxytest.Internet, cfg *config.Config) {
 	r, id := newSession(t, cfg)
 	res := runSession(t, r, cfg, id, fetchPy+`
 import os
@@ -514,4 +617,31 @@ func TestSessionSIGKILLDuringUpload(t *testing.T) {
 		t.Errorf("after the crash: %v", err)
 	}
 	assertNoLeaks(t)
+}
+
+// TestSessionRunsColdBesidePool: with a warm pool for the same image, a
+// run with keep_workspace is never served from it (the pool's sandboxes
+// have a tmpfs workspace): it runs cold in the session's disk, the pool's
+// ready sandbox is left for others, and the next run sees the files.
+func TestSessionRunsColdBesidePool(t *testing.T) {
+	p := newPooled(t, 1, pyTask("pass", nil))
+	id, err := p.r.Sessions().Create()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.r.Sessions().Remove(id)
+	kept := func(code string) string {
+		return pyTask(code, map[string]any{"session": id, "keep_workspace": true})
+	}
+	p.run(kept(`open("/workspace/kept.txt", "w").write("kept")`), false)
+	if res := p.run(kept(`print(open("/workspace/kept.txt").read())`), false); res.Stdout != "kept\n" {
+		t.Errorf("second session run: %q", res.Stdout)
+	}
+	if st := p.pool.Stats(); st.Ready[pythonImage] != 1 {
+		t.Errorf("the pool after session runs: %+v", st)
+	}
+	// The pool still serves a plain run.
+	if res := p.run(pyTask(`import os; print(os.listdir("/workspace"))`, nil), true); res.Stdout != "['main.py']\n" {
+		t.Errorf("pooled run after the session runs: %q", res.Stdout)
+	}
 }

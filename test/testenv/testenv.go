@@ -74,7 +74,7 @@ func CgroupRoots() []string {
 }
 
 // StateLeaks lists what runs left under stateDir: mounts, run and
-// container state, and runsc's state in its --root (which itself stays).
+// container state, session mount points, and runsc's state in its --root (which itself stays).
 // What belongs to run live (when not "") is not listed.
 func StateLeaks(stateDir, live string) []string {
 	var leaks []string
@@ -85,7 +85,8 @@ func StateLeaks(stateDir, live string) []string {
 			}
 		}
 	}
-	for _, sub := range []string{"runs", "runc", "runsc"} {
+	// sessions: the mount points of host-side accesses to sessions.
+	for _, sub := range []string{"runs", "runc", "runsc", "sessions"} {
 		entries, _ := os.ReadDir(filepath.Join(stateDir, sub))
 		for _, e := range entries {
 			if e.Name() != "cgroup.lock" && e.Name() != "root" && (live == "" || e.Name() != live) {
