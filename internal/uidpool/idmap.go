@@ -13,12 +13,11 @@ import (
 // files that the file system stores as owned by uid and gid from appear
 // owned by to, and files the program there creates as to are stored as
 // from. So a kept session's disk keeps one owner (from) whatever id each
-// of its runs has. Files of any other owner appear as nobody (65534) and
-// cannot be changed through dir. The mount's flags stay as they were.
+// of its runs has. Files of any other owner but root appear as nobody
+// (65534) and cannot be changed through dir. The mount's flags stay as they were.
 //
-// Creating a file through an id-mapped mount needs a creator whose ids the
-// mapping holds: root cannot create files through dir, so write what the
-// run needs before Remap (reading is fine). It needs Linux 5.12 and a file
+// Root keeps its id through dir (runsc's gofer creates files as root and
+// then gives them to the program). It needs Linux 5.12 and a file
 // system that supports id-mapped mounts (ext4, tmpfs since 6.3).
 func Remap(dir string, from, to uint32) error {
 	ns, err := userns(from, to)
@@ -45,13 +44,15 @@ func Remap(dir string, from, to uint32) error {
 	return nil
 }
 
-// userns returns a user namespace, open, whose only mapping is from (as
-// uid and gid) to host id to. A process has to make it: a child cloned
+// userns returns a user namespace, open, that maps from (as uid and gid)
+// to host id to, and root to root. A process has to make it: a child cloned
 // into it and stopped by ptrace at its exec, before it runs anything (as
 // libcontainer makes the namespaces of its id-mapped mounts); the child is
 // killed once the namespace is open.
 func userns(from, to uint32) (*os.File, error) {
-	m := []syscall.SysProcIDMap{{ContainerID: int(from), HostID: int(to), Size: 1}}
+	// Root stays root: runsc's gofer creates a file as root, then gives
+	// it to the program's uid.
+	m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}, {ContainerID: int(from), HostID: int(to), Size: 1}}
 	proc, err := os.StartProcess("/proc/self/exe", []string{"agentrun-idmap"}, &os.ProcAttr{
 		Sys: &syscall.SysProcAttr{
 			Cloneflags:  unix.CLONE_NEWUSER,
