@@ -85,9 +85,9 @@ func (p *Pool) Take(owner string) (uint32, error) {
 	}
 	var b [4]byte
 	rand.Read(b[:])
-	start := binary.LittleEndian.Uint32(b[:]) % p.count
-	for i := uint32(0); i < p.count; i++ {
-		id := p.first + (start+i)%p.count
+	start := uint64(binary.LittleEndian.Uint32(b[:]) % p.count)
+	for i := uint64(0); i < uint64(p.count); i++ {
+		id := p.first + uint32((start+i)%uint64(p.count))
 		err := os.Symlink(owner, p.path(id))
 		if err == nil {
 			return id, nil

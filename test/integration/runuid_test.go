@@ -341,3 +341,26 @@ func TestRunUIDsGCAfterSIGKILL(t *testing.T) {
 	}
 	assertNoLeaks(t)
 }
+
+// TestRunUIDsPooled: each pooled sandbox holds its own uid from when it
+// is made; a run served from the pool runs as its sandbox's uid, writes
+// its workspace, and gives the uid back once torn down.
+func TestRunUIDsPooled(t *testing.T) {
+	p := newPooled(t, 2, pyTask("pass", nil))
+	held := map[string]string{} // uid -> run id
+	for _, name := range reservations(t) {
+		owner, _ := os.Readlink(filepath.Join(stateDir, "uids", name))
+		held[name] = owner
+	}
+	if len(held) != 2 {
+		t.Fatalf("reservations of a pool of 2: %v", held)
+	}
+	res := p.run(pyTask(idsLine+"open('/workspace/out', 'w').write('x')\n", map[string]any{"files": map[string]any{"in.txt": map[string]string{"content": "a"}}}), true)
+	uid := strconv.FormatUint(uint64(parseIDs(t, res.Stdout)), 10)
+	if held[uid] != res.ID {
+		t.Errorf("the pooled run %s ran as uid %s; the pool's reservations were %v", res.ID, uid, held)
+	}
+	if owner, err := os.Readlink(filepath.Join(stateDir, "uids", uid)); err == nil && owner == res.ID {
+		t.Errorf("uid %s still reserved for %s after its run", uid, res.ID)
+	}
+}
