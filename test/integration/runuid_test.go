@@ -364,3 +364,13 @@ func TestRunUIDsPooled(t *testing.T) {
 		t.Errorf("uid %s still reserved for %s after its run", uid, res.ID)
 	}
 }
+
+// sandboxUID42 reports whether out is the output of
+// `print(os.getuid(), 6 * 7)` in a sandbox: an id of the default run_uids
+// and 42.
+func sandboxUID42(out string) bool {
+	var uid uint32
+	var n int
+	_, err := fmt.Sscanf(out, "%d %d\n", &uid, &n)
+	return err == nil && n == 42 && uid >= uidpool.DefaultFirst && uid < uidpool.DefaultFirst+uidpool.DefaultCount
+}
