@@ -117,8 +117,8 @@ func StateLeaks(stateDir, live string) []string {
 	procs, _ := filepath.Glob("/proc/[0-9]*/status")
 	for _, p := range procs {
 		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
+		if err != nil || strings.Contains(string(b), "\nState:\tZ") {
+			continue // gone, or a zombie its reaper is about to take
 		}
 		for _, line := range strings.Split(string(b), "\n") {
 			f := strings.Fields(line)
@@ -127,7 +127,7 @@ func StateLeaks(stateDir, live string) []string {
 			}
 			if uid, err := strconv.ParseUint(f[1], 10, 32); err == nil && uid >= uidpool.DefaultFirst &&
 				uid < uidpool.DefaultFirst+uidpool.DefaultCount && f[1] != liveUID {
-				leaks = append(leaks, "process as a sandbox uid: "+p+" uid "+f[1]+" "+strings.Join(strings.Fields(strings.SplitN(string(b), "\n", 4)[2]), " "))
+				leaks = append(leaks, "process as a sandbox uid: "+p+" uid "+f[1])
 			}
 		}
 	}
