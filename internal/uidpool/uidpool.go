@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // Default range: 65536 ids from 2,000,000,000, far above the ids of
@@ -155,4 +156,29 @@ func (p *Pool) Reclaim(dead func(owner string) bool) ([]uint32, error) {
 
 func (p *Pool) path(id uint32) string {
 	return filepath.Join(p.dir, strconv.FormatUint(uint64(id), 10))
+}
+
+// HostNames lists the users and groups of the passwd and group files
+// (/etc/passwd, /etc/group) that hold an id of the range: such a user
+// would share the per-user limits of a sandbox with that id, and could
+// signal or trace its processes. A file that cannot be read is an error.
+func HostNames(first, count int64, files ...string) ([]string, error) {
+	var names []string
+	for _, file := range files {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, err
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Split(line, ":")
+			if len(f) < 3 {
+				continue
+			}
+			id, err := strconv.ParseInt(f[2], 10, 64)
+			if err == nil && id >= first && id-first < count {
+				names = append(names, fmt.Sprintf("%s %s (%d)", filepath.Base(file), f[0], id))
+			}
+		}
+	}
+	return names, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 )
@@ -124,5 +125,22 @@ func TestCheck(t *testing.T) {
 	}
 	if _, err := (&Pool{}).Take("a/b"); err == nil {
 		t.Error("Take of an owner with a slash")
+	}
+}
+
+func TestHostNames(t *testing.T) {
+	dir := t.TempDir()
+	passwd, group := filepath.Join(dir, "passwd"), filepath.Join(dir, "group")
+	os.WriteFile(passwd, []byte("root:x:0:0::/root:/bin/sh\nnobody:x:65534:65534::/:/bin/false\nodd:x:2000000005:1::/:/bin/false\n# comment\n"), 0o600)
+	os.WriteFile(group, []byte("root:x:0:\nclash:x:2000065535:\npast:x:2000065536:\n"), 0o600)
+	got, err := HostNames(DefaultFirst, DefaultCount, passwd, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"passwd odd (2000000005)", "group clash (2000065535)"}; !slices.Equal(got, want) {
+		t.Errorf("HostNames = %q, want %q", got, want)
+	}
+	if _, err := HostNames(DefaultFirst, DefaultCount, filepath.Join(dir, "none")); err == nil {
+		t.Error("HostNames of a missing file")
 	}
 }
