@@ -11,7 +11,9 @@ import (
 
 // Sandbox identity inside the container.
 const (
-	// UID and GID are "nobody", the only identity a sandboxed program gets.
+	// UID and GID are "nobody": a spec's default user, and the owner of
+	// kept session disks. The runner gives each sandbox a host id of its
+	// own instead (internal/uidpool).
 	UID = 65534
 	GID = 65534
 

@@ -116,6 +116,7 @@ func reload(cur *config.Config, path string, api *server.Server, pool *runner.Po
 		"network":           reflect.DeepEqual(next.Network, cur.Network),
 		"init":              next.Init == cur.Init,
 		"sessions":          next.Sessions == cur.Sessions,
+		"run_uids":          next.RunUIDs == cur.RunUIDs,
 		"policy.registries": slices.Equal(next.Policy.Registries, cur.Policy.Registries),
 	} {
 		if !same {

@@ -6,6 +6,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
+
+	"github.com/agentrun/agentrun/internal/uidpool"
 )
 
 // Limits is the JSON form of resource limits (task "limits" and config "limits").
@@ -112,6 +114,15 @@ type Sessions struct {
 	MaxBytes string `json:"max_bytes"` // size cap of each session's /workspace
 }
 
+// RunUIDs is the range of host ids that sandboxes run as: each sandbox
+// takes one id, as its uid and gid, for its whole life, so that the
+// kernel's per-user limits are its own. No host user or group may hold
+// an id of the range.
+type RunUIDs struct {
+	First int64 `json:"first"`
+	Count int64 `json:"count"`
+}
+
 // Config is agentrun's host configuration. Image, Language, Limits, Env and
 // Runtime are defaults for tasks; the rest configures the host side.
 type Config struct {
@@ -131,7 +142,8 @@ type Config struct {
 	StoreDir  string              `json:"store_dir"`
 	StoreMax  string              `json:"store_max_size"` // size cap of the image store; least recently used images go first
 	StateDir  string              `json:"state_dir"`
-	Audit     string              `json:"audit"` // absolute path, "-" for stderr, "" for none
+	RunUIDs   RunUIDs             `json:"run_uids"` // the host ids sandboxes run as, one per sandbox
+	Audit     string              `json:"audit"`    // absolute path, "-" for stderr, "" for none
 }
 
 // DefaultInit is the sandbox's init unless the config names another:
@@ -198,6 +210,7 @@ func Default() *Config {
 		// Under /run/agentrun, which holds the socket and which the
 		// agentrun group may enter; the state dir itself is root's alone.
 		StateDir: "/run/agentrun/state",
+		RunUIDs:  RunUIDs{First: uidpool.DefaultFirst, Count: uidpool.DefaultCount},
 		Audit:    "/var/log/agentrun/audit.jsonl",
 	}
 }

@@ -126,6 +126,11 @@ func TestParseErrors(t *testing.T) {
 		{`{"policy": {"registries": ["ok.example", "a/b"]}}`, "policy.registries[1]: "},
 		{`{"store_max_size": "0"}`, "store_max_size: "},
 		{`{"store_max_size": "big"}`, "store_max_size: "},
+		{`{"run_uids": {"first": 1000, "count": 10}}`, "run_uids: first 1000 is below 65536"},
+		{`{"run_uids": {"first": 2000000000, "count": 0}}`, "run_uids: count must be at least 1"},
+		{`{"run_uids": {"first": 4294967290, "count": 10}}`, "run_uids: range 4294967290+10 ends past"},
+		{`{"run_uids": {"first": -1}}`, "run_uids: first -1 is below"},
+		{`{"run_uids": {"start": 100000}}`, `unknown field "run_uids.start"`},
 	}
 	for _, tc := range cases {
 		_, err := Parse([]byte(tc.in))

@@ -14,6 +14,7 @@ import (
 	"unicode"
 
 	"github.com/agentrun/agentrun/image"
+	"github.com/agentrun/agentrun/internal/uidpool"
 )
 
 // Validate checks every value of c and returns the first problem found,
@@ -63,6 +64,9 @@ func (c *Config) Validate() error {
 		if !isCleanAbs(d.path) {
 			return fieldErr(d.name, fmt.Errorf("%q is not a clean absolute path", d.path))
 		}
+	}
+	if err := uidpool.Check(c.RunUIDs.First, c.RunUIDs.Count); err != nil {
+		return fieldErr("run_uids", err)
 	}
 	if n, err := ParseSize(c.StoreMax); err != nil || n <= 0 {
 		return fieldErr("store_max_size", fmt.Errorf("%q: want a size such as \"20g\"", c.StoreMax))

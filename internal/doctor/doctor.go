@@ -22,6 +22,7 @@ import (
 
 	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/uidpool"
 	agentruntime "github.com/agentrun/agentrun/runtime"
 )
 
@@ -46,7 +47,7 @@ type Check struct {
 func Run(ctx context.Context, cfg *config.Config) []Check {
 	checks := []func(*config.Config) Check{
 		checkRoot, checkKernel, checkCgroups, checkSeccomp, checkFilesystems,
-		checkNamespaces, checkRunsc, checkInit, checkStateDir, checkStoreDir, checkClock,
+		checkNamespaces, checkRunsc, checkInit, checkStateDir, checkStoreDir, checkRunUIDs, checkClock,
 		func(cfg *config.Config) Check { return checkImage(ctx, cfg) },
 	}
 	out := make([]Check, 0, len(checks))
@@ -275,6 +276,23 @@ func checkInit(cfg *config.Config) Check {
 
 func checkStateDir(cfg *config.Config) Check { return checkDir("state dir", cfg.StateDir, "state_dir") }
 func checkStoreDir(cfg *config.Config) Check { return checkDir("store dir", cfg.StoreDir, "store_dir") }
+
+// checkRunUIDs: no host user or group holds an id that sandboxes run as.
+func checkRunUIDs(cfg *config.Config) Check {
+	c := Check{Name: "run uids"}
+	r := fmt.Sprintf("%d to %d", cfg.RunUIDs.First, cfg.RunUIDs.First+cfg.RunUIDs.Count-1)
+	names, err := uidpool.HostNames(cfg.RunUIDs.First, cfg.RunUIDs.Count, "/etc/passwd", "/etc/group")
+	switch {
+	case err != nil:
+		c.Status, c.Detail = Fail, err.Error()
+	case len(names) > 0:
+		c.Status, c.Detail = Fail, "ids "+r+" are held by "+strings.Join(names, ", ")
+		c.Fix = "set config key run_uids to a range no host user or group holds"
+	default:
+		c.Status, c.Detail = OK, "ids "+r+": no host user or group holds one"
+	}
+	return c
+}
 
 // checkDir makes sure dir exists (creating it 0700) and is writable.
 func checkDir(name, dir, key string) Check {

@@ -3,6 +3,7 @@ package runner
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -99,6 +100,16 @@ func (r *Runner) GC() (cleaned []string, retErr error) {
 		if lock != nil {
 			lock.Close()
 		}
+	}
+	// A uid is reserved by a run (uidpool) from just after its run dir is
+	// made to just before it is removed: one whose run dir is gone
+	// belonged to a run cleaned above, or to an agentrun that died in
+	// between, and no process runs as it any more.
+	if _, err := r.uids.Reclaim(func(id string) bool {
+		_, err := os.Lstat(filepath.Join(r.runsDir, id))
+		return errors.Is(err, fs.ErrNotExist)
+	}); err != nil {
+		errs = append(errs, err)
 	}
 	return cleaned, errors.Join(errs...)
 }

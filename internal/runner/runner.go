@@ -19,6 +19,7 @@ import (
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/session"
 	"github.com/agentrun/agentrun/internal/task"
+	"github.com/agentrun/agentrun/internal/uidpool"
 	"github.com/agentrun/agentrun/internal/workspace"
 	"github.com/agentrun/agentrun/netns"
 	"github.com/agentrun/agentrun/runtime"
@@ -43,6 +44,7 @@ type Runner struct {
 	runscErr error          // why it is nil
 	runscDir string
 	sessions *session.Store
+	uids     *uidpool.Pool // each sandbox's own host uid and gid
 }
 
 // New prepares a runner from cfg: its state directories and backends.
@@ -75,6 +77,9 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	}
 	if r.sessions, err = session.Open(cfg, runtime.UID, runtime.GID); err != nil {
 		return nil, err
+	}
+	if r.uids, err = uidpool.Open(filepath.Join(cfg.StateDir, "uids"), cfg.RunUIDs.First, cfg.RunUIDs.Count); err != nil {
+		return nil, fmt.Errorf("run_uids: %w", err)
 	}
 	if r.nets, err = netns.NewPool(netns.DefaultCIDR); err != nil {
 		return nil, err
@@ -246,7 +251,7 @@ func (r *Runner) sandbox(p *task.Plan, img *image.Image, res *result.Result, lea
 	}
 	if sb := r.pool.take(p, img); sb != nil {
 		res.ID = sb.id
-		if err := sb.ws.Write(runFiles(p), runtime.UID, runtime.GID); err != nil {
+		if err := sb.ws.Write(runFiles(p), sb.uid, sb.uid); err != nil {
 			return nil, errors.Join(err, sb.undo.run())
 		}
 		return sb, nil
@@ -284,6 +289,7 @@ func (r *Runner) execute(ctx context.Context, p *task.Plan, backend runtime.Back
 type sandbox struct {
 	id     string
 	pooled bool // taken from the pool
+	uid    int  // the host uid and gid its processes run as: its own
 	ws     *workspace.Workspace
 	spec   *specs.Spec
 	prep   *runc.Prepared // nil for runsc, which sets up and runs in one step
@@ -315,6 +321,16 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	}
 	sb.undo.add(lock.Close) // last: the run is live until everything else is gone
 	sb.undo.add(func() error { return os.RemoveAll(dir) })
+
+	// Its own uid and gid, so that no other run shares its per-user
+	// kernel limits; given back once all else is gone but the run dir,
+	// whose lock keeps gc off it until then.
+	uid, err := r.uids.Take(id)
+	if err != nil {
+		return nil, fmt.Errorf("run_uids: %w", err)
+	}
+	sb.uid = int(uid)
+	sb.undo.add(func() error { return r.uids.Free(uid, id) })
 
 	// The image stays in the store while the sandbox lives (a pooled one
 	// outlives the Get that found its image).
@@ -353,13 +369,20 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 		if err := lease.Mount(wsDir); err != nil {
 			return nil, err
 		}
+		// The disk keeps one owner, the sandbox user of the store, which
+		// the run sees as its own uid through an id-mapped mount.
 		if sb.ws, err = workspace.Adopt(wsDir, runtime.UID, runtime.GID, files); err != nil {
 			return nil, err
 		}
-	} else if sb.ws, err = workspace.Create(filepath.Join(dir, "workspace"), p.Limits.WorkspaceSize, runtime.UID, runtime.GID, files); err != nil {
+		sb.undo.add(sb.ws.Close)
+		if err := uidpool.Remap(wsDir, runtime.UID, uid); err != nil {
+			return nil, err
+		}
+	} else if sb.ws, err = workspace.Create(filepath.Join(dir, "workspace"), p.Limits.WorkspaceSize, sb.uid, sb.uid, files); err != nil {
 		return nil, err
+	} else {
+		sb.undo.add(sb.ws.Close)
 	}
-	sb.undo.add(sb.ws.Close)
 
 	opts := append([]runtime.SpecOpt{
 		runtime.WithArgs(p.Argv...),
@@ -379,6 +402,7 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	if sb.spec, err = runtime.New(rootfs, opts...); err != nil {
 		return nil, fmt.Errorf("building spec: %w", err)
 	}
+	sb.spec.Process.User = specs.User{UID: uid, GID: uid}
 	if err := runtime.Validate(sb.spec); err != nil {
 		return nil, fmt.Errorf("spec refused: %w", err)
 	}

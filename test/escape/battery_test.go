@@ -121,6 +121,8 @@ func battery(t *testing.T, rt string) {
 		"-suid", suid,
 		"-fcaps", fcaps,
 		"-fcaps-noeff", fcapsNoEff,
+		"-uid-first", strconv.FormatInt(cfg.RunUIDs.First, 10),
+		"-uid-count", strconv.FormatInt(cfg.RunUIDs.Count, 10),
 	}
 	taskJSON, _ := json.Marshal(map[string]any{
 		"session": "escape-battery",

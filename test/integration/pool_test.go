@@ -154,7 +154,7 @@ except OSError as e:
     print("denied", e.errno)
 status = open("/proc/self/status").read()
 print([l for l in status.splitlines() if l.startswith(("CapEff", "NoNewPrivs", "Seccomp:", "Uid"))])`, limits), true)
-	for _, want := range []string{"denied 30", "'CapEff:\\t0000000000000000'", "'NoNewPrivs:\\t1'", "'Seccomp:\\t2'", "65534"} {
+	for _, want := range []string{"denied 30", "'CapEff:\\t0000000000000000'", "'NoNewPrivs:\\t1'", "'Seccomp:\\t2'", "'Uid:\\t2000"} { // an id of the default run_uids
 		if !strings.Contains(res.Stdout, want) {
 			t.Errorf("stdout %q lacks %q", res.Stdout, want)
 		}

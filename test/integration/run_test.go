@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/uidpool"
 )
 
 // The article's five.
@@ -193,7 +194,7 @@ func TestProcessHasNoPrivilege(t *testing.T) {
 		want := map[string]string{
 			"CapInh": "0000000000000000", "CapPrm": "0000000000000000", "CapEff": "0000000000000000",
 			"CapBnd": "0000000000000000", "CapAmb": "0000000000000000",
-			"NoNewPrivs": "1", "Seccomp": "2", "Uid": "65534\t65534\t65534\t65534", "Gid": "65534\t65534\t65534\t65534",
+			"NoNewPrivs": "1", "Seccomp": "2",
 		}
 		got := map[string]string{}
 		for _, line := range strings.Split(res.Stdout, "\n") {
@@ -208,6 +209,12 @@ func TestProcessHasNoPrivilege(t *testing.T) {
 		}
 		if got["Groups"] != "" {
 			t.Errorf("Groups = %q; want none", got["Groups"])
+		}
+		// The four uids and gids: one id, the run's own of run_uids.
+		uid, _, _ := strings.Cut(got["Uid"], "\t")
+		four := strings.Repeat(uid+"\t", 3) + uid
+		if n, err := strconv.ParseUint(uid, 10, 32); err != nil || n < uidpool.DefaultFirst || got["Uid"] != four || got["Gid"] != four {
+			t.Errorf("/proc/self/status Uid %q Gid %q; want one id of run_uids eight times", got["Uid"], got["Gid"])
 		}
 	})
 }

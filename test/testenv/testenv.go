@@ -12,11 +12,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/agentrun/agentrun/internal/uidpool"
 )
 
 // EnvOr is the environment variable k, or def when it is unset or empty.
@@ -98,6 +101,35 @@ func StateLeaks(stateDir, live string) []string {
 	for _, e := range entries {
 		if live == "" || !strings.Contains(e.Name(), live) {
 			leaks = append(leaks, "runsc state: "+e.Name())
+		}
+	}
+	// Reservations of sandbox uids (internal/uidpool), and processes
+	// still running as one of the default range.
+	liveUID := ""
+	uids, _ := os.ReadDir(filepath.Join(stateDir, "uids"))
+	for _, e := range uids {
+		owner, _ := os.Readlink(filepath.Join(stateDir, "uids", e.Name()))
+		if live != "" && owner == live {
+			liveUID = e.Name()
+			continue
+		}
+		leaks = append(leaks, "uid reservation: "+e.Name()+" -> "+owner)
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/status")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || strings.Contains(string(b), "\nState:\tZ") {
+			continue // gone, or a zombie its reaper is about to take
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 2 || f[0] != "Uid:" {
+				continue
+			}
+			if uid, err := strconv.ParseUint(f[1], 10, 32); err == nil && uid >= uidpool.DefaultFirst &&
+				uid < uidpool.DefaultFirst+uidpool.DefaultCount && f[1] != liveUID {
+				leaks = append(leaks, "process as a sandbox uid: "+p+" uid "+f[1])
+			}
 		}
 	}
 	// Loop devices backed by a file under the state dir (session disks).

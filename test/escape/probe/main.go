@@ -34,6 +34,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/agentrun/agentrun/internal/uidpool"
 	"golang.org/x/sys/unix"
 )
 
@@ -65,6 +66,8 @@ type Options struct {
 	SuidPath     string   // a setuid-root copy of the probe in the image
 	FcapsPath    string   // a copy of the probe in the image with effective file capabilities
 	FcapsNoEff   string   // a copy with permitted file capabilities, effective bit clear
+	UIDFirst     int64    // the config's run_uids: the sandbox's uid and gid is one of them
+	UIDCount     int64
 }
 
 var (
@@ -130,6 +133,8 @@ func main() {
 	flag.StringVar(&o.SuidPath, "suid", "", "a setuid-root copy of this program in the image")
 	flag.StringVar(&o.FcapsPath, "fcaps", "", "a copy of this program in the image with every file capability, effective")
 	flag.StringVar(&o.FcapsNoEff, "fcaps-noeff", "", "a copy of this program in the image with every file capability permitted, not effective")
+	flag.Int64Var(&o.UIDFirst, "uid-first", uidpool.DefaultFirst, "the first id of the config's run_uids")
+	flag.Int64Var(&o.UIDCount, "uid-count", uidpool.DefaultCount, "the number of ids of the config's run_uids")
 	force := flag.Bool("i-am-in-a-sandbox", false, "run even though this process is not pid 1")
 	flag.Parse()
 	o.HostIPs = splitList(hostIPs)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -116,6 +117,18 @@ func elevatedExecProbe(id, name, path string) probeDef {
 	}}
 }
 
+// inRange reports whether id is one of the config's run_uids.
+func (o *Options) inRange(id int64) bool { return id >= o.UIDFirst && id < o.UIDFirst+o.UIDCount }
+
+// runID is the /proc/self/status Uid (or Gid) line of a sandbox whose
+// uid is id: id four times when it is one of run_uids.
+func (o *Options) runID(id int) string {
+	if !o.inRange(int64(id)) {
+		return fmt.Sprintf("one id of run_uids %d+%d, four times", o.UIDFirst, o.UIDCount)
+	}
+	return strings.Repeat(strconv.Itoa(id)+"\t", 3) + strconv.Itoa(id)
+}
+
 func privProbes(o *Options) []probeDef {
 	statusCheck := func(id, name string, item int, want map[string]string) probeDef {
 		return probeDef{id, name, "privileges", item, func(p *Probe) {
@@ -145,8 +158,8 @@ func privProbes(o *Options) []probeDef {
 	ps := []probeDef{
 		statusCheck("status-caps-zero", "every capability set is empty", 14, map[string]string{"CapInh": z, "CapPrm": z, "CapEff": z, "CapBnd": z, "CapAmb": z}),
 		statusCheck("status-nnp-seccomp", "NoNewPrivs 1 and Seccomp 2 (filter)", 14, map[string]string{"NoNewPrivs": "1", "Seccomp": "2"}),
-		statusCheck("status-ids", "uid and gid 65534, no supplementary groups", 15, map[string]string{
-			"Uid": "65534\t65534\t65534\t65534", "Gid": "65534\t65534\t65534\t65534", "Groups": ""}),
+		statusCheck("status-ids", "uid and gid one id of run_uids, no supplementary groups", 15, map[string]string{
+			"Uid": o.runID(os.Getuid()), "Gid": o.runID(os.Getuid()), "Groups": ""}),
 		{"capget-zero", "capget(2) reports no capabilities", "privileges", 14, func(p *Probe) {
 			hdr := &unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 			data := &[2]unix.CapUserData{}
@@ -195,17 +208,17 @@ func privProbes(o *Options) []probeDef {
 				r, e := raw(nrPrctl, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_IS_SET, unix.CAP_SYS_ADMIN)
 				return e == 0 && r == 0, fmt.Sprintf("PR_CAP_AMBIENT_IS_SET(CAP_SYS_ADMIN) -> %d %s", r, errOrOK(e))
 			}}),
-		{"getres-ids", "getresuid/getresgid are 65534 and getgroups is empty", "privileges", 15, func(p *Probe) {
+		{"getres-ids", "getresuid/getresgid are one id of run_uids and getgroups is empty", "privileges", 15, func(p *Probe) {
 			var r, e, s, rg, eg, sg uint32
 			_, e1 := raw(118, pin(&r), pin(&e), pin(&s))    // getresuid
 			_, e2 := raw(120, pin(&rg), pin(&eg), pin(&sg)) // getresgid
 			n, e3 := raw(115, 0, 0)                         // getgroups(0, NULL)
 			p.ControlOK = e1 == 0 && e2 == 0 && e3 == 0
 			p.Control = fmt.Sprintf("raw getresuid %s getresgid %s getgroups %s", errOrOK(e1), errOrOK(e2), errOrOK(e3))
-			p.Blocked = r == 65534 && e == 65534 && s == 65534 && rg == 65534 && eg == 65534 && sg == 65534 && n == 0
+			p.Blocked = o.inRange(int64(r)) && e == r && s == r && rg == r && eg == r && sg == r && n == 0
 			p.Detail = fmt.Sprintf("uid %d/%d/%d gid %d/%d/%d groups %d", r, e, s, rg, eg, sg, n)
 		}},
-		elevatedExecProbe("setuid-root-binary", "a setuid-root binary in the image runs as 65534", o.SuidPath),
+		elevatedExecProbe("setuid-root-binary", "a setuid-root binary in the image runs as the sandbox's uid", o.SuidPath),
 		elevatedExecProbe("file-caps-binary", "a binary with effective file capabilities gains none (or is refused)", o.FcapsPath),
 		elevatedExecProbe("file-caps-noeff-binary", "a binary with permitted (not effective) file capabilities gains none", o.FcapsNoEff),
 		sysProbe(sysSpec{id: "setuid-0", name: "setuid(0)", cat: "privileges", item: 17,

@@ -1,0 +1,146 @@
+package uidpool
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+)
+
+// TestTakeConcurrent: takers at once never get the same id, every id is
+// in the range, and the one past the range's size is refused.
+func TestTakeConcurrent(t *testing.T) {
+	p, err := Open(filepath.Join(t.TempDir(), "uids"), 100000, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	got := map[uint32]string{}
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Go(func() {
+			owner := fmt.Sprintf("ar-%d", i)
+			id, err := p.Take(owner)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if prev, dup := got[id]; dup {
+				t.Errorf("id %d given to %s and %s", id, prev, owner)
+			}
+			got[id] = owner
+		})
+	}
+	wg.Wait()
+	for id := range got {
+		if !p.Contains(id) {
+			t.Errorf("id %d outside 100000+64", id)
+		}
+	}
+	if _, err := p.Take("ar-late"); !errors.Is(err, ErrExhausted) {
+		t.Errorf("Take with the range full: %v", err)
+	}
+	held, err := p.Held()
+	if err != nil || len(held) != 64 {
+		t.Fatalf("Held: %d, %v", len(held), err)
+	}
+	for id, owner := range got {
+		if held[id] != owner {
+			t.Errorf("held[%d] = %q, want %q", id, held[id], owner)
+		}
+	}
+}
+
+// TestFreeOnlyOwner: Free by another owner leaves the reservation; by
+// the owner it frees it, and the id can be taken again.
+func TestFreeOnlyOwner(t *testing.T) {
+	p, err := Open(t.TempDir(), 100000, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := p.Take("ar-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Free(id, "ar-b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Take("ar-b"); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("Free by another owner freed the id: %v", err)
+	}
+	if err := p.Free(id, "ar-a"); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := p.Take("ar-b"); err != nil || again != id {
+		t.Fatalf("Take after Free: %d, %v", again, err)
+	}
+}
+
+// TestReclaim frees the reservations of dead owners only.
+func TestReclaim(t *testing.T) {
+	dir := t.TempDir()
+	p, err := Open(dir, 100000, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners := map[string]uint32{}
+	for _, o := range []string{"ar-live", "ar-dead1", "ar-dead2"} {
+		if owners[o], err = p.Take(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "junk"), nil, 0o600) // not a reservation: ignored
+	freed, err := p.Reclaim(func(o string) bool { return o != "ar-live" })
+	if err != nil || len(freed) != 2 {
+		t.Fatalf("Reclaim: %v, %v", freed, err)
+	}
+	held, _ := p.Held()
+	if len(held) != 1 || held[owners["ar-live"]] != "ar-live" {
+		t.Fatalf("after Reclaim: %v", held)
+	}
+}
+
+func TestCheck(t *testing.T) {
+	for _, c := range []struct {
+		first, count int64
+		ok           bool
+	}{
+		{DefaultFirst, DefaultCount, true},
+		{65536, 1, true},
+		{MaxID, 1, true},
+		{MaxID, 2, false},
+		{65535, 10, false},
+		{0, 10, false},
+		{100000, 0, false},
+		{-1, 10, false},
+	} {
+		if err := Check(c.first, c.count); (err == nil) != c.ok {
+			t.Errorf("Check(%d, %d) = %v", c.first, c.count, err)
+		}
+	}
+	if _, err := (&Pool{}).Take("a/b"); err == nil {
+		t.Error("Take of an owner with a slash")
+	}
+}
+
+func TestHostNames(t *testing.T) {
+	dir := t.TempDir()
+	passwd, group := filepath.Join(dir, "passwd"), filepath.Join(dir, "group")
+	os.WriteFile(passwd, []byte("root:x:0:0::/root:/bin/sh\nnobody:x:65534:65534::/:/bin/false\nodd:x:2000000005:1::/:/bin/false\n# comment\n"), 0o600)
+	os.WriteFile(group, []byte("root:x:0:\nclash:x:2000065535:\npast:x:2000065536:\n"), 0o600)
+	got, err := HostNames(DefaultFirst, DefaultCount, passwd, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"passwd odd (2000000005)", "group clash (2000065535)"}; !slices.Equal(got, want) {
+		t.Errorf("HostNames = %q, want %q", got, want)
+	}
+	if _, err := HostNames(DefaultFirst, DefaultCount, filepath.Join(dir, "none")); err == nil {
+		t.Error("HostNames of a missing file")
+	}
+}
