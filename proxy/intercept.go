@@ -463,11 +463,11 @@ func (p *Proxy) newUpstream() *http.Transport {
 			}
 			return p.connect(target{host, n})
 		},
-		TLSClientConfig:     &tls.Config{RootCAs: p.policy.UpstreamRoots, MinVersion: tls.VersionTLS12},
-		TLSHandshakeTimeout: connectTimeout,
-		MaxIdleConnsPerHost: 4,
-		IdleConnTimeout:     idleTimeout,
-		DisableCompression:  true,
+		TLSClientConfig:        &tls.Config{RootCAs: p.policy.UpstreamRoots, MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout:    connectTimeout,
+		MaxIdleConnsPerHost:    4,
+		IdleConnTimeout:        idleTimeout,
+		DisableCompression:     true,
 		MaxResponseHeaderBytes: bufSize,
 	}
 }

@@ -339,4 +339,3 @@ func (p *Proxy) serviceFor(t target) *Service {
 	}
 	return nil
 }
-
