@@ -55,8 +55,8 @@ func newServiceRun(t *testing.T, approve ApproveFunc, timeout time.Duration) (*r
 		t.Fatal(err)
 	}
 	p := Policy{
-		Allow: []string{"www.internet.test"},
-		Hosts: map[string]string{"api.internet.test": in.IP.String(), "www.internet.test": in.IP.String(), "plain.internet.test": in.IP.String()},
+		Allow:       []string{"www.internet.test"},
+		Hosts:       map[string]string{"api.internet.test": in.IP.String(), "www.internet.test": in.IP.String(), "plain.internet.test": in.IP.String()},
 		AllowRanges: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")},
 		Services: []Service{{
 			Name: "api", URL: "https://api.internet.test",
@@ -413,4 +413,3 @@ func TestReadSecret(t *testing.T) {
 		t.Errorf("readSecret(symlink) = nil error; want a refusal")
 	}
 }
-
