@@ -198,6 +198,18 @@ func (s *Service) prepare() error {
 	return nil
 }
 
+// Validate checks the service as the proxy would when it starts.
+func (s *Service) Validate() error { return s.prepare() }
+
+// Authority is the service's canonical "host:port"; "" before Validate
+// (or Start) accepts it.
+func (s *Service) Authority() string {
+	if s.host == "" {
+		return ""
+	}
+	return s.authority()
+}
+
 // authority is the service's "host:port".
 func (s *Service) authority() string { return hostPortString(s.host, s.port) }
 
