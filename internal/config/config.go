@@ -212,8 +212,8 @@ func Default() *Config {
 		},
 		Network: Network{Hosts: map[string]string{}, AllowRanges: []string{}, DenyRanges: []string{},
 			CAFiles: []string{}, Services: map[string]Service{}, ApprovalTimeout: "60s"},
-		Runsc:   Runsc{Path: "/usr/local/bin/runsc", Flags: []string{"--platform=systrap"}},
-		Init:    DefaultInit,
+		Runsc: Runsc{Path: "/usr/local/bin/runsc", Flags: []string{"--platform=systrap"}},
+		Init:  DefaultInit,
 		Server: Server{
 			Listen:        "unix:///run/agentrun/agentrun.sock",
 			MaxConcurrent: 8,
