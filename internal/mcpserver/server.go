@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -21,6 +23,7 @@ import (
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/server"
 	"github.com/agentrun/agentrun/internal/task"
+	"github.com/agentrun/agentrun/proxy"
 )
 
 // Version is the server version agentrun announces to clients.
@@ -56,8 +59,10 @@ type Args struct {
 	Stdin        string            `json:"stdin,omitempty"`
 	Collect      []string          `json:"collect,omitempty"`
 	NetworkAllow []string          `json:"network_allow,omitempty"`
-	Timeout      string            `json:"timeout,omitempty"`
-	Session      string            `json:"session,omitempty"`
+	// NetworkServices names services of the config (network.services).
+	NetworkServices []string `json:"network_services,omitempty"`
+	Timeout         string   `json:"timeout,omitempty"`
+	Session         string   `json:"session,omitempty"`
 }
 
 // Server is the MCP server of one agentrun door. Create it with New.
@@ -234,6 +239,11 @@ func (s *Server) runCode(ctx context.Context, req *mcp.CallToolRequest, args Arg
 	if err != nil {
 		return nil, nil, fmt.Errorf("encoding the task: %w", err)
 	}
+	if req.Session != nil {
+		if ip := req.Session.InitializeParams(); ip != nil && ip.Capabilities != nil && ip.Capabilities.Elicitation != nil {
+			ctx = server.WithApprover(ctx, elicitApproval(req.Session, s.logf))
+		}
+	}
 	res, err := s.run(ctx, taskJSON)
 	var ref *server.Refusal
 	switch {
@@ -276,8 +286,8 @@ func toTask(a Args, session string) taskJSON {
 			t.Files[name] = task.File{Content: &content}
 		}
 	}
-	if len(a.NetworkAllow) > 0 {
-		t.Network = &task.Network{Allow: a.NetworkAllow}
+	if len(a.NetworkAllow) > 0 || len(a.NetworkServices) > 0 {
+		t.Network = &task.Network{Allow: a.NetworkAllow, Services: a.NetworkServices}
 	}
 	if a.Timeout != "" {
 		t.Limits = &struct {
@@ -292,6 +302,7 @@ func toTask(a Args, session string) taskJSON {
 var argNames = []struct{ field, arg string }{
 	{"limits.timeout", "timeout"},
 	{"network.allow", "network_allow"},
+	{"network.services", "network_services"},
 }
 
 // refused is the answer to a refused task: what is wrong, named as the
@@ -395,7 +406,8 @@ func inputSchema(cfg *config.Config) *jsonschema.Schema {
 			"stdin": str("Standard input of the program."),
 			"collect": {Type: "array", Items: pathItem(), MaxItems: ptr(task.MaxCollect),
 				Description: "Globs relative to /workspace of files to return after the run, e.g. [\"out/*.png\", \"report.md\"]."},
-			"network_allow": network,
+			"network_allow":    network,
+			"network_services": services(cfg),
 			"session": {Type: "string", Pattern: `^ss-[0-9a-f]{32}$`,
 				Description: "A kept session's id (from new_session): the run's /workspace is that session's, kept after the run, " +
 					"with files and the code file written over it. Absent: a fresh /workspace, gone after the run."},
@@ -405,6 +417,22 @@ func inputSchema(cfg *config.Config) *jsonschema.Schema {
 		},
 		AdditionalProperties: &jsonschema.Schema{Not: &jsonschema.Schema{}},
 	}
+}
+
+// services is the schema of network_services: the config's services.
+func services(cfg *config.Config) *jsonschema.Schema {
+	names := make([]any, 0, len(cfg.Network.Services))
+	for _, n := range slices.Sorted(maps.Keys(cfg.Network.Services)) {
+		names = append(names, n)
+	}
+	sc := &jsonschema.Schema{Type: "array", Items: &jsonschema.Schema{Type: "string", Enum: names}, MaxItems: ptr(len(names)),
+		Description: "Services the program may call by their URL (HTTPS through the proxy, which adds their credentials: " +
+			"the program never sees them, and only the requests the operator's rules allow pass; some wait for a human's approval)."}
+	if len(names) == 0 || !allowNetwork(cfg) {
+		sc.Items, sc.MaxItems = &jsonschema.Schema{Type: "string"}, ptr(0)
+		sc.Description = "Not available on this host: no services are configured."
+	}
+	return sc
 }
 
 // outputSchema describes structuredContent: Output.
@@ -420,4 +448,31 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// elicitApproval asks the client, through MCP elicitation, to decide a
+// request held for approval. Only an explicit accept with approve true
+// approves; a decline, a cancel, an error or the end of ctx denies.
+func elicitApproval(ss *mcp.ServerSession, logf func(string, ...any)) func(context.Context, string, proxy.Approval) proxy.Decision {
+	return func(ctx context.Context, run string, a proxy.Approval) proxy.Decision {
+		msg := fmt.Sprintf("The sandboxed program of run %s asks to send %s %s to service %s.", run, a.Method, a.URL, a.Service)
+		if a.BodyExcerpt != "" {
+			msg += "\nBody (start): " + a.BodyExcerpt
+		}
+		msg += "\nApprove this request?"
+		res, err := ss.Elicit(ctx, &mcp.ElicitParams{
+			Message: msg,
+			RequestedSchema: &jsonschema.Schema{Type: "object", Required: []string{"approve"},
+				Properties: map[string]*jsonschema.Schema{"approve": {Type: "boolean", Description: "true to let the request through"}}},
+		})
+		by := "mcp client (elicitation)"
+		if err != nil || res == nil {
+			if ctx.Err() == nil {
+				logf("run %s: asking the client to approve %s: %v", run, a.ID, err)
+			}
+			return proxy.Decision{By: by}
+		}
+		ok, _ := res.Content["approve"].(bool)
+		return proxy.Decision{Approved: res.Action == "accept" && ok, By: by}
+	}
 }

@@ -65,6 +65,23 @@ func (a *approvals) decide(run, id string, ok bool) bool {
 	return true
 }
 
+type approverKey struct{}
+
+// Approver decides a request of run held for approval; it must return
+// when ctx ends.
+type Approver = func(ctx context.Context, run string, a proxy.Approval) proxy.Decision
+
+// WithApprover returns ctx carrying approve, which RunTask asks about the
+// run's requests held for approval (MCP elicitation, a terminal).
+func WithApprover(ctx context.Context, approve Approver) context.Context {
+	return context.WithValue(ctx, approverKey{}, approve)
+}
+
+func approverFrom(ctx context.Context) Approver {
+	a, _ := ctx.Value(approverKey{}).(Approver)
+	return a
+}
+
 // Decision is the body of POST /v1/runs/RUN/approvals/ID.
 type Decision struct {
 	Approve *bool `json:"approve"`

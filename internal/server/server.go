@@ -429,7 +429,7 @@ func (s *Server) RunTask(ctx context.Context, data []byte) (*result.Result, erro
 	res := s.run(ctx, plan, runner.Hooks{Setup: func(p bool, d time.Duration) {
 		pooled = p
 		s.metrics.Setup(p, d)
-	}})
+	}, Approve: approverFrom(ctx)})
 	s.metrics.Ran(plan.Runtime, pooled, time.Since(admitted), res)
 	return res, nil
 }
