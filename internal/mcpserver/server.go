@@ -23,7 +23,6 @@ import (
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/server"
 	"github.com/agentrun/agentrun/internal/task"
-	"github.com/agentrun/agentrun/proxy"
 )
 
 // Version is the server version agentrun announces to clients.
@@ -76,6 +75,8 @@ type Server struct {
 	cancel context.CancelFunc
 	calls  sync.WaitGroup
 	after  func() // run by Close once the calls are done; may be nil
+
+	held heldCalls // runs waiting for their client's decision on a held request
 
 	mu    sync.Mutex
 	ended map[*mcp.ServerSession]chan struct{} // closed when the session ends
@@ -239,12 +240,10 @@ func (s *Server) runCode(ctx context.Context, req *mcp.CallToolRequest, args Arg
 	if err != nil {
 		return nil, nil, fmt.Errorf("encoding the task: %w", err)
 	}
-	if req.Session != nil {
-		if ip := req.Session.InitializeParams(); ip != nil && ip.Capabilities != nil && ip.Capabilities.Elicitation != nil {
-			ctx = server.WithApprover(ctx, elicitApproval(req.Session, s.logf))
-		}
+	res, held, err := s.runAsking(ctx, req, taskJSON)
+	if held != nil {
+		return inputRequired(held), nil, nil
 	}
-	res, err := s.run(ctx, taskJSON)
 	var ref *server.Refusal
 	switch {
 	case ctx.Err() != nil:
@@ -448,31 +447,4 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// elicitApproval asks the client, through MCP elicitation, to decide a
-// request held for approval. Only an explicit accept with approve true
-// approves; a decline, a cancel, an error or the end of ctx denies.
-func elicitApproval(ss *mcp.ServerSession, logf func(string, ...any)) func(context.Context, string, proxy.Approval) proxy.Decision {
-	return func(ctx context.Context, run string, a proxy.Approval) proxy.Decision {
-		msg := fmt.Sprintf("The sandboxed program of run %s asks to send %s %s to service %s.", run, a.Method, a.URL, a.Service)
-		if a.BodyExcerpt != "" {
-			msg += "\nBody (start): " + a.BodyExcerpt
-		}
-		msg += "\nApprove this request?"
-		res, err := ss.Elicit(ctx, &mcp.ElicitParams{
-			Message: msg,
-			RequestedSchema: &jsonschema.Schema{Type: "object", Required: []string{"approve"},
-				Properties: map[string]*jsonschema.Schema{"approve": {Type: "boolean", Description: "true to let the request through"}}},
-		})
-		by := "mcp client (elicitation)"
-		if err != nil || res == nil {
-			if ctx.Err() == nil {
-				logf("run %s: asking the client to approve %s: %v", run, a.ID, err)
-			}
-			return proxy.Decision{By: by}
-		}
-		ok, _ := res.Content["approve"].(bool)
-		return proxy.Decision{Approved: res.Action == "accept" && ok, By: by}
-	}
 }
