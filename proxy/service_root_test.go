@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -412,4 +413,82 @@ func TestReadSecret(t *testing.T) {
 	if _, err := readSecret(filepath.Join(dir, "link")); err == nil {
 		t.Errorf("readSecret(symlink) = nil error; want a refusal")
 	}
+}
+
+// benchRun is a run with service "api" and blind access to
+// www.internet.test, both served by the same fake upstream.
+func benchRun(b *testing.B) (*run, *tls.Config, *tls.Config) {
+	b.Helper()
+	if os.Geteuid() != 0 {
+		b.Fatal("proxy benchmarks need root (network namespaces)")
+	}
+	in := proxytest.NewInternet(b)
+	secret := filepath.Join(b.TempDir(), "token")
+	os.WriteFile(secret, []byte("bench-token\n"), 0o600)
+	p := Policy{
+		Allow:       []string{"www.internet.test"},
+		Hosts:       map[string]string{"api.internet.test": in.IP.String(), "www.internet.test": in.IP.String()},
+		AllowRanges: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")},
+		Services: []Service{{Name: "api", URL: "https://api.internet.test",
+			Inject: []Inject{{Header: "Authorization", Prefix: "Bearer ", File: secret}},
+			Rules:  []Rule{{Methods: []string{"GET"}, Paths: []string{"/hello"}}}}},
+		UpstreamRoots: in.Roots,
+	}
+	n, err := pool.Setup()
+	if err != nil {
+		b.Fatal(err)
+	}
+	px, err := Start(n, p)
+	if err != nil {
+		n.Close()
+		b.Fatal(err)
+	}
+	r := &run{n: n, px: px, gw: n.Gateway.String(), in: in}
+	b.Cleanup(func() { px.Close(); n.Close() })
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(px.CACert())
+	return r, &tls.Config{RootCAs: pool}, &tls.Config{RootCAs: in.Roots}
+}
+
+// benchClient is a sandbox client through the explicit proxy; keepAlive
+// reuses its connection between requests.
+func (r *run) benchClient(tc *tls.Config, keepAlive bool) *http.Client {
+	tr := &http.Transport{
+		Proxy:             func(*http.Request) (*url.URL, error) { return url.Parse(r.px.Env()["HTTPS_PROXY"]) },
+		DialContext:       r.dial,
+		TLSClientConfig:   tc,
+		DisableKeepAlives: !keepAlive,
+	}
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
+
+func benchGet(b *testing.B, c *http.Client, u string) {
+	for b.Loop() {
+		resp, err := c.Get(u)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			b.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+}
+
+// BenchmarkServiceRequest is one HTTPS GET to a service (CONNECT, TLS
+// with the run's CA, rule check, injection, TLS to the upstream), a new
+// connection each (NewConn) or over one kept connection (KeepAlive);
+// BenchmarkTunnelRequest is the same GET to the same upstream through a
+// blind CONNECT tunnel. The difference is what interception adds.
+func BenchmarkServiceRequest(b *testing.B) {
+	r, svcTLS, _ := benchRun(b)
+	b.Run("NewConn", func(b *testing.B) { benchGet(b, r.benchClient(svcTLS, false), "https://api.internet.test/hello") })
+	b.Run("KeepAlive", func(b *testing.B) { benchGet(b, r.benchClient(svcTLS, true), "https://api.internet.test/hello") })
+}
+
+func BenchmarkTunnelRequest(b *testing.B) {
+	r, _, upTLS := benchRun(b)
+	b.Run("NewConn", func(b *testing.B) { benchGet(b, r.benchClient(upTLS, false), "https://www.internet.test/hello") })
+	b.Run("KeepAlive", func(b *testing.B) { benchGet(b, r.benchClient(upTLS, true), "https://www.internet.test/hello") })
 }
