@@ -448,7 +448,8 @@ func fillRecord(rec *audit.Record, res *result.Result) {
 func auditLimits(p *task.Plan) audit.Limits {
 	l := p.Limits
 	return audit.Limits{TimeoutMS: l.Timeout.Milliseconds(), Memory: l.Memory, CPUs: l.CPUs, Pids: l.Pids,
-		OutputBytes: l.OutputBytes, TmpSize: l.TmpSize, WorkspaceSize: l.WorkspaceSize, NetworkAllow: p.Allow}
+		OutputBytes: l.OutputBytes, TmpSize: l.TmpSize, WorkspaceSize: l.WorkspaceSize, NetworkAllow: p.Allow,
+		NetworkServices: p.Services}
 }
 
 // newID returns a fresh run id, "ar-" and 16 hex digits.

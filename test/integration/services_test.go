@@ -204,6 +204,9 @@ print("ca", hashlib.sha256(ca).hexdigest())
 			if strings.Contains(data, serviceSecret) {
 				t.Errorf("%s holds the secret", where)
 			}
+			if where == "audit" && !strings.Contains(data, `"network_services":["api"]`) {
+				t.Errorf("audit record does not name the services asked for: %s", data)
+			}
 			if !strings.Contains(data, `"injected":["Authorization"]`) || !strings.Contains(data, `"by":"no way to ask"`) {
 				t.Errorf("%s lacks the injection or the approval decision: %s", where, data)
 			}
