@@ -24,7 +24,7 @@ func serviceServeConfig(t *testing.T, in *proxytest.Internet, approvalTimeout st
 	c["network"] = map[string]any{
 		"hosts": cfg.Network.Hosts, "allow_ranges": cfg.Network.AllowRanges, "ca_files": cfg.Network.CAFiles,
 		"approval_timeout": approvalTimeout,
-		"services": map[string]any{"api": svc},
+		"services":         map[string]any{"api": svc},
 	}
 	return c, up
 }
