@@ -63,6 +63,18 @@ func (p *Proxy) handleProxy(c net.Conn) {
 		p.refuse(c, err, false)
 		return
 	}
+	if svc := p.serviceFor(t); svc != nil {
+		c.SetDeadline(time.Time{})
+		if req.Method == http.MethodConnect {
+			if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+				return
+			}
+			p.serveService(c, br, svc)
+			return
+		}
+		p.serveOne(c, req, svc)
+		return
+	}
 	up, err := p.connect(t)
 	if err != nil {
 		p.refuse(c, err, false)
@@ -102,6 +114,11 @@ func (p *Proxy) handleTransparent(c net.Conn, port int) {
 			return
 		}
 		t, err := checkHost(sni, port)
+		if svc := p.serviceFor(t); err == nil && svc != nil {
+			hl.n.Store(-1)
+			p.serveService(c, br, svc)
+			return
+		}
 		if err == nil {
 			var up net.Conn
 			if up, err = p.connect(t); err == nil {
@@ -124,6 +141,11 @@ func (p *Proxy) handleTransparent(c net.Conn, port int) {
 	t, err := hostTarget(req, port)
 	if err != nil {
 		p.refuse(c, err, false)
+		return
+	}
+	if svc := p.serviceFor(t); svc != nil {
+		c.SetDeadline(time.Time{})
+		p.serveOne(c, req, svc)
 		return
 	}
 	up, err := p.connect(t)
@@ -406,6 +428,18 @@ func (p *Proxy) forwardHTTP(c net.Conn, req *http.Request, up net.Conn, t target
 		return
 	}
 	defer resp.Body.Close()
+	resp.Close = true
+	resp.Write(c)
+}
+
+// serveOne answers one plain-HTTP request already read from c to svc, then
+// closes, as forwardHTTP does.
+func (p *Proxy) serveOne(c net.Conn, req *http.Request, svc *Service) {
+	resp := p.serviceRoundTrip(p.ctx, req, svc)
+	defer resp.Body.Close()
+	for _, h := range hopHeaders {
+		resp.Header.Del(h)
+	}
 	resp.Close = true
 	resp.Write(c)
 }

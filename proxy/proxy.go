@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -72,6 +74,21 @@ type Policy struct {
 	Resolver func(ctx context.Context, host string) ([]netip.Addr, error)
 	// Dial connects to the checked "ip:port"; nil means a net.Dialer.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	// Services are hosts the proxy answers for itself (see Service): their
+	// host:port is reachable without an Allow entry, HTTPS to them is
+	// terminated with the run's CA, and only their rules' requests pass.
+	// Every other host is never intercepted.
+	Services []Service
+	// UpstreamRoots verifies services' certificates; nil means the host's
+	// roots.
+	UpstreamRoots *x509.CertPool
+	// Approve decides requests that a rule with Approve holds; nil denies
+	// them all ("no way to ask").
+	Approve ApproveFunc
+	// ApprovalTimeout is how long a held request waits for a decision
+	// before it is denied; 0 means DefaultApprovalTimeout.
+	ApprovalTimeout time.Duration
 }
 
 // Report is what the proxy let through, what it refused and which allowed
@@ -80,6 +97,12 @@ type Report struct {
 	Allowed []Allowed `json:"allowed"`
 	Denied  []Denied  `json:"denied"`
 	Failed  []Failed  `json:"failed"`
+	// Requests to services and their decisions, and every decision on a
+	// request held for approval; absent in runs without services.
+	Requests  []ServiceRequest `json:"requests,omitempty"`
+	Approvals []ApprovalRecord `json:"approvals,omitempty"`
+	// RequestsDropped counts service requests past the record's bound.
+	RequestsDropped int `json:"requests_dropped,omitempty"`
 }
 
 // Allowed sums the connections to one host and port.
@@ -117,6 +140,10 @@ type Proxy struct {
 	resolve func(ctx context.Context, host string) ([]netip.Addr, error)
 	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
 
+	services []*Service
+	ca       *CA             // nil without services
+	upstream *http.Transport // to services
+
 	ctx    context.Context // canceled by Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // every goroutine the proxy started
@@ -134,6 +161,11 @@ type Proxy struct {
 	allowedOrder []hostPort
 	denied       tally
 	failed       tally // as Failed records
+
+	held            int // requests waiting for approval
+	approvals       []ApprovalRecord
+	requests        []ServiceRequest
+	requestsDropped int
 
 	closeOnce sync.Once
 	closeErr  error
@@ -199,6 +231,21 @@ func newProxy(gw netip.Addr, p Policy) (*Proxy, error) {
 	if p.MaxBytes < 0 || p.MaxConns < 0 {
 		return nil, errors.New("starting proxy: negative limit")
 	}
+	var services []*Service
+	seen := map[hostPort]string{}
+	for i := range p.Services {
+		s := p.Services[i]
+		if err := s.prepare(); err != nil {
+			return nil, fmt.Errorf("starting proxy: %w", err)
+		}
+		hp := hostPort{s.host, s.port}
+		if other, dup := seen[hp]; dup {
+			return nil, fmt.Errorf("starting proxy: services %q and %q are both at %s", other, s.Name, s.authority())
+		}
+		seen[hp] = s.Name
+		allow.rules = append(allow.rules, rule{name: s.host, ports: []int{s.port}})
+		services = append(services, &s)
+	}
 	px := &Proxy{
 		allow:   allow,
 		hosts:   hosts,
@@ -208,6 +255,14 @@ func newProxy(gw netip.Addr, p Policy) (*Proxy, error) {
 		dial:    p.Dial,
 		conns:   make(map[net.Conn]struct{}),
 		allowed: make(map[hostPort]*hostStats),
+
+		services: services,
+	}
+	if len(services) > 0 {
+		if px.ca, err = NewCA(); err != nil {
+			return nil, fmt.Errorf("starting proxy: %w", err)
+		}
+		px.upstream = px.newUpstream()
 	}
 	if px.resolve == nil {
 		px.resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
@@ -470,6 +525,9 @@ func (p *Proxy) Close() error {
 		for _, c := range conns {
 			c.Close()
 		}
+		if p.upstream != nil {
+			p.upstream.CloseIdleConnections()
+		}
 		p.wg.Wait()
 		p.closeErr = errors.Join(errs...)
 	})
@@ -487,6 +545,15 @@ func (p *Proxy) Env() map[string]string {
 		"NO_PROXY":    "",
 		"no_proxy":    "",
 	}
+}
+
+// CACert is the run's CA certificate (PEM) that the sandbox must trust to
+// talk to services over HTTPS; nil when the run has no services.
+func (p *Proxy) CACert() []byte {
+	if p.ca == nil {
+		return nil
+	}
+	return p.ca.CertPEM()
 }
 
 // ResolvConf is the sandbox's /etc/resolv.conf: the gateway's DNS only.
@@ -507,6 +574,7 @@ func (p *Proxy) Report() Report {
 	if r.Denied == nil {
 		r.Denied = []Denied{}
 	}
+	r.Requests, r.Approvals, r.RequestsDropped = slices.Clone(p.requests), slices.Clone(p.approvals), p.requestsDropped
 	for _, f := range p.failed.list {
 		r.Failed = append(r.Failed, Failed(f))
 	}

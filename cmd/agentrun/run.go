@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/server"
 	"github.com/agentrun/agentrun/internal/task"
 )
@@ -161,7 +162,11 @@ func runTask(taskPath, cfgPath, auditPath, storeDir string, stdin io.Reader, std
 	defer closeLog()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return r.Run(ctx, plan)
+	var hooks runner.Hooks
+	if len(plan.Services) > 0 {
+		hooks.Approve = terminalApprover()
+	}
+	return r.RunWith(ctx, plan, hooks)
 }
 
 // readTask reads the task file (or stdin for "-"), refusing one larger

@@ -50,6 +50,8 @@ type Limits struct {
 	TmpSize       int64    `json:"tmp_size"`
 	WorkspaceSize int64    `json:"workspace_size"`
 	NetworkAllow  []string `json:"network_allow,omitempty"`
+	// NetworkServices are the services of the config the run asked for.
+	NetworkServices []string `json:"network_services,omitempty"`
 }
 
 // DefaultMaxBytes is the size past which the log file is rotated.

@@ -55,6 +55,39 @@ type Network struct {
 	Hosts       map[string]string `json:"hosts"`
 	AllowRanges []string          `json:"allow_ranges"`
 	DenyRanges  []string          `json:"deny_ranges"`
+	// CAFiles are PEM files of extra roots that services' upstreams are
+	// verified against, beside the host's.
+	CAFiles []string `json:"ca_files"`
+	// Services are the hosts a task may ask for by name in its
+	// network.services: the proxy answers them itself, lets through only
+	// what their rules allow and injects their credentials.
+	Services map[string]Service `json:"services"`
+	// ApprovalTimeout is how long a request held by an approve rule waits
+	// for a decision before it is denied.
+	ApprovalTimeout string `json:"approval_timeout"`
+}
+
+// Service is one service of network.services (see proxy.Service).
+type Service struct {
+	URL    string            `json:"url"`    // https://host[:port] or http://host[:port]
+	Inject map[string]Inject `json:"inject"` // header name -> where its value comes from
+	Rules  []ServiceRule     `json:"rules"`
+}
+
+// Inject is an injected header's value: Prefix then the content of File,
+// a root-only file read at each request.
+type Inject struct {
+	Prefix string `json:"prefix"`
+	File   string `json:"file"`
+}
+
+// ServiceRule lets through requests with one of Methods ("*" any) to a
+// path matching one of Paths ("*" within a segment, "**" any segments);
+// with Approve, only once a human approves.
+type ServiceRule struct {
+	Methods []string `json:"methods"`
+	Paths   []string `json:"paths"`
+	Approve bool     `json:"approve"`
 }
 
 // Runsc locates gVisor's runsc and the flags it is always given.
@@ -189,9 +222,10 @@ func Default() *Config {
 			"bash":    {"bash", "{file}"},
 			"sh":      {"sh", "{file}"},
 		},
-		Network: Network{Hosts: map[string]string{}, AllowRanges: []string{}, DenyRanges: []string{}},
-		Runsc:   Runsc{Path: "/usr/local/bin/runsc", Flags: []string{"--platform=systrap"}},
-		Init:    DefaultInit,
+		Network: Network{Hosts: map[string]string{}, AllowRanges: []string{}, DenyRanges: []string{},
+			CAFiles: []string{}, Services: map[string]Service{}, ApprovalTimeout: "60s"},
+		Runsc: Runsc{Path: "/usr/local/bin/runsc", Flags: []string{"--platform=systrap"}},
+		Init:  DefaultInit,
 		Server: Server{
 			Listen:        "unix:///run/agentrun/agentrun.sock",
 			MaxConcurrent: 8,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/uidpool"
+	"github.com/agentrun/agentrun/proxy"
 )
 
 // Validate checks every value of c and returns the first problem found,
@@ -195,6 +196,50 @@ func (n Network) validate() error {
 			return fieldErr(field, fmt.Errorf("%q is not an IP address", n.Hosts[host]))
 		}
 	}
+	if len(n.CAFiles) > MaxCAFiles {
+		return fieldErr("network.ca_files", fmt.Errorf("%d files, more than the maximum %d", len(n.CAFiles), MaxCAFiles))
+	}
+	for i, f := range n.CAFiles {
+		if !isCleanAbs(f) {
+			return fieldErr(fmt.Sprintf("network.ca_files[%d]", i), fmt.Errorf("%q is not a clean absolute path", f))
+		}
+	}
+	if d, err := ParseDuration(n.ApprovalTimeout); err != nil || d < time.Second || d > time.Hour {
+		return fieldErr("network.approval_timeout", fmt.Errorf("%q: want a duration from 1s to 1h", n.ApprovalTimeout))
+	}
+	if len(n.Services) > MaxServices {
+		return fieldErr("network.services", fmt.Errorf("%d services, more than the maximum %d", len(n.Services), MaxServices))
+	}
+	at := map[string]string{}
+	for _, name := range sortedKeys(n.Services) {
+		field := fmt.Sprintf("network.services[%q]", name)
+		if !serviceNameRe.MatchString(name) {
+			return fieldErr(field, errors.New("a service name is 1 to 63 characters of a-z 0-9 _ -, starting with a letter or digit"))
+		}
+		s := n.Services[name]
+		if len(s.Inject) > MaxInject || len(s.Rules) > MaxRules {
+			return fieldErr(field, fmt.Errorf("more than %d inject headers or %d rules", MaxInject, MaxRules))
+		}
+		for h, in := range s.Inject {
+			if !isCleanAbs(in.File) {
+				return fieldErr(fmt.Sprintf("%s.inject[%q].file", field, h), fmt.Errorf("%q is not a clean absolute path", in.File))
+			}
+		}
+		for i, r := range s.Rules {
+			if len(r.Paths) > MaxRules || len(r.Methods) > MaxRules {
+				return fieldErr(fmt.Sprintf("%s.rules[%d]", field, i), fmt.Errorf("more than %d methods or paths", MaxRules))
+			}
+		}
+		ps := ProxyService(name, s)
+		if err := ps.Validate(); err != nil {
+			return fieldErr(field, err)
+		}
+		authority := ps.Authority()
+		if other, dup := at[authority]; dup {
+			return fieldErr(field, fmt.Errorf("same host and port (%s) as service %q", authority, other))
+		}
+		at[authority] = name
+	}
 	for _, list := range []struct {
 		name   string
 		ranges []string
@@ -206,6 +251,28 @@ func (n Network) validate() error {
 		}
 	}
 	return nil
+}
+
+// Bounds of network.services and network.ca_files.
+const (
+	MaxServices = 64
+	MaxInject   = 16
+	MaxRules    = 64
+	MaxCAFiles  = 16
+)
+
+var serviceNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// ProxyService is the proxy's form of the service name of network.services.
+func ProxyService(name string, s Service) proxy.Service {
+	ps := proxy.Service{Name: name, URL: s.URL}
+	for _, h := range sortedKeys(s.Inject) {
+		ps.Inject = append(ps.Inject, proxy.Inject{Header: h, Prefix: s.Inject[h].Prefix, File: s.Inject[h].File})
+	}
+	for _, r := range s.Rules {
+		ps.Rules = append(ps.Rules, proxy.Rule{Methods: r.Methods, Paths: r.Paths, Approve: r.Approve})
+	}
+	return ps
 }
 
 func (r Runsc) validate(runtime string) error {

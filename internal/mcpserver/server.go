@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -56,8 +58,10 @@ type Args struct {
 	Stdin        string            `json:"stdin,omitempty"`
 	Collect      []string          `json:"collect,omitempty"`
 	NetworkAllow []string          `json:"network_allow,omitempty"`
-	Timeout      string            `json:"timeout,omitempty"`
-	Session      string            `json:"session,omitempty"`
+	// NetworkServices names services of the config (network.services).
+	NetworkServices []string `json:"network_services,omitempty"`
+	Timeout         string   `json:"timeout,omitempty"`
+	Session         string   `json:"session,omitempty"`
 }
 
 // Server is the MCP server of one agentrun door. Create it with New.
@@ -71,6 +75,8 @@ type Server struct {
 	cancel context.CancelFunc
 	calls  sync.WaitGroup
 	after  func() // run by Close once the calls are done; may be nil
+
+	held heldCalls // runs waiting for their client's decision on a held request
 
 	mu    sync.Mutex
 	ended map[*mcp.ServerSession]chan struct{}        // closed when the session ends
@@ -274,7 +280,10 @@ func (s *Server) runCode(ctx context.Context, req *mcp.CallToolRequest, args Arg
 	if err != nil {
 		return nil, nil, fmt.Errorf("encoding the task: %w", err)
 	}
-	res, err := s.run(ctx, taskJSON)
+	res, held, err := s.runAsking(ctx, req, taskJSON)
+	if held != nil {
+		return inputRequired(held), nil, nil
+	}
 	var ref *server.Refusal
 	switch {
 	case ctx.Err() != nil:
@@ -316,8 +325,8 @@ func toTask(a Args, session string) taskJSON {
 			t.Files[name] = task.File{Content: &content}
 		}
 	}
-	if len(a.NetworkAllow) > 0 {
-		t.Network = &task.Network{Allow: a.NetworkAllow}
+	if len(a.NetworkAllow) > 0 || len(a.NetworkServices) > 0 {
+		t.Network = &task.Network{Allow: a.NetworkAllow, Services: a.NetworkServices}
 	}
 	if a.Timeout != "" {
 		t.Limits = &struct {
@@ -332,6 +341,7 @@ func toTask(a Args, session string) taskJSON {
 var argNames = []struct{ field, arg string }{
 	{"limits.timeout", "timeout"},
 	{"network.allow", "network_allow"},
+	{"network.services", "network_services"},
 }
 
 // refused is the answer to a refused task: what is wrong, named as the
@@ -435,7 +445,8 @@ func inputSchema(cfg *config.Config) *jsonschema.Schema {
 			"stdin": str("Standard input of the program."),
 			"collect": {Type: "array", Items: pathItem(), MaxItems: ptr(task.MaxCollect),
 				Description: "Globs relative to /workspace of files to return after the run, e.g. [\"out/*.png\", \"report.md\"]."},
-			"network_allow": network,
+			"network_allow":    network,
+			"network_services": services(cfg),
 			"session": {Type: "string", Pattern: `^ss-[0-9a-f]{32}$`,
 				Description: "A kept session's id (from new_session): the run's /workspace is that session's, kept after the run, " +
 					"with files and the code file written over it. Absent: a fresh /workspace, gone after the run."},
@@ -445,6 +456,22 @@ func inputSchema(cfg *config.Config) *jsonschema.Schema {
 		},
 		AdditionalProperties: &jsonschema.Schema{Not: &jsonschema.Schema{}},
 	}
+}
+
+// services is the schema of network_services: the config's services.
+func services(cfg *config.Config) *jsonschema.Schema {
+	names := make([]any, 0, len(cfg.Network.Services))
+	for _, n := range slices.Sorted(maps.Keys(cfg.Network.Services)) {
+		names = append(names, n)
+	}
+	sc := &jsonschema.Schema{Type: "array", Items: &jsonschema.Schema{Type: "string", Enum: names}, MaxItems: ptr(len(names)),
+		Description: "Services the program may call by their URL (HTTPS through the proxy, which adds their credentials: " +
+			"the program never sees them, and only the requests the operator's rules allow pass; some wait for a human's approval)."}
+	if len(names) == 0 || !allowNetwork(cfg) {
+		sc.Items, sc.MaxItems = &jsonschema.Schema{Type: "string"}, ptr(0)
+		sc.Description = "Not available on this host: no services are configured."
+	}
+	return sc
 }
 
 // outputSchema describes structuredContent: Output.

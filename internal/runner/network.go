@@ -19,9 +19,19 @@ import (
 // namespace holds only lo. What it sets up is undone through undo; settle
 // stops the proxy and puts its report in res once the program has ended,
 // before the result is handed out.
-func (r *Runner) network(p *task.Plan, dir string, res *result.Result, undo, settle *cleanups) ([]runtime.SpecOpt, error) {
-	if len(p.Allow) == 0 {
+//
+// A run with services also gets the proxy's CA: its certificate alone and
+// a bundle of it with the image's own roots, mounted read-only under
+// CADir, named by the usual variables and mounted over the image's system
+// bundle (rootfs is the run's own view of the image, an overlay). Held
+// requests are decided by approve (nil: all denied).
+func (r *Runner) network(p *task.Plan, rootfs, dir string, approve proxy.ApproveFunc, res *result.Result, undo, settle *cleanups) ([]runtime.SpecOpt, error) {
+	if len(p.Allow) == 0 && len(p.Services) == 0 {
 		return nil, nil
+	}
+	services, roots, timeout, err := r.services(p)
+	if err != nil {
+		return nil, err
 	}
 	allowRanges, err := prefixes(r.cfg.Network.AllowRanges)
 	if err != nil {
@@ -40,6 +50,7 @@ func (r *Runner) network(p *task.Plan, dir string, res *result.Result, undo, set
 		Allow: p.Allow, Hosts: r.cfg.Network.Hosts,
 		AllowRanges: allowRanges, DenyRanges: denyRanges,
 		MaxBytes: p.Limits.NetBytes, MaxConns: int(p.Limits.NetConns),
+		Services: services, UpstreamRoots: roots, Approve: approve, ApprovalTimeout: timeout,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting the egress proxy: %w", err)
@@ -57,12 +68,20 @@ func (r *Runner) network(p *task.Plan, dir string, res *result.Result, undo, set
 			return nil, fmt.Errorf("writing %s: %w", filepath.Base(path), err)
 		}
 	}
-	return []runtime.SpecOpt{
+	opts := []runtime.SpecOpt{
 		runtime.WithNetworkNamespace(n.SandboxPath),
 		runtime.WithReadonlyFile(resolv, "/etc/resolv.conf"),
 		runtime.WithReadonlyFile(hosts, "/etc/hosts"),
 		runtime.WithEnv(prx.Env()),
-	}, nil
+	}
+	if ca := prx.CACert(); ca != nil {
+		caOpts, err := trustCA(ca, rootfs, dir)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, caOpts...)
+	}
+	return opts, nil
 }
 
 func prefixes(ss []string) ([]netip.Prefix, error) {

@@ -241,7 +241,7 @@ func (p *Pool) fill() {
 				break
 			}
 			res := &result.Result{}
-			sb, err := p.r.setup(s.plan, s.img, res, newID(), nil, nil)
+			sb, err := p.r.setup(s.plan, s.img, res, newID(), nil, nil, nil)
 			p.mu.Lock()
 			p.err = err
 			current := !p.closed && p.shapes[s.plan.Image] == s && len(s.ready) < min(n, p.sizes[s.plan.Image])
@@ -343,7 +343,7 @@ func destroyAll(sbs []*sandbox) error {
 // poolable reports whether plan can run in a pooled sandbox: one made
 // without network and for libcontainer.
 func poolable(plan *task.Plan) bool {
-	return plan.Runtime == config.RuntimeLibcontainer && len(plan.Allow) == 0
+	return plan.Runtime == config.RuntimeLibcontainer && len(plan.Allow) == 0 && len(plan.Services) == 0
 }
 
 // shapeKey identifies what a sandbox for plan is created with. What a run

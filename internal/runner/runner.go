@@ -22,6 +22,7 @@ import (
 	"github.com/agentrun/agentrun/internal/uidpool"
 	"github.com/agentrun/agentrun/internal/workspace"
 	"github.com/agentrun/agentrun/netns"
+	"github.com/agentrun/agentrun/proxy"
 	"github.com/agentrun/agentrun/runtime"
 	"github.com/agentrun/agentrun/runtime/runc"
 	"github.com/agentrun/agentrun/runtime/runsc"
@@ -112,6 +113,10 @@ type Hooks struct {
 	// Output gets the program's kept output as it arrives (from two
 	// goroutines at once).
 	Output runtime.OutputFunc
+	// Approve decides requests to services that an approve rule holds,
+	// for the run of that id; it must return when its context ends. Nil
+	// denies them.
+	Approve func(ctx context.Context, run string, a proxy.Approval) proxy.Decision
 	// Setup gets how long the run's sandbox took to be ready (image, then
 	// a pooled sandbox or a cold set-up) and whether it came from the pool,
 	// once the program has run.
@@ -181,7 +186,7 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 	res.ImageDigest = img.Digest
 
 	defer r.pool.ran(p)
-	sb, err := r.sandbox(p, img, res, lease)
+	sb, err := r.sandbox(p, img, res, lease, approver(hooks.Approve, res))
 	if err != nil {
 		return err
 	}
@@ -195,7 +200,7 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 		}
 		res.ID = newID()
 		again := time.Now()
-		if sb, err = r.setup(p, img, res, res.ID, runFiles(p), nil); err != nil {
+		if sb, err = r.setup(p, img, res, res.ID, runFiles(p), nil, approver(hooks.Approve, res)); err != nil {
 			return err
 		}
 		setup = time.Since(again)
@@ -233,6 +238,16 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 	return err
 }
 
+// approver is the proxy's form of hook for the run whose result is res
+// (nil without a hook).
+func approver(hook func(context.Context, string, proxy.Approval) proxy.Decision, res *result.Result) proxy.ApproveFunc {
+	if hook == nil {
+		return nil
+	}
+	id := res.ID
+	return func(ctx context.Context, a proxy.Approval) proxy.Decision { return hook(ctx, id, a) }
+}
+
 // pullOptions bounds the pull of a task's image by policy.registries,
 // unless the config names that image itself.
 func (r *Runner) pullOptions(p *task.Plan) image.PullOptions {
@@ -245,9 +260,9 @@ func (r *Runner) pullOptions(p *task.Plan) image.PullOptions {
 // sandbox is a ready sandbox from the pool with p's files written in, or
 // else one set up for p now (always for a kept workspace, whose disk the
 // pool's sandboxes lack). It sets res.ID to the sandbox's.
-func (r *Runner) sandbox(p *task.Plan, img *image.Image, res *result.Result, lease *session.Lease) (*sandbox, error) {
+func (r *Runner) sandbox(p *task.Plan, img *image.Image, res *result.Result, lease *session.Lease, approve proxy.ApproveFunc) (*sandbox, error) {
 	if lease != nil {
-		return r.setup(p, img, res, res.ID, runFiles(p), lease)
+		return r.setup(p, img, res, res.ID, runFiles(p), lease, approve)
 	}
 	if sb := r.pool.take(p, img); sb != nil {
 		res.ID = sb.id
@@ -256,7 +271,7 @@ func (r *Runner) sandbox(p *task.Plan, img *image.Image, res *result.Result, lea
 		}
 		return sb, nil
 	}
-	return r.setup(p, img, res, res.ID, runFiles(p), nil)
+	return r.setup(p, img, res, res.ID, runFiles(p), nil, approve)
 }
 
 // execute runs the program of sb to its end and collects its files.
@@ -305,7 +320,7 @@ type sandbox struct {
 // host pushes its undo, and on error everything made is undone. With a
 // lease, the workspace is that session's disk, mounted in the run dir (so
 // that gc finds it there if agentrun dies).
-func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id string, files map[string][]byte, lease *session.Lease) (_ *sandbox, err error) {
+func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id string, files map[string][]byte, lease *session.Lease, approve proxy.ApproveFunc) (_ *sandbox, err error) {
 	sb := &sandbox{id: id}
 	defer func() {
 		if err != nil {
@@ -345,7 +360,8 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	// then the run gets a private overlay so that nothing is created in it.
 	// So does every runsc run: runsc's gofer makes the init's mount point
 	// (/dev/init) in the root filesystem itself, not in the sandbox's /dev.
-	if !image.HasMountpoints(rootfs) || p.Runtime == config.RuntimeRunsc {
+	// A run with services gets one too, for the mount points of its CA.
+	if !image.HasMountpoints(rootfs) || p.Runtime == config.RuntimeRunsc || len(p.Services) > 0 {
 		ov, err := mountOverlay(img.Rootfs, dir)
 		if err != nil {
 			return nil, err
@@ -357,7 +373,7 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	if err := checkProgram(rootfs, p.Argv[0]); err != nil {
 		return nil, err
 	}
-	netOpts, err := r.network(p, dir, res, &sb.undo, &sb.settle)
+	netOpts, err := r.network(p, rootfs, dir, approve, res, &sb.undo, &sb.settle)
 	if err != nil {
 		return nil, err
 	}
@@ -456,7 +472,8 @@ func fillRecord(rec *audit.Record, res *result.Result) {
 func auditLimits(p *task.Plan) audit.Limits {
 	l := p.Limits
 	return audit.Limits{TimeoutMS: l.Timeout.Milliseconds(), Memory: l.Memory, CPUs: l.CPUs, Pids: l.Pids,
-		OutputBytes: l.OutputBytes, TmpSize: l.TmpSize, WorkspaceSize: l.WorkspaceSize, NetworkAllow: p.Allow}
+		OutputBytes: l.OutputBytes, TmpSize: l.TmpSize, WorkspaceSize: l.WorkspaceSize, NetworkAllow: p.Allow,
+		NetworkServices: p.Services}
 }
 
 // newID returns a fresh run id, "ar-" and 16 hex digits.

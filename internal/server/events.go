@@ -9,11 +9,13 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/proxy"
 )
 
 // Event is one line of a streamed answer (POST /v1/runs?stream=1): output
-// as the program writes it ("stdout", "stderr", with Data), then the
-// result ("result", with Result), last. Data is cut only between UTF-8
+// as the program writes it ("stdout", "stderr", with Data), requests held
+// for a decision ("approval", with Run and Approval), then the result
+// ("result", with Result), last. Data is cut only between UTF-8
 // characters; output that is not UTF-8 comes with its exact bytes in
 // DataBase64 as well (Data then has U+FFFD for each bad byte).
 type Event struct {
@@ -21,6 +23,10 @@ type Event struct {
 	Data       string         `json:"data,omitempty"`
 	DataBase64 string         `json:"data_base64,omitempty"`
 	Result     *result.Result `json:"result,omitempty"`
+	// Run and Approval: a request of run Run to a service is held until
+	// POST /v1/runs/RUN/approvals/ID decides ("approval").
+	Run      string          `json:"run,omitempty"`
+	Approval *proxy.Approval `json:"approval,omitempty"`
 }
 
 // outputs turns the run's output chunks into events, holding back the

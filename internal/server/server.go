@@ -2,6 +2,7 @@
 //
 //	POST /v1/runs            a task (task.json) in, its result out
 //	POST /v1/runs?stream=1   the same as NDJSON events: output as it comes, then the result
+//	POST /v1/runs/RUN/approvals/ID  decide a request held for approval (streamed runs)
 //	GET  /healthz            runs going on and waiting, and the warm pool
 //	GET  /metrics            the same and more, in the Prometheus text format
 //
@@ -35,6 +36,7 @@ import (
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/session"
 	"github.com/agentrun/agentrun/internal/task"
+	"github.com/agentrun/agentrun/proxy"
 )
 
 // RunFunc runs a plan and returns its result, calling the hooks as the run
@@ -43,16 +45,17 @@ type RunFunc func(ctx context.Context, p *task.Plan, hooks runner.Hooks) *result
 
 // Server answers the API. Create it with New.
 type Server struct {
-	cfg      atomic.Pointer[config.Config] // replaced by Reload
-	run      RunFunc
-	pool     func() runner.PoolStats // nil without a pool
-	slots    atomic.Pointer[chan struct{}]
-	decoding chan struct{} // one large task decoded at a time
-	queued   atomic.Int64
-	running  atomic.Int64
-	quotas   *quotas
-	metrics  *metrics.Metrics
-	extra    map[string]http.Handler // more routes, behind the same auth
+	cfg       atomic.Pointer[config.Config] // replaced by Reload
+	run       RunFunc
+	pool      func() runner.PoolStats // nil without a pool
+	slots     atomic.Pointer[chan struct{}]
+	decoding  chan struct{} // one large task decoded at a time
+	queued    atomic.Int64
+	running   atomic.Int64
+	quotas    *quotas
+	metrics   *metrics.Metrics
+	extra     map[string]http.Handler // more routes, behind the same auth
+	approvals approvals
 
 	// Logf, when set, gets what goes wrong after a client was answered.
 	Logf func(format string, args ...any)
@@ -106,6 +109,7 @@ func (s *Server) Reload(cfg *config.Config) {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/runs", only(s.postRun, http.MethodPost))
+	mux.HandleFunc("/v1/runs/{run}/approvals/{id}", only(s.postApproval, http.MethodPost))
 	mux.HandleFunc("/healthz", only(s.healthz, http.MethodGet, http.MethodHead))
 	mux.HandleFunc("/metrics", only(s.serveMetrics, http.MethodGet, http.MethodHead))
 	s.routeSessions(mux)
@@ -248,6 +252,9 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 		defer ev.close()
 		out := newOutputs(ev)
 		hooks.Output = out.send
+		hooks.Approve = func(ctx context.Context, run string, a proxy.Approval) proxy.Decision {
+			return s.approvals.ask(ctx, run, a, ev.send)
+		}
 		answer = func(res *result.Result) {
 			out.flush()
 			ev.send(Event{Event: "result", Result: res})
@@ -422,7 +429,7 @@ func (s *Server) RunTask(ctx context.Context, data []byte) (*result.Result, erro
 	res := s.run(ctx, plan, runner.Hooks{Setup: func(p bool, d time.Duration) {
 		pooled = p
 		s.metrics.Setup(p, d)
-	}})
+	}, Approve: approverFrom(ctx)})
 	s.metrics.Ran(plan.Runtime, pooled, time.Since(admitted), res)
 	return res, nil
 }

@@ -2,6 +2,8 @@ package task
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -31,6 +33,34 @@ func checkAllow(entries []string, allowNetwork *bool) ([]string, error) {
 		if !seen[canon] {
 			seen[canon] = true
 			out = append(out, canon)
+		}
+	}
+	return out, nil
+}
+
+// checkServices checks network.services: names of the config's services,
+// deduplicated. Any while the policy forbids network is ErrPolicy.
+func checkServices(names []string, cfg *config.Config) ([]string, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	if an := cfg.Policy.AllowNetwork; an == nil || !*an {
+		return nil, &Error{Field: "network.services", Reason: "network access is not allowed by policy", Err: ErrPolicy}
+	}
+	if len(names) > config.MaxServices {
+		return nil, errorf("network.services", "%d entries, more than the maximum %d", len(names), config.MaxServices)
+	}
+	var out []string
+	for i, n := range names {
+		if _, ok := cfg.Network.Services[n]; !ok {
+			known := slices.Sorted(maps.Keys(cfg.Network.Services))
+			if len(known) == 0 {
+				return nil, &Error{Field: fmt.Sprintf("network.services[%d]", i), Reason: fmt.Sprintf("%q: the config declares no services", n), Err: ErrPolicy}
+			}
+			return nil, &Error{Field: fmt.Sprintf("network.services[%d]", i), Reason: fmt.Sprintf("%q is not a service of the config (known: %s)", n, strings.Join(known, ", ")), Err: ErrPolicy}
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
 		}
 	}
 	return out, nil

@@ -96,6 +96,9 @@ func (t *Task) Resolve(cfg *config.Config) (*Plan, error) {
 	if p.Allow, err = checkAllow(t.Network.Allow, cfg.Policy.AllowNetwork); err != nil {
 		return nil, err
 	}
+	if p.Services, err = checkServices(t.Network.Services, cfg); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 

@@ -19,6 +19,9 @@ type File struct {
 // Network is the task's egress request; an empty Allow means no network.
 type Network struct {
 	Allow []string `json:"allow"`
+	// Services names services of the config's network.services that the
+	// run may reach (through the proxy, with their rules and credentials).
+	Services []string `json:"services"`
 }
 
 // Task is task.json as sent (see spec section 2).
@@ -77,6 +80,7 @@ type Plan struct {
 	Env      map[string]string // task env merged over config env; never nil
 	Limits   Limits
 	Allow    []string // network allowlist: "name", "*.suffix", optional ":port"; lowercased, deduplicated
+	Services []string // names of the config's network.services the run may reach; deduplicated
 	TaskHash string   // "sha256:" + hex of the raw task bytes; set by Load
 }
 

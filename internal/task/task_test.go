@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -156,6 +157,15 @@ var errorCases = []struct {
 	{name: "allow ipv6", json: `{"code":"x","network":{"allow":["[::1]:443"]}}`, field: "network.allow[0]"},
 	{name: "allow label dash", json: `{"code":"x","network":{"allow":["-a.com"]}}`, field: "network.allow[0]"},
 	{name: "allow trailing dot", json: `{"code":"x","network":{"allow":["a.com."]}}`, field: "network.allow[0]"},
+	{name: "services none declared", json: `{"code":"x","network":{"services":["github"]}}`, field: "network.services[0]", policy: true},
+	{name: "services unknown", json: `{"code":"x","network":{"services":["gh","gitlab"]}}`, field: "network.services[1]", policy: true,
+		cfg: func(c *config.Config) { c.Network.Services = map[string]config.Service{"gh": {}} }},
+	{name: "services off by policy", json: `{"code":"x","network":{"services":["gh"]}}`, field: "network.services", policy: true,
+		cfg: func(c *config.Config) {
+			c.Network.Services = map[string]config.Service{"gh": {}}
+			*c.Policy.AllowNetwork = false
+		}},
+	{name: "services not a list", json: `{"code":"x","network":{"services":"gh"}}`, field: "network.services"},
 }
 
 func TestErrors(t *testing.T) {
@@ -351,5 +361,17 @@ func TestDefaultTmpSizeFollowsMemory(t *testing.T) {
 	}
 	if p.Limits.TmpSize != 32<<20 {
 		t.Errorf("tmp_size %d; want the memory limit, 32 MiB", p.Limits.TmpSize)
+	}
+}
+
+func TestServicesResolve(t *testing.T) {
+	cfg := config.Default()
+	cfg.Network.Services = map[string]config.Service{"gh": {}, "jira": {}}
+	p, err := Load([]byte(`{"code":"x","network":{"services":["gh","jira","gh"]}}`), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(p.Services, []string{"gh", "jira"}) || len(p.Allow) != 0 {
+		t.Errorf("Services = %q, Allow = %q; want [gh jira] and none", p.Services, p.Allow)
 	}
 }

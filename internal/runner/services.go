@@ -1,0 +1,153 @@
+package runner
+
+import (
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/task"
+	"github.com/agentrun/agentrun/proxy"
+	"github.com/agentrun/agentrun/runtime"
+)
+
+// CADir is where a run with services finds the proxy's CA: ca.pem (the
+// run's CA alone) and bundle.pem (the image's roots and the run's CA).
+const CADir = "/etc/agentrun-ca"
+
+// systemBundles are the system CA bundles of common distributions; each
+// that the image has as a regular file is replaced, read-only, by the
+// bundle.
+var systemBundles = []string{
+	"etc/ssl/certs/ca-certificates.crt", // Debian, Ubuntu, Alpine
+	"etc/pki/tls/certs/ca-bundle.crt",   // Fedora, RHEL
+	"etc/ssl/ca-bundle.pem",             // openSUSE
+	"etc/ssl/cert.pem",                  // Alpine, BSD-style
+}
+
+// Bounds of what a run reads to build its trust: the image's bundle and
+// each of network.ca_files.
+const (
+	maxBundleBytes = 4 << 20
+	maxCAFileBytes = 1 << 20
+)
+
+// services returns the proxy's form of p's services, the roots their
+// upstreams are verified against (nil: the host's) and the approval
+// timeout.
+func (r *Runner) services(p *task.Plan) ([]proxy.Service, *x509.CertPool, time.Duration, error) {
+	if len(p.Services) == 0 {
+		return nil, nil, 0, nil
+	}
+	var out []proxy.Service
+	for _, name := range p.Services {
+		s, ok := r.cfg.Network.Services[name]
+		if !ok {
+			return nil, nil, 0, fmt.Errorf("service %q is not in the config", name)
+		}
+		out = append(out, config.ProxyService(name, s))
+	}
+	timeout, err := config.ParseDuration(r.cfg.Network.ApprovalTimeout)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("config network.approval_timeout: %w", err)
+	}
+	if len(r.cfg.Network.CAFiles) == 0 {
+		return out, nil, timeout, nil
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil || roots == nil {
+		roots = x509.NewCertPool()
+	}
+	for _, f := range r.cfg.Network.CAFiles {
+		b, err := readBounded(f, maxCAFileBytes)
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("config network.ca_files: %w", err)
+		}
+		if !roots.AppendCertsFromPEM(b) {
+			return nil, nil, 0, fmt.Errorf("config network.ca_files: %s holds no PEM certificate", f)
+		}
+	}
+	return out, roots, timeout, nil
+}
+
+func readBounded(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, max)
+	}
+	return b, nil
+}
+
+// trustCA writes the run's CA and a bundle of it with the image's roots
+// into dir and returns the spec options that show them to the sandbox,
+// read-only: CADir, the image's system bundles, and the variables
+// SSL_CERT_FILE, REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, PIP_CERT and
+// GIT_SSL_CAINFO (the bundle) and NODE_EXTRA_CA_CERTS (the CA). The image
+// is read through os.Root: a symlink never leads out of it.
+func trustCA(ca []byte, rootfs, dir string) ([]runtime.SpecOpt, error) {
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return nil, fmt.Errorf("opening the run's rootfs: %w", err)
+	}
+	defer root.Close()
+	var system []byte
+	var over []string
+	for _, p := range systemBundles {
+		fi, err := root.Lstat(p)
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		over = append(over, "/"+p)
+		if system != nil {
+			continue
+		}
+		f, err := root.Open(p)
+		if err != nil {
+			return nil, fmt.Errorf("reading the image's CA bundle /%s: %w", p, err)
+		}
+		system, err = io.ReadAll(io.LimitReader(f, maxBundleBytes+1))
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("reading the image's CA bundle /%s: %w", p, err)
+		}
+		if len(system) > maxBundleBytes {
+			return nil, fmt.Errorf("the image's CA bundle /%s is larger than %d bytes", p, maxBundleBytes)
+		}
+	}
+	caDir := filepath.Join(dir, "ca")
+	if err := os.Mkdir(caDir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("writing the run's CA: %w", err)
+	}
+	bundle := append(append([]byte(nil), system...), '\n')
+	bundle = append(bundle, ca...)
+	for name, data := range map[string][]byte{"ca.pem": ca, "bundle.pem": bundle} {
+		if err := os.WriteFile(filepath.Join(caDir, name), data, 0o644); err != nil {
+			return nil, fmt.Errorf("writing the run's CA: %w", err)
+		}
+	}
+	b := CADir + "/bundle.pem"
+	opts := []runtime.SpecOpt{
+		runtime.WithReadonlyFile(caDir, CADir),
+		runtime.WithEnv(map[string]string{
+			"SSL_CERT_FILE": b, "REQUESTS_CA_BUNDLE": b, "CURL_CA_BUNDLE": b, "PIP_CERT": b, "GIT_SSL_CAINFO": b,
+			"NODE_EXTRA_CA_CERTS": CADir + "/ca.pem",
+		}),
+	}
+	for _, p := range over {
+		opts = append(opts, runtime.WithReadonlyFile(filepath.Join(caDir, "bundle.pem"), p))
+	}
+	return opts, nil
+}

@@ -1,0 +1,473 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+const (
+	// maxHeld bounds the requests of one run held for approval at once;
+	// more are denied at once.
+	maxHeld = 16
+	// DefaultApprovalTimeout is how long a held request waits for a
+	// decision when the policy names no time.
+	DefaultApprovalTimeout = 60 * time.Second
+	// bodyExcerpt is how much of a held request's body the approver sees.
+	bodyExcerpt = 1024
+	// idleTimeout closes an intercepted connection idle this long.
+	idleTimeout = 30 * time.Second
+)
+
+// Approval is a request held until someone decides: what the approver is
+// shown.
+type Approval struct {
+	ID          string `json:"id"`
+	Service     string `json:"service"`
+	Method      string `json:"method"`
+	URL         string `json:"url"`
+	BodyExcerpt string `json:"body_excerpt"`
+}
+
+// Decision is an approver's answer and who or what gave it.
+type Decision struct {
+	Approved bool
+	By       string // such as "operator (serve)", "mcp client", "terminal"
+}
+
+// ApproveFunc asks for a decision on a held request. It must return when
+// ctx ends (the approval timed out, or the request was abandoned); its
+// answer then no longer counts.
+type ApproveFunc func(ctx context.Context, a Approval) Decision
+
+// ApprovalRecord is one decision on a held request, for the result and the
+// audit record.
+type ApprovalRecord struct {
+	ID       string `json:"id"`
+	Service  string `json:"service"`
+	Method   string `json:"method"`
+	URL      string `json:"url"`
+	Approved bool   `json:"approved"`
+	By       string `json:"by"` // who or what decided; "timeout", "no way to ask", ...
+}
+
+// ServiceRequest is one request to a service: what was asked, how it was
+// decided, which headers the proxy injected (names only) and the
+// upstream's status (0 when it was not sent or got no answer).
+type ServiceRequest struct {
+	Service  string   `json:"service"`
+	Method   string   `json:"method"`
+	Path     string   `json:"path"`
+	Allowed  bool     `json:"allowed"`
+	Reason   string   `json:"reason,omitempty"`
+	Approval string   `json:"approval,omitempty"` // id of its ApprovalRecord
+	Injected []string `json:"injected,omitempty"`
+	Status   int      `json:"status,omitempty"`
+}
+
+// Reasons of service refusals (after "denied: ").
+const (
+	reasonOperator   = "denied by the operator"
+	reasonTooManyApp = "too many requests waiting for approval"
+)
+
+// prefixConn reads through r, which holds bytes already read from Conn.
+type prefixConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c *prefixConn) Read(b []byte) (int, error) { return c.r.Read(b) }
+
+// oneConnListener hands out one connection, then reports closed.
+type oneConnListener struct {
+	c    net.Conn
+	once sync.Once
+}
+
+func (l *oneConnListener) Accept() (net.Conn, error) {
+	var c net.Conn
+	l.once.Do(func() { c = l.c })
+	if c == nil {
+		return nil, net.ErrClosed
+	}
+	return c, nil
+}
+func (l *oneConnListener) Close() error   { return nil }
+func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
+
+var discardLog = log.New(io.Discard, "", 0)
+
+// serveService answers the client connection c (bytes already read in br)
+// as the service svc: TLS, which it terminates with a certificate from the
+// run's CA, or plain HTTP. Each request goes through serviceRoundTrip.
+func (p *Proxy) serveService(c net.Conn, br *bufio.Reader, svc *Service) {
+	c.SetDeadline(time.Now().Add(headTimeout))
+	var conn net.Conn = &prefixConn{Conn: c, r: br}
+	first, err := br.Peek(1)
+	if err != nil {
+		return
+	}
+	c.SetDeadline(time.Time{})
+	if looksLikeTLS(first[0]) {
+		conn = tls.Server(conn, &tls.Config{
+			MinVersion: tls.VersionTLS12,
+			NextProtos: []string{"http/1.1"},
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+				return p.ca.leaf(svc.host)
+			},
+		})
+	}
+	closed := make(chan struct{})
+	var once sync.Once
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			resp := p.serviceRoundTrip(r.Context(), r, svc)
+			defer resp.Body.Close()
+			h := w.Header()
+			for k, v := range resp.Header {
+				h[k] = v
+			}
+			for _, k := range hopHeaders {
+				h.Del(k)
+			}
+			w.WriteHeader(resp.StatusCode)
+			if r.Method != http.MethodHead {
+				io.Copy(w, resp.Body)
+			}
+		}),
+		ReadHeaderTimeout: headTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    bufSize,
+		ErrorLog:          discardLog,
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			if st == http.StateClosed || st == http.StateHijacked {
+				once.Do(func() { close(closed) })
+			}
+		},
+	}
+	srv.Serve(&oneConnListener{c: conn})
+	select {
+	case <-closed:
+	case <-p.ctx.Done():
+		c.Close()
+		<-closed
+	}
+}
+
+// serviceRoundTrip decides req to svc and, when it passes, sends it
+// upstream with the injected headers. It always returns a response: the
+// upstream's, or the proxy's own refusal.
+func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *Service) *http.Response {
+	rawPath, rawQuery, _ := strings.Cut(req.RequestURI, "?")
+	rec := ServiceRequest{Service: svc.Name, Method: printable(req.Method), Path: printable(rawPath)}
+	deny := func(status int, reason string) *http.Response {
+		rec.Reason = reason
+		p.recordRequest(rec)
+		p.recordDenied(svc.host, svc.port, "service "+svc.Name+": "+reason)
+		msg := fmt.Sprintf("agentrun: request to %s denied: %s", printable(svc.authority()), reason)
+		if reason == reasonOperator {
+			msg = "agentrun: " + reasonOperator
+		}
+		return textResponse(req, status, msg, "X-Agentrun-Denied")
+	}
+	if !strings.HasPrefix(req.RequestURI, "/") {
+		// Absolute form inside the tunnel: only for the service itself.
+		u, err := url.Parse(req.RequestURI)
+		if err != nil || u.User != nil || !p.sameService(u, svc) {
+			return deny(http.StatusForbidden, "request names another host than the service")
+		}
+		rawPath, rawQuery = u.EscapedPath(), u.RawQuery
+		rec.Path = printable(rawPath)
+	}
+	if req.Method == http.MethodConnect {
+		return deny(http.StatusForbidden, "CONNECT inside a service connection")
+	}
+	rule, reason := svc.match(req.Method, rawPath)
+	if rule == nil {
+		return deny(http.StatusForbidden, reason)
+	}
+	body := req.Body
+	if rule.Approve {
+		excerpt, err := io.ReadAll(io.LimitReader(req.Body, bodyExcerpt))
+		if err != nil {
+			return deny(http.StatusBadRequest, "request body unreadable")
+		}
+		body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(excerpt), req.Body), req.Body}
+		a := Approval{Service: svc.Name, Method: printable(req.Method),
+			URL: printable(svc.origin() + rawPath + queryPart(rawQuery)), BodyExcerpt: string(bytes.ToValidUTF8(excerpt, []byte("\uFFFD")))}
+		d := p.approve(ctx, a)
+		rec.Approval = d.ID
+		if !d.Approved {
+			return deny(http.StatusForbidden, reasonOperator)
+		}
+	}
+
+	out, err := http.NewRequestWithContext(ctx, req.Method, svc.origin(), body)
+	if err != nil {
+		return deny(http.StatusBadRequest, "request cannot be forwarded")
+	}
+	out.URL.Opaque, out.URL.RawQuery = rawPath, rawQuery
+	out.Header = req.Header.Clone()
+	for _, f := range req.Header["Connection"] {
+		for _, h := range strings.Split(f, ",") {
+			out.Header.Del(strings.TrimSpace(h))
+		}
+	}
+	for _, h := range hopHeaders {
+		out.Header.Del(h)
+	}
+	out.ContentLength = req.ContentLength
+	out.Host = svc.authority()
+	if (svc.tls && svc.port == 443) || (!svc.tls && svc.port == 80) {
+		out.Host = svc.host
+	}
+	for _, in := range svc.Inject {
+		v, err := readSecret(in.File)
+		if err != nil {
+			rec.Reason = "credential " + in.Header + " unavailable"
+			p.recordRequest(rec)
+			p.recordFailed(svc.host, svc.port, "service "+svc.Name+": "+err.Error())
+			return textResponse(req, http.StatusBadGateway, "agentrun: service "+svc.Name+": credential "+in.Header+" unavailable", "X-Agentrun-Error")
+		}
+		out.Header.Set(in.Header, in.Prefix+v)
+		rec.Injected = append(rec.Injected, http.CanonicalHeaderKey(in.Header))
+	}
+	resp, err := p.upstream.RoundTrip(out)
+	if err != nil {
+		var d *denial
+		var e *egressError
+		status, msg := http.StatusBadGateway, ""
+		switch {
+		case errors.As(err, &d):
+			p.recordDenied(d.host, d.port, d.reason)
+			status, msg = http.StatusForbidden, "agentrun: egress to "+printable(svc.authority())+" denied: "+d.reason
+			rec.Reason = d.reason
+		case errors.As(err, &e):
+			p.recordFailed(e.t.host, e.t.port, e.reason)
+			msg = "agentrun: egress to " + printable(svc.authority()) + " failed: " + e.reason
+			rec.Reason = e.reason
+		default:
+			reason := upstreamReason(err)
+			p.recordFailed(svc.host, svc.port, reason)
+			msg = "agentrun: egress to " + printable(svc.authority()) + " failed: " + reason
+			rec.Reason = reason
+		}
+		rec.Allowed = true
+		p.recordRequest(rec)
+		return textResponse(req, status, msg, "X-Agentrun-Error")
+	}
+	rec.Allowed, rec.Status = true, resp.StatusCode
+	p.recordRequest(rec)
+	return resp
+}
+
+// upstreamReason names a failure of a service's upstream in a few words:
+// the detail may carry the upstream's words, which stay out.
+func upstreamReason(err error) string {
+	var ce *tls.CertificateVerificationError
+	var ue x509.UnknownAuthorityError
+	var he x509.HostnameError
+	switch {
+	case errors.As(err, &ce), errors.As(err, &ue), errors.As(err, &he):
+		return "upstream certificate not trusted"
+	case errors.Is(err, context.Canceled):
+		return "request abandoned"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, syscall.ETIMEDOUT):
+		return "upstream timed out"
+	case errors.Is(err, errByteLimit):
+		return "byte limit reached"
+	}
+	return "upstream failed"
+}
+
+func queryPart(q string) string {
+	if q == "" {
+		return ""
+	}
+	return "?" + q
+}
+
+// sameService reports whether the absolute URL u names svc.
+func (p *Proxy) sameService(u *url.URL, svc *Service) bool {
+	if u.Host == "" {
+		return false
+	}
+	def := 80
+	if strings.EqualFold(u.Scheme, "https") {
+		def = 443
+	}
+	t, err := splitAuthority(u.Host, def)
+	return err == nil && t.host == svc.host && t.port == svc.port
+}
+
+// textResponse is the proxy's own one-line plain-text answer to req.
+func textResponse(req *http.Request, status int, msg, header string) *http.Response {
+	body := msg + "\n"
+	h := http.Header{"Content-Type": {"text/plain; charset=utf-8"}}
+	if header != "" {
+		h.Set(header, msg)
+	}
+	return &http.Response{
+		Status: strconv.Itoa(status) + " " + http.StatusText(status), StatusCode: status,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: h, Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)),
+		Request: req,
+	}
+}
+
+// readSecret reads an injected header's value from file: a regular file
+// owned by root that no one else may read or write, of at most
+// MaxSecretBytes, without its final line break. Errors name what is wrong
+// with the file, never its content.
+func readSecret(file string) (string, error) {
+	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return "", errors.New("credential file cannot be opened")
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return "", errors.New("credential file is not a regular file")
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Uid != 0 || fi.Mode().Perm()&0o077 != 0 {
+		return "", errors.New("credential file is not root's alone (owner root, mode 0600 or 0400)")
+	}
+	b, err := io.ReadAll(io.LimitReader(f, MaxSecretBytes+1))
+	if err != nil {
+		return "", errors.New("credential file cannot be read")
+	}
+	if len(b) > MaxSecretBytes {
+		return "", fmt.Errorf("credential file larger than %d bytes", MaxSecretBytes)
+	}
+	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	if s == "" {
+		return "", errors.New("credential file is empty")
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+			return "", errors.New("credential file holds a control character or line break")
+		}
+	}
+	return s, nil
+}
+
+// approve holds a request until the policy's approver decides, the
+// approval times out, or ctx (the request, or the run) ends. It records
+// the decision.
+func (p *Proxy) approve(ctx context.Context, a Approval) ApprovalRecord {
+	var idb [8]byte
+	rand.Read(idb[:])
+	a.ID = "ap-" + hex.EncodeToString(idb[:])
+	rec := ApprovalRecord{ID: a.ID, Service: a.Service, Method: a.Method, URL: a.URL}
+	p.mu.Lock()
+	full := p.held >= maxHeld
+	if !full {
+		p.held++
+	}
+	p.mu.Unlock()
+	switch {
+	case full:
+		rec.By = reasonTooManyApp
+	case p.policy.Approve == nil:
+		p.releaseHeld()
+		rec.By = "no way to ask"
+	default:
+		timeout := p.policy.ApprovalTimeout
+		if timeout <= 0 {
+			timeout = DefaultApprovalTimeout
+		}
+		actx, cancel := context.WithTimeout(ctx, timeout)
+		stop := context.AfterFunc(p.ctx, cancel)
+		d := p.policy.Approve(actx, a)
+		stop()
+		switch {
+		case errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:
+			rec.By = "timeout"
+		case actx.Err() != nil:
+			rec.By = "request abandoned"
+		default:
+			rec.Approved, rec.By = d.Approved, printable(d.By)
+			if rec.By == "" {
+				rec.By = "approver"
+			}
+		}
+		cancel()
+		p.releaseHeld()
+	}
+	p.mu.Lock()
+	if len(p.approvals) < maxDenied {
+		p.approvals = append(p.approvals, rec)
+	}
+	p.mu.Unlock()
+	return rec
+}
+
+func (p *Proxy) releaseHeld() {
+	p.mu.Lock()
+	p.held--
+	p.mu.Unlock()
+}
+
+// Held is how many requests wait for approval now.
+func (p *Proxy) Held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held
+}
+
+// recordRequest adds one service request to the report.
+func (p *Proxy) recordRequest(r ServiceRequest) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.requests) < maxDenied {
+		p.requests = append(p.requests, r)
+	} else {
+		p.requestsDropped++
+	}
+}
+
+// newUpstream is the transport of requests to services: it dials through
+// connect (allowlist and address checks, byte limits, the connection cap)
+// and verifies the upstream against roots (nil: the host's).
+func (p *Proxy) newUpstream() *http.Transport {
+	return &http.Transport{
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			host, port, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			n, err := strconv.Atoi(port)
+			if err != nil {
+				return nil, err
+			}
+			return p.connect(target{host, n})
+		},
+		TLSClientConfig:        &tls.Config{RootCAs: p.policy.UpstreamRoots, MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout:    connectTimeout,
+		MaxIdleConnsPerHost:    4,
+		IdleConnTimeout:        idleTimeout,
+		DisableCompression:     true,
+		MaxResponseHeaderBytes: bufSize,
+	}
+}

@@ -1,0 +1,494 @@
+//go:build linux
+
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentrun/agentrun/proxy/proxytest"
+)
+
+const testSecret = "s3cret-0123456789abcdef"
+
+// recorder is an upstream API path that keeps the Authorization headers it
+// receives and answers without echoing them.
+type recorder struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (rc *recorder) got() []string {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return append([]string(nil), rc.seen...)
+}
+
+func newServiceRun(t *testing.T, approve ApproveFunc, timeout time.Duration) (*run, *recorder) {
+	t.Helper()
+	requireRoot(t)
+	in := proxytest.NewInternet(t)
+	rc := &recorder{}
+	in.Mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		rc.mu.Lock()
+		rc.seen = append(rc.seen, r.Header.Get("Authorization"))
+		rc.mu.Unlock()
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "api %s %s body=%q", r.Method, r.URL.EscapedPath(), b)
+	})
+	secret := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(secret, []byte(testSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := Policy{
+		Allow:       []string{"www.internet.test"},
+		Hosts:       map[string]string{"api.internet.test": in.IP.String(), "www.internet.test": in.IP.String(), "plain.internet.test": in.IP.String()},
+		AllowRanges: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")},
+		Services: []Service{{
+			Name: "api", URL: "https://api.internet.test",
+			Inject: []Inject{{Header: "Authorization", Prefix: "Bearer ", File: secret}},
+			Rules: []Rule{
+				{Methods: []string{"GET"}, Paths: []string{"/api/read/**"}},
+				{Methods: []string{"POST"}, Paths: []string{"/api/write/*"}, Approve: true},
+			},
+		}, {
+			Name: "plain", URL: "http://plain.internet.test",
+			Inject: []Inject{{Header: "Authorization", Prefix: "Token ", File: secret}},
+			Rules:  []Rule{{Methods: []string{"GET"}, Paths: []string{"/api/**"}}},
+		}},
+		UpstreamRoots:   in.Roots,
+		Approve:         approve,
+		ApprovalTimeout: timeout,
+	}
+	return startRun(t, in, p), rc
+}
+
+// serviceClient talks to services through the explicit proxy, trusting
+// the run's CA only.
+func (r *run) serviceClient() *http.Client {
+	c := r.explicitClient()
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(r.px.CACert()) {
+		r.t.Fatal("run CA certificate does not parse")
+	}
+	c.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: pool}
+	return c
+}
+
+// rawService sends request line line (exact bytes) to the service host
+// through CONNECT and TLS, and returns the status and body.
+func (r *run) rawService(line string) (int, string) {
+	r.t.Helper()
+	_, _, c := r.connect("api.internet.test:443")
+	if c == nil {
+		r.t.Fatal("CONNECT api.internet.test:443 refused")
+	}
+	defer c.Close()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(r.px.CACert())
+	tc := tls.Client(c, &tls.Config{RootCAs: pool, ServerName: "api.internet.test"})
+	fmt.Fprintf(tc, "%s\r\nHost: api.internet.test\r\nConnection: close\r\n\r\n", line)
+	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	if err != nil {
+		r.t.Fatalf("%s: %v", line, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestServiceInjectionAndRules(t *testing.T) {
+	r, rc := newServiceRun(t, nil, 0)
+	c := r.serviceClient()
+
+	code, body, _ := get(t, c, "https://api.internet.test/api/read/x")
+	if code != 200 || body != `api GET /api/read/x body=""` {
+		t.Fatalf("GET allowed path = %d %q", code, body)
+	}
+	if got := rc.got(); len(got) != 1 || got[0] != "Bearer "+testSecret {
+		t.Fatalf("upstream saw Authorization %q; want the injected one", got)
+	}
+	// A header the program sets is replaced, not added to.
+	req, _ := http.NewRequest("GET", "https://api.internet.test/api/read/y", nil)
+	req.Header.Set("Authorization", "Bearer mine")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := rc.got(); got[len(got)-1] != "Bearer "+testSecret {
+		t.Errorf("upstream saw %q after the program set its own", got[len(got)-1])
+	}
+	// Plain http:// to an http service, absolute form.
+	code, body, _ = get(t, r.explicitClient(), "http://plain.internet.test/api/p")
+	if code != 200 || !strings.Contains(body, "/api/p") {
+		t.Errorf("GET plain service = %d %q", code, body)
+	}
+	if got := rc.got(); got[len(got)-1] != "Token "+testSecret {
+		t.Errorf("plain upstream saw %q", got[len(got)-1])
+	}
+	// The transparent path reaches the same logic.
+	tr := r.transparentClient()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(r.px.CACert())
+	tr.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: pool}
+	code, body, _ = get(t, tr, "https://api.internet.test/api/read/t")
+	if code != 200 || !strings.Contains(body, "/api/read/t") {
+		t.Errorf("transparent GET = %d %q", code, body)
+	}
+	code, _, _ = get(t, tr, "https://api.internet.test/api/other")
+	if code != 403 {
+		t.Errorf("transparent GET of a path no rule allows = %d; want 403", code)
+	}
+	n := len(rc.got())
+
+	resp, err = c.Post("https://api.internet.test/api/read/x", "text/plain", strings.NewReader("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 403 || !strings.Contains(string(b), "no rule of service api allows POST /api/read/x") {
+		t.Errorf("POST to a GET-only path = %d %q; want 403", resp.StatusCode, b)
+	}
+	for _, line := range []string{
+		"GET /api/other HTTP/1.1",
+		"DELETE /api/read/x HTTP/1.1",
+		"GET /api/read/../../admin HTTP/1.1",
+		"GET /api/read/%2e%2e/%2e%2e/admin HTTP/1.1",
+		"GET /api/read/..%2f..%2fadmin HTTP/1.1",
+		"GET /api/read//x HTTP/1.1",
+		"GET //api/read/x HTTP/1.1",
+		"GET /API/READ/x HTTP/1.1",
+		"GET /Api/read/x HTTP/1.1",
+		"get /api/read/x HTTP/1.1",
+		"GET https://evil.example/api/read/x HTTP/1.1",
+	} {
+		if code, body := r.rawService(line); code != 403 && code != 400 {
+			t.Errorf("%s = %d %q; want 403", line, code, body)
+		}
+	}
+	if got := rc.got(); len(got) != n {
+		t.Errorf("refused requests reached upstream: %d more", len(got)-n)
+	}
+	// POST with an approve rule and no approver: denied by the operator.
+	resp, err = c.Post("https://api.internet.test/api/write/x", "text/plain", strings.NewReader("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 403 || strings.TrimSpace(string(b)) != "agentrun: denied by the operator" {
+		t.Errorf("held POST without approver = %d %q", resp.StatusCode, b)
+	}
+
+	rep := r.px.Report()
+	js, _ := json.Marshal(rep)
+	if strings.Contains(string(js), testSecret) {
+		t.Errorf("report holds the secret: %s", js)
+	}
+	var injected, denied bool
+	for _, q := range rep.Requests {
+		if q.Allowed && len(q.Injected) == 1 && q.Injected[0] == "Authorization" {
+			injected = true
+		}
+		if !q.Allowed && q.Method == "DELETE" {
+			denied = true
+		}
+	}
+	if !injected || !denied {
+		t.Errorf("report requests lack the injection or the denial: %s", js)
+	}
+	if len(rep.Approvals) != 1 || rep.Approvals[0].Approved || rep.Approvals[0].By != "no way to ask" {
+		t.Errorf("approvals = %+v; want one denied, no way to ask", rep.Approvals)
+	}
+}
+
+func TestServiceBlindTunnelAndCA(t *testing.T) {
+	r, rc := newServiceRun(t, nil, 0)
+	// www.internet.test is not a service: CONNECT is a blind tunnel and the
+	// program sees the upstream's own certificate.
+	_, _, c := r.connect("www.internet.test:443")
+	if c == nil {
+		t.Fatal("CONNECT www.internet.test:443 refused")
+	}
+	tc := tls.Client(c, &tls.Config{RootCAs: r.in.Roots, ServerName: "www.internet.test"})
+	if err := tc.Handshake(); err != nil {
+		t.Fatalf("handshake through blind tunnel: %v", err)
+	}
+	leaf := tc.ConnectionState().PeerCertificates[0]
+	if leaf.Subject.CommonName != "internet.test" || leaf.Issuer.CommonName == r.px.ca.Certificate().Subject.CommonName {
+		t.Errorf("blind tunnel shows %q issued by %q; want the upstream's own", leaf.Subject.CommonName, leaf.Issuer.CommonName)
+	}
+	tc.Close()
+	// The service shows a certificate from the run's CA.
+	_, _, c = r.connect("api.internet.test:443")
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(r.px.CACert())
+	tc = tls.Client(c, &tls.Config{RootCAs: pool, ServerName: "api.internet.test"})
+	if err := tc.Handshake(); err != nil {
+		t.Fatalf("handshake with service: %v", err)
+	}
+	tc.Close()
+	// A service port other than the service's is not the service.
+	if resp, _, _ := r.connect("api.internet.test:8443"); resp.StatusCode != 403 {
+		t.Errorf("CONNECT api.internet.test:8443 = %d; want 403", resp.StatusCode)
+	}
+	// A new run gets a new CA.
+	r2 := startRun(t, r.in, r.px.policy)
+	if string(r2.px.CACert()) == string(r.px.CACert()) {
+		t.Errorf("two runs share a CA")
+	}
+	// An upstream the roots do not trust is refused.
+	p := r.px.policy
+	p.UpstreamRoots = x509.NewCertPool()
+	r3 := startRun(t, r.in, p)
+	code, body, _ := get(t, r3.serviceClient(), "https://api.internet.test/api/read/x")
+	if code != 502 || !strings.Contains(body, "upstream certificate not trusted") {
+		t.Errorf("untrusted upstream = %d %q; want 502", code, body)
+	}
+	_ = rc
+}
+
+func TestServiceApproval(t *testing.T) {
+	asks := make(chan Approval, 8)
+	answers := make(chan bool, 8)
+	approve := func(ctx context.Context, a Approval) Decision {
+		asks <- a
+		select {
+		case ok := <-answers:
+			return Decision{Approved: ok, By: "test operator"}
+		case <-ctx.Done():
+			return Decision{}
+		}
+	}
+	r, rc := newServiceRun(t, approve, 2*time.Second)
+	c := r.serviceClient()
+	post := func() (int, string) {
+		resp, err := c.Post("https://api.internet.test/api/write/x?q=1", "text/plain", strings.NewReader("payload"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	type answer struct {
+		code int
+		body string
+	}
+	for _, tc := range []struct {
+		name   string
+		decide func()
+		want   int
+		by     string
+	}{
+		{"granted", func() { answers <- true }, 200, "test operator"},
+		{"denied", func() { answers <- false }, 403, "test operator"},
+		{"timed out", func() {}, 403, "timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			done := make(chan answer, 1)
+			go func() { code, body := post(); done <- answer{code, body} }()
+			a := <-asks
+			if a.Method != "POST" || a.URL != "https://api.internet.test/api/write/x?q=1" || a.BodyExcerpt != "payload" || a.Service != "api" {
+				t.Errorf("approval asked = %+v", a)
+			}
+			if r.px.Held() != 1 {
+				t.Errorf("held = %d while asking; want 1", r.px.Held())
+			}
+			tc.decide()
+			got := <-done
+			if got.code != tc.want {
+				t.Errorf("status = %d %q; want %d", got.code, got.body, tc.want)
+			}
+			if tc.want == 200 && got.body != `api POST /api/write/x body="payload"` {
+				t.Errorf("upstream's answer = %q", got.body)
+			}
+			if tc.want == 403 && strings.TrimSpace(got.body) != "agentrun: denied by the operator" {
+				t.Errorf("denial body = %q", got.body)
+			}
+			recs := r.px.Report().Approvals
+			last := recs[len(recs)-1]
+			if last.ID != a.ID || last.By != tc.by || last.Approved != (tc.want == 200) {
+				t.Errorf("approval record = %+v; want by %q", last, tc.by)
+			}
+		})
+	}
+	if n := len(rc.got()); n != 1 {
+		t.Errorf("upstream got %d requests; want only the granted one", n)
+	}
+
+	t.Run("client gone while held", func(t *testing.T) {
+		_, _, conn := r.connect("api.internet.test:443")
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(r.px.CACert())
+		tc := tls.Client(conn, &tls.Config{RootCAs: pool, ServerName: "api.internet.test"})
+		fmt.Fprintf(tc, "POST /api/write/y HTTP/1.1\r\nHost: api.internet.test\r\nContent-Length: 2\r\n\r\nhi")
+		a := <-asks
+		tc.Close()
+		deadline := time.Now().Add(5 * time.Second)
+		for r.px.Held() != 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if h := r.px.Held(); h != 0 {
+			t.Fatalf("held = %d after the client went; want 0", h)
+		}
+		recs := r.px.Report().Approvals
+		if last := recs[len(recs)-1]; last.ID != a.ID || last.Approved || last.By != "request abandoned" {
+			t.Errorf("record = %+v; want abandoned", last)
+		}
+	})
+	t.Run("run ends while held", func(t *testing.T) {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			resp, err := c.Post("https://api.internet.test/api/write/z", "text/plain", strings.NewReader("z"))
+			if err == nil {
+				resp.Body.Close()
+			}
+		}()
+		<-asks
+		r.px.Close()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("held request still waiting after Close")
+		}
+		if h := r.px.Held(); h != 0 {
+			t.Errorf("held = %d after Close", h)
+		}
+	})
+	_ = net.ErrClosed
+}
+func TestReadSecret(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	write := func(name, data string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(data), mode); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(p, mode)
+		return p
+	}
+	if v, err := readSecret(write("ok", "s3cret\n", 0o600)); err != nil || v != "s3cret" {
+		t.Errorf("readSecret(ok) = %q, %v", v, err)
+	}
+	for name, tc := range map[string]struct {
+		data string
+		mode os.FileMode
+		want string
+	}{
+		"world": {"s3cret", 0o644, "root's alone"},
+		"group": {"s3cret", 0o640, "root's alone"},
+		"big":   {strings.Repeat("x", MaxSecretBytes+1), 0o600, "larger than"},
+		"crlf":  {"a\r\nb", 0o600, "line break"},
+		"empty": {"\n", 0o600, "empty"},
+	} {
+		_, err := readSecret(write(name, tc.data, tc.mode))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("readSecret(%s) = %v; want %q", name, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("readSecret(%s) error holds the secret: %v", name, err)
+		}
+	}
+	os.Symlink(filepath.Join(dir, "ok"), filepath.Join(dir, "link"))
+	if _, err := readSecret(filepath.Join(dir, "link")); err == nil {
+		t.Errorf("readSecret(symlink) = nil error; want a refusal")
+	}
+}
+
+// benchRun is a run with service "api" and blind access to
+// www.internet.test, both served by the same fake upstream.
+func benchRun(b *testing.B) (*run, *tls.Config, *tls.Config) {
+	b.Helper()
+	if os.Geteuid() != 0 {
+		b.Fatal("proxy benchmarks need root (network namespaces)")
+	}
+	in := proxytest.NewInternet(b)
+	secret := filepath.Join(b.TempDir(), "token")
+	os.WriteFile(secret, []byte("bench-token\n"), 0o600)
+	p := Policy{
+		Allow:       []string{"www.internet.test"},
+		Hosts:       map[string]string{"api.internet.test": in.IP.String(), "www.internet.test": in.IP.String()},
+		AllowRanges: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")},
+		Services: []Service{{Name: "api", URL: "https://api.internet.test",
+			Inject: []Inject{{Header: "Authorization", Prefix: "Bearer ", File: secret}},
+			Rules:  []Rule{{Methods: []string{"GET"}, Paths: []string{"/hello"}}}}},
+		UpstreamRoots: in.Roots,
+	}
+	n, err := pool.Setup()
+	if err != nil {
+		b.Fatal(err)
+	}
+	px, err := Start(n, p)
+	if err != nil {
+		n.Close()
+		b.Fatal(err)
+	}
+	r := &run{n: n, px: px, gw: n.Gateway.String(), in: in}
+	b.Cleanup(func() { px.Close(); n.Close() })
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(px.CACert())
+	return r, &tls.Config{RootCAs: pool}, &tls.Config{RootCAs: in.Roots}
+}
+
+// benchClient is a sandbox client through the explicit proxy; keepAlive
+// reuses its connection between requests.
+func (r *run) benchClient(tc *tls.Config, keepAlive bool) *http.Client {
+	tr := &http.Transport{
+		Proxy:             func(*http.Request) (*url.URL, error) { return url.Parse(r.px.Env()["HTTPS_PROXY"]) },
+		DialContext:       r.dial,
+		TLSClientConfig:   tc,
+		DisableKeepAlives: !keepAlive,
+	}
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
+
+func benchGet(b *testing.B, c *http.Client, u string) {
+	for b.Loop() {
+		resp, err := c.Get(u)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			b.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+}
+
+// BenchmarkServiceRequest is one HTTPS GET to a service (CONNECT, TLS
+// with the run's CA, rule check, injection, TLS to the upstream), a new
+// connection each (NewConn) or over one kept connection (KeepAlive);
+// BenchmarkTunnelRequest is the same GET to the same upstream through a
+// blind CONNECT tunnel. The difference is what interception adds.
+func BenchmarkServiceRequest(b *testing.B) {
+	r, svcTLS, _ := benchRun(b)
+	b.Run("NewConn", func(b *testing.B) { benchGet(b, r.benchClient(svcTLS, false), "https://api.internet.test/hello") })
+	b.Run("KeepAlive", func(b *testing.B) { benchGet(b, r.benchClient(svcTLS, true), "https://api.internet.test/hello") })
+}
+
+func BenchmarkTunnelRequest(b *testing.B) {
+	r, _, upTLS := benchRun(b)
+	b.Run("NewConn", func(b *testing.B) { benchGet(b, r.benchClient(upTLS, false), "https://www.internet.test/hello") })
+	b.Run("KeepAlive", func(b *testing.B) { benchGet(b, r.benchClient(upTLS, true), "https://www.internet.test/hello") })
+}

@@ -1,0 +1,137 @@
+package proxy
+
+import (
+	"crypto/x509"
+	"strings"
+	"testing"
+)
+
+func TestServiceRules(t *testing.T) {
+	svc := &Service{Name: "gh", URL: "https://api.example.com", Rules: []Rule{
+		{Methods: []string{"GET", "HEAD"}, Paths: []string{"/repos/**"}},
+		{Methods: []string{"POST"}, Paths: []string{"/repos/*/*/issues"}, Approve: true},
+		{Methods: []string{"*"}, Paths: []string{"/status", "/v*/meta"}},
+	}}
+	if err := svc.prepare(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		method, path string
+		want         int // index of the rule, -1 for none
+	}{
+		{"GET", "/repos/a/b", 0},
+		{"GET", "/repos", 0},
+		{"HEAD", "/repos/a/b/c/d", 0},
+		{"POST", "/repos/a/b/issues", 1},
+		{"DELETE", "/status", 2},
+		{"GET", "/v3/meta", 2},
+		// Other methods and paths.
+		{"POST", "/repos/a/b", -1},
+		{"DELETE", "/repos/a/b", -1},
+		{"get", "/repos/a/b", -1},
+		{"POST", "/repos/a/b/c/issues", -1},
+		{"POST", "/repos/a/issues", -1},
+		{"GET", "/user", -1},
+		{"GET", "/", -1},
+		// Tricks that must not widen a rule.
+		{"GET", "/repos/../user", -1},
+		{"GET", "/repos/a/../../user", -1},
+		{"GET", "/repos/%2e%2e/user", -1},
+		{"GET", "/repos/%2E%2E/user", -1},
+		{"GET", "/repos/./a", -1},
+		{"GET", "/repos/.%2e/user", -1},
+		{"POST", "/repos/a%2Fb/c/issues", -1},
+		{"POST", "/repos/a%2fb/issues", -1},
+		{"POST", "/repos/a%5cb/issues", -1},
+		{"GET", "/repos\\..\\user", -1},
+		{"GET", "//repos/a", -1},
+		{"GET", "/repos//a", -1},
+		{"POST", "/repos/a//issues", -1},
+		{"GET", "/REPOS/a", -1},
+		{"GET", "/Repos/a", -1},
+		{"DELETE", "/STATUS", -1},
+		{"GET", "/status/", -1},
+		{"GET", "/repos/a%00b", -1},
+		{"GET", "/repos/a%zz", -1},
+		{"GET", "repos/a", -1},
+		{"GET", "/repos/a%0ab", -1},
+		{"GET", "/" + strings.Repeat("a/", 200) + "b", -1},
+	} {
+		r, reason := svc.match(tc.method, tc.path)
+		got := -1
+		for i := range svc.Rules {
+			if r == &svc.Rules[i] {
+				got = i
+			}
+		}
+		if got != tc.want {
+			t.Errorf("match(%q, %q) = rule %d (%s); want %d", tc.method, tc.path, got, reason, tc.want)
+		}
+		if got == -1 && reason == "" {
+			t.Errorf("match(%q, %q): no rule and no reason", tc.method, tc.path)
+		}
+	}
+	// A percent-encoded ordinary character is the character itself.
+	if !MatchPath("/repos/**", "/repos/%61") {
+		t.Errorf("MatchPath(/repos/**, /repos/%%61) = false")
+	}
+}
+
+func TestServiceConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		svc  Service
+		want string
+	}{
+		{Service{Name: "a", URL: "ftp://x.example", Rules: []Rule{{[]string{"GET"}, []string{"/"}, false}}}, "scheme"},
+		{Service{Name: "a", URL: "https://x.example/api", Rules: []Rule{{[]string{"GET"}, []string{"/"}, false}}}, "no user, path"},
+		{Service{Name: "a", URL: "https://1.2.3.4", Rules: []Rule{{[]string{"GET"}, []string{"/"}, false}}}, "ip literals"},
+		{Service{Name: "a", URL: "https://x.example"}, "no rules"},
+		{Service{Name: "a", URL: "https://x.example", Rules: []Rule{{[]string{"get"}, []string{"/"}, false}}}, "upper case"},
+		{Service{Name: "a", URL: "https://x.example", Rules: []Rule{{[]string{"GET"}, []string{"/a/../b"}, false}}}, "dot segments"},
+		{Service{Name: "a", URL: "https://x.example", Rules: []Rule{{[]string{"GET"}, []string{"/a//b"}, false}}}, "empty segment"},
+		{Service{Name: "a", URL: "https://x.example", Rules: []Rule{{[]string{"GET"}, []string{"/a**"}, false}}}, "whole segment"},
+		{Service{Name: "a", URL: "https://x.example", Rules: []Rule{{[]string{"GET"}, []string{"/**/**/**"}, false}}}, "more than 2"},
+		{Service{Name: "a", URL: "https://x.example", Rules: []Rule{{[]string{"GET"}, []string{"a"}, false}}}, "start with /"},
+		{Service{Name: "a", URL: "https://x.example", Rules: []Rule{{[]string{"GET"}, []string{"/a?"}, false}}}, "wildcards"},
+		{Service{Name: "a", URL: "https://x.example", Rules: []Rule{{[]string{"GET"}, []string{"/"}, false}},
+			Inject: []Inject{{Header: "Host", File: "/s"}}}, "set by the proxy"},
+		{Service{Name: "a", URL: "https://x.example", Rules: []Rule{{[]string{"GET"}, []string{"/"}, false}},
+			Inject: []Inject{{Header: "Bad Header", File: "/s"}}}, "not a valid header"},
+		{Service{Name: "a", URL: "https://x.example", Rules: []Rule{{[]string{"GET"}, []string{"/"}, false}},
+			Inject: []Inject{{Header: "Authorization", File: "s"}}}, "absolute"},
+	} {
+		err := tc.svc.prepare()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("prepare(%+v) = %v; want an error with %q", tc.svc, err, tc.want)
+		}
+	}
+}
+
+func TestCALeaves(t *testing.T) {
+	ca, err := NewCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := ca.leaf("api.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2, _ := ca.leaf("api.example.com"); l2 != l {
+		t.Errorf("leaf not cached")
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Certificate())
+	if _, err := l.Leaf.Verify(x509.VerifyOptions{DNSName: "api.example.com", Roots: roots}); err != nil {
+		t.Errorf("leaf does not verify under its CA: %v", err)
+	}
+	other, _ := NewCA()
+	if strings.EqualFold(string(other.CertPEM()), string(ca.CertPEM())) {
+		t.Errorf("two CAs have the same certificate")
+	}
+	for i := range maxLeaves + 1 {
+		_, err = ca.leaf(strings.Repeat("a", i+1) + ".example")
+	}
+	if err == nil {
+		t.Errorf("minted more than %d leaves", maxLeaves)
+	}
+}
