@@ -26,6 +26,7 @@ var (
 	loadRuns   = flag.Int("load-runs", 40, "runs per subject, concurrency and round in the load section")
 	loadRounds = flag.Int("load-rounds", 3, "rounds of the load section (medians are taken over them)")
 	loadFilter = flag.String("load-filter", "", "measure only the load subjects whose names contain this (and the floor)")
+	loadK      = flag.String("load-k", "1,4,8", "the concurrencies of the load section, comma-separated")
 	loadOnly   = flag.Bool("load-only", false, "measure the load section only and print it (docs/bench.md is not written)")
 	loadStart  string // the load average as the load section starts
 )
@@ -55,6 +56,14 @@ type loadSubject struct {
 // loadBench runs the load section.
 func loadBench(work, rootfs, cfg, task string) []*loadSubject {
 	loadStart = loadAvg()
+	concurrencies = nil
+	for _, f := range strings.Split(*loadK, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || k < 1 {
+			log.Fatalf("-load-k: %q is not a concurrency", f)
+		}
+		concurrencies = append(concurrencies, k)
+	}
 	bare := &loadSubject{name: "bare chroot python3", note: "the floor",
 		run: func() error {
 			return checkCmd(exec.Command("chroot", rootfs, "python3", "-c", "print(45)"))
