@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -344,4 +346,47 @@ func TestPoolStoppedSandboxDoesNotHang(t *testing.T) {
 	if took := time.Since(start); took > 15*time.Second {
 		t.Errorf("the run took %v", took)
 	}
+}
+
+// TestPoolFillsOnlyOnFreeCPUs: while runs take every CPU the pool makes no
+// sandbox (a run that finds none sets up its own at once, as without a
+// pool), and once they end it fills again, without waiting for a run.
+func TestPoolFillsOnlyOnFreeCPUs(t *testing.T) {
+	p := newPooled(t, 2, pyTask("pass", nil))
+	// Runs of an image the pool does not keep, one per CPU.
+	n := goruntime.NumCPU()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			res := p.r.Run(context.Background(), p.plan(fmt.Sprintf(`{"image":%q,"command":["sleep","8"],"limits":{"timeout":"30s"}}`, busyboxImage)))
+			if res.Error != "" || res.ExitCode != 0 {
+				t.Errorf("sleeper: exit %d, %s", res.ExitCode, res.Error)
+			}
+		})
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for p.pool.Stats().Running < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the sleepers never ran: %+v", p.pool.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// A run takes a sandbox; with every CPU taken, none is made in its
+	// place, and the next run sets up its own.
+	p.run(pyTask("print(1)", nil), true)
+	for range 20 {
+		if st := p.pool.Stats(); st.Running < n {
+			t.Fatalf("the sleepers ended before the check: %+v", st)
+		} else if st.Filling != 0 || st.Ready[pythonImage] != 1 {
+			t.Fatalf("the pool filled while runs took every CPU: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.run(pyTask("print(2)", nil), true)
+	p.run(pyTask("print(3)", nil), false)
+	if st := p.pool.Stats(); st.Running < n {
+		t.Fatalf("the sleepers ended before the check: %+v", st)
+	}
+	wg.Wait()
+	p.waitReady(2)
 }
