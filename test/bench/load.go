@@ -9,6 +9,7 @@ import (
 	"log"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,6 +28,7 @@ var (
 	loadRounds = flag.Int("load-rounds", 3, "rounds of the load section (medians are taken over them)")
 	loadFilter = flag.String("load-filter", "", "measure only the load subjects whose names contain this (and the floor)")
 	loadK      = flag.String("load-k", "1,4,8", "the concurrencies of the load section, comma-separated")
+	baseline   = flag.String("baseline", "", "another agentrun binary (an earlier build, say) whose serve, without and with a pool, the load section measures too, interleaved")
 	loadOnly   = flag.Bool("load-only", false, "measure the load section only and print it (docs/bench.md is not written)")
 	loadStart  string // the load average as the load section starts
 )
@@ -76,17 +78,30 @@ func loadBench(work, rootfs, cfg, task string) []*loadSubject {
 		cpu: childrenCPU}
 	subjects := []*loadSubject{bare, cold}
 
-	noPool, err := startServeAs(work, rootfs, "load-nopool", 0)
-	if noPool != nil {
-		defer noPool.stop()
+	var started []*served
+	defer func() {
+		for _, s := range started {
+			s.stop()
+		}
+	}()
+	serves := func(exe, name, suffix string) *served {
+		noPool, err := startServeAs(exe, work, rootfs, name+"-nopool", 0)
+		if noPool != nil {
+			started = append(started, noPool)
+		}
+		subjects = append(subjects, noPool.subject("agentrun serve, no pool"+suffix, "max_concurrent 8; every run set up cold in the server", err, 0, `{"code":"print(45)"}`))
+		pooled, err := startServeAs(exe, work, rootfs, name+"-pool", 4)
+		if pooled != nil {
+			started = append(started, pooled)
+		}
+		subjects = append(subjects, pooled.subject("agentrun serve, pool of 4"+suffix, "max_concurrent 8; each measurement starts with 4 ready; runs that find none run cold", err, 4, `{"code":"print(45)"}`))
+		return noPool
 	}
-	subjects = append(subjects, noPool.subject("agentrun serve, no pool", "max_concurrent 8; every run set up cold in the server", err, 0, `{"code":"print(45)"}`))
-	pooled, err := startServeAs(work, rootfs, "load-pool", 4)
-	if pooled != nil {
-		defer pooled.stop()
+	noPool := serves(*bin, "load", "")
+	if *baseline != "" {
+		serves(*baseline, "load-baseline", " (baseline: "+filepath.Base(*baseline)+")")
 	}
-	subjects = append(subjects, pooled.subject("agentrun serve, pool of 4", "max_concurrent 8; each measurement starts with 4 ready; runs that find none run cold", err, 4, `{"code":"print(45)"}`))
-	runsc := noPool.subject("agentrun serve, runsc", "the no-pool server, runtime runsc (never pooled)", err, 0, `{"code":"print(45)","runtime":"runsc"}`)
+	runsc := noPool.subject("agentrun serve, runsc", "the no-pool server, runtime runsc (never pooled)", nil, 0, `{"code":"print(45)","runtime":"runsc"}`)
 	runsc.runs = max(8, *loadRuns/4)
 	if noPool == nil {
 		runsc.err = "no server"

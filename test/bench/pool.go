@@ -27,17 +27,17 @@ type served struct {
 // startServe starts agentrun serve on a socket in work, with a pool of
 // one sandbox.
 func startServe(work, rootfs string) (*served, error) {
-	s, err := startServeAs(work, rootfs, "serve", 1)
+	s, err := startServeAs(*bin, work, rootfs, "serve", 1)
 	if err != nil {
 		return s, err
 	}
 	return s, s.waitReady()
 }
 
-// startServeAs starts agentrun serve named name (its socket, config and
-// state in work) with a pool of pool sandboxes (none for 0), and returns
-// once it listens.
-func startServeAs(work, rootfs, name string, pool int) (*served, error) {
+// startServeAs starts agentrun serve of binary exe, named name (its
+// socket, config and state in work), with a pool of pool sandboxes (none
+// for 0), and returns once it listens.
+func startServeAs(exe, work, rootfs, name string, pool int) (*served, error) {
 	sock := filepath.Join(work, name+".sock")
 	image := "dir:" + rootfs
 	cfg := filepath.Join(work, name+"-config.json")
@@ -47,7 +47,7 @@ func startServeAs(work, rootfs, name string, pool int) (*served, error) {
 		"server":{"listen":%q,"max_concurrent":8,"queue":64,"quota":{"runs_per_minute":0,"concurrent":0},"pool":{%q:%d}}}`,
 		image, filepath.Join(work, name+"-state"), filepath.Join(work, name+"-store"), *runscBin, filepath.Dir(filepath.Dir(rootfs)),
 		"unix://"+sock, image, pool))
-	s := &served{cmd: exec.Command(*bin, "serve", "--config", cfg), sock: sock}
+	s := &served{cmd: exec.Command(exe, "serve", "--config", cfg), sock: sock}
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {
 		return nil, err
