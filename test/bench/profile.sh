@@ -24,6 +24,9 @@ perf record -q -a -g -F 499 -o "$tmp/perf.data" -- \
 	"$tmp/bench" -agentrun "${AGENTRUN_BIN:-bin/agentrun}" -load-only -load-filter "$subject" -load-k "$k" -load-rounds 1 -load-runs "${RUNS:-60}" >"$tmp/load.md" 2>&1 || true
 # Only the span where serve is measured would be better; the bench prints
 # which subject ran when, the profile covers all of it (bare included).
+# A container's init runs agentrun from a sealed copy (/proc/self/fd/N,
+# in the container's mount namespace): perf finds its symbols by build id.
+perf buildid-cache -a "${AGENTRUN_BIN:-bin/agentrun}" 2>/dev/null || true
 perf script -i "$tmp/perf.data" 2>/dev/null | awk '
 	/^[^ \t]/ { comm = $1; n = 0; next }
 	/^[ \t]+[0-9a-f]+ / {
