@@ -390,3 +390,44 @@ func TestPoolFillsOnlyOnFreeCPUs(t *testing.T) {
 	wg.Wait()
 	p.waitReady(2)
 }
+
+// TestPoolFillsInParallel: with no run going on, the pool makes as many
+// sandboxes at once as there are CPUs (up to what it lacks), not one after
+// the other.
+func TestPoolFillsInParallel(t *testing.T) {
+	cfg := testConfig(t)
+	r, err := runner.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := r.NewPool(map[string]int{pythonImage: 2})
+	t.Cleanup(func() {
+		if err := pool.Close(); err != nil {
+			t.Errorf("closing pool: %v", err)
+		}
+		assertNoLeaks(t)
+	})
+	plan, err := task.Load([]byte(pyTask("pass", nil)), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.Seed(plan); err != nil {
+		t.Fatal(err)
+	}
+	want, most := min(2, goruntime.NumCPU()), 0
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st := pool.Stats()
+		most = max(most, st.Filling)
+		if st.Ready[pythonImage] == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool never got 2 ready sandboxes: %+v", st)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if most != want {
+		t.Fatalf("at most %d sandboxes were made at once; want %d", most, want)
+	}
+}
