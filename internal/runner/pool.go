@@ -30,10 +30,9 @@ import (
 // allowlist, or for runsc, always run cold.
 //
 // The pool fills in the background, several sandboxes at once, as many as
-// there are CPUs not taken by runs: a run never waits for a fill, a run
-// that finds no sandbox ready sets one up itself at once, and when runs
-// take every CPU the pool makes no more (each run sets up its own, as
-// without a pool), so that filling never competes with runs for CPU.
+// there are CPUs not taken by runs, and one at a time while runs take
+// every CPU: a run never waits for a fill, and a run that finds no sandbox
+// ready sets one up itself at once, as without a pool.
 type Pool struct {
 	r *Runner
 
@@ -44,8 +43,8 @@ type Pool struct {
 	err    error            // the latest failure to fill, nil once one succeeds
 	hits   map[string]int64 // image ref -> runs served from the pool
 	misses map[string]int64 // image ref -> runs of the image that ran cold
-	// running counts the runner's runs going on, filling its fills; cpus
-	// bounds the two together.
+	// running counts the runner's runs going on, filling its fills: at
+	// most cpus-running of them, and at least one.
 	running, filling, cpus int
 	retry                  time.Time // no fill before then, after a failure
 
@@ -271,11 +270,11 @@ func (p *Pool) fill() {
 }
 
 // next is a shape short of sandboxes, counted as being filled, or nil when
-// none is or no CPU is free for another fill.
+// none is or no CPU is free for another fill (one fill may always go on).
 func (p *Pool) next() *shape {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || p.running+p.filling >= p.cpus || time.Now().Before(p.retry) {
+	if p.closed || p.filling >= max(1, p.cpus-p.running) || time.Now().Before(p.retry) {
 		return nil
 	}
 	for ref, s := range p.shapes {

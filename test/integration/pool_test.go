@@ -348,10 +348,10 @@ func TestPoolStoppedSandboxDoesNotHang(t *testing.T) {
 	}
 }
 
-// TestPoolFillsOnlyOnFreeCPUs: while runs take every CPU the pool makes no
-// sandbox (a run that finds none sets up its own at once, as without a
-// pool), and once they end it fills again, without waiting for a run.
-func TestPoolFillsOnlyOnFreeCPUs(t *testing.T) {
+// TestPoolFillsOneAtATimeUnderLoad: while runs take every CPU the pool
+// makes one sandbox at a time, never more, and runs that find none set up
+// their own at once.
+func TestPoolFillsOneAtATimeUnderLoad(t *testing.T) {
 	p := newPooled(t, 2, pyTask("pass", nil))
 	// Runs of an image the pool does not keep, one per CPU.
 	n := goruntime.NumCPU()
@@ -371,24 +371,19 @@ func TestPoolFillsOnlyOnFreeCPUs(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	// A run takes a sandbox; with every CPU taken, none is made in its
-	// place, and the next run sets up its own.
 	p.run(pyTask("print(1)", nil), true)
-	for range 20 {
-		if st := p.pool.Stats(); st.Running < n {
-			t.Fatalf("the sleepers ended before the check: %+v", st)
-		} else if st.Filling != 0 || st.Ready[pythonImage] != 1 {
-			t.Fatalf("the pool filled while runs took every CPU: %+v", st)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	p.run(pyTask("print(2)", nil), true)
-	p.run(pyTask("print(3)", nil), false)
-	if st := p.pool.Stats(); st.Running < n {
-		t.Fatalf("the sleepers ended before the check: %+v", st)
+	for p.pool.Stats().Ready[pythonImage] < 2 {
+		st := p.pool.Stats()
+		if st.Running < n {
+			t.Fatalf("the sleepers ended before the pool refilled: %+v", st)
+		}
+		if st.Filling > 1 {
+			t.Fatalf("the pool made %d sandboxes at once while runs took every CPU: %+v", st.Filling, st)
+		}
+		time.Sleep(time.Millisecond)
 	}
 	wg.Wait()
-	p.waitReady(2)
 }
 
 // TestPoolFillsInParallel: with no run going on, the pool makes as many
