@@ -96,9 +96,11 @@ fuzz:
 
 test: deps vet unit integration fuzz
 
-# bench compares agentrun with bare chroot, runc and bwrap; writes docs/bench.md.
+# bench compares agentrun with bare chroot, runc and bwrap, and measures
+# throughput under load; writes docs/bench.md. BENCH_FLAGS adds flags
+# (-baseline OLD_BINARY, -load-runs N; go run ./test/bench -h lists them).
 bench: build images
-	$(GO) run -tags $(TAGS) ./test/bench -n 30 -agentrun $(BIN) -out docs/bench.md
+	$(GO) run -tags $(TAGS) ./test/bench -n 30 -agentrun $(BIN) -out docs/bench.md $(BENCH_FLAGS)
 
 # soak: 1,000 mixed runs at concurrency 8 on one runner; nothing may accumulate.
 SOAK_RUNS ?= 1000

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -77,25 +76,28 @@ func Feed(w *os.File, data []byte) {
 // LockCgroupParent takes a lock, in stateDir, that makes creating a run's
 // cgroup and removing the empty shared parent cgroup mutually exclusive,
 // across processes: shared while creating (waits), exclusive while removing.
-// The exclusive lock is tried for up to removeWait and then given up: a run
-// being created holds it, and that run removes the parent when it ends.
-// The returned function releases it.
+//
+// A removal waits for other removals only (each holds the lock for a few
+// rmdirs): two runs ending together must not both give up and leave the
+// parent behind. It never waits for a run being created, which may hold
+// the shared lock for a whole container start and, under load, one start
+// overlaps the next: it fails at once instead, and the run being created
+// removes the parent itself when it ends (or fails). The returned function
+// releases it.
 func LockCgroupParent(stateDir string, exclusive bool) (func(), error) {
-	f, err := os.OpenFile(stateDir+"/cgroup.lock", os.O_RDONLY|os.O_CREATE|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	f, err := os.OpenFile(stateDir+"/cgroup.lock", os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening cgroup lock: %w", err)
 	}
 	if !exclusive {
 		err = unix.Flock(int(f.Fd()), unix.LOCK_SH)
 	} else {
-		// Another run's removal holds it only briefly; waiting for it
-		// matters: two runs ending together would otherwise both give up
-		// and leave the parent behind.
-		for delay, deadline := time.Millisecond, time.Now().Add(removeWait); ; delay *= 2 {
-			if err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != unix.EWOULDBLOCK || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(delay)
+		// Removals queue on an open-file-description lock of the same
+		// file (independent of flock), then take the flock if no run is
+		// being created.
+		err = unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLKW, &unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: 0, Len: 1})
+		if err == nil {
+			err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		}
 	}
 	if err != nil {
@@ -104,10 +106,6 @@ func LockCgroupParent(stateDir string, exclusive bool) (func(), error) {
 	}
 	return func() { f.Close() }, nil
 }
-
-// removeWait bounds how long removing the shared parent cgroup waits for
-// its lock.
-const removeWait = 250 * time.Millisecond
 
 // StateIDs lists the names of the directories in stateDir that valid
 // accepts: the runs a backend keeps state for. A missing stateDir holds none.

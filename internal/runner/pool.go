@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	goruntime "runtime"
 	"sync"
 	"time"
 
@@ -27,6 +28,11 @@ import (
 // for, the pool keeps ready sandboxes of the shape of the latest run of
 // that image (or of the shape it was seeded with). Tasks with a network
 // allowlist, or for runsc, always run cold.
+//
+// The pool fills in the background, several sandboxes at once, as many as
+// there are CPUs not taken by runs, and one at a time while runs take
+// every CPU: a run never waits for a fill, and a run that finds no sandbox
+// ready sets one up itself at once, as without a pool.
 type Pool struct {
 	r *Runner
 
@@ -37,19 +43,25 @@ type Pool struct {
 	err    error            // the latest failure to fill, nil once one succeeds
 	hits   map[string]int64 // image ref -> runs served from the pool
 	misses map[string]int64 // image ref -> runs of the image that ran cold
+	// running counts the runner's runs going on, filling its fills: at
+	// most cpus-running of them, and at least one.
+	running, filling, cpus int
+	retry                  time.Time // no fill before then, after a failure
 
-	kick chan struct{}
-	stop chan struct{}
-	done chan struct{}
-	bg   sync.WaitGroup // destroys of sandboxes of a shape no longer kept
+	kick  chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
+	bg    sync.WaitGroup // destroys of sandboxes of a shape no longer kept
+	fills sync.WaitGroup
 }
 
 // shape is one task shape and the sandboxes ready for it, oldest first.
 type shape struct {
-	key   string
-	plan  *task.Plan // code, files and stdin dropped
-	img   *image.Image
-	ready []*sandbox
+	key     string
+	plan    *task.Plan // code, files and stdin dropped
+	img     *image.Image
+	ready   []*sandbox
+	filling int // sandboxes being made for it
 }
 
 // PoolStats is what a pool holds now.
@@ -58,6 +70,8 @@ type PoolStats struct {
 	Hits    int64          // runs served from the pool
 	Misses  int64          // runs of a pooled image that ran cold
 	LastErr string         // the latest failure to fill, "" once one succeeds
+	Running int            // the runner's runs going on
+	Filling int            // sandboxes being made now
 
 	ImageHits, ImageMisses map[string]int64 // Hits and Misses per image ref
 }
@@ -71,7 +85,7 @@ const fillRetry = time.Second
 // it holds.
 func (r *Runner) NewPool(sizes map[string]int) *Pool {
 	p := &Pool{r: r, sizes: map[string]int{}, shapes: map[string]*shape{},
-		hits: map[string]int64{}, misses: map[string]int64{},
+		hits: map[string]int64{}, misses: map[string]int64{}, cpus: goruntime.NumCPU(),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	for ref, n := range sizes {
 		if n > 0 {
@@ -106,8 +120,8 @@ func (p *Pool) Seed(plan *task.Plan) error {
 	if s := p.shapes[plan.Image]; !p.closed && key != "" && (s == nil || s.key != key) {
 		p.keep(plan, img, key)
 	}
+	p.poke()
 	p.mu.Unlock()
-	p.ran(plan)
 	return nil
 }
 
@@ -138,6 +152,7 @@ func (p *Pool) take(plan *task.Plan, img *image.Image) *sandbox {
 		s.ready = s.ready[1:]
 		if sb.prep.Ready() {
 			p.hits[plan.Image]++
+			p.poke() // its replacement, on a CPU the run leaves free
 			return sb
 		}
 		// Its init is gone (killed while it waited): drop it.
@@ -156,16 +171,24 @@ func (p *Pool) failed(plan *task.Plan) {
 	p.misses[plan.Image]++
 }
 
-// ran tells the pool that a run of plan's image has ended: the time to
-// fill. Filling while a run goes on would take CPU from it.
+// begin tells the pool that a run has started: one CPU fewer to fill on.
+func (p *Pool) begin() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.running++
+	p.mu.Unlock()
+}
+
+// ran tells the pool that a run begun has ended: a CPU to fill on again.
 func (p *Pool) ran(plan *task.Plan) {
 	if p == nil {
 		return
 	}
 	p.mu.Lock()
-	if p.sizes[plan.Image] > 0 {
-		p.poke()
-	}
+	p.running--
+	p.poke()
 	p.mu.Unlock()
 }
 
@@ -226,9 +249,10 @@ func (p *Pool) poke() {
 	}
 }
 
-// fill makes sandboxes, one at a time, until every shape has its count.
+// fill starts a fill for each sandbox short, as long as a CPU is free.
 func (p *Pool) fill() {
 	defer close(p.done)
+	defer p.fills.Wait()
 	for {
 		select {
 		case <-p.stop:
@@ -236,55 +260,68 @@ func (p *Pool) fill() {
 		case <-p.kick:
 		}
 		for {
-			s, n := p.next()
+			s := p.next()
 			if s == nil {
 				break
 			}
-			res := &result.Result{}
-			sb, err := p.r.setup(s.plan, s.img, res, newID(), nil, nil, nil)
-			p.mu.Lock()
-			p.err = err
-			current := !p.closed && p.shapes[s.plan.Image] == s && len(s.ready) < min(n, p.sizes[s.plan.Image])
-			if err == nil && current {
-				sb.pooled = true
-				s.ready = append(s.ready, sb)
-				sb = nil
-			}
-			p.mu.Unlock()
-			if sb != nil {
-				_ = sb.undo.run()
-			}
-			if err != nil {
-				select {
-				case <-p.stop:
-					return
-				case <-time.After(fillRetry):
-				}
-			}
+			p.fills.Go(func() { p.make(s) })
 		}
 	}
 }
 
-// next is a shape short of sandboxes and the count it should have.
-func (p *Pool) next() (*shape, int) {
+// next is a shape short of sandboxes, counted as being filled, or nil when
+// none is or no CPU is free for another fill (one fill may always go on).
+func (p *Pool) next() *shape {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
-		return nil, 0
+	if p.closed || p.filling >= max(1, p.cpus-p.running) || time.Now().Before(p.retry) {
+		return nil
 	}
 	for ref, s := range p.shapes {
-		if n := p.sizes[ref]; len(s.ready) < n {
-			return s, n
+		if len(s.ready)+s.filling < p.sizes[ref] {
+			s.filling++
+			p.filling++
+			return s
 		}
 	}
-	return nil, 0
+	return nil
+}
+
+// make sets up one sandbox of shape s and keeps it ready, unless s is no
+// longer kept or already full (a resize, a new shape, Close).
+func (p *Pool) make(s *shape) {
+	res := &result.Result{}
+	sb, err := p.r.setup(s.plan, s.img, res, newID(), nil, nil, nil)
+	p.mu.Lock()
+	s.filling--
+	p.filling--
+	p.err = err
+	if err == nil && !p.closed && p.shapes[s.plan.Image] == s && len(s.ready) < p.sizes[s.plan.Image] {
+		sb.pooled = true
+		s.ready = append(s.ready, sb)
+		sb = nil
+	}
+	if err != nil {
+		p.retry = time.Now().Add(fillRetry)
+		time.AfterFunc(fillRetry, func() {
+			p.mu.Lock()
+			p.poke()
+			p.mu.Unlock()
+		})
+	}
+	p.poke()
+	p.mu.Unlock()
+	if sb != nil {
+		_ = sb.undo.run()
+	}
 }
 
 // Stats reports what the pool holds now.
 func (p *Pool) Stats() PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	st := PoolStats{Ready: map[string]int{}, ImageHits: map[string]int64{}, ImageMisses: map[string]int64{}}
+	st := PoolStats{Ready: map[string]int{}, ImageHits: map[string]int64{}, ImageMisses: map[string]int64{},
+		Running: p.running, Filling: p.filling}
 	for ref, n := range p.hits {
 		st.ImageHits[ref] = n
 		st.Hits += n

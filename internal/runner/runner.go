@@ -185,6 +185,7 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 	defer img.Release() // each sandbox holds it for its own life
 	res.ImageDigest = img.Digest
 
+	r.pool.begin()
 	defer r.pool.ran(p)
 	sb, err := r.sandbox(p, img, res, lease, approver(hooks.Approve, res))
 	if err != nil {

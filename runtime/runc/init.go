@@ -21,6 +21,22 @@ import (
 // container's mounts alive and changing what /proc/self shows. With main
 // locked, no other goroutine ever runs on the main thread.
 func InitHook() {
+	containerInit()
+	goruntime.LockOSThread()
+}
+
+// A container's init is this package's own init, not main's: Go
+// initializes a package as soon as what it imports is, so the init starts
+// with libcontainer's dependencies initialized but before the packages
+// that only the rest of agentrun needs (its server, image store, MCP and
+// worker), whose package inits each container's init would otherwise pay
+// for.
+func init() { containerInit() }
+
+// containerInit turns this process into a container's init when
+// libcontainer started it as one (argv[1] == "init" and libcontainer's
+// init pipe set); libcontainer.Init never returns. Otherwise it returns.
+func containerInit() {
 	if len(os.Args) > 1 && os.Args[1] == "init" && os.Getenv("_LIBCONTAINER_INITPIPE") != "" {
 		if err := installNativeABIFilter(); err != nil {
 			// The parent sees the init fail, and the run with it.
@@ -29,5 +45,4 @@ func InitHook() {
 		}
 		libcontainer.Init()
 	}
-	goruntime.LockOSThread()
 }

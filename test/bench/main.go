@@ -18,7 +18,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -88,6 +87,11 @@ func main() {
 	runscTask := filepath.Join(work, "runsc.json")
 	write(runscTask, `{"code":"print(45)","runtime":"runsc"}`)
 
+	if *loadOnly {
+		loadReport(os.Stdout, loadBench(work, rootfs, cfg, task))
+		return
+	}
+
 	bundle, err := runcBundle(work, rootfs)
 	if err != nil {
 		log.Fatalf("runc bundle: %v", err)
@@ -152,26 +156,22 @@ func main() {
 			c.rss, c.rssErr = peakRSS(c.cmd(*n + 1))
 		}
 	}
-	var tp, stp map[int]float64
-	if cold := cs[3]; cold.err == "" {
-		tp = throughput(func(i int) error { return runOnce(cold, i, false) }, nil, concurrencies, 24)
-	}
 	if warm.err == "" {
 		warm.rss = srv.peakRSS()
-		stp = throughput(srv.run45, srv.waitReady, concurrencies, 24)
 	}
+	load := loadBench(work, rootfs, cfg, task)
 	pulls := pullBench(work, filepath.Join(*images, "python", "oci"))
 	gobench := goBenchmarks()
 	via, direct, perr := proxyBench()
 	nb := netBench{via: via, direct: direct, err: perr}
-	report(os.Stdout, cs, tp, stp, pulls, nb, gobench)
+	report(os.Stdout, cs, load, pulls, nb, gobench)
 	kept := keptSections(*out)
 	f, err := os.Create(*out)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer f.Close()
-	report(f, cs, tp, stp, pulls, nb, gobench)
+	report(f, cs, load, pulls, nb, gobench)
 	io.WriteString(f, kept)
 }
 
@@ -342,40 +342,6 @@ func peakRSS(cmd *exec.Cmd) (int64, error) {
 	return strconv.ParseInt(lines[len(lines)-1], 10, 64)
 }
 
-// throughput runs total runs of run with k workers for each k and returns
-// runs/s. before, if not nil, runs (untimed) before each k.
-func throughput(run func(i int) error, before func() error, ks []int, total int) map[int]float64 {
-	res := map[int]float64{}
-	for _, k := range ks {
-		if before != nil {
-			if err := before(); err != nil {
-				log.Printf("throughput %d: %v", k, err)
-				return res
-			}
-		}
-		jobs := make(chan int)
-		var wg sync.WaitGroup
-		var failed sync.Once
-		start := time.Now()
-		for range k {
-			wg.Go(func() {
-				for i := range jobs {
-					if err := run(i); err != nil {
-						failed.Do(func() { log.Printf("throughput %d: %v", k, err) })
-					}
-				}
-			})
-		}
-		for i := range total {
-			jobs <- i
-		}
-		close(jobs)
-		wg.Wait()
-		res[k] = float64(total) / time.Since(start).Seconds()
-	}
-	return res
-}
-
 // find is the contender named name.
 func find(cs []*contender, name string) *contender {
 	for _, c := range cs {
@@ -418,7 +384,7 @@ func targets(w io.Writer, cs []*contender, floor time.Duration) {
 	}
 }
 
-func report(w io.Writer, cs []*contender, tp, stp map[int]float64, pulls []*contender, nb netBench, gobench []string) {
+func report(w io.Writer, cs []*contender, load []*loadSubject, pulls []*contender, nb netBench, gobench []string) {
 	floor := median(cs[0].times)
 	fmt.Fprintf(w, "# agentrun benchmark\n\n")
 	fmt.Fprintf(w, "`make bench` on %s. The same `print(45)` task on the python test image, %d runs per contender, interleaved; wall time of the whole command.\n\n", machine(), *n)
@@ -438,18 +404,6 @@ func report(w io.Writer, cs []*contender, tp, stp map[int]float64, pulls []*cont
 	}
 	mcpLine(w, cs)
 	fmt.Fprintf(w, "\nPeak RSS: GNU time's maximum resident set of the command and the children it waited for (one extra run); for serve, the server process's own VmHWM after the runs above.\n")
-	if len(tp) > 0 || len(stp) > 0 {
-		fmt.Fprintf(w, "\nThroughput, 24 runs of print(45) at each concurrency: `agentrun run` (cold, no network) and `agentrun serve` (max_concurrent 8, a pool of 1 that refills between runs; runs that find it empty run cold in the server):\n\n| concurrency | agentrun run, runs/s | agentrun serve, runs/s |\n|---|---|---|\n")
-		cell := func(m map[int]float64, k int) string {
-			if v, ok := m[k]; ok {
-				return fmt.Sprintf("%.1f", v)
-			}
-			return "–"
-		}
-		for _, k := range concurrencies {
-			fmt.Fprintf(w, "| %d | %s | %s |\n", k, cell(tp, k), cell(stp, k))
-		}
-	}
 	if nb.err != nil {
 		fmt.Fprintf(w, "\nProxy throughput: not measured: %v\n", nb.err)
 	} else {
@@ -475,6 +429,7 @@ func report(w io.Writer, cs []*contender, tp, stp map[int]float64, pulls []*cont
 	if len(gobench) > 0 {
 		fmt.Fprintf(w, "\nGo benchmarks of the per-run work in agentrun's own code (`go test -bench`):\n\n```\n%s\n```\n", strings.Join(gobench, "\n"))
 	}
+	loadReport(w, load)
 }
 
 // imageSize is the compressed size of the python test image's layout.

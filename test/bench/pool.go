@@ -24,17 +24,30 @@ type served struct {
 	sock   string
 }
 
-// startServe starts agentrun serve on a socket in work.
+// startServe starts agentrun serve on a socket in work, with a pool of
+// one sandbox.
 func startServe(work, rootfs string) (*served, error) {
-	sock := filepath.Join(work, "serve.sock")
+	s, err := startServeAs(*bin, work, rootfs, "serve", 1)
+	if err != nil {
+		return s, err
+	}
+	return s, s.waitReady()
+}
+
+// startServeAs starts agentrun serve of binary exe, named name (its
+// socket, config and state in work), with a pool of pool sandboxes (none
+// for 0), and returns once it listens.
+func startServeAs(exe, work, rootfs, name string, pool int) (*served, error) {
+	sock := filepath.Join(work, name+".sock")
 	image := "dir:" + rootfs
-	cfg := filepath.Join(work, "serve-config.json")
+	cfg := filepath.Join(work, name+"-config.json")
 	write(cfg, fmt.Sprintf(`{"image":%q,"audit":"","state_dir":%q,"store_dir":%q,
+		"runsc":{"path":%q,"flags":[]},
 		"policy":{"local_images":[%q]},
-		"server":{"listen":%q,"max_concurrent":8,"queue":64,"quota":{"runs_per_minute":0,"concurrent":0},"pool":{%q:1}}}`,
-		image, filepath.Join(work, "serve-state"), filepath.Join(work, "serve-store"), filepath.Dir(filepath.Dir(rootfs)),
-		"unix://"+sock, image))
-	s := &served{cmd: exec.Command(*bin, "serve", "--config", cfg), sock: sock}
+		"server":{"listen":%q,"max_concurrent":8,"queue":64,"quota":{"runs_per_minute":0,"concurrent":0},"pool":{%q:%d}}}`,
+		image, filepath.Join(work, name+"-state"), filepath.Join(work, name+"-store"), *runscBin, filepath.Dir(filepath.Dir(rootfs)),
+		"unix://"+sock, image, pool))
+	s := &served{cmd: exec.Command(exe, "serve", "--config", cfg), sock: sock}
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {
 		return nil, err
@@ -66,7 +79,7 @@ func startServe(work, rootfs string) (*served, error) {
 		s.stop()
 		return nil, err
 	}
-	return s, s.waitReady()
+	return s, nil
 }
 
 // waitReady waits until the pool holds a sandbox.
@@ -152,15 +165,6 @@ func (s *served) pooled(c *contender, err error, run func() (stdout string, err 
 		return el, out, s.waitReady()
 	}
 	return c
-}
-
-// run45 runs print(45) once and checks its output.
-func (s *served) run45(int) error {
-	out, err := s.post()
-	if err == nil && out != "45\n" {
-		err = fmt.Errorf("unexpected output %q", out)
-	}
-	return err
 }
 
 // cliContender times `agentrun run --server` of print(45) against the

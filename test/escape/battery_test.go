@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -65,11 +66,17 @@ func TestEscapeBattery(t *testing.T) {
 		rts = []string{rt}
 	}
 	for _, rt := range rts {
-		t.Run(rt, func(t *testing.T) { battery(t, rt) })
+		t.Run(rt, func(t *testing.T) { battery(t, rt, false) })
+		if rt == config.RuntimeLibcontainer {
+			// The same probes in a sandbox the warm pool made ahead.
+			t.Run(rt+"-pooled", func(t *testing.T) { battery(t, rt, true) })
+		}
 	}
 }
 
-func battery(t *testing.T, rt string) {
+// battery runs the probes under runtime rt, in a sandbox taken from a warm
+// pool if pooled.
+func battery(t *testing.T, rt string, pooled bool) {
 	expect, ok := expectations[rt]
 	if !ok {
 		t.Fatalf("no expectation table for runtime %q", rt)
@@ -141,8 +148,29 @@ func battery(t *testing.T, rt string) {
 	if err != nil {
 		t.Fatalf("runner.New: %v", err)
 	}
+	var pool *runner.Pool
+	if pooled {
+		pool = r.NewPool(map[string]int{plan.Image: 1})
+		if err := pool.Seed(plan); err != nil {
+			t.Fatalf("seeding the pool: %v", err)
+		}
+		for deadline := time.Now().Add(60 * time.Second); pool.Stats().Ready[plan.Image] < 1; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				pool.Close()
+				t.Fatalf("the pool made no sandbox: %+v", pool.Stats())
+			}
+		}
+	}
 	res := r.Run(context.Background(), plan)
 	addRunID(res.ID)
+	if pooled {
+		if st := pool.Stats(); st.Hits != 1 {
+			t.Errorf("the probes did not run in a pooled sandbox: %+v", st)
+		}
+		if err := pool.Close(); err != nil {
+			t.Errorf("closing the pool: %v", err)
+		}
+	}
 	if res.Error != "" {
 		assertNoLeaks(t)
 		t.Fatalf("run failed: %s (stderr %q)", res.Error, res.Stderr)
@@ -192,7 +220,11 @@ func battery(t *testing.T, rt string) {
 
 	if path := os.Getenv("AGENTRUN_ESCAPE_REPORT"); path != "" {
 		// One report per runtime: REPORT.md becomes REPORT-<runtime>.md.
-		path = strings.TrimSuffix(path, ".md") + "-" + rt + ".md"
+		label := rt
+		if pooled {
+			label += "-pooled"
+		}
+		path = strings.TrimSuffix(path, ".md") + "-" + label + ".md"
 		if err := os.WriteFile(path, []byte(markdown(rt, probes, expect)), 0o644); err != nil {
 			t.Errorf("writing the report: %v", err)
 		} else {

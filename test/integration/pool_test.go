@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -343,5 +345,84 @@ func TestPoolStoppedSandboxDoesNotHang(t *testing.T) {
 	}
 	if took := time.Since(start); took > 15*time.Second {
 		t.Errorf("the run took %v", took)
+	}
+}
+
+// TestPoolFillsOneAtATimeUnderLoad: while runs take every CPU the pool
+// makes one sandbox at a time, never more, and runs that find none set up
+// their own at once.
+func TestPoolFillsOneAtATimeUnderLoad(t *testing.T) {
+	p := newPooled(t, 2, pyTask("pass", nil))
+	// Runs of an image the pool does not keep, one per CPU.
+	n := goruntime.NumCPU()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			res := p.r.Run(context.Background(), p.plan(fmt.Sprintf(`{"image":%q,"command":["sleep","8"],"limits":{"timeout":"30s"}}`, busyboxImage)))
+			if res.Error != "" || res.ExitCode != 0 {
+				t.Errorf("sleeper: exit %d, %s", res.ExitCode, res.Error)
+			}
+		})
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for p.pool.Stats().Running < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the sleepers never ran: %+v", p.pool.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	p.run(pyTask("print(1)", nil), true)
+	p.run(pyTask("print(2)", nil), true)
+	for p.pool.Stats().Ready[pythonImage] < 2 {
+		st := p.pool.Stats()
+		if st.Running < n {
+			t.Fatalf("the sleepers ended before the pool refilled: %+v", st)
+		}
+		if st.Filling > 1 {
+			t.Fatalf("the pool made %d sandboxes at once while runs took every CPU: %+v", st.Filling, st)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	wg.Wait()
+}
+
+// TestPoolFillsInParallel: with no run going on, the pool makes as many
+// sandboxes at once as there are CPUs (up to what it lacks), not one after
+// the other.
+func TestPoolFillsInParallel(t *testing.T) {
+	cfg := testConfig(t)
+	r, err := runner.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := r.NewPool(map[string]int{pythonImage: 2})
+	t.Cleanup(func() {
+		if err := pool.Close(); err != nil {
+			t.Errorf("closing pool: %v", err)
+		}
+		assertNoLeaks(t)
+	})
+	plan, err := task.Load([]byte(pyTask("pass", nil)), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.Seed(plan); err != nil {
+		t.Fatal(err)
+	}
+	want, most := min(2, goruntime.NumCPU()), 0
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st := pool.Stats()
+		most = max(most, st.Filling)
+		if st.Ready[pythonImage] == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool never got 2 ready sandboxes: %+v", st)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if most != want {
+		t.Fatalf("at most %d sandboxes were made at once; want %d", most, want)
 	}
 }
