@@ -9,7 +9,7 @@ import (
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/proxy"
-	"github.com/agentrun/agentrun/runtime"
+	"github.com/agentrun/agentrun/runtime/spec"
 )
 
 // network gives a run with an allowlist its own sandbox namespace, joined by
@@ -19,7 +19,7 @@ import (
 // namespace holds only lo. What it sets up is undone through undo; settle
 // stops the proxy and puts its report in res once the program has ended,
 // before the result is handed out.
-func (r *Runner) network(p *task.Plan, dir string, res *result.Result, undo, settle *cleanups) ([]runtime.SpecOpt, error) {
+func (r *Runner) network(p *task.Plan, dir string, res *result.Result, undo, settle *cleanups) ([]spec.SpecOpt, error) {
 	if len(p.Allow) == 0 {
 		return nil, nil
 	}
@@ -57,11 +57,11 @@ func (r *Runner) network(p *task.Plan, dir string, res *result.Result, undo, set
 			return nil, fmt.Errorf("writing %s: %w", filepath.Base(path), err)
 		}
 	}
-	return []runtime.SpecOpt{
-		runtime.WithNetworkNamespace(n.SandboxPath),
-		runtime.WithReadonlyFile(resolv, "/etc/resolv.conf"),
-		runtime.WithReadonlyFile(hosts, "/etc/hosts"),
-		runtime.WithEnv(prx.Env()),
+	return []spec.SpecOpt{
+		spec.WithNetworkNamespace(n.SandboxPath),
+		spec.WithReadonlyFile(resolv, "/etc/resolv.conf"),
+		spec.WithReadonlyFile(hosts, "/etc/hosts"),
+		spec.WithEnv(prx.Env()),
 	}, nil
 }
 

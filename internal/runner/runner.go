@@ -21,15 +21,16 @@ import (
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/internal/workspace"
 	"github.com/agentrun/agentrun/netns"
-	"github.com/agentrun/agentrun/runtime"
+	"github.com/agentrun/agentrun/runtime/backend"
 	"github.com/agentrun/agentrun/runtime/runc"
 	"github.com/agentrun/agentrun/runtime/runsc"
+	"github.com/agentrun/agentrun/runtime/spec"
 )
 
 // Runner runs task plans. It is safe for concurrent use.
 type Runner struct {
 	cfg      *config.Config
-	backends map[string]runtime.Backend
+	backends map[string]backend.Backend
 	audit    *audit.Log
 	runsDir  string
 	runcDir  string
@@ -50,10 +51,10 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("agentrun must run as root (it creates namespaces, cgroups and mounts)")
 	}
-	r := &Runner{cfg: cfg, audit: log, backends: map[string]runtime.Backend{},
+	r := &Runner{cfg: cfg, audit: log, backends: map[string]backend.Backend{},
 		runsDir: filepath.Join(cfg.StateDir, "runs"), runcDir: filepath.Join(cfg.StateDir, "runc"),
 		runscDir: filepath.Join(cfg.StateDir, "runsc")}
-	if err := runtime.CheckInit(cfg.Init); err != nil {
+	if err := spec.CheckInit(cfg.Init); err != nil {
 		return nil, fmt.Errorf("%w (apt-get install tini, or set config key init)", err)
 	}
 	var err error
@@ -73,7 +74,7 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	for ref := range cfg.Server.Pool {
 		r.own[ref] = true
 	}
-	if r.sessions, err = session.Open(cfg, runtime.UID, runtime.GID); err != nil {
+	if r.sessions, err = session.Open(cfg, spec.UID, spec.GID); err != nil {
 		return nil, err
 	}
 	if r.nets, err = netns.NewPool(netns.DefaultCIDR); err != nil {
@@ -106,7 +107,7 @@ func (r *Runner) Run(ctx context.Context, p *task.Plan) *result.Result {
 type Hooks struct {
 	// Output gets the program's kept output as it arrives (from two
 	// goroutines at once).
-	Output runtime.OutputFunc
+	Output backend.OutputFunc
 	// Setup gets how long the run's sandbox took to be ready (image, then
 	// a pooled sandbox or a cold set-up) and whether it came from the pool,
 	// once the program has run.
@@ -152,7 +153,7 @@ func (r *Runner) RunWith(ctx context.Context, p *task.Plan, hooks Hooks) *result
 // tears the sandbox down.
 func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hooks Hooks) (err error) {
 	start := time.Now()
-	backend, ok := r.backends[p.Runtime]
+	be, ok := r.backends[p.Runtime]
 	if !ok {
 		if p.Runtime == config.RuntimeRunsc && r.runscErr != nil {
 			return fmt.Errorf("runtime runsc is not available: %w", r.runscErr)
@@ -181,7 +182,7 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 		return err
 	}
 	setup := time.Since(start)
-	err = r.execute(ctx, p, backend, sb, res, hooks.Output)
+	err = r.execute(ctx, p, be, sb, res, hooks.Output)
 	if sb.pooled && errors.Is(err, runc.ErrNotStarted) && ctx.Err() == nil {
 		// The pooled sandbox's init died as the run took it: run cold.
 		r.pool.failed(p)
@@ -194,7 +195,7 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 			return err
 		}
 		setup = time.Since(again)
-		err = r.execute(ctx, p, backend, sb, res, hooks.Output)
+		err = r.execute(ctx, p, be, sb, res, hooks.Output)
 	}
 	// The program has ended: what fills the rest of the result (the
 	// network report) runs before anyone sees it.
@@ -246,7 +247,7 @@ func (r *Runner) sandbox(p *task.Plan, img *image.Image, res *result.Result, lea
 	}
 	if sb := r.pool.take(p, img); sb != nil {
 		res.ID = sb.id
-		if err := sb.ws.Write(runFiles(p), runtime.UID, runtime.GID); err != nil {
+		if err := sb.ws.Write(runFiles(p), spec.UID, spec.GID); err != nil {
 			return nil, errors.Join(err, sb.undo.run())
 		}
 		return sb, nil
@@ -255,12 +256,12 @@ func (r *Runner) sandbox(p *task.Plan, img *image.Image, res *result.Result, lea
 }
 
 // execute runs the program of sb to its end and collects its files.
-func (r *Runner) execute(ctx context.Context, p *task.Plan, backend runtime.Backend, sb *sandbox, res *result.Result, output runtime.OutputFunc) (err error) {
-	var out *runtime.Outcome
+func (r *Runner) execute(ctx context.Context, p *task.Plan, be backend.Backend, sb *sandbox, res *result.Result, output backend.OutputFunc) (err error) {
+	var out *backend.Outcome
 	if sb.prep != nil {
 		out, err = sb.prep.Run(ctx, p.Stdin, p.Limits.Timeout, p.Limits.OutputBytes, output)
 	} else {
-		out, err = backend.Run(ctx, &runtime.Container{
+		out, err = be.Run(ctx, &backend.Container{
 			ID: sb.id, Spec: sb.spec, Stdin: p.Stdin, Timeout: p.Limits.Timeout, OutputLimit: p.Limits.OutputBytes, Output: output,
 		})
 	}
@@ -353,38 +354,38 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 		if err := lease.Mount(wsDir); err != nil {
 			return nil, err
 		}
-		if sb.ws, err = workspace.Adopt(wsDir, runtime.UID, runtime.GID, files); err != nil {
+		if sb.ws, err = workspace.Adopt(wsDir, spec.UID, spec.GID, files); err != nil {
 			return nil, err
 		}
-	} else if sb.ws, err = workspace.Create(filepath.Join(dir, "workspace"), p.Limits.WorkspaceSize, runtime.UID, runtime.GID, files); err != nil {
+	} else if sb.ws, err = workspace.Create(filepath.Join(dir, "workspace"), p.Limits.WorkspaceSize, spec.UID, spec.GID, files); err != nil {
 		return nil, err
 	}
 	sb.undo.add(sb.ws.Close)
 
-	opts := append([]runtime.SpecOpt{
-		runtime.WithArgs(p.Argv...),
-		runtime.WithEnv(p.Env),
-		runtime.WithCgroupsPath(cgroupParent(p.Runtime) + "/" + id),
-		runtime.WithMemory(p.Limits.Memory),
-		runtime.WithCPUs(p.Limits.CPUs),
-		runtime.WithPids(p.Limits.Pids + 1), // the init is one of them
-		runtime.WithInit(r.cfg.Init),
-		runtime.WithTmpSize(p.Limits.TmpSize, wsSize),
-		runtime.WithWorkspace(sb.ws.Dir),
-		runtime.WithSeccomp(),
+	opts := append([]spec.SpecOpt{
+		spec.WithArgs(p.Argv...),
+		spec.WithEnv(p.Env),
+		spec.WithCgroupsPath(cgroupParent(p.Runtime) + "/" + id),
+		spec.WithMemory(p.Limits.Memory),
+		spec.WithCPUs(p.Limits.CPUs),
+		spec.WithPids(p.Limits.Pids + 1), // the init is one of them
+		spec.WithInit(r.cfg.Init),
+		spec.WithTmpSize(p.Limits.TmpSize, wsSize),
+		spec.WithWorkspace(sb.ws.Dir),
+		spec.WithSeccomp(),
 	}, netOpts...)
 	if p.Runtime == config.RuntimeRunsc {
 		opts = append(opts, runsc.SpecOpt())
 	}
-	if sb.spec, err = runtime.New(rootfs, opts...); err != nil {
+	if sb.spec, err = spec.New(rootfs, opts...); err != nil {
 		return nil, fmt.Errorf("building spec: %w", err)
 	}
-	if err := runtime.Validate(sb.spec); err != nil {
+	if err := spec.Validate(sb.spec); err != nil {
 		return nil, fmt.Errorf("spec refused: %w", err)
 	}
 
 	if p.Runtime == config.RuntimeLibcontainer {
-		if sb.prep, err = r.lc.Prepare(&runtime.Container{ID: id, Spec: sb.spec}); err != nil {
+		if sb.prep, err = r.lc.Prepare(&backend.Container{ID: id, Spec: sb.spec}); err != nil {
 			return nil, err
 		}
 		sb.undo.add(sb.prep.Destroy)
@@ -405,7 +406,7 @@ func runFiles(p *task.Plan) map[string][]byte {
 	return files
 }
 
-func fillOutcome(res *result.Result, o *runtime.Outcome) {
+func fillOutcome(res *result.Result, o *backend.Outcome) {
 	res.ExitCode, res.Signal = o.ExitCode, o.Signal
 	res.TimedOut, res.OOMKilled = o.TimedOut, o.OOMKilled
 	res.SetOutput(o.Stdout.Data, o.Stderr.Data)

@@ -22,7 +22,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/agentrun/agentrun/runtime"
+	"github.com/agentrun/agentrun/runtime/backend"
 )
 
 // Backend runs containers with libcontainer. Its zero value is not usable:
@@ -48,7 +48,7 @@ func New(stateDir string) (*Backend, error) {
 
 // Run creates the container, runs its program to the end or to the timeout,
 // collects its output and usage, and destroys it.
-func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.Outcome, err error) {
+func (b *Backend) Run(ctx context.Context, c *backend.Container) (out *backend.Outcome, err error) {
 	p, err := b.Prepare(c)
 	if err != nil {
 		return nil, err
@@ -69,7 +69,7 @@ type Prepared struct {
 	ctr      *libcontainer.Container
 	cg       *cgroups.Cgroup
 	paths    map[string]string
-	stdio    *runtime.Pipes
+	stdio    *backend.Pipes
 	proc     *libcontainer.Process
 	reaped   bool // the init has been waited for
 }
@@ -77,7 +77,7 @@ type Prepared struct {
 // Prepare creates c's container and starts its init, which stops just
 // before the exec of the program. c's Stdin, Timeout and OutputLimit are
 // not used: Run takes them. On error nothing is left behind.
-func (b *Backend) Prepare(c *runtime.Container) (_ *Prepared, err error) {
+func (b *Backend) Prepare(c *backend.Container) (_ *Prepared, err error) {
 	cfg, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{
 		CgroupName:   c.ID,
 		Spec:         c.Spec,
@@ -91,7 +91,7 @@ func (b *Backend) Prepare(c *runtime.Container) (_ *Prepared, err error) {
 		return nil, err
 	}
 
-	unlock, err := runtime.LockCgroupParent(b.StateDir, false)
+	unlock, err := backend.LockCgroupParent(b.StateDir, false)
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +116,7 @@ func (b *Backend) Prepare(c *runtime.Container) (_ *Prepared, err error) {
 		}
 	}()
 
-	if p.stdio, err = runtime.NewPipes(); err != nil {
+	if p.stdio, err = backend.NewPipes(); err != nil {
 		return nil, err
 	}
 	nnp := true
@@ -140,7 +140,7 @@ func (b *Backend) Prepare(c *runtime.Container) (_ *Prepared, err error) {
 	// The cgroup exists from Start on and the program waits for Run: its
 	// socket buffers are capped before it can open a socket.
 	if m := c.Spec.Linux.Resources.Memory; m != nil && m.Limit != nil && !cgroups.IsCgroup2UnifiedMode() {
-		if _, err := runtime.ChargeSocketMemory(p.paths["memory"], *m.Limit); err != nil {
+		if _, err := backend.ChargeSocketMemory(p.paths["memory"], *m.Limit); err != nil {
 			return nil, err
 		}
 	}
@@ -166,11 +166,11 @@ func (p *Prepared) Ready() bool {
 // Run lets the program exec, feeds it stdin, and waits for it to end or for
 // the timeout (or ctx) to kill the sandbox; output, if not nil, gets the
 // kept output as it arrives. It may be called once.
-func (p *Prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration, outputLimit int64, output runtime.OutputFunc) (out *runtime.Outcome, err error) {
+func (p *Prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration, outputLimit int64, output backend.OutputFunc) (out *backend.Outcome, err error) {
 	if p.reaped {
 		return nil, errors.New("container already ran")
 	}
-	out = &runtime.Outcome{}
+	out = &backend.Outcome{}
 	start := time.Now()
 	waitOutput := p.stdio.Serve(stdin, outputLimit, output)
 	if err := p.exec(ctx); err != nil {
@@ -207,10 +207,10 @@ func (p *Prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration,
 			// The sandbox's init reports a program a signal ended
 			// as 128+n.
 			out.ExitCode = ws.ExitStatus()
-			out.Signal = runtime.ExitSignal(out.ExitCode)
+			out.Signal = backend.ExitSignal(out.ExitCode)
 		}
 	}
-	out.TimedOut = out.TimedOut && runtime.KilledAtDeadline(out)
+	out.TimedOut = out.TimedOut && backend.KilledAtDeadline(out)
 	usage(p.paths, out)
 	if ctx.Err() != nil {
 		return out, fmt.Errorf("run cancelled: %w", ctx.Err())
@@ -291,7 +291,7 @@ func (p *Prepared) kill(waited <-chan *os.ProcessState) *os.ProcessState {
 // usage reads cpu time, peak memory and the OOM-kill count from the run's
 // cgroup before it is destroyed: three files, not the statistics of every
 // controller.
-func usage(paths map[string]string, out *runtime.Outcome) {
+func usage(paths map[string]string, out *backend.Outcome) {
 	if paths == nil {
 		return
 	}
@@ -333,7 +333,7 @@ func destroy(stateDir string, ctr *libcontainer.Container, paths map[string]stri
 // removeParents removes the shared "agentrun" parent of each cgroup path
 // once it is empty, unless another run is being created right now.
 func removeParents(stateDir string, paths map[string]string) {
-	unlock, err := runtime.LockCgroupParent(stateDir, true)
+	unlock, err := backend.LockCgroupParent(stateDir, true)
 	if err != nil {
 		return
 	}

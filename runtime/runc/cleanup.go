@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/agentrun/agentrun/runtime"
+	"github.com/agentrun/agentrun/runtime/backend"
 	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/cgroups/manager"
 	"github.com/opencontainers/runc/libcontainer"
@@ -17,7 +17,7 @@ import (
 
 // IDs lists the containers that have state under stateDir.
 func IDs(stateDir string) ([]string, error) {
-	return runtime.StateIDs(stateDir, func(string) bool { return true })
+	return backend.StateIDs(stateDir, func(string) bool { return true })
 }
 
 // Cleanup removes container id, left in stateDir by an agentrun that died:

@@ -3,7 +3,7 @@ package runc
 import (
 	"fmt"
 	"os"
-	goruntime "runtime"
+	"runtime"
 
 	"github.com/opencontainers/runc/libcontainer"
 	// The cgo constructor that joins namespaces before the Go runtime starts.
@@ -29,5 +29,5 @@ func InitHook() {
 		}
 		libcontainer.Init()
 	}
-	goruntime.LockOSThread()
+	runtime.LockOSThread()
 }

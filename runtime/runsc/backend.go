@@ -17,7 +17,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/agentrun/agentrun/runtime"
+	"github.com/agentrun/agentrun/runtime/backend"
 )
 
 // defaultCgroupParent holds the cgroups of runs whose spec names none.
@@ -81,7 +81,7 @@ func New(path string, flags []string, stateDir string) (*Backend, error) {
 // Run writes the run's bundle and cgroup, runs the program in a runsc
 // sandbox to its end or to the timeout, collects its output and usage, and
 // removes everything it made.
-func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.Outcome, err error) {
+func (b *Backend) Run(ctx context.Context, c *backend.Container) (out *backend.Outcome, err error) {
 	if err := checkContainer(c); err != nil {
 		return nil, err
 	}
@@ -106,7 +106,7 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 		return nil, err
 	}
 
-	unlock, err := runtime.LockCgroupParent(b.stateDir, false)
+	unlock, err := backend.LockCgroupParent(b.stateDir, false)
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +116,7 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 		return nil, err
 	}
 
-	stdio, err := runtime.NewPipes()
+	stdio, err := backend.NewPipes()
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +137,7 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 	}
 	stdio.CloseChildEnds()
 
-	out = &runtime.Outcome{}
+	out = &backend.Outcome{}
 	waitOutput := stdio.Serve(c.Stdin, c.OutputLimit, c.Output)
 
 	waited := make(chan struct{})
@@ -169,9 +169,9 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 		out.Signal = unix.SignalName(ws.Signal())
 	default:
 		out.ExitCode = ws.ExitStatus()
-		out.Signal = runtime.ExitSignal(out.ExitCode)
+		out.Signal = backend.ExitSignal(out.ExitCode)
 	}
-	out.TimedOut = out.TimedOut && runtime.KilledAtDeadline(out)
+	out.TimedOut = out.TimedOut && backend.KilledAtDeadline(out)
 	out.CPU, out.MemoryPeak = cg.usage()
 	out.OOMKilled = cg.oomKilled()
 	if dead != nil {
@@ -192,7 +192,7 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 }
 
 // args is runsc's command line for one run.
-func (b *Backend) args(c *runtime.Container, bundle string) []string {
+func (b *Backend) args(c *backend.Container, bundle string) []string {
 	network := "none" // loopback only, in a fresh namespace
 	for _, ns := range c.Spec.Linux.Namespaces {
 		if ns.Type == specs.NetworkNamespace && ns.Path != "" {
@@ -250,7 +250,7 @@ func (b *Backend) cleanup(id, bundle string, cg *sandboxCgroup) error {
 	errs := []error{b.ensureDead(id, cg)}
 	if cg != nil {
 		errs = append(errs, cg.remove())
-		if unlock, err := runtime.LockCgroupParent(b.stateDir, true); err == nil {
+		if unlock, err := backend.LockCgroupParent(b.stateDir, true); err == nil {
 			cg.removeParent() // fails while another run's cgroup is in it
 			unlock()
 		}
@@ -339,7 +339,7 @@ func writeConfig(bundle string, s *specs.Spec, cgPath string) error {
 }
 
 // checkContainer refuses what the backend cannot run safely.
-func checkContainer(c *runtime.Container) error {
+func checkContainer(c *backend.Container) error {
 	if c == nil || c.Spec == nil || c.Spec.Linux == nil || c.Spec.Process == nil || c.Spec.Root == nil {
 		return errors.New("container spec incomplete")
 	}
@@ -371,7 +371,7 @@ func validID(id string) bool {
 // pairs: gVisor writes to a host pipe without waiting for room, so a
 // program's write of more than the pipe's 64 KiB lost the rest; it waits
 // on a socket as it should.
-func socketOutputs(p *runtime.Pipes) error {
+func socketOutputs(p *backend.Pipes) error {
 	for _, pair := range []struct{ r, w **os.File }{{&p.OutR, &p.OutW}, {&p.ErrR, &p.ErrW}} {
 		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {

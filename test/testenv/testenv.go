@@ -11,7 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +33,7 @@ var ImagesDir = flag.String("images", EnvOr("AGENTRUN_IMAGES", "/var/cache/agent
 
 // RepoRoot is the module root, found from this file's path.
 func RepoRoot() string {
-	_, file, _, _ := goruntime.Caller(0)
+	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
@@ -125,7 +125,7 @@ func TakeSnapshot(t testing.TB) Snapshot {
 	if err != nil {
 		t.Fatalf("listing host links: %v", err)
 	}
-	s := Snapshot{links: map[string]bool{}, goroutines: goruntime.NumGoroutine()}
+	s := Snapshot{links: map[string]bool{}, goroutines: runtime.NumGoroutine()}
 	for _, l := range links {
 		s.links[fmt.Sprintf("%d:%s", l.Attrs().Index, l.Attrs().Name)] = true
 	}
@@ -166,7 +166,7 @@ func CheckNoLeak(t testing.TB, before Snapshot, ignorePrefix string) {
 	}
 	if after.goroutines > before.goroutines {
 		buf := make([]byte, 1<<20)
-		t.Errorf("goroutines: %d before, %d after\n%s", before.goroutines, after.goroutines, buf[:goruntime.Stack(buf, true)])
+		t.Errorf("goroutines: %d before, %d after\n%s", before.goroutines, after.goroutines, buf[:runtime.Stack(buf, true)])
 	}
 	if ents, err := os.ReadDir("/run/netns"); err == nil && len(ents) > 0 {
 		for _, e := range ents {
