@@ -13,8 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/internal/session"
-	"github.com/agentrun/agentrun/runtime/runc"
-	"github.com/agentrun/agentrun/runtime/runsc"
 )
 
 // A run registers itself in the state dir while holding the state's gc
@@ -60,19 +58,14 @@ func (r *Runner) GC() (cleaned []string, retErr error) {
 	for _, e := range runs {
 		ids[e.Name()] = true
 	}
-	lcIDs, err := runc.IDs(r.runcDir)
-	if err != nil {
-		return nil, fmt.Errorf("reading container state: %w", err)
-	}
-	for _, id := range lcIDs {
-		ids[id] = true
-	}
-	scIDs, err := runsc.IDs(r.runscDir)
-	if err != nil {
-		return nil, fmt.Errorf("reading runsc state: %w", err)
-	}
-	for _, id := range scIDs {
-		ids[id] = true
+	for name, be := range r.backends {
+		bids, err := be.IDs()
+		if err != nil {
+			return nil, fmt.Errorf("reading %s state: %w", name, err)
+		}
+		for _, id := range bids {
+			ids[id] = true
+		}
 	}
 
 	var errs []error
@@ -107,11 +100,8 @@ func (r *Runner) GC() (cleaned []string, retErr error) {
 // processes), then its mounts, then its directory.
 func (r *Runner) cleanRun(id, dir string) error {
 	var errs []error
-	if err := runc.Cleanup(r.runcDir, id); err != nil {
-		errs = append(errs, err)
-	}
-	if r.runsc != nil {
-		if err := r.runsc.Cleanup(id); err != nil {
+	for _, name := range slices.Sorted(maps.Keys(r.backends)) {
+		if err := r.backends[name].Cleanup(id); err != nil {
 			errs = append(errs, err)
 		}
 	}

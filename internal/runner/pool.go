@@ -12,7 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/image"
-	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/task"
 )
@@ -93,7 +92,7 @@ func (p *Pool) Seed(plan *task.Plan) error {
 	if size == 0 {
 		return fmt.Errorf("the pool keeps no sandboxes for image %q", plan.Image)
 	}
-	if !poolable(plan) {
+	if !p.poolable(plan) {
 		return fmt.Errorf("image %q: a task with network access or runtime %q never runs from the pool", plan.Image, plan.Runtime)
 	}
 	img, err := p.r.store.Get(context.Background(), plan.Image, image.PullOptions{})
@@ -114,7 +113,7 @@ func (p *Pool) Seed(plan *task.Plan) error {
 // take returns a ready sandbox of plan's shape, or nil; either way plan's
 // shape is the one kept ready for its image from now on.
 func (p *Pool) take(plan *task.Plan, img *image.Image) *sandbox {
-	if p == nil || !poolable(plan) {
+	if p == nil || !p.poolable(plan) {
 		return nil
 	}
 	key := shapeKey(plan, img)
@@ -341,9 +340,10 @@ func destroyAll(sbs []*sandbox) error {
 }
 
 // poolable reports whether plan can run in a pooled sandbox: one made
-// without network and for libcontainer.
-func poolable(plan *task.Plan) bool {
-	return plan.Runtime == config.RuntimeLibcontainer && len(plan.Allow) == 0
+// without network, for a backend whose prepared containers can wait.
+func (p *Pool) poolable(plan *task.Plan) bool {
+	be := p.r.backends[plan.Runtime]
+	return be != nil && be.Traits().Poolable && len(plan.Allow) == 0
 }
 
 // shapeKey identifies what a sandbox for plan is created with. What a run

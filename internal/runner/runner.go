@@ -29,21 +29,17 @@ import (
 
 // Runner runs task plans. It is safe for concurrent use.
 type Runner struct {
-	cfg      *config.Config
-	backends map[string]backend.Backend
-	audit    *audit.Log
-	runsDir  string
-	runcDir  string
-	nets     *netns.Pool
-	store    *image.Store
-	regs     *image.Registries // where a task's own image may come from
-	own      map[string]bool   // the config's images: not bound by regs
-	lc       *runc.Backend
-	pool     *Pool          // nil without a pool
-	runsc    *runsc.Backend // nil when runsc is not installed
-	runscErr error          // why it is nil
-	runscDir string
-	sessions *session.Store
+	cfg         *config.Config
+	backends    map[string]backend.Backend // by runtime name
+	unavailable map[string]error           // runtimes not installed, and why
+	audit       *audit.Log
+	runsDir     string
+	nets        *netns.Pool
+	store       *image.Store
+	regs        *image.Registries // where a task's own image may come from
+	own         map[string]bool   // the config's images: not bound by regs
+	pool        *Pool             // nil without a pool
+	sessions    *session.Store
 }
 
 // New prepares a runner from cfg: its state directories and backends.
@@ -51,9 +47,8 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("agentrun must run as root (it creates namespaces, cgroups and mounts)")
 	}
-	r := &Runner{cfg: cfg, audit: log, backends: map[string]backend.Backend{},
-		runsDir: filepath.Join(cfg.StateDir, "runs"), runcDir: filepath.Join(cfg.StateDir, "runc"),
-		runscDir: filepath.Join(cfg.StateDir, "runsc")}
+	r := &Runner{cfg: cfg, audit: log, backends: map[string]backend.Backend{}, unavailable: map[string]error{},
+		runsDir: filepath.Join(cfg.StateDir, "runs")}
 	if err := spec.CheckInit(cfg.Init); err != nil {
 		return nil, fmt.Errorf("%w (apt-get install tini, or set config key init)", err)
 	}
@@ -80,15 +75,16 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	if r.nets, err = netns.NewPool(netns.DefaultCIDR); err != nil {
 		return nil, err
 	}
-	lc, err := runc.New(r.runcDir)
+	lc, err := runc.New(filepath.Join(cfg.StateDir, "runc"))
 	if err != nil {
 		return nil, err
 	}
 	r.backends[config.RuntimeLibcontainer] = lc
-	r.lc = lc
 	// runsc is optional: a run that asks for it gets the reason it is missing.
-	if r.runsc, r.runscErr = runsc.New(cfg.Runsc.Path, cfg.Runsc.Flags, r.runscDir); r.runscErr == nil {
-		r.backends[config.RuntimeRunsc] = r.runsc
+	if sc, err := runsc.New(cfg.Runsc.Path, cfg.Runsc.Flags, filepath.Join(cfg.StateDir, "runsc")); err == nil {
+		r.backends[config.RuntimeRunsc] = sc
+	} else {
+		r.unavailable[config.RuntimeRunsc] = err
 	}
 	return r, nil
 }
@@ -153,10 +149,9 @@ func (r *Runner) RunWith(ctx context.Context, p *task.Plan, hooks Hooks) *result
 // tears the sandbox down.
 func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hooks Hooks) (err error) {
 	start := time.Now()
-	be, ok := r.backends[p.Runtime]
-	if !ok {
-		if p.Runtime == config.RuntimeRunsc && r.runscErr != nil {
-			return fmt.Errorf("runtime runsc is not available: %w", r.runscErr)
+	if _, ok := r.backends[p.Runtime]; !ok {
+		if err := r.unavailable[p.Runtime]; err != nil {
+			return fmt.Errorf("runtime %s is not available: %w", p.Runtime, err)
 		}
 		return fmt.Errorf("runtime %q is not available", p.Runtime)
 	}
@@ -182,8 +177,8 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 		return err
 	}
 	setup := time.Since(start)
-	err = r.execute(ctx, p, be, sb, res, hooks.Output)
-	if sb.pooled && errors.Is(err, runc.ErrNotStarted) && ctx.Err() == nil {
+	err = r.execute(ctx, p, sb, res, hooks.Output)
+	if sb.pooled && errors.Is(err, backend.ErrNotStarted) && ctx.Err() == nil {
 		// The pooled sandbox's init died as the run took it: run cold.
 		r.pool.failed(p)
 		if cerr := sb.undo.run(); cerr != nil {
@@ -195,7 +190,7 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 			return err
 		}
 		setup = time.Since(again)
-		err = r.execute(ctx, p, be, sb, res, hooks.Output)
+		err = r.execute(ctx, p, sb, res, hooks.Output)
 	}
 	// The program has ended: what fills the rest of the result (the
 	// network report) runs before anyone sees it.
@@ -256,15 +251,8 @@ func (r *Runner) sandbox(p *task.Plan, img *image.Image, res *result.Result, lea
 }
 
 // execute runs the program of sb to its end and collects its files.
-func (r *Runner) execute(ctx context.Context, p *task.Plan, be backend.Backend, sb *sandbox, res *result.Result, output backend.OutputFunc) (err error) {
-	var out *backend.Outcome
-	if sb.prep != nil {
-		out, err = sb.prep.Run(ctx, p.Stdin, p.Limits.Timeout, p.Limits.OutputBytes, output)
-	} else {
-		out, err = be.Run(ctx, &backend.Container{
-			ID: sb.id, Spec: sb.spec, Stdin: p.Stdin, Timeout: p.Limits.Timeout, OutputLimit: p.Limits.OutputBytes, Output: output,
-		})
-	}
+func (r *Runner) execute(ctx context.Context, p *task.Plan, sb *sandbox, res *result.Result, output backend.OutputFunc) (err error) {
+	out, err := sb.prep.Run(ctx, p.Stdin, p.Limits.Timeout, p.Limits.OutputBytes, output)
 	if out != nil {
 		fillOutcome(res, out)
 	}
@@ -280,14 +268,14 @@ func (r *Runner) execute(ctx context.Context, p *task.Plan, be backend.Backend, 
 }
 
 // sandbox is one run's host-side set-up (its state dir and lock, rootfs,
-// network and workspace) and, for libcontainer, its prepared container.
-// undo removes all of it.
+// network and workspace) and its prepared container. undo removes all of
+// it.
 type sandbox struct {
 	id     string
 	pooled bool // taken from the pool
 	ws     *workspace.Workspace
 	spec   *specs.Spec
-	prep   *runc.Prepared // nil for runsc, which sets up and runs in one step
+	prep   backend.Prepared
 	undo   cleanups
 	// settle ends what the run used once its program has ended and fills
 	// the result with what it recorded (the proxy's report); it runs
@@ -301,6 +289,11 @@ type sandbox struct {
 // lease, the workspace is that session's disk, mounted in the run dir (so
 // that gc finds it there if agentrun dies).
 func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id string, files map[string][]byte, lease *session.Lease) (_ *sandbox, err error) {
+	be := r.backends[p.Runtime]
+	if be == nil {
+		return nil, fmt.Errorf("runtime %q is not available", p.Runtime)
+	}
+	traits := be.Traits()
 	sb := &sandbox{id: id}
 	defer func() {
 		if err != nil {
@@ -328,9 +321,10 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	rootfs := img.Rootfs
 	// A store image has its mount points; a dir: image may lack them, and
 	// then the run gets a private overlay so that nothing is created in it.
-	// So does every runsc run: runsc's gofer makes the init's mount point
-	// (/dev/init) in the root filesystem itself, not in the sandbox's /dev.
-	if !image.HasMountpoints(rootfs) || p.Runtime == config.RuntimeRunsc {
+	// So does every run of a backend that writes to its rootfs (runsc's
+	// gofer makes the init's mount point, /dev/init, in the root
+	// filesystem itself, not in the sandbox's /dev).
+	if !image.HasMountpoints(rootfs) || traits.PrivateRootfs {
 		ov, err := mountOverlay(img.Rootfs, dir)
 		if err != nil {
 			return nil, err
@@ -365,7 +359,7 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	opts := append([]spec.SpecOpt{
 		spec.WithArgs(p.Argv...),
 		spec.WithEnv(p.Env),
-		spec.WithCgroupsPath(cgroupParent(p.Runtime) + "/" + id),
+		spec.WithCgroupsPath(traits.CgroupParent + "/" + id),
 		spec.WithMemory(p.Limits.Memory),
 		spec.WithCPUs(p.Limits.CPUs),
 		spec.WithPids(p.Limits.Pids + 1), // the init is one of them
@@ -374,8 +368,8 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 		spec.WithWorkspace(sb.ws.Dir),
 		spec.WithSeccomp(),
 	}, netOpts...)
-	if p.Runtime == config.RuntimeRunsc {
-		opts = append(opts, runsc.SpecOpt())
+	if traits.Spec != nil {
+		opts = append(opts, traits.Spec)
 	}
 	if sb.spec, err = spec.New(rootfs, opts...); err != nil {
 		return nil, fmt.Errorf("building spec: %w", err)
@@ -384,12 +378,10 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 		return nil, fmt.Errorf("spec refused: %w", err)
 	}
 
-	if p.Runtime == config.RuntimeLibcontainer {
-		if sb.prep, err = r.lc.Prepare(&backend.Container{ID: id, Spec: sb.spec}); err != nil {
-			return nil, err
-		}
-		sb.undo.add(sb.prep.Destroy)
+	if sb.prep, err = be.Prepare(context.Background(), &backend.Container{ID: id, Spec: sb.spec}); err != nil {
+		return nil, err
 	}
+	sb.undo.add(sb.prep.Destroy)
 	return sb, nil
 }
 
@@ -457,13 +449,4 @@ func (c *cleanups) run() error {
 	}
 	*c = nil
 	return errors.Join(errs...)
-}
-
-// cgroupParent is where runs of runtime rt have their cgroups: runsc's
-// apart from libcontainer's, each backend with its own gc and lock.
-func cgroupParent(rt string) string {
-	if rt == config.RuntimeRunsc {
-		return runsc.CgroupParent
-	}
-	return "/agentrun"
 }

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/opencontainers/cgroups"
@@ -46,19 +45,19 @@ func New(stateDir string) (*Backend, error) {
 	return &Backend{StateDir: stateDir}, nil
 }
 
+// Traits: libcontainer runs on the shared image rootfs, and a prepared
+// container's init waits for the exec of the program, so it can be pooled.
+func (b *Backend) Traits() backend.Traits {
+	return backend.Traits{CgroupParent: CgroupParent, Poolable: true}
+}
+
+// CgroupParent holds the cgroups of libcontainer runs.
+const CgroupParent = "/agentrun"
+
 // Run creates the container, runs its program to the end or to the timeout,
 // collects its output and usage, and destroys it.
-func (b *Backend) Run(ctx context.Context, c *backend.Container) (out *backend.Outcome, err error) {
-	p, err := b.Prepare(c)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if derr := p.Destroy(); derr != nil && err == nil {
-			err = derr
-		}
-	}()
-	return p.Run(ctx, c.Stdin, c.Timeout, c.OutputLimit, c.Output)
+func (b *Backend) Run(ctx context.Context, c *backend.Container) (*backend.Outcome, error) {
+	return backend.Run(ctx, b, c)
 }
 
 // Prepared is a container whose init has done all of its set-up
@@ -77,7 +76,7 @@ type Prepared struct {
 // Prepare creates c's container and starts its init, which stops just
 // before the exec of the program. c's Stdin, Timeout and OutputLimit are
 // not used: Run takes them. On error nothing is left behind.
-func (b *Backend) Prepare(c *backend.Container) (_ *Prepared, err error) {
+func (b *Backend) Prepare(_ context.Context, c *backend.Container) (_ backend.Prepared, err error) {
 	cfg, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{
 		CgroupName:   c.ID,
 		Spec:         c.Spec,
@@ -150,10 +149,6 @@ func (b *Backend) Prepare(c *backend.Container) (_ *Prepared, err error) {
 // ID is the container's ID.
 func (p *Prepared) ID() string { return p.ctr.ID() }
 
-// ErrNotStarted is wrapped by Run's error when the program could not be
-// started at all: the init was gone (killed while it waited, say).
-var ErrNotStarted = errors.New("program not started")
-
 // Ready reports whether the init still waits to exec the program.
 func (p *Prepared) Ready() bool {
 	if p.reaped {
@@ -177,40 +172,16 @@ func (p *Prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration,
 		// The pipes reach EOF once the init is gone.
 		p.kill(p.wait())
 		waitOutput()
-		return nil, fmt.Errorf("%w: %w", ErrNotStarted, err)
+		return nil, fmt.Errorf("%w: %w", backend.ErrNotStarted, err)
 	}
 
 	waited := p.wait()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	var ps *os.ProcessState
-	select {
-	case ps = <-waited:
-	case <-timer.C:
-		out.TimedOut = true
-		ps = p.kill(waited)
-	case <-ctx.Done():
-		ps = p.kill(waited)
-	}
+	ps, timedOut := backend.Watch(ctx, timeout, waited, func() *os.ProcessState { return p.kill(waited) })
 	out.Duration = time.Since(start)
 	// Killing init (pid 1 of the sandbox's pid namespace) killed every
 	// process in it, so both pipes reach EOF.
 	out.Stdout, out.Stderr = waitOutput()
-
-	if ps != nil {
-		ws := ps.Sys().(syscall.WaitStatus)
-		switch {
-		case ws.Signaled():
-			out.ExitCode = 128 + int(ws.Signal())
-			out.Signal = unix.SignalName(ws.Signal())
-		default:
-			// The sandbox's init reports a program a signal ended
-			// as 128+n.
-			out.ExitCode = ws.ExitStatus()
-			out.Signal = backend.ExitSignal(out.ExitCode)
-		}
-	}
-	out.TimedOut = out.TimedOut && backend.KilledAtDeadline(out)
+	out.SetExit(ps, timedOut)
 	usage(p.paths, out)
 	if ctx.Err() != nil {
 		return out, fmt.Errorf("run cancelled: %w", ctx.Err())

@@ -78,12 +78,54 @@ func New(path string, flags []string, stateDir string) (*Backend, error) {
 	return b, nil
 }
 
+// Traits: runsc's gofer writes the mount points it needs into the root
+// filesystem, so a run needs its own; the backend changes the spec
+// (SpecOpt); a sandbox is created and run in one step, so none is pooled.
+func (b *Backend) Traits() backend.Traits {
+	return backend.Traits{CgroupParent: CgroupParent, PrivateRootfs: true, Spec: SpecOpt()}
+}
+
+// prepared is a container checked and recorded for its run: runsc creates
+// the sandbox and runs the program in one step, Run's, which removes
+// everything it made before it returns.
+type prepared struct {
+	b   *Backend
+	c   backend.Container
+	ran bool
+}
+
+// Prepare checks c and records it for Run; it makes nothing on the host.
+func (b *Backend) Prepare(_ context.Context, c *backend.Container) (backend.Prepared, error) {
+	if err := checkContainer(c); err != nil {
+		return nil, err
+	}
+	return &prepared{b: b, c: *c}, nil
+}
+
+func (p *prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration, outputLimit int64, output backend.OutputFunc) (*backend.Outcome, error) {
+	if p.ran {
+		return nil, errors.New("container already ran")
+	}
+	p.ran = true
+	c := p.c
+	c.Stdin, c.Timeout, c.OutputLimit, c.Output = stdin, timeout, outputLimit, output
+	return p.b.Run(ctx, &c)
+}
+
+func (p *prepared) Ready() bool { return !p.ran }
+
+// Destroy has nothing to remove: Run removed all it made.
+func (p *prepared) Destroy() error { return nil }
+
 // Run writes the run's bundle and cgroup, runs the program in a runsc
 // sandbox to its end or to the timeout, collects its output and usage, and
 // removes everything it made.
 func (b *Backend) Run(ctx context.Context, c *backend.Container) (out *backend.Outcome, err error) {
 	if err := checkContainer(c); err != nil {
 		return nil, err
+	}
+	if c.Timeout <= 0 {
+		return nil, fmt.Errorf("timeout %v is not positive", c.Timeout)
 	}
 	cgPath := c.Spec.Linux.CgroupsPath
 	if cgPath == "" {
@@ -140,21 +182,12 @@ func (b *Backend) Run(ctx context.Context, c *backend.Container) (out *backend.O
 	out = &backend.Outcome{}
 	waitOutput := stdio.Serve(c.Stdin, c.OutputLimit, c.Output)
 
-	waited := make(chan struct{})
+	waited := make(chan *os.ProcessState, 1)
 	go func() {
 		_ = cmd.Wait() // the status is in cmd.ProcessState
-		close(waited)
+		waited <- cmd.ProcessState
 	}()
-	timer := time.NewTimer(c.Timeout)
-	defer timer.Stop()
-	select {
-	case <-waited:
-	case <-timer.C:
-		out.TimedOut = true
-		b.kill(c.ID, cmd, waited, cg)
-	case <-ctx.Done():
-		b.kill(c.ID, cmd, waited, cg)
-	}
+	ps, timedOut := backend.Watch(ctx, c.Timeout, waited, func() *os.ProcessState { return b.kill(c.ID, cmd, waited, cg) })
 	out.Duration = time.Since(start)
 
 	// runsc has ended; make sure the sandbox it ran has too, so that both
@@ -162,16 +195,7 @@ func (b *Backend) Run(ctx context.Context, c *backend.Container) (out *backend.O
 	dead := b.ensureDead(c.ID, cg)
 	out.Stdout, out.Stderr = waitOutput()
 
-	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
-	switch {
-	case ws.Signaled(): // runsc itself was killed
-		out.ExitCode = 128 + int(ws.Signal())
-		out.Signal = unix.SignalName(ws.Signal())
-	default:
-		out.ExitCode = ws.ExitStatus()
-		out.Signal = backend.ExitSignal(out.ExitCode)
-	}
-	out.TimedOut = out.TimedOut && backend.KilledAtDeadline(out)
+	out.SetExit(ps, timedOut) // signalled: runsc itself was killed
 	out.CPU, out.MemoryPeak = cg.usage()
 	out.OOMKilled = cg.oomKilled()
 	if dead != nil {
@@ -215,18 +239,18 @@ func (b *Backend) args(c *backend.Container, bundle string) []string {
 
 // kill ends a run that must stop now: `runsc kill` first, then, if runsc is
 // still there after a grace period, its process group and every process in
-// the cgroup. It returns once runsc has been waited for.
-func (b *Backend) kill(id string, cmd *exec.Cmd, waited <-chan struct{}, cg *sandboxCgroup) {
+// the cgroup. It returns runsc's state once runsc has been waited for.
+func (b *Backend) kill(id string, cmd *exec.Cmd, waited <-chan *os.ProcessState, cg *sandboxCgroup) *os.ProcessState {
 	if b.runscCmd("kill", id, "KILL") == nil {
 		select {
-		case <-waited:
-			return
+		case ps := <-waited:
+			return ps
 		case <-time.After(killGrace):
 		}
 	}
 	_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
 	_ = cg.kill()
-	<-waited
+	return <-waited
 }
 
 // ensureDead removes the container from runsc if it still knows it, then
@@ -348,9 +372,6 @@ func checkContainer(c *backend.Container) error {
 	}
 	if !filepath.IsAbs(c.Spec.Root.Path) {
 		return fmt.Errorf("root path %q is not absolute", c.Spec.Root.Path)
-	}
-	if c.Timeout <= 0 {
-		return fmt.Errorf("timeout %v is not positive", c.Timeout)
 	}
 	return nil
 }
