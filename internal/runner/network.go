@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/agentrun/agentrun/internal/cleanup"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/proxy"
@@ -19,7 +20,7 @@ import (
 // namespace holds only lo. What it sets up is undone through undo; settle
 // stops the proxy and puts its report in res once the program has ended,
 // before the result is handed out.
-func (r *Runner) network(p *task.Plan, dir string, res *result.Result, undo, settle *cleanups) ([]spec.SpecOpt, error) {
+func (r *Runner) network(p *task.Plan, dir string, res *result.Result, undo, settle *cleanup.Cleanup) ([]spec.SpecOpt, error) {
 	if len(p.Allow) == 0 {
 		return nil, nil
 	}
@@ -35,7 +36,7 @@ func (r *Runner) network(p *task.Plan, dir string, res *result.Result, undo, set
 	if err != nil {
 		return nil, fmt.Errorf("setting up the run's network: %w", err)
 	}
-	undo.add(n.Close)
+	undo.Add(n.Close)
 	prx, err := proxy.Start(n, proxy.Policy{
 		Allow: p.Allow, Hosts: r.cfg.Network.Hosts,
 		AllowRanges: allowRanges, DenyRanges: denyRanges,
@@ -46,8 +47,8 @@ func (r *Runner) network(p *task.Plan, dir string, res *result.Result, undo, set
 	}
 	// The proxy closes before the namespaces (its sockets hold the gateway's).
 	// Close is idempotent: settle has done it already after a run.
-	undo.add(prx.Close)
-	settle.add(func() error {
+	undo.Add(prx.Close)
+	settle.Add(func() error {
 		res.Network = prx.Report()
 		return prx.Close()
 	})

@@ -140,7 +140,7 @@ func (p *Pool) take(plan *task.Plan, img *image.Image) *sandbox {
 			return sb
 		}
 		// Its init is gone (killed while it waited): drop it.
-		p.bg.Go(func() { _ = sb.undo.run() })
+		p.bg.Go(func() { _ = sb.undo.Clean() })
 	}
 	p.misses[plan.Image]++
 	return nil
@@ -251,7 +251,7 @@ func (p *Pool) fill() {
 			}
 			p.mu.Unlock()
 			if sb != nil {
-				_ = sb.undo.run()
+				_ = sb.undo.Clean()
 			}
 			if err != nil {
 				select {
@@ -329,7 +329,7 @@ func (p *Pool) Close() error {
 func destroyAll(sbs []*sandbox) error {
 	var errs []error
 	for _, sb := range sbs {
-		if err := sb.undo.run(); err != nil {
+		if err := sb.undo.Clean(); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -15,9 +15,11 @@ import (
 
 	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/audit"
+	"github.com/agentrun/agentrun/internal/cleanup"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/session"
+	"github.com/agentrun/agentrun/internal/state"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/internal/workspace"
 	"github.com/agentrun/agentrun/netns"
@@ -48,7 +50,7 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 		return nil, errors.New("agentrun must run as root (it creates namespaces, cgroups and mounts)")
 	}
 	r := &Runner{cfg: cfg, audit: log, backends: map[string]backend.Backend{}, unavailable: map[string]error{},
-		runsDir: filepath.Join(cfg.StateDir, "runs")}
+		runsDir: state.RunsDir(cfg.StateDir)}
 	if err := spec.CheckInit(cfg.Init); err != nil {
 		return nil, fmt.Errorf("%w (apt-get install tini, or set config key init)", err)
 	}
@@ -181,7 +183,7 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 	if sb.pooled && errors.Is(err, backend.ErrNotStarted) && ctx.Err() == nil {
 		// The pooled sandbox's init died as the run took it: run cold.
 		r.pool.failed(p)
-		if cerr := sb.undo.run(); cerr != nil {
+		if cerr := sb.undo.Clean(); cerr != nil {
 			return errors.Join(err, cerr)
 		}
 		res.ID = newID()
@@ -194,7 +196,7 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 	}
 	// The program has ended: what fills the rest of the result (the
 	// network report) runs before anyone sees it.
-	if serr := sb.settle.run(); serr != nil && err == nil {
+	if serr := sb.settle.Clean(); serr != nil && err == nil {
 		err = fmt.Errorf("cleaning up: %w", serr)
 	}
 	if hooks.Setup != nil {
@@ -214,7 +216,7 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 	if lease == nil {
 		answer()
 	}
-	if cerr := sb.undo.run(); cerr != nil && err == nil {
+	if cerr := sb.undo.Clean(); cerr != nil && err == nil {
 		err = fmt.Errorf("cleaning up: %w", cerr)
 	}
 	if lease != nil {
@@ -243,7 +245,7 @@ func (r *Runner) sandbox(p *task.Plan, img *image.Image, res *result.Result, lea
 	if sb := r.pool.take(p, img); sb != nil {
 		res.ID = sb.id
 		if err := sb.ws.Write(runFiles(p), spec.UID, spec.GID); err != nil {
-			return nil, errors.Join(err, sb.undo.run())
+			return nil, errors.Join(err, sb.undo.Clean())
 		}
 		return sb, nil
 	}
@@ -276,11 +278,11 @@ type sandbox struct {
 	ws     *workspace.Workspace
 	spec   *specs.Spec
 	prep   backend.Prepared
-	undo   cleanups
+	undo   cleanup.Cleanup
 	// settle ends what the run used once its program has ended and fills
 	// the result with what it recorded (the proxy's report); it runs
 	// before the result is final.
-	settle cleanups
+	settle cleanup.Cleanup
 }
 
 // setup makes the sandbox for p under id, with files in its workspace. It
@@ -297,7 +299,7 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	sb := &sandbox{id: id}
 	defer func() {
 		if err != nil {
-			if cerr := sb.undo.run(); cerr != nil {
+			if cerr := sb.undo.Clean(); cerr != nil {
 				err = errors.Join(err, fmt.Errorf("cleaning up: %w", cerr))
 			}
 		}
@@ -307,8 +309,8 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	if err != nil {
 		return nil, err
 	}
-	sb.undo.add(lock.Close) // last: the run is live until everything else is gone
-	sb.undo.add(func() error { return os.RemoveAll(dir) })
+	sb.undo.Add(lock.Close) // last: the run is live until everything else is gone
+	sb.undo.Add(func() error { return os.RemoveAll(dir) })
 
 	// The image stays in the store while the sandbox lives (a pooled one
 	// outlives the Get that found its image).
@@ -316,7 +318,7 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	if err != nil {
 		return nil, err
 	}
-	sb.undo.add(release)
+	sb.undo.Add(release)
 
 	rootfs := img.Rootfs
 	// A store image has its mount points; a dir: image may lack them, and
@@ -329,7 +331,7 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 		if err != nil {
 			return nil, err
 		}
-		sb.undo.add(ov.unmount)
+		sb.undo.Add(ov.unmount)
 		rootfs = ov.merged
 	}
 
@@ -354,7 +356,7 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	} else if sb.ws, err = workspace.Create(filepath.Join(dir, "workspace"), p.Limits.WorkspaceSize, spec.UID, spec.GID, files); err != nil {
 		return nil, err
 	}
-	sb.undo.add(sb.ws.Close)
+	sb.undo.Add(sb.ws.Close)
 
 	opts := append([]spec.SpecOpt{
 		spec.WithArgs(p.Argv...),
@@ -381,7 +383,7 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	if sb.prep, err = be.Prepare(context.Background(), &backend.Container{ID: id, Spec: sb.spec}); err != nil {
 		return nil, err
 	}
-	sb.undo.add(sb.prep.Destroy)
+	sb.undo.Add(sb.prep.Destroy)
 	return sb, nil
 }
 
@@ -433,20 +435,4 @@ func newID() string {
 	var b [8]byte
 	rand.Read(b[:])
 	return "ar-" + hex.EncodeToString(b[:])
-}
-
-// cleanups is a stack of undo steps, run in reverse order.
-type cleanups []func() error
-
-func (c *cleanups) add(f func() error) { *c = append(*c, f) }
-
-func (c *cleanups) run() error {
-	var errs []error
-	for i := len(*c) - 1; i >= 0; i-- {
-		if err := (*c)[i](); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	*c = nil
-	return errors.Join(errs...)
 }

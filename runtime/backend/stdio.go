@@ -1,13 +1,9 @@
 package backend
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"sync"
-	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Pipes are the three pipes between agentrun and a sandboxed program. The
@@ -72,55 +68,4 @@ func Feed(w *os.File, data []byte) {
 	if len(data) > 0 {
 		_, _ = w.Write(data)
 	}
-}
-
-// LockCgroupParent takes a lock, in stateDir, that makes creating a run's
-// cgroup and removing the empty shared parent cgroup mutually exclusive,
-// across processes: shared while creating (waits), exclusive while removing.
-// The exclusive lock is tried for up to removeWait and then given up: a run
-// being created holds it, and that run removes the parent when it ends.
-// The returned function releases it.
-func LockCgroupParent(stateDir string, exclusive bool) (func(), error) {
-	f, err := os.OpenFile(stateDir+"/cgroup.lock", os.O_RDONLY|os.O_CREATE|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("opening cgroup lock: %w", err)
-	}
-	if !exclusive {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_SH)
-	} else {
-		// Another run's removal holds it only briefly; waiting for it
-		// matters: two runs ending together would otherwise both give up
-		// and leave the parent behind.
-		for delay, deadline := time.Millisecond, time.Now().Add(removeWait); ; delay *= 2 {
-			if err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != unix.EWOULDBLOCK || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(delay)
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("locking cgroup parent: %w", err)
-	}
-	return func() { f.Close() }, nil
-}
-
-// removeWait bounds how long removing the shared parent cgroup waits for
-// its lock.
-const removeWait = 250 * time.Millisecond
-
-// StateIDs lists the names of the directories in stateDir that valid
-// accepts: the runs a backend keeps state for. A missing stateDir holds none.
-func StateIDs(stateDir string, valid func(string) bool) ([]string, error) {
-	entries, err := os.ReadDir(stateDir)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
-	}
-	var ids []string
-	for _, e := range entries {
-		if e.IsDir() && valid(e.Name()) {
-			ids = append(ids, e.Name())
-		}
-	}
-	return ids, nil
 }

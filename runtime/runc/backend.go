@@ -21,6 +21,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrun/agentrun/internal/state"
 	"github.com/agentrun/agentrun/runtime/backend"
 )
 
@@ -90,7 +91,7 @@ func (b *Backend) Prepare(_ context.Context, c *backend.Container) (_ backend.Pr
 		return nil, err
 	}
 
-	unlock, err := backend.LockCgroupParent(b.StateDir, false)
+	unlock, err := state.LockCgroupParent(b.StateDir, false)
 	if err != nil {
 		return nil, err
 	}
@@ -304,7 +305,7 @@ func destroy(stateDir string, ctr *libcontainer.Container, paths map[string]stri
 // removeParents removes the shared "agentrun" parent of each cgroup path
 // once it is empty, unless another run is being created right now.
 func removeParents(stateDir string, paths map[string]string) {
-	unlock, err := backend.LockCgroupParent(stateDir, true)
+	unlock, err := state.LockCgroupParent(stateDir, true)
 	if err != nil {
 		return
 	}

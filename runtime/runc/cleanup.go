@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/agentrun/agentrun/runtime/backend"
+	"github.com/agentrun/agentrun/internal/state"
 	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/cgroups/manager"
 	"github.com/opencontainers/runc/libcontainer"
@@ -17,7 +17,7 @@ import (
 
 // IDs lists the containers that have state under the backend's state dir.
 func (b *Backend) IDs() ([]string, error) {
-	return backend.StateIDs(b.StateDir, func(string) bool { return true })
+	return state.IDs(b.StateDir, func(string) bool { return true })
 }
 
 // Cleanup removes container id, left in the state dir by an agentrun that

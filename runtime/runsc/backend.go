@@ -17,6 +17,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrun/agentrun/internal/state"
 	"github.com/agentrun/agentrun/runtime/backend"
 )
 
@@ -148,7 +149,7 @@ func (b *Backend) Run(ctx context.Context, c *backend.Container) (out *backend.O
 		return nil, err
 	}
 
-	unlock, err := backend.LockCgroupParent(b.stateDir, false)
+	unlock, err := state.LockCgroupParent(b.stateDir, false)
 	if err != nil {
 		return nil, err
 	}
@@ -274,7 +275,7 @@ func (b *Backend) cleanup(id, bundle string, cg *sandboxCgroup) error {
 	errs := []error{b.ensureDead(id, cg)}
 	if cg != nil {
 		errs = append(errs, cg.remove())
-		if unlock, err := backend.LockCgroupParent(b.stateDir, true); err == nil {
+		if unlock, err := state.LockCgroupParent(b.stateDir, true); err == nil {
 			cg.removeParent() // fails while another run's cgroup is in it
 			unlock()
 		}
