@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/image"
+	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/task"
 )
@@ -28,6 +29,9 @@ import (
 // allowlist, or for runsc, always run cold.
 type Pool struct {
 	r *Runner
+	// setup makes one sandbox for plan: the runner's set-up, without
+	// files.
+	setup func(plan *task.Plan, img *image.Image) (*sandbox, error)
 
 	mu     sync.Mutex
 	sizes  map[string]int    // image ref -> sandboxes kept ready
@@ -70,6 +74,9 @@ const fillRetry = time.Second
 // it holds.
 func (r *Runner) NewPool(sizes map[string]int) *Pool {
 	p := &Pool{r: r, sizes: map[string]int{}, shapes: map[string]*shape{},
+		setup: func(plan *task.Plan, img *image.Image) (*sandbox, error) {
+			return r.setup(plan, img, &result.Result{}, newID(), nil, nil)
+		},
 		hits: map[string]int64{}, misses: map[string]int64{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	for ref, n := range sizes {
@@ -239,8 +246,7 @@ func (p *Pool) fill() {
 			if s == nil {
 				break
 			}
-			res := &result.Result{}
-			sb, err := p.r.setup(s.plan, s.img, res, newID(), nil, nil)
+			sb, err := p.setup(s.plan, s.img)
 			p.mu.Lock()
 			p.err = err
 			current := !p.closed && p.shapes[s.plan.Image] == s && len(s.ready) < min(n, p.sizes[s.plan.Image])
@@ -346,27 +352,32 @@ func (p *Pool) poolable(plan *task.Plan) bool {
 	return be != nil && be.Traits().Poolable && len(plan.Allow) == 0
 }
 
-// shapeKey identifies what a sandbox for plan is created with. What a run
-// supplies later (code, files, stdin, timeout, output cap, collect) is not
-// part of it. The rootfs is named by its inode too: an image removed and
-// pulled again at the same path is another rootfs, and the sandboxes made
-// on the old one (whose files are gone) are not used. It is "" when the
-// rootfs cannot be looked at.
+// shapeKey identifies what a sandbox for plan is created with: its image
+// and runtime, and what of the plan its spec and workspace are made of
+// (sandboxSpec): argv, environment and the limits config.LimitTable marks
+// Shape. What a run supplies later (code, files, stdin, timeout, output
+// cap, collect) is not part of it. The rootfs is named by its inode too:
+// an image removed and pulled again at the same path is another rootfs,
+// and the sandboxes made on the old one (whose files are gone) are not
+// used. It is "" when the rootfs cannot be looked at.
 func shapeKey(plan *task.Plan, img *image.Image) string {
 	var st unix.Stat_t
 	if err := unix.Stat(img.Rootfs, &st); err != nil {
 		return ""
 	}
+	limits := map[string]any{}
+	for _, lim := range config.LimitTable {
+		if lim.Shape {
+			limits[lim.Name] = lim.Of(&plan.Limits).Interface()
+		}
+	}
 	b, _ := json.Marshal(struct {
-		Image, Digest, Rootfs string
-		RootDev, RootIno      uint64
-		Argv                  []string
-		Env                   map[string]string
-		Memory, TmpSize, Ws   int64
-		Pids                  int64
-		CPUs                  float64
-	}{plan.Image, img.Digest, img.Rootfs, st.Dev, st.Ino, plan.Argv, plan.Env,
-		plan.Limits.Memory, plan.Limits.TmpSize, plan.Limits.WorkspaceSize, plan.Limits.Pids, plan.Limits.CPUs})
+		Image, Digest, Rootfs, Runtime string
+		RootDev, RootIno               uint64
+		Argv                           []string
+		Env                            map[string]string
+		Limits                         map[string]any
+	}{plan.Image, img.Digest, img.Rootfs, plan.Runtime, st.Dev, st.Ino, plan.Argv, plan.Env, limits})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }

@@ -358,18 +358,7 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	}
 	sb.undo.Add(sb.ws.Close)
 
-	opts := append([]spec.SpecOpt{
-		spec.WithArgs(p.Argv...),
-		spec.WithEnv(p.Env),
-		spec.WithCgroupsPath(traits.CgroupParent + "/" + id),
-		spec.WithMemory(p.Limits.Memory),
-		spec.WithCPUs(p.Limits.CPUs),
-		spec.WithPids(p.Limits.Pids + 1), // the init is one of them
-		spec.WithInit(r.cfg.Init),
-		spec.WithTmpSize(p.Limits.TmpSize, wsSize),
-		spec.WithWorkspace(sb.ws.Dir),
-		spec.WithSeccomp(),
-	}, netOpts...)
+	opts := append(sandboxSpec(p, traits.CgroupParent+"/"+id, r.cfg.Init, sb.ws.Dir, wsSize), netOpts...)
 	if traits.Spec != nil {
 		opts = append(opts, traits.Spec)
 	}
@@ -385,6 +374,24 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	}
 	sb.undo.Add(sb.prep.Destroy)
 	return sb, nil
+}
+
+// sandboxSpec is what p's sandbox spec is made of, besides its network:
+// what of the plan it uses is what makes a pooled sandbox's shape
+// (shapeKey), and a test holds the two together.
+func sandboxSpec(p *task.Plan, cgroup, init, wsDir string, wsSize int64) []spec.SpecOpt {
+	return []spec.SpecOpt{
+		spec.WithArgs(p.Argv...),
+		spec.WithEnv(p.Env),
+		spec.WithCgroupsPath(cgroup),
+		spec.WithMemory(p.Limits.Memory),
+		spec.WithCPUs(p.Limits.CPUs),
+		spec.WithPids(p.Limits.Pids + 1), // the init is one of them
+		spec.WithInit(init),
+		spec.WithTmpSize(p.Limits.TmpSize, wsSize),
+		spec.WithWorkspace(wsDir),
+		spec.WithSeccomp(),
+	}
 }
 
 // runFiles is the workspace content of p: its files and its code file.
