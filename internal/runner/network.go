@@ -49,7 +49,7 @@ func (r *Runner) network(p *task.Plan, dir string, res *result.Result, undo, set
 	// Close is idempotent: settle has done it already after a run.
 	undo.Add(prx.Close)
 	settle.Add(func() error {
-		res.Network = prx.Report()
+		res.Network = networkResult(prx.Report())
 		return prx.Close()
 	})
 	resolv, hosts := filepath.Join(dir, "resolv.conf"), filepath.Join(dir, "hosts")
@@ -76,4 +76,25 @@ func prefixes(ss []string) ([]netip.Prefix, error) {
 		out = append(out, p.Masked())
 	}
 	return out, nil
+}
+
+// networkResult is the proxy's report as the result's network section.
+func networkResult(r proxy.Report) result.Network {
+	return result.Network{
+		Allowed: convert(r.Allowed, func(a proxy.Allowed) result.Allowed { return result.Allowed(a) }),
+		Denied:  convert(r.Denied, func(d proxy.Denied) result.Denied { return result.Denied(d) }),
+		Failed:  convert(r.Failed, func(f proxy.Failed) result.Failed { return result.Failed(f) }),
+	}
+}
+
+// convert maps in through f, keeping nil as nil.
+func convert[F, T any](in []F, f func(F) T) []T {
+	if in == nil {
+		return nil
+	}
+	out := make([]T, len(in))
+	for i, v := range in {
+		out[i] = f(v)
+	}
+	return out
 }
