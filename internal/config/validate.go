@@ -3,7 +3,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"path/filepath"
 	"regexp"
@@ -248,18 +247,8 @@ func (s Server) validate() error {
 
 // checkListen accepts unix:///absolute/path and tcp://host:port.
 func checkListen(s string) error {
-	if p, ok := strings.CutPrefix(s, "unix://"); ok {
-		if !isCleanAbs(p) {
-			return fmt.Errorf("%q: socket path must be absolute", s)
-		}
-		return nil
-	}
-	if hp, ok := strings.CutPrefix(s, "tcp://"); ok {
-		if _, port, err := net.SplitHostPort(hp); err == nil && port != "" {
-			return nil
-		}
-	}
-	return fmt.Errorf("%q: want unix:///path/to.sock or tcp://host:port", s)
+	_, err := ParseAddr(s)
+	return err
 }
 
 func isCleanAbs(p string) bool {
