@@ -19,6 +19,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/state"
 	"github.com/agentrun/agentrun/runtime/backend"
+	"github.com/agentrun/agentrun/runtime/spec"
 )
 
 // defaultCgroupParent holds the cgroups of runs whose spec names none.
@@ -170,7 +171,7 @@ func (b *Backend) Run(ctx context.Context, c *backend.Container) (out *backend.O
 
 	cmd := exec.Command(b.path, b.args(c, bundle)...)
 	cmd.Dir = bundle
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Env = []string{"PATH=" + spec.DefaultPath}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdio.InR, stdio.OutW, stdio.ErrW
 	// Its own process group, so that a stuck runsc can be killed whole.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -321,7 +322,7 @@ func (b *Backend) runscCmd(args ...string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), killGrace)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, b.path, append([]string{"--root", b.root}, args...)...)
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Env = []string{"PATH=" + spec.DefaultPath}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("runsc %s: %w: %s", args[0], err, strings.TrimSpace(string(out)))
 	}
