@@ -142,6 +142,17 @@ func (s Snapshot) HasLink(index int, name string) bool {
 	return s.links[fmt.Sprintf("%d:%s", index, name)]
 }
 
+// NoLeaks records the host's links and this process's fds and goroutines
+// now and, when t ends, checks them as CheckNoLeak does: after the test's
+// deferred calls and the clean-ups registered after it, so that a test
+// that fails half-way is checked too. It returns what it recorded.
+func NoLeaks(t testing.TB, ignorePrefix string) Snapshot {
+	t.Helper()
+	before := TakeSnapshot(t)
+	t.Cleanup(func() { CheckNoLeak(t, before, ignorePrefix) })
+	return before
+}
+
 // CheckNoLeak compares the host and this process with before, waiting a
 // little for goroutines to end. Links named with ignorePrefix are
 // fixtures that tests in another process may be making at the same time.
