@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/opencontainers/cgroups"
@@ -21,6 +22,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrun/agentrun/internal/cleanup"
 	"github.com/agentrun/agentrun/internal/state"
 	"github.com/agentrun/agentrun/runtime/backend"
 )
@@ -95,7 +97,15 @@ func (b *Backend) Prepare(_ context.Context, c *backend.Container) (_ backend.Pr
 	if err != nil {
 		return nil, err
 	}
-	defer func() { unlock() }()
+	unlock = sync.OnceFunc(unlock)
+	defer unlock()
+	// On error, what was made is undone, last first.
+	var undo cleanup.Cleanup
+	defer func() {
+		if err != nil {
+			_ = undo.Clean()
+		}
+	}()
 	ctr, err := libcontainer.Create(b.StateDir, c.ID, cfg)
 	if err != nil {
 		// Create may leave a state dir without state.json behind.
@@ -108,13 +118,10 @@ func (b *Backend) Prepare(_ context.Context, c *backend.Container) (_ backend.Pr
 	if st, serr := ctr.State(); serr == nil {
 		p.paths = maps.Clone(st.CgroupPaths)
 	}
-	defer func() {
-		if err != nil {
-			unlock()
-			unlock = func() {}
-			_ = p.Destroy()
-		}
-	}()
+	undo.Add(p.Destroy)
+	// Destroy removes the shared parent cgroup once it is empty, under the
+	// lock held here: it is released first.
+	undo.Add(func() error { unlock(); return nil })
 
 	if p.stdio, err = backend.NewPipes(); err != nil {
 		return nil, err
