@@ -46,4 +46,6 @@
 //
 // Every lock here is a flock(2) lock taken through Lock: per open file, so
 // that two holders in one process exclude each other as two processes do.
+// Flock is agentrun's one flock call; the image store's and the audit log's
+// locks, which are not part of this protocol, take theirs through it too.
 package state

@@ -10,15 +10,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Lock opens (creating) path and flocks it with how (unix.LOCK_SH or
-// LOCK_EX, with LOCK_NB not to wait: then a lock held elsewhere is
-// unix.EWOULDBLOCK). Closing the file releases the lock.
+// Flock flocks the open file f with how: unix.LOCK_SH or LOCK_EX, with
+// LOCK_NB not to wait (then a lock held elsewhere is unix.EWOULDBLOCK), or
+// LOCK_UN. It is agentrun's one flock(2) call.
+func Flock(f *os.File, how int) error { return unix.Flock(int(f.Fd()), how) }
+
+// Lock opens (creating) path and flocks it with how (Flock). Closing the
+// file releases the lock.
 func Lock(path string, how int) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	if err := unix.Flock(int(f.Fd()), how); err != nil {
+	if err := Flock(f, how); err != nil {
 		f.Close()
 		return nil, err
 	}
