@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentrun/agentrun/internal/state"
 )
 
 // fileLock is a flock(2) lock. Locks are per open file, so two Stores in
@@ -39,7 +41,7 @@ func lockFile(ctx context.Context, f *os.File, shared bool) (*fileLock, error) {
 		how = unix.LOCK_SH
 	}
 	for {
-		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
+		err := state.Flock(f, how|unix.LOCK_NB)
 		if err == nil {
 			return &fileLock{f: f}, nil
 		}
@@ -58,7 +60,7 @@ func lockFile(ctx context.Context, f *os.File, shared bool) (*fileLock, error) {
 
 // tryLock locks f without waiting; ok is false if someone holds it.
 func tryLock(f *os.File) (ok bool, err error) {
-	err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	err = state.Flock(f, unix.LOCK_EX|unix.LOCK_NB)
 	if errors.Is(err, unix.EWOULDBLOCK) {
 		return false, nil
 	}

@@ -226,7 +226,7 @@ func (r *run) wantDenied(host string, port int, reason string) {
 func TestProxyEndToEnd(t *testing.T) {
 	requireRoot(t)
 	in := proxytest.NewInternet(t)
-	before := testenv.TakeSnapshot(t)
+	testenv.NoLeaks(t, fixturePrefix)
 	r := startRun(t, in, policyFor(in))
 
 	t.Run("explicit https", func(t *testing.T) {
@@ -436,7 +436,6 @@ func TestProxyEndToEnd(t *testing.T) {
 
 	r.close()
 	r.close() // idempotent
-	testenv.CheckNoLeak(t, before, fixturePrefix)
 }
 
 func udpEcho(dial func(ctx context.Context) (net.Conn, error)) error {
@@ -524,7 +523,7 @@ func TestProxyMaxConns(t *testing.T) {
 func TestProxyCloseCutsConnections(t *testing.T) {
 	requireRoot(t)
 	in := proxytest.NewInternet(t)
-	before := testenv.TakeSnapshot(t)
+	testenv.NoLeaks(t, fixturePrefix)
 	n, err := pool.Setup()
 	if err != nil {
 		t.Fatal(err)
@@ -569,7 +568,6 @@ func TestProxyCloseCutsConnections(t *testing.T) {
 	if err := n.Close(); err != nil {
 		t.Error(err)
 	}
-	testenv.CheckNoLeak(t, before, fixturePrefix)
 }
 
 // TestProxyUpstreamFailures reaches for allowed destinations that fail: a

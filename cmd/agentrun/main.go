@@ -4,7 +4,16 @@
 //	agentrun run [flags] task.json   run one task, print its result as JSON
 //	agentrun task.json               the same
 //
-// This package only parses arguments; the work is done by internal/runner.
+// and the commands of usage below (serve, worker, submit, result, sessions,
+// mcp, doctor, gc, pull, images, rmi, prune, version).
+//
+// This package parses arguments and the config, and wires the internal
+// packages together: run, serve, worker and mcp open the audit log and the
+// runner (internal/runner, which does a run's work) through one helper,
+// openRunner, which also runs gc; serve, worker and mcp hand it to
+// internal/server, internal/worker and internal/mcpserver. Its init makes
+// the binary libcontainer's container init when it is re-executed as one
+// (runc.InitHook), before anything else runs.
 package main
 
 import (

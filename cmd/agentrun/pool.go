@@ -19,11 +19,11 @@ func poolSeeds(cfg *config.Config) (map[string]*task.Plan, error) {
 		if n == 0 {
 			continue
 		}
-		seedTask := fmt.Sprintf(`{"image":%q,"code":"pass"}`, ref)
+		seedTask := &task.Task{Image: ref, Code: "pass"}
 		if ref == cfg.Image {
-			seedTask = `{"code":"pass"}`
+			seedTask.Image = ""
 		}
-		seed, err := task.Load([]byte(seedTask), cfg)
+		seed, err := seedTask.Resolve(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("server.pool[%q]: %w", ref, err)
 		}

@@ -44,17 +44,21 @@ func cmdServe(args []string, stderr io.Writer) int {
 // SIGTERM (NOTIFY_SOCKET).
 func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
 	logf := func(format string, args ...any) { fmt.Fprintf(stderr, "agentrun serve: "+format+"\n", args...) }
-	if strings.HasPrefix(cfg.Server.Listen, "tcp://") && cfg.Server.Token == "" {
+	addr, err := config.ParseAddr(cfg.Server.Listen)
+	if err != nil {
+		return fmt.Errorf("server.listen: %w", err)
+	}
+	if addr.Network == "tcp" && cfg.Server.Token == "" {
 		return errors.New("server.listen is tcp: set server.token, which every request must then carry as a bearer token")
 	}
 	// Before the runner makes the state dir: the socket's own dir, which
 	// the agentrun group may enter, is made first.
-	if err := socketDir(cfg.Server.Listen, cfg.StateDir, stderr); err != nil {
+	if err := socketDir(addr, cfg.StateDir, stderr); err != nil {
 		return err
 	}
 	// Before the runner makes anything: a wrong socket from systemd is
 	// refused with nothing to undo.
-	ln, cleanup, err := listenerOf(cfg)
+	ln, cleanup, err := listenerOf(cfg, addr)
 	if err != nil {
 		return err
 	}
@@ -158,12 +162,11 @@ func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
 // the group can reach the socket and nothing else. The state dir, private
 // to root, must not hold it. An existing directory is left as it is, with
 // a warning when the group cannot pass through it.
-func socketDir(addr, stateDir string, stderr io.Writer) error {
-	path, ok := strings.CutPrefix(addr, "unix://")
-	if !ok {
+func socketDir(addr config.Addr, stateDir string, stderr io.Writer) error {
+	if addr.Network != "unix" {
 		return nil
 	}
-	dir := filepath.Dir(path)
+	dir := filepath.Dir(addr.Address)
 	if rel, err := filepath.Rel(filepath.Clean(stateDir), dir); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
 		return fmt.Errorf("server.listen %s is inside state_dir %s, which only root may enter: put the socket elsewhere (the default is %s)",
 			addr, stateDir, config.Default().Server.Listen)
@@ -205,15 +208,15 @@ func socketDir(addr, stateDir string, stderr io.Writer) error {
 // listen opens the listener of server.listen. A unix socket is made
 // 0660, for root and the agentrun group (when there is one); a stale
 // socket file from a server that died is replaced, a live one is not.
-func listen(addr string) (net.Listener, func(), error) {
-	if hp, ok := strings.CutPrefix(addr, "tcp://"); ok {
-		ln, err := net.Listen("tcp", hp)
+func listen(addr config.Addr) (net.Listener, func(), error) {
+	if addr.Network == "tcp" {
+		ln, err := net.Listen("tcp", addr.Address)
 		if err != nil {
 			return nil, nil, fmt.Errorf("listening on %s: %w", addr, err)
 		}
 		return ln, func() {}, nil
 	}
-	path := strings.TrimPrefix(addr, "unix://")
+	path := addr.Address
 	if c, err := net.Dial("unix", path); err == nil {
 		c.Close()
 		return nil, nil, fmt.Errorf("%s: another agentrun serve is listening there", path)

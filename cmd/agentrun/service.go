@@ -33,14 +33,14 @@ func configPath(args []string) string {
 // or else a new one on server.listen. A passed socket is systemd's: it is
 // not removed on exit. A passed TCP socket needs server.token like a
 // configured one.
-func listenerOf(cfg *config.Config) (net.Listener, func(), error) {
+func listenerOf(cfg *config.Config, addr config.Addr) (net.Listener, func(), error) {
 	lns, err := activation.Listeners()
 	if err != nil {
 		return nil, nil, fmt.Errorf("sockets from systemd: %w", err)
 	}
 	switch len(lns) {
 	case 0:
-		return listen(cfg.Server.Listen)
+		return listen(addr)
 	case 1:
 	default:
 		for _, l := range lns {
@@ -126,7 +126,7 @@ func reload(cur *config.Config, path string, api *server.Server, pool *runner.Po
 	if len(fixed) > 0 {
 		return nil, fmt.Errorf("%s changed, which takes a restart", strings.Join(fixed, ", "))
 	}
-	if strings.HasPrefix(next.Server.Listen, "tcp://") && next.Server.Token == "" {
+	if addr, _ := config.ParseAddr(next.Server.Listen); addr.Network == "tcp" && next.Server.Token == "" {
 		return nil, errors.New("server.listen is tcp: server.token may not be removed")
 	}
 	if _, err := poolSeeds(next); err != nil {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/session"
-	"github.com/agentrun/agentrun/runtime"
+	"github.com/agentrun/agentrun/runtime/spec"
 )
 
 const sessionsUsage = `usage: agentrun sessions [--config F] [--json] <command>
@@ -49,7 +49,7 @@ func cmdSessions(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "agentrun sessions: must run as root (sessions are disks it mounts)")
 		return 1
 	}
-	st, err := session.Open(cfg, runtime.UID, runtime.GID)
+	st, err := session.Open(cfg, spec.UID, spec.GID)
 	if err != nil {
 		fmt.Fprintf(stderr, "agentrun sessions: %v\n", err)
 		return 1

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/state"
 )
 
 // Record is one audit line.
@@ -132,29 +133,30 @@ func (l *Log) lockCurrent(n int64) (unlock func(), err error) {
 		max = DefaultMaxBytes
 	}
 	for range 10 {
-		fd := int(l.f.Fd())
-		if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+		lf := l.f
+		fd := int(lf.Fd())
+		if err := state.Flock(lf, unix.LOCK_EX); err != nil {
 			return nil, fmt.Errorf("locking audit log: %w", err)
 		}
 		var have, cur unix.Stat_t
 		ferr := unix.Fstat(fd, &have)
 		perr := unix.Lstat(l.path, &cur)
 		if ferr != nil {
-			unix.Flock(fd, unix.LOCK_UN)
+			state.Flock(lf, unix.LOCK_UN)
 			return nil, fmt.Errorf("audit log: %w", ferr)
 		}
 		if perr == nil && cur.Ino == have.Ino && cur.Dev == have.Dev {
 			if have.Size == 0 || have.Size+n <= max {
-				return func() { unix.Flock(fd, unix.LOCK_UN) }, nil
+				return func() { state.Flock(lf, unix.LOCK_UN) }, nil
 			}
 			// Full: rotate while holding the lock of the full file.
 			if err := os.Rename(l.path, l.path+".1"); err != nil {
-				unix.Flock(fd, unix.LOCK_UN)
+				state.Flock(lf, unix.LOCK_UN)
 				return nil, fmt.Errorf("rotating audit log: %w", err)
 			}
 		}
 		// Rotated (by us or another Log): write to the new file.
-		unix.Flock(fd, unix.LOCK_UN)
+		state.Flock(lf, unix.LOCK_UN)
 		f, err := openFile(l.path)
 		if err != nil {
 			return nil, err

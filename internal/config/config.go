@@ -200,21 +200,15 @@ func ptr[T any](v T) *T { return &v }
 // Default returns the built-in configuration, which mirrors the seed's
 // docker flags. Each call returns a fresh value.
 func Default() *Config {
+	limits, policy := defaultLimits()
+	policy.AllowNetwork = ptr(true)
 	return &Config{
 		Image:    "python:3.12-slim",
 		Language: "python",
-		Limits: Limits{
-			Timeout: "5s", Memory: "256m", CPUs: ptr(0.5), Pids: ptr[int64](64),
-			OutputBytes: ptr[int64](65536), TmpSize: "64m", WorkspaceSize: "64m",
-			NetBytes: "64m", NetConns: ptr[int64](32),
-		},
-		Env:     map[string]string{},
-		Runtime: RuntimeLibcontainer,
-		Policy: Policy{
-			Timeout: "60s", Memory: "2g", CPUs: ptr(2.0), Pids: ptr[int64](512),
-			OutputBytes: ptr[int64](1048576), TmpSize: "1g", WorkspaceSize: "1g",
-			NetBytes: "1g", NetConns: ptr[int64](256), AllowNetwork: ptr(true),
-		},
+		Limits:   limits,
+		Env:      map[string]string{},
+		Runtime:  RuntimeLibcontainer,
+		Policy:   policy,
 		Languages: map[string][]string{
 			"python":  {"python3", "-u", "{file}"},
 			"python3": {"python3", "-u", "{file}"},

@@ -3,7 +3,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"path/filepath"
 	"regexp"
@@ -86,51 +85,48 @@ func fieldErr(field string, err error) error { return fmt.Errorf("%s: %w", field
 // validateLimits checks that every default limit and every policy maximum is
 // present and valid, and that each default is within policy.
 func validateLimits(l Limits, p Policy) error {
-	size := func(s string) (int64, error) {
-		n, err := ParseSize(s)
-		if err == nil && n <= 0 {
-			err = fmt.Errorf("invalid size %q: must be greater than zero", s)
+	for _, lim := range LimitTable {
+		if !lim.Text() {
+			continue
 		}
-		return n, err
-	}
-	dur := func(s string) (int64, error) { d, err := ParseDuration(s); return int64(d), err }
-	for _, f := range []struct {
-		name     string
-		val, max string
-		parse    func(string) (int64, error)
-	}{
-		{"timeout", l.Timeout, p.Timeout, dur},
-		{"memory", l.Memory, p.Memory, size},
-		{"tmp_size", l.TmpSize, p.TmpSize, size},
-		{"workspace_size", l.WorkspaceSize, p.WorkspaceSize, size},
-		{"net_bytes", l.NetBytes, p.NetBytes, size},
-	} {
-		if f.max == "" {
-			return fieldErr("policy."+f.name, errors.New("required"))
+		name, val, maxText := lim.Name, lim.Of(&l).String(), lim.Of(&p).String()
+		parse := lim.Parse
+		if lim.Unit == Bytes {
+			parse = func(s string) (int64, error) {
+				n, err := ParseSize(s)
+				if err == nil && n <= 0 {
+					err = fmt.Errorf("invalid size %q: must be greater than zero", s)
+				}
+				return n, err
+			}
 		}
-		max, err := f.parse(f.max)
+		if maxText == "" {
+			return fieldErr("policy."+name, errors.New("required"))
+		}
+		max, err := parse(maxText)
 		if err != nil {
-			return fieldErr("policy."+f.name, err)
+			return fieldErr("policy."+name, err)
 		}
-		if f.val == "" {
-			return fieldErr("limits."+f.name, errors.New("required"))
+		if val == "" {
+			return fieldErr("limits."+name, errors.New("required"))
 		}
-		v, err := f.parse(f.val)
+		v, err := parse(val)
 		if err != nil {
-			return fieldErr("limits."+f.name, err)
+			return fieldErr("limits."+name, err)
 		}
 		if v > max {
-			return fieldErr("limits."+f.name, fmt.Errorf("%s exceeds policy maximum %s", f.val, f.max))
+			return fieldErr("limits."+name, fmt.Errorf("%s exceeds policy maximum %s", val, maxText))
 		}
 	}
-	if err := checkNum("cpus", l.CPUs, p.CPUs); err != nil {
-		return err
-	}
-	for _, f := range []struct {
-		name     string
-		val, max *int64
-	}{{"pids", l.Pids, p.Pids}, {"output_bytes", l.OutputBytes, p.OutputBytes}, {"net_connections", l.NetConns, p.NetConns}} {
-		if err := checkNum(f.name, f.val, f.max); err != nil {
+	for _, lim := range LimitTable {
+		var err error
+		switch lim.Unit {
+		case Cores:
+			err = checkNum(lim.Name, lim.Of(&l).Interface().(*float64), lim.Of(&p).Interface().(*float64))
+		case Count:
+			err = checkNum(lim.Name, lim.Of(&l).Interface().(*int64), lim.Of(&p).Interface().(*int64))
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -322,18 +318,8 @@ func (s Server) validate() error {
 
 // checkListen accepts unix:///absolute/path and tcp://host:port.
 func checkListen(s string) error {
-	if p, ok := strings.CutPrefix(s, "unix://"); ok {
-		if !isCleanAbs(p) {
-			return fmt.Errorf("%q: socket path must be absolute", s)
-		}
-		return nil
-	}
-	if hp, ok := strings.CutPrefix(s, "tcp://"); ok {
-		if _, port, err := net.SplitHostPort(hp); err == nil && port != "" {
-			return nil
-		}
-	}
-	return fmt.Errorf("%q: want unix:///path/to.sock or tcp://host:port", s)
+	_, err := ParseAddr(s)
+	return err
 }
 
 func isCleanAbs(p string) bool {

@@ -23,7 +23,7 @@ import (
 	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/uidpool"
-	agentruntime "github.com/agentrun/agentrun/runtime"
+	"github.com/agentrun/agentrun/runtime/spec"
 )
 
 // Status is the outcome of one check.
@@ -267,7 +267,7 @@ func checkRunsc(cfg *config.Config) Check {
 }
 
 func checkInit(cfg *config.Config) Check {
-	if err := agentruntime.CheckInit(cfg.Init); err != nil {
+	if err := spec.CheckInit(cfg.Init); err != nil {
 		return Check{Name: "init", Status: Fail, Detail: err.Error(),
 			Fix: "apt-get install tini (it ships " + config.DefaultInit + "), or set config key init to a static init"}
 	}

@@ -1,7 +1,12 @@
 // Package runner turns a validated task plan into a result: it fetches the
-// image, prepares the run's root filesystem and workspace, composes and
-// validates the spec, runs it on the chosen backend, collects files, and
-// removes everything it made, on every path.
+// image, sets up the run's sandbox (run dir and lock, rootfs, network,
+// workspace, spec and the backend's prepared container) or takes one from
+// the warm pool, runs the program on the plan's backend, collects files,
+// and removes everything it made, on every path. It never asks which
+// backend a run has: what differs between them is in their Traits.
 //
-// The setup order of a run is written once, in Runner.Run.
+// The set-up order of a sandbox is written once, in Runner.setup, each step
+// pushing its undo on the sandbox's cleanup stack; the pool (Pool) makes its
+// sandboxes with it. Runner.GC removes what dead runs left, by the protocol
+// of package state.
 package runner

@@ -11,35 +11,14 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/agentrun/agentrun/internal/session"
-	"github.com/agentrun/agentrun/runtime/runc"
-	"github.com/agentrun/agentrun/runtime/runsc"
+	"github.com/agentrun/agentrun/internal/state"
 )
 
-// A run registers itself in the state dir while holding the state's gc
-// lock shared: it creates runs/<id> and takes an exclusive lock on
-// runs/<id>/lock, held until the run is gone. The kernel drops that lock
-// when the process dies, however it dies; GC, holding the gc lock
-// exclusively, treats every run whose lock it can take as left behind.
-
-// register creates the run dir of id and locks it for the life of the run.
+// register creates the run dir of id and locks it for the life of the run
+// (the protocol is package state's).
 func (r *Runner) register(id string) (dir string, lock *os.File, err error) {
-	g, err := session.LockFile(filepath.Join(r.cfg.StateDir, "gc.lock"), unix.LOCK_SH)
-	if err != nil {
-		return "", nil, fmt.Errorf("locking state dir: %w", err)
-	}
-	defer g.Close()
-	dir = filepath.Join(r.runsDir, id)
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return "", nil, fmt.Errorf("creating run dir: %w", err)
-	}
-	if lock, err = session.LockFile(filepath.Join(dir, "lock"), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		os.RemoveAll(dir)
-		return "", nil, fmt.Errorf("locking run dir: %w", err)
-	}
-	return dir, lock, nil
+	return state.Register(r.cfg.StateDir, id)
 }
 
 // GC removes what runs of agentrun processes that died left behind:
@@ -47,9 +26,9 @@ func (r *Runner) register(id string) (dir string, lock *os.File, err error) {
 // agentrun processes are not touched. It returns the ids it cleaned.
 // Sessions idle past their TTL are removed too, and their ids listed.
 func (r *Runner) GC() (cleaned []string, retErr error) {
-	g, err := session.LockFile(filepath.Join(r.cfg.StateDir, "gc.lock"), unix.LOCK_EX)
+	g, err := state.LockGC(r.cfg.StateDir)
 	if err != nil {
-		return nil, fmt.Errorf("locking state dir: %w", err)
+		return nil, err
 	}
 	defer g.Close()
 
@@ -61,19 +40,14 @@ func (r *Runner) GC() (cleaned []string, retErr error) {
 	for _, e := range runs {
 		ids[e.Name()] = true
 	}
-	lcIDs, err := runc.IDs(r.runcDir)
-	if err != nil {
-		return nil, fmt.Errorf("reading container state: %w", err)
-	}
-	for _, id := range lcIDs {
-		ids[id] = true
-	}
-	scIDs, err := runsc.IDs(r.runscDir)
-	if err != nil {
-		return nil, fmt.Errorf("reading runsc state: %w", err)
-	}
-	for _, id := range scIDs {
-		ids[id] = true
+	for name, be := range r.backends {
+		bids, err := be.IDs()
+		if err != nil {
+			return nil, fmt.Errorf("reading %s state: %w", name, err)
+		}
+		for _, id := range bids {
+			ids[id] = true
+		}
 	}
 
 	var errs []error
@@ -88,9 +62,9 @@ func (r *Runner) GC() (cleaned []string, retErr error) {
 			continue
 		}
 		dir := filepath.Join(r.runsDir, id)
-		lock, err := session.LockFile(filepath.Join(dir, "lock"), unix.LOCK_EX|unix.LOCK_NB)
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			continue // a live run
+		lock, live := state.Claim(r.cfg.StateDir, id)
+		if live {
+			continue
 		}
 		if err := r.cleanRun(id, dir); err != nil {
 			errs = append(errs, fmt.Errorf("run %s: %w", id, err))
@@ -118,11 +92,8 @@ func (r *Runner) GC() (cleaned []string, retErr error) {
 // processes), then its mounts, then its directory.
 func (r *Runner) cleanRun(id, dir string) error {
 	var errs []error
-	if err := runc.Cleanup(r.runcDir, id); err != nil {
-		errs = append(errs, err)
-	}
-	if r.runsc != nil {
-		if err := r.runsc.Cleanup(id); err != nil {
+	for _, name := range slices.Sorted(maps.Keys(r.backends)) {
+		if err := r.backends[name].Cleanup(id); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -6,10 +6,11 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/agentrun/agentrun/internal/cleanup"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/proxy"
-	"github.com/agentrun/agentrun/runtime"
+	"github.com/agentrun/agentrun/runtime/spec"
 )
 
 // network gives a run with an allowlist its own sandbox namespace, joined by
@@ -25,7 +26,7 @@ import (
 // CADir, named by the usual variables and mounted over the image's system
 // bundle (rootfs is the run's own view of the image, an overlay). Held
 // requests are decided by approve (nil: all denied).
-func (r *Runner) network(p *task.Plan, rootfs, dir string, approve proxy.ApproveFunc, res *result.Result, undo, settle *cleanups) ([]runtime.SpecOpt, error) {
+func (r *Runner) network(p *task.Plan, rootfs, dir string, approve proxy.ApproveFunc, res *result.Result, undo, settle *cleanup.Cleanup) ([]spec.SpecOpt, error) {
 	if len(p.Allow) == 0 && len(p.Services) == 0 {
 		return nil, nil
 	}
@@ -45,7 +46,7 @@ func (r *Runner) network(p *task.Plan, rootfs, dir string, approve proxy.Approve
 	if err != nil {
 		return nil, fmt.Errorf("setting up the run's network: %w", err)
 	}
-	undo.add(n.Close)
+	undo.Add(n.Close)
 	prx, err := proxy.Start(n, proxy.Policy{
 		Allow: p.Allow, Hosts: r.cfg.Network.Hosts,
 		AllowRanges: allowRanges, DenyRanges: denyRanges,
@@ -57,9 +58,9 @@ func (r *Runner) network(p *task.Plan, rootfs, dir string, approve proxy.Approve
 	}
 	// The proxy closes before the namespaces (its sockets hold the gateway's).
 	// Close is idempotent: settle has done it already after a run.
-	undo.add(prx.Close)
-	settle.add(func() error {
-		res.Network = prx.Report()
+	undo.Add(prx.Close)
+	settle.Add(func() error {
+		res.Network = networkResult(prx.Report())
 		return prx.Close()
 	})
 	resolv, hosts := filepath.Join(dir, "resolv.conf"), filepath.Join(dir, "hosts")
@@ -68,11 +69,11 @@ func (r *Runner) network(p *task.Plan, rootfs, dir string, approve proxy.Approve
 			return nil, fmt.Errorf("writing %s: %w", filepath.Base(path), err)
 		}
 	}
-	opts := []runtime.SpecOpt{
-		runtime.WithNetworkNamespace(n.SandboxPath),
-		runtime.WithReadonlyFile(resolv, "/etc/resolv.conf"),
-		runtime.WithReadonlyFile(hosts, "/etc/hosts"),
-		runtime.WithEnv(prx.Env()),
+	opts := []spec.SpecOpt{
+		spec.WithNetworkNamespace(n.SandboxPath),
+		spec.WithReadonlyFile(resolv, "/etc/resolv.conf"),
+		spec.WithReadonlyFile(hosts, "/etc/hosts"),
+		spec.WithEnv(prx.Env()),
 	}
 	if ca := prx.CACert(); ca != nil {
 		caOpts, err := trustCA(ca, rootfs, dir)
@@ -94,4 +95,30 @@ func prefixes(ss []string) ([]netip.Prefix, error) {
 		out = append(out, p.Masked())
 	}
 	return out, nil
+}
+
+// networkResult is the proxy's report as the result's network section.
+func networkResult(r proxy.Report) result.Network {
+	return result.Network{
+		Allowed: convert(r.Allowed, func(a proxy.Allowed) result.Allowed { return result.Allowed(a) }),
+		Denied:  convert(r.Denied, func(d proxy.Denied) result.Denied { return result.Denied(d) }),
+		Failed:  convert(r.Failed, func(f proxy.Failed) result.Failed { return result.Failed(f) }),
+		Requests: convert(r.Requests, func(q proxy.ServiceRequest) result.ServiceRequest {
+			return result.ServiceRequest(q)
+		}),
+		Approvals:       convert(r.Approvals, func(a proxy.ApprovalRecord) result.Approval { return result.Approval(a) }),
+		RequestsDropped: r.RequestsDropped,
+	}
+}
+
+// convert maps in through f, keeping nil as nil.
+func convert[F, T any](in []F, f func(F) T) []T {
+	if in == nil {
+		return nil
+	}
+	out := make([]T, len(in))
+	for i, v := range in {
+		out[i] = f(v)
+	}
+	return out
 }

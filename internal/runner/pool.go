@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	goruntime "runtime"
+	"runtime"
 	"sync"
 	"time"
 
@@ -35,6 +35,9 @@ import (
 // ready sets one up itself at once, as without a pool.
 type Pool struct {
 	r *Runner
+	// setup makes one sandbox for plan: the runner's set-up, without
+	// files.
+	setup func(plan *task.Plan, img *image.Image) (*sandbox, error)
 
 	mu     sync.Mutex
 	sizes  map[string]int    // image ref -> sandboxes kept ready
@@ -85,7 +88,10 @@ const fillRetry = time.Second
 // it holds.
 func (r *Runner) NewPool(sizes map[string]int) *Pool {
 	p := &Pool{r: r, sizes: map[string]int{}, shapes: map[string]*shape{},
-		hits: map[string]int64{}, misses: map[string]int64{}, cpus: goruntime.NumCPU(),
+		setup: func(plan *task.Plan, img *image.Image) (*sandbox, error) {
+			return r.setup(plan, img, &result.Result{}, newID(), nil, nil, nil)
+		},
+		hits: map[string]int64{}, misses: map[string]int64{}, cpus: runtime.NumCPU(),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	for ref, n := range sizes {
 		if n > 0 {
@@ -107,7 +113,7 @@ func (p *Pool) Seed(plan *task.Plan) error {
 	if size == 0 {
 		return fmt.Errorf("the pool keeps no sandboxes for image %q", plan.Image)
 	}
-	if !poolable(plan) {
+	if !p.poolable(plan) {
 		return fmt.Errorf("image %q: a task with network access or runtime %q never runs from the pool", plan.Image, plan.Runtime)
 	}
 	img, err := p.r.store.Get(context.Background(), plan.Image, image.PullOptions{})
@@ -128,7 +134,7 @@ func (p *Pool) Seed(plan *task.Plan) error {
 // take returns a ready sandbox of plan's shape, or nil; either way plan's
 // shape is the one kept ready for its image from now on.
 func (p *Pool) take(plan *task.Plan, img *image.Image) *sandbox {
-	if p == nil || !poolable(plan) {
+	if p == nil || !p.poolable(plan) {
 		return nil
 	}
 	key := shapeKey(plan, img)
@@ -156,7 +162,7 @@ func (p *Pool) take(plan *task.Plan, img *image.Image) *sandbox {
 			return sb
 		}
 		// Its init is gone (killed while it waited): drop it.
-		p.bg.Go(func() { _ = sb.undo.run() })
+		p.bg.Go(func() { _ = sb.undo.Clean() })
 	}
 	p.misses[plan.Image]++
 	return nil
@@ -290,8 +296,7 @@ func (p *Pool) next() *shape {
 // make sets up one sandbox of shape s and keeps it ready, unless s is no
 // longer kept or already full (a resize, a new shape, Close).
 func (p *Pool) make(s *shape) {
-	res := &result.Result{}
-	sb, err := p.r.setup(s.plan, s.img, res, newID(), nil, nil, nil)
+	sb, err := p.setup(s.plan, s.img)
 	p.mu.Lock()
 	s.filling--
 	p.filling--
@@ -312,7 +317,7 @@ func (p *Pool) make(s *shape) {
 	p.poke()
 	p.mu.Unlock()
 	if sb != nil {
-		_ = sb.undo.run()
+		_ = sb.undo.Clean()
 	}
 }
 
@@ -367,7 +372,7 @@ func (p *Pool) Close() error {
 func destroyAll(sbs []*sandbox) error {
 	var errs []error
 	for _, sb := range sbs {
-		if err := sb.undo.run(); err != nil {
+		if err := sb.undo.Clean(); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -378,32 +383,38 @@ func destroyAll(sbs []*sandbox) error {
 }
 
 // poolable reports whether plan can run in a pooled sandbox: one made
-// without network and for libcontainer.
-func poolable(plan *task.Plan) bool {
-	return plan.Runtime == config.RuntimeLibcontainer && len(plan.Allow) == 0 && len(plan.Services) == 0
+// without network, for a backend whose prepared containers can wait.
+func (p *Pool) poolable(plan *task.Plan) bool {
+	be := p.r.backends[plan.Runtime]
+	return be != nil && be.Traits().Poolable && len(plan.Allow) == 0 && len(plan.Services) == 0
 }
 
-// shapeKey identifies what a sandbox for plan is created with. What a run
-// supplies later (code, files, stdin, timeout, output cap, collect) is not
-// part of it. The rootfs is named by its inode too: an image removed and
-// pulled again at the same path is another rootfs, and the sandboxes made
-// on the old one (whose files are gone) are not used. It is "" when the
-// rootfs cannot be looked at.
+// shapeKey identifies what a sandbox for plan is created with: its image
+// and runtime, and what of the plan its spec and workspace are made of
+// (sandboxSpec): argv, environment and the limits config.LimitTable marks
+// Shape. What a run supplies later (code, files, stdin, timeout, output
+// cap, collect) is not part of it. The rootfs is named by its inode too:
+// an image removed and pulled again at the same path is another rootfs,
+// and the sandboxes made on the old one (whose files are gone) are not
+// used. It is "" when the rootfs cannot be looked at.
 func shapeKey(plan *task.Plan, img *image.Image) string {
 	var st unix.Stat_t
 	if err := unix.Stat(img.Rootfs, &st); err != nil {
 		return ""
 	}
+	limits := map[string]any{}
+	for _, lim := range config.LimitTable {
+		if lim.Shape {
+			limits[lim.Name] = lim.Of(&plan.Limits).Interface()
+		}
+	}
 	b, _ := json.Marshal(struct {
-		Image, Digest, Rootfs string
-		RootDev, RootIno      uint64
-		Argv                  []string
-		Env                   map[string]string
-		Memory, TmpSize, Ws   int64
-		Pids                  int64
-		CPUs                  float64
-	}{plan.Image, img.Digest, img.Rootfs, st.Dev, st.Ino, plan.Argv, plan.Env,
-		plan.Limits.Memory, plan.Limits.TmpSize, plan.Limits.WorkspaceSize, plan.Limits.Pids, plan.Limits.CPUs})
+		Image, Digest, Rootfs, Runtime string
+		RootDev, RootIno               uint64
+		Argv                           []string
+		Env                            map[string]string
+		Limits                         map[string]any
+	}{plan.Image, img.Digest, img.Rootfs, plan.Runtime, st.Dev, st.Ino, plan.Argv, plan.Env, limits})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	agentruntime "github.com/agentrun/agentrun/runtime"
+	"github.com/agentrun/agentrun/runtime/spec"
 )
 
 // overlay is a run's private writable view of a shared root filesystem:
@@ -65,7 +65,7 @@ func checkProgram(rootfs, argv0 string) error {
 	case strings.Contains(argv0, "/"):
 		return nil // relative to /workspace, which is noexec anyway
 	default:
-		for _, dir := range filepath.SplitList(agentruntime.DefaultPath) {
+		for _, dir := range filepath.SplitList(spec.DefaultPath) {
 			cands = append(cands, dir+"/"+argv0)
 		}
 	}
@@ -87,5 +87,5 @@ func checkProgram(rootfs, argv0 string) error {
 	if len(cands) == 1 {
 		return fmt.Errorf("program %s: no such file in the image", argv0)
 	}
-	return fmt.Errorf("program %q: not found in the image's PATH (%s)", argv0, agentruntime.DefaultPath)
+	return fmt.Errorf("program %q: not found in the image's PATH (%s)", argv0, spec.DefaultPath)
 }

@@ -15,37 +15,36 @@ import (
 
 	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/audit"
+	"github.com/agentrun/agentrun/internal/cleanup"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/session"
+	"github.com/agentrun/agentrun/internal/state"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/internal/uidpool"
 	"github.com/agentrun/agentrun/internal/workspace"
 	"github.com/agentrun/agentrun/netns"
 	"github.com/agentrun/agentrun/proxy"
-	"github.com/agentrun/agentrun/runtime"
+	"github.com/agentrun/agentrun/runtime/backend"
 	"github.com/agentrun/agentrun/runtime/runc"
 	"github.com/agentrun/agentrun/runtime/runsc"
+	"github.com/agentrun/agentrun/runtime/spec"
 )
 
 // Runner runs task plans. It is safe for concurrent use.
 type Runner struct {
-	cfg      *config.Config
-	backends map[string]runtime.Backend
-	audit    *audit.Log
-	runsDir  string
-	runcDir  string
-	nets     *netns.Pool
-	store    *image.Store
-	regs     *image.Registries // where a task's own image may come from
-	own      map[string]bool   // the config's images: not bound by regs
-	lc       *runc.Backend
-	pool     *Pool          // nil without a pool
-	runsc    *runsc.Backend // nil when runsc is not installed
-	runscErr error          // why it is nil
-	runscDir string
-	sessions *session.Store
-	uids     *uidpool.Pool // each sandbox's own host uid and gid
+	cfg         *config.Config
+	backends    map[string]backend.Backend // by runtime name
+	unavailable map[string]error           // runtimes not installed, and why
+	audit       *audit.Log
+	runsDir     string
+	nets        *netns.Pool
+	store       *image.Store
+	regs        *image.Registries // where a task's own image may come from
+	own         map[string]bool   // the config's images: not bound by regs
+	pool        *Pool             // nil without a pool
+	sessions    *session.Store
+	uids        *uidpool.Pool // each sandbox's own host uid and gid
 }
 
 // New prepares a runner from cfg: its state directories and backends.
@@ -53,10 +52,9 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("agentrun must run as root (it creates namespaces, cgroups and mounts)")
 	}
-	r := &Runner{cfg: cfg, audit: log, backends: map[string]runtime.Backend{},
-		runsDir: filepath.Join(cfg.StateDir, "runs"), runcDir: filepath.Join(cfg.StateDir, "runc"),
-		runscDir: filepath.Join(cfg.StateDir, "runsc")}
-	if err := runtime.CheckInit(cfg.Init); err != nil {
+	r := &Runner{cfg: cfg, audit: log, backends: map[string]backend.Backend{}, unavailable: map[string]error{},
+		runsDir: state.RunsDir(cfg.StateDir)}
+	if err := spec.CheckInit(cfg.Init); err != nil {
 		return nil, fmt.Errorf("%w (apt-get install tini, or set config key init)", err)
 	}
 	var err error
@@ -76,7 +74,7 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	for ref := range cfg.Server.Pool {
 		r.own[ref] = true
 	}
-	if r.sessions, err = session.Open(cfg, runtime.UID, runtime.GID); err != nil {
+	if r.sessions, err = session.Open(cfg, spec.UID, spec.GID); err != nil {
 		return nil, err
 	}
 	if r.uids, err = uidpool.Open(filepath.Join(cfg.StateDir, "uids"), cfg.RunUIDs.First, cfg.RunUIDs.Count); err != nil {
@@ -85,15 +83,16 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	if r.nets, err = netns.NewPool(netns.DefaultCIDR); err != nil {
 		return nil, err
 	}
-	lc, err := runc.New(r.runcDir)
+	lc, err := runc.New(filepath.Join(cfg.StateDir, "runc"))
 	if err != nil {
 		return nil, err
 	}
 	r.backends[config.RuntimeLibcontainer] = lc
-	r.lc = lc
 	// runsc is optional: a run that asks for it gets the reason it is missing.
-	if r.runsc, r.runscErr = runsc.New(cfg.Runsc.Path, cfg.Runsc.Flags, r.runscDir); r.runscErr == nil {
-		r.backends[config.RuntimeRunsc] = r.runsc
+	if sc, err := runsc.New(cfg.Runsc.Path, cfg.Runsc.Flags, filepath.Join(cfg.StateDir, "runsc")); err == nil {
+		r.backends[config.RuntimeRunsc] = sc
+	} else {
+		r.unavailable[config.RuntimeRunsc] = err
 	}
 	return r, nil
 }
@@ -112,7 +111,7 @@ func (r *Runner) Run(ctx context.Context, p *task.Plan) *result.Result {
 type Hooks struct {
 	// Output gets the program's kept output as it arrives (from two
 	// goroutines at once).
-	Output runtime.OutputFunc
+	Output backend.OutputFunc
 	// Approve decides requests to services that an approve rule holds,
 	// for the run of that id; it must return when its context ends. Nil
 	// denies them.
@@ -162,10 +161,9 @@ func (r *Runner) RunWith(ctx context.Context, p *task.Plan, hooks Hooks) *result
 // tears the sandbox down.
 func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hooks Hooks) (err error) {
 	start := time.Now()
-	backend, ok := r.backends[p.Runtime]
-	if !ok {
-		if p.Runtime == config.RuntimeRunsc && r.runscErr != nil {
-			return fmt.Errorf("runtime runsc is not available: %w", r.runscErr)
+	if _, ok := r.backends[p.Runtime]; !ok {
+		if err := r.unavailable[p.Runtime]; err != nil {
+			return fmt.Errorf("runtime %s is not available: %w", p.Runtime, err)
 		}
 		return fmt.Errorf("runtime %q is not available", p.Runtime)
 	}
@@ -192,11 +190,11 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 		return err
 	}
 	setup := time.Since(start)
-	err = r.execute(ctx, p, backend, sb, res, hooks.Output)
-	if sb.pooled && errors.Is(err, runc.ErrNotStarted) && ctx.Err() == nil {
+	err = r.execute(ctx, p, sb, res, hooks.Output)
+	if sb.pooled && errors.Is(err, backend.ErrNotStarted) && ctx.Err() == nil {
 		// The pooled sandbox's init died as the run took it: run cold.
 		r.pool.failed(p)
-		if cerr := sb.undo.run(); cerr != nil {
+		if cerr := sb.undo.Clean(); cerr != nil {
 			return errors.Join(err, cerr)
 		}
 		res.ID = newID()
@@ -205,11 +203,11 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 			return err
 		}
 		setup = time.Since(again)
-		err = r.execute(ctx, p, backend, sb, res, hooks.Output)
+		err = r.execute(ctx, p, sb, res, hooks.Output)
 	}
 	// The program has ended: what fills the rest of the result (the
 	// network report) runs before anyone sees it.
-	if serr := sb.settle.run(); serr != nil && err == nil {
+	if serr := sb.settle.Clean(); serr != nil && err == nil {
 		err = fmt.Errorf("cleaning up: %w", serr)
 	}
 	if hooks.Setup != nil {
@@ -229,7 +227,7 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 	if lease == nil {
 		answer()
 	}
-	if cerr := sb.undo.run(); cerr != nil && err == nil {
+	if cerr := sb.undo.Clean(); cerr != nil && err == nil {
 		err = fmt.Errorf("cleaning up: %w", cerr)
 	}
 	if lease != nil {
@@ -268,7 +266,7 @@ func (r *Runner) sandbox(p *task.Plan, img *image.Image, res *result.Result, lea
 	if sb := r.pool.take(p, img); sb != nil {
 		res.ID = sb.id
 		if err := sb.ws.Write(runFiles(p), sb.uid, sb.uid); err != nil {
-			return nil, errors.Join(err, sb.undo.run())
+			return nil, errors.Join(err, sb.undo.Clean())
 		}
 		return sb, nil
 	}
@@ -276,15 +274,8 @@ func (r *Runner) sandbox(p *task.Plan, img *image.Image, res *result.Result, lea
 }
 
 // execute runs the program of sb to its end and collects its files.
-func (r *Runner) execute(ctx context.Context, p *task.Plan, backend runtime.Backend, sb *sandbox, res *result.Result, output runtime.OutputFunc) (err error) {
-	var out *runtime.Outcome
-	if sb.prep != nil {
-		out, err = sb.prep.Run(ctx, p.Stdin, p.Limits.Timeout, p.Limits.OutputBytes, output)
-	} else {
-		out, err = backend.Run(ctx, &runtime.Container{
-			ID: sb.id, Spec: sb.spec, Stdin: p.Stdin, Timeout: p.Limits.Timeout, OutputLimit: p.Limits.OutputBytes, Output: output,
-		})
-	}
+func (r *Runner) execute(ctx context.Context, p *task.Plan, sb *sandbox, res *result.Result, output backend.OutputFunc) (err error) {
+	out, err := sb.prep.Run(ctx, p.Stdin, p.Limits.Timeout, p.Limits.OutputBytes, output)
 	if out != nil {
 		fillOutcome(res, out)
 	}
@@ -300,20 +291,20 @@ func (r *Runner) execute(ctx context.Context, p *task.Plan, backend runtime.Back
 }
 
 // sandbox is one run's host-side set-up (its state dir and lock, rootfs,
-// network and workspace) and, for libcontainer, its prepared container.
-// undo removes all of it.
+// network and workspace) and its prepared container. undo removes all of
+// it.
 type sandbox struct {
 	id     string
 	pooled bool // taken from the pool
 	uid    int  // the host uid and gid its processes run as: its own
 	ws     *workspace.Workspace
 	spec   *specs.Spec
-	prep   *runc.Prepared // nil for runsc, which sets up and runs in one step
-	undo   cleanups
+	prep   backend.Prepared
+	undo   cleanup.Cleanup
 	// settle ends what the run used once its program has ended and fills
 	// the result with what it recorded (the proxy's report); it runs
 	// before the result is final.
-	settle cleanups
+	settle cleanup.Cleanup
 }
 
 // setup makes the sandbox for p under id, with files in its workspace. It
@@ -322,10 +313,15 @@ type sandbox struct {
 // lease, the workspace is that session's disk, mounted in the run dir (so
 // that gc finds it there if agentrun dies).
 func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id string, files map[string][]byte, lease *session.Lease, approve proxy.ApproveFunc) (_ *sandbox, err error) {
+	be := r.backends[p.Runtime]
+	if be == nil {
+		return nil, fmt.Errorf("runtime %q is not available", p.Runtime)
+	}
+	traits := be.Traits()
 	sb := &sandbox{id: id}
 	defer func() {
 		if err != nil {
-			if cerr := sb.undo.run(); cerr != nil {
+			if cerr := sb.undo.Clean(); cerr != nil {
 				err = errors.Join(err, fmt.Errorf("cleaning up: %w", cerr))
 			}
 		}
@@ -335,8 +331,8 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	if err != nil {
 		return nil, err
 	}
-	sb.undo.add(lock.Close) // last: the run is live until everything else is gone
-	sb.undo.add(func() error { return os.RemoveAll(dir) })
+	sb.undo.Add(lock.Close) // last: the run is live until everything else is gone
+	sb.undo.Add(func() error { return os.RemoveAll(dir) })
 
 	// Its own uid and gid, so that no other run shares its per-user
 	// kernel limits; given back once all else is gone but the run dir,
@@ -346,7 +342,7 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 		return nil, fmt.Errorf("run_uids: %w", err)
 	}
 	sb.uid = int(uid)
-	sb.undo.add(func() error { return r.uids.Free(uid, id) })
+	sb.undo.Add(func() error { return r.uids.Free(uid, id) })
 
 	// The image stays in the store while the sandbox lives (a pooled one
 	// outlives the Get that found its image).
@@ -354,20 +350,21 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	if err != nil {
 		return nil, err
 	}
-	sb.undo.add(release)
+	sb.undo.Add(release)
 
 	rootfs := img.Rootfs
 	// A store image has its mount points; a dir: image may lack them, and
 	// then the run gets a private overlay so that nothing is created in it.
-	// So does every runsc run: runsc's gofer makes the init's mount point
-	// (/dev/init) in the root filesystem itself, not in the sandbox's /dev.
-	// A run with services gets one too, for the mount points of its CA.
-	if !image.HasMountpoints(rootfs) || p.Runtime == config.RuntimeRunsc || len(p.Services) > 0 {
+	// So does every run of a backend that writes to its rootfs (runsc's
+	// gofer makes the init's mount point, /dev/init, in the root
+	// filesystem itself, not in the sandbox's /dev). A run with services gets one too,
+	// for the mount points of its CA.
+	if !image.HasMountpoints(rootfs) || traits.PrivateRootfs || len(p.Services) > 0 {
 		ov, err := mountOverlay(img.Rootfs, dir)
 		if err != nil {
 			return nil, err
 		}
-		sb.undo.add(ov.unmount)
+		sb.undo.Add(ov.unmount)
 		rootfs = ov.merged
 	}
 
@@ -388,49 +385,54 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 		}
 		// The disk keeps one owner, the sandbox user of the store, which
 		// the run sees as its own uid through an id-mapped mount.
-		if sb.ws, err = workspace.Adopt(wsDir, runtime.UID, runtime.GID, files); err != nil {
+		if sb.ws, err = workspace.Adopt(wsDir, spec.UID, spec.GID, files); err != nil {
 			return nil, err
 		}
-		sb.undo.add(sb.ws.Close)
-		if err := uidpool.Remap(wsDir, runtime.UID, uid); err != nil {
+		sb.undo.Add(sb.ws.Close)
+		if err := uidpool.Remap(wsDir, spec.UID, uid); err != nil {
 			return nil, err
 		}
 	} else if sb.ws, err = workspace.Create(filepath.Join(dir, "workspace"), p.Limits.WorkspaceSize, sb.uid, sb.uid, files); err != nil {
 		return nil, err
 	} else {
-		sb.undo.add(sb.ws.Close)
+		sb.undo.Add(sb.ws.Close)
 	}
 
-	opts := append([]runtime.SpecOpt{
-		runtime.WithArgs(p.Argv...),
-		runtime.WithEnv(p.Env),
-		runtime.WithCgroupsPath(cgroupParent(p.Runtime) + "/" + id),
-		runtime.WithMemory(p.Limits.Memory),
-		runtime.WithCPUs(p.Limits.CPUs),
-		runtime.WithPids(p.Limits.Pids + 1), // the init is one of them
-		runtime.WithInit(r.cfg.Init),
-		runtime.WithTmpSize(p.Limits.TmpSize, wsSize),
-		runtime.WithWorkspace(sb.ws.Dir),
-		runtime.WithSeccomp(),
-	}, netOpts...)
-	if p.Runtime == config.RuntimeRunsc {
-		opts = append(opts, runsc.SpecOpt())
+	opts := append(sandboxSpec(p, traits.CgroupParent+"/"+id, r.cfg.Init, sb.ws.Dir, wsSize), netOpts...)
+	if traits.Spec != nil {
+		opts = append(opts, traits.Spec)
 	}
-	if sb.spec, err = runtime.New(rootfs, opts...); err != nil {
+	if sb.spec, err = spec.New(rootfs, opts...); err != nil {
 		return nil, fmt.Errorf("building spec: %w", err)
 	}
 	sb.spec.Process.User = specs.User{UID: uid, GID: uid}
-	if err := runtime.Validate(sb.spec); err != nil {
+	if err := spec.Validate(sb.spec); err != nil {
 		return nil, fmt.Errorf("spec refused: %w", err)
 	}
 
-	if p.Runtime == config.RuntimeLibcontainer {
-		if sb.prep, err = r.lc.Prepare(&runtime.Container{ID: id, Spec: sb.spec}); err != nil {
-			return nil, err
-		}
-		sb.undo.add(sb.prep.Destroy)
+	if sb.prep, err = be.Prepare(context.Background(), &backend.Container{ID: id, Spec: sb.spec}); err != nil {
+		return nil, err
 	}
+	sb.undo.Add(sb.prep.Destroy)
 	return sb, nil
+}
+
+// sandboxSpec is what p's sandbox spec is made of, besides its network:
+// what of the plan it uses is what makes a pooled sandbox's shape
+// (shapeKey), and a test holds the two together.
+func sandboxSpec(p *task.Plan, cgroup, init, wsDir string, wsSize int64) []spec.SpecOpt {
+	return []spec.SpecOpt{
+		spec.WithArgs(p.Argv...),
+		spec.WithEnv(p.Env),
+		spec.WithCgroupsPath(cgroup),
+		spec.WithMemory(p.Limits.Memory),
+		spec.WithCPUs(p.Limits.CPUs),
+		spec.WithPids(p.Limits.Pids + 1), // the init is one of them
+		spec.WithInit(init),
+		spec.WithTmpSize(p.Limits.TmpSize, wsSize),
+		spec.WithWorkspace(wsDir),
+		spec.WithSeccomp(),
+	}
 }
 
 // runFiles is the workspace content of p: its files and its code file.
@@ -446,7 +448,7 @@ func runFiles(p *task.Plan) map[string][]byte {
 	return files
 }
 
-func fillOutcome(res *result.Result, o *runtime.Outcome) {
+func fillOutcome(res *result.Result, o *backend.Outcome) {
 	res.ExitCode, res.Signal = o.ExitCode, o.Signal
 	res.TimedOut, res.OOMKilled = o.TimedOut, o.OOMKilled
 	res.SetOutput(o.Stdout.Data, o.Stderr.Data)
@@ -482,29 +484,4 @@ func newID() string {
 	var b [8]byte
 	rand.Read(b[:])
 	return "ar-" + hex.EncodeToString(b[:])
-}
-
-// cleanups is a stack of undo steps, run in reverse order.
-type cleanups []func() error
-
-func (c *cleanups) add(f func() error) { *c = append(*c, f) }
-
-func (c *cleanups) run() error {
-	var errs []error
-	for i := len(*c) - 1; i >= 0; i-- {
-		if err := (*c)[i](); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	*c = nil
-	return errors.Join(errs...)
-}
-
-// cgroupParent is where runs of runtime rt have their cgroups: runsc's
-// apart from libcontainer's, each backend with its own gc and lock.
-func cgroupParent(rt string) string {
-	if rt == config.RuntimeRunsc {
-		return runsc.CgroupParent
-	}
-	return "/agentrun"
 }

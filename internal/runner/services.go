@@ -13,7 +13,7 @@ import (
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/proxy"
-	"github.com/agentrun/agentrun/runtime"
+	"github.com/agentrun/agentrun/runtime/spec"
 )
 
 // CADir is where a run with services finds the proxy's CA: ca.pem (the
@@ -97,7 +97,7 @@ func readBounded(path string, max int64) ([]byte, error) {
 // SSL_CERT_FILE, REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, PIP_CERT and
 // GIT_SSL_CAINFO (the bundle) and NODE_EXTRA_CA_CERTS (the CA). The image
 // is read through os.Root: a symlink never leads out of it.
-func trustCA(ca []byte, rootfs, dir string) ([]runtime.SpecOpt, error) {
+func trustCA(ca []byte, rootfs, dir string) ([]spec.SpecOpt, error) {
 	root, err := os.OpenRoot(rootfs)
 	if err != nil {
 		return nil, fmt.Errorf("opening the run's rootfs: %w", err)
@@ -139,15 +139,15 @@ func trustCA(ca []byte, rootfs, dir string) ([]runtime.SpecOpt, error) {
 		}
 	}
 	b := CADir + "/bundle.pem"
-	opts := []runtime.SpecOpt{
-		runtime.WithReadonlyFile(caDir, CADir),
-		runtime.WithEnv(map[string]string{
+	opts := []spec.SpecOpt{
+		spec.WithReadonlyFile(caDir, CADir),
+		spec.WithEnv(map[string]string{
 			"SSL_CERT_FILE": b, "REQUESTS_CA_BUNDLE": b, "CURL_CA_BUNDLE": b, "PIP_CERT": b, "GIT_SSL_CAINFO": b,
 			"NODE_EXTRA_CA_CERTS": CADir + "/ca.pem",
 		}),
 	}
 	for _, p := range over {
-		opts = append(opts, runtime.WithReadonlyFile(filepath.Join(caDir, "bundle.pem"), p))
+		opts = append(opts, spec.WithReadonlyFile(filepath.Join(caDir, "bundle.pem"), p))
 	}
 	return opts, nil
 }

@@ -9,9 +9,9 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/task"
 )
@@ -28,25 +28,19 @@ type Client struct {
 // bearer token when it is not "".
 func NewClient(addr, token string) (*Client, error) {
 	c := &Client{token: token}
-	switch {
-	case strings.HasPrefix(addr, "unix://"):
-		path := strings.TrimPrefix(addr, "unix://")
-		if !strings.HasPrefix(path, "/") {
-			return nil, fmt.Errorf("server address %q: the socket path must be absolute", addr)
-		}
+	a, err := config.ParseAddr(addr)
+	if err != nil {
+		return nil, fmt.Errorf("server address %w", err)
+	}
+	switch a.Network {
+	case "unix":
 		c.base = "http://agentrun"
 		c.http = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", path)
+			return (&net.Dialer{}).DialContext(ctx, "unix", a.Address)
 		}}}
-	case strings.HasPrefix(addr, "tcp://"):
-		hp := strings.TrimPrefix(addr, "tcp://")
-		if _, _, err := net.SplitHostPort(hp); err != nil {
-			return nil, fmt.Errorf("server address %q: %w", addr, err)
-		}
-		c.base = "http://" + hp
-		c.http = &http.Client{}
 	default:
-		return nil, fmt.Errorf("server address %q: want unix:///path/to.sock or tcp://host:port", addr)
+		c.base = "http://" + a.Address
+		c.http = &http.Client{}
 	}
 	return c, nil
 }

@@ -35,6 +35,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/state"
 )
 
 // Errors callers tell apart.
@@ -97,7 +98,7 @@ func (s *Store) path(id string, name ...string) string {
 
 // lockStore serializes creation and gc of sessions.
 func (s *Store) lockStore() (*os.File, error) {
-	return LockFile(filepath.Join(s.dir, ".lock"), unix.LOCK_EX)
+	return state.Lock(filepath.Join(s.dir, ".lock"), unix.LOCK_EX)
 }
 
 // Create makes a new session and returns its id. It is refused with
@@ -145,7 +146,7 @@ func (s *Store) Create() (_ string, err error) {
 	if err := mkfs(img, s.uid, s.gid); err != nil {
 		return "", err
 	}
-	lock, err := LockFile(filepath.Join(tmp, "lock"), unix.LOCK_EX|unix.LOCK_NB)
+	lock, err := state.Lock(filepath.Join(tmp, "lock"), unix.LOCK_EX|unix.LOCK_NB)
 	if err != nil {
 		return "", fmt.Errorf("creating session lock: %w", err)
 	}
@@ -416,19 +417,6 @@ func (s *Store) GC(now time.Time) ([]string, error) {
 		}
 	}
 	return removed, errors.Join(errs...)
-}
-
-// LockFile opens (creating) path and flocks it with how.
-func LockFile(path string, how int) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if err := unix.Flock(int(f.Fd()), how); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
 }
 
 // UnmountUnder detaches every mount at or below dir, deepest first.

@@ -8,44 +8,27 @@ import (
 	"github.com/agentrun/agentrun/internal/config"
 )
 
-// resolveLimits takes each limit from the task, else from the config, and
-// refuses any above the config's policy (ErrPolicy), never clamping.
-// Smallest limits a sandbox can run with.
-const (
-	MinMemory = 8 << 20 // the container's own init and a small program
-	MinSize   = 64 << 10
-)
-
+// resolveLimits takes each limit of config.LimitTable from the task, else
+// from the config, and refuses any above the config's policy (ErrPolicy),
+// never clamping.
 func resolveLimits(tl config.Limits, cfg *config.Config) (Limits, error) {
 	def, pol := cfg.Limits, cfg.Policy
 	var l Limits
-	var err error
-	dur := func(s string) (int64, error) { d, err := config.ParseDuration(s); return int64(d), err }
-	for _, f := range []struct {
-		name          string
-		val, def, max string
-		parse         func(string) (int64, error)
-		dst           *int64
-	}{
-		{"timeout", tl.Timeout, def.Timeout, pol.Timeout, dur, (*int64)(&l.Timeout)},
-		{"memory", tl.Memory, def.Memory, pol.Memory, config.ParseSize, &l.Memory},
-		{"tmp_size", tl.TmpSize, def.TmpSize, pol.TmpSize, config.ParseSize, &l.TmpSize},
-		{"workspace_size", tl.WorkspaceSize, def.WorkspaceSize, pol.WorkspaceSize, config.ParseSize, &l.WorkspaceSize},
-		{"net_bytes", tl.NetBytes, def.NetBytes, pol.NetBytes, config.ParseSize, &l.NetBytes},
-	} {
-		if *f.dst, err = resolveOne(f.name, f.val, f.def, f.max, f.parse); err != nil {
+	for _, lim := range config.LimitTable {
+		if !lim.Text() {
+			continue
+		}
+		n, err := resolveOne(lim.Name, lim.Of(&tl).String(), lim.Of(&def).String(), lim.Of(&pol).String(), lim.Parse)
+		if err != nil {
 			return Limits{}, err
 		}
+		lim.Of(&l).SetInt(n)
 	}
 	// Below these a sandbox cannot even start: say so, naming the field,
 	// rather than fail later in the kernel's words.
-	for _, f := range []struct {
-		name string
-		val  int64
-		min  int64
-	}{{"memory", l.Memory, MinMemory}, {"tmp_size", l.TmpSize, MinSize}, {"workspace_size", l.WorkspaceSize, MinSize}} {
-		if f.val < f.min {
-			return Limits{}, errorf("limits."+f.name, "%d bytes is below the minimum %d", f.val, f.min)
+	for _, lim := range config.LimitTable {
+		if v := lim.Of(&l); lim.Min > 0 && v.Int() < lim.Min {
+			return Limits{}, errorf("limits."+lim.Name, "%d bytes is below the minimum %d", v.Int(), lim.Min)
 		}
 	}
 	// /tmp is a tmpfs: what is written there is the sandbox's memory, so a
@@ -58,20 +41,20 @@ func resolveLimits(tl config.Limits, cfg *config.Config) (Limits, error) {
 		}
 		l.TmpSize = l.Memory
 	}
-	if l.CPUs, err = resolveNum("cpus", tl.CPUs, def.CPUs, pol.CPUs); err != nil {
-		return Limits{}, err
-	}
-	for _, f := range []struct {
-		name          string
-		val, def, max *int64
-		dst           *int64
-	}{
-		{"pids", tl.Pids, def.Pids, pol.Pids, &l.Pids},
-		{"output_bytes", tl.OutputBytes, def.OutputBytes, pol.OutputBytes, &l.OutputBytes},
-		{"net_connections", tl.NetConns, def.NetConns, pol.NetConns, &l.NetConns},
-	} {
-		if *f.dst, err = resolveNum(f.name, f.val, f.def, f.max); err != nil {
-			return Limits{}, err
+	for _, lim := range config.LimitTable {
+		switch lim.Unit {
+		case config.Cores:
+			x, err := resolveNum(lim.Name, lim.Of(&tl).Interface().(*float64), lim.Of(&def).Interface().(*float64), lim.Of(&pol).Interface().(*float64))
+			if err != nil {
+				return Limits{}, err
+			}
+			lim.Of(&l).SetFloat(x)
+		case config.Count:
+			n, err := resolveNum(lim.Name, lim.Of(&tl).Interface().(*int64), lim.Of(&def).Interface().(*int64), lim.Of(&pol).Interface().(*int64))
+			if err != nil {
+				return Limits{}, err
+			}
+			lim.Of(&l).SetInt(n)
 		}
 	}
 	return l, nil

@@ -15,7 +15,7 @@ import (
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
-	"github.com/agentrun/agentrun/runtime"
+	"github.com/agentrun/agentrun/runtime/backend"
 )
 
 // RunFunc runs one task plan: the runner's RunWith.
@@ -296,7 +296,7 @@ type Event struct {
 // output publishes the program's output on the task's event subject, at
 // most once per chunk the runner keeps (so at most output_bytes per
 // stream), best effort.
-func (w *Worker) output(id string) runtime.OutputFunc {
+func (w *Worker) output(id string) backend.OutputFunc {
 	if w.wc.Events == "" {
 		return nil
 	}

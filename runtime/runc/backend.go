@@ -7,7 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"syscall"
+	"sync"
 	"time"
 
 	"github.com/opencontainers/cgroups"
@@ -22,7 +22,9 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/agentrun/agentrun/runtime"
+	"github.com/agentrun/agentrun/internal/cleanup"
+	"github.com/agentrun/agentrun/internal/state"
+	"github.com/agentrun/agentrun/runtime/backend"
 )
 
 // Backend runs containers with libcontainer. Its zero value is not usable:
@@ -46,19 +48,19 @@ func New(stateDir string) (*Backend, error) {
 	return &Backend{StateDir: stateDir}, nil
 }
 
+// Traits: libcontainer runs on the shared image rootfs, and a prepared
+// container's init waits for the exec of the program, so it can be pooled.
+func (b *Backend) Traits() backend.Traits {
+	return backend.Traits{CgroupParent: CgroupParent, Poolable: true}
+}
+
+// CgroupParent holds the cgroups of libcontainer runs.
+const CgroupParent = "/agentrun"
+
 // Run creates the container, runs its program to the end or to the timeout,
 // collects its output and usage, and destroys it.
-func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.Outcome, err error) {
-	p, err := b.Prepare(c)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if derr := p.Destroy(); derr != nil && err == nil {
-			err = derr
-		}
-	}()
-	return p.Run(ctx, c.Stdin, c.Timeout, c.OutputLimit, c.Output)
+func (b *Backend) Run(ctx context.Context, c *backend.Container) (*backend.Outcome, error) {
+	return backend.Run(ctx, b, c)
 }
 
 // Prepared is a container whose init has done all of its set-up
@@ -69,7 +71,7 @@ type Prepared struct {
 	ctr      *libcontainer.Container
 	cg       *cgroups.Cgroup
 	paths    map[string]string
-	stdio    *runtime.Pipes
+	stdio    *backend.Pipes
 	proc     *libcontainer.Process
 	reaped   bool // the init has been waited for
 }
@@ -77,7 +79,7 @@ type Prepared struct {
 // Prepare creates c's container and starts its init, which stops just
 // before the exec of the program. c's Stdin, Timeout and OutputLimit are
 // not used: Run takes them. On error nothing is left behind.
-func (b *Backend) Prepare(c *runtime.Container) (_ *Prepared, err error) {
+func (b *Backend) Prepare(_ context.Context, c *backend.Container) (_ backend.Prepared, err error) {
 	cfg, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{
 		CgroupName:   c.ID,
 		Spec:         c.Spec,
@@ -91,11 +93,19 @@ func (b *Backend) Prepare(c *runtime.Container) (_ *Prepared, err error) {
 		return nil, err
 	}
 
-	unlock, err := runtime.LockCgroupParent(b.StateDir, false)
+	unlock, err := state.LockCgroupParent(b.StateDir, false)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { unlock() }()
+	unlock = sync.OnceFunc(unlock)
+	defer unlock()
+	// On error, what was made is undone, last first.
+	var undo cleanup.Cleanup
+	defer func() {
+		if err != nil {
+			_ = undo.Clean()
+		}
+	}()
 	ctr, err := libcontainer.Create(b.StateDir, c.ID, cfg)
 	if err != nil {
 		// Create may leave a state dir without state.json behind.
@@ -108,15 +118,12 @@ func (b *Backend) Prepare(c *runtime.Container) (_ *Prepared, err error) {
 	if st, serr := ctr.State(); serr == nil {
 		p.paths = maps.Clone(st.CgroupPaths)
 	}
-	defer func() {
-		if err != nil {
-			unlock()
-			unlock = func() {}
-			_ = p.Destroy()
-		}
-	}()
+	undo.Add(p.Destroy)
+	// Destroy removes the shared parent cgroup once it is empty, under the
+	// lock held here: it is released first.
+	undo.Add(func() error { unlock(); return nil })
 
-	if p.stdio, err = runtime.NewPipes(); err != nil {
+	if p.stdio, err = backend.NewPipes(); err != nil {
 		return nil, err
 	}
 	nnp := true
@@ -140,7 +147,7 @@ func (b *Backend) Prepare(c *runtime.Container) (_ *Prepared, err error) {
 	// The cgroup exists from Start on and the program waits for Run: its
 	// socket buffers are capped before it can open a socket.
 	if m := c.Spec.Linux.Resources.Memory; m != nil && m.Limit != nil && !cgroups.IsCgroup2UnifiedMode() {
-		if _, err := runtime.ChargeSocketMemory(p.paths["memory"], *m.Limit); err != nil {
+		if _, err := backend.ChargeSocketMemory(p.paths["memory"], *m.Limit); err != nil {
 			return nil, err
 		}
 	}
@@ -149,10 +156,6 @@ func (b *Backend) Prepare(c *runtime.Container) (_ *Prepared, err error) {
 
 // ID is the container's ID.
 func (p *Prepared) ID() string { return p.ctr.ID() }
-
-// ErrNotStarted is wrapped by Run's error when the program could not be
-// started at all: the init was gone (killed while it waited, say).
-var ErrNotStarted = errors.New("program not started")
 
 // Ready reports whether the init still waits to exec the program.
 func (p *Prepared) Ready() bool {
@@ -166,51 +169,27 @@ func (p *Prepared) Ready() bool {
 // Run lets the program exec, feeds it stdin, and waits for it to end or for
 // the timeout (or ctx) to kill the sandbox; output, if not nil, gets the
 // kept output as it arrives. It may be called once.
-func (p *Prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration, outputLimit int64, output runtime.OutputFunc) (out *runtime.Outcome, err error) {
+func (p *Prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration, outputLimit int64, output backend.OutputFunc) (out *backend.Outcome, err error) {
 	if p.reaped {
 		return nil, errors.New("container already ran")
 	}
-	out = &runtime.Outcome{}
+	out = &backend.Outcome{}
 	start := time.Now()
 	waitOutput := p.stdio.Serve(stdin, outputLimit, output)
 	if err := p.exec(ctx); err != nil {
 		// The pipes reach EOF once the init is gone.
 		p.kill(p.wait())
 		waitOutput()
-		return nil, fmt.Errorf("%w: %w", ErrNotStarted, err)
+		return nil, fmt.Errorf("%w: %w", backend.ErrNotStarted, err)
 	}
 
 	waited := p.wait()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	var ps *os.ProcessState
-	select {
-	case ps = <-waited:
-	case <-timer.C:
-		out.TimedOut = true
-		ps = p.kill(waited)
-	case <-ctx.Done():
-		ps = p.kill(waited)
-	}
+	ps, timedOut := backend.Watch(ctx, timeout, waited, func() *os.ProcessState { return p.kill(waited) })
 	out.Duration = time.Since(start)
 	// Killing init (pid 1 of the sandbox's pid namespace) killed every
 	// process in it, so both pipes reach EOF.
 	out.Stdout, out.Stderr = waitOutput()
-
-	if ps != nil {
-		ws := ps.Sys().(syscall.WaitStatus)
-		switch {
-		case ws.Signaled():
-			out.ExitCode = 128 + int(ws.Signal())
-			out.Signal = unix.SignalName(ws.Signal())
-		default:
-			// The sandbox's init reports a program a signal ended
-			// as 128+n.
-			out.ExitCode = ws.ExitStatus()
-			out.Signal = runtime.ExitSignal(out.ExitCode)
-		}
-	}
-	out.TimedOut = out.TimedOut && runtime.KilledAtDeadline(out)
+	out.SetExit(ps, timedOut)
 	usage(p.paths, out)
 	if ctx.Err() != nil {
 		return out, fmt.Errorf("run cancelled: %w", ctx.Err())
@@ -291,7 +270,7 @@ func (p *Prepared) kill(waited <-chan *os.ProcessState) *os.ProcessState {
 // usage reads cpu time, peak memory and the OOM-kill count from the run's
 // cgroup before it is destroyed: three files, not the statistics of every
 // controller.
-func usage(paths map[string]string, out *runtime.Outcome) {
+func usage(paths map[string]string, out *backend.Outcome) {
 	if paths == nil {
 		return
 	}
@@ -333,7 +312,7 @@ func destroy(stateDir string, ctr *libcontainer.Container, paths map[string]stri
 // removeParents removes the shared "agentrun" parent of each cgroup path
 // once it is empty, unless another run is being created right now.
 func removeParents(stateDir string, paths map[string]string) {
-	unlock, err := runtime.LockCgroupParent(stateDir, true)
+	unlock, err := state.LockCgroupParent(stateDir, true)
 	if err != nil {
 		return
 	}

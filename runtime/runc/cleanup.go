@@ -8,32 +8,33 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/agentrun/agentrun/runtime"
+	"github.com/agentrun/agentrun/internal/state"
 	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/cgroups/manager"
 	"github.com/opencontainers/runc/libcontainer"
 	"golang.org/x/sys/unix"
 )
 
-// IDs lists the containers that have state under stateDir.
-func IDs(stateDir string) ([]string, error) {
-	return runtime.StateIDs(stateDir, func(string) bool { return true })
+// IDs lists the containers that have state under the backend's state dir.
+func (b *Backend) IDs() ([]string, error) {
+	return state.IDs(b.StateDir, func(string) bool { return true })
 }
 
-// Cleanup removes container id, left in stateDir by an agentrun that died:
-// it kills every process of the container, destroys it, and removes its
-// state and cgroups (and the shared parent cgroup once empty). Calling it
-// for a container that is already gone is not an error.
-func Cleanup(stateDir, id string) error {
+// Cleanup removes container id, left in the state dir by an agentrun that
+// died: it kills every process of the container, destroys it, and removes
+// its state and cgroups (and the shared parent cgroup once empty). Calling
+// it for a container that is already gone is not an error.
+func (b *Backend) Cleanup(id string) error {
+	stateDir := b.StateDir
 	ctr, err := libcontainer.Load(stateDir, id)
 	if err != nil {
 		// No usable state (the crash came before state.json was written):
 		// find the cgroup by its well-known path.
-		cerr := removeCgroup("/agentrun/" + id)
+		cerr := removeCgroup(CgroupParent + "/" + id)
 		if rerr := os.RemoveAll(filepath.Join(stateDir, id)); rerr != nil {
 			cerr = errors.Join(cerr, rerr)
 		}
-		removeParents(stateDir, cgroupPaths("/agentrun/"+id))
+		removeParents(stateDir, cgroupPaths(CgroupParent+"/"+id))
 		return cerr
 	}
 	var paths map[string]string

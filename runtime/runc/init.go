@@ -3,7 +3,7 @@ package runc
 import (
 	"fmt"
 	"os"
-	goruntime "runtime"
+	"runtime"
 
 	"github.com/opencontainers/runc/libcontainer"
 	// The cgo constructor that joins namespaces before the Go runtime starts.
@@ -22,7 +22,7 @@ import (
 // locked, no other goroutine ever runs on the main thread.
 func InitHook() {
 	containerInit()
-	goruntime.LockOSThread()
+	runtime.LockOSThread()
 }
 
 // A container's init is this package's own init, not main's: Go

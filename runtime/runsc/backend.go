@@ -9,7 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -18,7 +18,9 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/agentrun/agentrun/runtime"
+	"github.com/agentrun/agentrun/internal/state"
+	"github.com/agentrun/agentrun/runtime/backend"
+	"github.com/agentrun/agentrun/runtime/spec"
 )
 
 // defaultCgroupParent holds the cgroups of runs whose spec names none.
@@ -79,12 +81,54 @@ func New(path string, flags []string, stateDir string) (*Backend, error) {
 	return b, nil
 }
 
+// Traits: runsc's gofer writes the mount points it needs into the root
+// filesystem, so a run needs its own; the backend changes the spec
+// (SpecOpt); a sandbox is created and run in one step, so none is pooled.
+func (b *Backend) Traits() backend.Traits {
+	return backend.Traits{CgroupParent: CgroupParent, PrivateRootfs: true, Spec: SpecOpt()}
+}
+
+// prepared is a container checked and recorded for its run: runsc creates
+// the sandbox and runs the program in one step, Run's, which removes
+// everything it made before it returns.
+type prepared struct {
+	b   *Backend
+	c   backend.Container
+	ran bool
+}
+
+// Prepare checks c and records it for Run; it makes nothing on the host.
+func (b *Backend) Prepare(_ context.Context, c *backend.Container) (backend.Prepared, error) {
+	if err := checkContainer(c); err != nil {
+		return nil, err
+	}
+	return &prepared{b: b, c: *c}, nil
+}
+
+func (p *prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration, outputLimit int64, output backend.OutputFunc) (*backend.Outcome, error) {
+	if p.ran {
+		return nil, errors.New("container already ran")
+	}
+	p.ran = true
+	c := p.c
+	c.Stdin, c.Timeout, c.OutputLimit, c.Output = stdin, timeout, outputLimit, output
+	return p.b.Run(ctx, &c)
+}
+
+func (p *prepared) Ready() bool { return !p.ran }
+
+// Destroy has nothing to remove: Run removed all it made.
+func (p *prepared) Destroy() error { return nil }
+
 // Run writes the run's bundle and cgroup, runs the program in a runsc
 // sandbox to its end or to the timeout, collects its output and usage, and
 // removes everything it made.
-func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.Outcome, err error) {
+func (b *Backend) Run(ctx context.Context, c *backend.Container) (out *backend.Outcome, err error) {
 	if err := checkContainer(c); err != nil {
 		return nil, err
+	}
+	if c.Timeout <= 0 {
+		return nil, fmt.Errorf("timeout %v is not positive", c.Timeout)
 	}
 	cgPath := c.Spec.Linux.CgroupsPath
 	if cgPath == "" {
@@ -107,7 +151,7 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 		return nil, err
 	}
 
-	unlock, err := runtime.LockCgroupParent(b.stateDir, false)
+	unlock, err := state.LockCgroupParent(b.stateDir, false)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +161,7 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 		return nil, err
 	}
 
-	stdio, err := runtime.NewPipes()
+	stdio, err := backend.NewPipes()
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +172,7 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 
 	cmd := exec.Command(b.path, b.args(c, bundle)...)
 	cmd.Dir = bundle
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Env = []string{"PATH=" + spec.DefaultPath}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdio.InR, stdio.OutW, stdio.ErrW
 	// Its own process group, so that a stuck runsc can be killed whole;
 	// killed with agentrun, so that an agentrun that dies leaves no runsc
@@ -136,39 +180,30 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 	// to write state after gc has looked.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	start := time.Now()
-	started, waited := make(chan error, 1), make(chan struct{})
+	started, waited := make(chan error, 1), make(chan *os.ProcessState, 1)
 	go func() {
 		// The parent-death signal follows the thread that started runsc,
 		// not the process: the thread is kept to this goroutine, alive,
 		// until runsc has been waited for.
-		goruntime.LockOSThread()
-		defer goruntime.UnlockOSThread()
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		if err := cmd.Start(); err != nil {
 			started <- err
 			return
 		}
 		started <- nil
 		_ = cmd.Wait() // the status is in cmd.ProcessState
-		close(waited)
+		waited <- cmd.ProcessState
 	}()
 	if err := <-started; err != nil {
 		return nil, fmt.Errorf("starting runsc: %w", err)
 	}
 	stdio.CloseChildEnds()
 
-	out = &runtime.Outcome{}
+	out = &backend.Outcome{}
 	waitOutput := stdio.Serve(c.Stdin, c.OutputLimit, c.Output)
 
-	timer := time.NewTimer(c.Timeout)
-	defer timer.Stop()
-	select {
-	case <-waited:
-	case <-timer.C:
-		out.TimedOut = true
-		b.kill(c.ID, cmd, waited, cg)
-	case <-ctx.Done():
-		b.kill(c.ID, cmd, waited, cg)
-	}
+	ps, timedOut := backend.Watch(ctx, c.Timeout, waited, func() *os.ProcessState { return b.kill(c.ID, cmd, waited, cg) })
 	out.Duration = time.Since(start)
 
 	// runsc has ended; make sure the sandbox it ran has too, so that both
@@ -176,16 +211,7 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 	dead := b.ensureDead(c.ID, cg)
 	out.Stdout, out.Stderr = waitOutput()
 
-	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
-	switch {
-	case ws.Signaled(): // runsc itself was killed
-		out.ExitCode = 128 + int(ws.Signal())
-		out.Signal = unix.SignalName(ws.Signal())
-	default:
-		out.ExitCode = ws.ExitStatus()
-		out.Signal = runtime.ExitSignal(out.ExitCode)
-	}
-	out.TimedOut = out.TimedOut && runtime.KilledAtDeadline(out)
+	out.SetExit(ps, timedOut) // signalled: runsc itself was killed
 	out.CPU, out.MemoryPeak = cg.usage()
 	out.OOMKilled = cg.oomKilled()
 	if dead != nil {
@@ -206,7 +232,7 @@ func (b *Backend) Run(ctx context.Context, c *runtime.Container) (out *runtime.O
 }
 
 // args is runsc's command line for one run.
-func (b *Backend) args(c *runtime.Container, bundle string) []string {
+func (b *Backend) args(c *backend.Container, bundle string) []string {
 	network := "none" // loopback only, in a fresh namespace
 	for _, ns := range c.Spec.Linux.Namespaces {
 		if ns.Type == specs.NetworkNamespace && ns.Path != "" {
@@ -229,18 +255,18 @@ func (b *Backend) args(c *runtime.Container, bundle string) []string {
 
 // kill ends a run that must stop now: `runsc kill` first, then, if runsc is
 // still there after a grace period, its process group and every process in
-// the cgroup. It returns once runsc has been waited for.
-func (b *Backend) kill(id string, cmd *exec.Cmd, waited <-chan struct{}, cg *sandboxCgroup) {
+// the cgroup. It returns runsc's state once runsc has been waited for.
+func (b *Backend) kill(id string, cmd *exec.Cmd, waited <-chan *os.ProcessState, cg *sandboxCgroup) *os.ProcessState {
 	if b.runscCmd("kill", id, "KILL") == nil {
 		select {
-		case <-waited:
-			return
+		case ps := <-waited:
+			return ps
 		case <-time.After(killGrace):
 		}
 	}
 	_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
 	_ = cg.kill()
-	<-waited
+	return <-waited
 }
 
 // ensureDead removes the container from runsc if it still knows it, then
@@ -264,7 +290,7 @@ func (b *Backend) cleanup(id, bundle string, cg *sandboxCgroup) error {
 	errs := []error{b.ensureDead(id, cg)}
 	if cg != nil {
 		errs = append(errs, cg.remove())
-		if unlock, err := runtime.LockCgroupParent(b.stateDir, true); err == nil {
+		if unlock, err := state.LockCgroupParent(b.stateDir, true); err == nil {
 			cg.removeParent() // fails while another run's cgroup is in it
 			unlock()
 		}
@@ -310,7 +336,7 @@ func (b *Backend) runscCmd(args ...string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), killGrace)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, b.path, append([]string{"--root", b.root}, args...)...)
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Env = []string{"PATH=" + spec.DefaultPath}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("runsc %s: %w: %s", args[0], err, strings.TrimSpace(string(out)))
 	}
@@ -353,7 +379,7 @@ func writeConfig(bundle string, s *specs.Spec, cgPath string) error {
 }
 
 // checkContainer refuses what the backend cannot run safely.
-func checkContainer(c *runtime.Container) error {
+func checkContainer(c *backend.Container) error {
 	if c == nil || c.Spec == nil || c.Spec.Linux == nil || c.Spec.Process == nil || c.Spec.Root == nil {
 		return errors.New("container spec incomplete")
 	}
@@ -362,9 +388,6 @@ func checkContainer(c *runtime.Container) error {
 	}
 	if !filepath.IsAbs(c.Spec.Root.Path) {
 		return fmt.Errorf("root path %q is not absolute", c.Spec.Root.Path)
-	}
-	if c.Timeout <= 0 {
-		return fmt.Errorf("timeout %v is not positive", c.Timeout)
 	}
 	return nil
 }
@@ -385,7 +408,7 @@ func validID(id string) bool {
 // pairs: gVisor writes to a host pipe without waiting for room, so a
 // program's write of more than the pipe's 64 KiB lost the rest; it waits
 // on a socket as it should.
-func socketOutputs(p *runtime.Pipes) error {
+func socketOutputs(p *backend.Pipes) error {
 	for _, pair := range []struct{ r, w **os.File }{{&p.OutR, &p.OutW}, {&p.ErrR, &p.ErrW}} {
 		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	goruntime "runtime"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -17,7 +17,8 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/agentrun/agentrun/runtime"
+	"github.com/agentrun/agentrun/runtime/backend"
+	"github.com/agentrun/agentrun/runtime/spec"
 )
 
 // These tests run real gVisor sandboxes: they need root, runsc (from
@@ -82,7 +83,7 @@ func newID() string {
 }
 
 // container builds the spec the way internal/runner does.
-func (f *fixture) container(t *testing.T, o runOpts, argv ...string) *runtime.Container {
+func (f *fixture) container(t *testing.T, o runOpts, argv ...string) *backend.Container {
 	t.Helper()
 	if o.memory == 0 {
 		o.memory = 256 << 20
@@ -94,35 +95,35 @@ func (f *fixture) container(t *testing.T, o runOpts, argv ...string) *runtime.Co
 		o.limit = 64 << 10
 	}
 	ws := t.TempDir()
-	if err := os.Chown(ws, runtime.UID, runtime.GID); err != nil {
+	if err := os.Chown(ws, spec.UID, spec.GID); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chmod(ws, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	id := newID()
-	spec, err := runtime.New(pythonRootfs,
-		runtime.WithArgs(argv...),
-		runtime.WithEnv(map[string]string{"LANG": "C.UTF-8"}),
-		runtime.WithCgroupsPath(defaultCgroupParent+"/"+id),
-		runtime.WithMemory(o.memory),
-		runtime.WithCPUs(1),
-		runtime.WithPids(64),
-		runtime.WithTmpSize(64<<20, 64<<20),
-		runtime.WithWorkspace(ws),
-		runtime.WithSeccomp(),
+	s, err := spec.New(pythonRootfs,
+		spec.WithArgs(argv...),
+		spec.WithEnv(map[string]string{"LANG": "C.UTF-8"}),
+		spec.WithCgroupsPath(defaultCgroupParent+"/"+id),
+		spec.WithMemory(o.memory),
+		spec.WithCPUs(1),
+		spec.WithPids(64),
+		spec.WithTmpSize(64<<20, 64<<20),
+		spec.WithWorkspace(ws),
+		spec.WithSeccomp(),
 	)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := runtime.Validate(spec); err != nil {
+	if err := spec.Validate(s); err != nil {
 		t.Fatal(err)
 	}
-	return &runtime.Container{ID: id, Spec: spec, Stdin: []byte(o.stdin), Timeout: o.timeout, OutputLimit: o.limit}
+	return &backend.Container{ID: id, Spec: s, Stdin: []byte(o.stdin), Timeout: o.timeout, OutputLimit: o.limit}
 }
 
 // run runs python code and checks that the run left nothing behind.
-func (f *fixture) run(t *testing.T, o runOpts, code string) *runtime.Outcome {
+func (f *fixture) run(t *testing.T, o runOpts, code string) *backend.Outcome {
 	t.Helper()
 	c := f.container(t, o, "python3", "-c", code)
 	out, err := f.b.Run(context.Background(), c)
@@ -264,7 +265,7 @@ except OSError as e:
 // runsc (--network=sandbox) takes over its interfaces.
 func TestNetworkNamespace(t *testing.T) {
 	f := newFixture(t)
-	goruntime.LockOSThread()
+	runtime.LockOSThread()
 	orig, err := netns.Get()
 	if err != nil {
 		t.Fatal(err)
@@ -276,7 +277,7 @@ func TestNetworkNamespace(t *testing.T) {
 	if err := netns.Set(orig); err != nil {
 		t.Fatal(err) // the thread stays locked and dies with the test
 	}
-	goruntime.UnlockOSThread()
+	runtime.UnlockOSThread()
 	orig.Close()
 	defer ns.Close()
 	h, err := netlink.NewHandleAt(ns)
@@ -300,10 +301,10 @@ func TestNetworkNamespace(t *testing.T) {
 	code := "import socket; print(sorted(n for _, n in socket.if_nameindex()))"
 	c := f.container(t, runOpts{}, "python3", "-c", code)
 	path := fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), int(ns))
-	if err := runtime.WithNetworkNamespace(path)(c.Spec); err != nil {
+	if err := spec.WithNetworkNamespace(path)(c.Spec); err != nil {
 		t.Fatal(err)
 	}
-	if err := runtime.Validate(c.Spec); err != nil {
+	if err := spec.Validate(c.Spec); err != nil {
 		t.Fatal(err)
 	}
 	out, err := f.b.Run(context.Background(), c)
@@ -419,7 +420,7 @@ func TestNew(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := b.args(&runtime.Container{ID: "x", Spec: runtime.Default("/r")}, "/b")
+	args := b.args(&backend.Container{ID: "x", Spec: spec.Default("/r")}, "/b")
 	if i := slices.Index(args, "run"); i < 0 || !slices.Contains(args[:i], "--network=none") || !slices.Contains(args[:i], "--oci-seccomp") {
 		t.Errorf("args %v", args)
 	}

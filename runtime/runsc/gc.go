@@ -3,12 +3,12 @@ package runsc
 import (
 	"path/filepath"
 
-	"github.com/agentrun/agentrun/runtime"
+	"github.com/agentrun/agentrun/internal/state"
 	"github.com/containerd/cgroups/v3"
 )
 
-// IDs lists the runs that have a bundle under stateDir.
-func IDs(stateDir string) ([]string, error) { return runtime.StateIDs(stateDir, validID) }
+// IDs lists the runs that have a bundle under the backend's state dir.
+func (b *Backend) IDs() ([]string, error) { return state.IDs(b.stateDir, validID) }
 
 // Cleanup removes run id, left by an agentrun that died: the sandbox (runsc
 // delete), every process in its cgroup, the cgroup, the bundle and runsc's

@@ -5,7 +5,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/agentrun/agentrun/runtime"
+	"github.com/agentrun/agentrun/runtime/spec"
 )
 
 // CgroupParent holds the cgroups of runsc runs, apart from libcontainer's.
@@ -28,7 +28,7 @@ const CgroupParent = "/agentrun-runsc"
 //   - the sandbox's socket sysctls are dropped: its sockets are gVisor's
 //     netstack, whose buffers are the sentry's memory, inside the run's
 //     cgroup, not host sockets.
-func SpecOpt() runtime.SpecOpt {
+func SpecOpt() spec.SpecOpt {
 	return func(s *specs.Spec) error {
 		delete(s.Linux.Sysctl, "net.ipv4.tcp_rmem")
 		delete(s.Linux.Sysctl, "net.ipv4.tcp_wmem")

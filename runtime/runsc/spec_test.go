@@ -3,13 +3,13 @@ package runsc
 import (
 	"testing"
 
-	"github.com/agentrun/agentrun/runtime"
+	"github.com/agentrun/agentrun/runtime/spec"
 )
 
 // gVisor's sockets are its netstack's: the host's per-namespace TCP
 // sysctls do not apply and are not passed to runsc.
 func TestSpecOptDropsSocketSysctls(t *testing.T) {
-	s := runtime.Default("/r")
+	s := spec.Default("/r")
 	if len(s.Linux.Sysctl) == 0 {
 		t.Fatal("control: the default spec has no sysctls")
 	}

@@ -21,7 +21,7 @@ import (
 	"syscall"
 	"time"
 
-	agentruntime "github.com/agentrun/agentrun/runtime"
+	"github.com/agentrun/agentrun/runtime/spec"
 )
 
 var (
@@ -514,17 +514,17 @@ func runcBundle(work, rootfs string) (string, error) {
 			return "", err
 		}
 	}
-	os.Chown(ws, agentruntime.UID, agentruntime.GID)
-	spec, err := agentruntime.New(rootfs,
-		agentruntime.WithArgs("python3", "-c", "print(45)"),
-		agentruntime.WithCgroupsPath("/agentrun-bench-runc"),
-		agentruntime.WithMemory(256<<20), agentruntime.WithCPUs(0.5), agentruntime.WithPids(64),
-		agentruntime.WithTmpSize(64<<20, 64<<20), agentruntime.WithWorkspace(ws), agentruntime.WithSeccomp())
+	os.Chown(ws, spec.UID, spec.GID)
+	s, err := spec.New(rootfs,
+		spec.WithArgs("python3", "-c", "print(45)"),
+		spec.WithCgroupsPath("/agentrun-bench-runc"),
+		spec.WithMemory(256<<20), spec.WithCPUs(0.5), spec.WithPids(64),
+		spec.WithTmpSize(64<<20, 64<<20), spec.WithWorkspace(ws), spec.WithSeccomp())
 	if err != nil {
 		return "", err
 	}
-	spec.Linux.CgroupsPath = "" // let runc name one per container
-	b, err := json.MarshalIndent(spec, "", "  ")
+	s.Linux.CgroupsPath = "" // let runc name one per container
+	b, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return "", err
 	}
@@ -534,7 +534,7 @@ func runcBundle(work, rootfs string) (string, error) {
 // goBenchmarks runs the Go benchmarks of agentrun's per-run code when the
 // go command and the module are here (not on a machine without Go).
 func goBenchmarks() []string {
-	cmd := exec.Command("go", "test", "-tags", "seccomp", "-run", "^$", "-bench", ".", "-benchmem", "./runtime", "./internal/task")
+	cmd := exec.Command("go", "test", "-tags", "seccomp", "-run", "^$", "-bench", ".", "-benchmem", "./runtime/spec", "./internal/task")
 	b, err := cmd.CombinedOutput()
 	if err != nil {
 		log.Printf("go benchmarks: not run: %v", err)

@@ -16,7 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -299,7 +299,7 @@ func buildProbe(t *testing.T, dir string) string {
 	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		goBin = filepath.Join(goruntime.GOROOT(), "bin", "go")
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
 	out := filepath.Join(dir, "probe")
 	cmd := exec.Command(goBin, "build", "-trimpath", "-o", out, "./test/escape/probe")
@@ -443,7 +443,7 @@ func markdown(rt string, probes []Probe, expect map[string]expectation) string {
 			blocked++
 		}
 	}
-	fmt.Fprintf(&b, "## Escape-probe battery (runtime %s, %s/%s)\n\n", rt, goruntime.GOOS, goruntime.GOARCH)
+	fmt.Fprintf(&b, "## Escape-probe battery (runtime %s, %s/%s)\n\n", rt, runtime.GOOS, runtime.GOARCH)
 	fmt.Fprintf(&b, "%d probes: %d blocked with a working control, %d informational, %d not probed, %d failed.\n\n",
 		len(ps), blocked, info, notProbed, len(ps)-blocked-info-notProbed)
 	b.WriteString("| item | probe | category | result | errno | control | detail |\n|---|---|---|---|---|---|---|\n")

@@ -11,7 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -36,7 +36,7 @@ var ImagesDir = flag.String("images", EnvOr("AGENTRUN_IMAGES", "/var/cache/agent
 
 // RepoRoot is the module root, found from this file's path.
 func RepoRoot() string {
-	_, file, _, _ := goruntime.Caller(0)
+	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
@@ -158,7 +158,7 @@ func TakeSnapshot(t testing.TB) Snapshot {
 	if err != nil {
 		t.Fatalf("listing host links: %v", err)
 	}
-	s := Snapshot{links: map[string]bool{}, goroutines: goruntime.NumGoroutine()}
+	s := Snapshot{links: map[string]bool{}, goroutines: runtime.NumGoroutine()}
 	for _, l := range links {
 		s.links[fmt.Sprintf("%d:%s", l.Attrs().Index, l.Attrs().Name)] = true
 	}
@@ -173,6 +173,17 @@ func TakeSnapshot(t testing.TB) Snapshot {
 // HasLink reports whether the host had link name, with that index, then.
 func (s Snapshot) HasLink(index int, name string) bool {
 	return s.links[fmt.Sprintf("%d:%s", index, name)]
+}
+
+// NoLeaks records the host's links and this process's fds and goroutines
+// now and, when t ends, checks them as CheckNoLeak does: after the test's
+// deferred calls and the clean-ups registered after it, so that a test
+// that fails half-way is checked too. It returns what it recorded.
+func NoLeaks(t testing.TB, ignorePrefix string) Snapshot {
+	t.Helper()
+	before := TakeSnapshot(t)
+	t.Cleanup(func() { CheckNoLeak(t, before, ignorePrefix) })
+	return before
 }
 
 // CheckNoLeak compares the host and this process with before, waiting a
@@ -199,7 +210,7 @@ func CheckNoLeak(t testing.TB, before Snapshot, ignorePrefix string) {
 	}
 	if after.goroutines > before.goroutines {
 		buf := make([]byte, 1<<20)
-		t.Errorf("goroutines: %d before, %d after\n%s", before.goroutines, after.goroutines, buf[:goruntime.Stack(buf, true)])
+		t.Errorf("goroutines: %d before, %d after\n%s", before.goroutines, after.goroutines, buf[:runtime.Stack(buf, true)])
 	}
 	if ents, err := os.ReadDir("/run/netns"); err == nil && len(ents) > 0 {
 		for _, e := range ents {

@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/agentrun/agentrun/image/imagetest"
+	"github.com/agentrun/agentrun/runtime/spec"
 )
 
 func main() {
@@ -46,7 +47,7 @@ func pack(rootfs, dir, tag string) error {
 	img, err := mutate.ConfigFile(base, &v1.ConfigFile{
 		OS: "linux", Architecture: runtime.GOARCH,
 		RootFS: v1.RootFS{Type: "layers"},
-		Config: v1.Config{Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}},
+		Config: v1.Config{Env: []string{"PATH=" + spec.DefaultPath}},
 	})
 	if err != nil {
 		return err

@@ -1,8 +1,6 @@
-package runtime
+package spec
 
 import (
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -277,21 +275,5 @@ func TestDefaultCapsSocketBuffers(t *testing.T) {
 		if len(f) != 3 || f[2] != "262144" {
 			t.Errorf("sysctl %s = %q; want a 256 KiB maximum", k, s.Linux.Sysctl[k])
 		}
-	}
-}
-
-func TestChargeSocketMemoryWithoutAccounting(t *testing.T) {
-	dir := t.TempDir()
-	if ok, err := ChargeSocketMemory(dir, 64<<20); ok || err != nil {
-		t.Errorf("ChargeSocketMemory(dir without the file) = %v, %v; want false, nil", ok, err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, tcpLimitFile)); err == nil {
-		t.Error("ChargeSocketMemory created the limit file")
-	}
-	if _, err := ChargeSocketMemory(filepath.Join(dir, "gone"), 64<<20); err == nil {
-		t.Error("ChargeSocketMemory(missing cgroup) = nil error")
-	}
-	if _, err := ChargeSocketMemory(dir, 0); err == nil {
-		t.Error("ChargeSocketMemory(limit 0) = nil error")
 	}
 }

@@ -1,12 +1,9 @@
-package runtime
+package backend
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"sync"
-
-	"golang.org/x/sys/unix"
 )
 
 // Pipes are the three pipes between agentrun and a sandboxed program. The
@@ -71,54 +68,4 @@ func Feed(w *os.File, data []byte) {
 	if len(data) > 0 {
 		_, _ = w.Write(data)
 	}
-}
-
-// LockCgroupParent takes a lock, in stateDir, that makes creating a run's
-// cgroup and removing the empty shared parent cgroup mutually exclusive,
-// across processes: shared while creating (waits), exclusive while removing.
-//
-// A removal waits for other removals only (each holds the lock for a few
-// rmdirs): two runs ending together must not both give up and leave the
-// parent behind. It never waits for a run being created, which may hold
-// the shared lock for a whole container start and, under load, one start
-// overlaps the next: it fails at once instead, and the run being created
-// removes the parent itself when it ends (or fails). The returned function
-// releases it.
-func LockCgroupParent(stateDir string, exclusive bool) (func(), error) {
-	f, err := os.OpenFile(stateDir+"/cgroup.lock", os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("opening cgroup lock: %w", err)
-	}
-	if !exclusive {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_SH)
-	} else {
-		// Removals queue on an open-file-description lock of the same
-		// file (independent of flock), then take the flock if no run is
-		// being created.
-		err = unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLKW, &unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: 0, Len: 1})
-		if err == nil {
-			err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("locking cgroup parent: %w", err)
-	}
-	return func() { f.Close() }, nil
-}
-
-// StateIDs lists the names of the directories in stateDir that valid
-// accepts: the runs a backend keeps state for. A missing stateDir holds none.
-func StateIDs(stateDir string, valid func(string) bool) ([]string, error) {
-	entries, err := os.ReadDir(stateDir)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
-	}
-	var ids []string
-	for _, e := range entries {
-		if e.IsDir() && valid(e.Name()) {
-			ids = append(ids, e.Name())
-		}
-	}
-	return ids, nil
 }

@@ -1,4 +1,4 @@
-package runtime
+package spec
 
 import (
 	"fmt"
@@ -33,7 +33,7 @@ const (
 	// in the sandbox's network namespace (net.ipv4.tcp_rmem and tcp_wmem,
 	// which are per namespace). With nofile it bounds what one process can
 	// hold in socket buffers; the memory cgroup bounds the run (see
-	// ChargeSocketMemory).
+	// backend.ChargeSocketMemory).
 	SocketBuffer = 256 << 10
 )
 

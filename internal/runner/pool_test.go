@@ -1,0 +1,268 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/agentrun/agentrun/image"
+	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/task"
+	"github.com/agentrun/agentrun/runtime/backend"
+	"github.com/agentrun/agentrun/runtime/spec"
+)
+
+// The pool's take, keep and shape logic, with a set-up that makes nothing
+// on the host: no root.
+
+type fakeBackend struct{ poolable bool }
+
+func (f fakeBackend) Traits() backend.Traits {
+	return backend.Traits{CgroupParent: "/agentrun", Poolable: f.poolable}
+}
+
+func (fakeBackend) Prepare(context.Context, *backend.Container) (backend.Prepared, error) {
+	return nil, errors.New("the pool's set-up is faked")
+}
+func (fakeBackend) IDs() ([]string, error) { return nil, nil }
+func (fakeBackend) Cleanup(string) error   { return nil }
+
+type fakePrepared struct{ ready atomic.Bool }
+
+func (f *fakePrepared) Run(context.Context, []byte, time.Duration, int64, backend.OutputFunc) (*backend.Outcome, error) {
+	return nil, errors.New("not run here")
+}
+func (f *fakePrepared) Ready() bool    { return f.ready.Load() }
+func (f *fakePrepared) Destroy() error { return nil }
+
+// fakeSetup makes sandboxes that only count their destruction.
+type fakeSetup struct {
+	mu        sync.Mutex
+	plans     []*task.Plan
+	destroyed atomic.Int64
+}
+
+func (f *fakeSetup) setup(plan *task.Plan, img *image.Image) (*sandbox, error) {
+	f.mu.Lock()
+	f.plans = append(f.plans, plan)
+	f.mu.Unlock()
+	prep := &fakePrepared{}
+	prep.ready.Store(true)
+	sb := &sandbox{id: newID(), prep: prep}
+	sb.undo.Add(func() error { f.destroyed.Add(1); return nil })
+	return sb, nil
+}
+
+const testImage = "busybox"
+
+func testPool(t *testing.T, size int) (*Pool, *fakeSetup, *image.Image) {
+	t.Helper()
+	r := &Runner{backends: map[string]backend.Backend{
+		config.RuntimeLibcontainer: fakeBackend{poolable: true},
+		config.RuntimeRunsc:        fakeBackend{},
+	}}
+	p := r.NewPool(map[string]int{testImage: size})
+	f := &fakeSetup{}
+	p.setup = f.setup // before any kick wakes the filler
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return p, f, &image.Image{Ref: testImage, Digest: "sha256:0123", Rootfs: t.TempDir()}
+}
+
+func testPlan() *task.Plan {
+	return &task.Plan{
+		Image: testImage, Runtime: config.RuntimeLibcontainer,
+		Argv: []string{"python3", "-u", "/workspace/main.py"}, CodeFile: "main.py", Code: []byte("print(1)"),
+		Stdin: []byte("in"), Files: map[string][]byte{"a": []byte("b")}, Env: map[string]string{"A": "1"},
+		Limits: task.Limits{Timeout: 5 * time.Second, Memory: 256 << 20, TmpSize: 64 << 20, WorkspaceSize: 64 << 20,
+			NetBytes: 64 << 20, CPUs: 0.5, Pids: 64, OutputBytes: 65536, NetConns: 32},
+	}
+}
+
+// waitReady waits until the pool holds n ready sandboxes of the image.
+func waitReady(t *testing.T, p *Pool, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); p.Stats().Ready[testImage] != n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pool holds %d ready sandboxes; want %d", p.Stats().Ready[testImage], n)
+		}
+	}
+}
+
+func TestPoolFillsTheShapeOfTheLatestRun(t *testing.T) {
+	p, f, img := testPool(t, 2)
+	plan := testPlan()
+	if sb := p.take(plan, img); sb != nil {
+		t.Fatal("an empty pool gave a sandbox")
+	}
+	p.ran(plan)
+	waitReady(t, p, 2)
+	f.mu.Lock()
+	made := f.plans[0]
+	f.mu.Unlock()
+	if made.Code != nil || made.Files != nil || made.Stdin != nil || made.CodeFile != "" {
+		t.Errorf("the pool's set-up got a run's code, files or stdin: %+v", made)
+	}
+	// Another run of the same shape: other code, stdin, timeout and output
+	// cap, none of which the set-up uses.
+	next := testPlan()
+	next.Code, next.Stdin = []byte("print(2)"), nil
+	next.Limits.Timeout, next.Limits.OutputBytes = time.Second, 1024
+	if sb := p.take(next, img); sb == nil {
+		t.Fatal("a run of the kept shape got no sandbox")
+	}
+	st := p.Stats()
+	if st.Hits != 1 || st.Misses != 1 || st.Ready[testImage] != 1 {
+		t.Errorf("stats %+v; want 1 hit, 1 miss, 1 ready", st)
+	}
+}
+
+// Every limit config.LimitTable marks Shape changes the sandbox's spec, and
+// its shape; no other limit changes either. A limit added to set-up
+// without its Shape mark, or marked without set-up using it, fails here.
+func TestShapeKeyFollowsWhatSetupUses(t *testing.T) {
+	img := &image.Image{Ref: testImage, Digest: "sha256:0123", Rootfs: t.TempDir()}
+	build := func(p *task.Plan) *specs.Spec {
+		t.Helper()
+		s, err := spec.New("/rootfs", sandboxSpec(p, "/agentrun/ar-1", "/usr/bin/tini", "/ws", p.Limits.WorkspaceSize)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	base := testPlan()
+	for _, lim := range config.LimitTable {
+		t.Run(lim.Name, func(t *testing.T) {
+			p := testPlan()
+			f := lim.Of(&p.Limits)
+			switch f.Kind() {
+			case reflect.Float64:
+				f.SetFloat(f.Float() * 2)
+			default:
+				f.SetInt(f.Int() * 2)
+			}
+			specChanged := !reflect.DeepEqual(build(base), build(p))
+			keyChanged := shapeKey(base, img) != shapeKey(p, img)
+			if specChanged != lim.Shape || keyChanged != lim.Shape {
+				t.Errorf("doubling %s: spec changed %v, shape key changed %v; the table says Shape %v", lim.Name, specChanged, keyChanged, lim.Shape)
+			}
+		})
+	}
+	for name, change := range map[string]func(*task.Plan){
+		"argv":    func(p *task.Plan) { p.Argv = []string{"node", "/workspace/main.js"} },
+		"env":     func(p *task.Plan) { p.Env = map[string]string{"A": "2"} },
+		"runtime": func(p *task.Plan) { p.Runtime = config.RuntimeRunsc },
+	} {
+		p := testPlan()
+		change(p)
+		if shapeKey(base, img) == shapeKey(p, img) {
+			t.Errorf("another %s keeps the shape key", name)
+		}
+	}
+	other := &image.Image{Ref: testImage, Digest: "sha256:0123", Rootfs: t.TempDir()}
+	if shapeKey(base, img) == shapeKey(base, other) {
+		t.Error("another rootfs keeps the shape key")
+	}
+}
+
+func TestPoolDropsTheOldShape(t *testing.T) {
+	p, f, img := testPool(t, 2)
+	plan := testPlan()
+	p.take(plan, img)
+	p.ran(plan)
+	waitReady(t, p, 2)
+	bigger := testPlan()
+	bigger.Limits.Memory *= 2
+	if sb := p.take(bigger, img); sb != nil {
+		t.Fatal("a run of another shape got a sandbox of the old one")
+	}
+	for deadline := time.Now().Add(10 * time.Second); f.destroyed.Load() != 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the old shape's 2 sandboxes destroyed", f.destroyed.Load())
+		}
+	}
+	p.ran(bigger)
+	waitReady(t, p, 2)
+	if sb := p.take(bigger, img); sb == nil {
+		t.Fatal("the new shape's run got no sandbox")
+	}
+	if sb := p.take(plan, img); sb != nil {
+		t.Fatal("the old shape's run got a sandbox of the new one")
+	}
+}
+
+func TestPoolSkipsSandboxesNoLongerReady(t *testing.T) {
+	p, f, img := testPool(t, 2)
+	plan := testPlan()
+	p.take(plan, img)
+	p.ran(plan)
+	waitReady(t, p, 2)
+	p.mu.Lock()
+	dead := p.shapes[testImage].ready[0]
+	p.mu.Unlock()
+	dead.prep.(*fakePrepared).ready.Store(false) // its init was killed
+	sb := p.take(plan, img)
+	if sb == nil || sb == dead {
+		t.Fatalf("take = %v; want the ready one, not %v", sb, dead)
+	}
+	for deadline := time.Now().Add(10 * time.Second); f.destroyed.Load() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the dead sandbox was not destroyed")
+		}
+	}
+}
+
+func TestPoolServesOnlyWhatItCanHold(t *testing.T) {
+	p, f, img := testPool(t, 1)
+	netPlan := testPlan()
+	netPlan.Allow = []string{"pypi.org"}
+	runscPlan := testPlan()
+	runscPlan.Runtime = config.RuntimeRunsc
+	otherImage := testPlan()
+	otherImage.Image = "python"
+	for _, plan := range []*task.Plan{netPlan, runscPlan, otherImage} {
+		if sb := p.take(plan, img); sb != nil {
+			t.Errorf("take(%s, %v, allow %v) gave a sandbox", plan.Image, plan.Runtime, plan.Allow)
+		}
+		p.ran(plan)
+	}
+	if err := p.Seed(netPlan); err == nil {
+		t.Error("Seed of a task with network access was accepted")
+	}
+	time.Sleep(10 * time.Millisecond) // a filler woken by mistake would call the set-up now
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if st := p.Stats(); len(f.plans) != 0 || st.Misses != 0 || st.Hits != 0 {
+		t.Errorf("set-up ran %d times, stats %+v; want none", len(f.plans), st)
+	}
+}
+
+func TestPoolCloseDestroysWhatItHolds(t *testing.T) {
+	r := &Runner{backends: map[string]backend.Backend{config.RuntimeLibcontainer: fakeBackend{poolable: true}}}
+	p := r.NewPool(map[string]int{testImage: 3})
+	f := &fakeSetup{}
+	p.setup = f.setup
+	img := &image.Image{Ref: testImage, Digest: "sha256:0123", Rootfs: t.TempDir()}
+	plan := testPlan()
+	p.take(plan, img)
+	p.ran(plan)
+	waitReady(t, p, 3)
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.destroyed.Load(); n != 3 {
+		t.Errorf("Close destroyed %d of 3 sandboxes", n)
+	}
+	if sb := p.take(plan, img); sb != nil {
+		t.Error("a closed pool gave a sandbox")
+	}
+}

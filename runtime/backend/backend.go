@@ -1,0 +1,173 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"os"
+	"syscall"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/agentrun/agentrun/runtime/spec"
+)
+
+// Container is one run as a backend sees it: a validated spec plus the
+// program's input and the run's wall-clock and output bounds.
+type Container struct {
+	// ID names the run (state dirs, cgroups); [a-z0-9-] only.
+	ID string
+	// Spec is the composed spec; Validate must already have accepted it.
+	Spec *specs.Spec
+	// Stdin is fed to the program, then its stdin is closed.
+	Stdin []byte
+	// Timeout bounds the run's wall-clock time; the whole sandbox is killed then.
+	Timeout time.Duration
+	// OutputLimit caps the bytes kept of stdout and of stderr, each.
+	OutputLimit int64
+	// Output, if not nil, gets the kept output as it arrives.
+	Output OutputFunc
+}
+
+// Outcome is what a finished run produced.
+type Outcome struct {
+	ExitCode   int
+	Signal     string // name of the signal that ended the program, if any
+	TimedOut   bool
+	OOMKilled  bool
+	Stdout     Output
+	Stderr     Output
+	Duration   time.Duration // from start to exit
+	CPU        time.Duration
+	MemoryPeak int64
+}
+
+// Backend runs containers, in two steps: Prepare sets a container up as far
+// as the backend can ahead of its program, and the Prepared's Run runs the
+// program. The caller never needs to know which backend it holds: what
+// differs between them for the set-up around a container is in Traits.
+type Backend interface {
+	// Traits is what the set-up of a run for this backend must know.
+	Traits() Traits
+	// Prepare sets up c's container up to the start of its program. c's
+	// Stdin, Timeout, OutputLimit and Output are not used: Run takes
+	// them. On error nothing is left behind; otherwise the Prepared's
+	// Destroy removes everything, run or not.
+	Prepare(ctx context.Context, c *Container) (Prepared, error)
+	// IDs lists the runs the backend has state for on the host, live or
+	// left behind by an agentrun that died.
+	IDs() ([]string, error)
+	// Cleanup removes run id, left behind by an agentrun that died: its
+	// processes, cgroup and state. It is not an error if it is gone.
+	Cleanup(id string) error
+}
+
+// Prepared is a container set up by Prepare, whose program has not run.
+type Prepared interface {
+	// Run starts the program, feeds it stdin and waits for it to end or
+	// for the timeout (or ctx) to kill the sandbox; output, if not nil,
+	// gets the kept output as it arrives. It returns an error only when
+	// the program could not be run or observed (wrapping ErrNotStarted
+	// when it never started); the program's own failure is in the
+	// Outcome. It may be called once.
+	Run(ctx context.Context, stdin []byte, timeout time.Duration, outputLimit int64, output OutputFunc) (*Outcome, error)
+	// Ready reports whether Run can still start the program: it was not
+	// run, and what waits for it is still there.
+	Ready() bool
+	// Destroy removes everything Prepare and Run made; it may be called
+	// once, after Run or instead of it.
+	Destroy() error
+}
+
+// Traits is what differs between backends for the set-up around a
+// container.
+type Traits struct {
+	// CgroupParent is the cgroup under which the backend's runs have
+	// theirs (each backend's apart, with its own gc and lock).
+	CgroupParent string
+	// PrivateRootfs: the backend writes to the root filesystem it is given
+	// (gVisor's gofer makes the mount points itself), so each run needs a
+	// private, writable view of the shared image rootfs.
+	PrivateRootfs bool
+	// Poolable: a prepared container may wait, set up, for a later run.
+	Poolable bool
+	// Spec, if not nil, is the backend's own change to the spec.
+	Spec spec.SpecOpt
+}
+
+// ErrNotStarted is wrapped by a Prepared's Run error when the program could
+// not be started at all (what waited for it was gone).
+var ErrNotStarted = errors.New("program not started")
+
+// Run prepares c in b, runs its program and destroys it: the two steps of
+// Backend in one, for a caller that prepares nothing ahead.
+func Run(ctx context.Context, b Backend, c *Container) (out *Outcome, err error) {
+	p, err := b.Prepare(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if derr := p.Destroy(); derr != nil && err == nil {
+			err = derr
+		}
+	}()
+	return p.Run(ctx, c.Stdin, c.Timeout, c.OutputLimit, c.Output)
+}
+
+// KilledAtDeadline reports whether o, whose timeout fired, is the outcome
+// of the kill. A program that ended by itself as the deadline came (the
+// kill found it gone) keeps its own outcome, and is not reported as timed
+// out with a clean exit.
+func KilledAtDeadline(o *Outcome) bool {
+	return o.Signal == "SIGKILL"
+}
+
+// ExitSignal is the name of signal n when an exit status is 128+n, as
+// the sandbox's init (and runsc) report a program that a signal ended;
+// "" for other statuses. A program that exits with 128+n itself reads the
+// same, as in a shell.
+func ExitSignal(status int) string {
+	if n := status - 128; n > 0 && n < 65 {
+		return unix.SignalName(syscall.Signal(n))
+	}
+	return ""
+}
+
+// Watch waits for the program, whose end waited reports, until it ends, the
+// timeout passes or ctx is done; in the two latter cases it calls kill,
+// which must end the whole sandbox and return once waited has reported.
+// It returns the program's state (nil if it could not be had) and whether
+// the timeout fired.
+func Watch(ctx context.Context, timeout time.Duration, waited <-chan *os.ProcessState, kill func() *os.ProcessState) (ps *os.ProcessState, timedOut bool) {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case ps = <-waited:
+	case <-timer.C:
+		timedOut = true
+		ps = kill()
+	case <-ctx.Done():
+		ps = kill()
+	}
+	return ps, timedOut
+}
+
+// SetExit decodes the exit status ps (nil: none) into o's ExitCode and
+// Signal, and sets TimedOut when the timeout fired and o is the outcome of
+// the kill (KilledAtDeadline). A process a signal ended reads as 128+n, as
+// does one whose exit status the sandbox's init (or runsc) reports so.
+func (o *Outcome) SetExit(ps *os.ProcessState, timedOut bool) {
+	if ps != nil {
+		ws := ps.Sys().(syscall.WaitStatus)
+		switch {
+		case ws.Signaled():
+			o.ExitCode = 128 + int(ws.Signal())
+			o.Signal = unix.SignalName(ws.Signal())
+		default:
+			o.ExitCode = ws.ExitStatus()
+			o.Signal = ExitSignal(o.ExitCode)
+		}
+	}
+	o.TimedOut = timedOut && KilledAtDeadline(o)
+}
