@@ -398,7 +398,12 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 		sb.undo.Add(sb.ws.Close)
 	}
 
+	idOpts, err := identity(rootfs, dir, sb.uid)
+	if err != nil {
+		return nil, err
+	}
 	opts := append(sandboxSpec(p, traits.CgroupParent+"/"+id, r.cfg.Init, sb.ws.Dir, wsSize), netOpts...)
+	opts = append(opts, idOpts...)
 	if traits.Spec != nil {
 		opts = append(opts, traits.Spec)
 	}

@@ -114,17 +114,8 @@ func trustCA(ca []byte, rootfs, dir string) ([]spec.SpecOpt, error) {
 		if system != nil {
 			continue
 		}
-		f, err := root.Open(p)
-		if err != nil {
-			return nil, fmt.Errorf("reading the image's CA bundle /%s: %w", p, err)
-		}
-		system, err = io.ReadAll(io.LimitReader(f, maxBundleBytes+1))
-		f.Close()
-		if err != nil {
-			return nil, fmt.Errorf("reading the image's CA bundle /%s: %w", p, err)
-		}
-		if len(system) > maxBundleBytes {
-			return nil, fmt.Errorf("the image's CA bundle /%s is larger than %d bytes", p, maxBundleBytes)
+		if system, err = readImageFile(root, p, maxBundleBytes); err != nil {
+			return nil, fmt.Errorf("the image's CA bundle: %w", err)
 		}
 	}
 	caDir := filepath.Join(dir, "ca")

@@ -374,3 +374,39 @@ func sandboxUID42(out string) bool {
 	_, err := fmt.Sscanf(out, "%d %d\n", &uid, &n)
 	return err == nil && n == 42 && uid >= uidpool.DefaultFirst && uid < uidpool.DefaultFirst+uidpool.DefaultCount
 }
+
+// TestRunUIDsHaveAName: the sandbox's own uid and gid have a name inside
+// it ("sandbox"), beside the image's users, on both runtimes, so that
+// programs looking their user up find one; the files stay read-only and
+// nothing of one run's entry is left for the next.
+func TestRunUIDsHaveAName(t *testing.T) {
+	eachRuntime(t, func(t *testing.T, rt string) {
+		cfg := cfgFor(t, rt)
+		r, err := runner.New(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code := idsLine + `
+import getpass, grp, pwd
+print('names', pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name, getpass.getuser(), pwd.getpwnam('root').pw_uid,
+      sum(l.startswith('sandbox:') for l in open('/etc/passwd')))
+try:
+    open('/etc/passwd', 'a').write('evil::0:0::/:/bin/sh\n')
+    print('written')
+except OSError:
+    print('refused')
+`
+		// Twice: what the first run saw is not left in the image.
+		for range 2 {
+			res := r.Run(context.Background(), loadPlan(t, cfg, code, nil))
+			if res.Error != "" || res.ExitCode != 0 {
+				t.Fatalf("run: %+v", res)
+			}
+			parseIDs(t, res.Stdout)
+			if !strings.Contains(res.Stdout, "names sandbox sandbox sandbox 0 1\nrefused\n") {
+				t.Errorf("stdout %q; want the sandbox's names once, root kept, /etc/passwd refused", res.Stdout)
+			}
+		}
+		assertNoLeaks(t)
+	})
+}

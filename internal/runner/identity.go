@@ -1,0 +1,75 @@
+package runner
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/agentrun/agentrun/runtime/spec"
+)
+
+// SandboxUser is the name the sandbox's own uid and gid have inside it.
+const SandboxUser = "sandbox"
+
+// maxIdentityBytes bounds the image's /etc/passwd and /etc/group, read
+// for each run.
+const maxIdentityBytes = 1 << 20
+
+// identity gives the sandbox's own uid and gid a name: it writes the
+// image's /etc/passwd and /etc/group, each with a SandboxUser entry for
+// uid added, into dir, and returns the spec options that mount them
+// read-only over the image's. Programs that look their user up (getpwuid:
+// whoami, git, ssh, getpass) then find it, though each run has a uid of
+// its own. A file the image lacks, or has as anything but a regular file,
+// is left as it is (nothing is ever created in the shared rootfs). The
+// image is read through os.Root: a symlink never leads out of it.
+func identity(rootfs, dir string, uid int) ([]spec.SpecOpt, error) {
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return nil, fmt.Errorf("opening the run's rootfs: %w", err)
+	}
+	defer root.Close()
+	var opts []spec.SpecOpt
+	for _, f := range []struct{ name, entry string }{
+		{"passwd", fmt.Sprintf("%s:x:%d:%d:agentrun sandbox:/tmp:/usr/sbin/nologin\n", SandboxUser, uid, uid)},
+		{"group", fmt.Sprintf("%s:x:%d:\n", SandboxUser, uid)},
+	} {
+		in := "etc/" + f.name
+		if fi, err := root.Lstat(in); err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		data, err := readImageFile(root, in, maxIdentityBytes)
+		if err != nil {
+			return nil, err
+		}
+		if len(data) > 0 && !bytes.HasSuffix(data, []byte("\n")) {
+			data = append(data, '\n')
+		}
+		out := filepath.Join(dir, f.name)
+		if err := os.WriteFile(out, append(data, f.entry...), 0o644); err != nil {
+			return nil, fmt.Errorf("writing the sandbox's /%s: %w", in, err)
+		}
+		opts = append(opts, spec.WithReadonlyFile(out, "/"+in))
+	}
+	return opts, nil
+}
+
+// readImageFile reads name in the image's root, refusing more than max
+// bytes.
+func readImageFile(root *os.Root, name string, max int) ([]byte, error) {
+	f, err := root.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("reading the image's /%s: %w", name, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, int64(max)+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading the image's /%s: %w", name, err)
+	}
+	if len(data) > max {
+		return nil, fmt.Errorf("the image's /%s is larger than %d bytes", name, max)
+	}
+	return data, nil
+}
