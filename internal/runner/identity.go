@@ -7,6 +7,9 @@ import (
 	"os"
 	"path/filepath"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/agentrun/agentrun/internal/cleanup"
 	"github.com/agentrun/agentrun/runtime/spec"
 )
 
@@ -24,13 +27,18 @@ const maxIdentityBytes = 1 << 20
 // whoami, git, ssh, getpass) then find it, though each run has a uid of
 // its own. A file the image lacks, or has as anything but a regular file,
 // is left as it is (nothing is ever created in the shared rootfs). The
-// image is read through os.Root: a symlink never leads out of it.
-func identity(rootfs, dir string, uid int) ([]spec.SpecOpt, error) {
+// image is read through os.Root: a symlink never leads out of it. The
+// files are written in a small tmpfs of their own in the run dir (its
+// unmount pushed on undo), so that the sandbox's mountinfo names no host
+// path as their source.
+func identity(rootfs, dir string, uid int, undo *cleanup.Cleanup) ([]spec.SpecOpt, error) {
 	root, err := os.OpenRoot(rootfs)
 	if err != nil {
 		return nil, fmt.Errorf("opening the run's rootfs: %w", err)
 	}
 	defer root.Close()
+	etc := filepath.Join(dir, "etc")
+	mounted := false
 	var opts []spec.SpecOpt
 	for _, f := range []struct{ name, entry string }{
 		{"passwd", fmt.Sprintf("%s:x:%d:%d:agentrun sandbox:/tmp:/usr/sbin/nologin\n", SandboxUser, uid, uid)},
@@ -47,13 +55,38 @@ func identity(rootfs, dir string, uid int) ([]spec.SpecOpt, error) {
 		if len(data) > 0 && !bytes.HasSuffix(data, []byte("\n")) {
 			data = append(data, '\n')
 		}
-		out := filepath.Join(dir, f.name)
+		if !mounted {
+			if err := mountEtc(etc, undo); err != nil {
+				return nil, err
+			}
+			mounted = true
+		}
+		out := filepath.Join(etc, f.name)
 		if err := os.WriteFile(out, append(data, f.entry...), 0o644); err != nil {
 			return nil, fmt.Errorf("writing the sandbox's /%s: %w", in, err)
 		}
 		opts = append(opts, spec.WithReadonlyFile(out, "/"+in))
 	}
 	return opts, nil
+}
+
+// mountEtc mounts a tmpfs, sized for two files of maxIdentityBytes, at
+// etc (created), and pushes its unmount on undo.
+func mountEtc(etc string, undo *cleanup.Cleanup) error {
+	if err := os.Mkdir(etc, 0o755); err != nil {
+		return fmt.Errorf("creating the sandbox's identity files: %w", err)
+	}
+	opts := fmt.Sprintf("size=%d,mode=0755", 2*maxIdentityBytes+2<<16)
+	if err := unix.Mount("tmpfs", etc, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+		return fmt.Errorf("mounting the sandbox's identity files: %w", err)
+	}
+	undo.Add(func() error {
+		if err := unix.Unmount(etc, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("unmounting the sandbox's identity files: %w", err)
+		}
+		return nil
+	})
+	return nil
 }
 
 // readImageFile reads name in the image's root, refusing more than max

@@ -398,7 +398,7 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 		sb.undo.Add(sb.ws.Close)
 	}
 
-	idOpts, err := identity(rootfs, dir, sb.uid)
+	idOpts, err := identity(rootfs, dir, sb.uid, &sb.undo)
 	if err != nil {
 		return nil, err
 	}
