@@ -392,18 +392,24 @@ var hopHeaders = []string{
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Expect",
 }
 
+// removeHopHeaders deletes from h the hop-by-hop headers: those named in
+// its Connection header and hopHeaders.
+func removeHopHeaders(h http.Header) {
+	for _, f := range h["Connection"] {
+		for _, name := range strings.Split(f, ",") {
+			h.Del(strings.TrimSpace(name))
+		}
+	}
+	for _, name := range hopHeaders {
+		h.Del(name)
+	}
+}
+
 // forwardHTTP sends req to up in origin form and copies the response back.
 // One request per client connection: both sides are told to close, so a
 // second request can never ride on a connection checked for another host.
 func (p *Proxy) forwardHTTP(c net.Conn, req *http.Request, up net.Conn, t target) {
-	for _, f := range req.Header["Connection"] {
-		for _, h := range strings.Split(f, ",") {
-			req.Header.Del(strings.TrimSpace(h))
-		}
-	}
-	for _, h := range hopHeaders {
-		req.Header.Del(h)
-	}
+	removeHopHeaders(req.Header)
 	req.Host = t.host
 	if t.port != 80 {
 		req.Host = net.JoinHostPort(t.host, strconv.Itoa(t.port))

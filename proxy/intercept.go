@@ -229,14 +229,7 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *Se
 	}
 	out.URL.Opaque, out.URL.RawQuery = rawPath, rawQuery
 	out.Header = req.Header.Clone()
-	for _, f := range req.Header["Connection"] {
-		for _, h := range strings.Split(f, ",") {
-			out.Header.Del(strings.TrimSpace(h))
-		}
-	}
-	for _, h := range hopHeaders {
-		out.Header.Del(h)
-	}
+	removeHopHeaders(out.Header)
 	out.ContentLength = req.ContentLength
 	out.Host = svc.authority()
 	if (svc.tls && svc.port == 443) || (!svc.tls && svc.port == 80) {
