@@ -97,12 +97,17 @@ func readImageFile(root *os.Root, name string, max int) ([]byte, error) {
 		return nil, fmt.Errorf("reading the image's /%s: %w", name, err)
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, int64(max)+1))
+	return readAtMost(f, "the image's /"+name, int64(max))
+}
+
+// readAtMost reads r, called what in errors, refusing more than max bytes.
+func readAtMost(r io.Reader, what string, max int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, max+1))
 	if err != nil {
-		return nil, fmt.Errorf("reading the image's /%s: %w", name, err)
+		return nil, fmt.Errorf("reading %s: %w", what, err)
 	}
-	if len(data) > max {
-		return nil, fmt.Errorf("the image's /%s is larger than %d bytes", name, max)
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("%s is larger than %d bytes", what, max)
 	}
 	return data, nil
 }
