@@ -17,7 +17,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,28 +25,15 @@ import (
 
 const testSecret = "s3cret-0123456789abcdef"
 
-// recorder is an upstream API path that keeps the Authorization headers it
-// receives and answers without echoing them.
-type recorder struct {
-	mu   sync.Mutex
-	seen []string
-}
-
-func (rc *recorder) got() []string {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	return append([]string(nil), rc.seen...)
-}
-
-func newServiceRun(t *testing.T, approve ApproveFunc, timeout time.Duration) (*run, *recorder) {
+func newServiceRun(t *testing.T, approve ApproveFunc, timeout time.Duration) (*run, *proxytest.HeaderLog) {
 	t.Helper()
 	requireRoot(t)
 	in := proxytest.NewInternet(t)
-	rc := &recorder{}
+	// The upstream API keeps the Authorization headers it receives and
+	// answers without echoing them.
+	rc := &proxytest.HeaderLog{Name: "Authorization"}
 	in.Mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		rc.mu.Lock()
-		rc.seen = append(rc.seen, r.Header.Get("Authorization"))
-		rc.mu.Unlock()
+		rc.Record(r)
 		b, _ := io.ReadAll(r.Body)
 		fmt.Fprintf(w, "api %s %s body=%q", r.Method, r.URL.EscapedPath(), b)
 	})
@@ -120,7 +106,7 @@ func TestServiceInjectionAndRules(t *testing.T) {
 	if code != 200 || body != `api GET /api/read/x body=""` {
 		t.Fatalf("GET allowed path = %d %q", code, body)
 	}
-	if got := rc.got(); len(got) != 1 || got[0] != "Bearer "+testSecret {
+	if got := rc.Got(); len(got) != 1 || got[0] != "Bearer "+testSecret {
 		t.Fatalf("upstream saw Authorization %q; want the injected one", got)
 	}
 	// A header the program sets is replaced, not added to.
@@ -131,7 +117,7 @@ func TestServiceInjectionAndRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if got := rc.got(); got[len(got)-1] != "Bearer "+testSecret {
+	if got := rc.Got(); got[len(got)-1] != "Bearer "+testSecret {
 		t.Errorf("upstream saw %q after the program set its own", got[len(got)-1])
 	}
 	// Plain http:// to an http service, absolute form.
@@ -139,7 +125,7 @@ func TestServiceInjectionAndRules(t *testing.T) {
 	if code != 200 || !strings.Contains(body, "/api/p") {
 		t.Errorf("GET plain service = %d %q", code, body)
 	}
-	if got := rc.got(); got[len(got)-1] != "Token "+testSecret {
+	if got := rc.Got(); got[len(got)-1] != "Token "+testSecret {
 		t.Errorf("plain upstream saw %q", got[len(got)-1])
 	}
 	// The transparent path reaches the same logic.
@@ -155,7 +141,7 @@ func TestServiceInjectionAndRules(t *testing.T) {
 	if code != 403 {
 		t.Errorf("transparent GET of a path no rule allows = %d; want 403", code)
 	}
-	n := len(rc.got())
+	n := len(rc.Got())
 
 	resp, err = c.Post("https://api.internet.test/api/read/x", "text/plain", strings.NewReader("x"))
 	if err != nil {
@@ -183,7 +169,7 @@ func TestServiceInjectionAndRules(t *testing.T) {
 			t.Errorf("%s = %d %q; want 403", line, code, body)
 		}
 	}
-	if got := rc.got(); len(got) != n {
+	if got := rc.Got(); len(got) != n {
 		t.Errorf("refused requests reached upstream: %d more", len(got)-n)
 	}
 	// POST with an approve rule and no approver: denied by the operator.
@@ -330,7 +316,7 @@ func TestServiceApproval(t *testing.T) {
 			}
 		})
 	}
-	if n := len(rc.got()); n != 1 {
+	if n := len(rc.Got()); n != 1 {
 		t.Errorf("upstream got %d requests; want only the granted one", n)
 	}
 

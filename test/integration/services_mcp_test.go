@@ -66,7 +66,7 @@ func TestMCPElicitApproval(t *testing.T) {
 	if text := answerText(t, res); res.IsError || !strings.Contains(text, "403 agentrun: denied by the operator") {
 		t.Fatalf("declined: %v %q", res.IsError, text)
 	}
-	if got := up.got(); len(got) != 1 || got[0] != "Bearer "+serviceSecret {
+	if got := up.Got(); len(got) != 1 || got[0] != "Bearer "+serviceSecret {
 		t.Errorf("upstream got %q; want the approved request only, with the credential", got)
 	}
 	if err := cs.Close(); err != nil {

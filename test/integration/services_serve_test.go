@@ -15,7 +15,7 @@ import (
 )
 
 // serviceServeConfig is serveConfig with serviceConfig's network.
-func serviceServeConfig(t *testing.T, in *proxytest.Internet, approvalTimeout string) (map[string]any, *serviceUpstream) {
+func serviceServeConfig(t *testing.T, in *proxytest.Internet, approvalTimeout string) (map[string]any, *proxytest.HeaderLog) {
 	t.Helper()
 	cfg, up := serviceConfig(t, in, "libcontainer")
 	srv := map[string]any{"listen": "unix://" + filepath.Join(t.TempDir(), "s.sock")}
@@ -122,7 +122,7 @@ func TestServeApprovals(t *testing.T) {
 	if got := strings.Join(by, "; "); got != "true operator (serve API); false operator (serve API); false timeout" {
 		t.Errorf("approvals in the result: %s", got)
 	}
-	if got := up.got(); len(got) != 1 || got[0] != "Bearer "+serviceSecret {
+	if got := up.Got(); len(got) != 1 || got[0] != "Bearer "+serviceSecret {
 		t.Errorf("upstream got %q; want only the approved request, with the credential", got)
 	}
 
@@ -143,7 +143,7 @@ func TestServeApprovals(t *testing.T) {
 	if a := res2.Network.Approvals; len(a) != 1 || a[0].Approved || a[0].By != "request abandoned" {
 		t.Errorf("approvals of the killed run: %+v", a)
 	}
-	if got := up.got(); len(got) != 1 {
+	if got := up.Got(); len(got) != 1 {
 		t.Errorf("upstream got %d requests; want 1", len(got))
 	}
 	s.stop()

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/agentrun/agentrun/internal/audit"
@@ -18,30 +17,17 @@ import (
 
 const serviceSecret = "agentrun-test-secret-5f2c9e1d7b"
 
-// serviceUpstream adds to in an API under /api/ that records the
-// Authorization header of each request it gets (never echoing it).
-type serviceUpstream struct {
-	mu   sync.Mutex
-	seen []string
-}
-
-func (u *serviceUpstream) got() []string {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return append([]string(nil), u.seen...)
-}
-
 // serviceConfig is netConfig with service "api" at
 // https://api.internet.test, verified through network.ca_files, with a
 // root-only secret injected as Authorization: GET under /api/read/, POST
 // to /api/write/* with approval.
-func serviceConfig(t *testing.T, in *proxytest.Internet, rt string) (*config.Config, *serviceUpstream) {
+func serviceConfig(t *testing.T, in *proxytest.Internet, rt string) (*config.Config, *proxytest.HeaderLog) {
 	t.Helper()
-	up := &serviceUpstream{}
+	// An API under /api/ that records the Authorization header of each
+	// request it gets (never echoing it).
+	up := &proxytest.HeaderLog{Name: "Authorization"}
 	in.Mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		up.mu.Lock()
-		up.seen = append(up.seen, r.Header.Get("Authorization"))
-		up.mu.Unlock()
+		up.Record(r)
 		b, _ := io.ReadAll(r.Body)
 		fmt.Fprintf(w, "api %s %s %s", r.Method, r.URL.EscapedPath(), b)
 	})
@@ -192,7 +178,7 @@ print("ca", hashlib.sha256(ca).hexdigest())
 		if got := strings.Join(lines[len(lines)-2:], "\n"); got != "read True\nHITS ['/tmp/control']" {
 			t.Errorf("the sandbox's search: %s", got)
 		}
-		if got := up.got(); len(got) != 1 || got[0] != "Bearer "+serviceSecret {
+		if got := up.Got(); len(got) != 1 || got[0] != "Bearer "+serviceSecret {
 			t.Errorf("upstream saw Authorization %q; want one request with the injected value", got)
 		}
 		js, _ := json.Marshal(res)

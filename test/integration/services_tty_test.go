@@ -101,7 +101,7 @@ func TestRunAsksOnTerminal(t *testing.T) {
 	if res.Stdout != "403 agentrun: denied by the operator\n" || len(res.Network.Approvals) != 1 || res.Network.Approvals[0].By != "no way to ask" {
 		t.Errorf("without a terminal: stdout %q, approvals %+v", res.Stdout, res.Network.Approvals)
 	}
-	if got := up.got(); len(got) != 1 {
+	if got := up.Got(); len(got) != 1 {
 		t.Errorf("upstream got %d requests; want 1", len(got))
 	}
 	assertNoLeaks(t)
