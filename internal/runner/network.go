@@ -3,8 +3,6 @@ package runner
 import (
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 
 	"github.com/agentrun/agentrun/internal/cleanup"
 	"github.com/agentrun/agentrun/internal/result"
@@ -63,11 +61,13 @@ func (r *Runner) network(p *task.Plan, rootfs, dir string, approve proxy.Approve
 		res.Network = networkResult(prx.Report())
 		return prx.Close()
 	})
-	resolv, hosts := filepath.Join(dir, "resolv.conf"), filepath.Join(dir, "hosts")
-	for path, data := range map[string][]byte{resolv: prx.ResolvConf(), hosts: prx.Hosts()} {
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			return nil, fmt.Errorf("writing %s: %w", filepath.Base(path), err)
-		}
+	resolv, err := writeEtc(dir, undo, "resolv.conf", prx.ResolvConf())
+	if err != nil {
+		return nil, fmt.Errorf("writing resolv.conf: %w", err)
+	}
+	hosts, err := writeEtc(dir, undo, "hosts", prx.Hosts())
+	if err != nil {
+		return nil, fmt.Errorf("writing hosts: %w", err)
 	}
 	opts := []spec.SpecOpt{
 		spec.WithNetworkNamespace(n.SandboxPath),
@@ -76,7 +76,7 @@ func (r *Runner) network(p *task.Plan, rootfs, dir string, approve proxy.Approve
 		spec.WithEnv(prx.Env()),
 	}
 	if ca := prx.CACert(); ca != nil {
-		caOpts, err := trustCA(ca, rootfs, dir)
+		caOpts, err := trustCA(ca, rootfs, dir, undo)
 		if err != nil {
 			return nil, err
 		}

@@ -24,9 +24,6 @@ type overlay struct {
 // mountOverlay mounts lower under dir/rootfs with its upper and work
 // directories in dir (the run's state dir, a tmpfs).
 func mountOverlay(lower, dir string) (*overlay, error) {
-	if strings.ContainsAny(lower, ",:\\") {
-		return nil, fmt.Errorf("image directory %q: ',', ':' and '\\' are not supported in its path", lower)
-	}
 	o := &overlay{merged: filepath.Join(dir, "rootfs")}
 	for _, d := range []string{"upper", "work", "rootfs"} {
 		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
@@ -37,8 +34,21 @@ func mountOverlay(lower, dir string) (*overlay, error) {
 	if err := os.Chmod(filepath.Join(dir, "upper"), 0o755); err != nil {
 		return nil, err
 	}
-	opts := "lowerdir=" + lower + ",upperdir=" + filepath.Join(dir, "upper") + ",workdir=" + filepath.Join(dir, "work")
-	if err := unix.Mount("overlay", o.merged, "overlay", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
+	// The layers are named by descriptors (/proc/self/fd/N): overlayfs shows
+	// its options as given in mountinfo, which the sandbox reads, and they
+	// then name no host path of the image or the run.
+	var opts []string
+	for _, l := range []struct{ opt, path string }{
+		{"lowerdir", lower}, {"upperdir", filepath.Join(dir, "upper")}, {"workdir", filepath.Join(dir, "work")},
+	} {
+		f, err := os.OpenFile(l.path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("opening overlay %s: %w", l.opt, err)
+		}
+		defer f.Close()
+		opts = append(opts, fmt.Sprintf("%s=/proc/self/fd/%d", l.opt, f.Fd()))
+	}
+	if err := unix.Mount("overlay", o.merged, "overlay", unix.MS_NODEV|unix.MS_NOSUID, strings.Join(opts, ",")); err != nil {
 		return nil, fmt.Errorf("mounting overlay over %s: %w", lower, err)
 	}
 	return o, nil

@@ -2,13 +2,12 @@ package runner
 
 import (
 	"crypto/x509"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/cleanup"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/proxy"
@@ -84,12 +83,13 @@ func readBounded(path string, max int64) ([]byte, error) {
 }
 
 // trustCA writes the run's CA and a bundle of it with the image's roots
-// into dir and returns the spec options that show them to the sandbox,
-// read-only: CADir, the image's system bundles, and the variables
-// SSL_CERT_FILE, REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, PIP_CERT and
-// GIT_SSL_CAINFO (the bundle) and NODE_EXTRA_CA_CERTS (the CA). The image
-// is read through os.Root: a symlink never leads out of it.
-func trustCA(ca []byte, rootfs, dir string) ([]spec.SpecOpt, error) {
+// into the run's etc tmpfs in dir (writeEtc), and returns the spec options
+// that show them to the sandbox, read-only: CADir, the image's system
+// bundles, and the variables SSL_CERT_FILE, REQUESTS_CA_BUNDLE,
+// CURL_CA_BUNDLE, PIP_CERT and GIT_SSL_CAINFO (the bundle) and
+// NODE_EXTRA_CA_CERTS (the CA). The image is read through os.Root: a
+// symlink never leads out of it.
+func trustCA(ca []byte, rootfs, dir string, undo *cleanup.Cleanup) ([]spec.SpecOpt, error) {
 	root, err := os.OpenRoot(rootfs)
 	if err != nil {
 		return nil, fmt.Errorf("opening the run's rootfs: %w", err)
@@ -110,27 +110,26 @@ func trustCA(ca []byte, rootfs, dir string) ([]spec.SpecOpt, error) {
 			return nil, fmt.Errorf("the image's CA bundle: %w", err)
 		}
 	}
-	caDir := filepath.Join(dir, "ca")
-	if err := os.Mkdir(caDir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-		return nil, fmt.Errorf("writing the run's CA: %w", err)
-	}
 	bundle := append(append([]byte(nil), system...), '\n')
 	bundle = append(bundle, ca...)
-	for name, data := range map[string][]byte{"ca.pem": ca, "bundle.pem": bundle} {
-		if err := os.WriteFile(filepath.Join(caDir, name), data, 0o644); err != nil {
-			return nil, fmt.Errorf("writing the run's CA: %w", err)
-		}
+	caPath, err := writeEtc(dir, undo, "ca/ca.pem", ca)
+	if err != nil {
+		return nil, fmt.Errorf("writing the run's CA: %w", err)
+	}
+	bundlePath, err := writeEtc(dir, undo, "ca/bundle.pem", bundle)
+	if err != nil {
+		return nil, fmt.Errorf("writing the run's CA bundle: %w", err)
 	}
 	b := CADir + "/bundle.pem"
 	opts := []spec.SpecOpt{
-		spec.WithReadonlyFile(caDir, CADir),
+		spec.WithReadonlyFile(filepath.Dir(caPath), CADir),
 		spec.WithEnv(map[string]string{
 			"SSL_CERT_FILE": b, "REQUESTS_CA_BUNDLE": b, "CURL_CA_BUNDLE": b, "PIP_CERT": b, "GIT_SSL_CAINFO": b,
 			"NODE_EXTRA_CA_CERTS": CADir + "/ca.pem",
 		}),
 	}
 	for _, p := range over {
-		opts = append(opts, spec.WithReadonlyFile(filepath.Join(caDir, "bundle.pem"), p))
+		opts = append(opts, spec.WithReadonlyFile(bundlePath, p))
 	}
 	return opts, nil
 }

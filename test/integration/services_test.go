@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/proxy/proxytest"
 )
 
@@ -208,6 +209,42 @@ print("ca", hashlib.sha256(ca).hexdigest())
 		}
 		if ca2 := strings.TrimSpace(res2.Stdout); ca1 == "" || !strings.HasPrefix(ca2, "ca ") || ca2 == ca1 {
 			t.Errorf("CA of two runs: %q and %q; want two different", ca1, ca2)
+		}
+	})
+}
+
+// TestServiceMountinfo: the files a service run is shown read-only (its
+// CA, the system bundle it replaces, resolv.conf, hosts, passwd and group)
+// come from a tmpfs of the run's own, so the sandbox's mountinfo names no
+// host path of agentrun's state; the CA still verifies the service.
+func TestServiceMountinfo(t *testing.T) {
+	eachRuntime(t, func(t *testing.T, rt string) {
+		in := proxytest.NewInternet(t)
+		cfg, _ := serviceConfig(t, in, rt)
+		code := fetchPy + `
+print(fetch("https://api.internet.test/api/read/m"))
+print(open("/proc/self/mountinfo").read())
+`
+		b, _ := json.Marshal(map[string]any{"code": code, "network": map[string]any{"services": []string{"api"}}})
+		res := runTaskWith(t, cfg, nil, string(b))
+		first, mountinfo, _ := strings.Cut(res.Stdout, "\n")
+		if first != "200 api GET /api/read/m " {
+			t.Errorf("the service through the run's CA: %q (stderr %q)", first, res.Stderr)
+		}
+		points := map[string]bool{}
+		for _, line := range strings.Split(strings.TrimSpace(mountinfo), "\n") {
+			if f := strings.Fields(line); len(f) > 4 {
+				points[f[4]] = true
+			}
+			if strings.Contains(line, cfg.StateDir) {
+				t.Errorf("mountinfo names the state dir %s: %s", cfg.StateDir, line)
+			}
+		}
+		// The control: the mounts the check is about are listed.
+		for _, p := range []string{runner.CADir, "/etc/resolv.conf", "/etc/hosts"} {
+			if !points[p] {
+				t.Errorf("mountinfo lists no mount at %s:\n%s", p, mountinfo)
+			}
 		}
 	})
 }
