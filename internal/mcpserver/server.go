@@ -23,6 +23,7 @@ import (
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/server"
 	"github.com/agentrun/agentrun/internal/task"
+	"github.com/agentrun/agentrun/proxy"
 )
 
 // Version is the server version agentrun announces to clients.
@@ -76,7 +77,7 @@ type Server struct {
 	calls  sync.WaitGroup
 	after  func() // run by Close once the calls are done; may be nil
 
-	held heldCalls // runs waiting for their client's decision on a held request
+	held heldCalls[proxy.Approval, proxy.Decision, callResult] // runs waiting for their client's decision on a held request
 
 	mu    sync.Mutex
 	ended map[*mcp.ServerSession]chan struct{}        // closed when the session ends
@@ -282,7 +283,7 @@ func (s *Server) runCode(ctx context.Context, req *mcp.CallToolRequest, args Arg
 	}
 	res, held, err := s.runAsking(ctx, req, taskJSON)
 	if held != nil {
-		return inputRequired(held), nil, nil
+		return inputRequired(held, callTag(req)), nil, nil
 	}
 	var ref *server.Refusal
 	switch {
