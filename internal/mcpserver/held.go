@@ -6,16 +6,14 @@ import (
 	"time"
 )
 
-// Bounds of calls waiting for their client's answer to a question.
-const (
-	// maxHeldCalls bounds the calls of a server waiting for a client's
-	// answer at once; more are not asked (their questions get the answer
-	// busy of await).
-	maxHeldCalls = 256
-	// abandonAfter ends the work of a call whose client was asked and never
-	// came back.
-	abandonAfter = 10 * time.Minute
-)
+// maxHeldCalls bounds the calls of a server waiting for a client's answer
+// at once; more are not asked (their questions get the answer busy of
+// await).
+const maxHeldCalls = 256
+
+// abandonAfter ends the work of a call whose client was asked and never
+// came back (a variable for tests).
+var abandonAfter = 10 * time.Minute
 
 // held is a tool call whose work goes on beyond it while its client is
 // asked a question (Q): the call answers with the question (an input
