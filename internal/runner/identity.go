@@ -56,7 +56,7 @@ func identity(rootfs, dir string, uid int, undo *cleanup.Cleanup) ([]spec.SpecOp
 			data = append(data, '\n')
 		}
 		if !mounted {
-			if err := mountEtc(etc, undo); err != nil {
+			if err := mountTmpfs(etc, 2*maxIdentityBytes+2<<16, "the sandbox's identity files", undo); err != nil {
 				return nil, err
 			}
 			mounted = true
@@ -70,19 +70,21 @@ func identity(rootfs, dir string, uid int, undo *cleanup.Cleanup) ([]spec.SpecOp
 	return opts, nil
 }
 
-// mountEtc mounts a tmpfs, sized for two files of maxIdentityBytes, at
-// etc (created), and pushes its unmount on undo.
-func mountEtc(etc string, undo *cleanup.Cleanup) error {
-	if err := os.Mkdir(etc, 0o755); err != nil {
-		return fmt.Errorf("creating the sandbox's identity files: %w", err)
+// mountTmpfs mounts a tmpfs of size bytes at dir (created) for the files
+// called what, and pushes its unmount on undo. Files a run's spec mounts
+// into the sandbox are written in one, so that its mountinfo names no
+// host path as their source.
+func mountTmpfs(dir string, size int64, what string, undo *cleanup.Cleanup) error {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", what, err)
 	}
-	opts := fmt.Sprintf("size=%d,mode=0755", 2*maxIdentityBytes+2<<16)
-	if err := unix.Mount("tmpfs", etc, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
-		return fmt.Errorf("mounting the sandbox's identity files: %w", err)
+	opts := fmt.Sprintf("size=%d,mode=0755", size)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+		return fmt.Errorf("mounting %s: %w", what, err)
 	}
 	undo.Add(func() error {
-		if err := unix.Unmount(etc, unix.MNT_DETACH); err != nil {
-			return fmt.Errorf("unmounting the sandbox's identity files: %w", err)
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("unmounting %s: %w", what, err)
 		}
 		return nil
 	})

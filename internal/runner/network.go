@@ -62,7 +62,12 @@ func (r *Runner) network(p *task.Plan, rootfs, dir string, approve proxy.Approve
 	// Close is idempotent: settle has done it already after a run.
 	sb.undo.Add(prx.Close)
 	sb.proxy = prx
-	resolv, hosts := filepath.Join(dir, "resolv.conf"), filepath.Join(dir, "hosts")
+	// In a tmpfs of their own: the sandbox's mountinfo names no host path.
+	netDir := filepath.Join(dir, "net")
+	if err := mountTmpfs(netDir, 64<<10, "the sandbox's resolv.conf and hosts", &sb.undo); err != nil {
+		return nil, err
+	}
+	resolv, hosts := filepath.Join(netDir, "resolv.conf"), filepath.Join(netDir, "hosts")
 	for path, data := range map[string][]byte{resolv: prx.ResolvConf(), hosts: prx.Hosts()} {
 		if err := os.WriteFile(path, data, 0o644); err != nil {
 			return nil, fmt.Errorf("writing %s: %w", filepath.Base(path), err)
@@ -81,7 +86,12 @@ func (r *Runner) network(p *task.Plan, rootfs, dir string, approve proxy.Approve
 		return nil, err
 	}
 	if ca := prx.CACert(); ca != nil {
-		caOpts, err := trustCA(ca, rootfs, dir)
+		// Its own tmpfs too, for the bundle and the CA.
+		tlsDir := filepath.Join(dir, "tls")
+		if err := mountTmpfs(tlsDir, 2*maxBundleBytes+1<<20, "the sandbox's CA files", &sb.undo); err != nil {
+			return nil, err
+		}
+		caOpts, err := trustCA(ca, rootfs, tlsDir)
 		if err != nil {
 			return nil, err
 		}
