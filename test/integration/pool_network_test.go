@@ -242,3 +242,36 @@ func netnsFDs(t *testing.T) int {
 	}
 	return n
 }
+
+// TestNetworkFilesNameNoHostPath: the files a network run's spec mounts in
+// (resolv.conf, hosts, and with services the CA and bundle) come from
+// tmpfs mounts of their own: the sandbox's mountinfo names no host path,
+// such as the state dir, as their source.
+func TestNetworkFilesNameNoHostPath(t *testing.T) {
+	in := proxytest.NewInternet(t)
+	cfg, _ := serviceConfig(t, in, "libcontainer")
+	code := `
+for line in open("/proc/self/mountinfo"):
+    f = line.split()
+    if f[4] in ("/etc/resolv.conf", "/etc/hosts", "/etc/agentrun-ca") or f[4].startswith("/etc/ssl"):
+        print(f[4], f[3])
+`
+	for name, taskJSON := range map[string]string{
+		"allowlist": pyTask(code, map[string]any{"network": map[string]any{"allow": []string{"internet.test"}}}),
+		"services":  pyTask(code, map[string]any{"network": map[string]any{"services": []string{"api"}}}),
+	} {
+		res := runTaskWith(t, cfg, nil, taskJSON)
+		lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+		if res.ExitCode != 0 || len(lines) < 2 {
+			t.Fatalf("%s run: exit %d stdout %q stderr %q", name, res.ExitCode, res.Stdout, res.Stderr)
+		}
+		for _, l := range lines {
+			if strings.Contains(l, stateDir) || strings.Contains(l, "/runs/") {
+				t.Errorf("%s run: mountinfo names a host path: %s", name, l)
+			}
+		}
+		if name == "services" && !strings.Contains(res.Stdout, "/etc/agentrun-ca") {
+			t.Errorf("services run has no CA mount: %q", res.Stdout)
+		}
+	}
+}
