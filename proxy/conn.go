@@ -57,6 +57,12 @@ func (p *Proxy) handleProxy(c net.Conn) {
 		writeStatus(c, http.StatusBadRequest, "agentrun: malformed proxy request", "")
 		return
 	}
+	if !p.bound.Load() {
+		// The head is read (so that the client sees the answer, not a
+		// reset); nothing of an unbound proxy's is the run's: not recorded.
+		writeStatus(c, http.StatusForbidden, "agentrun: denied: "+reasonUnbound, "")
+		return
+	}
 	hl.n.Store(-1)
 	t, err := proxyTarget(req)
 	if err != nil {

@@ -11,7 +11,8 @@ const dnsTTL = 60
 
 // answer serves one DNS query from the sandbox. Allowlisted names get the
 // gateway's address (A) or an empty answer (every other type); any other
-// name gets NXDOMAIN. Nothing is ever forwarded.
+// name gets NXDOMAIN. Nothing is ever forwarded. Before Bind every query
+// is REFUSED.
 func (p *Proxy) answer(w dns.ResponseWriter, r *dns.Msg) {
 	m := new(dns.Msg)
 	m.SetReply(r)
@@ -21,6 +22,8 @@ func (p *Proxy) answer(w dns.ResponseWriter, r *dns.Msg) {
 		m.SetEdns0(max(opt.UDPSize(), dns.MinMsgSize), false)
 	}
 	switch {
+	case !p.bound.Load():
+		m.Rcode = dns.RcodeRefused // no policy yet: nothing is an answer
 	case r.Opcode != dns.OpcodeQuery:
 		m.Rcode = dns.RcodeNotImplemented
 	case len(r.Question) != 1:

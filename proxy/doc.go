@@ -3,5 +3,7 @@
 // sandbox reach only allowlisted names on allowlisted ports.
 //
 // It never dials a host not on the allowlist, never dials an address that
-// CheckAddr refuses, and never forwards a DNS query.
+// CheckAddr refuses, and never forwards a DNS query. A proxy opened ahead
+// of its run (Open) reaches nothing until Bind gives it that run's policy,
+// once.
 package proxy

@@ -40,6 +40,7 @@ const (
 	reasonTooManyClients = "too many connections to the gateway"
 	reasonBytes          = "byte limit reached"
 	reasonDNS            = "not in allowlist (dns)"
+	reasonUnbound        = "no egress policy bound yet"
 )
 
 // checkHost turns a host as the client wrote it into a canonical name, or

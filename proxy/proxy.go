@@ -133,10 +133,17 @@ type Failed struct {
 
 // Proxy is one run's DNS server, HTTP proxy and transparent listeners.
 type Proxy struct {
+	n  *netns.Net // where Bind opens the transparent listeners; nil in unit tests
+	gw netip.Addr
+
+	// bound is set once Bind has set the fields below, which never change
+	// after; a handler that does not see it set reads none of them.
+	bound     atomic.Bool
+	bindTried bool // under mu: Bind was called
+
 	allow   *Allowlist
 	hosts   map[string]netip.Addr
 	policy  Policy
-	gw      netip.Addr
 	resolve func(ctx context.Context, host string) ([]netip.Addr, error)
 	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
 
@@ -190,8 +197,26 @@ type hostStats struct {
 // namespace: DNS on :53 (udp and tcp), the HTTP proxy on :3128, and one
 // transparent listener on each port the allowlist names (other than 53
 // and 3128), which routes each connection by its TLS server name or HTTP
-// Host header. Upstream connections leave from the host namespace.
+// Host header. Upstream connections leave from the host namespace. It is
+// Open and Bind in one.
 func Start(n *netns.Net, p Policy) (*Proxy, error) {
+	px, err := Open(n)
+	if err != nil {
+		return nil, err
+	}
+	if err := px.Bind(p); err != nil {
+		px.Close()
+		return nil, err
+	}
+	return px, nil
+}
+
+// Open starts the listeners of a proxy with no policy yet inside n's
+// gateway namespace: DNS on :53 (udp and tcp) and the HTTP proxy on :3128.
+// Until Bind, the proxy reaches nothing and records nothing: it answers
+// every DNS query REFUSED and every connection to :3128 with a 403. A
+// sandbox's network can so be made ahead of the run that will use it.
+func Open(n *netns.Net) (*Proxy, error) {
 	if n == nil {
 		return nil, errors.New("starting proxy: no network")
 	}
@@ -199,10 +224,8 @@ func Start(n *netns.Net, p Policy) (*Proxy, error) {
 	if !ok {
 		return nil, fmt.Errorf("starting proxy: gateway address %v is not IPv4", n.Gateway)
 	}
-	px, err := newProxy(gw, p)
-	if err != nil {
-		return nil, err
-	}
+	px := unbound(gw)
+	px.n = n
 	if err := px.listen(n); err != nil {
 		px.Close()
 		return nil, err
@@ -210,75 +233,125 @@ func Start(n *netns.Net, p Policy) (*Proxy, error) {
 	return px, nil
 }
 
-// newProxy checks the policy and builds a proxy with no listeners.
-func newProxy(gw netip.Addr, p Policy) (*Proxy, error) {
-	allow, err := ParseAllow(p.Allow)
-	if err != nil {
-		return nil, fmt.Errorf("starting proxy: %w", err)
+// Bind gives the proxy its run's policy, once: it validates p, opens the
+// transparent listeners p's allowlist asks for, and from then on serves
+// by p. A proxy is bound at most once, whatever the outcome: a second
+// Bind fails and leaves the first policy (or none) in force, so a proxy
+// made for one run never serves another's policy.
+func (p *Proxy) Bind(pol Policy) error {
+	p.mu.Lock()
+	switch {
+	case p.closed:
+		p.mu.Unlock()
+		return errors.New("binding proxy policy: proxy closed")
+	case p.bindTried:
+		p.mu.Unlock()
+		return errors.New("binding proxy policy: a policy is bound already")
 	}
-	hosts := make(map[string]netip.Addr, len(p.Hosts))
-	for name, ip := range p.Hosts {
+	p.bindTried = true
+	p.mu.Unlock()
+	if err := p.setPolicy(pol); err != nil {
+		return err
+	}
+	if p.n != nil {
+		if err := p.listenTransparent(p.n); err != nil {
+			return err
+		}
+	}
+	// Handlers read the policy only once they see this (after the
+	// fields above are set); until then they deny.
+	p.bound.Store(true)
+	return nil
+}
+
+// newProxy checks the policy and builds a bound proxy with no listeners.
+func newProxy(gw netip.Addr, p Policy) (*Proxy, error) {
+	px := unbound(gw)
+	px.bindTried = true
+	if err := px.setPolicy(p); err != nil {
+		return nil, err
+	}
+	px.bound.Store(true)
+	return px, nil
+}
+
+// unbound is a proxy at gateway address gw with no policy and no
+// listeners.
+func unbound(gw netip.Addr) *Proxy {
+	px := &Proxy{
+		gw:      gw,
+		conns:   make(map[net.Conn]struct{}),
+		allowed: make(map[hostPort]*hostStats),
+	}
+	px.ctx, px.cancel = context.WithCancel(context.Background())
+	return px
+}
+
+// setPolicy checks pol and sets what the proxy serves by from it.
+func (p *Proxy) setPolicy(pol Policy) error {
+	allow, err := ParseAllow(pol.Allow)
+	if err != nil {
+		return fmt.Errorf("starting proxy: %w", err)
+	}
+	hosts := make(map[string]netip.Addr, len(pol.Hosts))
+	for name, ip := range pol.Hosts {
 		h, ok := canonicalName(name)
 		if !ok {
-			return nil, fmt.Errorf("starting proxy: hosts entry %q: not a valid host name", name)
+			return fmt.Errorf("starting proxy: hosts entry %q: not a valid host name", name)
 		}
 		a, err := netip.ParseAddr(ip)
 		if err != nil {
-			return nil, fmt.Errorf("starting proxy: hosts entry %q: %w", name, err)
+			return fmt.Errorf("starting proxy: hosts entry %q: %w", name, err)
 		}
 		hosts[h] = a.Unmap()
 	}
-	if p.MaxBytes < 0 || p.MaxConns < 0 {
-		return nil, errors.New("starting proxy: negative limit")
+	if pol.MaxBytes < 0 || pol.MaxConns < 0 {
+		return errors.New("starting proxy: negative limit")
 	}
 	var services []*Service
 	seen := map[hostPort]string{}
-	for i := range p.Services {
-		s := p.Services[i]
+	for i := range pol.Services {
+		s := pol.Services[i]
 		if err := s.prepare(); err != nil {
-			return nil, fmt.Errorf("starting proxy: %w", err)
+			return fmt.Errorf("starting proxy: %w", err)
 		}
 		hp := hostPort{s.host, s.port}
 		if other, dup := seen[hp]; dup {
-			return nil, fmt.Errorf("starting proxy: services %q and %q are both at %s", other, s.Name, s.authority())
+			return fmt.Errorf("starting proxy: services %q and %q are both at %s", other, s.Name, s.authority())
 		}
 		seen[hp] = s.Name
 		allow.rules = append(allow.rules, rule{name: s.host, ports: []int{s.port}})
 		services = append(services, &s)
 	}
-	px := &Proxy{
-		allow:   allow,
-		hosts:   hosts,
-		policy:  p,
-		gw:      gw,
-		resolve: p.Resolver,
-		dial:    p.Dial,
-		conns:   make(map[net.Conn]struct{}),
-		allowed: make(map[hostPort]*hostStats),
-
-		services: services,
-	}
+	var ca *CA
 	if len(services) > 0 {
-		if px.ca, err = NewCA(); err != nil {
-			return nil, fmt.Errorf("starting proxy: %w", err)
+		if ca, err = NewCA(); err != nil {
+			return fmt.Errorf("starting proxy: %w", err)
 		}
-		px.upstream = px.newUpstream()
 	}
-	if px.resolve == nil {
-		px.resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
+	resolve, dial := pol.Resolver, pol.Dial
+	if resolve == nil {
+		resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
 			return net.DefaultResolver.LookupNetIP(ctx, "ip", host+".")
 		}
 	}
-	if px.dial == nil {
+	if dial == nil {
 		d := &net.Dialer{}
-		px.dial = d.DialContext
+		dial = d.DialContext
 	}
-	px.ctx, px.cancel = context.WithCancel(context.Background())
-	return px, nil
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.allow, p.hosts, p.policy = allow, hosts, pol
+	p.resolve, p.dial = resolve, dial
+	p.services, p.ca = services, ca
+	if len(services) > 0 {
+		p.upstream = p.newUpstream()
+	}
+	return nil
 }
 
-// listen opens every listener inside the gateway namespace and starts
-// serving them.
+// listen opens the DNS and HTTP proxy listeners inside the gateway
+// namespace and starts serving them.
 func (p *Proxy) listen(n *netns.Net) error {
 	at := func(port int) string { return net.JoinHostPort(p.gw.String(), strconv.Itoa(port)) }
 
@@ -306,6 +379,13 @@ func (p *Proxy) listen(n *netns.Net) error {
 	if !p.goAccept(l, p.handleProxy) {
 		return errors.New("starting http proxy: proxy closed")
 	}
+	return nil
+}
+
+// listenTransparent opens a transparent listener on each port the bound
+// allowlist names (other than 53 and 3128) and starts serving them.
+func (p *Proxy) listenTransparent(n *netns.Net) error {
+	at := func(port int) string { return net.JoinHostPort(p.gw.String(), strconv.Itoa(port)) }
 	for _, port := range p.allow.Ports() {
 		if port == DNSPort || port == ProxyPort {
 			continue // reachable through CONNECT only

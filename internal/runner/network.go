@@ -1,10 +1,10 @@
 package runner
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 
-	"github.com/agentrun/agentrun/internal/cleanup"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/proxy"
@@ -15,57 +15,56 @@ import (
 // a veth to a gateway namespace where this process's proxy and DNS server
 // listen, and returns the spec options that put the program there. A run
 // without an allowlist gets nothing here: its spec's fresh network
-// namespace holds only lo. What it sets up is undone through undo; settle
-// stops the proxy and puts its report in res once the program has ended,
-// before the result is handed out.
+// namespace holds only lo. What it sets up is undone through sb.undo;
+// sb.settle stops the proxy and puts its report in res once the program
+// has ended, before the result is handed out.
+//
+// With res nil the sandbox is made ahead for the pool: all of the above
+// but the policy, which no run has yet. Its proxy is left unbound (it
+// denies everything) until the run that takes the sandbox binds its own
+// (bindNetwork). What the spec holds of the network (the namespace, the
+// gateway's address in the proxy variables, resolv.conf and hosts) is the
+// same for every policy.
 //
 // A run with services also gets the proxy's CA: its certificate alone and
 // a bundle of it with the image's own roots, mounted read-only under
 // CADir, named by the usual variables and mounted over the image's system
 // bundle (rootfs is the run's own view of the image, an overlay). Held
-// requests are decided by approve (nil: all denied).
-func (r *Runner) network(p *task.Plan, rootfs, dir string, approve proxy.ApproveFunc, res *result.Result, undo, settle *cleanup.Cleanup) ([]spec.SpecOpt, error) {
+// requests are decided by approve (nil: all denied). The CA is the run's
+// own, minted when its policy is bound, and its certificate is in the
+// spec's mounts: a run with services is never made ahead.
+func (r *Runner) network(p *task.Plan, rootfs, dir string, approve proxy.ApproveFunc, res *result.Result, sb *sandbox) ([]spec.SpecOpt, error) {
 	if len(p.Allow) == 0 && len(p.Services) == 0 {
 		return nil, nil
 	}
-	services, roots, timeout, err := r.services(p)
-	if err != nil {
-		return nil, err
-	}
-	allowRanges, err := prefixes(r.cfg.Network.AllowRanges)
-	if err != nil {
-		return nil, fmt.Errorf("config network.allow_ranges: %w", err)
-	}
-	denyRanges, err := prefixes(r.cfg.Network.DenyRanges)
-	if err != nil {
-		return nil, fmt.Errorf("config network.deny_ranges: %w", err)
+	var pol proxy.Policy
+	if res != nil {
+		// Checked before anything is made.
+		var err error
+		if pol, err = r.policy(p, approve); err != nil {
+			return nil, err
+		}
+	} else if len(p.Services) > 0 {
+		return nil, errors.New("a sandbox for a run with services is never made ahead")
 	}
 	n, err := r.nets.Setup()
 	if err != nil {
 		return nil, fmt.Errorf("setting up the run's network: %w", err)
 	}
-	undo.Add(n.Close)
-	prx, err := proxy.Start(n, proxy.Policy{
-		Allow: p.Allow, Hosts: r.cfg.Network.Hosts,
-		AllowRanges: allowRanges, DenyRanges: denyRanges,
-		MaxBytes: p.Limits.NetBytes, MaxConns: int(p.Limits.NetConns),
-		Services: services, UpstreamRoots: roots, Approve: approve, ApprovalTimeout: timeout,
-	})
+	sb.undo.Add(n.Close)
+	prx, err := proxy.Open(n)
 	if err != nil {
 		return nil, fmt.Errorf("starting the egress proxy: %w", err)
 	}
 	// The proxy closes before the namespaces (its sockets hold the gateway's).
 	// Close is idempotent: settle has done it already after a run.
-	undo.Add(prx.Close)
-	settle.Add(func() error {
-		res.Network = networkResult(prx.Report())
-		return prx.Close()
-	})
-	resolv, err := writeEtc(dir, undo, "resolv.conf", prx.ResolvConf())
+	sb.undo.Add(prx.Close)
+	sb.proxy = prx
+	resolv, err := writeEtc(dir, &sb.undo, "resolv.conf", prx.ResolvConf())
 	if err != nil {
 		return nil, fmt.Errorf("writing resolv.conf: %w", err)
 	}
-	hosts, err := writeEtc(dir, undo, "hosts", prx.Hosts())
+	hosts, err := writeEtc(dir, &sb.undo, "hosts", prx.Hosts())
 	if err != nil {
 		return nil, fmt.Errorf("writing hosts: %w", err)
 	}
@@ -75,14 +74,67 @@ func (r *Runner) network(p *task.Plan, rootfs, dir string, approve proxy.Approve
 		spec.WithReadonlyFile(hosts, "/etc/hosts"),
 		spec.WithEnv(prx.Env()),
 	}
+	if res == nil {
+		return opts, nil
+	}
+	if err := bind(sb, pol, res); err != nil {
+		return nil, err
+	}
 	if ca := prx.CACert(); ca != nil {
-		caOpts, err := trustCA(ca, rootfs, dir, undo)
+		caOpts, err := trustCA(ca, rootfs, dir, &sb.undo)
 		if err != nil {
 			return nil, err
 		}
 		opts = append(opts, caOpts...)
 	}
 	return opts, nil
+}
+
+// bindNetwork gives the proxy of sb, a sandbox made ahead, the policy of
+// p, the run that took it, whose result is res.
+func (r *Runner) bindNetwork(sb *sandbox, p *task.Plan, approve proxy.ApproveFunc, res *result.Result) error {
+	pol, err := r.policy(p, approve)
+	if err != nil {
+		return err
+	}
+	return bind(sb, pol, res)
+}
+
+// bind binds the proxy of sb to pol, and has sb.settle put the proxy's
+// report in res.
+func bind(sb *sandbox, pol proxy.Policy, res *result.Result) error {
+	if err := sb.proxy.Bind(pol); err != nil {
+		return fmt.Errorf("starting the egress proxy: %w", err)
+	}
+	prx := sb.proxy
+	sb.settle.Add(func() error {
+		res.Network = networkResult(prx.Report())
+		return prx.Close()
+	})
+	return nil
+}
+
+// policy is what the proxy lets p reach: its allowlist and services, under
+// the config's hosts, ranges and the run's network limits.
+func (r *Runner) policy(p *task.Plan, approve proxy.ApproveFunc) (proxy.Policy, error) {
+	services, roots, timeout, err := r.services(p)
+	if err != nil {
+		return proxy.Policy{}, err
+	}
+	allowRanges, err := prefixes(r.cfg.Network.AllowRanges)
+	if err != nil {
+		return proxy.Policy{}, fmt.Errorf("config network.allow_ranges: %w", err)
+	}
+	denyRanges, err := prefixes(r.cfg.Network.DenyRanges)
+	if err != nil {
+		return proxy.Policy{}, fmt.Errorf("config network.deny_ranges: %w", err)
+	}
+	return proxy.Policy{
+		Allow: p.Allow, Hosts: r.cfg.Network.Hosts,
+		AllowRanges: allowRanges, DenyRanges: denyRanges,
+		MaxBytes: p.Limits.NetBytes, MaxConns: int(p.Limits.NetConns),
+		Services: services, UpstreamRoots: roots, Approve: approve, ApprovalTimeout: timeout,
+	}, nil
 }
 
 func prefixes(ss []string) ([]netip.Prefix, error) {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/config"
-	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/task"
 )
 
@@ -26,8 +25,15 @@ import (
 // A sandbox is made for one task shape: the image, argv, environment and
 // limits that the container is created with. For each image it is sized
 // for, the pool keeps ready sandboxes of the shape of the latest run of
-// that image (or of the shape it was seeded with). Tasks with a network
-// allowlist, or for runsc, always run cold.
+// that image (or of the shape it was seeded with).
+//
+// A sandbox for a task with an allowlist is made with its network: the
+// namespace pair, the veth and its addresses, and a proxy listening in the
+// gateway namespace that denies everything. The run that takes it binds
+// its own policy to that proxy (allowlist, hosts, limits), once; the
+// sandbox serves that run only. Tasks with services run cold: their proxy
+// terminates TLS with a CA minted for the run, whose certificate is
+// mounted into the container as it is created.
 //
 // The pool fills in the background, several sandboxes at once, as many as
 // there are CPUs not taken by runs, and one at a time while runs take
@@ -89,7 +95,7 @@ const fillRetry = time.Second
 func (r *Runner) NewPool(sizes map[string]int) *Pool {
 	p := &Pool{r: r, sizes: map[string]int{}, shapes: map[string]*shape{},
 		setup: func(plan *task.Plan, img *image.Image) (*sandbox, error) {
-			return r.setup(plan, img, &result.Result{}, newID(), nil, nil, nil)
+			return r.setup(plan, img, nil, newID(), nil, nil, nil)
 		},
 		hits: map[string]int64{}, misses: map[string]int64{}, cpus: runtime.NumCPU(),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
@@ -114,7 +120,7 @@ func (p *Pool) Seed(plan *task.Plan) error {
 		return fmt.Errorf("the pool keeps no sandboxes for image %q", plan.Image)
 	}
 	if !p.poolable(plan) {
-		return fmt.Errorf("image %q: a task with network access or runtime %q never runs from the pool", plan.Image, plan.Runtime)
+		return fmt.Errorf("image %q: a task with services or runtime %q never runs from the pool", plan.Image, plan.Runtime)
 	}
 	img, err := p.r.store.Get(context.Background(), plan.Image, image.PullOptions{})
 	if err != nil {
@@ -383,17 +389,19 @@ func destroyAll(sbs []*sandbox) error {
 }
 
 // poolable reports whether plan can run in a pooled sandbox: one made
-// without network, for a backend whose prepared containers can wait.
+// without services (whose CA is the run's own), for a backend whose
+// prepared containers can wait.
 func (p *Pool) poolable(plan *task.Plan) bool {
 	be := p.r.backends[plan.Runtime]
-	return be != nil && be.Traits().Poolable && len(plan.Allow) == 0 && len(plan.Services) == 0
+	return be != nil && be.Traits().Poolable && len(plan.Services) == 0
 }
 
 // shapeKey identifies what a sandbox for plan is created with: its image
 // and runtime, and what of the plan its spec and workspace are made of
 // (sandboxSpec): argv, environment and the limits config.LimitTable marks
-// Shape. What a run supplies later (code, files, stdin, timeout, output
-// cap, collect) is not part of it. The rootfs is named by its inode too:
+// Shape, and whether it has a network (an allowlist) or none. What a run
+// supplies later (code, files, stdin, timeout, output cap, collect, and
+// the allowlist itself, bound to the proxy at take) is not part of it. The rootfs is named by its inode too:
 // an image removed and pulled again at the same path is another rootfs,
 // and the sandboxes made on the old one (whose files are gone) are not
 // used. It is "" when the rootfs cannot be looked at.
@@ -414,7 +422,8 @@ func shapeKey(plan *task.Plan, img *image.Image) string {
 		Argv                           []string
 		Env                            map[string]string
 		Limits                         map[string]any
-	}{plan.Image, img.Digest, img.Rootfs, plan.Runtime, st.Dev, st.Ino, plan.Argv, plan.Env, limits})
+		Network                        bool
+	}{plan.Image, img.Digest, img.Rootfs, plan.Runtime, st.Dev, st.Ino, plan.Argv, plan.Env, limits, len(plan.Allow) > 0})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }

@@ -161,12 +161,19 @@ func TestShapeKeyFollowsWhatSetupUses(t *testing.T) {
 		"argv":    func(p *task.Plan) { p.Argv = []string{"node", "/workspace/main.js"} },
 		"env":     func(p *task.Plan) { p.Env = map[string]string{"A": "2"} },
 		"runtime": func(p *task.Plan) { p.Runtime = config.RuntimeRunsc },
+		"network": func(p *task.Plan) { p.Allow = []string{"pypi.org"} },
 	} {
 		p := testPlan()
 		change(p)
 		if shapeKey(base, img) == shapeKey(p, img) {
 			t.Errorf("another %s keeps the shape key", name)
 		}
+	}
+	// The allowlist itself is bound at take: another one is the same shape.
+	a, b := testPlan(), testPlan()
+	a.Allow, b.Allow = []string{"pypi.org"}, []string{"example.com:8443", "*.example.org"}
+	if shapeKey(a, img) != shapeKey(b, img) {
+		t.Error("another allowlist changes the shape key")
 	}
 	other := &image.Image{Ref: testImage, Digest: "sha256:0123", Rootfs: t.TempDir()}
 	if shapeKey(base, img) == shapeKey(base, other) {
@@ -224,25 +231,54 @@ func TestPoolSkipsSandboxesNoLongerReady(t *testing.T) {
 func TestPoolServesOnlyWhatItCanHold(t *testing.T) {
 	p, f, img := testPool(t, 1)
 	netPlan := testPlan()
-	netPlan.Allow = []string{"pypi.org"}
+	netPlan.Allow, netPlan.Services = []string{"pypi.org"}, []string{"github"}
 	runscPlan := testPlan()
 	runscPlan.Runtime = config.RuntimeRunsc
 	otherImage := testPlan()
 	otherImage.Image = "python"
 	for _, plan := range []*task.Plan{netPlan, runscPlan, otherImage} {
 		if sb := p.take(plan, img); sb != nil {
-			t.Errorf("take(%s, %v, allow %v) gave a sandbox", plan.Image, plan.Runtime, plan.Allow)
+			t.Errorf("take(%s, %v, services %v) gave a sandbox", plan.Image, plan.Runtime, plan.Services)
 		}
 		p.ran(plan)
 	}
 	if err := p.Seed(netPlan); err == nil {
-		t.Error("Seed of a task with network access was accepted")
+		t.Error("Seed of a task with services was accepted")
 	}
 	time.Sleep(10 * time.Millisecond) // a filler woken by mistake would call the set-up now
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if st := p.Stats(); len(f.plans) != 0 || st.Misses != 0 || st.Hits != 0 {
 		t.Errorf("set-up ran %d times, stats %+v; want none", len(f.plans), st)
+	}
+}
+
+// A task with an allowlist is kept ready as a sandbox with a network, for
+// any allowlist; a task without one is another shape.
+func TestPoolKeepsAllowlistTasks(t *testing.T) {
+	p, f, img := testPool(t, 1)
+	first := testPlan()
+	first.Allow = []string{"pypi.org"}
+	if sb := p.take(first, img); sb != nil {
+		t.Fatal("an empty pool gave a sandbox")
+	}
+	p.ran(first)
+	waitReady(t, p, 1)
+	f.mu.Lock()
+	made := f.plans[0]
+	f.mu.Unlock()
+	if len(made.Allow) == 0 {
+		t.Fatal("the pool's set-up got a plan without network for an allowlist task")
+	}
+	second := testPlan()
+	second.Allow = []string{"example.com"}
+	if sb := p.take(second, img); sb == nil {
+		t.Fatal("a task with another allowlist got no sandbox")
+	}
+	p.ran(second)
+	waitReady(t, p, 1)
+	if sb := p.take(testPlan(), img); sb != nil {
+		t.Fatal("a task without network got a sandbox made with one")
 	}
 }
 

@@ -243,8 +243,9 @@ func approver(hook func(context.Context, string, proxy.Approval) proxy.Decision,
 	if hook == nil {
 		return nil
 	}
-	id := res.ID
-	return func(ctx context.Context, a proxy.Approval) proxy.Decision { return hook(ctx, id, a) }
+	// The id is read when a request is held, once the program runs: a
+	// pooled run's is its sandbox's, set after this.
+	return func(ctx context.Context, a proxy.Approval) proxy.Decision { return hook(ctx, res.ID, a) }
 }
 
 // pullOptions bounds the pull of a task's image by policy.registries,
@@ -267,6 +268,13 @@ func (r *Runner) sandbox(p *task.Plan, img *image.Image, res *result.Result, lea
 		res.ID = sb.id
 		if err := sb.ws.Write(runFiles(p), sb.uid, sb.uid); err != nil {
 			return nil, errors.Join(err, sb.undo.Clean())
+		}
+		// Its proxy has denied everything since it was made: it gets this
+		// run's policy, and no other, now.
+		if sb.proxy != nil {
+			if err := r.bindNetwork(sb, p, approve, res); err != nil {
+				return nil, errors.Join(err, sb.undo.Clean())
+			}
 		}
 		return sb, nil
 	}
@@ -299,6 +307,7 @@ type sandbox struct {
 	uid    int  // the host uid and gid its processes run as: its own
 	ws     *workspace.Workspace
 	spec   *specs.Spec
+	proxy  *proxy.Proxy // its egress proxy, nil without network
 	prep   backend.Prepared
 	undo   cleanup.Cleanup
 	// settle ends what the run used once its program has ended and fills
@@ -311,7 +320,9 @@ type sandbox struct {
 // is the setup order of one run: every step that makes something on the
 // host pushes its undo, and on error everything made is undone. With a
 // lease, the workspace is that session's disk, mounted in the run dir (so
-// that gc finds it there if agentrun dies).
+// that gc finds it there if agentrun dies). With res nil it is made ahead
+// for the pool: its network, if any, waits for the policy of the run that
+// takes it.
 func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id string, files map[string][]byte, lease *session.Lease, approve proxy.ApproveFunc) (_ *sandbox, err error) {
 	be := r.backends[p.Runtime]
 	if be == nil {
@@ -371,7 +382,7 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	if err := checkProgram(rootfs, p.Argv[0]); err != nil {
 		return nil, err
 	}
-	netOpts, err := r.network(p, rootfs, dir, approve, res, &sb.undo, &sb.settle)
+	netOpts, err := r.network(p, rootfs, dir, approve, res, sb)
 	if err != nil {
 		return nil, err
 	}

@@ -66,20 +66,26 @@ func TestEscapeBattery(t *testing.T) {
 		rts = []string{rt}
 	}
 	for _, rt := range rts {
-		t.Run(rt, func(t *testing.T) { battery(t, rt, false) })
+		t.Run(rt, func(t *testing.T) { battery(t, rt, false, nil) })
 		if rt == config.RuntimeLibcontainer {
 			// The same probes in a sandbox the warm pool made ahead.
-			t.Run(rt+"-pooled", func(t *testing.T) { battery(t, rt, true) })
+			t.Run(rt+"-pooled", func(t *testing.T) { battery(t, rt, true, nil) })
+			// And in one it made ahead with a network, its proxy bound
+			// to the task's allowlist as the run took it.
+			t.Run(rt+"-pooled-allowlist", func(t *testing.T) { battery(t, rt, true, []string{"example.com"}) })
 		}
 	}
 }
 
 // battery runs the probes under runtime rt, in a sandbox taken from a warm
-// pool if pooled.
-func battery(t *testing.T, rt string, pooled bool) {
+// pool if pooled, with a network allowlist if allow is not empty.
+func battery(t *testing.T, rt string, pooled bool, allow []string) {
 	expect, ok := expectations[rt]
 	if !ok {
 		t.Fatalf("no expectation table for runtime %q", rt)
+	}
+	if len(allow) > 0 {
+		expect = withAllowlist(expect)
 	}
 
 	// The host binary that runs the containers (and is their init) must not
@@ -131,7 +137,7 @@ func battery(t *testing.T, rt string, pooled bool) {
 		"-uid-first", strconv.FormatInt(cfg.RunUIDs.First, 10),
 		"-uid-count", strconv.FormatInt(cfg.RunUIDs.Count, 10),
 	}
-	taskJSON, _ := json.Marshal(map[string]any{
+	fields := map[string]any{
 		"session": "escape-battery",
 		"image":   "dir:" + rootfs,
 		"command": args,
@@ -139,7 +145,11 @@ func battery(t *testing.T, rt string, pooled bool) {
 		"files":   map[string]any{"README": map[string]string{"content": "escape battery workspace\n"}},
 		"limits": map[string]any{"timeout": "60s", "output_bytes": 1 << 20, "pids": runPids,
 			"tmp_size": runTmpSize, "workspace_size": "16m", "memory": "256m"},
-	})
+	}
+	if len(allow) > 0 {
+		fields["network"] = map[string]any{"allow": allow}
+	}
+	taskJSON, _ := json.Marshal(fields)
 	plan, err := task.Load(taskJSON, cfg)
 	if err != nil {
 		t.Fatalf("task.Load: %v", err)
@@ -223,6 +233,9 @@ func battery(t *testing.T, rt string, pooled bool) {
 		label := rt
 		if pooled {
 			label += "-pooled"
+		}
+		if len(allow) > 0 {
+			label += "-allowlist"
 		}
 		path = strings.TrimSuffix(path, ".md") + "-" + label + ".md"
 		if err := os.WriteFile(path, []byte(markdown(rt, probes, expect)), 0o644); err != nil {

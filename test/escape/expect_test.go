@@ -240,6 +240,18 @@ var libcontainer = map[string]expectation{
 	"tcp-metadata-100.100.100.200":                     {Errnos: []string{"ENETUNREACH"}},
 }
 
+// withAllowlist is table t for a run with a network allowlist: its
+// namespace holds eth0 and the route to its gateway besides lo. The direct
+// egress probes (public, private, metadata and host addresses, the host's
+// abstract socket) still must fail: only the gateway is reachable.
+func withAllowlist(t map[string]expectation) map[string]expectation {
+	t = maps.Clone(t)
+	e := t["netns-only-lo"]
+	e.Info = true
+	t["netns-only-lo"] = e
+	return t
+}
+
 // runsc is the libcontainer table adjusted for gVisor as far as it is known
 // before runsc is wired in: the Sentry answers ENOSYS for what it does not
 // implement, and it has only the 64-bit syscall ABI. Whoever adds runsc

@@ -26,7 +26,7 @@ import (
 
 // netConfig names the fake internet host and three rebinding traps, and
 // opens the 198.18.0.0/15 range the fake host lives in.
-func netConfig(t *testing.T, in *proxytest.Internet) *config.Config {
+func netConfig(t testing.TB, in *proxytest.Internet) *config.Config {
 	cfg := testConfig(t)
 	cfg.Network.Hosts = map[string]string{
 		"internet.test": in.IP.String(), "www.internet.test": in.IP.String(),

@@ -186,8 +186,8 @@ while True:
 }
 
 // TestPoolFollowsTaskShape: a run of another shape runs cold, and the pool
-// then keeps sandboxes of that shape; a shape with network access is never
-// pooled.
+// then keeps sandboxes of that shape; a shape with services, or for runsc,
+// is never pooled.
 func TestPoolFollowsTaskShape(t *testing.T) {
 	p := newPooled(t, 1, pyTask("pass", nil))
 	withEnv := pyTask(`import os; print(os.environ["COLOR"])`, map[string]any{"env": map[string]string{"COLOR": "blue"}})
@@ -199,7 +199,9 @@ func TestPoolFollowsTaskShape(t *testing.T) {
 		t.Fatalf("pooled run printed %q", res.Stdout)
 	}
 
-	for _, extra := range []map[string]any{{"network": map[string]any{"allow": []string{"example.com"}}}, {"runtime": "runsc"}} {
+	p.cfg.Network.Services = map[string]config.Service{"api": {URL: "https://api.example.com",
+		Rules: []config.ServiceRule{{Methods: []string{"GET"}, Paths: []string{"/**"}}}}}
+	for _, extra := range []map[string]any{{"network": map[string]any{"services": []string{"api"}}}, {"runtime": "runsc"}} {
 		err := p.pool.Seed(p.plan(pyTask("pass", extra)))
 		if err == nil || !strings.Contains(err.Error(), "never runs from the pool") {
 			t.Errorf("Seed(%v) = %v; want a refusal", extra, err)
