@@ -32,7 +32,9 @@ import (
 // The pool fills in the background, several sandboxes at once, as many as
 // there are CPUs not taken by runs, and one at a time while runs take
 // every CPU: a run never waits for a fill, and a run that finds no sandbox
-// ready sets one up itself at once, as without a pool.
+// ready sets one up itself at once, as without a pool. A fill's container
+// is prepared ahead (backend.Container.Ahead): on CPU time that runs leave
+// free, so that it does not slow the run that took the sandbox before it.
 type Pool struct {
 	r *Runner
 	// setup makes one sandbox for plan: the runner's set-up, without
@@ -89,7 +91,7 @@ const fillRetry = time.Second
 func (r *Runner) NewPool(sizes map[string]int) *Pool {
 	p := &Pool{r: r, sizes: map[string]int{}, shapes: map[string]*shape{},
 		setup: func(plan *task.Plan, img *image.Image) (*sandbox, error) {
-			return r.setup(plan, img, &result.Result{}, newID(), nil, nil, nil)
+			return r.setup(plan, img, &result.Result{}, newID(), nil, nil, nil, true)
 		},
 		hits: map[string]int64{}, misses: map[string]int64{}, cpus: runtime.NumCPU(),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}

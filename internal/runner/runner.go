@@ -199,7 +199,7 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 		}
 		res.ID = newID()
 		again := time.Now()
-		if sb, err = r.setup(p, img, res, res.ID, runFiles(p), nil, approver(hooks.Approve, res)); err != nil {
+		if sb, err = r.setup(p, img, res, res.ID, runFiles(p), nil, approver(hooks.Approve, res), false); err != nil {
 			return err
 		}
 		setup = time.Since(again)
@@ -261,7 +261,7 @@ func (r *Runner) pullOptions(p *task.Plan) image.PullOptions {
 // pool's sandboxes lack). It sets res.ID to the sandbox's.
 func (r *Runner) sandbox(p *task.Plan, img *image.Image, res *result.Result, lease *session.Lease, approve proxy.ApproveFunc) (*sandbox, error) {
 	if lease != nil {
-		return r.setup(p, img, res, res.ID, runFiles(p), lease, approve)
+		return r.setup(p, img, res, res.ID, runFiles(p), lease, approve, false)
 	}
 	if sb := r.pool.take(p, img); sb != nil {
 		res.ID = sb.id
@@ -270,7 +270,7 @@ func (r *Runner) sandbox(p *task.Plan, img *image.Image, res *result.Result, lea
 		}
 		return sb, nil
 	}
-	return r.setup(p, img, res, res.ID, runFiles(p), nil, approve)
+	return r.setup(p, img, res, res.ID, runFiles(p), nil, approve, false)
 }
 
 // execute runs the program of sb to its end and collects its files.
@@ -311,8 +311,9 @@ type sandbox struct {
 // is the setup order of one run: every step that makes something on the
 // host pushes its undo, and on error everything made is undone. With a
 // lease, the workspace is that session's disk, mounted in the run dir (so
-// that gc finds it there if agentrun dies).
-func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id string, files map[string][]byte, lease *session.Lease, approve proxy.ApproveFunc) (_ *sandbox, err error) {
+// that gc finds it there if agentrun dies). ahead: the sandbox is made
+// ahead of demand, for the pool (backend.Container.Ahead).
+func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id string, files map[string][]byte, lease *session.Lease, approve proxy.ApproveFunc, ahead bool) (_ *sandbox, err error) {
 	be := r.backends[p.Runtime]
 	if be == nil {
 		return nil, fmt.Errorf("runtime %q is not available", p.Runtime)
@@ -415,7 +416,7 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 		return nil, fmt.Errorf("spec refused: %w", err)
 	}
 
-	if sb.prep, err = be.Prepare(context.Background(), &backend.Container{ID: id, Spec: sb.spec}); err != nil {
+	if sb.prep, err = be.Prepare(context.Background(), &backend.Container{ID: id, Spec: sb.spec, Ahead: ahead}); err != nil {
 		return nil, err
 	}
 	sb.undo.Add(sb.prep.Destroy)
