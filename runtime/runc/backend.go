@@ -185,7 +185,6 @@ func (p *Prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration,
 	out = &backend.Outcome{}
 	start := time.Now()
 	waitOutput := p.stdio.Serve(stdin, outputLimit, output)
-	err = nil
 	if p.idle {
 		// The program runs with the ordinary share of the CPU.
 		_, err = setIdle(p.cg, p.paths, false)
