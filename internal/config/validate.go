@@ -209,7 +209,7 @@ func (n Network) validate() error {
 	at := map[string]string{}
 	for _, name := range sortedKeys(n.Services) {
 		field := fmt.Sprintf("network.services[%q]", name)
-		if !serviceNameRe.MatchString(name) {
+		if !serviceNameRe().MatchString(name) {
 			return fieldErr(field, errors.New("a service name is 1 to 63 characters of a-z 0-9 _ -, starting with a letter or digit"))
 		}
 		s := n.Services[name]
@@ -257,7 +257,9 @@ const (
 	MaxCAFiles  = 16
 )
 
-var serviceNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+// serviceNameRe is compiled when first used: its {0,62} compiles to
+// hundreds of allocations, which every agentrun start would pay at init.
+var serviceNameRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`) })
 
 // ProxyService is the proxy's form of the service name of network.services.
 func ProxyService(name string, s Service) proxy.Service {

@@ -49,7 +49,8 @@ type Server struct {
 	run       RunFunc
 	pool      func() runner.PoolStats // nil without a pool
 	slots     atomic.Pointer[chan struct{}]
-	decoding  chan struct{} // one large task decoded at a time
+	teardowns atomic.Pointer[chan struct{}] // answered runs tearing down apart from the slots
+	decoding  chan struct{}                 // one large task decoded at a time
 	queued    atomic.Int64
 	running   atomic.Int64
 	quotas    *quotas
@@ -74,8 +75,7 @@ func New(cfg *config.Config, run RunFunc, pool func() runner.PoolStats) *Server 
 		decoding: make(chan struct{}, 1),
 		quotas:   newQuotas(cfg.Server.Quota.RunsPerMinute, cfg.Server.Quota.Concurrent, time.Now)}
 	s.cfg.Store(cfg)
-	slots := make(chan struct{}, cfg.Server.MaxConcurrent)
-	s.slots.Store(&slots)
+	s.setCapacity(cfg.Server.MaxConcurrent)
 	g := metrics.Gauges{Running: s.running.Load, Queued: s.queued.Load}
 	if pool != nil {
 		g.Pool = func() metrics.PoolStats {
@@ -98,8 +98,7 @@ func New(cfg *config.Config, run RunFunc, pool func() runner.PoolStats) *Server 
 func (s *Server) Reload(cfg *config.Config) {
 	old := s.cfg.Load()
 	if cfg.Server.MaxConcurrent != old.Server.MaxConcurrent {
-		slots := make(chan struct{}, cfg.Server.MaxConcurrent)
-		s.slots.Store(&slots)
+		s.setCapacity(cfg.Server.MaxConcurrent)
 	}
 	s.quotas.set(cfg.Server.Quota.RunsPerMinute, cfg.Server.Quota.Concurrent)
 	s.cfg.Store(cfg)
@@ -199,12 +198,12 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 	}
 	// The run slot comes first: only requests holding one read their
 	// bodies, so the bodies in memory are at most max_concurrent.
-	slots, err := s.admit(r.Context(), cfg)
+	adm, err := s.admit(r.Context(), cfg)
 	if err != nil {
 		writeRefusal(w, s.admitRefusal(cfg.Runtime, err))
 		return
 	}
-	defer func() { <-slots }()
+	defer adm.done()
 	data, status, err := readBody(w, r)
 	if err != nil {
 		writeError(w, status, "", err.Error())
@@ -227,8 +226,8 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 
 	// The answer goes out as soon as the result is final. The session's
 	// quota is given back before it, so that the client's next run is not
-	// refused for this one; the run slot is held until the sandbox is torn
-	// down.
+	// refused for this one, and the run slot is handed over for a
+	// tear-down slot (admission.tearDown).
 	if err := s.checkSession(plan); err != nil {
 		writeError(w, sessionStatus(err), "session", err.Error())
 		return
@@ -264,6 +263,7 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 	hooks.Result = func(res *result.Result) {
 		sent = res
 		release()
+		adm.tearDown()
 		s.metrics.Ran(plan.Runtime, pooled, time.Since(admitted), res)
 		answer(res)
 	}
@@ -418,18 +418,18 @@ func (s *Server) RunTask(ctx context.Context, data []byte) (*result.Result, erro
 		return nil, s.quotaRefusal(plan, err, retry)
 	}
 	defer release()
-	slots, err := s.admit(ctx, cfg)
+	adm, err := s.admit(ctx, cfg)
 	if err != nil {
 		return nil, s.admitRefusal(plan.Runtime, err)
 	}
-	defer func() { <-slots }()
+	defer adm.done()
 	s.running.Add(1)
 	defer s.running.Add(-1)
 	admitted, pooled := time.Now(), false
 	res := s.run(ctx, plan, runner.Hooks{Setup: func(p bool, d time.Duration) {
 		pooled = p
 		s.metrics.Setup(p, d)
-	}, Approve: approverFrom(ctx)})
+	}, Approve: approverFrom(ctx), Result: func(*result.Result) { adm.tearDown() }})
 	s.metrics.Ran(plan.Runtime, pooled, time.Since(admitted), res)
 	return res, nil
 }
@@ -445,14 +445,64 @@ func writeRefusal(w http.ResponseWriter, err error) {
 	writeError(w, ref.Status, ref.Field, ref.Msg)
 }
 
+// setCapacity makes n run slots and n tear-down slots for the runs
+// admitted from now on.
+func (s *Server) setCapacity(n int) {
+	slots, teardowns := make(chan struct{}, n), make(chan struct{}, n)
+	s.slots.Store(&slots)
+	s.teardowns.Store(&teardowns)
+}
+
+// admission is an admitted request's hold on the server's capacity: a run
+// slot while its run goes on and, once the run is answered, a tear-down
+// slot in its place, so that the next request need not wait for the
+// sandbox's tear-down. There are as many tear-down slots as run slots:
+// with all of them taken, an answered run keeps its run slot to the end of
+// its tear-down, as if there were none. So the server's runs hold at most
+// 2 × max_concurrent sandboxes at once (the pool's apart), and a burst of
+// short runs cannot pile up tear-downs: it is slowed to their pace
+// instead. Its methods are called from the request's goroutine only.
+type admission struct {
+	slots, teardowns chan struct{} // those it was admitted under (Reload may replace the server's)
+	slot, teardown   bool          // which it holds
+}
+
+// tearDown hands the run slot over for a tear-down slot, if one is free;
+// otherwise the run keeps its run slot.
+func (a *admission) tearDown() {
+	if !a.slot || a.teardown {
+		return
+	}
+	select {
+	case a.teardowns <- struct{}{}:
+		a.teardown = true
+		a.slot = false
+		<-a.slots
+	default:
+	}
+}
+
+// done frees what a holds: the request has ended, and its sandbox is gone.
+func (a *admission) done() {
+	if a.slot {
+		<-a.slots
+		a.slot = false
+	}
+	if a.teardown {
+		<-a.teardowns
+		a.teardown = false
+	}
+}
+
 // admit takes a run slot, waiting in the queue when all are taken. It
 // fails at once when the queue is full, or when ctx ends while waiting.
-// The slot is freed by a receive from the channel it returns.
-func (s *Server) admit(ctx context.Context, cfg *config.Config) (chan struct{}, error) {
+// The slot is freed by the admission's done.
+func (s *Server) admit(ctx context.Context, cfg *config.Config) (*admission, error) {
 	slots := *s.slots.Load()
+	adm := &admission{slots: slots, teardowns: *s.teardowns.Load(), slot: true}
 	select {
 	case slots <- struct{}{}:
-		return slots, nil
+		return adm, nil
 	default:
 	}
 	if s.queued.Add(1) > int64(cfg.Server.Queue) {
@@ -468,7 +518,7 @@ func (s *Server) admit(ctx context.Context, cfg *config.Config) (chan struct{}, 
 	for {
 		select {
 		case slots <- struct{}{}:
-			return slots, nil
+			return adm, nil
 		case <-ctx.Done():
 			return nil, fmt.Errorf("gave up waiting for a run slot: %w", ctx.Err())
 		case <-tick.C:

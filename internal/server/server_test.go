@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -388,9 +389,9 @@ func TestAPIClientNotReading(t *testing.T) {
 	}
 }
 
-// blockingRun answers at once and holds its slot until release closes,
-// as a run tearing down its sandbox does (whether or not its client is
-// still there).
+// blockingRun answers at once and tears down until release closes, as a
+// run tearing down its sandbox does (whether or not its client is still
+// there).
 func blockingRun(release chan struct{}) RunFunc {
 	return func(ctx context.Context, p *task.Plan, hooks runner.Hooks) *result.Result {
 		res := &result.Result{ID: "ar-b", Stdout: string(p.Code)}
@@ -448,14 +449,9 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // slots, not by the queue.
 func TestAPIReadsBodiesOnlyWhenAdmitted(t *testing.T) {
 	release := make(chan struct{})
-	ts := testServer(t, func(c *config.Config) { c.Server.MaxConcurrent, c.Server.Queue = 1, 4 }, blockingRun(release))
+	ts := testServer(t, func(c *config.Config) { c.Server.MaxConcurrent, c.Server.Queue = 1, 4 }, busyRun(release))
 	defer close(release)
-	resp, err := http.Post(ts.URL+"/v1/runs", "application/json", strings.NewReader(`{"code": "first"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.ReadAll(resp.Body)
-	resp.Body.Close()
+	go http.Post(ts.URL+"/v1/runs", "application/json", strings.NewReader(`{"code": "first"}`))
 	waitRunning(t, ts.URL, 1)
 
 	// 16 MiB of spaces before the task: far more than socket buffers hold.
@@ -644,7 +640,7 @@ func TestHealthReportsPoolErrors(t *testing.T) {
 // at most MaxRetries times.
 func TestClientRetriesBusy(t *testing.T) {
 	release := make(chan struct{})
-	ts := testServer(t, func(c *config.Config) { c.Server.MaxConcurrent, c.Server.Queue = 1, 0 }, blockingRun(release))
+	ts := testServer(t, func(c *config.Config) { c.Server.MaxConcurrent, c.Server.Queue = 1, 0 }, busyRun(release))
 	c, _ := NewClient("tcp://"+strings.TrimPrefix(ts.URL, "http://"), "")
 	go c.Run(context.Background(), []byte(`{"code": "first"}`))
 	waitRunning(t, ts.URL, 1)
@@ -663,5 +659,64 @@ func TestClientRetriesBusy(t *testing.T) {
 	}
 	if d := time.Since(start); d < 900*time.Millisecond {
 		t.Errorf("answered after %v: the retry did not wait for Retry-After", d)
+	}
+}
+
+// busyRun holds its run slot, unanswered, until release closes: a run
+// whose program goes on.
+func busyRun(release chan struct{}) RunFunc {
+	return func(ctx context.Context, p *task.Plan, hooks runner.Hooks) *result.Result {
+		<-release
+		return &result.Result{ID: "ar-busy", Stdout: string(p.Code)}
+	}
+}
+
+// TestAPITearDownLeavesRunSlot: an answered run tears its sandbox down
+// in a tear-down slot of its own, so the next request runs meanwhile; and
+// with every tear-down slot taken (as many as run slots) an answered run
+// keeps its run slot, so tear-downs never pile up past max_concurrent.
+func TestAPITearDownLeavesRunSlot(t *testing.T) {
+	tearDowns := []chan struct{}{make(chan struct{}), make(chan struct{}), make(chan struct{})}
+	var n atomic.Int64
+	ts := testServer(t, func(c *config.Config) { c.Server.MaxConcurrent, c.Server.Queue = 1, 0 },
+		func(_ context.Context, p *task.Plan, hooks runner.Hooks) *result.Result {
+			res := &result.Result{ID: "ar-t", Stdout: string(p.Code)}
+			hooks.Result(res)
+			<-tearDowns[n.Add(1)-1]
+			return res
+		})
+	var ended [3]sync.Once
+	end := func(i int) { ended[i].Do(func() { close(tearDowns[i]) }) }
+	t.Cleanup(func() { end(0); end(1); end(2) }) // before the server's
+	post := func(code string) int {
+		t.Helper()
+		client := &http.Client{Timeout: 5 * time.Second}
+		resp, err := client.Post(ts.URL+"/v1/runs", "application/json", strings.NewReader(`{"code": "`+code+`"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := post("first"); got != 200 {
+		t.Fatalf("first run: status %d", got)
+	}
+	waitRunning(t, ts.URL, 1) // answered, tearing down
+	if got := post("second"); got != 200 {
+		t.Fatalf("a run while the one before tears down: status %d; want it run (max_concurrent 1)", got)
+	}
+	waitRunning(t, ts.URL, 2)
+	// The only tear-down slot is the first run's: the second keeps its
+	// run slot as it tears down, and a third is refused (queue 0).
+	if got := post("third"); got != http.StatusServiceUnavailable {
+		t.Fatalf("a run with one run and one tear-down slot taken: status %d; want 503", got)
+	}
+	end(0)
+	end(1)
+	waitRunning(t, ts.URL, 0)
+	end(2)
+	if got := post("fourth"); got != 200 {
+		t.Fatalf("a run once both tear-downs ended: status %d", got)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/opencontainers/cgroups"
 	_ "github.com/opencontainers/cgroups/devices" // device rules for the cgroup manager
 	"github.com/opencontainers/cgroups/fs"
+	"github.com/opencontainers/cgroups/fs2"
 	"github.com/opencontainers/cgroups/fscommon"
 	"github.com/opencontainers/cgroups/manager"
 	"github.com/opencontainers/runc/libcontainer"
@@ -74,6 +75,7 @@ type Prepared struct {
 	stdio    *backend.Pipes
 	proc     *libcontainer.Process
 	reaped   bool // the init has been waited for
+	idle     bool // its cgroup is idle for the CPU scheduler until Run
 }
 
 // Prepare creates c's container and starts its init, which stops just
@@ -126,6 +128,13 @@ func (b *Backend) Prepare(_ context.Context, c *backend.Container) (_ backend.Pr
 	if p.stdio, err = backend.NewPipes(); err != nil {
 		return nil, err
 	}
+	if c.Ahead {
+		// Made ahead of demand: the init's set-up runs on CPU time that
+		// runs leave free, and Run makes the cgroup ordinary again.
+		if p.idle, err = setIdle(p.cg, p.paths, true); err != nil {
+			return nil, err
+		}
+	}
 	nnp := true
 	p.proc = &libcontainer.Process{
 		Args:            c.Spec.Process.Args,
@@ -176,7 +185,14 @@ func (p *Prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration,
 	out = &backend.Outcome{}
 	start := time.Now()
 	waitOutput := p.stdio.Serve(stdin, outputLimit, output)
-	if err := p.exec(ctx); err != nil {
+	if p.idle {
+		// The program runs with the ordinary share of the CPU.
+		_, err = setIdle(p.cg, p.paths, false)
+	}
+	if err == nil {
+		err = p.exec(ctx)
+	}
+	if err != nil {
 		// The pipes reach EOF once the init is gone.
 		p.kill(p.wait())
 		waitOutput()
@@ -344,4 +360,42 @@ var rlimitTypes = map[string]int{
 	"RLIMIT_AS":     unix.RLIMIT_AS,
 	"RLIMIT_STACK":  unix.RLIMIT_STACK,
 	"RLIMIT_CPU":    unix.RLIMIT_CPU,
+}
+
+// setIdle makes the container's cgroup idle for the CPU scheduler (cpu.idle,
+// Linux 5.15 and later: its processes run only on CPU time that nothing
+// else wants), or ordinary again. Making it idle creates the cgroup ahead
+// of libcontainer (which joins it), so that the init is idle from its
+// start. It reports whether the cgroup is idle: false, without an error,
+// when the kernel has no cpu.idle or there is no cpu controller.
+func setIdle(cg *cgroups.Cgroup, paths map[string]string, idle bool) (bool, error) {
+	dir := paths["cpu"]
+	if cgroups.IsCgroup2UnifiedMode() {
+		dir = paths[""]
+	}
+	if dir == "" {
+		return false, nil
+	}
+	if idle {
+		var err error
+		if cgroups.IsCgroup2UnifiedMode() {
+			err = fs2.CreateCgroupPath(dir, cg)
+		} else {
+			err = os.MkdirAll(dir, 0o755)
+		}
+		if err != nil {
+			return false, fmt.Errorf("creating cgroup %s: %w", dir, err)
+		}
+	}
+	v := "0"
+	if idle {
+		v = "1"
+	}
+	if err := cgroups.WriteFile(dir, "cpu.idle", v); err != nil {
+		if errors.Is(err, os.ErrNotExist) && idle {
+			return false, nil
+		}
+		return false, fmt.Errorf("setting cpu.idle of %s: %w", dir, err)
+	}
+	return idle, nil
 }

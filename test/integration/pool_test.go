@@ -428,3 +428,65 @@ func TestPoolFillsInParallel(t *testing.T) {
 		t.Fatalf("at most %d sandboxes were made at once; want %d", most, want)
 	}
 }
+
+// TestPoolFillsOnIdleCPU: a pooled sandbox is set up in a cgroup that is
+// idle for the CPU scheduler (cpu.idle 1: its init takes only CPU time
+// that runs leave free), and its program runs with the ordinary share
+// (cpu.idle 0), read from the run's cgroup while the program runs.
+func TestPoolFillsOnIdleCPU(t *testing.T) {
+	p := newPooled(t, 1, pyTask("pass", nil))
+	dirs := idleFiles(t)
+	if len(dirs) != 1 {
+		t.Fatalf("cpu.idle of the ready sandboxes: %v; want one", dirs)
+	}
+	var file, idle string
+	for file, idle = range dirs {
+	}
+	if idle != "1" {
+		t.Fatalf("%s of a ready pooled sandbox = %q; want 1", file, idle)
+	}
+	done := make(chan *result.Result, 1)
+	go func() { done <- p.r.Run(context.Background(), p.plan(pyTask("import time; time.sleep(1.5)", nil))) }()
+	var seen []string
+	for {
+		select {
+		case res := <-done:
+			if res.Error != "" || res.ExitCode != 0 {
+				t.Fatalf("run: exit %d, %s", res.ExitCode, res.Error)
+			}
+			t.Fatalf("the run's cgroup %s was never ordinary while its program ran: read %v", file, seen)
+		case <-time.After(50 * time.Millisecond):
+		}
+		b, err := os.ReadFile(file)
+		if v := strings.TrimSpace(string(b)); err == nil {
+			if v == "0" {
+				break
+			}
+			seen = append(seen, v)
+		}
+	}
+	if res := <-done; res.Error != "" || res.ExitCode != 0 {
+		t.Fatalf("run: exit %d, %s", res.ExitCode, res.Error)
+	}
+}
+
+// idleFiles maps the cpu.idle file of each run's cgroup to its content.
+func idleFiles(t *testing.T) map[string]string {
+	t.Helper()
+	files := map[string]string{}
+	for _, root := range testenv.CgroupRoots() {
+		found, _ := filepath.Glob(filepath.Join(root, "agentrun", "ar-*", "cpu.idle"))
+		for _, f := range found {
+			if real, err := filepath.EvalSymlinks(f); err == nil { // cpu and cpuacct share one
+				f = real
+			}
+			if b, err := os.ReadFile(f); err == nil {
+				files[f] = strings.TrimSpace(string(b))
+			}
+		}
+	}
+	if len(files) == 0 {
+		t.Fatal("no run's cgroup has a cpu.idle file (Linux 5.15 or later, cpu controller)")
+	}
+	return files
+}
