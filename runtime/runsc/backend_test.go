@@ -420,8 +420,8 @@ func TestNew(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := b.args(&backend.Container{ID: "x", Spec: spec.Default("/r")}, "/b")
-	if i := slices.Index(args, "run"); i < 0 || !slices.Contains(args[:i], "--network=none") || !slices.Contains(args[:i], "--oci-seccomp") {
+	args := b.globalArgs(&backend.Container{ID: "x", Spec: spec.Default("/r")}, "/b")
+	if !slices.Contains(args, "--network=none") || !slices.Contains(args, "--oci-seccomp") || args[len(args)-1] != "--platform=systrap" {
 		t.Errorf("args %v", args)
 	}
 }
@@ -472,20 +472,43 @@ func TestConcurrent(t *testing.T) {
 	}
 }
 
-// TestTimeoutDuringBoot kills runsc while it is still creating the sandbox,
-// when `runsc kill` cannot work yet: the backend's last resort (runsc's
-// process group and the cgroup) must leave nothing behind.
-func TestTimeoutDuringBoot(t *testing.T) {
+// TestTimeoutDuringStart kills the sandbox while `runsc start` is still
+// starting the program, or just after: the run is reported timed out (or
+// finished), and nothing is left behind.
+func TestTimeoutDuringStart(t *testing.T) {
 	f := newFixture(t)
 	for _, d := range []time.Duration{time.Millisecond, 30 * time.Millisecond, 60 * time.Millisecond, 90 * time.Millisecond} {
 		c := f.container(t, runOpts{timeout: d}, "python3", "-c", "print(45)")
 		out, err := f.b.Run(context.Background(), c)
-		if err != nil {
-			t.Logf("timeout %v: %v", d, err)
-		} else if !out.TimedOut {
+		switch {
+		case err != nil:
+			t.Errorf("timeout %v: %v", d, err)
+		case !out.TimedOut:
 			t.Logf("timeout %v: finished first (%v)", d, out.Duration)
-		} else if out.ExitCode != 137 {
-			t.Errorf("timeout %v: exit %d", d, out.ExitCode)
+		case out.ExitCode != 137 || out.Signal != "SIGKILL":
+			t.Errorf("timeout %v: exit %d signal %q", d, out.ExitCode, out.Signal)
+		}
+		f.checkClean(t, c.ID)
+	}
+}
+
+// TestPrepareCancelledDuringCreate stops Prepare while `runsc create` is
+// still booting the sandbox: the sandbox's processes, cgroup, bundle and
+// runsc's state are all gone when Prepare returns its error.
+func TestPrepareCancelledDuringCreate(t *testing.T) {
+	f := newFixture(t)
+	for _, d := range []time.Duration{time.Millisecond, 50 * time.Millisecond, 150 * time.Millisecond, 300 * time.Millisecond} {
+		c := f.container(t, runOpts{}, "python3", "-c", "print(45)")
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		p, err := f.b.Prepare(ctx, c)
+		cancel()
+		if err == nil {
+			t.Logf("cancel after %v: created first", d)
+			if err := p.Destroy(); err != nil {
+				t.Error(err)
+			}
+		} else if !strings.Contains(err.Error(), "creating the sandbox") {
+			t.Errorf("cancel after %v: %v", d, err)
 		}
 		f.checkClean(t, c.ID)
 	}
