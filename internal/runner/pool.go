@@ -18,16 +18,18 @@ import (
 	"github.com/agentrun/agentrun/internal/task"
 )
 
-// Pool keeps libcontainer sandboxes set up ahead of demand: their state
-// dir, workspace and container, with the container's init stopped just
-// before the exec of the program. A run that finds one ready skips all of
-// its set-up; each sandbox serves one run only and is destroyed after it.
+// Pool keeps sandboxes set up ahead of demand: their state dir, workspace
+// and prepared container (a libcontainer init stopped just before the exec
+// of the program, a runsc sandbox created and not started). A run that
+// finds one ready skips all of its set-up; each sandbox serves one run
+// only and is destroyed after it.
 //
 // A sandbox is made for one task shape: the image, argv, environment and
 // limits that the container is created with. For each image it is sized
 // for, the pool keeps ready sandboxes of the shape of the latest run of
 // that image (or of the shape it was seeded with). Tasks with a network
-// allowlist, or for runsc, always run cold.
+// allowlist always run cold, as do those of a runtime whose prepared
+// containers cannot wait (Traits.Poolable).
 //
 // The pool fills in the background, several sandboxes at once, as many as
 // there are CPUs not taken by runs, and one at a time while runs take

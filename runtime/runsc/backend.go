@@ -28,8 +28,8 @@ import (
 // defaultCgroupParent holds the cgroups of runs whose spec names none.
 const defaultCgroupParent = CgroupParent
 
-// killGrace bounds how long the backend waits for runsc start or wait to
-// end once the sandbox is killed, and for one runsc housekeeping command.
+// killGrace bounds how long the backend waits for a killed sandbox to end,
+// and for one runsc housekeeping command.
 const killGrace = 5 * time.Second
 
 // reservedFlags are set by the backend itself; a config flag may not change
@@ -48,7 +48,9 @@ type Backend struct {
 }
 
 // New returns a backend running the runsc binary at path with the extra
-// global flags, keeping bundles and runsc's state under stateDir.
+// global flags, keeping bundles and runsc's state under stateDir. It makes
+// the calling process the reaper of its orphaned descendants
+// (PR_SET_CHILD_SUBREAPER): the sandboxes it creates.
 func New(path string, flags []string, stateDir string) (*Backend, error) {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -72,6 +74,12 @@ func New(path string, flags []string, stateDir string) (*Backend, error) {
 	if !filepath.IsAbs(stateDir) {
 		return nil, fmt.Errorf("runsc state dir %q is not absolute", stateDir)
 	}
+	// A sandbox outlives the runsc create that made it; agentrun becomes
+	// its parent, so that it reaps it and has the program's exit status
+	// from it (runsc boot exits with it) without another runsc command.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return nil, fmt.Errorf("becoming the reaper of runsc's sandboxes: %w", err)
+	}
 	b := &Backend{path: path, flags: slices.Clone(flags), stateDir: stateDir, root: filepath.Join(stateDir, "root")}
 	if err := os.MkdirAll(b.root, 0o700); err != nil {
 		return nil, fmt.Errorf("creating runsc state dir: %w", err)
@@ -93,7 +101,7 @@ const createWait = 60 * time.Second
 
 // startWait bounds `runsc start`, which takes milliseconds when the sandbox
 // waits for it. A sandbox that cannot take it (stopped, say) would
-// otherwise hold the run until its timeout.
+// otherwise hold the run.
 const startWait = 5 * time.Second
 
 // prepared is a sandbox booted by `runsc create` in its own cgroup, with its
@@ -106,8 +114,13 @@ type prepared struct {
 	global []string // runsc's global flags for this sandbox
 	cg     *sandboxCgroup
 	stdio  *backend.Pipes
-	pidfd  int // the sandbox process (runsc boot), -1 when none
-	ran    bool
+	// The sandbox process (runsc boot), agentrun's child once runsc
+	// create has ended: its pid, and a pidfd, -1 when none.
+	pid, pidfd int
+	// kids are pidfds of the sandbox's processes (it and its gofer), all
+	// agentrun's children, for Destroy to reap.
+	kids []int
+	ran  bool
 }
 
 // Prepare writes c's bundle and cgroup and creates its sandbox with `runsc
@@ -160,37 +173,74 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 	ctx, cancel := context.WithTimeout(ctx, createWait)
 	defer cancel()
 	pidFile := filepath.Join(bundle, "sandbox.pid")
-	if _, err := b.command(ctx, p.stdio, p.global, "create", "--bundle", bundle, "--pid-file", pidFile, c.ID); err != nil {
+	_, err = b.command(ctx, p.stdio, p.global, "create", "--bundle", bundle, "--pid-file", pidFile, c.ID)
+	// Whatever runsc create left in the cgroup is agentrun's now.
+	p.kids = pidfds(p.cg.pids())
+	if err != nil {
 		return nil, p.failed("creating the sandbox", err)
 	}
 	p.stdio.CloseChildEnds()
-	if p.pidfd, err = openSandbox(pidFile, p.cg); err != nil {
+	if p.pid, p.pidfd, err = openSandbox(pidFile, p.cg); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
-// openSandbox returns a pidfd of the sandbox process that `runsc create`
-// wrote to pidFile, once it is seen in the sandbox's cgroup (not another
-// process that took a dead sandbox's pid).
-func openSandbox(pidFile string, cg *sandboxCgroup) (int, error) {
+// openSandbox returns the pid of the sandbox process that `runsc create`
+// wrote to pidFile, and a pidfd of it, once it is seen in the sandbox's
+// cgroup (not another process that took a dead sandbox's pid).
+func openSandbox(pidFile string, cg *sandboxCgroup) (int, int, error) {
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
-		return -1, fmt.Errorf("reading the sandbox's pid: %w", err)
+		return 0, -1, fmt.Errorf("reading the sandbox's pid: %w", err)
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil || pid <= 0 {
-		return -1, fmt.Errorf("runsc wrote sandbox pid %q", b)
+		return 0, -1, fmt.Errorf("runsc wrote sandbox pid %q", b)
 	}
 	fd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
-		return -1, fmt.Errorf("opening the sandbox process %d: %w", pid, err)
+		return 0, -1, fmt.Errorf("opening the sandbox process %d: %w", pid, err)
 	}
 	if !slices.Contains(cg.pids(), pid) {
 		unix.Close(fd)
-		return -1, fmt.Errorf("sandbox process %d is gone from cgroup %s", pid, cg.path)
+		return 0, -1, fmt.Errorf("sandbox process %d is gone from cgroup %s", pid, cg.path)
 	}
-	return fd, nil
+	return pid, fd, nil
+}
+
+// pidfds opens a pidfd of each of pids still there.
+func pidfds(pids []int) []int {
+	var fds []int
+	for _, pid := range pids {
+		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+			fds = append(fds, fd)
+		}
+	}
+	return fds
+}
+
+// reap waits, up to killGrace in all, for the processes of pidfds fds to
+// exit, reaps those that are agentrun's children and closes the fds.
+func reap(fds []int) error {
+	deadline := time.Now().Add(killGrace)
+	var left int
+	for _, fd := range fds {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, _ := unix.Poll(pfd, max(0, int(time.Until(deadline).Milliseconds())))
+		if n > 0 {
+			// Exited: reaped at once if a child, ECHILD if not.
+			var info unix.Siginfo
+			_ = unix.Waitid(unix.P_PIDFD, fd, &info, unix.WEXITED, nil)
+		} else {
+			left++
+		}
+		unix.Close(fd)
+	}
+	if left > 0 {
+		return fmt.Errorf("%d sandbox processes did not exit", left)
+	}
+	return nil
 }
 
 // alive reports whether the sandbox process has not exited.
@@ -206,17 +256,19 @@ func (p *prepared) alive() bool {
 // Ready reports whether the sandbox still waits for its program's start.
 func (p *prepared) Ready() bool { return !p.ran && p.alive() }
 
-// exit is how the program ended, as `runsc wait` reported it.
+// exit is how the program ended: the sandbox process's exit status, which
+// is the program's (128+n for a program that signal n ended, as runsc
+// reports it), or SIGKILL's when the sandbox itself was killed.
 type exit struct {
-	status  int
-	started bool  // `runsc start` succeeded
-	err     error // no status: the start or the wait failed
+	status int
+	err    error // no status: the sandbox could not be waited for
 }
 
-// Run starts the program (`runsc start`), feeds it stdin and waits for it
-// (`runsc wait`) to end or for the timeout (or ctx) to kill the sandbox;
-// output, if not nil, gets the kept output as it arrives. It may be called
-// once.
+// Run starts the program (`runsc start`), feeds it stdin and waits for the
+// sandbox, which ends with the program, to end or for the timeout (or ctx)
+// to kill it; output, if not nil, gets the kept output as it arrives. The
+// timeout runs from the start on, as with libcontainer, whose exec is
+// bounded apart; so is the start, by startWait. It may be called once.
 func (p *prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration, outputLimit int64, output backend.OutputFunc) (*backend.Outcome, error) {
 	if p.ran {
 		return nil, errors.New("container already ran")
@@ -228,30 +280,32 @@ func (p *prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration,
 	wasReady := p.alive()
 	out := &backend.Outcome{}
 	waitOutput := p.stdio.Serve(stdin, outputLimit, output)
-	// Cancelled when the sandbox is killed: runsc start or wait still
-	// going on after a grace period are killed too.
-	cmds, stop := context.WithCancel(context.Background())
-	defer stop()
-	start := time.Now()
 	ended := make(chan exit, 1)
-	go func() { ended <- p.startAndWait(cmds) }()
-	ex, timedOut := backend.Watch(ctx, timeout, ended, func() exit { return p.kill(ended, stop) })
+	go func() { ended <- p.wait() }()
+	start := time.Now()
+	sctx, cancel := context.WithTimeout(ctx, startWait)
+	_, err := p.b.command(sctx, nil, p.global, "start", p.id)
+	cancel()
+	if err != nil {
+		// The pipes reach EOF once the sandbox is gone.
+		kerr := p.cg.kill()
+		waitOutput()
+		// runsc's stderr is not the program's (no such program, say),
+		// so no outcome is returned, as with libcontainer.
+		ferr := p.failed("starting the program", err)
+		if !wasReady || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			ferr = fmt.Errorf("%w: %w", backend.ErrNotStarted, ferr)
+		}
+		return nil, errors.Join(ferr, kerr)
+	}
+
+	ex, timedOut := backend.Watch(ctx, timeout, ended, func() exit { return p.kill(ended) })
 	out.Duration = time.Since(start)
 
 	// The sandbox has ended; so must its gofer, so that both outputs reach
 	// EOF and the cgroup's figures are final.
 	dead := p.cg.kill()
 	out.Stdout, out.Stderr = waitOutput()
-	if ex.err != nil && !ex.started {
-		// runsc could not start the program (no such program, say): its
-		// stderr is not the program's, so no outcome is returned, as with
-		// libcontainer.
-		err := p.failed("starting the program", ex.err)
-		if !wasReady || errors.Is(ex.err, context.DeadlineExceeded) {
-			err = fmt.Errorf("%w: %w", backend.ErrNotStarted, err)
-		}
-		return nil, err
-	}
 	out.SetStatus(ex.status, timedOut)
 	out.CPU, out.MemoryPeak = p.cg.usage()
 	out.OOMKilled = p.cg.oomKilled()
@@ -259,7 +313,7 @@ func (p *prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration,
 		return out, dead
 	}
 	if ex.err != nil {
-		return out, fmt.Errorf("waiting for the program: %w", ex.err)
+		return out, fmt.Errorf("waiting for the sandbox: %w", ex.err)
 	}
 	if ctx.Err() != nil {
 		return out, fmt.Errorf("run cancelled: %w", ctx.Err())
@@ -267,50 +321,38 @@ func (p *prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration,
 	return out, nil
 }
 
-// startAndWait starts the program and waits for its exit status. A wait
-// that gets none because the sandbox died first (killed: by the timeout,
-// or by the kernel's OOM killer on the cgroup) reads as SIGKILL, which
-// is what ended the program.
-func (p *prepared) startAndWait(ctx context.Context) exit {
-	sctx, cancel := context.WithTimeout(ctx, startWait)
-	_, err := p.b.command(sctx, nil, p.global, "start", p.id)
-	cancel()
-	if err != nil {
-		return exit{err: err}
-	}
-	stdout, err := p.b.command(ctx, nil, p.global, "wait", p.id)
-	if err != nil {
-		if p.alive() {
-			return exit{started: true, err: err}
+// wait reaps the sandbox process, agentrun's child (New made agentrun the
+// reaper of what runsc create leaves), and returns its exit status.
+func (p *prepared) wait() exit {
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(p.pid, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
 		}
-		return exit{started: true, status: 128 + int(unix.SIGKILL)}
+		if err != nil {
+			return exit{err: fmt.Errorf("waiting for sandbox process %d: %w", p.pid, err)}
+		}
+		break
 	}
-	var res struct {
-		ExitStatus *int `json:"exitStatus"`
+	if ws.Signaled() {
+		return exit{status: 128 + int(ws.Signal())}
 	}
-	if err := json.Unmarshal(stdout, &res); err != nil || res.ExitStatus == nil {
-		return exit{started: true, err: fmt.Errorf("runsc wait printed %q", stdout)}
-	}
-	return exit{started: true, status: *res.ExitStatus}
+	return exit{status: ws.ExitStatus()}
 }
 
 // kill ends a run that must stop now: every process in the cgroup (the
-// sandbox and its gofer) is killed, then, if runsc start or wait is still
-// there after a grace period, they are too. It returns once startAndWait
-// has; a program that the kill ended reads as SIGKILL.
-func (p *prepared) kill(ended <-chan exit, stop func()) exit {
+// sandbox and its gofer) is killed. It returns once the sandbox has been
+// reaped, or after killGrace (the kill failed; Run reports that) with
+// SIGKILL's status, as a program that the kill ended reads.
+func (p *prepared) kill(ended <-chan exit) exit {
 	_ = p.cg.kill()
-	var ex exit
 	select {
-	case ex = <-ended:
+	case ex := <-ended:
+		return ex
 	case <-time.After(killGrace):
-		stop()
-		ex = <-ended
+		return exit{status: 128 + int(unix.SIGKILL)}
 	}
-	if ex.err != nil {
-		ex.status, ex.err = 128+int(unix.SIGKILL), nil
-	}
-	return ex
 }
 
 // failed is err, what runsc failed at, with the first error runsc logged
@@ -332,7 +374,14 @@ func (p *prepared) Destroy() error {
 	if p.stdio != nil {
 		p.stdio.CloseAll()
 	}
-	return p.b.cleanup(p.id, p.bundle, p.cg)
+	if p.cg != nil {
+		p.kids = append(p.kids, pidfds(p.cg.pids())...)
+	}
+	err := p.b.cleanup(p.id, p.bundle, p.cg)
+	// Killed, they are agentrun's zombies until reaped.
+	rerr := reap(p.kids)
+	p.kids = nil
+	return errors.Join(err, rerr)
 }
 
 // Run prepares c, runs its program to the end or to the timeout, collects

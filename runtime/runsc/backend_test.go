@@ -156,6 +156,28 @@ func (f *fixture) checkClean(t *testing.T, id string) {
 	if pids := processesMentioning(id, f.stateDir); len(pids) > 0 {
 		t.Errorf("processes left: %v", pids)
 	}
+	if z := zombieChildren(); len(z) > 0 {
+		t.Errorf("children left unreaped: %v", z)
+	}
+}
+
+// zombieChildren lists the children of this process (which New made the
+// reaper of the sandboxes) that have exited and were not reaped.
+func zombieChildren() []string {
+	var out []string
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 1 && f[0] == "Z" && f[1] == fmt.Sprint(os.Getpid()) {
+			out = append(out, s[:strings.LastIndexByte(s, ')')+1])
+		}
+	}
+	return out
 }
 
 // processesMentioning lists processes whose command line contains any of words.
@@ -472,10 +494,10 @@ func TestConcurrent(t *testing.T) {
 	}
 }
 
-// TestTimeoutDuringStart kills the sandbox while `runsc start` is still
-// starting the program, or just after: the run is reported timed out (or
-// finished), and nothing is left behind.
-func TestTimeoutDuringStart(t *testing.T) {
+// TestShortTimeout kills the sandbox while the program is still starting
+// up (the timeout runs from its start on): the run is reported timed out
+// (or finished), and nothing is left behind.
+func TestShortTimeout(t *testing.T) {
 	f := newFixture(t)
 	for _, d := range []time.Duration{time.Millisecond, 30 * time.Millisecond, 60 * time.Millisecond, 90 * time.Millisecond} {
 		c := f.container(t, runOpts{timeout: d}, "python3", "-c", "print(45)")

@@ -199,7 +199,7 @@ func TestPoolFollowsTaskShape(t *testing.T) {
 		t.Fatalf("pooled run printed %q", res.Stdout)
 	}
 
-	for _, extra := range []map[string]any{{"network": map[string]any{"allow": []string{"example.com"}}}, {"runtime": "runsc"}} {
+	for _, extra := range []map[string]any{{"network": map[string]any{"allow": []string{"example.com"}}}} {
 		err := p.pool.Seed(p.plan(pyTask("pass", extra)))
 		if err == nil || !strings.Contains(err.Error(), "never runs from the pool") {
 			t.Errorf("Seed(%v) = %v; want a refusal", extra, err)
