@@ -206,6 +206,17 @@ func TestServeSIGKILLThenGCRunsc(t *testing.T) {
 	if resp := s.post(`{"code": "print(6 * 7)"}`, &res); resp.StatusCode != 200 || res.Stdout != "42\n" || res.Runtime != "runsc" {
 		t.Fatalf("status %d, %+v", resp.StatusCode, res)
 	}
+	// The server reaps the sandboxes it ran and tore down: no zombie
+	// child is left once the run's tear-down is over.
+	var zombies []string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if zombies = zombiesOf(s.cmd.Process.Pid); len(zombies) == 0 {
+			break
+		}
+	}
+	if len(zombies) > 0 {
+		t.Errorf("the server left unreaped children: %v", zombies)
+	}
 	pids := runscSandboxPids(t)
 	s.cmd.Process.Signal(syscall.SIGKILL)
 	s.cmd.Wait()
@@ -235,4 +246,23 @@ func TestServeSIGKILLThenGCRunsc(t *testing.T) {
 			t.Fatalf("iteration %d: left after gc:\n  %s", i, strings.Join(leaks, "\n  "))
 		}
 	}
+}
+
+// zombiesOf lists the children of process pid that have exited and were
+// not reaped.
+func zombiesOf(pid int) []string {
+	var out []string
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 1 && f[0] == "Z" && f[1] == strconv.Itoa(pid) {
+			out = append(out, s[:strings.LastIndexByte(s, ')')+1])
+		}
+	}
+	return out
 }
