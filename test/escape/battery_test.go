@@ -67,10 +67,8 @@ func TestEscapeBattery(t *testing.T) {
 	}
 	for _, rt := range rts {
 		t.Run(rt, func(t *testing.T) { battery(t, rt, false) })
-		if rt == config.RuntimeLibcontainer {
-			// The same probes in a sandbox the warm pool made ahead.
-			t.Run(rt+"-pooled", func(t *testing.T) { battery(t, rt, true) })
-		}
+		// The same probes in a sandbox the warm pool made ahead.
+		t.Run(rt+"-pooled", func(t *testing.T) { battery(t, rt, true) })
 	}
 }
 
