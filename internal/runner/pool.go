@@ -17,10 +17,11 @@ import (
 	"github.com/agentrun/agentrun/internal/task"
 )
 
-// Pool keeps libcontainer sandboxes set up ahead of demand: their state
-// dir, workspace and container, with the container's init stopped just
-// before the exec of the program. A run that finds one ready skips all of
-// its set-up; each sandbox serves one run only and is destroyed after it.
+// Pool keeps sandboxes set up ahead of demand: their state dir, workspace
+// and prepared container (a libcontainer init stopped just before the exec
+// of the program, a runsc sandbox created and not started). A run that
+// finds one ready skips all of its set-up; each sandbox serves one run
+// only and is destroyed after it.
 //
 // A sandbox is made for one task shape: the image, argv, environment and
 // limits that the container is created with. For each image it is sized
@@ -33,7 +34,8 @@ import (
 // its own policy to that proxy (allowlist, hosts, limits), once; the
 // sandbox serves that run only. Tasks with services run cold: their proxy
 // terminates TLS with a CA minted for the run, whose certificate is
-// mounted into the container as it is created.
+// mounted into the container as it is created. So do tasks of a runtime
+// whose prepared containers cannot wait (Traits.Poolable).
 //
 // The pool fills in the background, several sandboxes at once, as many as
 // there are CPUs not taken by runs, and one at a time while runs take

@@ -142,9 +142,11 @@ func ExitSignal(status int) string {
 // Watch waits for the program, whose end waited reports, until it ends, the
 // timeout passes or ctx is done; in the two latter cases it calls kill,
 // which must end the whole sandbox and return once waited has reported.
-// It returns the program's state (nil if it could not be had) and whether
-// the timeout fired.
-func Watch(ctx context.Context, timeout time.Duration, waited <-chan *os.ProcessState, kill func() *os.ProcessState) (ps *os.ProcessState, timedOut bool) {
+// It returns the program's state (as waited or kill gave it) and whether
+// the timeout fired. S is whatever tells the program's end: its
+// *os.ProcessState where the backend waits for the process itself, an
+// exit status where it asks for one.
+func Watch[S any](ctx context.Context, timeout time.Duration, waited <-chan S, kill func() S) (ps S, timedOut bool) {
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {
@@ -156,6 +158,14 @@ func Watch(ctx context.Context, timeout time.Duration, waited <-chan *os.Process
 		ps = kill()
 	}
 	return ps, timedOut
+}
+
+// SetStatus sets o's ExitCode and Signal from an exit status as runsc
+// reports one (128+n for a program that signal n ended), and TimedOut as
+// SetExit does.
+func (o *Outcome) SetStatus(status int, timedOut bool) {
+	o.ExitCode, o.Signal = status, ExitSignal(status)
+	o.TimedOut = timedOut && KilledAtDeadline(o)
 }
 
 // SetExit decodes the exit status ps (nil: none) into o's ExitCode and

@@ -2,6 +2,7 @@ package runsc
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -26,12 +28,8 @@ import (
 // defaultCgroupParent holds the cgroups of runs whose spec names none.
 const defaultCgroupParent = CgroupParent
 
-// runscFailure is runsc's own exit status when it could not run or wait for
-// the container (the program's exit status otherwise).
-const runscFailure = 128
-
-// killGrace bounds how long the backend waits for runsc to end after
-// `runsc kill`, and for one runsc housekeeping command.
+// killGrace bounds how long the backend waits for a killed sandbox to end,
+// and for one runsc housekeeping command.
 const killGrace = 5 * time.Second
 
 // reservedFlags are set by the backend itself; a config flag may not change
@@ -50,7 +48,9 @@ type Backend struct {
 }
 
 // New returns a backend running the runsc binary at path with the extra
-// global flags, keeping bundles and runsc's state under stateDir.
+// global flags, keeping bundles and runsc's state under stateDir. It makes
+// the calling process the reaper of its orphaned descendants
+// (PR_SET_CHILD_SUBREAPER): the sandboxes it creates.
 func New(path string, flags []string, stateDir string) (*Backend, error) {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -74,6 +74,12 @@ func New(path string, flags []string, stateDir string) (*Backend, error) {
 	if !filepath.IsAbs(stateDir) {
 		return nil, fmt.Errorf("runsc state dir %q is not absolute", stateDir)
 	}
+	// A sandbox outlives the runsc create that made it; agentrun becomes
+	// its parent, so that it reaps it and has the program's exit status
+	// from it (runsc boot exits with it) without another runsc command.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return nil, fmt.Errorf("becoming the reaper of runsc's sandboxes: %w", err)
+	}
 	b := &Backend{path: path, flags: slices.Clone(flags), stateDir: stateDir, root: filepath.Join(stateDir, "root")}
 	if err := os.MkdirAll(b.root, 0o700); err != nil {
 		return nil, fmt.Errorf("creating runsc state dir: %w", err)
@@ -83,52 +89,47 @@ func New(path string, flags []string, stateDir string) (*Backend, error) {
 
 // Traits: runsc's gofer writes the mount points it needs into the root
 // filesystem, so a run needs its own; the backend changes the spec
-// (SpecOpt); a sandbox is created and run in one step, so none is pooled.
+// (SpecOpt); a prepared sandbox waits, booted, for `runsc start`, so it can
+// be pooled.
 func (b *Backend) Traits() backend.Traits {
-	return backend.Traits{CgroupParent: CgroupParent, PrivateRootfs: true, Spec: SpecOpt()}
+	return backend.Traits{CgroupParent: CgroupParent, PrivateRootfs: true, Poolable: true, Spec: SpecOpt()}
 }
 
-// prepared is a container checked and recorded for its run: runsc creates
-// the sandbox and runs the program in one step, Run's, which removes
-// everything it made before it returns.
+// createWait bounds `runsc create`, which boots the sandbox: a few hundred
+// milliseconds, seconds on a busy host.
+const createWait = 60 * time.Second
+
+// startWait bounds `runsc start`, which takes milliseconds when the sandbox
+// waits for it. A sandbox that cannot take it (stopped, say) would
+// otherwise hold the run.
+const startWait = 5 * time.Second
+
+// prepared is a sandbox booted by `runsc create` in its own cgroup, with its
+// container created and its stdio wired, whose program waits for `runsc
+// start`. Its program runs once, by Run; Destroy removes it, run or not.
 type prepared struct {
-	b   *Backend
-	c   backend.Container
-	ran bool
+	b      *Backend
+	id     string
+	bundle string
+	global []string // runsc's global flags for this sandbox
+	cg     *sandboxCgroup
+	stdio  *backend.Pipes
+	// The sandbox process (runsc boot), agentrun's child once runsc
+	// create has ended: its pid, and a pidfd, -1 when none.
+	pid, pidfd int
+	// kids are pidfds of the sandbox's processes (it and its gofer), all
+	// agentrun's children, for Destroy to reap.
+	kids []int
+	ran  bool
 }
 
-// Prepare checks c and records it for Run; it makes nothing on the host.
-func (b *Backend) Prepare(_ context.Context, c *backend.Container) (backend.Prepared, error) {
+// Prepare writes c's bundle and cgroup and creates its sandbox with `runsc
+// create`, whose stdio the program gets. c's Stdin, Timeout, OutputLimit
+// and Output are not used: Run takes them. On error nothing is left
+// behind.
+func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.Prepared, err error) {
 	if err := checkContainer(c); err != nil {
 		return nil, err
-	}
-	return &prepared{b: b, c: *c}, nil
-}
-
-func (p *prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration, outputLimit int64, output backend.OutputFunc) (*backend.Outcome, error) {
-	if p.ran {
-		return nil, errors.New("container already ran")
-	}
-	p.ran = true
-	c := p.c
-	c.Stdin, c.Timeout, c.OutputLimit, c.Output = stdin, timeout, outputLimit, output
-	return p.b.Run(ctx, &c)
-}
-
-func (p *prepared) Ready() bool { return !p.ran }
-
-// Destroy has nothing to remove: Run removed all it made.
-func (p *prepared) Destroy() error { return nil }
-
-// Run writes the run's bundle and cgroup, runs the program in a runsc
-// sandbox to its end or to the timeout, collects its output and usage, and
-// removes everything it made.
-func (b *Backend) Run(ctx context.Context, c *backend.Container) (out *backend.Outcome, err error) {
-	if err := checkContainer(c); err != nil {
-		return nil, err
-	}
-	if c.Timeout <= 0 {
-		return nil, fmt.Errorf("timeout %v is not positive", c.Timeout)
 	}
 	cgPath := c.Spec.Linux.CgroupsPath
 	if cgPath == "" {
@@ -141,10 +142,12 @@ func (b *Backend) Run(ctx context.Context, c *backend.Container) (out *backend.O
 	if err := os.Mkdir(bundle, 0o700); err != nil {
 		return nil, fmt.Errorf("creating bundle dir: %w", err)
 	}
-	var cg *sandboxCgroup
+	p := &prepared{b: b, id: c.ID, bundle: bundle, global: b.globalArgs(c, bundle), pidfd: -1}
 	defer func() {
-		if cerr := b.cleanup(c.ID, bundle, cg); cerr != nil && err == nil {
-			err = cerr
+		if err != nil {
+			if derr := p.Destroy(); derr != nil {
+				err = errors.Join(err, fmt.Errorf("cleaning up: %w", derr))
+			}
 		}
 	}()
 	if err := writeConfig(bundle, c.Spec, cgPath); err != nil {
@@ -155,84 +158,244 @@ func (b *Backend) Run(ctx context.Context, c *backend.Container) (out *backend.O
 	if err != nil {
 		return nil, err
 	}
-	cg, err = newCgroup(cgPath, c.Spec.Linux.Resources)
+	p.cg, err = newCgroup(cgPath, c.Spec.Linux.Resources)
 	unlock()
 	if err != nil {
 		return nil, err
 	}
 
-	stdio, err := backend.NewPipes()
+	if p.stdio, err = backend.NewPipes(); err != nil {
+		return nil, err
+	}
+	if err := socketOutputs(p.stdio); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, createWait)
+	defer cancel()
+	pidFile := filepath.Join(bundle, "sandbox.pid")
+	_, err = b.command(ctx, p.stdio, p.global, "create", "--bundle", bundle, "--pid-file", pidFile, c.ID)
+	// Whatever runsc create left in the cgroup is agentrun's now.
+	p.kids = pidfds(p.cg.pids())
 	if err != nil {
+		return nil, p.failed("creating the sandbox", err)
+	}
+	p.stdio.CloseChildEnds()
+	if p.pid, p.pidfd, err = openSandbox(pidFile, p.cg); err != nil {
 		return nil, err
 	}
-	defer stdio.CloseAll()
-	if err := socketOutputs(stdio); err != nil {
-		return nil, err
-	}
+	return p, nil
+}
 
-	cmd := exec.Command(b.path, b.args(c, bundle)...)
-	cmd.Dir = bundle
-	cmd.Env = []string{"PATH=" + spec.DefaultPath}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdio.InR, stdio.OutW, stdio.ErrW
-	// Its own process group, so that a stuck runsc can be killed whole;
-	// killed with agentrun, so that an agentrun that dies leaves no runsc
-	// going on (runsc run, attached, takes its sandbox and gofer with it)
-	// to write state after gc has looked.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	start := time.Now()
-	started, waited := make(chan error, 1), make(chan *os.ProcessState, 1)
-	go func() {
-		// The parent-death signal follows the thread that started runsc,
-		// not the process: the thread is kept to this goroutine, alive,
-		// until runsc has been waited for.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
+// openSandbox returns the pid of the sandbox process that `runsc create`
+// wrote to pidFile, and a pidfd of it, once it is seen in the sandbox's
+// cgroup (not another process that took a dead sandbox's pid).
+func openSandbox(pidFile string, cg *sandboxCgroup) (int, int, error) {
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return 0, -1, fmt.Errorf("reading the sandbox's pid: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, -1, fmt.Errorf("runsc wrote sandbox pid %q", b)
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return 0, -1, fmt.Errorf("opening the sandbox process %d: %w", pid, err)
+	}
+	if !slices.Contains(cg.pids(), pid) {
+		unix.Close(fd)
+		return 0, -1, fmt.Errorf("sandbox process %d is gone from cgroup %s", pid, cg.path)
+	}
+	return pid, fd, nil
+}
+
+// pidfds opens a pidfd of each of pids still there.
+func pidfds(pids []int) []int {
+	var fds []int
+	for _, pid := range pids {
+		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+			fds = append(fds, fd)
 		}
-		started <- nil
-		_ = cmd.Wait() // the status is in cmd.ProcessState
-		waited <- cmd.ProcessState
-	}()
-	if err := <-started; err != nil {
-		return nil, fmt.Errorf("starting runsc: %w", err)
 	}
-	stdio.CloseChildEnds()
+	return fds
+}
 
-	out = &backend.Outcome{}
-	waitOutput := stdio.Serve(c.Stdin, c.OutputLimit, c.Output)
+// reap waits, up to killGrace in all, for the processes of pidfds fds to
+// exit, reaps those that are agentrun's children and closes the fds.
+func reap(fds []int) error {
+	deadline := time.Now().Add(killGrace)
+	var left int
+	for _, fd := range fds {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, _ := unix.Poll(pfd, max(0, int(time.Until(deadline).Milliseconds())))
+		if n > 0 {
+			// Exited: reaped at once if a child, ECHILD if not.
+			var info unix.Siginfo
+			_ = unix.Waitid(unix.P_PIDFD, fd, &info, unix.WEXITED, nil)
+		} else {
+			left++
+		}
+		unix.Close(fd)
+	}
+	if left > 0 {
+		return fmt.Errorf("%d sandbox processes did not exit", left)
+	}
+	return nil
+}
 
-	ps, timedOut := backend.Watch(ctx, c.Timeout, waited, func() *os.ProcessState { return b.kill(c.ID, cmd, waited, cg) })
+// alive reports whether the sandbox process has not exited.
+func (p *prepared) alive() bool {
+	if p.pidfd < 0 {
+		return false
+	}
+	fds := []unix.PollFd{{Fd: int32(p.pidfd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n == 0 // readable once the process has exited
+}
+
+// Ready reports whether the sandbox still waits for its program's start.
+func (p *prepared) Ready() bool { return !p.ran && p.alive() }
+
+// exit is how the program ended: the sandbox process's exit status, which
+// is the program's (128+n for a program that signal n ended, as runsc
+// reports it), or SIGKILL's when the sandbox itself was killed.
+type exit struct {
+	status int
+	err    error // no status: the sandbox could not be waited for
+}
+
+// Run starts the program (`runsc start`), feeds it stdin and waits for the
+// sandbox, which ends with the program, to end or for the timeout (or ctx)
+// to kill it; output, if not nil, gets the kept output as it arrives. The
+// timeout runs from the start on, as with libcontainer, whose exec is
+// bounded apart; so is the start, by startWait. It may be called once.
+func (p *prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration, outputLimit int64, output backend.OutputFunc) (*backend.Outcome, error) {
+	if p.ran {
+		return nil, errors.New("container already ran")
+	}
+	p.ran = true
+	if timeout <= 0 {
+		return nil, fmt.Errorf("timeout %v is not positive", timeout)
+	}
+	wasReady := p.alive()
+	out := &backend.Outcome{}
+	waitOutput := p.stdio.Serve(stdin, outputLimit, output)
+	ended := make(chan exit, 1)
+	go func() { ended <- p.wait() }()
+	start := time.Now()
+	sctx, cancel := context.WithTimeout(ctx, startWait)
+	_, err := p.b.command(sctx, nil, p.global, "start", p.id)
+	cancel()
+	if err != nil {
+		// The pipes reach EOF once the sandbox is gone.
+		kerr := p.cg.kill()
+		waitOutput()
+		// runsc's stderr is not the program's (no such program, say),
+		// so no outcome is returned, as with libcontainer.
+		ferr := p.failed("starting the program", err)
+		if !wasReady || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			ferr = fmt.Errorf("%w: %w", backend.ErrNotStarted, ferr)
+		}
+		return nil, errors.Join(ferr, kerr)
+	}
+
+	ex, timedOut := backend.Watch(ctx, timeout, ended, func() exit { return p.kill(ended) })
 	out.Duration = time.Since(start)
 
-	// runsc has ended; make sure the sandbox it ran has too, so that both
-	// pipes reach EOF and the cgroup's figures are final.
-	dead := b.ensureDead(c.ID, cg)
+	// The sandbox has ended; so must its gofer, so that both outputs reach
+	// EOF and the cgroup's figures are final.
+	dead := p.cg.kill()
 	out.Stdout, out.Stderr = waitOutput()
-
-	out.SetExit(ps, timedOut) // signalled: runsc itself was killed
-	out.CPU, out.MemoryPeak = cg.usage()
-	out.OOMKilled = cg.oomKilled()
+	out.SetStatus(ex.status, timedOut)
+	out.CPU, out.MemoryPeak = p.cg.usage()
+	out.OOMKilled = p.cg.oomKilled()
 	if dead != nil {
 		return out, dead
+	}
+	if ex.err != nil {
+		return out, fmt.Errorf("waiting for the sandbox: %w", ex.err)
 	}
 	if ctx.Err() != nil {
 		return out, fmt.Errorf("run cancelled: %w", ctx.Err())
 	}
-	if out.ExitCode == runscFailure && !out.TimedOut {
-		// runsc could not start or wait for the program (e.g. no such
-		// program); its stderr then holds runsc's own message, not the
-		// program's, so no outcome is returned, as with libcontainer.
-		if msg := runscError(filepath.Join(bundle, "runsc.log")); msg != "" {
-			return nil, fmt.Errorf("runsc failed: %s", msg)
-		}
-	}
 	return out, nil
 }
 
-// args is runsc's command line for one run.
-func (b *Backend) args(c *backend.Container, bundle string) []string {
+// wait reaps the sandbox process, agentrun's child (New made agentrun the
+// reaper of what runsc create leaves), and returns its exit status.
+func (p *prepared) wait() exit {
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(p.pid, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return exit{err: fmt.Errorf("waiting for sandbox process %d: %w", p.pid, err)}
+		}
+		break
+	}
+	if ws.Signaled() {
+		return exit{status: 128 + int(ws.Signal())}
+	}
+	return exit{status: ws.ExitStatus()}
+}
+
+// kill ends a run that must stop now: every process in the cgroup (the
+// sandbox and its gofer) is killed. It returns once the sandbox has been
+// reaped, or after killGrace (the kill failed; Run reports that) with
+// SIGKILL's status, as a program that the kill ended reads.
+func (p *prepared) kill(ended <-chan exit) exit {
+	_ = p.cg.kill()
+	select {
+	case ex := <-ended:
+		return ex
+	case <-time.After(killGrace):
+		return exit{status: 128 + int(unix.SIGKILL)}
+	}
+}
+
+// failed is err, what runsc failed at, with the first error runsc logged
+// if there is one.
+func (p *prepared) failed(what string, err error) error {
+	if msg := runscError(filepath.Join(p.bundle, "runsc.log")); msg != "" {
+		return fmt.Errorf("runsc failed %s: %s", what, msg)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// Destroy kills whatever is left of the sandbox and removes it: its
+// processes, cgroup, bundle, runsc's state and the pipes.
+func (p *prepared) Destroy() error {
+	if p.pidfd >= 0 {
+		unix.Close(p.pidfd)
+		p.pidfd = -1
+	}
+	if p.stdio != nil {
+		p.stdio.CloseAll()
+	}
+	if p.cg != nil {
+		p.kids = append(p.kids, pidfds(p.cg.pids())...)
+	}
+	err := p.b.cleanup(p.id, p.bundle, p.cg)
+	// Killed, they are agentrun's zombies until reaped.
+	rerr := reap(p.kids)
+	p.kids = nil
+	return errors.Join(err, rerr)
+}
+
+// Run prepares c, runs its program to the end or to the timeout, collects
+// its output and usage, and removes everything it made.
+func (b *Backend) Run(ctx context.Context, c *backend.Container) (*backend.Outcome, error) {
+	if c != nil && c.Timeout <= 0 {
+		return nil, fmt.Errorf("timeout %v is not positive", c.Timeout)
+	}
+	return backend.Run(ctx, b, c)
+}
+
+// globalArgs are runsc's global flags for the sandbox of c, whose bundle
+// is bundle; every runsc command on it gets the same.
+func (b *Backend) globalArgs(c *backend.Container, bundle string) []string {
 	network := "none" // loopback only, in a fresh namespace
 	for _, ns := range c.Spec.Linux.Namespaces {
 		if ns.Type == specs.NetworkNamespace && ns.Path != "" {
@@ -249,24 +412,7 @@ func (b *Backend) args(c *backend.Container, bundle string) []string {
 		"--gofer-network-namespace=new",
 		"--log=" + filepath.Join(bundle, "runsc.log"),
 	}
-	args = append(args, b.flags...)
-	return append(args, "run", "--bundle", bundle, c.ID)
-}
-
-// kill ends a run that must stop now: `runsc kill` first, then, if runsc is
-// still there after a grace period, its process group and every process in
-// the cgroup. It returns runsc's state once runsc has been waited for.
-func (b *Backend) kill(id string, cmd *exec.Cmd, waited <-chan *os.ProcessState, cg *sandboxCgroup) *os.ProcessState {
-	if b.runscCmd("kill", id, "KILL") == nil {
-		select {
-		case ps := <-waited:
-			return ps
-		case <-time.After(killGrace):
-		}
-	}
-	_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
-	_ = cg.kill()
-	return <-waited
+	return append(args, b.flags...)
 }
 
 // ensureDead removes the container from runsc if it still knows it, then
@@ -275,7 +421,9 @@ func (b *Backend) kill(id string, cmd *exec.Cmd, waited <-chan *os.ProcessState,
 func (b *Backend) ensureDead(id string, cg *sandboxCgroup) error {
 	var derr error
 	if b.hasState(id) {
-		derr = b.runscCmd("delete", "--force", id)
+		ctx, cancel := context.WithTimeout(context.Background(), killGrace)
+		_, derr = b.command(ctx, nil, []string{"--root", b.root}, "delete", "--force", id)
+		cancel()
 	}
 	if cg != nil {
 		if err := cg.kill(); err != nil {
@@ -330,17 +478,69 @@ func (b *Backend) hasState(id string) bool {
 	return slices.ContainsFunc(b.stateFiles(id), func(p string) bool { return strings.HasSuffix(p, ".state") })
 }
 
-// runscCmd runs one runsc housekeeping command against the backend's state,
-// bounded by killGrace.
-func (b *Backend) runscCmd(args ...string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), killGrace)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, b.path, append([]string{"--root", b.root}, args...)...)
+// commandOutput caps what is kept of a runsc command's stdout and stderr.
+const commandOutput = 64 << 10
+
+// command runs runsc with the global flags global, then args, to its end
+// or until ctx is done, when its process group is killed; it returns its
+// stdout. With stdio, the command's stdio are the program's ends (runsc
+// create passes its own to the sandbox); without, its output is kept, up
+// to commandOutput. It runs in its own process group, and is killed with
+// agentrun: an agentrun that dies leaves no runsc command going on to
+// write state after gc has looked. The parent-death signal follows the
+// thread that started the command, not the process: the thread is kept,
+// alive, until the command has been waited for.
+func (b *Backend) command(ctx context.Context, stdio *backend.Pipes, global []string, args ...string) ([]byte, error) {
+	cmd := exec.Command(b.path, append(slices.Clip(global), args...)...)
 	cmd.Env = []string{"PATH=" + spec.DefaultPath}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("runsc %s: %w: %s", args[0], err, strings.TrimSpace(string(out)))
+	stdout, stderr := &cappedBuffer{max: commandOutput}, &cappedBuffer{max: commandOutput}
+	if stdio != nil {
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = stdio.InR, stdio.OutW, stdio.ErrW
+	} else {
+		cmd.Stdout, cmd.Stderr = stdout, stderr
 	}
-	return nil
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// A grandchild that holds the output pipe does not hold Wait.
+	cmd.WaitDelay = killGrace
+	started, done := make(chan error, 1), make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		done <- cmd.Wait()
+	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("starting runsc %s: %w", args[0], err)
+	}
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
+		<-done
+		err = ctx.Err()
+	}
+	if err != nil {
+		return stdout.Bytes(), fmt.Errorf("runsc %s: %w: %s", args[0], err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.Bytes(), nil
+}
+
+// cappedBuffer keeps the first max bytes written to it and drops the rest.
+type cappedBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+func (c *cappedBuffer) Write(b []byte) (int, error) {
+	if room := c.max - c.Len(); room > 0 {
+		c.Buffer.Write(b[:min(len(b), room)])
+	}
+	return len(b), nil
 }
 
 // runscError returns the first error runsc logged in its log file, if any.

@@ -156,6 +156,28 @@ func (f *fixture) checkClean(t *testing.T, id string) {
 	if pids := processesMentioning(id, f.stateDir); len(pids) > 0 {
 		t.Errorf("processes left: %v", pids)
 	}
+	if z := zombieChildren(); len(z) > 0 {
+		t.Errorf("children left unreaped: %v", z)
+	}
+}
+
+// zombieChildren lists the children of this process (which New made the
+// reaper of the sandboxes) that have exited and were not reaped.
+func zombieChildren() []string {
+	var out []string
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 1 && f[0] == "Z" && f[1] == fmt.Sprint(os.Getpid()) {
+			out = append(out, s[:strings.LastIndexByte(s, ')')+1])
+		}
+	}
+	return out
 }
 
 // processesMentioning lists processes whose command line contains any of words.
@@ -420,8 +442,8 @@ func TestNew(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := b.args(&backend.Container{ID: "x", Spec: spec.Default("/r")}, "/b")
-	if i := slices.Index(args, "run"); i < 0 || !slices.Contains(args[:i], "--network=none") || !slices.Contains(args[:i], "--oci-seccomp") {
+	args := b.globalArgs(&backend.Container{ID: "x", Spec: spec.Default("/r")}, "/b")
+	if !slices.Contains(args, "--network=none") || !slices.Contains(args, "--oci-seccomp") || args[len(args)-1] != "--platform=systrap" {
 		t.Errorf("args %v", args)
 	}
 }
@@ -472,20 +494,43 @@ func TestConcurrent(t *testing.T) {
 	}
 }
 
-// TestTimeoutDuringBoot kills runsc while it is still creating the sandbox,
-// when `runsc kill` cannot work yet: the backend's last resort (runsc's
-// process group and the cgroup) must leave nothing behind.
-func TestTimeoutDuringBoot(t *testing.T) {
+// TestShortTimeout kills the sandbox while the program is still starting
+// up (the timeout runs from its start on): the run is reported timed out
+// (or finished), and nothing is left behind.
+func TestShortTimeout(t *testing.T) {
 	f := newFixture(t)
 	for _, d := range []time.Duration{time.Millisecond, 30 * time.Millisecond, 60 * time.Millisecond, 90 * time.Millisecond} {
 		c := f.container(t, runOpts{timeout: d}, "python3", "-c", "print(45)")
 		out, err := f.b.Run(context.Background(), c)
-		if err != nil {
-			t.Logf("timeout %v: %v", d, err)
-		} else if !out.TimedOut {
+		switch {
+		case err != nil:
+			t.Errorf("timeout %v: %v", d, err)
+		case !out.TimedOut:
 			t.Logf("timeout %v: finished first (%v)", d, out.Duration)
-		} else if out.ExitCode != 137 {
-			t.Errorf("timeout %v: exit %d", d, out.ExitCode)
+		case out.ExitCode != 137 || out.Signal != "SIGKILL":
+			t.Errorf("timeout %v: exit %d signal %q", d, out.ExitCode, out.Signal)
+		}
+		f.checkClean(t, c.ID)
+	}
+}
+
+// TestPrepareCancelledDuringCreate stops Prepare while `runsc create` is
+// still booting the sandbox: the sandbox's processes, cgroup, bundle and
+// runsc's state are all gone when Prepare returns its error.
+func TestPrepareCancelledDuringCreate(t *testing.T) {
+	f := newFixture(t)
+	for _, d := range []time.Duration{time.Millisecond, 50 * time.Millisecond, 150 * time.Millisecond, 300 * time.Millisecond} {
+		c := f.container(t, runOpts{}, "python3", "-c", "print(45)")
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		p, err := f.b.Prepare(ctx, c)
+		cancel()
+		if err == nil {
+			t.Logf("cancel after %v: created first", d)
+			if err := p.Destroy(); err != nil {
+				t.Error(err)
+			}
+		} else if !strings.Contains(err.Error(), "creating the sandbox") {
+			t.Errorf("cancel after %v: %v", d, err)
 		}
 		f.checkClean(t, c.ID)
 	}

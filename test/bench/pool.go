@@ -38,14 +38,20 @@ func startServe(work, rootfs string) (*served, error) {
 // socket, config and state in work), with a pool of pool sandboxes (none
 // for 0), and returns once it listens.
 func startServeAs(exe, work, rootfs, name string, pool int) (*served, error) {
+	return startServeOn(exe, work, rootfs, name, pool, "libcontainer")
+}
+
+// startServeOn is startServeAs with runtime as the tasks' default, which
+// the pool is seeded with.
+func startServeOn(exe, work, rootfs, name string, pool int, runtime string) (*served, error) {
 	sock := filepath.Join(work, name+".sock")
 	image := "dir:" + rootfs
 	cfg := filepath.Join(work, name+"-config.json")
-	write(cfg, fmt.Sprintf(`{"image":%q,"audit":"","state_dir":%q,"store_dir":%q,
+	write(cfg, fmt.Sprintf(`{"image":%q,"runtime":%q,"audit":"","state_dir":%q,"store_dir":%q,
 		"runsc":{"path":%q,"flags":[]},
 		"policy":{"local_images":[%q]},
 		"server":{"listen":%q,"max_concurrent":8,"queue":64,"quota":{"runs_per_minute":0,"concurrent":0},"pool":{%q:%d}}}`,
-		image, filepath.Join(work, name+"-state"), filepath.Join(work, name+"-store"), *runscBin, filepath.Dir(filepath.Dir(rootfs)),
+		image, runtime, filepath.Join(work, name+"-state"), filepath.Join(work, name+"-store"), *runscBin, filepath.Dir(filepath.Dir(rootfs)),
 		"unix://"+sock, image, pool))
 	s := &served{cmd: exec.Command(exe, "serve", "--config", cfg), sock: sock}
 	stderr, err := s.cmd.StderrPipe()

@@ -67,9 +67,9 @@ func TestEscapeBattery(t *testing.T) {
 	}
 	for _, rt := range rts {
 		t.Run(rt, func(t *testing.T) { battery(t, rt, false, nil) })
+		// The same probes in a sandbox the warm pool made ahead.
+		t.Run(rt+"-pooled", func(t *testing.T) { battery(t, rt, true, nil) })
 		if rt == config.RuntimeLibcontainer {
-			// The same probes in a sandbox the warm pool made ahead.
-			t.Run(rt+"-pooled", func(t *testing.T) { battery(t, rt, true, nil) })
 			// And in one it made ahead with a network, its proxy bound
 			// to the task's allowlist as the run took it.
 			t.Run(rt+"-pooled-allowlist", func(t *testing.T) { battery(t, rt, true, []string{"example.com"}) })

@@ -201,7 +201,7 @@ func TestPoolFollowsTaskShape(t *testing.T) {
 
 	p.cfg.Network.Services = map[string]config.Service{"api": {URL: "https://api.example.com",
 		Rules: []config.ServiceRule{{Methods: []string{"GET"}, Paths: []string{"/**"}}}}}
-	for _, extra := range []map[string]any{{"network": map[string]any{"services": []string{"api"}}}, {"runtime": "runsc"}} {
+	for _, extra := range []map[string]any{{"network": map[string]any{"services": []string{"api"}}}} {
 		err := p.pool.Seed(p.plan(pyTask("pass", extra)))
 		if err == nil || !strings.Contains(err.Error(), "never runs from the pool") {
 			t.Errorf("Seed(%v) = %v; want a refusal", extra, err)

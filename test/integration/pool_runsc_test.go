@@ -1,0 +1,268 @@
+package integration
+
+import (
+	"encoding/base64"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentrun/agentrun/test/testenv"
+)
+
+// The pool on runtime runsc: the same guarantees as on libcontainer, for
+// sandboxes that `runsc create` booted ahead and Run starts.
+
+// runscTask is pyTask on runtime runsc.
+func runscTask(code string, extra map[string]any) string {
+	m := map[string]any{"runtime": "runsc"}
+	for k, v := range extra {
+		m[k] = v
+	}
+	return pyTask(code, m)
+}
+
+// TestPoolRunscRunsTaskInReadySandbox: a pooled runsc run is in gVisor,
+// and gets its code, files and stdin, the task's timeout and output cap,
+// and its collect.
+func TestPoolRunscRunsTaskInReadySandbox(t *testing.T) {
+	p := newPooled(t, 2, runscTask("pass", nil))
+	res := p.run(runscTask(`import sys, platform
+data = open("/workspace/in.txt").read()
+line = sys.stdin.readline()
+open("/workspace/out.txt", "w").write(data.upper() + line)
+print(platform.release())
+print("x" * 5000)`, map[string]any{
+		"files":   map[string]any{"in.txt": map[string]string{"content": "hello "}},
+		"stdin":   "world\n",
+		"collect": []string{"out.txt"},
+		"limits":  map[string]any{"output_bytes": 100},
+	}), true)
+	if res.ExitCode != 0 || !res.StdoutTruncated || len(res.Stdout) != 100 || !strings.Contains(res.Stdout, "gvisor") {
+		t.Fatalf("exit %d, stdout %q (truncated %v); want 0, 100 bytes naming gVisor's kernel, truncated", res.ExitCode, res.Stdout, res.StdoutTruncated)
+	}
+	if got, _ := base64.StdEncoding.DecodeString(res.Files["out.txt"].ContentBase64); string(got) != "HELLO world\n" {
+		t.Fatalf("collected out.txt = %q (%+v)", got, res.Files["out.txt"])
+	}
+
+	res = p.run(runscTask("while True: pass", map[string]any{"limits": map[string]any{"timeout": "500ms"}}), true)
+	if !res.TimedOut || res.ExitCode != 137 {
+		t.Fatalf("timed_out %v exit %d; want true 137", res.TimedOut, res.ExitCode)
+	}
+	if res.DurationMS < 500 || res.DurationMS > 3000 {
+		t.Fatalf("duration %d ms for a 500ms timeout", res.DurationMS)
+	}
+}
+
+// TestPoolRunscSandboxesServeOneRunEach: what one pooled runsc run leaves
+// in /tmp, /workspace or as a process is not there for the next, which
+// runs as another uid.
+func TestPoolRunscSandboxesServeOneRunEach(t *testing.T) {
+	p := newPooled(t, 2, runscTask("pass", nil))
+	first := p.run(runscTask(`import os, subprocess
+open("/tmp/mark", "w").write("1")
+open("/workspace/mark", "w").write("1")
+subprocess.Popen(["sleep", "60"], start_new_session=True)
+print(os.getuid())`, nil), true)
+	second := p.run(runscTask(`import os
+print(os.path.exists("/tmp/mark"), os.path.exists("/workspace/mark"))
+print(sorted(int(d) for d in os.listdir("/proc") if d.isdigit()) == [1, os.getpid()])
+print(os.getuid())`, nil), true)
+	if first.ID == second.ID {
+		t.Fatalf("both runs had id %s", first.ID)
+	}
+	lines := strings.Split(strings.TrimSpace(second.Stdout), "\n")
+	if len(lines) != 3 || lines[0] != "False False" || lines[1] != "True" {
+		t.Fatalf("second run saw %q; want nothing of the first run and only the init and itself", second.Stdout)
+	}
+	if uid := strings.TrimSpace(first.Stdout); uid == lines[2] || !sandboxUID42(uid+" 42\n") {
+		t.Fatalf("uids %q and %q; want two distinct sandbox uids", uid, lines[2])
+	}
+}
+
+// TestPoolRunscEnforcesLimits: the pooled runsc sandbox is as locked down
+// as a cold one: read-only root, pids cap, memory cap with the OOM kill
+// reported.
+func TestPoolRunscEnforcesLimits(t *testing.T) {
+	limits := map[string]any{"limits": map[string]any{"memory": "128m", "pids": 16}}
+	p := newPooled(t, 1, runscTask("pass", limits))
+
+	res := p.run(runscTask(`try:
+    open("/hacked", "w")
+except OSError as e:
+    print("denied", e.errno)`, limits), true)
+	if !strings.HasPrefix(res.Stdout, "denied ") {
+		t.Errorf("write to /: %q", res.Stdout)
+	}
+
+	p.waitReady(1)
+	res = p.run(runscTask(`import os
+n = 0
+try:
+    while True:
+        if os.fork() == 0:
+            import time; time.sleep(30)
+        n += 1
+except OSError as e:
+    print("fork failed after", n, e.errno)`, limits), true)
+	if !strings.Contains(res.Stdout, "fork failed after") || !strings.Contains(res.Stdout, " 11") {
+		t.Errorf("fork bomb: %q; want EAGAIN (11) below the pids cap", res.Stdout)
+	}
+
+	p.waitReady(1)
+	res = p.run(runscTask(`b = []
+while True:
+    b.append(bytearray(8 << 20))`, limits), true)
+	if !res.OOMKilled || res.ExitCode != 137 {
+		t.Fatalf("memory hog: oom_killed %v exit %d; want true 137", res.OOMKilled, res.ExitCode)
+	}
+}
+
+// runscSandboxPids are the processes in the cgroups of runsc runs: with a
+// pool full and no run going on, the ready sandboxes and their gofers.
+func runscSandboxPids(t *testing.T) []int {
+	t.Helper()
+	var pids []int
+	for _, root := range testenv.CgroupRoots() {
+		runs, _ := filepath.Glob(filepath.Join(root, "agentrun-runsc", "ar-*", "cgroup.procs"))
+		for _, procs := range runs {
+			b, _ := os.ReadFile(procs)
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil && !slices.Contains(pids, pid) {
+					pids = append(pids, pid)
+				}
+			}
+		}
+	}
+	if len(pids) == 0 {
+		t.Fatal("found no pooled runsc sandbox's process")
+	}
+	return pids
+}
+
+// TestPoolRunscDropsDeadSandboxes: a pooled runsc sandbox killed while it
+// waited is dropped, and the run goes cold instead of failing; one that is
+// stopped does not hold the run either.
+func TestPoolRunscDropsDeadSandboxes(t *testing.T) {
+	p := newPooled(t, 1, runscTask("pass", nil))
+	for _, pid := range runscSandboxPids(t) {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if res := p.run(runscTask("print(6 * 7)", nil), false); res.Stdout != "42\n" {
+		t.Fatalf("run after the kill printed %q (stderr %q)", res.Stdout, res.Stderr)
+	}
+	p.waitReady(1)
+	if res := p.run(runscTask("print(6 * 7)", nil), true); res.Stdout != "42\n" {
+		t.Fatalf("pooled run printed %q", res.Stdout)
+	}
+
+	p.waitReady(1)
+	for _, pid := range runscSandboxPids(t) {
+		syscall.Kill(pid, syscall.SIGSTOP)
+	}
+	start := time.Now()
+	if res := p.run(runscTask("print(6 * 7)", nil), false); res.Stdout != "42\n" {
+		t.Fatalf("run after the stop printed %q (stderr %q)", res.Stdout, res.Stderr)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("the run took %v", took)
+	}
+}
+
+// runscServeConfig is a serve config whose tasks run on runsc by default,
+// with a pool of n for the python image.
+func runscServeConfig(t *testing.T, sock string, n int) map[string]any {
+	cfg := serveConfig(map[string]any{"listen": "unix://" + sock, "pool": map[string]int{pythonImage: n}},
+		map[string]any{"local_images": []string{*imagesDir}})
+	cfg["runtime"] = "runsc"
+	return cfg
+}
+
+// gcRunsc runs `agentrun gc` with runsc configured, as the server was.
+func gcRunsc(t *testing.T) {
+	t.Helper()
+	cfg := writeConfig(t, map[string]any{"image": pythonImage, "state_dir": stateDir, "audit": "",
+		"runsc": map[string]any{"path": runscPath, "flags": []string{}}})
+	if out, err := exec.Command(agentrunBin(t), "gc", "--config", cfg).CombinedOutput(); err != nil {
+		t.Fatalf("agentrun gc: %v\n%s", err, out)
+	}
+}
+
+// TestServeSIGKILLThenGCRunsc: a server killed with its pool of runsc
+// sandboxes full leaves created sandboxes behind, which outlive it (runsc
+// create detaches them); `agentrun gc` removes every one of them, their
+// processes, cgroups, bundles and runsc's state. So it does for a server
+// killed while it fills its pool, at random points of `runsc create`.
+func TestServeSIGKILLThenGCRunsc(t *testing.T) {
+	s := startServeWith(t, runscServeConfig(t, filepath.Join(t.TempDir(), "k.sock"), 2))
+	var res struct{ Stdout, Runtime string }
+	if resp := s.post(`{"code": "print(6 * 7)"}`, &res); resp.StatusCode != 200 || res.Stdout != "42\n" || res.Runtime != "runsc" {
+		t.Fatalf("status %d, %+v", resp.StatusCode, res)
+	}
+	// The server reaps the sandboxes it ran and tore down: no zombie
+	// child is left once the run's tear-down is over.
+	var zombies []string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if zombies = zombiesOf(s.cmd.Process.Pid); len(zombies) == 0 {
+			break
+		}
+	}
+	if len(zombies) > 0 {
+		t.Errorf("the server left unreaped children: %v", zombies)
+	}
+	pids := runscSandboxPids(t)
+	s.cmd.Process.Signal(syscall.SIGKILL)
+	s.cmd.Wait()
+	time.Sleep(100 * time.Millisecond)
+	alive := 0
+	for _, pid := range pids {
+		if syscall.Kill(pid, 0) == nil {
+			alive++
+		}
+	}
+	if alive == 0 {
+		t.Fatal("no pooled sandbox outlived the server; the test cannot see what gc must remove")
+	}
+	gcRunsc(t)
+	assertNoLeaks(t)
+
+	for i := range 4 {
+		cmd := exec.Command(agentrunBin(t), "serve", "--config", writeConfig(t, runscServeConfig(t, filepath.Join(t.TempDir(), "f.sock"), 2)))
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(300+rand.IntN(1200)) * time.Millisecond)
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		gcRunsc(t)
+		if leaks := hostLeaks(); len(leaks) > 0 {
+			t.Fatalf("iteration %d: left after gc:\n  %s", i, strings.Join(leaks, "\n  "))
+		}
+	}
+}
+
+// zombiesOf lists the children of process pid that have exited and were
+// not reaped.
+func zombiesOf(pid int) []string {
+	var out []string
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 1 && f[0] == "Z" && f[1] == strconv.Itoa(pid) {
+			out = append(out, s[:strings.LastIndexByte(s, ')')+1])
+		}
+	}
+	return out
+}
