@@ -20,6 +20,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/state"
 	"github.com/agentrun/agentrun/runtime/backend"
+	"github.com/agentrun/agentrun/runtime/cgroup"
 	"github.com/agentrun/agentrun/runtime/spec"
 )
 
@@ -141,7 +142,7 @@ func (b *Backend) Run(ctx context.Context, c *backend.Container) (out *backend.O
 	if err := os.Mkdir(bundle, 0o700); err != nil {
 		return nil, fmt.Errorf("creating bundle dir: %w", err)
 	}
-	var cg *sandboxCgroup
+	var cg *cgroup.Cgroup
 	defer func() {
 		if cerr := b.cleanup(c.ID, bundle, cg); cerr != nil && err == nil {
 			err = cerr
@@ -155,7 +156,7 @@ func (b *Backend) Run(ctx context.Context, c *backend.Container) (out *backend.O
 	if err != nil {
 		return nil, err
 	}
-	cg, err = newCgroup(cgPath, c.Spec.Linux.Resources)
+	cg, err = cgroup.New(cgPath, c.Spec.Linux.Resources)
 	unlock()
 	if err != nil {
 		return nil, err
@@ -212,8 +213,8 @@ func (b *Backend) Run(ctx context.Context, c *backend.Container) (out *backend.O
 	out.Stdout, out.Stderr = waitOutput()
 
 	out.SetExit(ps, timedOut) // signalled: runsc itself was killed
-	out.CPU, out.MemoryPeak = cg.usage()
-	out.OOMKilled = cg.oomKilled()
+	u := cg.Usage()
+	out.CPU, out.MemoryPeak, out.OOMKilled = u.CPU, u.MemoryPeak, u.OOMKilled
 	if dead != nil {
 		return out, dead
 	}
@@ -256,7 +257,7 @@ func (b *Backend) args(c *backend.Container, bundle string) []string {
 // kill ends a run that must stop now: `runsc kill` first, then, if runsc is
 // still there after a grace period, its process group and every process in
 // the cgroup. It returns runsc's state once runsc has been waited for.
-func (b *Backend) kill(id string, cmd *exec.Cmd, waited <-chan *os.ProcessState, cg *sandboxCgroup) *os.ProcessState {
+func (b *Backend) kill(id string, cmd *exec.Cmd, waited <-chan *os.ProcessState, cg *cgroup.Cgroup) *os.ProcessState {
 	if b.runscCmd("kill", id, "KILL") == nil {
 		select {
 		case ps := <-waited:
@@ -265,20 +266,20 @@ func (b *Backend) kill(id string, cmd *exec.Cmd, waited <-chan *os.ProcessState,
 		}
 	}
 	_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
-	_ = cg.kill()
+	_ = cg.Kill()
 	return <-waited
 }
 
 // ensureDead removes the container from runsc if it still knows it, then
 // kills whatever is left in the cgroup. A failed `runsc delete` matters only
 // if something survives it: cleanup removes runsc's files itself.
-func (b *Backend) ensureDead(id string, cg *sandboxCgroup) error {
+func (b *Backend) ensureDead(id string, cg *cgroup.Cgroup) error {
 	var derr error
 	if b.hasState(id) {
 		derr = b.runscCmd("delete", "--force", id)
 	}
 	if cg != nil {
-		if err := cg.kill(); err != nil {
+		if err := cg.Kill(); err != nil {
 			return errors.Join(derr, err)
 		}
 	}
@@ -286,12 +287,12 @@ func (b *Backend) ensureDead(id string, cg *sandboxCgroup) error {
 }
 
 // cleanup removes everything a run made, whatever state it is in.
-func (b *Backend) cleanup(id, bundle string, cg *sandboxCgroup) error {
+func (b *Backend) cleanup(id, bundle string, cg *cgroup.Cgroup) error {
 	errs := []error{b.ensureDead(id, cg)}
 	if cg != nil {
-		errs = append(errs, cg.remove())
+		errs = append(errs, cg.Remove())
 		if unlock, err := state.LockCgroupParent(b.stateDir, true); err == nil {
-			cg.removeParent() // fails while another run's cgroup is in it
+			cg.RemoveParent() // fails while another run's cgroup is in it
 			unlock()
 		}
 	}
