@@ -257,3 +257,29 @@ func TestFreezeBounded(t *testing.T) {
 		t.Error("freeze of a missing cgroup reported asked for")
 	}
 }
+
+// BenchmarkUsage is the read of a run's usage at its end, on the run path.
+func BenchmarkUsage(b *testing.B) {
+	cg, err := New(parent+"/bench", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { cg.Remove(); cg.RemoveParent() }()
+	for b.Loop() {
+		cg.Usage()
+	}
+}
+
+// BenchmarkOpenRemove is a libcontainer run's handle and the removal of
+// what libcontainer's Destroy left of its cgroup (nothing, normally).
+func BenchmarkOpenRemove(b *testing.B) {
+	for b.Loop() {
+		cg, err := Open(parent + "/gone")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := cg.Remove(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
