@@ -283,3 +283,28 @@ func BenchmarkOpenRemove(b *testing.B) {
 		}
 	}
 }
+
+// TestReadKey: the "key value" files of v2 (cpu.stat, memory.events) and
+// v1's memory.oom_control are read by key; what is missing reads 0.
+func TestReadKey(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "memory.events"), []byte("low 0\nhigh 0\nmax 12\noom 3\noom_kill 2\noom_group_kill 0\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "memory.peak"), []byte("268435456\n"), 0o644)
+	for _, c := range []struct {
+		key  string
+		want uint64
+	}{{"oom_kill", 2}, {"oom", 3}, {"max", 12}, {"usage_usec", 0}} {
+		if got := readKey(dir, "memory.events", c.key); got != c.want {
+			t.Errorf("readKey(%s) = %d; want %d", c.key, got, c.want)
+		}
+	}
+	if got := readKey(dir, "cpu.stat", "usage_usec"); got != 0 {
+		t.Errorf("readKey of a missing file = %d; want 0", got)
+	}
+	if got := readUint(dir, "memory.peak"); got != 256<<20 {
+		t.Errorf("readUint(memory.peak) = %d; want %d", got, 256<<20)
+	}
+	if got := readUint(dir, "memory.swap.peak"); got != 0 {
+		t.Errorf("readUint of a missing file = %d; want 0", got)
+	}
+}
