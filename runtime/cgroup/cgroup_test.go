@@ -308,3 +308,32 @@ func TestReadKey(t *testing.T) {
 		t.Errorf("readUint of a missing file = %d; want 0", got)
 	}
 }
+
+// TestOpenFindsHierarchies: a handle names the cgroup in every mounted
+// hierarchy, the v1 freezer, memory and cpuacct ones among them, the same
+// each time (the hierarchies are read once).
+func TestOpenFindsHierarchies(t *testing.T) {
+	a, err := Open(parent + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(parent + "/y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.dirs) == 0 || len(a.dirs) != len(b.dirs) {
+		t.Fatalf("dirs %v and %v", a.dirs, b.dirs)
+	}
+	for i := range a.dirs {
+		if filepath.Dir(a.dirs[i]) != filepath.Dir(b.dirs[i]) {
+			t.Errorf("dirs %v and %v differ in more than the name", a.dirs, b.dirs)
+		}
+	}
+	if !Unified() {
+		for name, d := range map[string]string{"freezer": a.freezer, "memory": a.memory, "cpuacct": a.cpuacct} {
+			if !strings.HasSuffix(d, parent+"/x") {
+				t.Errorf("%s dir %q; want the cgroup in the %s hierarchy", name, d, name)
+			}
+		}
+	}
+}
