@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -41,18 +42,64 @@ type Record struct {
 	Truncated *Truncation `json:"truncated,omitempty"`
 }
 
-// Limits are the limits the run was given, in bytes, milliseconds and cores.
+// Limits are the limits the run was given and the network it was allowed.
+// In JSON they are one object: each of Values under its name, then
+// network_allow and network_services when not empty.
 type Limits struct {
-	TimeoutMS     int64    `json:"timeout_ms"`
-	Memory        int64    `json:"memory"`
-	CPUs          float64  `json:"cpus"`
-	Pids          int64    `json:"pids"`
-	OutputBytes   int64    `json:"output_bytes"`
-	TmpSize       int64    `json:"tmp_size"`
-	WorkspaceSize int64    `json:"workspace_size"`
-	NetworkAllow  []string `json:"network_allow,omitempty"`
+	// Values are the run's resource limits, every one of config.LimitTable
+	// under its name there, in bytes, cores or a count; a duration in
+	// milliseconds, under its name and "_ms" (timeout_ms).
+	Values map[string]float64
+	// NetworkAllow is the run's allowlist.
+	NetworkAllow []string
 	// NetworkServices are the services of the config the run asked for.
-	NetworkServices []string `json:"network_services,omitempty"`
+	NetworkServices []string
+}
+
+const (
+	networkAllowKey    = "network_allow"
+	networkServicesKey = "network_services"
+)
+
+// MarshalJSON writes the limits as one flat object.
+func (l Limits) MarshalJSON() ([]byte, error) {
+	m := make(map[string]any, len(l.Values)+2)
+	for k, v := range l.Values {
+		m[k] = v
+	}
+	if len(l.NetworkAllow) > 0 {
+		m[networkAllowKey] = l.NetworkAllow
+	}
+	if len(l.NetworkServices) > 0 {
+		m[networkServicesKey] = l.NetworkServices
+	}
+	return json.Marshal(m)
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (l *Limits) UnmarshalJSON(b []byte) error {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	*l = Limits{Values: make(map[string]float64, len(m))}
+	for k, raw := range m {
+		var err error
+		switch k {
+		case networkAllowKey:
+			err = json.Unmarshal(raw, &l.NetworkAllow)
+		case networkServicesKey:
+			err = json.Unmarshal(raw, &l.NetworkServices)
+		default:
+			var v float64
+			err = json.Unmarshal(raw, &v)
+			l.Values[k] = v
+		}
+		if err != nil {
+			return fmt.Errorf("audit limits: %s: %w", k, err)
+		}
+	}
+	return nil
 }
 
 // DefaultMaxBytes is the size past which the log file is rotated.

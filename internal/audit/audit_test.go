@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"testing"
 )
@@ -59,5 +60,29 @@ func TestOpenRefusesSymlink(t *testing.T) {
 	os.Symlink(target, link)
 	if _, err := Open(link); err == nil {
 		t.Fatal("Open followed a symlink")
+	}
+}
+
+// TestLimitsJSON: the limits are one flat object, read back as written;
+// an empty allowlist is left out.
+func TestLimitsJSON(t *testing.T) {
+	in := Limits{Values: map[string]float64{"timeout_ms": 5000, "memory": 256 << 20, "cpus": 0.5},
+		NetworkAllow: []string{"pypi.org"}}
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"cpus":0.5,"memory":268435456,"network_allow":["pypi.org"],"timeout_ms":5000}`; string(b) != want {
+		t.Errorf("limits JSON %s; want %s", b, want)
+	}
+	var out Limits
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(out, in) {
+		t.Errorf("read back %+v; want %+v", out, in)
+	}
+	if err := json.Unmarshal([]byte(`{"memory":"big"}`), &out); err == nil {
+		t.Error("limits with a string value read without error")
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/opencontainers/cgroups"
+	"github.com/containerd/cgroups/v3"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -121,7 +121,7 @@ func checkCgroups(*config.Config) Check {
 	c := Check{Name: "cgroups"}
 	var have []string
 	mode := "v1"
-	if cgroups.IsCgroup2UnifiedMode() {
+	if cgroups.Mode() == cgroups.Unified {
 		mode = "v2"
 		b, err := os.ReadFile("/sys/fs/cgroup/cgroup.controllers")
 		if err != nil {
@@ -129,7 +129,7 @@ func checkCgroups(*config.Config) Check {
 		}
 		have = strings.Fields(string(b))
 	} else {
-		if cgroups.IsCgroup2HybridMode() {
+		if cgroups.Mode() == cgroups.Hybrid {
 			mode = "v1 (hybrid)"
 		}
 		for _, ctrl := range requiredControllers {

@@ -489,11 +489,24 @@ func fillRecord(rec *audit.Record, res *result.Result) {
 	rec.Error = res.Error
 }
 
+// auditLimits are p's limits as the audit record lists them: every limit of
+// config.LimitTable under its name (a duration in milliseconds, under its
+// name and "_ms"), and the network the run was allowed.
 func auditLimits(p *task.Plan) audit.Limits {
-	l := p.Limits
-	return audit.Limits{TimeoutMS: l.Timeout.Milliseconds(), Memory: l.Memory, CPUs: l.CPUs, Pids: l.Pids,
-		OutputBytes: l.OutputBytes, TmpSize: l.TmpSize, WorkspaceSize: l.WorkspaceSize, NetworkAllow: p.Allow,
+	l := audit.Limits{Values: make(map[string]float64, len(config.LimitTable)), NetworkAllow: p.Allow,
 		NetworkServices: p.Services}
+	for _, lim := range config.LimitTable {
+		v := lim.Of(&p.Limits)
+		switch {
+		case lim.Unit == config.Duration:
+			l.Values[lim.Name+"_ms"] = float64(time.Duration(v.Int()).Milliseconds())
+		case v.CanFloat():
+			l.Values[lim.Name] = v.Float()
+		default:
+			l.Values[lim.Name] = float64(v.Int())
+		}
+	}
+	return l
 }
 
 // newID returns a fresh run id, "ar-" and 16 hex digits.

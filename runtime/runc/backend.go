@@ -4,18 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
-	"github.com/opencontainers/cgroups"
-	_ "github.com/opencontainers/cgroups/devices" // device rules for the cgroup manager
-	"github.com/opencontainers/cgroups/fs"
-	"github.com/opencontainers/cgroups/fs2"
-	"github.com/opencontainers/cgroups/fscommon"
-	"github.com/opencontainers/cgroups/manager"
+	_ "github.com/opencontainers/cgroups/devices" // device rules for libcontainer's cgroup manager
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"github.com/opencontainers/runc/libcontainer/seccomp"
@@ -26,6 +20,7 @@ import (
 	"github.com/agentrun/agentrun/internal/cleanup"
 	"github.com/agentrun/agentrun/internal/state"
 	"github.com/agentrun/agentrun/runtime/backend"
+	"github.com/agentrun/agentrun/runtime/cgroup"
 )
 
 // Backend runs containers with libcontainer. Its zero value is not usable:
@@ -70,8 +65,7 @@ func (b *Backend) Run(ctx context.Context, c *backend.Container) (*backend.Outco
 type Prepared struct {
 	stateDir string
 	ctr      *libcontainer.Container
-	cg       *cgroups.Cgroup
-	paths    map[string]string
+	cg       *cgroup.Cgroup
 	stdio    *backend.Pipes
 	proc     *libcontainer.Process
 	reaped   bool // the init has been waited for
@@ -91,6 +85,10 @@ func (b *Backend) Prepare(_ context.Context, c *backend.Container) (_ backend.Pr
 		return nil, fmt.Errorf("converting spec: %w", err)
 	}
 	rlimits, err := rlimits(c.Spec.Process.Rlimits)
+	if err != nil {
+		return nil, err
+	}
+	cg, err := cgroup.Open(cfg.Cgroups.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -114,12 +112,7 @@ func (b *Backend) Prepare(_ context.Context, c *backend.Container) (_ backend.Pr
 		_ = os.RemoveAll(filepath.Join(b.StateDir, c.ID))
 		return nil, fmt.Errorf("creating container: %w", err)
 	}
-	p := &Prepared{stateDir: b.StateDir, ctr: ctr, cg: cfg.Cgroups}
-	// The cgroup paths are known from Create on; a copy, since the map is
-	// the cgroup manager's own, which Destroy empties.
-	if st, serr := ctr.State(); serr == nil {
-		p.paths = maps.Clone(st.CgroupPaths)
-	}
+	p := &Prepared{stateDir: b.StateDir, ctr: ctr, cg: cg}
 	undo.Add(p.Destroy)
 	// Destroy removes the shared parent cgroup once it is empty, under the
 	// lock held here: it is released first.
@@ -131,7 +124,7 @@ func (b *Backend) Prepare(_ context.Context, c *backend.Container) (_ backend.Pr
 	if c.Ahead {
 		// Made ahead of demand: the init's set-up runs on CPU time that
 		// runs leave free, and Run makes the cgroup ordinary again.
-		if p.idle, err = setIdle(p.cg, p.paths, true); err != nil {
+		if p.idle, err = p.cg.SetIdle(true); err != nil {
 			return nil, err
 		}
 	}
@@ -155,8 +148,12 @@ func (b *Backend) Prepare(_ context.Context, c *backend.Container) (_ backend.Pr
 	p.stdio.CloseChildEnds()
 	// The cgroup exists from Start on and the program waits for Run: its
 	// socket buffers are capped before it can open a socket.
-	if m := c.Spec.Linux.Resources.Memory; m != nil && m.Limit != nil && !cgroups.IsCgroup2UnifiedMode() {
-		if _, err := backend.ChargeSocketMemory(p.paths["memory"], *m.Limit); err != nil {
+	if m := c.Spec.Linux.Resources.Memory; m != nil && m.Limit != nil && !cgroup.Unified() {
+		st, err := ctr.State()
+		if err != nil {
+			return nil, fmt.Errorf("container state: %w", err)
+		}
+		if _, err := backend.ChargeSocketMemory(st.CgroupPaths["memory"], *m.Limit); err != nil {
 			return nil, err
 		}
 	}
@@ -187,7 +184,7 @@ func (p *Prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration,
 	waitOutput := p.stdio.Serve(stdin, outputLimit, output)
 	if p.idle {
 		// The program runs with the ordinary share of the CPU.
-		_, err = setIdle(p.cg, p.paths, false)
+		_, err = p.cg.SetIdle(false)
 	}
 	if err == nil {
 		err = p.exec(ctx)
@@ -206,7 +203,8 @@ func (p *Prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration,
 	// process in it, so both pipes reach EOF.
 	out.Stdout, out.Stderr = waitOutput()
 	out.SetExit(ps, timedOut)
-	usage(p.paths, out)
+	u := p.cg.Usage() // before Destroy removes the cgroup
+	out.CPU, out.MemoryPeak, out.OOMKilled = u.CPU, u.MemoryPeak, u.OOMKilled
 	if ctx.Err() != nil {
 		return out, fmt.Errorf("run cancelled: %w", ctx.Err())
 	}
@@ -256,64 +254,32 @@ func (p *Prepared) Destroy() error {
 	if p.stdio != nil {
 		p.stdio.CloseAll()
 	}
-	return destroy(p.stateDir, p.ctr, p.paths)
+	return destroy(p.stateDir, p.ctr, p.cg)
 }
 
 // kill ends the whole sandbox and waits for its init. libcontainer
 // signals init only while it looks alive, and a program whose main thread
 // ended while others run (a zombie leader) does not: so every process of
-// the cgroup is killed too, again until init is reaped.
+// the cgroup is killed, again until init is reaped.
 func (p *Prepared) kill(waited <-chan *os.ProcessState) *os.ProcessState {
 	// Through the cgroup first: Signal waits for a pending Exec, and that
 	// waits for the init to die.
-	m, err := manager.NewWithPaths(p.cg, p.paths)
-	if err == nil {
-		killAll(m)
-	}
+	_ = p.cg.Kill()
 	_ = p.ctr.Signal(unix.SIGKILL)
 	for {
-		if err == nil {
-			killAll(m)
-		}
 		select {
 		case ps := <-waited:
 			return ps
 		case <-time.After(100 * time.Millisecond):
 		}
+		_ = p.cg.Kill()
 	}
 }
 
-// usage reads cpu time, peak memory and the OOM-kill count from the run's
-// cgroup before it is destroyed: three files, not the statistics of every
-// controller.
-func usage(paths map[string]string, out *backend.Outcome) {
-	if paths == nil {
-		return
-	}
-	var cpu, peak, ooms uint64
-	if cgroups.IsCgroup2UnifiedMode() {
-		dir := paths[""]
-		if usec, err := fscommon.GetValueByKey(dir, "cpu.stat", "usage_usec"); err == nil {
-			cpu = usec * 1000
-		}
-		peak, _ = fscommon.GetCgroupParamUint(dir, "memory.peak") // kernel 5.19 and later
-		ooms, _ = fscommon.GetValueByKey(dir, "memory.events", "oom_kill")
-	} else {
-		cpu, _ = fscommon.GetCgroupParamUint(paths["cpuacct"], "cpuacct.usage")
-		peak, _ = fscommon.GetCgroupParamUint(paths["memory"], "memory.max_usage_in_bytes")
-		// v1 keeps socket buffers apart (v2's memory.peak has them).
-		tcp, _ := fscommon.GetCgroupParamUint(paths["memory"], "memory.kmem.tcp.max_usage_in_bytes")
-		peak += tcp
-		ooms, _ = fs.OOMKillCount(paths["memory"])
-	}
-	out.CPU = time.Duration(cpu)
-	out.MemoryPeak = int64(peak)
-	out.OOMKilled = ooms > 0
-}
-
-// destroy removes the container (its processes, cgroup and state dir) and
-// the shared cgroup parents once no other run uses them.
-func destroy(stateDir string, ctr *libcontainer.Container, paths map[string]string) error {
+// destroy removes the container (its processes, cgroup and state dir),
+// whatever of its cgroup libcontainer left, and the shared cgroup parent
+// once no other run uses it.
+func destroy(stateDir string, ctr *libcontainer.Container, cg *cgroup.Cgroup) error {
 	var errs []error
 	if err := ctr.Destroy(); err != nil {
 		errs = append(errs, fmt.Errorf("destroying container %s: %w", ctr.ID(), err))
@@ -321,23 +287,19 @@ func destroy(stateDir string, ctr *libcontainer.Container, paths map[string]stri
 	if err := os.RemoveAll(filepath.Join(stateDir, ctr.ID())); err != nil {
 		errs = append(errs, err)
 	}
-	removeParents(stateDir, paths)
+	errs = append(errs, removeCgroup(stateDir, cg))
 	return errors.Join(errs...)
 }
 
-// removeParents removes the shared "agentrun" parent of each cgroup path
-// once it is empty, unless another run is being created right now.
-func removeParents(stateDir string, paths map[string]string) {
-	unlock, err := state.LockCgroupParent(stateDir, true)
-	if err != nil {
-		return
+// removeCgroup removes cg, and the shared parent once it is empty unless
+// another run is being created right now.
+func removeCgroup(stateDir string, cg *cgroup.Cgroup) error {
+	err := cg.Remove()
+	if unlock, lerr := state.LockCgroupParent(stateDir, true); lerr == nil {
+		cg.RemoveParent() // fails while another run's cgroup is in it
+		unlock()
 	}
-	defer unlock()
-	for _, p := range paths {
-		if parent := filepath.Dir(p); filepath.Base(parent) == "agentrun" {
-			_ = os.Remove(parent) // fails while another run's cgroup is in it
-		}
-	}
+	return err
 }
 
 func rlimits(in []specs.POSIXRlimit) ([]configs.Rlimit, error) {
@@ -360,42 +322,4 @@ var rlimitTypes = map[string]int{
 	"RLIMIT_AS":     unix.RLIMIT_AS,
 	"RLIMIT_STACK":  unix.RLIMIT_STACK,
 	"RLIMIT_CPU":    unix.RLIMIT_CPU,
-}
-
-// setIdle makes the container's cgroup idle for the CPU scheduler (cpu.idle,
-// Linux 5.15 and later: its processes run only on CPU time that nothing
-// else wants), or ordinary again. Making it idle creates the cgroup ahead
-// of libcontainer (which joins it), so that the init is idle from its
-// start. It reports whether the cgroup is idle: false, without an error,
-// when the kernel has no cpu.idle or there is no cpu controller.
-func setIdle(cg *cgroups.Cgroup, paths map[string]string, idle bool) (bool, error) {
-	dir := paths["cpu"]
-	if cgroups.IsCgroup2UnifiedMode() {
-		dir = paths[""]
-	}
-	if dir == "" {
-		return false, nil
-	}
-	if idle {
-		var err error
-		if cgroups.IsCgroup2UnifiedMode() {
-			err = fs2.CreateCgroupPath(dir, cg)
-		} else {
-			err = os.MkdirAll(dir, 0o755)
-		}
-		if err != nil {
-			return false, fmt.Errorf("creating cgroup %s: %w", dir, err)
-		}
-	}
-	v := "0"
-	if idle {
-		v = "1"
-	}
-	if err := cgroups.WriteFile(dir, "cpu.idle", v); err != nil {
-		if errors.Is(err, os.ErrNotExist) && idle {
-			return false, nil
-		}
-		return false, fmt.Errorf("setting cpu.idle of %s: %w", dir, err)
-	}
-	return idle, nil
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/state"
 	"github.com/agentrun/agentrun/runtime/backend"
+	"github.com/agentrun/agentrun/runtime/cgroup"
 	"github.com/agentrun/agentrun/runtime/spec"
 )
 
@@ -112,7 +113,7 @@ type prepared struct {
 	id     string
 	bundle string
 	global []string // runsc's global flags for this sandbox
-	cg     *sandboxCgroup
+	cg     *cgroup.Cgroup
 	stdio  *backend.Pipes
 	// The sandbox process (runsc boot), agentrun's child once runsc
 	// create has ended: its pid, and a pidfd, -1 when none.
@@ -158,7 +159,7 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 	if err != nil {
 		return nil, err
 	}
-	p.cg, err = newCgroup(cgPath, c.Spec.Linux.Resources)
+	p.cg, err = cgroup.New(cgPath, c.Spec.Linux.Resources)
 	unlock()
 	if err != nil {
 		return nil, err
@@ -175,7 +176,7 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 	pidFile := filepath.Join(bundle, "sandbox.pid")
 	_, err = b.command(ctx, p.stdio, p.global, "create", "--bundle", bundle, "--pid-file", pidFile, c.ID)
 	// Whatever runsc create left in the cgroup is agentrun's now.
-	p.kids = pidfds(p.cg.pids())
+	p.kids = pidfds(p.cg.Pids())
 	if err != nil {
 		return nil, p.failed("creating the sandbox", err)
 	}
@@ -189,7 +190,7 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 // openSandbox returns the pid of the sandbox process that `runsc create`
 // wrote to pidFile, and a pidfd of it, once it is seen in the sandbox's
 // cgroup (not another process that took a dead sandbox's pid).
-func openSandbox(pidFile string, cg *sandboxCgroup) (int, int, error) {
+func openSandbox(pidFile string, cg *cgroup.Cgroup) (int, int, error) {
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
 		return 0, -1, fmt.Errorf("reading the sandbox's pid: %w", err)
@@ -202,9 +203,9 @@ func openSandbox(pidFile string, cg *sandboxCgroup) (int, int, error) {
 	if err != nil {
 		return 0, -1, fmt.Errorf("opening the sandbox process %d: %w", pid, err)
 	}
-	if !slices.Contains(cg.pids(), pid) {
+	if !slices.Contains(cg.Pids(), pid) {
 		unix.Close(fd)
-		return 0, -1, fmt.Errorf("sandbox process %d is gone from cgroup %s", pid, cg.path)
+		return 0, -1, fmt.Errorf("sandbox process %d is gone from cgroup %s", pid, cg.Path())
 	}
 	return pid, fd, nil
 }
@@ -288,7 +289,7 @@ func (p *prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration,
 	cancel()
 	if err != nil {
 		// The pipes reach EOF once the sandbox is gone.
-		kerr := p.cg.kill()
+		kerr := p.cg.Kill()
 		waitOutput()
 		// runsc's stderr is not the program's (no such program, say),
 		// so no outcome is returned, as with libcontainer.
@@ -304,11 +305,11 @@ func (p *prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration,
 
 	// The sandbox has ended; so must its gofer, so that both outputs reach
 	// EOF and the cgroup's figures are final.
-	dead := p.cg.kill()
+	dead := p.cg.Kill()
 	out.Stdout, out.Stderr = waitOutput()
 	out.SetStatus(ex.status, timedOut)
-	out.CPU, out.MemoryPeak = p.cg.usage()
-	out.OOMKilled = p.cg.oomKilled()
+	u := p.cg.Usage()
+	out.CPU, out.MemoryPeak, out.OOMKilled = u.CPU, u.MemoryPeak, u.OOMKilled
 	if dead != nil {
 		return out, dead
 	}
@@ -346,7 +347,7 @@ func (p *prepared) wait() exit {
 // reaped, or after killGrace (the kill failed; Run reports that) with
 // SIGKILL's status, as a program that the kill ended reads.
 func (p *prepared) kill(ended <-chan exit) exit {
-	_ = p.cg.kill()
+	_ = p.cg.Kill()
 	select {
 	case ex := <-ended:
 		return ex
@@ -375,7 +376,7 @@ func (p *prepared) Destroy() error {
 		p.stdio.CloseAll()
 	}
 	if p.cg != nil {
-		p.kids = append(p.kids, pidfds(p.cg.pids())...)
+		p.kids = append(p.kids, pidfds(p.cg.Pids())...)
 	}
 	err := p.b.cleanup(p.id, p.bundle, p.cg)
 	// Killed, they are agentrun's zombies until reaped.
@@ -418,7 +419,7 @@ func (b *Backend) globalArgs(c *backend.Container, bundle string) []string {
 // ensureDead removes the container from runsc if it still knows it, then
 // kills whatever is left in the cgroup. A failed `runsc delete` matters only
 // if something survives it: cleanup removes runsc's files itself.
-func (b *Backend) ensureDead(id string, cg *sandboxCgroup) error {
+func (b *Backend) ensureDead(id string, cg *cgroup.Cgroup) error {
 	var derr error
 	if b.hasState(id) {
 		ctx, cancel := context.WithTimeout(context.Background(), killGrace)
@@ -426,7 +427,7 @@ func (b *Backend) ensureDead(id string, cg *sandboxCgroup) error {
 		cancel()
 	}
 	if cg != nil {
-		if err := cg.kill(); err != nil {
+		if err := cg.Kill(); err != nil {
 			return errors.Join(derr, err)
 		}
 	}
@@ -434,12 +435,12 @@ func (b *Backend) ensureDead(id string, cg *sandboxCgroup) error {
 }
 
 // cleanup removes everything a run made, whatever state it is in.
-func (b *Backend) cleanup(id, bundle string, cg *sandboxCgroup) error {
+func (b *Backend) cleanup(id, bundle string, cg *cgroup.Cgroup) error {
 	errs := []error{b.ensureDead(id, cg)}
 	if cg != nil {
-		errs = append(errs, cg.remove())
+		errs = append(errs, cg.Remove())
 		if unlock, err := state.LockCgroupParent(b.stateDir, true); err == nil {
-			cg.removeParent() // fails while another run's cgroup is in it
+			cg.RemoveParent() // fails while another run's cgroup is in it
 			unlock()
 		}
 	}

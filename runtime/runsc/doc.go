@@ -3,7 +3,7 @@
 // of the host's.
 //
 // Each run gets an OCI bundle in the backend's state dir and a cgroup that
-// agentrun creates and limits itself; runsc puts the whole sandbox (sentry,
+// agentrun creates and limits itself (runtime/cgroup); runsc puts the whole sandbox (sentry,
 // gofer and their helpers) inside it, so the memory, cpu and pids limits
 // cover all of it, and agentrun reads usage and OOM kills from it.
 //

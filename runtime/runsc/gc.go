@@ -4,7 +4,7 @@ import (
 	"path/filepath"
 
 	"github.com/agentrun/agentrun/internal/state"
-	"github.com/containerd/cgroups/v3"
+	"github.com/agentrun/agentrun/runtime/cgroup"
 )
 
 // IDs lists the runs that have a bundle under the backend's state dir.
@@ -14,16 +14,9 @@ func (b *Backend) IDs() ([]string, error) { return state.IDs(b.stateDir, validID
 // delete), every process in its cgroup, the cgroup, the bundle and runsc's
 // state. It is not an error if the run is already gone.
 func (b *Backend) Cleanup(id string) error {
-	return b.cleanup(id, filepath.Join(b.stateDir, id), existingCgroup(CgroupParent+"/"+id))
-}
-
-// existingCgroup is a handle on a cgroup some earlier process made.
-func existingCgroup(path string) *sandboxCgroup {
-	cg := &sandboxCgroup{path: path, oomFD: -1}
-	if cgroups.Mode() == cgroups.Unified {
-		cg.dirs = []string{filepath.Join("/sys/fs/cgroup", path)}
-	} else {
-		cg.dirs = v1Dirs(path)
+	cg, err := cgroup.Open(CgroupParent + "/" + id)
+	if err != nil {
+		return err
 	}
-	return cg
+	return b.cleanup(id, filepath.Join(b.stateDir, id), cg)
 }

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/runtime/backend"
+	"github.com/agentrun/agentrun/runtime/cgroup"
 	"github.com/agentrun/agentrun/runtime/spec"
 )
 
@@ -49,7 +50,11 @@ func workspaceOf(t *testing.T, c *backend.Container) string {
 // gofer once created.
 func sandboxPids(t *testing.T, id string) []int {
 	t.Helper()
-	pids := existingCgroup(defaultCgroupParent + "/" + id).pids()
+	cg, err := cgroup.Open(defaultCgroupParent + "/" + id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := cg.Pids()
 	if len(pids) == 0 {
 		t.Fatalf("no process in the cgroup of %s", id)
 	}

@@ -20,6 +20,9 @@ export CGO_LDFLAGS="$libdir/libseccomp.a"
 flags=(-tags seccomp -trimpath -ldflags "-s -w")
 "$GO" test -c "${flags[@]}" -o "$work/bin/integration.test" ./test/integration
 "$GO" test -c "${flags[@]}" -o "$work/bin/escape.test" ./test/escape
+# runtime/cgroup's v2 paths (cgroup.kill, the v2 freeze, memory.peak) run
+# only on a v2 host.
+"$GO" test -c "${flags[@]}" -o "$work/bin/cgroup.test" ./runtime/cgroup
 # runtime/runsc's own tests are left out for size: the integration suite
 # runs every behavioural test on runsc too.
 "$GO" build "${flags[@]}" -o "$work/bin/agentrun" ./cmd/agentrun

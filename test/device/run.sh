@@ -24,7 +24,7 @@ rc=0
 # The python OCI layout does not fit the carry and docker-registry cannot be
 # installed there: TestPullRegistryPython is skipped by name, and so reported;
 # so is TestMCPTypeScriptClient (no Node or npm registry there).
-for t in integration escape; do
+for t in cgroup integration escape; do
 	echo "=== $t"
 	timeout 300 "$w/bin/$t.test" -test.v -test.count=1 -test.timeout 280s -test.skip 'TestPullRegistryPython|TestMCPTypeScriptClient' >"$OUT/$t.log" 2>&1
 	r=$?

@@ -220,7 +220,7 @@ func TestCLIFileArgumentFormatsAndAudit(t *testing.T) {
 	if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
 		t.Fatal(err)
 	}
-	if rec.ID != r.ID || rec.Session != "s-1" || !strings.HasPrefix(rec.TaskHash, "sha256:") || rec.Limits.Memory != 256<<20 ||
+	if rec.ID != r.ID || rec.Session != "s-1" || !strings.HasPrefix(rec.TaskHash, "sha256:") || rec.Limits.Values["memory"] != 256<<20 ||
 		rec.Runtime != "libcontainer" || rec.StdoutBytes != 3 || rec.Time.IsZero() {
 		t.Errorf("audit record = %+v", rec)
 	}

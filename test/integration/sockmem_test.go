@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opencontainers/cgroups"
+	"github.com/agentrun/agentrun/runtime/cgroup"
 )
 
 // fillSocketsPy opens loopback TCP connections inside the sandbox's own
@@ -55,7 +55,7 @@ func TestSocketBuffersCharged(t *testing.T) {
 	// The sandbox's own memory and its socket buffers (two limits' worth on
 	// v1, where they are capped apart) and room for the rest of the host.
 	const socketMemBound = 2*limit + 320<<20
-	v2 := cgroups.IsCgroup2UnifiedMode()
+	v2 := cgroup.Unified()
 	if !v2 {
 		if _, err := os.Stat("/sys/fs/cgroup/memory/memory.kmem.tcp.limit_in_bytes"); err != nil {
 			t.Fatalf("cgroup v1 without TCP memory accounting: %v", err)

@@ -1,0 +1,426 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containerd/cgroups/v3"
+	"github.com/containerd/cgroups/v3/cgroup1"
+	"github.com/containerd/cgroups/v3/cgroup2"
+	"github.com/moby/sys/mountinfo"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// unifiedRoot is where a v2 host mounts its one hierarchy, and where a v1
+// host mounts the directory of its hierarchies.
+const unifiedRoot = "/sys/fs/cgroup"
+
+// Unified reports whether the host has cgroup v2 only.
+func Unified() bool { return cgroups.Mode() == cgroups.Unified }
+
+// Cgroup is one run's cgroup. Its methods are not safe for concurrent use.
+type Cgroup struct {
+	path string // e.g. /agentrun-runsc/ar-1234, the same in every hierarchy
+	// dirs are the cgroup's directory in each hierarchy (the one v2 one).
+	dirs []string
+	// freezer, memory, cpuacct and cpu are the cgroup's directory in these
+	// v1 hierarchies ("" on v2, or where the hierarchy is not mounted).
+	freezer, memory, cpuacct, cpu string
+	// oomFD is the v1 OOM notification eventfd, -1 when there is none.
+	oomFD int
+}
+
+// Open returns the cgroup at path (absolute and clean, not the root),
+// made by someone else: libcontainer, or an agentrun that died. It need
+// not exist, in any or all hierarchies.
+func Open(path string) (*Cgroup, error) {
+	if !filepath.IsAbs(path) || filepath.Clean(path) != path || path == "/" {
+		return nil, fmt.Errorf("cgroup path %q must be absolute and clean, and not the root", path)
+	}
+	cg := &Cgroup{path: path, oomFD: -1}
+	if Unified() {
+		cg.dirs = []string{filepath.Join(unifiedRoot, path)}
+		return cg, nil
+	}
+	mounts, err := hierarchies()
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range mounts {
+		d := filepath.Join(m.Mountpoint, path)
+		if !slices.Contains(cg.dirs, d) {
+			cg.dirs = append(cg.dirs, d)
+		}
+		if m.FSType != "cgroup" {
+			continue
+		}
+		opts := strings.Split(m.VFSOptions, ",")
+		for name, dir := range map[string]*string{"freezer": &cg.freezer, "memory": &cg.memory, "cpuacct": &cg.cpuacct, "cpu": &cg.cpu} {
+			if slices.Contains(opts, name) {
+				*dir = d
+			}
+		}
+	}
+	return cg, nil
+}
+
+var (
+	mountsMu sync.Mutex
+	mounts   []*mountinfo.Info
+)
+
+// hierarchies lists the mounted cgroup hierarchies, read once (as
+// libcontainer reads its cgroup root once).
+func hierarchies() ([]*mountinfo.Info, error) {
+	mountsMu.Lock()
+	defer mountsMu.Unlock()
+	if mounts == nil {
+		m, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup", "cgroup2"))
+		if err != nil {
+			return nil, fmt.Errorf("listing cgroup hierarchies: %w", err)
+		}
+		mounts = m
+	}
+	return mounts, nil
+}
+
+// New creates the cgroup at path with res's memory (swap = memory), cpu
+// and pids limits; nothing else of res is applied. On error nothing of it
+// is left.
+func New(path string, res *specs.LinuxResources) (*Cgroup, error) {
+	cg, err := Open(path)
+	if err != nil {
+		return nil, err
+	}
+	limits := &specs.LinuxResources{}
+	if res != nil {
+		limits.Memory, limits.CPU, limits.Pids = res.Memory, res.CPU, res.Pids
+	}
+	// A concurrent run may remove the shared, momentarily empty parent
+	// between our mkdir of it and of path (the backend's cgroup-parent
+	// lock is what prevents it): try again once.
+	for range 2 {
+		if Unified() {
+			err = cg.create2(limits)
+		} else {
+			err = cg.create1(limits)
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			break
+		}
+	}
+	if err != nil {
+		_ = cg.Remove()
+		return nil, fmt.Errorf("creating cgroup %s: %w", path, err)
+	}
+	return cg, nil
+}
+
+func (cg *Cgroup) create1(limits *specs.LinuxResources) error {
+	if limits.Memory != nil && limits.Memory.Swap != nil {
+		// Without swap accounting there is no memsw file; the memory limit
+		// alone then bounds the sandbox's RAM.
+		if _, err := os.Stat(filepath.Join(unifiedRoot, "memory", "memory.memsw.limit_in_bytes")); err != nil {
+			m := *limits.Memory
+			m.Swap = nil
+			limits.Memory = &m
+		}
+	}
+	c, err := cgroup1.New(cgroup1.StaticPath(cg.path), limits)
+	if err != nil {
+		return err
+	}
+	fd, err := c.OOMEventFD()
+	if err != nil {
+		return fmt.Errorf("registering oom notification: %w", err)
+	}
+	cg.oomFD = int(fd)
+	return nil
+}
+
+func (cg *Cgroup) create2(limits *specs.LinuxResources) error {
+	_, err := cgroup2.NewManager(unifiedRoot, cg.path, cgroup2.ToResources(limits))
+	return err
+}
+
+// SetIdle makes the cgroup idle for the CPU scheduler (cpu.idle, Linux
+// 5.15 and later: its processes run only on CPU time that nothing else
+// wants), or ordinary again. Making it idle creates the cgroup's cpu
+// directory (on v2, the cgroup with its controllers enabled) if it is not
+// there yet, so that a container runtime that joins it later starts idle.
+// It reports whether the cgroup is idle: false, without an error, when the
+// kernel has no cpu.idle or there is no cpu controller.
+func (cg *Cgroup) SetIdle(idle bool) (bool, error) {
+	dir := cg.cpu
+	if Unified() {
+		dir = cg.dirs[0]
+	}
+	if dir == "" {
+		return false, nil
+	}
+	if idle {
+		var err error
+		if Unified() {
+			_, err = cgroup2.NewManager(unifiedRoot, cg.path, &cgroup2.Resources{})
+		} else {
+			err = os.MkdirAll(dir, 0o755)
+		}
+		if err != nil {
+			return false, fmt.Errorf("creating cgroup %s: %w", dir, err)
+		}
+	}
+	v := "0"
+	if idle {
+		v = "1"
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cpu.idle"), []byte(v), 0); err != nil {
+		if errors.Is(err, os.ErrNotExist) && idle {
+			return false, nil
+		}
+		return false, fmt.Errorf("setting cpu.idle of %s: %w", dir, err)
+	}
+	return idle, nil
+}
+
+// Path is the cgroup's path, the same in every hierarchy.
+func (cg *Cgroup) Path() string { return cg.path }
+
+// Pids lists the processes left anywhere in the cgroup's tree.
+func (cg *Cgroup) Pids() []int {
+	var out []int
+	for _, d := range cg.dirs {
+		_ = filepath.WalkDir(d, func(p string, e os.DirEntry, err error) error {
+			if err != nil || !e.IsDir() {
+				return nil
+			}
+			b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+			if err != nil {
+				return nil
+			}
+			for f := range strings.FieldsSeq(string(b)) {
+				var pid int
+				if _, err := fmt.Sscan(f, &pid); err == nil && pid > 0 && !slices.Contains(out, pid) {
+					out = append(out, pid)
+				}
+			}
+			return nil
+		})
+	}
+	return out
+}
+
+// killWait bounds how long Kill waits for the tree to empty.
+const killWait = 5 * time.Second
+
+// Kill SIGKILLs every process in the cgroup's tree and waits, up to
+// killWait, until the tree is empty, killing again whatever is left. It
+// returns an error naming the processes that survived.
+func (cg *Cgroup) Kill() error {
+	if len(cg.Pids()) == 0 {
+		return nil
+	}
+	for deadline := time.Now().Add(killWait); time.Now().Before(deadline); {
+		cg.killOnce()
+		// The killed take a moment to exit; whatever is still listed
+		// after that is killed again.
+		for wait := time.Now().Add(100 * time.Millisecond); time.Now().Before(wait); time.Sleep(5 * time.Millisecond) {
+			if len(cg.Pids()) == 0 {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("cgroup %s: processes %v survived SIGKILL", cg.path, cg.Pids())
+}
+
+// killOnce SIGKILLs every process in the tree such that none can fork a
+// child the kill misses: on v2 by cgroup.kill (Linux 5.14), which kills
+// the tree at once; otherwise by listing and killing the processes with
+// the tree frozen.
+func (cg *Cgroup) killOnce() {
+	if Unified() {
+		// Not cgroup2.Manager.Kill: without cgroup.kill it falls back to
+		// a freeze it waits on without bound, and it reaps what it killed,
+		// which may be the caller's child.
+		if os.WriteFile(filepath.Join(cg.dirs[0], "cgroup.kill"), []byte("1"), 0) == nil {
+			return
+		}
+		frozen := freeze(cg.dirs[0], "cgroup.freeze", "1", "cgroup.events", "frozen 1")
+		killAll(cg.Pids())
+		if frozen {
+			_ = os.WriteFile(filepath.Join(cg.dirs[0], "cgroup.freeze"), []byte("0"), 0)
+		}
+		return
+	}
+	frozen := cg.freezer != "" && freeze(cg.freezer, "freezer.state", "FROZEN", "freezer.state", "FROZEN")
+	killAll(cg.Pids())
+	if frozen {
+		_ = os.WriteFile(filepath.Join(cg.freezer, "freezer.state"), []byte("THAWED"), 0)
+	}
+}
+
+// freezeWait bounds a freeze: a task that cannot be frozen (one in an
+// uninterruptible sleep) must not hold the kill. The library's Freeze
+// waits without bound.
+const freezeWait = 200 * time.Millisecond
+
+// freeze writes value to dir's file and waits, up to freezeWait, until
+// dir's stateFile holds want (a line of it, on v2). It reports whether the
+// freeze was asked for: the caller thaws then, frozen in time or not.
+func freeze(dir, file, value, stateFile, want string) bool {
+	if os.WriteFile(filepath.Join(dir, file), []byte(value), 0) != nil {
+		return false
+	}
+	for deadline := time.Now().Add(freezeWait); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		b, err := os.ReadFile(filepath.Join(dir, stateFile))
+		if err != nil {
+			break
+		}
+		if slices.Contains(strings.Split(strings.TrimSpace(string(b)), "\n"), want) {
+			break
+		}
+	}
+	return true
+}
+
+func killAll(pids []int) {
+	for _, pid := range pids {
+		_ = unix.Kill(pid, unix.SIGKILL)
+	}
+}
+
+// Usage is what everything that ran in a cgroup used.
+type Usage struct {
+	CPU time.Duration
+	// MemoryPeak is the highest memory use, socket buffers included (on
+	// v1 the TCP buffers' peak is added, as v1 keeps them apart); 0 on a
+	// v2 kernel before 5.19, which has no memory.peak.
+	MemoryPeak int64
+	// OOMKilled: the kernel's OOM killer ended a process of the cgroup
+	// because the cgroup reached its memory limit.
+	OOMKilled bool
+}
+
+// Usage reads the cgroup's cpu time, peak memory and OOM kills; zero if
+// the cgroup is gone. It reads the few files these are in, not the
+// library's statistics of the controllers, which read memory.stat and a
+// dozen files more, and took twice as long (BenchmarkUsage).
+func (cg *Cgroup) Usage() Usage {
+	var u Usage
+	if Unified() {
+		dir := cg.dirs[0]
+		u.CPU = time.Duration(readKey(dir, "cpu.stat", "usage_usec")) * time.Microsecond
+		u.MemoryPeak = int64(readUint(dir, "memory.peak"))
+		u.OOMKilled = readKey(dir, "memory.events", "oom_kill") > 0
+		return u
+	}
+	// The eventfd fires when the cgroup hit its limit and went OOM.
+	if cg.oomFD >= 0 {
+		fds := []unix.PollFd{{Fd: int32(cg.oomFD), Events: unix.POLLIN}}
+		if n, err := unix.Poll(fds, 0); err == nil && n > 0 {
+			u.OOMKilled = true
+		}
+	}
+	if cg.cpuacct != "" {
+		u.CPU = time.Duration(readUint(cg.cpuacct, "cpuacct.usage"))
+	}
+	if cg.memory != "" {
+		u.MemoryPeak = int64(readUint(cg.memory, "memory.max_usage_in_bytes") +
+			readUint(cg.memory, "memory.kmem.tcp.max_usage_in_bytes"))
+		// oom_kill counts the processes of this cgroup the OOM killer ended.
+		if readKey(cg.memory, "memory.oom_control", "oom_kill") > 0 {
+			u.OOMKilled = true
+		}
+	}
+	return u
+}
+
+// readUint reads a file of one number; 0 if it cannot.
+func readUint(dir, file string) uint64 {
+	b, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	return n
+}
+
+// readKey reads the number of key in a file of "key value" lines; 0 if it
+// cannot.
+func readKey(dir, file, key string) uint64 {
+	b, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), " "); ok && k == key {
+			n, _ := strconv.ParseUint(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// Remove deletes the cgroup and any child cgroups in it, in every
+// hierarchy, children first. It retries briefly while the kernel still
+// counts a dying task. The processes must be gone (Kill). A cgroup gone
+// already is not an error.
+func (cg *Cgroup) Remove() error {
+	if cg.oomFD >= 0 {
+		unix.Close(cg.oomFD)
+		cg.oomFD = -1
+	}
+	var errs []error
+	for _, d := range cg.dirs {
+		var tree []string
+		_ = filepath.WalkDir(d, func(p string, e os.DirEntry, err error) error {
+			if err == nil && e.IsDir() {
+				tree = append(tree, p)
+			}
+			return nil
+		})
+		for i := len(tree) - 1; i >= 0; i-- {
+			if err := rmdir(tree[i]); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RemoveParent removes the cgroup's parent (a backend's, e.g.
+// /agentrun-runsc) in every hierarchy where it is empty; it stays where
+// another run's cgroup is in it. The caller holds the backend's
+// cgroup-parent lock exclusively (internal/state), so that no run is
+// creating its cgroup in it meanwhile.
+func (cg *Cgroup) RemoveParent() {
+	if filepath.Dir(cg.path) == "/" {
+		return
+	}
+	for _, d := range cg.dirs {
+		_ = unix.Rmdir(filepath.Dir(d))
+	}
+}
+
+func rmdir(dir string) error {
+	var err error
+	for range 50 {
+		err = unix.Rmdir(dir)
+		if err == nil || errors.Is(err, syscall.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Errorf("removing cgroup %s: %w", dir, err)
+}

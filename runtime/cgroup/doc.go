@@ -1,0 +1,20 @@
+// Package cgroup is one run's cgroup, on a cgroup v1 host (hybrid or not)
+// and on a cgroup v2 host: it creates the cgroup with its memory, cpu and
+// pids limits for a backend that makes its own (runsc), or opens one
+// another made (libcontainer's, or one a dead agentrun left); it kills
+// everything in it, frozen so that nothing forks past the kill; it reads
+// its cpu time, peak memory and OOM kills; and it removes it, child
+// cgroups first, and the backend's shared parent once that is empty.
+//
+// The host's cgroup mode, the creation with limits and the v1 OOM
+// notification are containerd/cgroups'. The kill, the usage and the
+// removal work on the cgroup's files directly: every wait in them is
+// bounded (the library's freeze waits without end on a task that cannot
+// be frozen), and the usage reads only the files a run reports.
+//
+// A run's cgroup has the same path in every hierarchy: in each mounted v1
+// hierarchy and, on a hybrid host, in the unified one too (libcontainer
+// joins it there); on a v2 host in the one unified hierarchy.
+// libcontainer keeps its own cgroup manager (opencontainers/cgroups) for
+// the containers it creates and destroys.
+package cgroup
