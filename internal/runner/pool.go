@@ -40,9 +40,7 @@ import (
 // The pool fills in the background, several sandboxes at once, as many as
 // there are CPUs not taken by runs, and one at a time while runs take
 // every CPU: a run never waits for a fill, and a run that finds no sandbox
-// ready sets one up itself at once, as without a pool. A fill's container
-// is prepared ahead (backend.Container.Ahead): on CPU time that runs leave
-// free, so that it does not slow the run that took the sandbox before it.
+// ready sets one up itself at once, as without a pool.
 type Pool struct {
 	r *Runner
 	// setup makes one sandbox for plan: the runner's set-up, without

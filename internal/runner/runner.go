@@ -322,8 +322,7 @@ type sandbox struct {
 // lease, the workspace is that session's disk, mounted in the run dir (so
 // that gc finds it there if agentrun dies). With res nil it is made ahead
 // for the pool: its network, if any, waits for the policy of the run that
-// takes it, and its container is prepared as one made ahead of demand
-// (backend.Container.Ahead).
+// takes it.
 func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id string, files map[string][]byte, lease *session.Lease, approve proxy.ApproveFunc) (_ *sandbox, err error) {
 	be := r.backends[p.Runtime]
 	if be == nil {
@@ -427,7 +426,7 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 		return nil, fmt.Errorf("spec refused: %w", err)
 	}
 
-	if sb.prep, err = be.Prepare(context.Background(), &backend.Container{ID: id, Spec: sb.spec, Ahead: res == nil}); err != nil {
+	if sb.prep, err = be.Prepare(context.Background(), &backend.Container{ID: id, Spec: sb.spec}); err != nil {
 		return nil, err
 	}
 	sb.undo.Add(sb.prep.Destroy)

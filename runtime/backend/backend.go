@@ -28,11 +28,6 @@ type Container struct {
 	OutputLimit int64
 	// Output, if not nil, gets the kept output as it arrives.
 	Output OutputFunc
-	// Ahead: the container is prepared ahead of demand (a pool's fill).
-	// Its set-up then takes only CPU time that nothing else wants (a
-	// backend that can do so makes it idle for the scheduler), and its
-	// Run gives the program the ordinary share back before it starts.
-	Ahead bool
 }
 
 // Outcome is what a finished run produced.

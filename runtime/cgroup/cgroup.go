@@ -32,9 +32,9 @@ type Cgroup struct {
 	path string // e.g. /agentrun-runsc/ar-1234, the same in every hierarchy
 	// dirs are the cgroup's directory in each hierarchy (the one v2 one).
 	dirs []string
-	// freezer, memory, cpuacct and cpu are the cgroup's directory in these
-	// v1 hierarchies ("" on v2, or where the hierarchy is not mounted).
-	freezer, memory, cpuacct, cpu string
+	// freezer, memory and cpuacct are the cgroup's directory in these v1
+	// hierarchies ("" on v2, or where the hierarchy is not mounted).
+	freezer, memory, cpuacct string
 	// oomFD is the v1 OOM notification eventfd, -1 when there is none.
 	oomFD int
 }
@@ -64,7 +64,7 @@ func Open(path string) (*Cgroup, error) {
 			continue
 		}
 		opts := strings.Split(m.VFSOptions, ",")
-		for name, dir := range map[string]*string{"freezer": &cg.freezer, "memory": &cg.memory, "cpuacct": &cg.cpuacct, "cpu": &cg.cpu} {
+		for name, dir := range map[string]*string{"freezer": &cg.freezer, "memory": &cg.memory, "cpuacct": &cg.cpuacct} {
 			if slices.Contains(opts, name) {
 				*dir = d
 			}
@@ -150,45 +150,6 @@ func (cg *Cgroup) create1(limits *specs.LinuxResources) error {
 func (cg *Cgroup) create2(limits *specs.LinuxResources) error {
 	_, err := cgroup2.NewManager(unifiedRoot, cg.path, cgroup2.ToResources(limits))
 	return err
-}
-
-// SetIdle makes the cgroup idle for the CPU scheduler (cpu.idle, Linux
-// 5.15 and later: its processes run only on CPU time that nothing else
-// wants), or ordinary again. Making it idle creates the cgroup's cpu
-// directory (on v2, the cgroup with its controllers enabled) if it is not
-// there yet, so that a container runtime that joins it later starts idle.
-// It reports whether the cgroup is idle: false, without an error, when the
-// kernel has no cpu.idle or there is no cpu controller.
-func (cg *Cgroup) SetIdle(idle bool) (bool, error) {
-	dir := cg.cpu
-	if Unified() {
-		dir = cg.dirs[0]
-	}
-	if dir == "" {
-		return false, nil
-	}
-	if idle {
-		var err error
-		if Unified() {
-			_, err = cgroup2.NewManager(unifiedRoot, cg.path, &cgroup2.Resources{})
-		} else {
-			err = os.MkdirAll(dir, 0o755)
-		}
-		if err != nil {
-			return false, fmt.Errorf("creating cgroup %s: %w", dir, err)
-		}
-	}
-	v := "0"
-	if idle {
-		v = "1"
-	}
-	if err := os.WriteFile(filepath.Join(dir, "cpu.idle"), []byte(v), 0); err != nil {
-		if errors.Is(err, os.ErrNotExist) && idle {
-			return false, nil
-		}
-		return false, fmt.Errorf("setting cpu.idle of %s: %w", dir, err)
-	}
-	return idle, nil
 }
 
 // Path is the cgroup's path, the same in every hierarchy.

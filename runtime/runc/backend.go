@@ -69,7 +69,6 @@ type Prepared struct {
 	stdio    *backend.Pipes
 	proc     *libcontainer.Process
 	reaped   bool // the init has been waited for
-	idle     bool // its cgroup is idle for the CPU scheduler until Run
 }
 
 // Prepare creates c's container and starts its init, which stops just
@@ -120,13 +119,6 @@ func (b *Backend) Prepare(_ context.Context, c *backend.Container) (_ backend.Pr
 
 	if p.stdio, err = backend.NewPipes(); err != nil {
 		return nil, err
-	}
-	if c.Ahead {
-		// Made ahead of demand: the init's set-up runs on CPU time that
-		// runs leave free, and Run makes the cgroup ordinary again.
-		if p.idle, err = p.cg.SetIdle(true); err != nil {
-			return nil, err
-		}
 	}
 	nnp := true
 	p.proc = &libcontainer.Process{
@@ -182,14 +174,7 @@ func (p *Prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration,
 	out = &backend.Outcome{}
 	start := time.Now()
 	waitOutput := p.stdio.Serve(stdin, outputLimit, output)
-	if p.idle {
-		// The program runs with the ordinary share of the CPU.
-		_, err = p.cg.SetIdle(false)
-	}
-	if err == nil {
-		err = p.exec(ctx)
-	}
-	if err != nil {
+	if err := p.exec(ctx); err != nil {
 		// The pipes reach EOF once the init is gone.
 		p.kill(p.wait())
 		waitOutput()
