@@ -25,8 +25,12 @@ import (
 //
 // A sandbox is made for one task shape: the image, argv, environment and
 // limits that the container is created with. For each image it is sized
-// for, the pool keeps ready sandboxes of the shape of the latest run of
-// that image (or of the shape it was seeded with).
+// for, the pool keeps ready sandboxes of one shape: the one it was seeded
+// with, until a run of another shape comes whose shape is at least as
+// common as the kept one among the image's last followWindow runs. An
+// agent that changes its kind of task moves the pool at its first run of
+// the new kind (or within a few runs); a mix in which one shape is the
+// most common keeps that one, and is not thrashed by the others.
 //
 // A sandbox for a task with an allowlist is made with its network: the
 // namespace pair, the veth and its addresses, and a proxy listening in the
@@ -48,8 +52,9 @@ type Pool struct {
 	setup func(plan *task.Plan, img *image.Image) (*sandbox, error)
 
 	mu     sync.Mutex
-	sizes  map[string]int    // image ref -> sandboxes kept ready
-	shapes map[string]*shape // image ref -> the shape kept ready for it
+	sizes  map[string]int      // image ref -> sandboxes kept ready
+	shapes map[string]*shape   // image ref -> the shape kept ready for it
+	recent map[string][]string // image ref -> shape keys of its last runs, oldest first
 	closed bool
 	err    error            // the latest failure to fill, nil once one succeeds
 	hits   map[string]int64 // image ref -> runs served from the pool
@@ -87,6 +92,21 @@ type PoolStats struct {
 	ImageHits, ImageMisses map[string]int64 // Hits and Misses per image ref
 }
 
+// followWindow is how many of an image's latest runs decide which shape
+// the pool keeps for it.
+const followWindow = 8
+
+// count is how many of keys are key.
+func count(keys []string, key string) int {
+	n := 0
+	for _, k := range keys {
+		if k == key {
+			n++
+		}
+	}
+	return n
+}
+
 // fillRetry is how long the pool waits after a failure to fill.
 const fillRetry = time.Second
 
@@ -95,7 +115,7 @@ const fillRetry = time.Second
 // use it; call it before r's first run. Close stops it and destroys what
 // it holds.
 func (r *Runner) NewPool(sizes map[string]int) *Pool {
-	p := &Pool{r: r, sizes: map[string]int{}, shapes: map[string]*shape{},
+	p := &Pool{r: r, sizes: map[string]int{}, shapes: map[string]*shape{}, recent: map[string][]string{},
 		setup: func(plan *task.Plan, img *image.Image) (*sandbox, error) {
 			return r.setup(plan, img, nil, newID(), nil, nil, nil)
 		},
@@ -155,10 +175,17 @@ func (p *Pool) take(plan *task.Plan, img *image.Image) *sandbox {
 		p.misses[plan.Image]++
 		return nil
 	}
+	recent := append(p.recent[plan.Image], key)
+	if len(recent) > followWindow {
+		recent = recent[len(recent)-followWindow:]
+	}
+	p.recent[plan.Image] = recent
 	s := p.shapes[plan.Image]
 	if s == nil || s.key != key {
 		p.misses[plan.Image]++
-		p.keep(plan, img, key)
+		if s == nil || count(recent, key) >= count(recent, s.key) {
+			p.keep(plan, img, key)
+		}
 		return nil
 	}
 	for len(s.ready) > 0 {

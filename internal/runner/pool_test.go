@@ -207,6 +207,46 @@ func TestPoolDropsTheOldShape(t *testing.T) {
 	}
 }
 
+// TestPoolKeepsTheCommonShapeOfAMix: runs of one shape mixed with runs of
+// several others, each rarer, keep the common shape ready; a shape that
+// becomes the most common then takes over.
+func TestPoolKeepsTheCommonShapeOfAMix(t *testing.T) {
+	p, _, img := testPool(t, 1)
+	plan := testPlan()
+	for range 3 {
+		p.take(plan, img)
+		p.ran(plan)
+		waitReady(t, p, 1)
+	}
+	other := func(i int) *task.Plan {
+		o := testPlan()
+		o.Limits.Memory += int64(i+1) << 20
+		return o
+	}
+	for i := range 6 {
+		// A rarer shape: a miss that leaves the kept shape alone.
+		if sb := p.take(other(i), img); sb != nil {
+			t.Fatalf("round %d: a run of another shape got a sandbox", i)
+		}
+		p.ran(plan)
+		waitReady(t, p, 1)
+		if sb := p.take(plan, img); sb == nil {
+			t.Fatalf("round %d: the common shape's run got no sandbox after a rarer shape ran", i)
+		}
+		p.ran(plan)
+		waitReady(t, p, 1)
+	}
+	// other(0) becomes as common as plan among the last runs: it is kept.
+	for range followWindow / 2 {
+		p.take(other(0), img)
+		p.ran(plan)
+	}
+	waitReady(t, p, 1)
+	if sb := p.take(other(0), img); sb == nil {
+		t.Fatal("the shape that became the most common got no sandbox")
+	}
+}
+
 func TestPoolSkipsSandboxesNoLongerReady(t *testing.T) {
 	p, f, img := testPool(t, 2)
 	plan := testPlan()

@@ -131,7 +131,8 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 	if res := run("timeout", `{"code": "while True: pass", "limits": {"timeout": "1s"}}`, 200); !res.TimedOut {
 		t.Fatalf("timeout: %+v", res)
 	}
-	// Cold: a network allowlist never runs pooled (neither hit nor miss).
+	// Cold: an allowlist is another shape than the pool's: a miss (the
+	// pool keeps its shape, the more common one of the image's runs).
 	denied := run("egress", `{"code": "import urllib.request\ntry:\n  urllib.request.urlopen('http://evil.example/', timeout=5)\nexcept Exception as e:\n  print(e)", "network": {"allow": ["allowed.example"]}}`, 200)
 	var nDenied float64
 	for _, d := range denied.Network.Denied {
@@ -174,7 +175,7 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 		`agentrun_run_duration_seconds{path="pool"}`:                         3,
 		`agentrun_run_duration_seconds{path="cold"}`:                         2,
 		"agentrun_pool_hits_total" + img:                                     3,
-		"agentrun_pool_misses_total" + img:                                   1,
+		"agentrun_pool_misses_total" + img:                                   2,
 	}
 	for series, delta := range want {
 		a, ok := after[series]
