@@ -24,17 +24,7 @@ func TestProxyOpenDeniesUntilBound(t *testing.T) {
 	requireRoot(t)
 	in := proxytest.NewInternet(t)
 	testenv.NoLeaks(t, fixturePrefix)
-	n, err := pool.Setup()
-	if err != nil {
-		t.Fatal(err)
-	}
-	px, err := Open(n)
-	if err != nil {
-		n.Close()
-		t.Fatalf("Open: %v", err)
-	}
-	r := &run{t: t, n: n, px: px, gw: n.Gateway.String(), in: in}
-	t.Cleanup(r.close)
+	r := openRun(t, in)
 
 	for _, network := range []string{"udp4", "tcp4"} {
 		m, err := r.lookup(network, "internet.test", dns.TypeA)
@@ -60,18 +50,18 @@ func TestProxyOpenDeniesUntilBound(t *testing.T) {
 			t.Errorf("unbound proxy listens on :%s", port)
 		}
 	}
-	if rep := px.Report(); len(rep.Allowed)+len(rep.Denied)+len(rep.Failed) != 0 {
+	if rep := r.px.Report(); len(rep.Allowed)+len(rep.Denied)+len(rep.Failed) != 0 {
 		t.Errorf("unbound proxy recorded %+v; want nothing: it is no run's yet", rep)
 	}
 
 	pol := policyFor(in)
 	pol.Allow = []string{"internet.test"}
-	if err := px.Bind(pol); err != nil {
+	if err := r.px.Bind(pol); err != nil {
 		t.Fatalf("Bind: %v", err)
 	}
 	wider := policyFor(in)
 	wider.Allow = []string{"internet.test", "www.internet.test"}
-	if err := px.Bind(wider); err == nil || !strings.Contains(err.Error(), "bound already") {
+	if err := r.px.Bind(wider); err == nil || !strings.Contains(err.Error(), "bound already") {
 		t.Errorf("second Bind = %v; want an error saying a policy is bound", err)
 	}
 
@@ -87,7 +77,7 @@ func TestProxyOpenDeniesUntilBound(t *testing.T) {
 	if m, err := r.lookup("udp4", "www.internet.test", dns.TypeA); err != nil || m.Rcode != dns.RcodeNameError {
 		t.Errorf("lookup of a host only the second Bind allowed: %v %v; want NXDOMAIN", m, err)
 	}
-	rep := px.Report()
+	rep := r.px.Report()
 	if len(rep.Allowed) != 2 || rep.Allowed[0].Host != "internet.test" {
 		t.Errorf("allowed %+v; want internet.test:80 and :443 only", rep.Allowed)
 	}
@@ -97,10 +87,10 @@ func TestProxyOpenDeniesUntilBound(t *testing.T) {
 		t.Errorf("denied %+v; want the two denials after Bind only", rep.Denied)
 	}
 
-	if err := px.Close(); err != nil {
+	if err := r.px.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := px.Bind(pol); err == nil {
+	if err := r.px.Bind(pol); err == nil {
 		t.Error("Bind after Close succeeded")
 	}
 }
@@ -111,9 +101,24 @@ func TestProxyBindFailureLeavesItUnbound(t *testing.T) {
 	requireRoot(t)
 	in := proxytest.NewInternet(t)
 	testenv.NoLeaks(t, fixturePrefix)
+	r := openRun(t, in)
+	if err := r.px.Bind(Policy{Allow: []string{"*"}}); err == nil {
+		t.Fatal("Bind of a bad allowlist succeeded")
+	}
+	if err := r.px.Bind(policyFor(in)); err == nil {
+		t.Error("Bind after a failed Bind succeeded")
+	}
+	if code, _, _ := get(t, r.explicitClient(), "http://internet.test/hello"); code != http.StatusForbidden {
+		t.Errorf("GET after a failed Bind = %d; want 403", code)
+	}
+}
+
+// openRun is startRun for a proxy opened without a policy (Open).
+func openRun(t *testing.T, in *proxytest.Internet) *run {
+	t.Helper()
 	n, err := pool.Setup()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("Setup: %v", err)
 	}
 	px, err := Open(n)
 	if err != nil {
@@ -122,13 +127,5 @@ func TestProxyBindFailureLeavesItUnbound(t *testing.T) {
 	}
 	r := &run{t: t, n: n, px: px, gw: n.Gateway.String(), in: in}
 	t.Cleanup(r.close)
-	if err := px.Bind(Policy{Allow: []string{"*"}}); err == nil {
-		t.Fatal("Bind of a bad allowlist succeeded")
-	}
-	if err := px.Bind(policyFor(in)); err == nil {
-		t.Error("Bind after a failed Bind succeeded")
-	}
-	if code, _, _ := get(t, r.explicitClient(), "http://internet.test/hello"); code != http.StatusForbidden {
-		t.Errorf("GET after a failed Bind = %d; want 403", code)
-	}
+	return r
 }
