@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"encoding/base64"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -26,64 +25,6 @@ func runscTask(code string, extra map[string]any) string {
 		m[k] = v
 	}
 	return pyTask(code, m)
-}
-
-// TestPoolRunscRunsTaskInReadySandbox: a pooled runsc run is in gVisor,
-// and gets its code, files and stdin, the task's timeout and output cap,
-// and its collect.
-func TestPoolRunscRunsTaskInReadySandbox(t *testing.T) {
-	p := newPooled(t, 2, runscTask("pass", nil))
-	res := p.run(runscTask(`import sys, platform
-data = open("/workspace/in.txt").read()
-line = sys.stdin.readline()
-open("/workspace/out.txt", "w").write(data.upper() + line)
-print(platform.release())
-print("x" * 5000)`, map[string]any{
-		"files":   map[string]any{"in.txt": map[string]string{"content": "hello "}},
-		"stdin":   "world\n",
-		"collect": []string{"out.txt"},
-		"limits":  map[string]any{"output_bytes": 100},
-	}), true)
-	if res.ExitCode != 0 || !res.StdoutTruncated || len(res.Stdout) != 100 || !strings.Contains(res.Stdout, "gvisor") {
-		t.Fatalf("exit %d, stdout %q (truncated %v); want 0, 100 bytes naming gVisor's kernel, truncated", res.ExitCode, res.Stdout, res.StdoutTruncated)
-	}
-	if got, _ := base64.StdEncoding.DecodeString(res.Files["out.txt"].ContentBase64); string(got) != "HELLO world\n" {
-		t.Fatalf("collected out.txt = %q (%+v)", got, res.Files["out.txt"])
-	}
-
-	res = p.run(runscTask("while True: pass", map[string]any{"limits": map[string]any{"timeout": "500ms"}}), true)
-	if !res.TimedOut || res.ExitCode != 137 {
-		t.Fatalf("timed_out %v exit %d; want true 137", res.TimedOut, res.ExitCode)
-	}
-	if res.DurationMS < 500 || res.DurationMS > 3000 {
-		t.Fatalf("duration %d ms for a 500ms timeout", res.DurationMS)
-	}
-}
-
-// TestPoolRunscSandboxesServeOneRunEach: what one pooled runsc run leaves
-// in /tmp, /workspace or as a process is not there for the next, which
-// runs as another uid.
-func TestPoolRunscSandboxesServeOneRunEach(t *testing.T) {
-	p := newPooled(t, 2, runscTask("pass", nil))
-	first := p.run(runscTask(`import os, subprocess
-open("/tmp/mark", "w").write("1")
-open("/workspace/mark", "w").write("1")
-subprocess.Popen(["sleep", "60"], start_new_session=True)
-print(os.getuid())`, nil), true)
-	second := p.run(runscTask(`import os
-print(os.path.exists("/tmp/mark"), os.path.exists("/workspace/mark"))
-print(sorted(int(d) for d in os.listdir("/proc") if d.isdigit()) == [1, os.getpid()])
-print(os.getuid())`, nil), true)
-	if first.ID == second.ID {
-		t.Fatalf("both runs had id %s", first.ID)
-	}
-	lines := strings.Split(strings.TrimSpace(second.Stdout), "\n")
-	if len(lines) != 3 || lines[0] != "False False" || lines[1] != "True" {
-		t.Fatalf("second run saw %q; want nothing of the first run and only the init and itself", second.Stdout)
-	}
-	if uid := strings.TrimSpace(first.Stdout); uid == lines[2] || !sandboxUID42(uid+" 42\n") {
-		t.Fatalf("uids %q and %q; want two distinct sandbox uids", uid, lines[2])
-	}
 }
 
 // TestPoolRunscEnforcesLimits: the pooled runsc sandbox is as locked down

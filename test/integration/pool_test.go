@@ -92,53 +92,80 @@ func (p *pooled) run(taskJSON string, wantHit bool) *result.Result {
 	return res
 }
 
-// TestPoolRunsTaskInReadySandbox: a pooled run gets its code, files and
-// stdin, the task's timeout and output cap, and its collect.
+// poolRuntimes are the runtimes the pool tests run on, each with its task
+// builder and a word the kernel release it shows names ("" for any).
+var poolRuntimes = []struct {
+	name    string
+	task    func(code string, extra map[string]any) string
+	release string
+}{
+	{"libcontainer", pyTask, ""},
+	{"runsc", runscTask, "gvisor"},
+}
+
+// TestPoolRunsTaskInReadySandbox: a pooled run, on either runtime, gets
+// its code, files and stdin, the task's timeout and output cap, and its
+// collect; under runsc it is in gVisor.
 func TestPoolRunsTaskInReadySandbox(t *testing.T) {
-	p := newPooled(t, 2, pyTask("pass", nil))
-	res := p.run(pyTask(`import sys
+	for _, rt := range poolRuntimes {
+		t.Run(rt.name, func(t *testing.T) {
+			p := newPooled(t, 2, rt.task("pass", nil))
+			res := p.run(rt.task(`import sys, platform
 data = open("/workspace/in.txt").read()
 line = sys.stdin.readline()
 open("/workspace/out.txt", "w").write(data.upper() + line)
+print(platform.release())
 print("x" * 5000)`, map[string]any{
-		"files":   map[string]any{"in.txt": map[string]string{"content": "hello "}},
-		"stdin":   "world\n",
-		"collect": []string{"out.txt"},
-		"limits":  map[string]any{"output_bytes": 100},
-	}), true)
-	if res.ExitCode != 0 || !res.StdoutTruncated || len(res.Stdout) != 100 {
-		t.Fatalf("exit %d, stdout %d bytes (truncated %v); want 0, 100, true", res.ExitCode, len(res.Stdout), res.StdoutTruncated)
-	}
-	if got, _ := base64.StdEncoding.DecodeString(res.Files["out.txt"].ContentBase64); string(got) != "HELLO world\n" {
-		t.Fatalf("collected out.txt = %q (%+v)", got, res.Files["out.txt"])
-	}
+				"files":   map[string]any{"in.txt": map[string]string{"content": "hello "}},
+				"stdin":   "world\n",
+				"collect": []string{"out.txt"},
+				"limits":  map[string]any{"output_bytes": 100},
+			}), true)
+			if res.ExitCode != 0 || !res.StdoutTruncated || len(res.Stdout) != 100 || !strings.Contains(res.Stdout, rt.release) {
+				t.Fatalf("exit %d, stdout %q (truncated %v); want 0, 100 bytes naming %q, truncated", res.ExitCode, res.Stdout, res.StdoutTruncated, rt.release)
+			}
+			if got, _ := base64.StdEncoding.DecodeString(res.Files["out.txt"].ContentBase64); string(got) != "HELLO world\n" {
+				t.Fatalf("collected out.txt = %q (%+v)", got, res.Files["out.txt"])
+			}
 
-	res = p.run(pyTask("while True: pass", map[string]any{"limits": map[string]any{"timeout": "500ms"}}), true)
-	if !res.TimedOut || res.ExitCode != 137 {
-		t.Fatalf("timed_out %v exit %d; want true 137", res.TimedOut, res.ExitCode)
-	}
-	if res.DurationMS < 500 || res.DurationMS > 3000 {
-		t.Fatalf("duration %d ms for a 500ms timeout", res.DurationMS)
+			res = p.run(rt.task("while True: pass", map[string]any{"limits": map[string]any{"timeout": "500ms"}}), true)
+			if !res.TimedOut || res.ExitCode != 137 {
+				t.Fatalf("timed_out %v exit %d; want true 137", res.TimedOut, res.ExitCode)
+			}
+			if res.DurationMS < 500 || res.DurationMS > 3000 {
+				t.Fatalf("duration %d ms for a 500ms timeout", res.DurationMS)
+			}
+		})
 	}
 }
 
-// TestPoolSandboxesServeOneRunEach: what one pooled run leaves in /tmp,
-// /workspace or as a process is not there for the next.
+// TestPoolSandboxesServeOneRunEach: what one pooled run, on either
+// runtime, leaves in /tmp, /workspace or as a process is not there for the
+// next, which runs as another uid.
 func TestPoolSandboxesServeOneRunEach(t *testing.T) {
-	p := newPooled(t, 2, pyTask("pass", nil))
-	first := p.run(pyTask(`import os, subprocess
+	for _, rt := range poolRuntimes {
+		t.Run(rt.name, func(t *testing.T) {
+			p := newPooled(t, 2, rt.task("pass", nil))
+			first := p.run(rt.task(`import os, subprocess
 open("/tmp/mark", "w").write("1")
 open("/workspace/mark", "w").write("1")
 subprocess.Popen(["sleep", "60"], start_new_session=True)
-print(os.getpid())`, nil), true)
-	second := p.run(pyTask(`import os
+print(os.getuid())`, nil), true)
+			second := p.run(rt.task(`import os
 print(os.path.exists("/tmp/mark"), os.path.exists("/workspace/mark"))
-print(sorted(int(d) for d in os.listdir("/proc") if d.isdigit()) == [1, os.getpid()])`, nil), true)
-	if first.ID == second.ID {
-		t.Fatalf("both runs had id %s", first.ID)
-	}
-	if got := strings.TrimSpace(second.Stdout); got != "False False\nTrue" {
-		t.Fatalf("second run saw %q; want nothing of the first run and only the init and itself", got)
+print(sorted(int(d) for d in os.listdir("/proc") if d.isdigit()) == [1, os.getpid()])
+print(os.getuid())`, nil), true)
+			if first.ID == second.ID {
+				t.Fatalf("both runs had id %s", first.ID)
+			}
+			lines := strings.Split(strings.TrimSpace(second.Stdout), "\n")
+			if len(lines) != 3 || lines[0] != "False False" || lines[1] != "True" {
+				t.Fatalf("second run saw %q; want nothing of the first run and only the init and itself", second.Stdout)
+			}
+			if uid := strings.TrimSpace(first.Stdout); uid == lines[2] || !sandboxUID42(uid+" 42\n") {
+				t.Fatalf("uids %q and %q; want two distinct sandbox uids", uid, lines[2])
+			}
+		})
 	}
 }
 
