@@ -27,8 +27,11 @@ func TestRemoveAndPrune(t *testing.T) {
 	s := e.store
 	ctx := context.Background()
 	host := imagetest.Registry(t)
-	d1 := imagetest.PushDir(t, host, "test/app", "v1", sampleRootfs(t))
-	imagetest.PushDir(t, host, "test/app", "latest", sampleRootfs(t)) // same content, same digest
+	// One tree pushed twice: same content, same digest (two trees made
+	// apart could differ in their files' mtimes).
+	rootfs := sampleRootfs(t)
+	d1 := imagetest.PushDir(t, host, "test/app", "v1", rootfs)
+	imagetest.PushDir(t, host, "test/app", "latest", rootfs)
 
 	a, err := s.Get(ctx, host+"/test/app:v1", PullOptions{})
 	if err != nil {
