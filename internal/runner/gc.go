@@ -40,7 +40,7 @@ func (r *Runner) GC() (cleaned []string, retErr error) {
 	for _, e := range runs {
 		ids[e.Name()] = true
 	}
-	for name, be := range r.backends {
+	for name, be := range r.leftovers {
 		bids, err := be.IDs()
 		if err != nil {
 			return nil, fmt.Errorf("reading %s state: %w", name, err)
@@ -92,8 +92,8 @@ func (r *Runner) GC() (cleaned []string, retErr error) {
 // processes), then its mounts, then its directory.
 func (r *Runner) cleanRun(id, dir string) error {
 	var errs []error
-	for _, name := range slices.Sorted(maps.Keys(r.backends)) {
-		if err := r.backends[name].Cleanup(id); err != nil {
+	for _, name := range slices.Sorted(maps.Keys(r.leftovers)) {
+		if err := r.leftovers[name].Cleanup(id); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -45,6 +45,11 @@ type Runner struct {
 	pool        *Pool             // nil without a pool
 	sessions    *session.Store
 	uids        *uidpool.Pool // each sandbox's own host uid and gid
+
+	// leftovers is what gc cleans with, by runtime name: every backend,
+	// and for a runtime not available now, what can still remove its
+	// runs that an agentrun which had it left behind.
+	leftovers map[string]backend.Leftovers
 }
 
 // New prepares a runner from cfg: its state directories and backends.
@@ -53,7 +58,7 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 		return nil, errors.New("agentrun must run as root (it creates namespaces, cgroups and mounts)")
 	}
 	r := &Runner{cfg: cfg, audit: log, backends: map[string]backend.Backend{}, unavailable: map[string]error{},
-		runsDir: state.RunsDir(cfg.StateDir)}
+		leftovers: map[string]backend.Leftovers{}, runsDir: state.RunsDir(cfg.StateDir)}
 	if err := spec.CheckInit(cfg.Init); err != nil {
 		return nil, fmt.Errorf("%w (apt-get install tini, or set config key init)", err)
 	}
@@ -88,11 +93,17 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 		return nil, err
 	}
 	r.backends[config.RuntimeLibcontainer] = lc
-	// runsc is optional: a run that asks for it gets the reason it is missing.
-	if sc, err := runsc.New(cfg.Runsc.Path, cfg.Runsc.Flags, filepath.Join(cfg.StateDir, "runsc")); err == nil {
+	// runsc is optional: a run that asks for it gets the reason it is
+	// missing, and gc still removes what runsc runs left behind.
+	runscDir := filepath.Join(cfg.StateDir, "runsc")
+	if sc, err := runsc.New(cfg.Runsc.Path, cfg.Runsc.Flags, runscDir); err == nil {
 		r.backends[config.RuntimeRunsc] = sc
 	} else {
 		r.unavailable[config.RuntimeRunsc] = err
+		r.leftovers[config.RuntimeRunsc] = runsc.Leftovers(runscDir)
+	}
+	for name, be := range r.backends {
+		r.leftovers[name] = be
 	}
 	return r, nil
 }

@@ -55,6 +55,14 @@ type Backend interface {
 	// them. On error nothing is left behind; otherwise the Prepared's
 	// Destroy removes everything, run or not.
 	Prepare(ctx context.Context, c *Container) (Prepared, error)
+	Leftovers
+}
+
+// Leftovers finds and removes what a backend's runs left on the host when
+// the agentrun that made them died. A host can need it for a runtime it
+// can no longer run (runsc uninstalled, its config changed), so a backend
+// may offer it apart.
+type Leftovers interface {
 	// IDs lists the runs the backend has state for on the host, live or
 	// left behind by an agentrun that died.
 	IDs() ([]string, error)

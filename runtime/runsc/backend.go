@@ -421,7 +421,8 @@ func (b *Backend) globalArgs(c *backend.Container, bundle string) []string {
 // if something survives it: cleanup removes runsc's files itself.
 func (b *Backend) ensureDead(id string, cg *cgroup.Cgroup) error {
 	var derr error
-	if b.hasState(id) {
+	// Without a runsc binary (Leftovers), the cgroup's kill ends it all.
+	if b.path != "" && b.hasState(id) {
 		ctx, cancel := context.WithTimeout(context.Background(), killGrace)
 		_, derr = b.command(ctx, nil, []string{"--root", b.root}, "delete", "--force", id)
 		cancel()

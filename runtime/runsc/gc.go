@@ -3,6 +3,8 @@ package runsc
 import (
 	"path/filepath"
 
+	"github.com/agentrun/agentrun/runtime/backend"
+
 	"github.com/agentrun/agentrun/internal/state"
 	"github.com/agentrun/agentrun/runtime/cgroup"
 )
@@ -19,4 +21,14 @@ func (b *Backend) Cleanup(id string) error {
 		return err
 	}
 	return b.cleanup(id, filepath.Join(b.stateDir, id), cg)
+}
+
+// Leftovers is the part of the backend that removes what runsc runs left
+// under stateDir, for a host where runsc cannot run now (runsc.path
+// missing or changed since): it needs no runsc binary. Without one, it
+// skips `runsc delete` and ends the sandbox through its cgroup, which
+// holds every process of it (the sandbox and its gofer), then removes the
+// cgroup, the bundle and runsc's state files.
+func Leftovers(stateDir string) backend.Leftovers {
+	return &Backend{stateDir: stateDir, root: filepath.Join(stateDir, "root")}
 }

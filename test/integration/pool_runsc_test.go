@@ -126,11 +126,13 @@ func runscServeConfig(t *testing.T, sock string, n int) map[string]any {
 	return cfg
 }
 
-// gcRunsc runs `agentrun gc` with runsc configured, as the server was.
-func gcRunsc(t *testing.T) {
+// gcRunsc runs `agentrun gc` with runsc at path: runscPath, as the server
+// had it, or one where there is no runsc (uninstalled since, or another
+// config), which must clean up all the same.
+func gcRunsc(t *testing.T, path string) {
 	t.Helper()
 	cfg := writeConfig(t, map[string]any{"image": pythonImage, "state_dir": stateDir, "audit": "",
-		"runsc": map[string]any{"path": runscPath, "flags": []string{}}})
+		"runsc": map[string]any{"path": path, "flags": []string{}}})
 	if out, err := exec.Command(agentrunBin(t), "gc", "--config", cfg).CombinedOutput(); err != nil {
 		t.Fatalf("agentrun gc: %v\n%s", err, out)
 	}
@@ -139,8 +141,10 @@ func gcRunsc(t *testing.T) {
 // TestServeSIGKILLThenGCRunsc: a server killed with its pool of runsc
 // sandboxes full leaves created sandboxes behind, which outlive it (runsc
 // create detaches them); `agentrun gc` removes every one of them, their
-// processes, cgroups, bundles and runsc's state. So it does for a server
-// killed while it fills its pool, at random points of `runsc create`.
+// processes, cgroups, bundles and runsc's state, even when its config
+// names no runsc binary that exists. So it does for a server killed while
+// it fills its pool, at random points of `runsc create`, with and without
+// a runsc binary.
 func TestServeSIGKILLThenGCRunsc(t *testing.T) {
 	s := startServeWith(t, runscServeConfig(t, filepath.Join(t.TempDir(), "k.sock"), 2))
 	var res struct{ Stdout, Runtime string }
@@ -171,7 +175,7 @@ func TestServeSIGKILLThenGCRunsc(t *testing.T) {
 	if alive == 0 {
 		t.Fatal("no pooled sandbox outlived the server; the test cannot see what gc must remove")
 	}
-	gcRunsc(t)
+	gcRunsc(t, filepath.Join(t.TempDir(), "no-runsc-here"))
 	assertNoLeaks(t)
 
 	for i := range 4 {
@@ -182,7 +186,11 @@ func TestServeSIGKILLThenGCRunsc(t *testing.T) {
 		time.Sleep(time.Duration(300+rand.IntN(1200)) * time.Millisecond)
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
-		gcRunsc(t)
+		path := runscPath
+		if i%2 == 1 {
+			path = filepath.Join(t.TempDir(), "no-runsc-here")
+		}
+		gcRunsc(t, path)
 		if leaks := hostLeaks(); len(leaks) > 0 {
 			t.Fatalf("iteration %d: left after gc:\n  %s", i, strings.Join(leaks, "\n  "))
 		}
