@@ -160,8 +160,34 @@ func (p *Pool) Seed(plan *task.Plan) error {
 }
 
 // take returns a ready sandbox of plan's shape, or nil; either way plan's
-// shape is the one kept ready for its image from now on.
-func (p *Pool) take(plan *task.Plan, img *image.Image) *sandbox {
+// shape is the one kept ready for its image from now on. claim, if not
+// nil, makes the sandbox the run's (binds its proxy to the run's policy):
+// a sandbox it fails on is destroyed, counted as a miss and its error
+// kept as the pool's latest failure, and take returns nil, so that the
+// run sets up its own sandbox as without a pool (and meets the error
+// again there if the run, not the sandbox, causes it).
+func (p *Pool) take(plan *task.Plan, img *image.Image, claim func(*sandbox) error) *sandbox {
+	sb := p.pop(plan, img)
+	if sb == nil || claim == nil {
+		return sb
+	}
+	err := claim(sb)
+	if err == nil {
+		return sb
+	}
+	p.failed(plan, fmt.Errorf("claiming a pooled sandbox: %w", err))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		_ = sb.undo.Clean() // no Go once closed
+	} else {
+		p.bg.Go(func() { _ = sb.undo.Clean() })
+	}
+	return nil
+}
+
+// pop is take without a claim.
+func (p *Pool) pop(plan *task.Plan, img *image.Image) *sandbox {
 	if p == nil || !p.poolable(plan) {
 		return nil
 	}
@@ -203,13 +229,15 @@ func (p *Pool) take(plan *task.Plan, img *image.Image) *sandbox {
 	return nil
 }
 
-// failed tells the pool that a sandbox it gave out could not start its
-// program after all (its init died as it was taken): the run went cold.
-func (p *Pool) failed(plan *task.Plan) {
+// failed tells the pool that a sandbox it gave out could not serve the
+// run after all (its init died as it was taken, its claim failed), with
+// err: the run went cold.
+func (p *Pool) failed(plan *task.Plan, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.hits[plan.Image]--
 	p.misses[plan.Image]++
+	p.err = err
 }
 
 // begin tells the pool that a run has started: one CPU fewer to fill on.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -101,7 +102,7 @@ func waitReady(t *testing.T, p *Pool, n int) {
 func TestPoolFillsTheShapeOfTheLatestRun(t *testing.T) {
 	p, f, img := testPool(t, 2)
 	plan := testPlan()
-	if sb := p.take(plan, img); sb != nil {
+	if sb := p.take(plan, img, nil); sb != nil {
 		t.Fatal("an empty pool gave a sandbox")
 	}
 	p.ran(plan)
@@ -117,7 +118,7 @@ func TestPoolFillsTheShapeOfTheLatestRun(t *testing.T) {
 	next := testPlan()
 	next.Code, next.Stdin = []byte("print(2)"), nil
 	next.Limits.Timeout, next.Limits.OutputBytes = time.Second, 1024
-	if sb := p.take(next, img); sb == nil {
+	if sb := p.take(next, img, nil); sb == nil {
 		t.Fatal("a run of the kept shape got no sandbox")
 	}
 	st := p.Stats()
@@ -184,12 +185,12 @@ func TestShapeKeyFollowsWhatSetupUses(t *testing.T) {
 func TestPoolDropsTheOldShape(t *testing.T) {
 	p, f, img := testPool(t, 2)
 	plan := testPlan()
-	p.take(plan, img)
+	p.take(plan, img, nil)
 	p.ran(plan)
 	waitReady(t, p, 2)
 	bigger := testPlan()
 	bigger.Limits.Memory *= 2
-	if sb := p.take(bigger, img); sb != nil {
+	if sb := p.take(bigger, img, nil); sb != nil {
 		t.Fatal("a run of another shape got a sandbox of the old one")
 	}
 	for deadline := time.Now().Add(10 * time.Second); f.destroyed.Load() != 2; time.Sleep(time.Millisecond) {
@@ -199,10 +200,10 @@ func TestPoolDropsTheOldShape(t *testing.T) {
 	}
 	p.ran(bigger)
 	waitReady(t, p, 2)
-	if sb := p.take(bigger, img); sb == nil {
+	if sb := p.take(bigger, img, nil); sb == nil {
 		t.Fatal("the new shape's run got no sandbox")
 	}
-	if sb := p.take(plan, img); sb != nil {
+	if sb := p.take(plan, img, nil); sb != nil {
 		t.Fatal("the old shape's run got a sandbox of the new one")
 	}
 }
@@ -214,7 +215,7 @@ func TestPoolKeepsTheCommonShapeOfAMix(t *testing.T) {
 	p, _, img := testPool(t, 1)
 	plan := testPlan()
 	for range 3 {
-		p.take(plan, img)
+		p.take(plan, img, nil)
 		p.ran(plan)
 		waitReady(t, p, 1)
 	}
@@ -225,12 +226,12 @@ func TestPoolKeepsTheCommonShapeOfAMix(t *testing.T) {
 	}
 	for i := range 6 {
 		// A rarer shape: a miss that leaves the kept shape alone.
-		if sb := p.take(other(i), img); sb != nil {
+		if sb := p.take(other(i), img, nil); sb != nil {
 			t.Fatalf("round %d: a run of another shape got a sandbox", i)
 		}
 		p.ran(plan)
 		waitReady(t, p, 1)
-		if sb := p.take(plan, img); sb == nil {
+		if sb := p.take(plan, img, nil); sb == nil {
 			t.Fatalf("round %d: the common shape's run got no sandbox after a rarer shape ran", i)
 		}
 		p.ran(plan)
@@ -238,11 +239,11 @@ func TestPoolKeepsTheCommonShapeOfAMix(t *testing.T) {
 	}
 	// other(0) becomes as common as plan among the last runs: it is kept.
 	for range followWindow / 2 {
-		p.take(other(0), img)
+		p.take(other(0), img, nil)
 		p.ran(plan)
 	}
 	waitReady(t, p, 1)
-	if sb := p.take(other(0), img); sb == nil {
+	if sb := p.take(other(0), img, nil); sb == nil {
 		t.Fatal("the shape that became the most common got no sandbox")
 	}
 }
@@ -250,14 +251,14 @@ func TestPoolKeepsTheCommonShapeOfAMix(t *testing.T) {
 func TestPoolSkipsSandboxesNoLongerReady(t *testing.T) {
 	p, f, img := testPool(t, 2)
 	plan := testPlan()
-	p.take(plan, img)
+	p.take(plan, img, nil)
 	p.ran(plan)
 	waitReady(t, p, 2)
 	p.mu.Lock()
 	dead := p.shapes[testImage].ready[0]
 	p.mu.Unlock()
 	dead.prep.(*fakePrepared).ready.Store(false) // its init was killed
-	sb := p.take(plan, img)
+	sb := p.take(plan, img, nil)
 	if sb == nil || sb == dead {
 		t.Fatalf("take = %v; want the ready one, not %v", sb, dead)
 	}
@@ -265,6 +266,46 @@ func TestPoolSkipsSandboxesNoLongerReady(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the dead sandbox was not destroyed")
 		}
+	}
+}
+
+// TestPoolClaimFailureRunsCold: a sandbox whose claim fails at take (its
+// proxy cannot be bound) is not given to the run, which then sets up its
+// own: take returns nil, counts a miss and no hit, keeps the error as the
+// pool's latest failure, destroys that sandbox and refills. The next
+// take's claim, which succeeds, gets a sandbox.
+func TestPoolClaimFailureRunsCold(t *testing.T) {
+	p, f, img := testPool(t, 1)
+	plan := testPlan()
+	p.take(plan, img, nil) // the shape, seeded as by a first run
+	p.ran(plan)
+	waitReady(t, p, 1)
+	before := p.Stats()
+	var claimed *sandbox
+	sb := p.take(plan, img, func(sb *sandbox) error { claimed = sb; return errors.New("proxy closed") })
+	if sb != nil || claimed == nil {
+		t.Fatalf("take = %v after a failed claim of %v; want nil (run cold)", sb, claimed)
+	}
+	st := p.Stats()
+	if st.Hits != before.Hits || st.Misses != before.Misses+1 {
+		t.Errorf("after a failed claim: hits %d -> %d, misses %d -> %d; want one miss", before.Hits, st.Hits, before.Misses, st.Misses)
+	}
+	if !strings.Contains(st.LastErr, "claiming a pooled sandbox: proxy closed") {
+		t.Errorf("LastErr = %q; want the claim's error", st.LastErr)
+	}
+	for deadline := time.Now().Add(10 * time.Second); f.destroyed.Load() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the sandbox whose claim failed was not destroyed")
+		}
+	}
+	p.ran(plan)
+	waitReady(t, p, 1)
+	var ok *sandbox
+	if sb := p.take(plan, img, func(sb *sandbox) error { ok = sb; return nil }); sb == nil || sb != ok || sb == claimed {
+		t.Fatalf("take after a refill = %v (claimed %v); want a new sandbox, claimed", sb, ok)
+	}
+	if st := p.Stats(); st.Hits != before.Hits+1 {
+		t.Errorf("hits = %d; want %d", st.Hits, before.Hits+1)
 	}
 }
 
@@ -277,7 +318,7 @@ func TestPoolServesOnlyWhatItCanHold(t *testing.T) {
 	otherImage := testPlan()
 	otherImage.Image = "python"
 	for _, plan := range []*task.Plan{netPlan, runscPlan, otherImage} {
-		if sb := p.take(plan, img); sb != nil {
+		if sb := p.take(plan, img, nil); sb != nil {
 			t.Errorf("take(%s, %v, services %v) gave a sandbox", plan.Image, plan.Runtime, plan.Services)
 		}
 		p.ran(plan)
@@ -299,7 +340,7 @@ func TestPoolKeepsAllowlistTasks(t *testing.T) {
 	p, f, img := testPool(t, 1)
 	first := testPlan()
 	first.Allow = []string{"pypi.org"}
-	if sb := p.take(first, img); sb != nil {
+	if sb := p.take(first, img, nil); sb != nil {
 		t.Fatal("an empty pool gave a sandbox")
 	}
 	p.ran(first)
@@ -312,12 +353,12 @@ func TestPoolKeepsAllowlistTasks(t *testing.T) {
 	}
 	second := testPlan()
 	second.Allow = []string{"example.com"}
-	if sb := p.take(second, img); sb == nil {
+	if sb := p.take(second, img, nil); sb == nil {
 		t.Fatal("a task with another allowlist got no sandbox")
 	}
 	p.ran(second)
 	waitReady(t, p, 1)
-	if sb := p.take(testPlan(), img); sb != nil {
+	if sb := p.take(testPlan(), img, nil); sb != nil {
 		t.Fatal("a task without network got a sandbox made with one")
 	}
 }
@@ -329,7 +370,7 @@ func TestPoolCloseDestroysWhatItHolds(t *testing.T) {
 	p.setup = f.setup
 	img := &image.Image{Ref: testImage, Digest: "sha256:0123", Rootfs: t.TempDir()}
 	plan := testPlan()
-	p.take(plan, img)
+	p.take(plan, img, nil)
 	p.ran(plan)
 	waitReady(t, p, 3)
 	if err := p.Close(); err != nil {
@@ -338,7 +379,7 @@ func TestPoolCloseDestroysWhatItHolds(t *testing.T) {
 	if n := f.destroyed.Load(); n != 3 {
 		t.Errorf("Close destroyed %d of 3 sandboxes", n)
 	}
-	if sb := p.take(plan, img); sb != nil {
+	if sb := p.take(plan, img, nil); sb != nil {
 		t.Error("a closed pool gave a sandbox")
 	}
 }

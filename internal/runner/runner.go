@@ -204,7 +204,7 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 	err = r.execute(ctx, p, sb, res, hooks.Output)
 	if sb.pooled && errors.Is(err, backend.ErrNotStarted) && ctx.Err() == nil {
 		// The pooled sandbox's init died as the run took it: run cold.
-		r.pool.failed(p)
+		r.pool.failed(p, fmt.Errorf("running in a pooled sandbox: %w", err))
 		if cerr := sb.undo.Clean(); cerr != nil {
 			return errors.Join(err, cerr)
 		}
@@ -275,17 +275,18 @@ func (r *Runner) sandbox(p *task.Plan, img *image.Image, res *result.Result, lea
 	if lease != nil {
 		return r.setup(p, img, res, res.ID, runFiles(p), lease, approve)
 	}
-	if sb := r.pool.take(p, img); sb != nil {
+	// A pooled sandbox's proxy has denied everything since it was made: it
+	// gets this run's policy, and no other, as the run takes it.
+	claim := func(sb *sandbox) error {
+		if sb.proxy == nil {
+			return nil
+		}
+		return r.bindNetwork(sb, p, approve, res)
+	}
+	if sb := r.pool.take(p, img, claim); sb != nil {
 		res.ID = sb.id
 		if err := sb.ws.Write(runFiles(p), sb.uid, sb.uid); err != nil {
 			return nil, errors.Join(err, sb.undo.Clean())
-		}
-		// Its proxy has denied everything since it was made: it gets this
-		// run's policy, and no other, now.
-		if sb.proxy != nil {
-			if err := r.bindNetwork(sb, p, approve, res); err != nil {
-				return nil, errors.Join(err, sb.undo.Clean())
-			}
 		}
 		return sb, nil
 	}
