@@ -37,6 +37,10 @@ type Cgroup struct {
 	freezer, memory, cpuacct string
 	// oomFD is the v1 OOM notification eventfd, -1 when there is none.
 	oomFD int
+	// cpuBase is the cpu time used before Start; peakFD, -1 when there is
+	// none, is v2's memory.peak opened and reset at Start.
+	cpuBase time.Duration
+	peakFD  int
 }
 
 // Open returns the cgroup at path (absolute and clean, not the root),
@@ -46,7 +50,7 @@ func Open(path string) (*Cgroup, error) {
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path || path == "/" {
 		return nil, fmt.Errorf("cgroup path %q must be absolute and clean, and not the root", path)
 	}
-	cg := &Cgroup{path: path, oomFD: -1}
+	cg := &Cgroup{path: path, oomFD: -1, peakFD: -1}
 	if Unified() {
 		cg.dirs = []string{filepath.Join(unifiedRoot, path)}
 		return cg, nil
@@ -270,16 +274,64 @@ type Usage struct {
 	OOMKilled bool
 }
 
-// Usage reads the cgroup's cpu time, peak memory and OOM kills; zero if
-// the cgroup is gone. It reads the few files these are in, not the
-// library's statistics of the controllers, which read memory.stat and a
-// dozen files more, and took twice as long (BenchmarkUsage).
+// Start marks the start of the program: from then on Usage reports the
+// cpu time used since, and the peak memory since (the memory in use at
+// Start, the waiting init's, is its floor), not what the sandbox's set-up
+// used before (a container's init takes tens of milliseconds of cpu,
+// longer before a pooled sandbox's program than the program itself). On
+// v2 the peak is reset through a memory.peak descriptor of its own, which
+// kernels before 6.12 cannot: there the peak stays the cgroup's whole.
+func (cg *Cgroup) Start() {
+	cg.cpuBase = cg.cpu()
+	if !Unified() {
+		if cg.memory != "" {
+			// Writing 0 sets a v1 maximum to the current usage.
+			for _, f := range []string{"memory.max_usage_in_bytes", "memory.kmem.tcp.max_usage_in_bytes"} {
+				_ = os.WriteFile(filepath.Join(cg.memory, f), []byte("0"), 0)
+			}
+		}
+		return
+	}
+	if cg.peakFD >= 0 {
+		unix.Close(cg.peakFD)
+	}
+	cg.peakFD = -1
+	fd, err := unix.Open(filepath.Join(cg.dirs[0], "memory.peak"), unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	if _, err := unix.Write(fd, []byte("reset\n")); err != nil {
+		unix.Close(fd)
+		return
+	}
+	cg.peakFD = fd
+}
+
+// cpu is the cpu time the cgroup has used; 0 if it cannot be read.
+func (cg *Cgroup) cpu() time.Duration {
+	if Unified() {
+		return time.Duration(readKey(cg.dirs[0], "cpu.stat", "usage_usec")) * time.Microsecond
+	}
+	if cg.cpuacct == "" {
+		return 0
+	}
+	return time.Duration(readUint(cg.cpuacct, "cpuacct.usage"))
+}
+
+// Usage reads the cgroup's cpu time, peak memory and OOM kills, since
+// Start if it was called; zero if the cgroup is gone. It reads the few
+// files these are in, not the library's statistics of the controllers,
+// which read memory.stat and a dozen files more, and took twice as long
+// (BenchmarkUsage).
 func (cg *Cgroup) Usage() Usage {
-	var u Usage
+	u := Usage{CPU: max(0, cg.cpu()-cg.cpuBase)}
 	if Unified() {
 		dir := cg.dirs[0]
-		u.CPU = time.Duration(readKey(dir, "cpu.stat", "usage_usec")) * time.Microsecond
-		u.MemoryPeak = int64(readUint(dir, "memory.peak"))
+		if cg.peakFD >= 0 {
+			u.MemoryPeak = int64(preadUint(cg.peakFD))
+		} else {
+			u.MemoryPeak = int64(readUint(dir, "memory.peak"))
+		}
 		u.OOMKilled = readKey(dir, "memory.events", "oom_kill") > 0
 		return u
 	}
@@ -289,9 +341,6 @@ func (cg *Cgroup) Usage() Usage {
 		if n, err := unix.Poll(fds, 0); err == nil && n > 0 {
 			u.OOMKilled = true
 		}
-	}
-	if cg.cpuacct != "" {
-		u.CPU = time.Duration(readUint(cg.cpuacct, "cpuacct.usage"))
 	}
 	if cg.memory != "" {
 		u.MemoryPeak = int64(readUint(cg.memory, "memory.max_usage_in_bytes") +
@@ -312,6 +361,18 @@ func readUint(dir, file string) uint64 {
 	}
 	n, _ := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
 	return n
+}
+
+// preadUint reads the number in the file open at fd, from its start; 0
+// if it cannot.
+func preadUint(fd int) uint64 {
+	var b [32]byte
+	n, err := unix.Pread(fd, b[:], 0)
+	if err != nil || n <= 0 {
+		return 0
+	}
+	v, _ := strconv.ParseUint(strings.TrimSpace(string(b[:n])), 10, 64)
+	return v
 }
 
 // readKey reads the number of key in a file of "key value" lines; 0 if it
@@ -335,6 +396,10 @@ func readKey(dir, file, key string) uint64 {
 // counts a dying task. The processes must be gone (Kill). A cgroup gone
 // already is not an error.
 func (cg *Cgroup) Remove() error {
+	if cg.peakFD >= 0 {
+		unix.Close(cg.peakFD)
+		cg.peakFD = -1
+	}
 	if cg.oomFD >= 0 {
 		unix.Close(cg.oomFD)
 		cg.oomFD = -1

@@ -61,6 +61,14 @@ func newTest(t *testing.T, pids, memory int64) *Cgroup {
 // it gets once it is in the cgroup, in every hierarchy.
 func start(t *testing.T, cg *Cgroup, script string) *exec.Cmd {
 	t.Helper()
+	cmd, _ := startIn(t, cg, script)
+	return cmd
+}
+
+// startIn is start that also returns sh's stdin, for the lines script
+// reads after the first.
+func startIn(t *testing.T, cg *Cgroup, script string) (*exec.Cmd, io.Writer) {
+	t.Helper()
 	cmd := exec.Command("/bin/sh", "-c", "read x; "+script)
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -86,7 +94,7 @@ func start(t *testing.T, cg *Cgroup, script string) *exec.Cmd {
 	if _, err := io.WriteString(in, "go\n"); err != nil {
 		t.Fatal(err)
 	}
-	return cmd
+	return cmd, in
 }
 
 // TestKillForkingTree: a tree that forks without end, each child
@@ -134,6 +142,48 @@ func TestUsage(t *testing.T) {
 	if u.CPU <= 0 || u.MemoryPeak < 16<<20 || u.MemoryPeak > 64<<20 || u.OOMKilled {
 		t.Errorf("usage %+v; want cpu > 0, peak between 16 and 64 MiB, not OOM-killed", u)
 	}
+}
+
+// TestUsageFromStart: after Start, Usage reports the cpu time and the
+// peak memory of what ran since, not of what ran before (a sandbox's
+// set-up): a first phase that copies 2 GiB through a 64 MiB buffer is
+// left out of the cpu time and the peak of a second that copies 16 MiB
+// through a 1 MiB one. On v2 the peak is the whole cgroup's where the
+// kernel cannot reset memory.peak (before 6.12); the cpu time is checked
+// there too.
+func TestUsageFromStart(t *testing.T) {
+	cg := newTest(t, 16, 128<<20)
+	marker := filepath.Join(t.TempDir(), "set-up done")
+	cmd, in := startIn(t, cg, "dd if=/dev/zero of=/dev/null bs=64M count=32 2>/dev/null; : >'"+marker+"'; read y; dd if=/dev/zero of=/dev/null bs=1M count=16 2>/dev/null")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(marker); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the set-up phase did not end")
+		}
+	}
+	before := cg.Usage()
+	if before.CPU <= 0 || before.MemoryPeak < 64<<20 {
+		t.Fatalf("usage of the set-up phase %+v; want cpu > 0, peak at least 64 MiB", before)
+	}
+	cg.Start()
+	if _, err := io.WriteString(in, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	u := cg.Usage()
+	if u.CPU <= 0 || u.CPU > before.CPU/4 {
+		t.Errorf("cpu since Start %v; want above 0 and well below the set-up's %v", u.CPU, before.CPU)
+	}
+	if Unified() && cg.peakFD < 0 {
+		t.Logf("this kernel cannot reset memory.peak: the peak (%d MiB) is the whole cgroup's", u.MemoryPeak>>20)
+	} else if u.MemoryPeak <= 0 || u.MemoryPeak > 32<<20 {
+		t.Errorf("peak since Start %d MiB; want above 0 and below 32 MiB (the set-up's was %d MiB)", u.MemoryPeak>>20, before.MemoryPeak>>20)
+	}
+	t.Logf("set-up: cpu %v, peak %d MiB; since Start: cpu %v, peak %d KiB", before.CPU, before.MemoryPeak>>20, u.CPU, u.MemoryPeak>>10)
 }
 
 // TestUsageOOM: a process past the memory limit is OOM-killed, and Usage

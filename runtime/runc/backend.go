@@ -172,6 +172,8 @@ func (p *Prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration,
 		return nil, errors.New("container already ran")
 	}
 	out = &backend.Outcome{}
+	// Usage counts from here: the program's, not the init's set-up.
+	p.cg.Start()
 	start := time.Now()
 	waitOutput := p.stdio.Serve(stdin, outputLimit, output)
 	if err := p.exec(ctx); err != nil {

@@ -283,6 +283,8 @@ func (p *prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration,
 	waitOutput := p.stdio.Serve(stdin, outputLimit, output)
 	ended := make(chan exit, 1)
 	go func() { ended <- p.wait() }()
+	// Usage counts from here: the program's, not the sandbox's boot.
+	p.cg.Start()
 	start := time.Now()
 	sctx, cancel := context.WithTimeout(ctx, startWait)
 	_, err := p.b.command(sctx, nil, p.global, "start", p.id)

@@ -455,3 +455,51 @@ func TestPoolFillsInParallel(t *testing.T) {
 		t.Fatalf("at most %d sandboxes were made at once; want %d", most, want)
 	}
 }
+
+// ownCPUPy burns about 100 ms of cpu, then prints how much cpu it has used
+// itself (getrusage: user and system, in ms).
+const ownCPUPy = `
+import resource, time
+t = time.process_time()
+while time.process_time() - t < 0.1:
+    pass
+r = resource.getrusage(resource.RUSAGE_SELF)
+print(int((r.ru_utime + r.ru_stime) * 1000))
+`
+
+// TestUsageIsTheProgramsOwn: a run's cpu_ms is the program's cpu time, on
+// either runtime, cold or from the pool: at least what the program
+// counted itself, and under libcontainer no more than a few milliseconds
+// above it (the init's exec, interpreter exit), never the container
+// init's set-up (tens of milliseconds, done before the program: for a
+// pooled sandbox, long before), which the cgroup counted too. Under runsc
+// the sandbox's kernel works for the program within its cgroup and
+// counts the program's time its own way: cpu_ms is at least half the
+// program's count and leaves out the sandbox's boot (hundreds of
+// milliseconds).
+func TestUsageIsTheProgramsOwn(t *testing.T) {
+	for _, rt := range poolRuntimes {
+		t.Run(rt.name, func(t *testing.T) {
+			taskJSON := rt.task(ownCPUPy, nil)
+			check := func(how string, res *result.Result) {
+				t.Helper()
+				own, err := strconv.Atoi(strings.TrimSpace(res.Stdout))
+				if err != nil || res.ExitCode != 0 {
+					t.Fatalf("%s run: exit %d stdout %q stderr %q", how, res.ExitCode, res.Stdout, res.Stderr)
+				}
+				extra := res.CPUMS - int64(own)
+				t.Logf("%s run: cpu_ms %d, the program's own %d ms", how, res.CPUMS, own)
+				// gVisor's kernel counts the program's time its own way.
+				if floor := map[string]int64{"libcontainer": int64(own) - 1, "runsc": int64(own) / 2}[rt.name]; res.CPUMS < floor {
+					t.Errorf("%s run: cpu_ms %d is below the program's own %d ms", how, res.CPUMS, own)
+				}
+				if bound := map[string]int64{"libcontainer": 12, "runsc": 150}[rt.name]; extra > bound {
+					t.Errorf("%s run: cpu_ms %d is %d ms above the program's own %d (at most %d): the set-up is counted", how, res.CPUMS, extra, own, bound)
+				}
+			}
+			check("cold", runIn(t, rt.name, taskJSON))
+			p := newPooled(t, 1, taskJSON)
+			check("pooled", p.run(taskJSON, true))
+		})
+	}
+}
