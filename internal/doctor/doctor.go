@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/containerd/cgroups/v3"
+	"github.com/opencontainers/runc/libcontainer/exeseal"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -47,7 +48,7 @@ type Check struct {
 func Run(ctx context.Context, cfg *config.Config) []Check {
 	checks := []func(*config.Config) Check{
 		checkRoot, checkKernel, checkCgroups, checkSeccomp, checkFilesystems,
-		checkNamespaces, checkRunsc, checkInit, checkStateDir, checkStoreDir, checkRunUIDs, checkClock,
+		checkNamespaces, checkRunsc, checkInit, checkStateDir, checkBinarySeal, checkStoreDir, checkRunUIDs, checkClock,
 		func(cfg *config.Config) Check { return checkImage(ctx, cfg) },
 	}
 	out := make([]Check, 0, len(checks))
@@ -276,6 +277,48 @@ func checkInit(cfg *config.Config) Check {
 
 func checkStateDir(cfg *config.Config) Check { return checkDir("state dir", cfg.StateDir, "state_dir") }
 func checkStoreDir(cfg *config.Config) Check { return checkDir("store dir", cfg.StoreDir, "store_dir") }
+
+// checkBinarySeal: libcontainer seals this binary for each container's
+// init (CVE-2019-5736), through a read-only overlayfs of the binary's
+// directory and the container's state dir, at no cost. Where it cannot
+// (a kernel without overlayfs's mount API, or a binary whose directory
+// holds the state dir, which overlayfs refuses as overlapping layers), it
+// copies the binary into a memfd for every container, which costs about
+// as much as the rest of a run's set-up. It is tried here as a run tries
+// it, in a state dir of its own under the runc backend's.
+func checkBinarySeal(cfg *config.Config) Check {
+	c := Check{Name: "binary seal"}
+	dir := filepath.Join(cfg.StateDir, "runc")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		c.Status, c.Detail, c.Fix = Fail, err.Error(), "make "+cfg.StateDir+" writable by root, or set config key state_dir"
+		return c
+	}
+	tmp, err := os.MkdirTemp(dir, ".doctor-")
+	if err != nil {
+		c.Status, c.Detail, c.Fix = Fail, err.Error(), "make "+cfg.StateDir+" writable by root, or set config key state_dir"
+		return c
+	}
+	defer os.RemoveAll(tmp)
+	f, err := exeseal.CloneSelfExe(tmp)
+	if err != nil {
+		c.Status, c.Detail = Fail, "sealing this binary for a container's init: "+err.Error()
+		return c
+	}
+	defer f.Close()
+	if !exeseal.IsCloned(f) {
+		c.Status, c.Detail = OK, "sealed read-only through overlayfs: no copy per container"
+		return c
+	}
+	exe, _ := os.Readlink("/proc/self/exe")
+	var size int64
+	if st, err := f.Stat(); err == nil {
+		size = st.Size()
+	}
+	c.Status = Warn
+	c.Detail = fmt.Sprintf("overlayfs cannot seal %s: libcontainer copies its %d MiB into memory for every container", exe, size>>20)
+	c.Fix = "install agentrun in a directory that does not hold state_dir (" + cfg.StateDir + "), such as /usr/local/bin, on a kernel with overlayfs"
+	return c
+}
 
 // checkRunUIDs: no host user or group holds an id that sandboxes run as.
 func checkRunUIDs(cfg *config.Config) Check {

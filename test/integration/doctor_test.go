@@ -15,13 +15,33 @@ func TestDoctor(t *testing.T) {
 	if err != nil {
 		t.Fatalf("doctor on this host: %v\n%s", err, out)
 	}
-	for _, check := range []string{"root", "kernel", "cgroups", "seccomp", "filesystems", "namespaces", "runsc", "state dir", "store dir", "run uids", "clock", "image"} {
+	for _, check := range []string{"root", "kernel", "cgroups", "seccomp", "filesystems", "namespaces", "runsc", "state dir", "binary seal", "store dir", "run uids", "clock", "image"} {
 		if !strings.Contains(string(out), "\n"+check+" ") {
 			t.Errorf("doctor output lacks the %q check:\n%s", check, out)
 		}
 	}
 	if strings.Contains(string(out), "FAIL") {
 		t.Errorf("doctor reports a failure on the CI host:\n%s", out)
+	}
+	if !strings.Contains(string(out), "sealed read-only through overlayfs") {
+		t.Errorf("doctor: the binary is not sealed through overlayfs here:\n%s", out)
+	}
+
+	// A binary whose directory holds the state dir: overlayfs cannot seal
+	// it (overlapping layers), libcontainer would copy it for every
+	// container, and doctor says so, with the fix.
+	inside := t.TempDir()
+	copied := filepath.Join(inside, "agentrun")
+	if out, err := exec.Command("cp", bin, copied).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v\n%s", err, out)
+	}
+	nested := writeConfig(t, map[string]any{"image": busyboxImage, "state_dir": filepath.Join(inside, "state"), "store_dir": filepath.Join(dir, "store")})
+	out, err = exec.Command(copied, "doctor", "--config", nested).CombinedOutput()
+	if err != nil {
+		t.Fatalf("doctor with the state dir under the binary's: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "copies its") || !strings.Contains(string(out), "does not hold state_dir") {
+		t.Errorf("doctor does not warn of the copy per container, with its fix:\n%s", out)
 	}
 
 	// A state dir that cannot be made: FAIL with a fix naming the key, exit 1.
