@@ -96,11 +96,12 @@ fuzz:
 
 test: deps vet unit integration fuzz
 
-# bench compares agentrun with bare chroot, runc and bwrap, and measures
+# bench compares agentrun with bare chroot, runc (Debian's, and one built
+# at the libcontainer version agentrun links: test/runc.sh) and bwrap, and measures
 # throughput under load; writes docs/bench.md. BENCH_FLAGS adds flags
 # (-baseline OLD_BINARY, -load-runs N; go run ./test/bench -h lists them).
 bench: build images
-	$(GO) run -tags $(TAGS) ./test/bench -n 30 -agentrun $(BIN) -out docs/bench.md $(BENCH_FLAGS)
+	$(GO) run -tags $(TAGS) ./test/bench -n 30 -agentrun $(BIN) -runc-libcontainer "$$(GO=$(GO) test/runc.sh)" -out docs/bench.md $(BENCH_FLAGS)
 
 # soak: 1,000 mixed runs at concurrency 8 on one runner; nothing may accumulate.
 SOAK_RUNS ?= 1000

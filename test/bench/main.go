@@ -29,6 +29,7 @@ var (
 	bin      = flag.String("agentrun", "bin/agentrun", "agentrun binary")
 	images   = flag.String("images", envOr("AGENTRUN_IMAGES", "/var/cache/agentrun/images"), "test images (test/images/build.sh)")
 	runscBin = flag.String("runsc", envOr("AGENTRUN_RUNSC", "/var/cache/agentrun/bin/runsc"), "runsc binary (optional)")
+	runcLC   = flag.String("runc-libcontainer", "", "runc CLI built at the libcontainer version agentrun links (test/runc.sh; optional)")
 	out      = flag.String("out", "docs/bench.md", "markdown report")
 	allow    = flag.String("allow", "example.test", "allowlist entry for the allowlist contender")
 )
@@ -42,7 +43,9 @@ func envOr(k, def string) string {
 
 // Names of the contenders the targets are about.
 const (
-	coldName  = "agentrun run (cold, no network)"
+	runcName   = "runc run (CLI)"
+	runcLCName = "runc run (CLI, agentrun's libcontainer)"
+	coldName   = "agentrun run (cold, no network)"
 	allowName = "agentrun run (allowlist)"
 	warmName  = "agentrun serve, warm pool"
 	cliName   = "agentrun run --server, warm pool"
@@ -100,10 +103,11 @@ func main() {
 	cs := []*contender{
 		{name: "bare chroot python3", note: "the floor: no isolation at all",
 			cmd: func(int) *exec.Cmd { return exec.Command("chroot", rootfs, "python3", "-c", "print(45)") }},
-		{name: "runc run (CLI)", note: "runc " + version("runc", "--version") + ", the same hardened spec as agentrun",
+		{name: runcName, note: "Debian's runc " + version("runc", "--version") + ", the same hardened spec as agentrun",
 			cmd: func(i int) *exec.Cmd {
 				return exec.Command("runc", "--root", filepath.Join(work, "runc-state"), "run", "--bundle", bundle, fmt.Sprintf("bench-%d", i))
 			}},
+		runcLCContender(work, bundle),
 		{name: "bwrap", note: "bubblewrap " + version("bwrap", "--version") + ": ro root, proc, dev, tmpfs /tmp, all namespaces unshared, caps dropped, uid 65534",
 			cmd: func(int) *exec.Cmd {
 				return exec.Command("bwrap", "--ro-bind", rootfs, "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
@@ -173,6 +177,23 @@ func main() {
 	defer f.Close()
 	report(f, cs, load, pulls, nb, gobench)
 	io.WriteString(f, kept)
+}
+
+// runcLCContender is runc's CLI at the libcontainer version agentrun
+// links (-runc-libcontainer), on the same bundle as Debian's runc: the
+// same spec through the same libcontainer, so that what agentrun adds
+// around libcontainer is what differs.
+func runcLCContender(work, bundle string) *contender {
+	c := &contender{name: runcLCName}
+	if *runcLC == "" {
+		c.err = "no -runc-libcontainer binary (test/runc.sh builds it)"
+		return c
+	}
+	c.note = "runc " + version(*runcLC, "--version") + " built from source (test/runc.sh): the libcontainer agentrun links, the same spec"
+	c.cmd = func(i int) *exec.Cmd {
+		return exec.Command(*runcLC, "--root", filepath.Join(work, "runc-lc-state"), "run", "--bundle", bundle, fmt.Sprintf("bench-lc-%d", i))
+	}
+	return c
 }
 
 // sessionContender is the cold run's task in a kept session (a 256m ext4
@@ -372,6 +393,17 @@ func targets(w io.Writer, cs []*contender, floor time.Duration) {
 	}
 	cold, allow, warm := find(cs, coldName), find(cs, allowName), find(cs, warmName)
 	row("cold `agentrun run` ≤ 2.0× the floor", cold, ratio(cold, 2.0))
+	for _, name := range []string{runcName, runcLCName} {
+		rc := find(cs, name)
+		if rc.err != "" || cold.err != "" {
+			fmt.Fprintf(w, "| cold `agentrun run` ≤ %s | not measured | – |\n", name)
+			continue
+		}
+		row("cold `agentrun run` ≤ "+name, cold, func() (string, bool) {
+			r := float64(median(cold.times)) / float64(median(rc.times))
+			return fmt.Sprintf("%.2f× (%s against %s)", r, ms(median(cold.times)), ms(median(rc.times))), r <= 1
+		})
+	}
 	row("warm pool ≤ 1.2× the floor", warm, ratio(warm, 1.2))
 	if cold.err == "" {
 		row("allowlist run ≤ 10 ms above a run without network", allow, func() (string, bool) {
