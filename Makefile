@@ -75,7 +75,7 @@ vet:
 # unit: every package's own tests (those of netns, proxy, image, runtime/cgroup and the
 # workspace make namespaces, veths, mounts and cgroups: root).
 unit:
-	$(GO) test -tags $(TAGS) -count=1 ./internal/... ./runtime/spec/ ./runtime/backend/ ./runtime/cgroup/ ./runtime/runc/ ./image/... ./netns/... ./proxy/... ./cmd/...
+	$(GO) test -tags $(TAGS) -count=1 ./internal/... ./runtime/spec/ ./runtime/backend/ ./runtime/cgroup/ ./runtime/runc/ ./image/... ./netns/... ./proxy/... ./cmd/... ./test/bench/
 
 # mcp-client installs the TypeScript MCP SDK the integration suite drives
 # agentrun mcp with (test/mcp-client, from its package-lock.json).

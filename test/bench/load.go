@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -87,17 +88,28 @@ func loadBench(work, rootfs, cfg, task string) []*loadSubject {
 			s.stop()
 		}
 	}()
+	// A server is started only for subjects the filter keeps: one that
+	// fills a pool idle would take CPU from the others.
+	want := func(names ...string) bool {
+		return slices.ContainsFunc(names, func(n string) bool { return strings.Contains(n, *loadFilter) })
+	}
+	errFiltered := errors.New("left out by -load-filter")
 	serves := func(exe, name, suffix string) *served {
-		noPool, err := startServeAs(exe, work, rootfs, name+"-nopool", 0)
-		if noPool != nil {
-			started = append(started, noPool)
+		noPoolName, poolName := "agentrun serve, no pool"+suffix, "agentrun serve, pool of 4"+suffix
+		noPool, err := (*served)(nil), errFiltered
+		if want(noPoolName, "agentrun serve, runsc") {
+			if noPool, err = startServeAs(exe, work, rootfs, name+"-nopool", 0); noPool != nil {
+				started = append(started, noPool)
+			}
 		}
-		subjects = append(subjects, noPool.subject("agentrun serve, no pool"+suffix, "max_concurrent 8; every run set up cold in the server", err, 0, `{"code":"print(45)"}`))
-		pooled, err := startServeAs(exe, work, rootfs, name+"-pool", 4)
-		if pooled != nil {
-			started = append(started, pooled)
+		subjects = append(subjects, noPool.subject(noPoolName, "max_concurrent 8; every run set up cold in the server", err, 0, `{"code":"print(45)"}`))
+		pooled, err := (*served)(nil), errFiltered
+		if want(poolName) {
+			if pooled, err = startServeAs(exe, work, rootfs, name+"-pool", 4); pooled != nil {
+				started = append(started, pooled)
+			}
 		}
-		subjects = append(subjects, pooled.subject("agentrun serve, pool of 4"+suffix, "max_concurrent 8; each measurement starts with 4 ready; runs that find none run cold", err, 4, `{"code":"print(45)"}`))
+		subjects = append(subjects, pooled.subject(poolName, "max_concurrent 8; each measurement starts with 4 ready; runs that find none run cold", err, 4, `{"code":"print(45)"}`))
 		return noPool
 	}
 	noPool := serves(*bin, "load", "")
@@ -109,9 +121,11 @@ func loadBench(work, rootfs, cfg, task string) []*loadSubject {
 	if noPool == nil {
 		runsc.err = "no server"
 	}
-	runscPool, err := startServeOn(*bin, work, rootfs, "load-runsc-pool", 4, "runsc")
-	if runscPool != nil {
-		started = append(started, runscPool)
+	runscPool, err := (*served)(nil), errFiltered
+	if want(pooledRunscName) {
+		if runscPool, err = startServeOn(*bin, work, rootfs, "load-runsc-pool", 4, "runsc"); runscPool != nil {
+			started = append(started, runscPool)
+		}
 	}
 	pooledRunsc := runscPool.subject(pooledRunscName, "max_concurrent 8, runtime runsc; each measurement starts with 4 created sandboxes; runs that find none run cold", err, 4, `{"code":"print(45)","runtime":"runsc"}`)
 	pooledRunsc.runs = runsc.runs

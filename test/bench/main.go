@@ -46,9 +46,9 @@ const (
 	runcName   = "runc run (CLI)"
 	runcLCName = "runc run (CLI, agentrun's libcontainer)"
 	coldName   = "agentrun run (cold, no network)"
-	allowName = "agentrun run (allowlist)"
-	warmName  = "agentrun serve, warm pool"
-	cliName   = "agentrun run --server, warm pool"
+	allowName  = "agentrun run (allowlist)"
+	warmName   = "agentrun serve, warm pool"
+	cliName    = "agentrun run --server, warm pool"
 )
 
 // concurrencies are those throughput is measured at.
@@ -71,6 +71,9 @@ type contender struct {
 func main() {
 	flag.Parse()
 	log.SetFlags(0)
+	if *foldPerf != "" {
+		runFold(*foldPerf, *bin)
+	}
 	if os.Geteuid() != 0 {
 		log.Fatal("bench must run as root")
 	}

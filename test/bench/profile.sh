@@ -24,27 +24,11 @@ perf record -q -a -g -F 499 -o "$tmp/perf.data" -- \
 	"$tmp/bench" -agentrun "${AGENTRUN_BIN:-bin/agentrun}" -load-only -load-filter "$subject" -load-k "$k" -load-rounds 1 -load-runs "${RUNS:-60}" >"$tmp/load.md" 2>&1 || true
 # Only the span where serve is measured would be better; the bench prints
 # which subject ran when, the profile covers all of it (bare included).
-# A container's init runs agentrun from a sealed copy (/proc/self/fd/N,
-# in the container's mount namespace): perf finds its symbols by build id.
-perf buildid-cache -a "${AGENTRUN_BIN:-bin/agentrun}" 2>/dev/null || true
-perf script -i "$tmp/perf.data" 2>/dev/null | awk '
-	/^[^ \t]/ { comm = $1; n = 0; next }
-	/^[ \t]+[0-9a-f]+ / {
-		sym = $2
-		sub(/\+0x[0-9a-f]+$/, "", sym)
-		if (sym == "[unknown]") { dso = $NF; gsub(/[()]/, "", dso); sub(/.*\//, "", dso); sym = "[" dso "]" }
-		stack[n++] = sym
-		next
-	}
-	/^$/ {
-		if (n == 0) next
-		s = comm
-		for (i = n - 1; i >= 0; i--) s = s ";" stack[i]
-		count[s]++
-		n = 0
-	}
-	END { for (s in count) print s, count[s] }
-' | sort -k2 -nr -t' ' >"$out.folded"
+# A container's init runs agentrun from a sealed copy that perf cannot
+# open ("/agentrun" in a detached overlay mount): the bench's -fold-perf
+# names those frames from the binary's own symbols as it folds.
+perf script -i "$tmp/perf.data" 2>/dev/null >"$tmp/script.txt"
+"$tmp/bench" -agentrun "${AGENTRUN_BIN:-bin/agentrun}" -fold-perf "$tmp/script.txt" >"$out.folded"
 total=$(awk '{ t += $NF } END { print t }' "$out.folded")
 {
 	echo "# perf record -a -g -F 499, load subject \"$subject\" (and the floor), concurrency $k"
