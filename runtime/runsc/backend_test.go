@@ -19,6 +19,7 @@ import (
 
 	"github.com/agentrun/agentrun/runtime/backend"
 	"github.com/agentrun/agentrun/runtime/spec"
+	"github.com/agentrun/agentrun/test/testenv"
 )
 
 // These tests run real gVisor sandboxes: they need root, runsc (from
@@ -156,28 +157,10 @@ func (f *fixture) checkClean(t *testing.T, id string) {
 	if pids := processesMentioning(id, f.stateDir); len(pids) > 0 {
 		t.Errorf("processes left: %v", pids)
 	}
-	if z := zombieChildren(); len(z) > 0 {
+	// New made this process the reaper of the sandboxes.
+	if z := testenv.Zombies(os.Getpid()); len(z) > 0 {
 		t.Errorf("children left unreaped: %v", z)
 	}
-}
-
-// zombieChildren lists the children of this process (which New made the
-// reaper of the sandboxes) that have exited and were not reaped.
-func zombieChildren() []string {
-	var out []string
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, st := range stats {
-		b, err := os.ReadFile(st)
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) > 1 && f[0] == "Z" && f[1] == fmt.Sprint(os.Getpid()) {
-			out = append(out, s[:strings.LastIndexByte(s, ')')+1])
-		}
-	}
-	return out
 }
 
 // processesMentioning lists processes whose command line contains any of words.

@@ -2,11 +2,8 @@ package integration
 
 import (
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -42,50 +39,12 @@ except OSError as e:
 		t.Errorf("write to /: %q", res.Stdout)
 	}
 
-	p.waitReady(1)
-	res = p.run(runscTask(`import os
-n = 0
-try:
-    while True:
-        if os.fork() == 0:
-            import time; time.sleep(30)
-        n += 1
-except OSError as e:
-    print("fork failed after", n, e.errno)`, limits), true)
-	if !strings.Contains(res.Stdout, "fork failed after") || !strings.Contains(res.Stdout, " 11") {
-		t.Errorf("fork bomb: %q; want EAGAIN (11) below the pids cap", res.Stdout)
-	}
-
-	p.waitReady(1)
-	res = p.run(runscTask(`b = []
-while True:
-    b.append(bytearray(8 << 20))`, limits), true)
-	if !res.OOMKilled || res.ExitCode != 137 {
-		t.Fatalf("memory hog: oom_killed %v exit %d; want true 137", res.OOMKilled, res.ExitCode)
-	}
+	assertPoolCaps(t, p, runscTask, limits)
 }
 
 // runscSandboxPids are the processes in the cgroups of runsc runs: with a
 // pool full and no run going on, the ready sandboxes and their gofers.
-func runscSandboxPids(t *testing.T) []int {
-	t.Helper()
-	var pids []int
-	for _, root := range testenv.CgroupRoots() {
-		runs, _ := filepath.Glob(filepath.Join(root, "agentrun-runsc", "ar-*", "cgroup.procs"))
-		for _, procs := range runs {
-			b, _ := os.ReadFile(procs)
-			for _, f := range strings.Fields(string(b)) {
-				if pid, err := strconv.Atoi(f); err == nil && !slices.Contains(pids, pid) {
-					pids = append(pids, pid)
-				}
-			}
-		}
-	}
-	if len(pids) == 0 {
-		t.Fatal("found no pooled runsc sandbox's process")
-	}
-	return pids
-}
+func runscSandboxPids(t *testing.T) []int { return runProcesses(t, "agentrun-runsc") }
 
 // TestPoolRunscDropsDeadSandboxes: a pooled runsc sandbox killed while it
 // waited is dropped, and the run goes cold instead of failing; one that is
@@ -155,7 +114,7 @@ func TestServeSIGKILLThenGCRunsc(t *testing.T) {
 	// child is left once the run's tear-down is over.
 	var zombies []string
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if zombies = zombiesOf(s.cmd.Process.Pid); len(zombies) == 0 {
+		if zombies = testenv.Zombies(s.cmd.Process.Pid); len(zombies) == 0 {
 			break
 		}
 	}
@@ -195,23 +154,4 @@ func TestServeSIGKILLThenGCRunsc(t *testing.T) {
 			t.Fatalf("iteration %d: left after gc:\n  %s", i, strings.Join(leaks, "\n  "))
 		}
 	}
-}
-
-// zombiesOf lists the children of process pid that have exited and were
-// not reaped.
-func zombiesOf(pid int) []string {
-	var out []string
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, st := range stats {
-		b, err := os.ReadFile(st)
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) > 1 && f[0] == "Z" && f[1] == strconv.Itoa(pid) {
-			out = append(out, s[:strings.LastIndexByte(s, ')')+1])
-		}
-	}
-	return out
 }

@@ -189,8 +189,16 @@ print([l for l in status.splitlines() if l.startswith(("CapEff", "NoNewPrivs", "
 		}
 	}
 
+	assertPoolCaps(t, p, pyTask, limits)
+}
+
+// assertPoolCaps checks, in the next two sandboxes of p, that a fork bomb
+// meets the pids cap (EAGAIN) and that a memory hog is OOM-killed and
+// reported so: task builds each run's task with limits.
+func assertPoolCaps(t *testing.T, p *pooled, task func(string, map[string]any) string, limits map[string]any) {
+	t.Helper()
 	p.waitReady(1)
-	res = p.run(pyTask(`import os
+	res := p.run(task(`import os
 n = 0
 try:
     while True:
@@ -204,7 +212,7 @@ except OSError as e:
 	}
 
 	p.waitReady(1)
-	res = p.run(pyTask(`b = []
+	res = p.run(task(`b = []
 while True:
     b.append(bytearray(8 << 20))`, limits), true)
 	if !res.OOMKilled || res.ExitCode != 137 {
@@ -322,11 +330,15 @@ func TestPoolDropsDeadSandboxes(t *testing.T) {
 
 // pooledInits are the processes in the cgroups of runs: with a pool full
 // and no run going on, the inits of the ready sandboxes. There must be one.
-func pooledInits(t *testing.T) []int {
+func pooledInits(t *testing.T) []int { return runProcesses(t, "agentrun") }
+
+// runProcesses are the processes in the cgroups of runs under the cgroup
+// parent (a backend's), in any hierarchy. There must be one.
+func runProcesses(t *testing.T, parent string) []int {
 	t.Helper()
 	var pids []int
 	for _, root := range testenv.CgroupRoots() {
-		runs, _ := filepath.Glob(filepath.Join(root, "agentrun", "ar-*", "cgroup.procs"))
+		runs, _ := filepath.Glob(filepath.Join(root, parent, "ar-*", "cgroup.procs"))
 		for _, procs := range runs {
 			b, _ := os.ReadFile(procs)
 			for _, f := range strings.Fields(string(b)) {
@@ -337,7 +349,7 @@ func pooledInits(t *testing.T) []int {
 		}
 	}
 	if len(pids) == 0 {
-		t.Fatal("found no pooled sandbox's init")
+		t.Fatalf("found no process in a run's cgroup under /%s", parent)
 	}
 	return pids
 }

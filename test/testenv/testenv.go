@@ -218,3 +218,23 @@ func CheckNoLeak(t testing.TB, before Snapshot, ignorePrefix string) {
 		}
 	}
 }
+
+// Zombies lists the children of process pid that have exited and were
+// not reaped, as "pid (comm)".
+func Zombies(pid int) []string {
+	var out []string
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		end := strings.LastIndexByte(s, ')')
+		f := strings.Fields(s[end+1:])
+		if len(f) > 1 && f[0] == "Z" && f[1] == strconv.Itoa(pid) {
+			out = append(out, s[:end+1])
+		}
+	}
+	return out
+}
