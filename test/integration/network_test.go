@@ -491,15 +491,22 @@ print(json.dumps({"gw": gw, "hello": fetch("https://internet.test/hello"), "othe
 	if after := hostLinks(t); after != linksBefore {
 		t.Errorf("host links before %d, after %d", linksBefore, after)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > goroutinesBefore && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > goroutinesBefore {
-		t.Errorf("goroutines before %d, after %d", goroutinesBefore, n)
-	}
+	assertGoroutines(t, goroutinesBefore)
 	if fds, _ := os.ReadDir("/proc/self/fd"); len(fds) > 64 {
 		t.Errorf("%d fds open after the runs", len(fds))
+	}
+}
+
+// assertGoroutines checks, waiting up to 5 s for them to end, that no more
+// goroutines run than before.
+func assertGoroutines(t *testing.T, before int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Errorf("goroutines before %d, after %d", before, n)
 	}
 }
 

@@ -218,13 +218,7 @@ func TestPoolAllowlistLeavesNothing(t *testing.T) {
 	if after := hostLinks(t); after != linksBefore {
 		t.Errorf("host links before %d, after %d", linksBefore, after)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > goroutinesBefore && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > goroutinesBefore {
-		t.Errorf("goroutines before %d, after %d", goroutinesBefore, n)
-	}
+	assertGoroutines(t, goroutinesBefore)
 }
 
 // netnsFDs counts this process's descriptors of network namespaces.
