@@ -177,13 +177,20 @@ func (p *Pool) take(plan *task.Plan, img *image.Image, claim func(*sandbox) erro
 	}
 	p.failed(plan, fmt.Errorf("claiming a pooled sandbox: %w", err))
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		_ = sb.undo.Clean() // no Go once closed
-	} else {
-		p.bg.Go(func() { _ = sb.undo.Clean() })
-	}
+	p.drop(sb)
+	p.mu.Unlock()
 	return nil
+}
+
+// drop destroys sb, a sandbox the pool will not give out, in the
+// background; at once if the pool is closed (Close waits for the
+// background, and nothing may start there after it). p.mu is held.
+func (p *Pool) drop(sb *sandbox) {
+	if p.closed {
+		_ = sb.undo.Clean()
+		return
+	}
+	p.bg.Go(func() { _ = sb.undo.Clean() })
 }
 
 // pop is take without a claim.
@@ -223,7 +230,7 @@ func (p *Pool) pop(plan *task.Plan, img *image.Image) *sandbox {
 			return sb
 		}
 		// Its init is gone (killed while it waited): drop it.
-		p.bg.Go(func() { _ = sb.undo.Clean() })
+		p.drop(sb)
 	}
 	p.misses[plan.Image]++
 	return nil
