@@ -359,6 +359,11 @@ func readUint(dir, file string) uint64 {
 	if err != nil {
 		return 0
 	}
+	return parseUint(b)
+}
+
+// parseUint is the number b holds, surrounded by white space; 0 if none.
+func parseUint(b []byte) uint64 {
 	n, _ := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
 	return n
 }
@@ -371,8 +376,7 @@ func preadUint(fd int) uint64 {
 	if err != nil || n <= 0 {
 		return 0
 	}
-	v, _ := strconv.ParseUint(strings.TrimSpace(string(b[:n])), 10, 64)
-	return v
+	return parseUint(b[:n])
 }
 
 // readKey reads the number of key in a file of "key value" lines; 0 if it
