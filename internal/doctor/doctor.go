@@ -289,11 +289,11 @@ func checkStoreDir(cfg *config.Config) Check { return checkDir("store dir", cfg.
 func checkBinarySeal(cfg *config.Config) Check {
 	c := Check{Name: "binary seal"}
 	dir := filepath.Join(cfg.StateDir, "runc")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		c.Status, c.Detail, c.Fix = Fail, err.Error(), "make "+cfg.StateDir+" writable by root, or set config key state_dir"
-		return c
+	err := os.MkdirAll(dir, 0o700)
+	tmp := ""
+	if err == nil {
+		tmp, err = os.MkdirTemp(dir, ".doctor-")
 	}
-	tmp, err := os.MkdirTemp(dir, ".doctor-")
 	if err != nil {
 		c.Status, c.Detail, c.Fix = Fail, err.Error(), "make "+cfg.StateDir+" writable by root, or set config key state_dir"
 		return c
