@@ -11,7 +11,11 @@ GO       ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 PREFIX   ?= /usr/local
 UNITDIR  ?= $(PREFIX)/lib/systemd/system
 VERSION  ?= 0.1.0
-TAGS     := seccomp
+# seccomp: libcontainer's seccomp through libseccomp. runc_nocriu: no
+# checkpoint/restore (agentrun never uses it), so go-criu and its protobuf
+# tables are not in the binary, whose package inits every container's init
+# runs again (about 1 ms of the 3.7 ms they took).
+TAGS     := seccomp,runc_nocriu
 BIN      := bin/agentrun
 IMAGES   ?= /var/cache/agentrun/images
 FUZZTIME ?= 10s

@@ -17,7 +17,7 @@ export CGO_ENABLED=1
 libdir=$(pkg-config --variable=libdir libseccomp)
 [ -f "$libdir/libseccomp.a" ] || { echo "bundle.sh: $libdir/libseccomp.a missing (libseccomp-dev)" >&2; exit 1; }
 export CGO_LDFLAGS="$libdir/libseccomp.a"
-flags=(-tags seccomp -trimpath -ldflags "-s -w")
+flags=(-tags seccomp,runc_nocriu -trimpath -ldflags "-s -w")
 "$GO" test -c "${flags[@]}" -o "$work/bin/integration.test" ./test/integration
 "$GO" test -c "${flags[@]}" -o "$work/bin/escape.test" ./test/escape
 # runtime/cgroup's v2 paths (cgroup.kill, the v2 freeze, memory.peak) run
