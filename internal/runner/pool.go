@@ -462,7 +462,7 @@ func (p *Pool) poolable(plan *task.Plan) bool {
 
 // shapeKey identifies what a sandbox for plan is created with: its image
 // and runtime, and what of the plan its spec and workspace are made of
-// (sandboxSpec): argv, environment and the limits config.LimitTable marks
+// (SandboxSpec): argv, environment and the limits config.LimitTable marks
 // Shape, and whether it has a network (an allowlist) or none. What a run
 // supplies later (code, files, stdin, timeout, output cap, collect, and
 // the allowlist itself, bound to the proxy at take) is not part of it. The rootfs is named by its inode too:

@@ -134,7 +134,7 @@ func TestShapeKeyFollowsWhatSetupUses(t *testing.T) {
 	img := &image.Image{Ref: testImage, Digest: "sha256:0123", Rootfs: t.TempDir()}
 	build := func(p *task.Plan) *specs.Spec {
 		t.Helper()
-		s, err := spec.New("/rootfs", sandboxSpec(p, "/agentrun/ar-1", "/usr/bin/tini", "/ws", p.Limits.WorkspaceSize)...)
+		s, err := spec.New("/rootfs", SandboxSpec(p, "/agentrun/ar-1", "/usr/bin/tini", "/ws", p.Limits.WorkspaceSize)...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -425,7 +425,7 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	if err != nil {
 		return nil, err
 	}
-	opts := append(sandboxSpec(p, traits.CgroupParent+"/"+id, r.cfg.Init, sb.ws.Dir, wsSize), netOpts...)
+	opts := append(SandboxSpec(p, traits.CgroupParent+"/"+id, r.cfg.Init, sb.ws.Dir, wsSize), netOpts...)
 	opts = append(opts, idOpts...)
 	if traits.Spec != nil {
 		opts = append(opts, traits.Spec)
@@ -445,10 +445,11 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	return sb, nil
 }
 
-// sandboxSpec is what p's sandbox spec is made of, besides its network:
-// what of the plan it uses is what makes a pooled sandbox's shape
-// (shapeKey), and a test holds the two together.
-func sandboxSpec(p *task.Plan, cgroup, init, wsDir string, wsSize int64) []spec.SpecOpt {
+// SandboxSpec is what p's sandbox spec is made of, besides its network
+// and its identity files: what of the plan it uses is what makes a pooled
+// sandbox's shape (shapeKey), and a test holds the two together. The bench
+// builds runc's bundle from it, so that runc runs the same spec.
+func SandboxSpec(p *task.Plan, cgroup, init, wsDir string, wsSize int64) []spec.SpecOpt {
 	return []spec.SpecOpt{
 		spec.WithArgs(p.Argv...),
 		spec.WithEnv(p.Env),

@@ -21,6 +21,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/runner"
+	agtask "github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/runtime/spec"
 )
 
@@ -98,7 +101,7 @@ func main() {
 		return
 	}
 
-	bundle, err := runcBundle(work, rootfs)
+	bundle, err := runcBundle(work, rootfs, task)
 	if err != nil {
 		log.Fatalf("runc bundle: %v", err)
 	}
@@ -539,22 +542,52 @@ func write(p, s string) {
 	}
 }
 
-// runcBundle writes a bundle whose config.json is agentrun's own hardened
-// spec for print(45) (runc applies the same seccomp, mounts and limits).
-func runcBundle(work, rootfs string) (string, error) {
+// runcBundle writes a bundle whose config.json is the spec agentrun runs
+// for task (cold, no network): runner.SandboxSpec of its plan, tini as the
+// sandbox's pid 1, the image's passwd and group with the sandbox user
+// added, bound read-only over the image's, and the code in the workspace.
+// What agentrun does outside the spec (the workspace and etc tmpfs, the
+// per-run uid) is its own set-up, measured in its time only.
+func runcBundle(work, rootfs, task string) (string, error) {
 	dir := filepath.Join(work, "bundle")
 	ws := filepath.Join(work, "ws")
-	for _, d := range []string{dir, ws} {
+	etc := filepath.Join(work, "etc")
+	for _, d := range []string{dir, ws, etc} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return "", err
 		}
 	}
-	os.Chown(ws, spec.UID, spec.GID)
-	s, err := spec.New(rootfs,
-		spec.WithArgs("python3", "-c", "print(45)"),
-		spec.WithCgroupsPath("/agentrun-bench-runc"),
-		spec.WithMemory(256<<20), spec.WithCPUs(0.5), spec.WithPids(64),
-		spec.WithTmpSize(64<<20, 64<<20), spec.WithWorkspace(ws), spec.WithSeccomp())
+	cfg := config.Default()
+	data, err := os.ReadFile(task)
+	if err != nil {
+		return "", err
+	}
+	p, err := agtask.Load(data, cfg)
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(ws, p.CodeFile), p.Code, 0o644); err != nil {
+		return "", err
+	}
+	if err := os.Chown(ws, spec.UID, spec.GID); err != nil {
+		return "", err
+	}
+	opts := runner.SandboxSpec(p, "/agentrun-bench-runc", cfg.Init, ws, p.Limits.WorkspaceSize)
+	for name, entry := range map[string]string{
+		"passwd": fmt.Sprintf("%s:x:%d:%d:agentrun sandbox:/tmp:/usr/sbin/nologin\n", runner.SandboxUser, spec.UID, spec.GID),
+		"group":  fmt.Sprintf("%s:x:%d:\n", runner.SandboxUser, spec.GID),
+	} {
+		img, err := os.ReadFile(filepath.Join(rootfs, "etc", name))
+		if err != nil {
+			return "", err
+		}
+		out := filepath.Join(etc, name)
+		if err := os.WriteFile(out, append(img, entry...), 0o644); err != nil {
+			return "", err
+		}
+		opts = append(opts, spec.WithReadonlyFile(out, "/etc/"+name))
+	}
+	s, err := spec.New(rootfs, opts...)
 	if err != nil {
 		return "", err
 	}
