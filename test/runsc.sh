@@ -24,7 +24,7 @@ echo "runsc.sh: building runsc $version into $dir (takes minutes)" >&2
 # precompiled, as gVisor's own build does (test/runsc-precompile).
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(mktemp -d)
-trap 'chmod -R u+w "$src" 2>/dev/null; rm -rf "$src"' EXIT
+trap 'chmod -R u+w "$src" 2>/dev/null; rm -rf "$src" "$bin.new"' EXIT
 mod=$(cd "$src" && "$GO" mod download -json "gvisor.dev/gvisor@$version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 [ -d "$mod" ] || { echo "runsc.sh: go mod download gvisor.dev/gvisor@$version gave no directory" >&2; exit 1; }
 cp -r "$mod" "$src/gvisor"
