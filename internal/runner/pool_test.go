@@ -383,3 +383,18 @@ func TestPoolCloseDestroysWhatItHolds(t *testing.T) {
 		t.Error("a closed pool gave a sandbox")
 	}
 }
+
+// Fills go on beside runs on the CPUs the runs leave free, one while the
+// runs take every CPU, and none while they outnumber the CPUs.
+func TestFillLimit(t *testing.T) {
+	for _, c := range []struct{ cpus, running, want int }{
+		{2, 0, 2}, {2, 1, 1}, {2, 2, 1}, {2, 3, 0}, {2, 8, 0},
+		{1, 0, 1}, {1, 1, 1}, {1, 2, 0},
+		{16, 4, 12}, {16, 16, 1}, {16, 17, 0},
+	} {
+		p := &Pool{cpus: c.cpus, running: c.running}
+		if got := p.fillLimit(); got != c.want {
+			t.Errorf("%d CPUs, %d runs: fillLimit %d, want %d", c.cpus, c.running, got, c.want)
+		}
+	}
+}

@@ -389,6 +389,31 @@ func TestPoolStoppedSandboxDoesNotHang(t *testing.T) {
 	}
 }
 
+// sleepers starts n runs of busybox's sleep (an image the pool does not
+// keep) for secs seconds each, and returns once the pool counts them all
+// running; Wait on the group waits for them to end.
+func (p *pooled) sleepers(n, secs int) *sync.WaitGroup {
+	p.t.Helper()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			res := p.r.Run(context.Background(), p.plan(fmt.Sprintf(`{"image":%q,"command":["sleep","%d"],"limits":{"timeout":"30s"}}`, busyboxImage, secs)))
+			if res.Error != "" || res.ExitCode != 0 {
+				p.t.Errorf("sleeper: exit %d, %s", res.ExitCode, res.Error)
+			}
+		})
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for p.pool.Stats().Running < n {
+		if time.Now().After(deadline) {
+			wg.Wait()
+			p.t.Fatalf("the sleepers never ran: %+v", p.pool.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return &wg
+}
+
 // TestPoolFillsOneAtATimeUnderLoad: while runs take every CPU the pool
 // makes one sandbox at a time, never more, and runs that find none set up
 // their own at once.
@@ -396,22 +421,7 @@ func TestPoolFillsOneAtATimeUnderLoad(t *testing.T) {
 	p := newPooled(t, 2, pyTask("pass", nil))
 	// Runs of an image the pool does not keep, one per CPU.
 	n := goruntime.NumCPU()
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() {
-			res := p.r.Run(context.Background(), p.plan(fmt.Sprintf(`{"image":%q,"command":["sleep","8"],"limits":{"timeout":"30s"}}`, busyboxImage)))
-			if res.Error != "" || res.ExitCode != 0 {
-				t.Errorf("sleeper: exit %d, %s", res.ExitCode, res.Error)
-			}
-		})
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for p.pool.Stats().Running < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("the sleepers never ran: %+v", p.pool.Stats())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wg := p.sleepers(n, 8)
 	p.run(pyTask("print(1)", nil), true)
 	p.run(pyTask("print(2)", nil), true)
 	for p.pool.Stats().Ready[pythonImage] < 2 {
@@ -425,6 +435,37 @@ func TestPoolFillsOneAtATimeUnderLoad(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	wg.Wait()
+}
+
+// TestPoolWaitsWhileRunsOutnumberCPUs: while more runs go on than there
+// are CPUs the pool makes no sandbox (a fill would only race them), and it
+// refills as soon as they end.
+func TestPoolWaitsWhileRunsOutnumberCPUs(t *testing.T) {
+	p := newPooled(t, 2, pyTask("pass", nil))
+	n := goruntime.NumCPU() + 1
+	wg := p.sleepers(n, 4)
+	p.run(pyTask("print(1)", nil), true)
+	p.run(pyTask("print(2)", nil), true)
+	var failed string // reported once the sleepers are done, so that they are not left behind
+	for end := time.Now().Add(time.Second); time.Now().Before(end) && failed == ""; time.Sleep(time.Millisecond) {
+		st := p.pool.Stats()
+		if st.Running < n {
+			failed = fmt.Sprintf("the sleepers ended too soon: %+v", st)
+		} else if st.Filling > 0 || st.Ready[pythonImage] > 0 {
+			failed = fmt.Sprintf("the pool filled while %d runs took %d CPUs: %+v", st.Running, n-1, st)
+		}
+	}
+	wg.Wait()
+	if failed != "" {
+		t.Fatal(failed)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for p.pool.Stats().Ready[pythonImage] < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool never refilled after the runs: %+v", p.pool.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // TestPoolFillsInParallel: with no run going on, the pool makes as many
