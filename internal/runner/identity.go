@@ -18,6 +18,20 @@ import (
 // SandboxUser is the name the sandbox's own uid and gid have inside it.
 const SandboxUser = "sandbox"
 
+// IdentityEntry is a line identity adds for the sandbox's uid to the
+// image's etc file Name.
+type IdentityEntry struct{ Name, Entry string }
+
+// IdentityEntries are the lines identity adds for uid (which is also the
+// sandbox's gid) to the image's /etc/passwd and /etc/group; the bench
+// writes runc's bundle with the same.
+func IdentityEntries(uid int) []IdentityEntry {
+	return []IdentityEntry{
+		{"passwd", fmt.Sprintf("%s:x:%d:%d:agentrun sandbox:/tmp:/usr/sbin/nologin\n", SandboxUser, uid, uid)},
+		{"group", fmt.Sprintf("%s:x:%d:\n", SandboxUser, uid)},
+	}
+}
+
 // maxIdentityBytes bounds the image's /etc/passwd and /etc/group, read
 // for each run.
 const maxIdentityBytes = 1 << 20
@@ -38,11 +52,8 @@ func identity(rootfs, dir string, uid int, undo *cleanup.Cleanup) ([]spec.SpecOp
 	}
 	defer root.Close()
 	var opts []spec.SpecOpt
-	for _, f := range []struct{ name, entry string }{
-		{"passwd", fmt.Sprintf("%s:x:%d:%d:agentrun sandbox:/tmp:/usr/sbin/nologin\n", SandboxUser, uid, uid)},
-		{"group", fmt.Sprintf("%s:x:%d:\n", SandboxUser, uid)},
-	} {
-		in := "etc/" + f.name
+	for _, f := range IdentityEntries(uid) {
+		in := "etc/" + f.Name
 		if fi, err := root.Lstat(in); err != nil || !fi.Mode().IsRegular() {
 			continue
 		}
@@ -53,7 +64,7 @@ func identity(rootfs, dir string, uid int, undo *cleanup.Cleanup) ([]spec.SpecOp
 		if len(data) > 0 && !bytes.HasSuffix(data, []byte("\n")) {
 			data = append(data, '\n')
 		}
-		out, err := writeEtc(dir, undo, f.name, append(data, f.entry...))
+		out, err := writeEtc(dir, undo, f.Name, append(data, f.Entry...))
 		if err != nil {
 			return nil, fmt.Errorf("writing the sandbox's /%s: %w", in, err)
 		}

@@ -573,19 +573,16 @@ func runcBundle(work, rootfs, task string) (string, error) {
 		return "", err
 	}
 	opts := runner.SandboxSpec(p, "/agentrun-bench-runc", cfg.Init, ws, p.Limits.WorkspaceSize)
-	for name, entry := range map[string]string{
-		"passwd": fmt.Sprintf("%s:x:%d:%d:agentrun sandbox:/tmp:/usr/sbin/nologin\n", runner.SandboxUser, spec.UID, spec.GID),
-		"group":  fmt.Sprintf("%s:x:%d:\n", runner.SandboxUser, spec.GID),
-	} {
-		img, err := os.ReadFile(filepath.Join(rootfs, "etc", name))
+	for _, f := range runner.IdentityEntries(spec.UID) {
+		img, err := os.ReadFile(filepath.Join(rootfs, "etc", f.Name))
 		if err != nil {
 			return "", err
 		}
-		out := filepath.Join(etc, name)
-		if err := os.WriteFile(out, append(img, entry...), 0o644); err != nil {
+		out := filepath.Join(etc, f.Name)
+		if err := os.WriteFile(out, append(img, f.Entry...), 0o644); err != nil {
 			return "", err
 		}
-		opts = append(opts, spec.WithReadonlyFile(out, "/etc/"+name))
+		opts = append(opts, spec.WithReadonlyFile(out, "/etc/"+f.Name))
 	}
 	s, err := spec.New(rootfs, opts...)
 	if err != nil {
