@@ -5,9 +5,10 @@
 # runsc must be built with cgo off: a cgo build fails at sandbox boot.
 set -euo pipefail
 version=v0.0.0-20260905035102-160fafc42237
-# The stamp names the build too: a runsc built without precompiled seccomp
-# programs is rebuilt.
-build=precompiled-seccomp
+# The stamp names the build too: a runsc built another way (without
+# precompiled seccomp programs, or with its symbols and debug info) is
+# rebuilt.
+build="precompiled-seccomp stripped"
 dir=${AGENTRUN_RUNSC_DIR:-/var/cache/agentrun/bin}
 bin=$dir/runsc
 stamp=$dir/runsc.version
@@ -31,7 +32,7 @@ cp -r "$mod" "$src/gvisor"
 chmod -R u+w "$src/gvisor"
 mkdir "$src/gvisor/agentrun-precompile"
 sed '/^\/\/go:build ignore$/d' "$here/runsc-precompile/main.go" >"$src/gvisor/agentrun-precompile/main.go"
-(cd "$src/gvisor" && CGO_ENABLED=0 "$GO" run ./agentrun-precompile -gvisor . && CGO_ENABLED=0 "$GO" build -o "$bin.new" ./runsc)
+(cd "$src/gvisor" && CGO_ENABLED=0 "$GO" run ./agentrun-precompile -gvisor . && CGO_ENABLED=0 "$GO" build -trimpath -ldflags "-s -w" -o "$bin.new" ./runsc)
 mv "$bin.new" "$bin"
 [ -x "$bin" ] || { echo "runsc.sh: the build did not produce $bin" >&2; exit 1; }
 echo "$version $build" >"$stamp"
