@@ -41,13 +41,7 @@ func BenchmarkAllowlistRun(b *testing.B) {
 	if err := pool.Seed(plan); err != nil {
 		b.Fatal(err)
 	}
-	ready := func() {
-		for deadline := time.Now().Add(30 * time.Second); pool.Stats().Ready[pythonImage] < 1; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				b.Fatalf("pool not refilled: %+v", pool.Stats())
-			}
-		}
-	}
+	ready := func() { waitReady(b, pool, pythonImage, 1) }
 	// A run's latency is until its result is final, as serve answers
 	// (its tear-down goes on after).
 	var setups []time.Duration

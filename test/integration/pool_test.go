@@ -65,16 +65,23 @@ func (p *pooled) plan(taskJSON string) *task.Plan {
 // waitReady waits until the pool holds n sandboxes of the python image.
 func (p *pooled) waitReady(n int) {
 	p.t.Helper()
+	waitReady(p.t, p.pool, pythonImage, n)
+}
+
+// waitReady waits until pool holds n ready sandboxes of image ref, for at
+// most 30 s.
+func waitReady(t testing.TB, pool *runner.Pool, ref string, n int) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		st := p.pool.Stats()
-		if st.Ready[pythonImage] == n {
+		st := pool.Stats()
+		if st.Ready[ref] == n {
 			return
 		}
 		if time.Now().After(deadline) {
-			p.t.Fatalf("pool never got %d ready sandboxes: %+v", n, st)
+			t.Fatalf("pool never got %d ready sandboxes of %s: %+v", n, ref, st)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -276,11 +283,7 @@ func TestPoolSkipsSandboxesOfARemovedImage(t *testing.T) {
 	}
 	waitPool := func() {
 		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); pool.Stats().Ready[ref] != 1; time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("pool not filled: %+v", pool.Stats())
-			}
-		}
+		waitReady(t, pool, ref, 1)
 	}
 	run := func(wantHit bool) {
 		t.Helper()
@@ -459,13 +462,8 @@ func TestPoolWaitsWhileRunsOutnumberCPUs(t *testing.T) {
 	if failed != "" {
 		t.Fatal(failed)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for p.pool.Stats().Ready[pythonImage] < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the pool never refilled after the runs: %+v", p.pool.Stats())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	// It refills once they end.
+	p.waitReady(2)
 }
 
 // TestPoolFillsInParallel: with no run going on, the pool makes as many

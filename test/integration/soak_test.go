@@ -237,11 +237,7 @@ func TestSoak(t *testing.T) {
 	// Full before the first run: at the soak's concurrency the runs
 	// outnumber the CPUs, and the pool makes nothing then (fillLimit), so
 	// without this wait whether any run is served from it is a race.
-	for deadline := time.Now().Add(30 * time.Second); pool.Stats().Ready[cfg.Image] < 2; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the pool never filled before the soak: %+v", pool.Stats())
-		}
-	}
+	waitReady(t, pool, cfg.Image, 2)
 
 	var (
 		done       atomic.Int64

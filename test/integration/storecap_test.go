@@ -46,11 +46,7 @@ func TestStoreCapNeverRemovesImagesInUse(t *testing.T) {
 	if err := pool.Seed(plan(echo45(pooledRef))); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); pool.Stats().Ready[pooledRef] != 1; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("pool not filled: %+v", pool.Stats())
-		}
-	}
+	waitReady(t, pool, pooledRef, 1)
 
 	// A python run that reads its image's files after the others pulled.
 	pyRef := "oci:" + pythonLayout() + ":latest"
