@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
 	"slices"
@@ -105,9 +107,10 @@ var poolRuntimes = []struct {
 	name    string
 	task    func(code string, extra map[string]any) string
 	release string
+	parent  string // the cgroup the backend makes its runs' cgroups in
 }{
-	{"libcontainer", pyTask, ""},
-	{"runsc", runscTask, "gvisor"},
+	{"libcontainer", pyTask, "", "agentrun"},
+	{"runsc", runscTask, "gvisor", "agentrun-runsc"},
 }
 
 // TestPoolRunsTaskInReadySandbox: a pooled run, on either runtime, gets
@@ -508,12 +511,16 @@ func TestPoolFillsInParallel(t *testing.T) {
 }
 
 // ownCPUPy burns about 100 ms of cpu, then prints how much cpu it has used
-// itself (getrusage: user and system, in ms).
+// itself (getrusage: user and system, in ms). The loop counts, making no
+// system call: under runsc each one (a clock read, say) is work of the
+// sandbox's kernel that the cgroup counts and the program's own count may
+// not, and a loop that read the clock to end made that gap vary by 150 ms
+// from run to run on a busy host.
 const ownCPUPy = `
-import resource, time
-t = time.process_time()
-while time.process_time() - t < 0.1:
-    pass
+import resource
+n = 0
+for i in range(1000000):
+    n += i
 r = resource.getrusage(resource.RUSAGE_SELF)
 print(int((r.ru_utime + r.ru_stime) * 1000))
 `
@@ -526,8 +533,12 @@ print(int((r.ru_utime + r.ru_stime) * 1000))
 // pooled sandbox, long before), which the cgroup counted too. Under runsc
 // the sandbox's kernel works for the program within its cgroup and
 // counts the program's time its own way: cpu_ms is at least half the
-// program's count and leaves out the sandbox's boot (hundreds of
-// milliseconds).
+// program's count and leaves out the sandbox's boot. Before the pooled
+// run a process of the test's own burns some hundreds of milliseconds of
+// CPU in the waiting sandbox's cgroup, far above either bound, so that a
+// run that counted what its cgroup did before the program fails here on
+// both runtimes (the boot of a runsc sandbox alone is about 100 ms of
+// the cgroup's CPU, too close to that bound to tell).
 func TestUsageIsTheProgramsOwn(t *testing.T) {
 	for _, rt := range poolRuntimes {
 		t.Run(rt.name, func(t *testing.T) {
@@ -550,7 +561,59 @@ func TestUsageIsTheProgramsOwn(t *testing.T) {
 			}
 			check("cold", runIn(t, rt.name, taskJSON))
 			p := newPooled(t, 1, taskJSON)
+			burned := burnInRunCgroup(t, rt.parent)
+			t.Logf("burned %v of CPU in the pooled sandbox's cgroup before its run", burned)
 			check("pooled", p.run(taskJSON, true))
 		})
 	}
+}
+
+// burnInRunCgroup runs a process that burns CPU (dd copying 16 GiB of
+// zeros: system time) in the one run cgroup under parent, in every
+// hierarchy, and returns the CPU time it used, at least 200 ms: time that
+// cgroup counts before any program runs in it.
+func burnInRunCgroup(t *testing.T, parent string) time.Duration {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", "read x; exec dd if=/dev/zero of=/dev/null bs=1M count=16384 2>/dev/null")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Ended (unjoined, at its read) on any failure below.
+	failed := func(format string, args ...any) {
+		t.Helper()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf(format, args...)
+	}
+	joined := 0
+	for _, root := range testenv.CgroupRoots() {
+		dirs, _ := filepath.Glob(filepath.Join(root, parent, "ar-*"))
+		if len(dirs) > 1 {
+			failed("more than one run cgroup under %s: %v", filepath.Join(root, parent), dirs)
+		}
+		for _, dir := range dirs {
+			if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
+				failed("joining the burner to %s: %v", dir, err)
+			}
+			joined++
+		}
+	}
+	if joined == 0 {
+		failed("found no run cgroup under /%s", parent)
+	}
+	if _, err := io.WriteString(in, "go\n"); err != nil {
+		failed("starting the burner: %v", err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the burner: %v", err)
+	}
+	used := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	if used < 200*time.Millisecond {
+		t.Fatalf("the burner used only %v of CPU", used)
+	}
+	return used
 }
