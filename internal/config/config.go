@@ -169,19 +169,29 @@ type Config struct {
 	Network   Network             `json:"network"`
 	Runsc     Runsc               `json:"runsc"`
 	Init      string              `json:"init"` // the sandbox's init: a static binary (tini-static)
-	Server    Server              `json:"server"`
-	Worker    Worker              `json:"worker"`
-	Sessions  Sessions            `json:"sessions"`
-	StoreDir  string              `json:"store_dir"`
-	StoreMax  string              `json:"store_max_size"` // size cap of the image store; least recently used images go first
-	StateDir  string              `json:"state_dir"`
-	RunUIDs   RunUIDs             `json:"run_uids"` // the host ids sandboxes run as, one per sandbox
-	Audit     string              `json:"audit"`    // absolute path, "-" for stderr, "" for none
+	// SeccompHelper is agentrun-seccomp, which loads a libcontainer
+	// sandbox's seccomp filter compiled once per process instead of in
+	// each container's init; "" looks beside the agentrun binary, then in
+	// ../lib/agentrun from it, and without one libcontainer compiles it;
+	// "off" has libcontainer compile it in each init, as runc does.
+	SeccompHelper string   `json:"seccomp_helper"`
+	Server        Server   `json:"server"`
+	Worker        Worker   `json:"worker"`
+	Sessions      Sessions `json:"sessions"`
+	StoreDir      string   `json:"store_dir"`
+	StoreMax      string   `json:"store_max_size"` // size cap of the image store; least recently used images go first
+	StateDir      string   `json:"state_dir"`
+	RunUIDs       RunUIDs  `json:"run_uids"` // the host ids sandboxes run as, one per sandbox
+	Audit         string   `json:"audit"`    // absolute path, "-" for stderr, "" for none
 }
 
 // DefaultInit is the sandbox's init unless the config names another:
 // Debian's tini-static (package tini).
 const DefaultInit = "/usr/bin/tini-static"
+
+// SeccompHelperOff is the seccomp_helper that has libcontainer compile
+// each sandbox's filter in its init.
+const SeccompHelperOff = "off"
 
 // DefaultPath is where Load looks when given no path.
 const DefaultPath = "/etc/agentrun/config.json"

@@ -122,6 +122,8 @@ func TestParseErrors(t *testing.T) {
 		{`{"store_dir": "var/lib"}`, "store_dir: "},
 		{`{"state_dir": "/run/../x"}`, "state_dir: "},
 		{`{"audit": "audit.log"}`, "audit: "},
+		{`{"seccomp_helper": "agentrun-seccomp"}`, "seccomp_helper: "},
+		{`{"seccomp_helper": "/usr/lib/../x"}`, "seccomp_helper: "},
 		{`{"policy": {"registries": ["http://127.0.0.1:5000"]}}`, "policy.registries[0]: "},
 		{`{"policy": {"registries": ["ok.example", "a/b"]}}`, "policy.registries[1]: "},
 		{`{"store_max_size": "0"}`, "store_max_size: "},
@@ -142,6 +144,7 @@ func TestParseErrors(t *testing.T) {
 		`{}`, `{"audit": "-"}`, `{"audit": ""}`, `{"server": {"listen": "tcp://127.0.0.1:8080", "token": "s3cret"}}`,
 		`{"runtime": "runsc"}`, `{"limits": {"memory": "2GiB"}}`, `{"network": {"allow_ranges": ["fd00::/8"]}}`,
 		`{"policy": {"registries": ["docker.io", "127.0.0.1:5000", "[::1]:5000", "registry.internal"]}}`, `{"store_max_size": "500m"}`,
+		`{"seccomp_helper": "off"}`, `{"seccomp_helper": "/usr/lib/agentrun/agentrun-seccomp"}`,
 	} {
 		if _, err := Parse([]byte(ok)); err != nil {
 			t.Errorf("Parse(%s) = %v; want ok", ok, err)

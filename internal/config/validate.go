@@ -57,6 +57,9 @@ func (c *Config) Validate() error {
 	if !isCleanAbs(c.Init) {
 		return fieldErr("init", fmt.Errorf("%q is not a clean absolute path (the sandbox's init, e.g. %s)", c.Init, DefaultInit))
 	}
+	if c.SeccompHelper != "" && c.SeccompHelper != SeccompHelperOff && !isCleanAbs(c.SeccompHelper) {
+		return fieldErr("seccomp_helper", fmt.Errorf("%q is not a clean absolute path (agentrun-seccomp), \"\" (look for it) or %q", c.SeccompHelper, SeccompHelperOff))
+	}
 	if err := c.Sessions.validate(); err != nil {
 		return err
 	}

@@ -92,6 +92,17 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
+	lc.SeccompCache = filepath.Join(cfg.StateDir, "seccomp")
+	switch lc.SeccompHelper = cfg.SeccompHelper; lc.SeccompHelper {
+	case "":
+		lc.SeccompHelper = runc.FindSeccompHelper()
+	case config.SeccompHelperOff:
+		lc.SeccompHelper = ""
+	default:
+		if err := runc.CheckSeccompHelper(lc.SeccompHelper); err != nil {
+			return nil, fmt.Errorf("%w (make build puts it in bin/; or set config key seccomp_helper to \"\")", err)
+		}
+	}
 	r.backends[config.RuntimeLibcontainer] = lc
 	// runsc is optional: a run that asks for it gets the reason it is
 	// missing, and gc still removes what runsc runs left behind.

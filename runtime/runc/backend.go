@@ -28,6 +28,13 @@ import (
 type Backend struct {
 	// StateDir holds libcontainer's per-container state (e.g. /run/agentrun/runc).
 	StateDir string
+	// SeccompHelper is the host path of agentrun-seccomp, which loads a
+	// sandbox's seccomp filter compiled once per process (seccomp.go);
+	// "" has libcontainer compile the filter in every container's init.
+	SeccompHelper string
+	// SeccompCache keeps compiled filters for later processes; "" keeps
+	// them in memory only.
+	SeccompCache string
 }
 
 // New returns a backend keeping container state under stateDir.
@@ -75,9 +82,15 @@ type Prepared struct {
 // before the exec of the program. c's Stdin, Timeout and OutputLimit are
 // not used: Run takes them. On error nothing is left behind.
 func (b *Backend) Prepare(_ context.Context, c *backend.Container) (_ backend.Prepared, err error) {
+	s := c.Spec
+	// The filter compiled once, loaded by the helper (see seccomp.go).
+	var extra []*os.File
+	if prog := b.precompiled(s.Linux.Seccomp); prog != nil {
+		s, extra = b.withPrecompiledSeccomp(s), []*os.File{prog}
+	}
 	cfg, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{
 		CgroupName:   c.ID,
-		Spec:         c.Spec,
+		Spec:         s,
 		NoNewKeyring: true,
 	})
 	if err != nil {
@@ -122,7 +135,8 @@ func (b *Backend) Prepare(_ context.Context, c *backend.Container) (_ backend.Pr
 	}
 	nnp := true
 	p.proc = &libcontainer.Process{
-		Args:            c.Spec.Process.Args,
+		Args:            s.Process.Args,
+		ExtraFiles:      extra,
 		Env:             c.Spec.Process.Env,
 		Cwd:             c.Spec.Process.Cwd,
 		UID:             int(c.Spec.Process.User.UID),

@@ -42,6 +42,9 @@ func init() { containerInit() }
 // libcontainer started it as one (argv[1] == "init" and libcontainer's
 // init pipe set); libcontainer.Init never returns. Otherwise it returns.
 func containerInit() {
+	if len(os.Args) > 1 && os.Args[1] == "seccomp-capture" && os.Getenv(captureEnv) == "1" {
+		captureMain()
+	}
 	if len(os.Args) > 1 && os.Args[1] == "init" && os.Getenv("_LIBCONTAINER_INITPIPE") != "" {
 		if err := installNativeABIFilter(); err != nil {
 			// The parent sees the init fail, and the run with it.

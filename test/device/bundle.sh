@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bundle.sh prepares _device/bundle.tar.xz for a run of the test suites on a
 # second machine that has no Go and no package access (pure cgroup v2): the
-# test binaries, agentrun, the bench, runsc, the escape probe, and the
+# test binaries, agentrun and its seccomp helper, the bench, runsc, the escape probe, and the
 # busybox and a slimmed python root filesystem. test/device/run.sh runs it there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,6 +26,10 @@ flags=(-tags seccomp,runc_nocriu -trimpath -ldflags "-s -w")
 # runtime/runsc's own tests are left out for size: the integration suite
 # runs every behavioural test on runsc too.
 "$GO" build "${flags[@]}" -o "$work/bin/agentrun" ./cmd/agentrun
+# Its seccomp helper beside it (and beside the test binaries, which find
+# it there as agentrun does), as make build puts it.
+make --no-print-directory bin/agentrun-seccomp >&2
+install -m 0755 bin/agentrun-seccomp "$work/bin/agentrun-seccomp"
 "$GO" build "${flags[@]}" -o "$work/bin/bench" ./test/bench
 CGO_ENABLED=0 "$GO" build -trimpath -ldflags "-s -w" -o "$work/bin/probe" ./test/escape/probe
 cp "$runsc" "$work/bin/runsc"

@@ -41,10 +41,17 @@ var (
 	stateDir  string
 )
 
+// seccompHelper is agentrun-seccomp, for every run of the suite.
+var seccompHelper string
+
 func TestMain(m *testing.M) {
 	flag.Parse()
 	var err error
 	if stateDir, err = testenv.Setup("escape", *imagesDir, "busybox", "busybox"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if seccompHelper, err = testenv.SeccompHelper(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -65,6 +72,9 @@ func testConfig() *config.Config {
 	cfg.StoreDir = filepath.Join(stateDir, "store")
 	cfg.Audit = ""
 	cfg.Policy.LocalImages = []string{os.TempDir()}
+	// The filter compiled once and loaded by the helper, as make build's
+	// binary runs it; a missing helper fails the run.
+	cfg.SeccompHelper = seccompHelper
 	// runsc as test/runsc.sh installs it, unless told otherwise.
 	cfg.Runsc.Path = "/var/cache/agentrun/bin/runsc"
 	cfg.Runsc.Flags = nil

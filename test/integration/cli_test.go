@@ -40,6 +40,11 @@ func agentrunBin(t testing.TB) string {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			binErr = err
 			t.Logf("go build: %s", out)
+			return
+		}
+		// Its seccomp helper beside it, as make build puts it.
+		if out, err := exec.Command("install", "-m", "0755", seccompHelper, filepath.Join(stateDir, "agentrun-seccomp")).CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("installing the seccomp helper: %v: %s", err, out)
 		}
 	})
 	if binErr != nil {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -56,14 +57,14 @@ exec chroot "$r" "$@"`
 }
 
 // TestDebPackage: make deb's package installs with dpkg -i into a fresh
-// Debian root: binary, units, the config as a conffile and the agentrun
+// Debian root: binary, seccomp helper, units, the config as a conffile and the agentrun
 // group; agentrun version and doctor run there; an upgrade keeps the
 // operator's edit of the config.
 func TestDebPackage(t *testing.T) {
 	out := t.TempDir()
 	debs := map[string]string{}
 	for _, v := range []string{"0.1.0", "0.1.1"} {
-		cmd := exec.Command(filepath.Join(testenv.RepoRoot(), "packaging", "deb.sh"), agentrunBin(t), out, v)
+		cmd := exec.Command(filepath.Join(testenv.RepoRoot(), "packaging", "deb.sh"), agentrunBin(t), seccompHelper, out, v)
 		cmd.Stderr = os.Stderr
 		b, err := cmd.Output()
 		if err != nil {
@@ -86,7 +87,7 @@ func TestDebPackage(t *testing.T) {
 	}
 	install("0.1.0")
 
-	for _, p := range []string{"usr/bin/agentrun", "lib/systemd/system/agentrun.socket", "lib/systemd/system/agentrun.service",
+	for _, p := range []string{"usr/bin/agentrun", "usr/lib/agentrun/agentrun-seccomp", "lib/systemd/system/agentrun.socket", "lib/systemd/system/agentrun.service",
 		"lib/systemd/system/agentrun@.service", "lib/systemd/system/agentrun-worker.service", "etc/agentrun/config.json",
 		"etc/agentrun/tasks", "var/lib/agentrun/results"} {
 		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
@@ -113,13 +114,20 @@ func TestDebPackage(t *testing.T) {
 	if !strings.Contains(out1, "namespaces") {
 		t.Errorf("agentrun doctor in the installed root: %v: %s", err, out1)
 	}
-	for _, line := range strings.Split(out1, "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 2 && f[1] == "FAIL" && f[0] != "image" {
-			t.Errorf("agentrun doctor in the installed root: %s", line)
+	checks := doctorChecks(out1)
+	if len(checks) < 10 {
+		t.Errorf("read %d checks from agentrun doctor's table", len(checks))
+	}
+	for name, c := range checks {
+		if c[0] == "FAIL" && name != "image" {
+			t.Errorf("agentrun doctor in the installed root: %s: %s", name, c[1])
 		}
 	}
-	if strings.Contains(out1, "image        FAIL") && !strings.Contains(out1, "agentrun pull python:3.12-slim") {
+	// The package's helper is found and compiles the filter there.
+	if c := checks["seccomp helper"]; c[0] != "ok" || !strings.HasPrefix(c[1], "/usr/lib/agentrun/agentrun-seccomp:") {
+		t.Errorf("agentrun doctor in the installed root does not use the packaged seccomp helper: %q", c)
+	}
+	if checks["image"][0] == "FAIL" && !strings.Contains(out1, "agentrun pull python:3.12-slim") {
 		t.Errorf("agentrun doctor in the installed root does not say the default image cannot be had: %s", out1)
 	}
 
@@ -139,4 +147,19 @@ func TestDebPackage(t *testing.T) {
 	if _, err := os.Stat(conf + ".dpkg-new"); err == nil {
 		t.Errorf("the upgrade left %s.dpkg-new", conf)
 	}
+}
+
+// doctorLine is one check of agentrun doctor's table: its name (which may
+// hold a space), status and detail.
+var doctorLine = regexp.MustCompile(`^(\S.*?)\s{2,}(ok|warn|FAIL)\s+(.*)$`)
+
+// doctorChecks reads agentrun doctor's table: name -> {status, detail}.
+func doctorChecks(out string) map[string][2]string {
+	checks := map[string][2]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if m := doctorLine.FindStringSubmatch(line); m != nil {
+			checks[m[1]] = [2]string{m[2], m[3]}
+		}
+	}
+	return checks
 }

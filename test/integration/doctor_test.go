@@ -15,13 +15,17 @@ func TestDoctor(t *testing.T) {
 	if err != nil {
 		t.Fatalf("doctor on this host: %v\n%s", err, out)
 	}
-	for _, check := range []string{"root", "kernel", "cgroups", "seccomp", "filesystems", "namespaces", "runsc", "state dir", "binary seal", "store dir", "run uids", "clock", "image"} {
+	for _, check := range []string{"root", "kernel", "cgroups", "seccomp", "filesystems", "namespaces", "runsc", "seccomp helper", "state dir", "binary seal", "store dir", "run uids", "clock", "image"} {
 		if !strings.Contains(string(out), "\n"+check+" ") {
 			t.Errorf("doctor output lacks the %q check:\n%s", check, out)
 		}
 	}
 	if strings.Contains(string(out), "FAIL") {
 		t.Errorf("doctor reports a failure on the CI host:\n%s", out)
+	}
+	// make build's helper, beside the binary: the filter compiles once.
+	if c := doctorChecks(string(out))["seccomp helper"]; c[0] != "ok" || !strings.HasSuffix(c[1], "agentrun-seccomp: the filter compiles once per process") {
+		t.Errorf("doctor: the seccomp helper is not used: %q", c)
 	}
 	if !strings.Contains(string(out), "sealed read-only through overlayfs") {
 		t.Errorf("doctor: the binary is not sealed through overlayfs here:\n%s", out)

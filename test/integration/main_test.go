@@ -62,6 +62,9 @@ func runIn(t testing.TB, rt, taskJSON string) *result.Result {
 	return runTaskWith(t, cfgFor(t, rt), nil, taskJSON)
 }
 
+// seccompHelper is agentrun-seccomp, for every run of the suite.
+var seccompHelper string
+
 func TestMain(m *testing.M) {
 	flag.Parse()
 	var err error
@@ -84,6 +87,10 @@ func TestMain(m *testing.M) {
 	}
 	if _, err := os.Stat(runscPath); err != nil {
 		fmt.Fprintf(os.Stderr, "runsc missing (test/runsc.sh installs it): %v\n", err)
+		os.Exit(1)
+	}
+	if seccompHelper, err = testenv.SeccompHelper(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	pythonImage = "dir:" + filepath.Join(*imagesDir, "python", "rootfs")
@@ -111,6 +118,9 @@ func testConfig(t testing.TB) *config.Config {
 	// temporary directories.
 	cfg.Policy.LocalImages = []string{*imagesDir, os.TempDir(), stateDir}
 	cfg.Runsc.Path = runscPath
+	// The filter compiled once and loaded by the helper, as make build's
+	// binary runs it; a missing helper fails the run.
+	cfg.SeccompHelper = seccompHelper
 	cfg.Runsc.Flags = nil
 	return cfg
 }

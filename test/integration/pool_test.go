@@ -342,6 +342,16 @@ func pooledInits(t *testing.T) []int { return runProcesses(t, "agentrun") }
 // parent (a backend's), in any hierarchy. There must be one.
 func runProcesses(t *testing.T, parent string) []int {
 	t.Helper()
+	pids := runPIDs(parent)
+	if len(pids) == 0 {
+		t.Fatalf("found no process in a run's cgroup under /%s", parent)
+	}
+	return pids
+}
+
+// runPIDs are the processes in the cgroups of runs under the cgroup
+// parent, in any hierarchy.
+func runPIDs(parent string) []int {
 	var pids []int
 	for _, root := range testenv.CgroupRoots() {
 		runs, _ := filepath.Glob(filepath.Join(root, parent, "ar-*", "cgroup.procs"))
@@ -353,9 +363,6 @@ func runProcesses(t *testing.T, parent string) []int {
 				}
 			}
 		}
-	}
-	if len(pids) == 0 {
-		t.Fatalf("found no process in a run's cgroup under /%s", parent)
 	}
 	return pids
 }

@@ -40,6 +40,23 @@ func RepoRoot() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
+// SeccompHelper is agentrun-seccomp (runtime/runc/seccompexec) for the
+// suites' runs: beside $AGENTRUN_BIN when that is set (make's bin/, the
+// device bundle), else make build's bin/agentrun-seccomp, built by make
+// when it is missing.
+func SeccompHelper() (string, error) {
+	if bin := os.Getenv("AGENTRUN_BIN"); bin != "" {
+		return filepath.Join(filepath.Dir(bin), "agentrun-seccomp"), nil
+	}
+	const helper = "bin/agentrun-seccomp"
+	cmd := exec.Command("make", "--no-print-directory", helper)
+	cmd.Dir = RepoRoot()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("make %s: %v: %s", helper, err, out)
+	}
+	return filepath.Join(RepoRoot(), helper), nil
+}
+
 // Setup is the start of a root suite's TestMain: it fails (never skips)
 // without root, runs test/images/build.sh build (not when
 // AGENTRUN_SKIP_IMAGE_BUILD is set), checks that each image in need is
