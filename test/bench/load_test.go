@@ -12,3 +12,20 @@ func TestRoundSpread(t *testing.T) {
 		t.Errorf("one round: %q", got)
 	}
 }
+
+// TestCheckSealable: a binary whose directory holds the work dir is
+// refused; one beside it or elsewhere is not.
+func TestCheckSealable(t *testing.T) {
+	for bin, ok := range map[string]bool{
+		"/tmp/agentrun":           false,
+		"/tmp/x/agentrun":         true,
+		"/var/tmp/arb/agentrun":   true,
+		"/tmp/work/agentrun":      false,
+		"/tmp/workspace/agentrun": true,
+		"":                        true,
+	} {
+		if err := checkSealable(bin, "/tmp/work/state"); (err == nil) != ok {
+			t.Errorf("checkSealable(%q): %v", bin, err)
+		}
+	}
+}

@@ -35,6 +35,7 @@ var (
 	runcLC   = flag.String("runc-libcontainer", "", "runc CLI built at the libcontainer version agentrun links (test/runc.sh; optional)")
 	out      = flag.String("out", "docs/bench.md", "markdown report")
 	allow    = flag.String("allow", "example.test", "allowlist entry for the allowlist contender")
+	coldOnly = flag.Bool("cold-only", false, "measure the floor, both runc CLIs and a cold agentrun run only, and print them (docs/bench.md is not written)")
 )
 
 func envOr(k, def string) string {
@@ -86,6 +87,11 @@ func main() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(work)
+	for _, b := range []string{*bin, *baseline} {
+		if err := checkSealable(b, work); err != nil {
+			log.Fatal(err)
+		}
+	}
 
 	cfg := filepath.Join(work, "config.json")
 	write(cfg, fmt.Sprintf(`{"image":"dir:%s","audit":"","state_dir":%q,"runsc":{"path":%q,"flags":[]}}`, rootfs, filepath.Join(work, "state"), *runscBin))
@@ -128,6 +134,10 @@ func main() {
 			cmd: func(int) *exec.Cmd { return exec.Command(*bin, "run", "--config", cfg, runscTask) }},
 		sessionContender(work, rootfs),
 	}
+	if *coldOnly {
+		coldReport(os.Stdout, cs)
+		return
+	}
 	srv, serr := startServe(work, rootfs)
 	if srv != nil {
 		defer srv.stop()
@@ -140,26 +150,7 @@ func main() {
 	defer m2.close()
 	cs = append(cs, mcpCold, mcpWarm)
 
-	// Warm-up (page cache, first cgroup) and availability check.
-	for _, c := range cs {
-		if c.err != "" {
-			log.Printf("%s: not measured: %s", c.name, c.err)
-			continue
-		}
-		if err := runOnce(c, 0, false); err != nil {
-			c.err = err.Error()
-			log.Printf("%s: not measured: %v", c.name, err)
-		}
-	}
-	for i := range *n {
-		for _, c := range cs {
-			if c.err == "" {
-				if err := runOnce(c, i+1, true); err != nil {
-					c.err = err.Error()
-				}
-			}
-		}
-	}
+	measure(cs)
 
 	for _, c := range cs {
 		if c.err == "" && c.cmd != nil {
@@ -183,6 +174,81 @@ func main() {
 	defer f.Close()
 	report(f, cs, load, pulls, nb, gobench)
 	io.WriteString(f, kept)
+}
+
+// checkSealable refuses an agentrun binary whose directory holds the
+// bench's work dir, where its runs keep their state: libcontainer cannot
+// seal such a binary through overlayfs (the layers would overlap) and
+// copies it into a memfd for every container instead, which costs a run
+// as much as the rest of its set-up and would skew every comparison.
+func checkSealable(bin, work string) error {
+	if bin == "" {
+		return nil
+	}
+	abs, err := filepath.Abs(bin)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(abs)
+	if rel, err := filepath.Rel(dir, work); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+		return fmt.Errorf("%s: its directory %s holds the bench's work dir %s, so libcontainer would copy it into a memfd for every container instead of sealing it (agentrun doctor's binary seal): put it elsewhere (/var/tmp, say)", bin, dir, work)
+	}
+	return nil
+}
+
+// measure runs each contender once to warm up (the page cache, the first
+// cgroup) and to check that it can run, then n times, interleaved.
+func measure(cs []*contender) {
+	for _, c := range cs {
+		if c.err != "" {
+			log.Printf("%s: not measured: %s", c.name, c.err)
+			continue
+		}
+		if err := runOnce(c, 0, false); err != nil {
+			c.err = err.Error()
+			log.Printf("%s: not measured: %v", c.name, err)
+		}
+	}
+	for i := range *n {
+		for _, c := range cs {
+			if c.err == "" {
+				if err := runOnce(c, i+1, true); err != nil {
+					c.err = err.Error()
+				}
+			}
+		}
+	}
+}
+
+// coldReport measures the floor, both runc CLIs and a cold agentrun run
+// alone (-cold-only), interleaved, and prints their medians and agentrun's
+// ratio to each runc.
+func coldReport(w io.Writer, all []*contender) {
+	var cs []*contender
+	for _, c := range all {
+		if c.name == "bare chroot python3" || c.name == runcName || c.name == runcLCName || c.name == coldName {
+			cs = append(cs, c)
+		}
+	}
+	measure(cs)
+	fmt.Fprintf(w, "%d runs each, interleaved:\n\n| contender | median | p90 |\n|---|---|---|\n", *n)
+	byName := map[string]time.Duration{}
+	for _, c := range cs {
+		if c.err != "" {
+			fmt.Fprintf(w, "| %s | not measured: %s | |\n", c.name, c.err)
+			continue
+		}
+		byName[c.name] = median(c.times)
+		fmt.Fprintf(w, "| %s | %s | %s |\n", c.name, ms(median(c.times)), ms(pct(c.times, 0.9)))
+	}
+	if cold, ok := byName[coldName]; ok {
+		for _, r := range []string{runcName, runcLCName} {
+			if d, ok := byName[r]; ok {
+				fmt.Fprintf(w, "\n%s against %s: %.2f×", coldName, r, float64(cold)/float64(d))
+			}
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 // runcLCContender is runc's CLI at the libcontainer version agentrun
