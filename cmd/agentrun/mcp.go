@@ -127,6 +127,7 @@ func local(cfgPath string, logf func(string, ...any)) (*mcpserver.Server, int) {
 		logf("%v", err)
 		return nil, 1
 	}
+	logSeccomp(r, logf)
 	api := server.New(cfg, r.RunWith, nil)
 	api.Sessions = r.Sessions()
 	srv := mcpserver.New(cfg, api.RunTask, logf)

@@ -68,6 +68,7 @@ func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
 		return err
 	}
 	defer closeLog()
+	logSeccomp(r, logf)
 
 	// The pool is there even when the config sizes none: a reload may.
 	pool := r.NewPool(cfg.Server.Pool)

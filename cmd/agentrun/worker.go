@@ -29,13 +29,13 @@ func cmdWorker(args []string, stderr io.Writer) int {
 // taking them, lets the tasks running finish (killing them after the
 // policy's longest timeout) and empties the warm pool.
 func runWorker(cfg *config.Config, stderr io.Writer) error {
-	r, closeLog, err := openRunner(cfg, cfg.Audit, func(format string, args ...any) {
-		fmt.Fprintf(stderr, "agentrun worker: "+format+"\n", args...)
-	})
+	logf := func(format string, args ...any) { fmt.Fprintf(stderr, "agentrun worker: "+format+"\n", args...) }
+	r, closeLog, err := openRunner(cfg, cfg.Audit, logf)
 	if err != nil {
 		return err
 	}
 	defer closeLog()
+	logSeccomp(r, logf)
 	stop, unnotify := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer unnotify()
 

@@ -122,6 +122,25 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 // Sessions is the store of kept session workspaces.
 func (r *Runner) Sessions() *session.Store { return r.sessions }
 
+// PrecompiledSeccomp compiles the sandbox's seccomp filter for
+// libcontainer runs, if it is not yet, to be loaded in each sandbox by
+// agentrun-seccomp (runtime/runc); when libcontainer compiles it in every
+// container's init instead, it says why.
+func (r *Runner) PrecompiledSeccomp() error {
+	if r.cfg.SeccompHelper == config.SeccompHelperOff {
+		return errors.New("config key seccomp_helper is off")
+	}
+	lc, ok := r.backends[config.RuntimeLibcontainer].(*runc.Backend)
+	if !ok {
+		return errors.New("no libcontainer backend")
+	}
+	s, err := spec.New("/", spec.WithSeccomp())
+	if err != nil {
+		return err
+	}
+	return lc.PrecompiledSeccomp(s)
+}
+
 // Run runs p and returns its result; it never returns nil. A failure of
 // agentrun itself is reported in the result's Error (exit status 125).
 // When Run returns, everything the run made on the host is gone.

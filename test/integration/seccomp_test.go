@@ -183,3 +183,24 @@ func TestSeccompHelperUnfit(t *testing.T) {
 		}
 	}
 }
+
+// TestRunnerPrecompiledSeccomp: the runner compiles the filter ahead with
+// the helper, and says why not with seccomp_helper off (serve, worker and
+// mcp log it at start).
+func TestRunnerPrecompiledSeccomp(t *testing.T) {
+	cfg := testConfig(t)
+	r, err := runner.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.PrecompiledSeccomp(); err != nil {
+		t.Errorf("with the helper: %v", err)
+	}
+	cfg.SeccompHelper = config.SeccompHelperOff
+	if r, err = runner.New(cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.PrecompiledSeccomp(); err == nil || !strings.Contains(err.Error(), "seccomp_helper is off") {
+		t.Errorf("with seccomp_helper off: %v", err)
+	}
+}
