@@ -8,4 +8,8 @@
 // Run returns. libcontainer creates and destroys the container's cgroup
 // with its own manager; the backend kills what runs in it, reads its usage
 // and removes what is left of it through runtime/cgroup.
+//
+// The sandbox's seccomp filter is compiled once per process by
+// libcontainer's own code and loaded in each sandbox by agentrun-seccomp
+// (seccomp.go), not compiled in every container's init.
 package runc
