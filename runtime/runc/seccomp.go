@@ -473,7 +473,7 @@ func capture(cfg *configs.Seccomp) (uint32, []byte, error) {
 				_ = libseccomp.NotifRespond(fd, &libseccomp.ScmpNotifResp{ID: req.ID, Flags: libseccomp.NotifRespFlagContinue})
 				continue
 			}
-			insns, err := readProgram(int(req.Pid), prog)
+			insns, err := readProgram(prog)
 			c := captured{flags: uint32(flags), insns: insns, err: err}
 			resp := &libseccomp.ScmpNotifResp{ID: req.ID}
 			if err != nil {
@@ -495,36 +495,40 @@ func capture(cfg *configs.Seccomp) (uint32, []byte, error) {
 	}
 }
 
-// readProgram reads the struct sock_fprog at addr in process pid (this
-// one) and the instructions it points to.
-func readProgram(pid int, addr uint64) ([]byte, error) {
+// readProgram reads the struct sock_fprog at addr and the instructions it
+// points to, from this process's memory (the load that passes them is
+// held until it is answered), through /proc/self/mem: no system call a
+// host's own filter might refuse.
+func readProgram(addr uint64) ([]byte, error) {
+	mem, err := os.Open("/proc/self/mem")
+	if err != nil {
+		return nil, fmt.Errorf("reading the seccomp program: %w", err)
+	}
+	defer mem.Close()
 	var fprog struct { // struct sock_fprog
 		Len    uint16
 		_      [6]byte
 		Filter uint64
 	}
-	if err := readMem(pid, addr, unsafe.Slice((*byte)(unsafe.Pointer(&fprog)), unsafe.Sizeof(fprog))); err != nil {
+	if err := readMem(mem, addr, unsafe.Slice((*byte)(unsafe.Pointer(&fprog)), unsafe.Sizeof(fprog))); err != nil {
 		return nil, err
 	}
 	if fprog.Len == 0 || fprog.Len > unix.BPF_MAXINSNS {
 		return nil, fmt.Errorf("seccomp program of %d instructions", fprog.Len)
 	}
 	insns := make([]byte, int(fprog.Len)*int(unsafe.Sizeof(unix.SockFilter{})))
-	if err := readMem(pid, fprog.Filter, insns); err != nil {
+	if err := readMem(mem, fprog.Filter, insns); err != nil {
 		return nil, err
 	}
 	return insns, nil
 }
 
-func readMem(pid int, addr uint64, buf []byte) error {
-	local := []unix.Iovec{{Base: &buf[0], Len: uint64(len(buf))}}
-	remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: len(buf)}}
-	n, err := unix.ProcessVMReadv(pid, local, remote, 0)
-	if err != nil {
-		return fmt.Errorf("reading the seccomp program: %w", err)
+func readMem(mem *os.File, addr uint64, buf []byte) error {
+	if addr > 1<<62 {
+		return fmt.Errorf("reading the seccomp program: address %#x", addr)
 	}
-	if n != len(buf) {
-		return fmt.Errorf("reading the seccomp program: %d of %d bytes", n, len(buf))
+	if _, err := mem.ReadAt(buf, int64(addr)); err != nil {
+		return fmt.Errorf("reading the seccomp program: %w", err)
 	}
 	return nil
 }
