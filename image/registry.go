@@ -7,8 +7,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -47,7 +47,22 @@ func NewRegistries(entries []string) (*Registries, error) {
 	return r, nil
 }
 
-var hostRe = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$`)
+// isHostname reports whether s is dot-separated labels of A-Z a-z 0-9 and
+// inner hyphens (checked byte by byte: a regular expression would be
+// compiled at every start of the binary, every container's init included).
+func isHostname(s string) bool {
+	for label := range strings.SplitSeq(s, ".") {
+		if label == "" || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			if c := label[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
 
 // CheckRegistry checks one registry host entry of NewRegistries.
 func CheckRegistry(entry string) error {
@@ -59,7 +74,7 @@ func CheckRegistry(entry string) error {
 			return bad
 		}
 	}
-	if _, err := netip.ParseAddr(host); err != nil && !hostRe.MatchString(host) {
+	if _, err := netip.ParseAddr(host); err != nil && !isHostname(host) {
 		return bad
 	}
 	if _, err := name.NewRegistry(entry, name.StrictValidation); err != nil {

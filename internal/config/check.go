@@ -3,9 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
-	"sync"
 	"unicode"
 )
 
@@ -34,8 +32,6 @@ func CheckRuntime(name string) error {
 	return nil
 }
 
-var envName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
-
 // reservedEnv are set by agentrun itself (HOME, PATH) or by its network
 // layer (the proxy variables); a task or config may not set them.
 var reservedEnv = map[string]bool{
@@ -54,7 +50,7 @@ func IsReservedEnv(name string) bool {
 // [A-Za-z_][A-Za-z0-9_]* and is not reserved, the value has no NUL.
 func CheckEnv(name, value string) error {
 	switch {
-	case !envName().MatchString(name):
+	case !isEnvName(name):
 		return fmt.Errorf("invalid variable name %q: want [A-Za-z_][A-Za-z0-9_]*", name)
 	case IsReservedEnv(name):
 		return fmt.Errorf("%s is reserved: agentrun sets it", name)

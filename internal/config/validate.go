@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 
@@ -168,10 +166,8 @@ func checkNum[T int64 | float64](name string, val, max *T) error {
 	return nil
 }
 
-var languageName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._+-]{1,64}$`) })
-
 func checkLanguage(name string, argv []string) error {
-	if !languageName().MatchString(name) {
+	if !isLanguageName(name) {
 		return errors.New("language name must be 1-64 characters of A-Z a-z 0-9 . _ + -")
 	}
 	if len(argv) == 0 {
@@ -212,7 +208,7 @@ func (n Network) validate() error {
 	at := map[string]string{}
 	for _, name := range sortedKeys(n.Services) {
 		field := fmt.Sprintf("network.services[%q]", name)
-		if !serviceNameRe().MatchString(name) {
+		if !isServiceName(name) {
 			return fieldErr(field, errors.New("a service name is 1 to 63 characters of a-z 0-9 _ -, starting with a letter or digit"))
 		}
 		s := n.Services[name]
@@ -259,10 +255,6 @@ const (
 	MaxRules    = 64
 	MaxCAFiles  = 16
 )
-
-// serviceNameRe is compiled when first used: its {0,62} compiles to
-// hundreds of allocations, which every agentrun start would pay at init.
-var serviceNameRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`) })
 
 // ProxyService is the proxy's form of the service name of network.services.
 func ProxyService(name string, s Service) proxy.Service {

@@ -4,16 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"regexp"
-	"sync"
 	"time"
-)
-
-// Compiled when first used, not at every start of the binary (which is
-// also every container's init): {1,64} alone is hundreds of allocations.
-var (
-	natsName    = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`) })
-	natsSubject = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`) })
 )
 
 // MaxReplicas is the most replicas a JetStream stream can have.
@@ -41,16 +32,16 @@ func (w Worker) validate() error {
 	}
 	for _, f := range []struct {
 		name, v string
-		re      *regexp.Regexp
+		ok      func(string) bool
 		what    string
 		empty   bool
 	}{
-		{"stream", w.Stream, natsName(), "1-64 characters of A-Z a-z 0-9 _ -", false},
-		{"results", w.Results, natsName(), "1-64 characters of A-Z a-z 0-9 _ -", false},
-		{"subject", w.Subject, natsSubject(), "tokens of A-Z a-z 0-9 _ - joined by dots (no wildcards)", false},
-		{"events", w.Events, natsSubject(), "tokens of A-Z a-z 0-9 _ - joined by dots, or \"\" for none", true},
+		{"stream", w.Stream, isNATSName, "1-64 characters of A-Z a-z 0-9 _ -", false},
+		{"results", w.Results, isNATSName, "1-64 characters of A-Z a-z 0-9 _ -", false},
+		{"subject", w.Subject, isNATSSubject, "tokens of A-Z a-z 0-9 _ - joined by dots (no wildcards)", false},
+		{"events", w.Events, isNATSSubject, "tokens of A-Z a-z 0-9 _ - joined by dots, or \"\" for none", true},
 	} {
-		if (f.v != "" || !f.empty) && !f.re.MatchString(f.v) {
+		if (f.v != "" || !f.empty) && !f.ok(f.v) {
 			return fieldErr("worker."+f.name, fmt.Errorf("%q: must be %s", f.v, f.what))
 		}
 	}

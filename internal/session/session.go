@@ -25,7 +25,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,6 +35,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/state"
+	"github.com/agentrun/agentrun/internal/task"
 )
 
 // Errors callers tell apart.
@@ -45,11 +45,9 @@ var (
 	ErrFull     = errors.New("too many sessions")
 )
 
-// idRe is the form of a session id: "ss-" and 128 random bits in hex.
-var idRe = regexp.MustCompile(`^ss-[0-9a-f]{32}$`)
-
-// ValidID reports whether id has the form of a session id.
-func ValidID(id string) bool { return idRe.MatchString(id) }
+// ValidID reports whether id has the form of a session id: "ss-" and
+// 128 random bits in hex.
+func ValidID(id string) bool { return task.IsKeptSessionID(id) }
 
 // Store is the sessions of one host.
 type Store struct {

@@ -6,23 +6,46 @@ import (
 	"fmt"
 	"maps"
 	"path"
-	"regexp"
 	"slices"
 	"strings"
 
 	"github.com/agentrun/agentrun/internal/config"
 )
 
-var (
-	sessionRe     = regexp.MustCompile(`^[A-Za-z0-9._:-]*$`)
-	keptSessionRe = regexp.MustCompile(`^ss-[0-9a-f]{32}$`)
-	idRe          = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
-)
+// The names of a task are checked byte by byte, not by regular
+// expressions compiled at every start of the binary (which is also every
+// container's init).
+
+// onlyOf reports whether every byte of s is one of A-Z a-z 0-9 or extra.
+func onlyOf(s, extra string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9') && strings.IndexByte(extra, c) < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// IsKeptSessionID reports whether s is the form of a kept session's id:
+// "ss-" and 32 lowercase hex digits (128 random bits).
+func IsKeptSessionID(s string) bool {
+	hex, ok := strings.CutPrefix(s, "ss-")
+	if !ok || len(hex) != 32 {
+		return false
+	}
+	for i := 0; i < len(hex); i++ {
+		if c := hex[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 // CheckID checks a task id: 1 to MaxIDLen characters of A-Z a-z 0-9 _ -,
 // so that it is a valid key of the results bucket and a subject token.
 func CheckID(id string) error {
-	if len(id) > MaxIDLen || !idRe.MatchString(id) {
+	if id == "" || len(id) > MaxIDLen || !onlyOf(id, "_-") {
 		return fmt.Errorf("%q: must be 1 to %d characters of A-Z a-z 0-9 _ -", id, MaxIDLen)
 	}
 	return nil
@@ -52,10 +75,10 @@ func (t *Task) Resolve(cfg *config.Config) (*Plan, error) {
 			return nil, errorf("id", "%v", err)
 		}
 	}
-	if len(p.Session) > MaxSessionLen || !sessionRe.MatchString(p.Session) {
+	if len(p.Session) > MaxSessionLen || !onlyOf(p.Session, "._:-") {
 		return nil, errorf("session", "must be at most %d characters of A-Z a-z 0-9 . _ : -", MaxSessionLen)
 	}
-	if p.KeepWorkspace && !keptSessionRe.MatchString(p.Session) {
+	if p.KeepWorkspace && !IsKeptSessionID(p.Session) {
 		// Only ids that agentrun sessions new made have a kept workspace;
 		// whether this one exists is checked when the run takes it.
 		return nil, errorf("keep_workspace", "needs the id of a session made by `agentrun sessions new` (ss- and 32 hex digits) in session, not %q", p.Session)

@@ -1,0 +1,55 @@
+package config
+
+import "strings"
+
+// The names a config holds are checked byte by byte: a regular expression
+// would be compiled again by every process that loads a config (every
+// cold run), and {1,64} alone is hundreds of allocations.
+
+// isAlnum reports whether c is one of A-Z a-z 0-9.
+func isAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
+// isName reports whether s has min to max bytes, each one of A-Z a-z 0-9
+// or of extra.
+func isName(s string, min, max int, extra string) bool {
+	if len(s) < min || len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !isAlnum(s[i]) && strings.IndexByte(extra, s[i]) < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// isEnvName: [A-Za-z_][A-Za-z0-9_]*.
+func isEnvName(s string) bool {
+	return s != "" && !('0' <= s[0] && s[0] <= '9') && isName(s, 1, len(s), "_")
+}
+
+// isLanguageName: 1 to 64 of A-Z a-z 0-9 . _ + -.
+func isLanguageName(s string) bool { return isName(s, 1, 64, "._+-") }
+
+// isServiceName: [a-z0-9][a-z0-9_-]{0,62}.
+func isServiceName(s string) bool {
+	if !isName(s, 1, 63, "_-") || s[0] == '_' || s[0] == '-' {
+		return false
+	}
+	return strings.IndexFunc(s, func(r rune) bool { return 'A' <= r && r <= 'Z' }) < 0
+}
+
+// isNATSName: 1 to 64 of A-Z a-z 0-9 _ -.
+func isNATSName(s string) bool { return isName(s, 1, 64, "_-") }
+
+// isNATSSubject: tokens of A-Z a-z 0-9 _ - joined by dots.
+func isNATSSubject(s string) bool {
+	for tok := range strings.SplitSeq(s, ".") {
+		if !isName(tok, 1, len(tok), "_-") {
+			return false
+		}
+	}
+	return true
+}
