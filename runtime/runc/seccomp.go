@@ -450,12 +450,24 @@ func capture(cfg *configs.Seccomp) (uint32, []byte, error) {
 		insns []byte
 		err   error
 	}
+	// The notifier answers for as long as this process lives: a load that
+	// a signal interrupted and the kernel restarted is answered again, the
+	// first program kept.
 	got := make(chan captured, 1)
+	keep := func(c captured) {
+		select {
+		case got <- c:
+		default:
+		}
+	}
 	go func() {
 		for {
 			req, err := libseccomp.NotifReceive(fd)
+			if errors.Is(err, unix.ENOENT) {
+				continue // the trapped call was interrupted: it is made again
+			}
 			if err != nil {
-				got <- captured{err: fmt.Errorf("seccomp notification: %w", err)}
+				keep(captured{err: fmt.Errorf("seccomp notification: %w", err)})
 				return
 			}
 			a := req.Data.Args
@@ -479,9 +491,8 @@ func capture(cfg *configs.Seccomp) (uint32, []byte, error) {
 			if err != nil {
 				resp.Error = int32(unix.EINVAL)
 			}
-			got <- c // before the answer lets InitSeccomp return
+			keep(c) // before the answer lets InitSeccomp return
 			_ = libseccomp.NotifRespond(fd, resp)
-			return
 		}
 	}()
 	if _, err := seccomp.InitSeccomp(cfg); err != nil {
