@@ -28,6 +28,7 @@ import (
 	libseccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrun/agentrun/runtime/backend"
 	"github.com/agentrun/agentrun/runtime/spec"
 )
 
@@ -321,9 +322,9 @@ func compile(f *specs.LinuxSeccomp) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, "/proc/self/exe", "seccomp-capture")
 	cmd.Env = []string{captureEnv + "=1"}
 	cmd.Stdin = bytes.NewReader(in)
-	var out, stderr bytes.Buffer
-	cmd.Stdout = &limitedWriter{w: &out, n: maxProgram + 1}
-	cmd.Stderr = &limitedWriter{w: &stderr, n: 4096}
+	// One byte past the largest program, which checkProgram refuses.
+	out, stderr := &backend.CappedBuffer{Max: maxProgram + 1}, &backend.CappedBuffer{Max: 4096}
+	cmd.Stdout, cmd.Stderr = out, stderr
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("compiling the seccomp filter: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
 	}
@@ -366,22 +367,6 @@ func sealedFile(b []byte) (*os.File, error) {
 		return nil, fmt.Errorf("reopening the seccomp filter: %w", err)
 	}
 	return ro, nil
-}
-
-// limitedWriter keeps the first n bytes written to it and fails after.
-type limitedWriter struct {
-	w io.Writer
-	n int
-}
-
-func (l *limitedWriter) Write(p []byte) (int, error) {
-	if len(p) > l.n {
-		l.w.Write(p[:l.n])
-		l.n = 0
-		return 0, errors.New("output too long")
-	}
-	l.n -= len(p)
-	return l.w.Write(p)
 }
 
 // captureMain is the child of compile: it reads libcontainer's seccomp

@@ -2,7 +2,6 @@ package runsc
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -497,7 +496,7 @@ const commandOutput = 64 << 10
 func (b *Backend) command(ctx context.Context, stdio *backend.Pipes, global []string, args ...string) ([]byte, error) {
 	cmd := exec.Command(b.path, append(slices.Clip(global), args...)...)
 	cmd.Env = []string{"PATH=" + spec.DefaultPath}
-	stdout, stderr := &cappedBuffer{max: commandOutput}, &cappedBuffer{max: commandOutput}
+	stdout, stderr := &backend.CappedBuffer{Max: commandOutput}, &backend.CappedBuffer{Max: commandOutput}
 	if stdio != nil {
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = stdio.InR, stdio.OutW, stdio.ErrW
 	} else {
@@ -532,19 +531,6 @@ func (b *Backend) command(ctx context.Context, stdio *backend.Pipes, global []st
 		return stdout.Bytes(), fmt.Errorf("runsc %s: %w: %s", args[0], err, strings.TrimSpace(stderr.String()))
 	}
 	return stdout.Bytes(), nil
-}
-
-// cappedBuffer keeps the first max bytes written to it and drops the rest.
-type cappedBuffer struct {
-	bytes.Buffer
-	max int
-}
-
-func (c *cappedBuffer) Write(b []byte) (int, error) {
-	if room := c.max - c.Len(); room > 0 {
-		c.Buffer.Write(b[:min(len(b), room)])
-	}
-	return len(b), nil
 }
 
 // runscError returns the first error runsc logged in its log file, if any.
