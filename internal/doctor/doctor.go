@@ -23,6 +23,7 @@ import (
 
 	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/uidpool"
 	"github.com/agentrun/agentrun/runtime/runc"
 	"github.com/agentrun/agentrun/runtime/spec"
@@ -282,14 +283,12 @@ func checkInit(cfg *config.Config) Check {
 // container's init, which costs each run a few milliseconds of CPU.
 func checkSeccompHelper(cfg *config.Config) Check {
 	c := Check{Name: "seccomp helper"}
-	helper := cfg.SeccompHelper
-	if helper == config.SeccompHelperOff {
+	if cfg.SeccompHelper == config.SeccompHelperOff {
 		c.Status, c.Detail = OK, "off (config key seccomp_helper): libcontainer compiles the seccomp filter in every container's init"
 		return c
 	}
-	if helper == "" {
-		helper = runc.FindSeccompHelper()
-	} else if err := runc.CheckSeccompHelper(helper); err != nil {
+	helper, err := runner.SeccompHelper(cfg)
+	if err != nil {
 		c.Status, c.Detail, c.Fix = Fail, err.Error(), "install agentrun-seccomp (make install, or the Debian package), or set config key seccomp_helper to \"\""
 		return c
 	}
@@ -298,11 +297,7 @@ func checkSeccompHelper(cfg *config.Config) Check {
 		c.Fix = "install agentrun-seccomp (make install, or the Debian package) or set config key seccomp_helper"
 		return c
 	}
-	s, err := spec.New("/", spec.WithSeccomp())
-	if err == nil {
-		err = (&runc.Backend{SeccompHelper: helper}).PrecompiledSeccomp(s)
-	}
-	if err != nil {
+	if err := (&runc.Backend{SeccompHelper: helper}).PrecompiledSeccomp(); err != nil {
 		c.Status, c.Detail = Warn, err.Error()
 		c.Fix = "runs still work: libcontainer compiles the filter in every container's init"
 		return c

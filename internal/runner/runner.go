@@ -93,15 +93,8 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 		return nil, err
 	}
 	lc.SeccompCache = filepath.Join(cfg.StateDir, "seccomp")
-	switch lc.SeccompHelper = cfg.SeccompHelper; lc.SeccompHelper {
-	case "":
-		lc.SeccompHelper = runc.FindSeccompHelper()
-	case config.SeccompHelperOff:
-		lc.SeccompHelper = ""
-	default:
-		if err := runc.CheckSeccompHelper(lc.SeccompHelper); err != nil {
-			return nil, fmt.Errorf("%w (make build puts it in bin/; or set config key seccomp_helper to \"\")", err)
-		}
+	if lc.SeccompHelper, err = SeccompHelper(cfg); err != nil {
+		return nil, err
 	}
 	r.backends[config.RuntimeLibcontainer] = lc
 	// runsc is optional: a run that asks for it gets the reason it is
@@ -122,6 +115,24 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 // Sessions is the store of kept session workspaces.
 func (r *Runner) Sessions() *session.Store { return r.sessions }
 
+// SeccompHelper is the agentrun-seccomp that config key seccomp_helper
+// names: for "" the one beside the binary or in ../lib/agentrun from it
+// (runc.FindSeccompHelper), if any; for "off" none; else the path, which
+// must pass runc.CheckSeccompHelper. "" means libcontainer compiles the
+// filter in every container's init.
+func SeccompHelper(cfg *config.Config) (string, error) {
+	switch cfg.SeccompHelper {
+	case "":
+		return runc.FindSeccompHelper(), nil
+	case config.SeccompHelperOff:
+		return "", nil
+	}
+	if err := runc.CheckSeccompHelper(cfg.SeccompHelper); err != nil {
+		return "", fmt.Errorf("%w (make build puts it in bin/; or set config key seccomp_helper to \"\")", err)
+	}
+	return cfg.SeccompHelper, nil
+}
+
 // PrecompiledSeccomp compiles the sandbox's seccomp filter for
 // libcontainer runs, if it is not yet, to be loaded in each sandbox by
 // agentrun-seccomp (runtime/runc); when libcontainer compiles it in every
@@ -134,11 +145,7 @@ func (r *Runner) PrecompiledSeccomp() error {
 	if !ok {
 		return errors.New("no libcontainer backend")
 	}
-	s, err := spec.New("/", spec.WithSeccomp())
-	if err != nil {
-		return err
-	}
-	return lc.PrecompiledSeccomp(s)
+	return lc.PrecompiledSeccomp()
 }
 
 // Run runs p and returns its result; it never returns nil. A failure of

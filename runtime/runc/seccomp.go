@@ -118,13 +118,27 @@ func CheckSeccompHelper(bin string) error {
 
 // precompiled returns the compiled program of filter f (read-only, shared:
 // the caller must not close it), or nil when f is libcontainer's to
-// compile in the init: no helper, a filter with a notify action, or a
-// failed compile (which is not retried by this process).
+// compile in the init (notPrecompiled says why).
 func (b *Backend) precompiled(f *specs.LinuxSeccomp) *os.File {
-	if f == nil || b.SeccompHelper == "" || f.ListenerPath != "" || slices.ContainsFunc(f.Syscalls, func(s specs.LinuxSyscall) bool { return s.Action == specs.ActNotify }) {
+	if b.notPrecompiled(f) != nil {
 		return nil
 	}
 	return b.program(f).file
+}
+
+// notPrecompiled says why filter f is libcontainer's to compile in every
+// init: no helper, no filter, a filter with a notify action, or a failed
+// compile (which is not retried by this process); nil if it is not.
+func (b *Backend) notPrecompiled(f *specs.LinuxSeccomp) error {
+	switch {
+	case b.SeccompHelper == "":
+		return fmt.Errorf("no %s (beside the agentrun binary, in ../lib/agentrun from it, or config key seccomp_helper): libcontainer compiles the filter in every container's init", SeccompHelper)
+	case f == nil:
+		return errors.New("the spec has no seccomp filter")
+	case f.ListenerPath != "" || slices.ContainsFunc(f.Syscalls, func(s specs.LinuxSyscall) bool { return s.Action == specs.ActNotify }):
+		return errors.New("the filter has a notify action")
+	}
+	return b.program(f).err
 }
 
 // program returns f's entry in the cache, compiling it (or reading it from
@@ -142,21 +156,15 @@ func (b *Backend) program(f *specs.LinuxSeccomp) *program {
 	return p
 }
 
-// PrecompiledSeccomp reports whether the filter of s is compiled once and
-// loaded by the helper, and if not, why.
-func (b *Backend) PrecompiledSeccomp(s *specs.Spec) error {
-	switch {
-	case s.Linux == nil || s.Linux.Seccomp == nil:
-		return errors.New("the spec has no seccomp filter")
-	case b.SeccompHelper == "":
-		return fmt.Errorf("no %s (beside the agentrun binary, in ../lib/agentrun from it, or config key seccomp_helper): libcontainer compiles the filter in every container's init", SeccompHelper)
-	case b.precompiled(s.Linux.Seccomp) != nil:
-		return nil
+// PrecompiledSeccomp compiles the sandbox's filter (spec.WithSeccomp) if
+// this process has not yet, and reports whether it is loaded by the
+// helper, and if not, why.
+func (b *Backend) PrecompiledSeccomp() error {
+	s, err := spec.New("/", spec.WithSeccomp())
+	if err != nil {
+		return err
 	}
-	if p := b.program(s.Linux.Seccomp); p.err != nil {
-		return p.err
-	}
-	return errors.New("the filter has a notify action")
+	return b.notPrecompiled(s.Linux.Seccomp)
 }
 
 // withPrecompiledSeccomp returns a copy of s whose filter the helper loads

@@ -152,7 +152,7 @@ func TestBackendProgram(t *testing.T) {
 	b := &Backend{SeccompHelper: h, SeccompCache: cache}
 	first := b.precompiled(f)
 	if first == nil {
-		t.Fatalf("no program: %v", b.PrecompiledSeccomp(&specs.Spec{Linux: &specs.Linux{Seccomp: f}}))
+		t.Fatalf("no program: %v", b.PrecompiledSeccomp())
 	}
 	if again := b.precompiled(defaultFilter(t)); again != first {
 		t.Error("the same filter was compiled twice in one process")
