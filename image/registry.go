@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/agentrun/agentrun/internal/names"
 	"github.com/agentrun/agentrun/proxy"
 )
 
@@ -48,17 +49,13 @@ func NewRegistries(entries []string) (*Registries, error) {
 }
 
 // isHostname reports whether s is dot-separated labels of A-Z a-z 0-9 and
-// inner hyphens (checked byte by byte: a regular expression would be
-// compiled at every start of the binary, every container's init included).
+// inner hyphens (checked byte by byte, package names: a regular expression
+// would be compiled at every start of the binary, every container's init
+// included).
 func isHostname(s string) bool {
 	for label := range strings.SplitSeq(s, ".") {
-		if label == "" || label[0] == '-' || label[len(label)-1] == '-' {
+		if label == "" || label[0] == '-' || label[len(label)-1] == '-' || !names.Only(label, "-") {
 			return false
-		}
-		for i := 0; i < len(label); i++ {
-			if c := label[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-') {
-				return false
-			}
 		}
 	}
 	return true

@@ -1,28 +1,19 @@
 package config
 
-import "strings"
+import (
+	"strings"
 
-// The names a config holds are checked byte by byte: a regular expression
-// would be compiled again by every process that loads a config (every
-// cold run), and {1,64} alone is hundreds of allocations.
+	"github.com/agentrun/agentrun/internal/names"
+)
 
-// isAlnum reports whether c is one of A-Z a-z 0-9.
-func isAlnum(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
-}
+// The names a config holds are checked byte by byte (package names): a
+// regular expression would be compiled again by every process that loads
+// a config (every cold run), and {1,64} alone is hundreds of allocations.
 
 // isName reports whether s has min to max bytes, each one of A-Z a-z 0-9
 // or of extra.
 func isName(s string, min, max int, extra string) bool {
-	if len(s) < min || len(s) > max {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if !isAlnum(s[i]) && strings.IndexByte(extra, s[i]) < 0 {
-			return false
-		}
-	}
-	return true
+	return len(s) >= min && len(s) <= max && names.Only(s, extra)
 }
 
 // isEnvName: [A-Za-z_][A-Za-z0-9_]*.

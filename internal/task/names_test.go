@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentrun/agentrun/internal/names"
 	"github.com/agentrun/agentrun/internal/oracle"
 )
 
@@ -16,7 +17,7 @@ func TestNames(t *testing.T) {
 	for _, hex := range oracle.Random(4, 10000, 34, "0123456789abcdefgA-") {
 		cases = append(cases, "ss-"+hex)
 	}
-	oracle.Match(t, "session", func(s string) bool { return onlyOf(s, "._:-") }, `^[A-Za-z0-9._:-]*$`, cases)
+	oracle.Match(t, "session", func(s string) bool { return names.Only(s, "._:-") }, `^[A-Za-z0-9._:-]*$`, cases)
 	oracle.Match(t, "kept session", IsKeptSessionID, `^ss-[0-9a-f]{32}$`, cases)
-	oracle.Match(t, "id", func(s string) bool { return s != "" && onlyOf(s, "_-") }, `^[A-Za-z0-9_-]+$`, cases)
+	oracle.Match(t, "id", func(s string) bool { return CheckID(s) == nil }, `^[A-Za-z0-9_-]+$`, cases)
 }

@@ -10,22 +10,12 @@ import (
 	"strings"
 
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/names"
 )
 
-// The names of a task are checked byte by byte, not by regular
-// expressions compiled at every start of the binary (which is also every
-// container's init).
-
-// onlyOf reports whether every byte of s is one of A-Z a-z 0-9 or extra.
-func onlyOf(s, extra string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9') && strings.IndexByte(extra, c) < 0 {
-			return false
-		}
-	}
-	return true
-}
+// The names of a task are checked byte by byte (package names), not by
+// regular expressions compiled at every start of the binary (which is also
+// every container's init).
 
 // IsKeptSessionID reports whether s is the form of a kept session's id:
 // "ss-" and 32 lowercase hex digits (128 random bits).
@@ -45,7 +35,7 @@ func IsKeptSessionID(s string) bool {
 // CheckID checks a task id: 1 to MaxIDLen characters of A-Z a-z 0-9 _ -,
 // so that it is a valid key of the results bucket and a subject token.
 func CheckID(id string) error {
-	if id == "" || len(id) > MaxIDLen || !onlyOf(id, "_-") {
+	if id == "" || len(id) > MaxIDLen || !names.Only(id, "_-") {
 		return fmt.Errorf("%q: must be 1 to %d characters of A-Z a-z 0-9 _ -", id, MaxIDLen)
 	}
 	return nil
@@ -75,7 +65,7 @@ func (t *Task) Resolve(cfg *config.Config) (*Plan, error) {
 			return nil, errorf("id", "%v", err)
 		}
 	}
-	if len(p.Session) > MaxSessionLen || !onlyOf(p.Session, "._:-") {
+	if len(p.Session) > MaxSessionLen || !names.Only(p.Session, "._:-") {
 		return nil, errorf("session", "must be at most %d characters of A-Z a-z 0-9 . _ : -", MaxSessionLen)
 	}
 	if p.KeepWorkspace && !IsKeptSessionID(p.Session) {
