@@ -2,12 +2,15 @@ package runc
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -139,6 +142,25 @@ func TestCache(t *testing.T) {
 	}
 	if _, err := readCached(filepath.Join(dir, "link.bpf")); err == nil {
 		t.Error("a symbolic link was followed")
+	}
+	big := append(binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, programMagic), 0), make([]byte, 8*4097)...)
+	if err := os.WriteFile(filepath.Join(dir, "big.bpf"), big, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readCached(filepath.Join(dir, "big.bpf")); err == nil {
+		t.Error("a cached program past the kernel's 4096 instructions was used")
+	}
+}
+
+// TestCompileTimeout: a capture that outlives captureTimeout is killed
+// and reported, and nothing is compiled.
+func TestCompileTimeout(t *testing.T) {
+	helper(t)
+	defer func(d time.Duration) { captureTimeout = d }(captureTimeout)
+	captureTimeout = time.Millisecond
+	// Killed, or not started when the deadline passed first.
+	if prog, err := compile(defaultFilter(t)); err == nil || !strings.Contains(err.Error(), "killed") && !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("compile within 1 ms: %d bytes, %v; want the capture stopped by its deadline", len(prog), err)
 	}
 }
 
