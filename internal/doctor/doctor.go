@@ -15,7 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/containerd/cgroups/v3"
+	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/runc/libcontainer/exeseal"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -124,7 +124,7 @@ func checkCgroups(*config.Config) Check {
 	c := Check{Name: "cgroups"}
 	var have []string
 	mode := "v1"
-	if cgroups.Mode() == cgroups.Unified {
+	if cgroups.IsCgroup2UnifiedMode() {
 		mode = "v2"
 		b, err := os.ReadFile("/sys/fs/cgroup/cgroup.controllers")
 		if err != nil {
@@ -132,7 +132,7 @@ func checkCgroups(*config.Config) Check {
 		}
 		have = strings.Fields(string(b))
 	} else {
-		if cgroups.Mode() == cgroups.Hybrid {
+		if cgroups.IsCgroup2HybridMode() {
 			mode = "v1 (hybrid)"
 		}
 		for _, ctrl := range requiredControllers {

@@ -12,10 +12,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/containerd/cgroups/v3"
-	"github.com/containerd/cgroups/v3/cgroup1"
-	"github.com/containerd/cgroups/v3/cgroup2"
 	"github.com/moby/sys/mountinfo"
+	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/fs"
+	"github.com/opencontainers/cgroups/fs2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
@@ -25,7 +25,7 @@ import (
 const unifiedRoot = "/sys/fs/cgroup"
 
 // Unified reports whether the host has cgroup v2 only.
-func Unified() bool { return cgroups.Mode() == cgroups.Unified }
+func Unified() bool { return cgroups.IsCgroup2UnifiedMode() }
 
 // Cgroup is one run's cgroup. Its methods are not safe for concurrent use.
 type Cgroup struct {
@@ -139,21 +139,92 @@ func (cg *Cgroup) create1(limits *specs.LinuxResources) error {
 			limits.Memory = &m
 		}
 	}
-	c, err := cgroup1.New(cgroup1.StaticPath(cg.path), limits)
+	res := resources(limits)
+	m, err := fs.NewManager(&cgroups.Cgroup{Path: cg.path, Resources: res}, nil)
 	if err != nil {
 		return err
 	}
-	fd, err := c.OOMEventFD()
+	if err := apply(m, res); err != nil {
+		return err
+	}
+	fd, err := oomEventFD(cg.memory)
 	if err != nil {
 		return fmt.Errorf("registering oom notification: %w", err)
 	}
-	cg.oomFD = int(fd)
+	cg.oomFD = fd
 	return nil
 }
 
 func (cg *Cgroup) create2(limits *specs.LinuxResources) error {
-	_, err := cgroup2.NewManager(unifiedRoot, cg.path, cgroup2.ToResources(limits))
-	return err
+	res := resources(limits)
+	m, err := fs2.NewManager(&cgroups.Cgroup{Path: cg.path, Resources: res}, cg.dirs[0])
+	if err != nil {
+		return err
+	}
+	return apply(m, res)
+}
+
+// apply makes m's cgroup, joining no process to it, and sets res in it.
+func apply(m cgroups.Manager, res *cgroups.Resources) error {
+	if err := m.Apply(-1); err != nil {
+		return err
+	}
+	return m.Set(res)
+}
+
+// resources is limits' memory, swap, cpu and pids limits in the terms of
+// the cgroup library (opencontainers/cgroups, libcontainer's). Device
+// rules are left alone, as the backend's own are.
+func resources(limits *specs.LinuxResources) *cgroups.Resources {
+	res := &cgroups.Resources{SkipDevices: true}
+	if m := limits.Memory; m != nil {
+		if m.Limit != nil {
+			res.Memory = *m.Limit
+		}
+		if m.Swap != nil {
+			res.MemorySwap = *m.Swap
+		}
+	}
+	if c := limits.CPU; c != nil {
+		if c.Quota != nil {
+			res.CpuQuota = *c.Quota
+		}
+		if c.Period != nil {
+			res.CpuPeriod = *c.Period
+		}
+		if c.Shares != nil {
+			res.CpuShares = *c.Shares
+		}
+	}
+	if p := limits.Pids; p != nil {
+		res.PidsLimit = p.Limit
+	}
+	return res
+}
+
+// oomEventFD registers an eventfd with the v1 memory cgroup at dir that
+// the kernel signals when the cgroup goes out of memory (cgroup v1's
+// memory.oom_control notification); -1 when there is no memory
+// hierarchy.
+func oomEventFD(dir string) (int, error) {
+	if dir == "" {
+		return -1, nil
+	}
+	ctl, err := os.Open(filepath.Join(dir, "memory.oom_control"))
+	if err != nil {
+		return -1, err
+	}
+	defer ctl.Close()
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		return -1, os.NewSyscallError("eventfd", err)
+	}
+	reg := fmt.Sprintf("%d %d", efd, ctl.Fd())
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.event_control"), []byte(reg), 0); err != nil {
+		unix.Close(efd)
+		return -1, err
+	}
+	return efd, nil
 }
 
 // Path is the cgroup's path, the same in every hierarchy.

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -198,6 +200,16 @@ func TestUsageOOM(t *testing.T) {
 	if !u.OOMKilled || u.MemoryPeak < 8<<20 {
 		t.Errorf("usage %+v; want OOM-killed, peak near 16 MiB", u)
 	}
+	// On v1 New's eventfd fired (on v2 memory.events is all there is).
+	if Unified() != (cg.oomFD < 0) {
+		t.Fatalf("oom eventfd %d on a host with cgroup v2 %v", cg.oomFD, Unified())
+	}
+	if cg.oomFD >= 0 {
+		var n [8]byte
+		if _, err := unix.Read(cg.oomFD, n[:]); err != nil {
+			t.Errorf("reading the oom eventfd: %v", err)
+		}
+	}
 	// Open's handle, without New's OOM notification, reads the same.
 	opened, err := Open(cg.path)
 	if err != nil {
@@ -206,6 +218,75 @@ func TestUsageOOM(t *testing.T) {
 	if u := opened.Usage(); !u.OOMKilled {
 		t.Errorf("usage through Open %+v; want OOM-killed", u)
 	}
+}
+
+// TestNewLimits: New writes the memory (swap = memory), cpu and pids
+// limits into the cgroup's files, in each hierarchy that has them, and
+// leaves the devices it may use alone.
+func TestNewLimits(t *testing.T) {
+	mem, pids, quota, period := int64(48<<20), int64(37), int64(50000), uint64(100000)
+	cg, err := New(parent+"/limits", &specs.LinuxResources{
+		Memory: &specs.LinuxMemory{Limit: &mem, Swap: &mem},
+		CPU:    &specs.LinuxCPU{Quota: &quota, Period: &period},
+		Pids:   &specs.LinuxPids{Limit: &pids},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cg.Remove(); err != nil {
+			t.Error(err)
+		}
+		cg.RemoveParent()
+	})
+	read := func(dir, file string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	want := map[string]string{}
+	if Unified() {
+		d := cg.dirs[0]
+		want = map[string]string{
+			d + "/memory.max": "50331648", d + "/memory.swap.max": "0",
+			d + "/pids.max": "37", d + "/cpu.max": "50000 100000",
+		}
+	} else {
+		want[cg.memory+"/memory.limit_in_bytes"] = "50331648"
+		if _, err := os.Stat(filepath.Join(cg.memory, "memory.memsw.limit_in_bytes")); err == nil {
+			want[cg.memory+"/memory.memsw.limit_in_bytes"] = "50331648"
+		}
+		for _, d := range cg.dirs {
+			switch {
+			case strings.HasSuffix(filepath.Dir(filepath.Dir(d)), "/pids"):
+				want[d+"/pids.max"] = "37"
+			case strings.Contains(filepath.Base(filepath.Dir(filepath.Dir(d))), "cpu") && exists(d+"/cpu.cfs_quota_us"):
+				want[d+"/cpu.cfs_quota_us"] = "50000"
+				want[d+"/cpu.cfs_period_us"] = "100000"
+			case strings.HasSuffix(filepath.Dir(filepath.Dir(d)), "/devices") && exists(d):
+				want[d+"/devices.list"] = "a *:* rwm"
+			}
+		}
+	}
+	if !Unified() && (cg.freezer == "" || !exists(cg.freezer)) {
+		t.Errorf("no freezer cgroup (%q), which Kill needs", cg.freezer)
+	}
+	if len(want) < 4 {
+		t.Fatalf("found too few of the cgroup's files to check: %v (dirs %v)", want, cg.dirs)
+	}
+	for f, v := range want {
+		if got := read(filepath.Dir(f), filepath.Base(f)); got != v {
+			t.Errorf("%s = %q; want %q", f, got, v)
+		}
+	}
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // TestRemoveTree: Remove takes child cgroups too, and RemoveParent keeps

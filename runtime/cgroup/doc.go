@@ -6,8 +6,9 @@
 // its cpu time, peak memory and OOM kills; and it removes it, child
 // cgroups first, and the backend's shared parent once that is empty.
 //
-// The host's cgroup mode, the creation with limits and the v1 OOM
-// notification are containerd/cgroups'. The kill, the usage and the
+// The host's cgroup mode and the creation with limits are
+// opencontainers/cgroups', the library libcontainer's own manager is; the
+// v1 OOM notification is the kernel's eventfd registration. The kill, the usage and the
 // removal work on the cgroup's files directly: every wait in them is
 // bounded (the library's freeze waits without end on a task that cannot
 // be frozen), and the usage reads only the files a run reports.

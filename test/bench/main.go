@@ -35,6 +35,7 @@ var (
 	runcLC   = flag.String("runc-libcontainer", "", "runc CLI built at the libcontainer version agentrun links (test/runc.sh; optional)")
 	out      = flag.String("out", "docs/bench.md", "markdown report")
 	allow    = flag.String("allow", "example.test", "allowlist entry for the allowlist contender")
+	keepWork = flag.Bool("keep-work", false, "keep the work dir (the bundle, configs and tasks the contenders ran) and log its path, to rerun a contender by hand")
 	coldOnly = flag.Bool("cold-only", false, "measure the floor, both runc CLIs and a cold agentrun run only, and print them (docs/bench.md is not written)")
 )
 
@@ -86,7 +87,11 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer os.RemoveAll(work)
+	if *keepWork {
+		defer log.Printf("work dir kept: %s", work)
+	} else {
+		defer os.RemoveAll(work)
+	}
 	for _, b := range []string{*bin, *baseline} {
 		if err := checkSealable(b, work); err != nil {
 			log.Fatal(err)
