@@ -87,7 +87,12 @@ const textBase = 0x400000
 // count", most frequent first. A frame perf left [unknown] gets its dso's
 // base name in brackets, or, when the dso is bin (a container's init
 // runs it from a sealed copy that perf cannot open: "/agentrun" in a
-// detached overlay mount), its function's name from bin's symbols.
+// detached overlay mount), its function's name from bin's symbols. Only
+// the processes that run bin's code get those names (bin itself, a
+// container's init before nsexec names it, executed from a descriptor:
+// "7", and libcontainer's init stages, "runc:[N:...]"): the frames of a program
+// without frame pointers (python3) are stray return addresses, and perf
+// may place one in a map its process no longer has.
 func fold(r io.Reader, w io.Writer, st *symtab, bin string) error {
 	counts := map[string]int{}
 	var comm string
@@ -114,7 +119,11 @@ func fold(r io.Reader, w io.Writer, st *symtab, bin string) error {
 				comm = f[0]
 			}
 		default:
-			stack = append(stack, frame(strings.Fields(line), st, filepath.Base(bin), len(stack) == 0))
+			names := st
+			if comm != filepath.Base(bin) && !strings.HasPrefix(comm, "runc:[") && strings.Trim(comm, "0123456789") != "" {
+				names = nil
+			}
+			stack = append(stack, frame(strings.Fields(line), names, filepath.Base(bin), len(stack) == 0))
 		}
 	}
 	flush()

@@ -29,11 +29,11 @@ func TestFold(t *testing.T) {
 		"\t2000 iter.Pull[go.shape.int, go.shape.string]+0x1 (/usr/bin/agentrun)\n" +
 		"\tffff [unknown] ([kernel.kallsyms])\n\n"
 	var out strings.Builder
-	if err := fold(strings.NewReader(sample+sample+"python3 1 [001] 2.0: 1 cpu-clock:\n\t10 [unknown] (/usr/bin/python3.11)\n\n"), &out, st, "/bench.test"); err != nil {
+	if err := fold(strings.NewReader(sample+sample+"python3 1 [001] 2.0: 1 cpu-clock:\n\t10 [unknown] (/usr/bin/python3.11)\n\t" + off + " [unknown] (/bench.test)\n\n"), &out, st, "/bench.test"); err != nil {
 		t.Fatal(err)
 	}
 	name := runtime.FuncForPC(reflect.ValueOf(fold).Pointer()).Name()
-	want := "runc:[2:INIT];[kernel.kallsyms];iter.Pull[go.shape.int,go.shape.string];runtime.main;" + name + " 2\npython3;[python3.11] 1\n"
+	want := "runc:[2:INIT];[kernel.kallsyms];iter.Pull[go.shape.int,go.shape.string];runtime.main;" + name + " 2\npython3;[bench.test];[python3.11] 1\n"
 	if out.String() != want {
 		t.Errorf("folded:\n%s\nwant:\n%s", out.String(), want)
 	}
