@@ -29,7 +29,7 @@ func TestFold(t *testing.T) {
 		"\t2000 iter.Pull[go.shape.int, go.shape.string]+0x1 (/usr/bin/agentrun)\n" +
 		"\tffff [unknown] ([kernel.kallsyms])\n\n"
 	var out strings.Builder
-	if err := fold(strings.NewReader(sample+sample+"python3 1 [001] 2.0: 1 cpu-clock:\n\t10 [unknown] (/usr/bin/python3.11)\n\t" + off + " [unknown] (/bench.test)\n\n"), &out, st, "/bench.test"); err != nil {
+	if err := fold(strings.NewReader(sample+sample+"python3 1 [001] 2.0: 1 cpu-clock:\n\t10 [unknown] (/usr/bin/python3.11)\n\t"+off+" [unknown] (/bench.test)\n\n"), &out, st, "/bench.test"); err != nil {
 		t.Fatal(err)
 	}
 	name := runtime.FuncForPC(reflect.ValueOf(fold).Pointer()).Name()
