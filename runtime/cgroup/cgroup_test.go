@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -417,6 +418,30 @@ func BenchmarkOpenRemove(b *testing.B) {
 
 // TestReadKey: the "key value" files of v2 (cpu.stat, memory.events) and
 // v1's memory.oom_control are read by key; what is missing reads 0.
+// TestReadFile: readFile reads a file whole up to fileMax bytes and cuts
+// the rest; writeFile writes, and both name the path they fail on.
+func TestReadFile(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big")
+	os.WriteFile(big, []byte(strings.Repeat("x", 3*fileMax)), 0o644)
+	if b, err := readFile(big); err != nil || len(b) != fileMax {
+		t.Errorf("readFile of %d bytes: %d bytes, %v; want %d", 3*fileMax, len(b), err, fileMax)
+	}
+	if err := writeFile(big, "12\n"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := readFile(big); err != nil || string(b) != "12\n"+strings.Repeat("x", fileMax-3) {
+		t.Errorf("readFile after writeFile: %q…, %v", b[:8], err)
+	}
+	missing := filepath.Join(dir, "missing")
+	if _, err := readFile(missing); !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), missing) {
+		t.Errorf("readFile of a missing file: %v; want not-exist naming it", err)
+	}
+	if err := writeFile(missing, "1"); !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), missing) {
+		t.Errorf("writeFile of a missing file: %v; want not-exist naming it", err)
+	}
+}
+
 func TestReadKey(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "memory.events"), []byte("low 0\nhigh 0\nmax 12\noom 3\noom_kill 2\noom_group_kill 0\n"), 0o644)
