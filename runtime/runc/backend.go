@@ -76,6 +76,9 @@ type Prepared struct {
 	stdio    *backend.Pipes
 	proc     *libcontainer.Process
 	reaped   bool // the init has been waited for
+	// initFD is a pidfd of the init, -1 if none could be opened: it
+	// becomes readable when the init ends.
+	initFD int
 }
 
 // Prepare creates c's container and starts its init, which stops just
@@ -124,7 +127,7 @@ func (b *Backend) Prepare(_ context.Context, c *backend.Container) (_ backend.Pr
 		_ = os.RemoveAll(filepath.Join(b.StateDir, c.ID))
 		return nil, fmt.Errorf("creating container: %w", err)
 	}
-	p := &Prepared{stateDir: b.StateDir, ctr: ctr, cg: cg}
+	p := &Prepared{stateDir: b.StateDir, ctr: ctr, cg: cg, initFD: -1}
 	undo.Add(p.Destroy)
 	// Destroy removes the shared parent cgroup once it is empty, under the
 	// lock held here: it is released first.
@@ -152,6 +155,13 @@ func (b *Backend) Prepare(_ context.Context, c *backend.Container) (_ backend.Pr
 		return nil, fmt.Errorf("starting container: %w", err)
 	}
 	p.stdio.CloseChildEnds()
+	if pid, err := p.proc.Pid(); err == nil {
+		// The init is this process's child, not yet waited for: its pid
+		// cannot have been reused. A pidfd is close-on-exec.
+		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+			p.initFD = fd
+		}
+	}
 	// The cgroup exists from Start on and the program waits for Run: its
 	// socket buffers are capped before it can open a socket.
 	if m := c.Spec.Linux.Resources.Memory; m != nil && m.Limit != nil && !cgroup.Unified() {
@@ -169,10 +179,23 @@ func (b *Backend) Prepare(_ context.Context, c *backend.Container) (_ backend.Pr
 // ID is the container's ID.
 func (p *Prepared) ID() string { return p.ctr.ID() }
 
-// Ready reports whether the init still waits to exec the program.
+// Ready reports whether the init still waits to exec the program: it has
+// not ended (one poll of its pidfd; only Run lets it go on to the exec).
+// Without a pidfd libcontainer's status is read, as runc does: its
+// freezer and the init's stat file.
 func (p *Prepared) Ready() bool {
 	if p.reaped {
 		return false
+	}
+	if p.initFD >= 0 {
+		fds := []unix.PollFd{{Fd: int32(p.initFD), Events: unix.POLLIN}}
+		for {
+			n, err := unix.Poll(fds, 0)
+			if err == unix.EINTR {
+				continue
+			}
+			return err == nil && n == 0
+		}
 	}
 	st, err := p.ctr.Status()
 	return err == nil && st == libcontainer.Created
@@ -254,6 +277,10 @@ func (p *Prepared) Destroy() error {
 	}
 	if p.stdio != nil {
 		p.stdio.CloseAll()
+	}
+	if p.initFD >= 0 {
+		unix.Close(p.initFD)
+		p.initFD = -1
 	}
 	return destroy(p.stateDir, p.ctr, p.cg)
 }
