@@ -188,14 +188,7 @@ func (p *Prepared) Ready() bool {
 		return false
 	}
 	if p.initFD >= 0 {
-		fds := []unix.PollFd{{Fd: int32(p.initFD), Events: unix.POLLIN}}
-		for {
-			n, err := unix.Poll(fds, 0)
-			if err == unix.EINTR {
-				continue
-			}
-			return err == nil && n == 0
-		}
+		return !backend.Exited(p.initFD)
 	}
 	st, err := p.ctr.Status()
 	return err == nil && st == libcontainer.Created

@@ -1,37 +1,28 @@
 package runc
 
 import (
-	"os/exec"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentrun/agentrun/test/testenv"
 )
 
 // TestReadyFollowsTheInit: Ready, through the init's pidfd, is true while
-// the init lives (stopped too: Run deals with that one) and false once it
-// has ended, before anyone waits for it; false after the init was reaped.
+// the init lives and false once it has ended (backend.Exited), and false
+// once the init has been reaped whatever its pidfd says.
 func TestReadyFollowsTheInit(t *testing.T) {
-	cmd := exec.Command("/bin/sleep", "60")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	fd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
-	if err != nil {
-		t.Fatalf("pidfd_open: %v", err)
-	}
+	cmd, fd := testenv.Sleeper(t)
 	p := &Prepared{initFD: fd}
-	defer unix.Close(fd)
 	if !p.Ready() {
 		t.Fatal("not Ready while the init lives")
 	}
-	if err := cmd.Process.Signal(unix.SIGSTOP); err != nil {
-		t.Fatal(err)
+	p.reaped = true
+	if p.Ready() {
+		t.Fatal("Ready after the init was reaped")
 	}
-	if !p.Ready() {
-		t.Fatal("not Ready while the init is stopped")
-	}
+	p.reaped = false
 	if err := cmd.Process.Signal(unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -39,10 +30,5 @@ func TestReadyFollowsTheInit(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("Ready 5s after the init was killed")
 		}
-	}
-	_ = cmd.Wait()
-	p.reaped = true
-	if p.Ready() {
-		t.Error("Ready after the init was reaped")
 	}
 }

@@ -244,14 +244,7 @@ func reap(fds []int) error {
 }
 
 // alive reports whether the sandbox process has not exited.
-func (p *prepared) alive() bool {
-	if p.pidfd < 0 {
-		return false
-	}
-	fds := []unix.PollFd{{Fd: int32(p.pidfd), Events: unix.POLLIN}}
-	n, err := unix.Poll(fds, 0)
-	return err == nil && n == 0 // readable once the process has exited
-}
+func (p *prepared) alive() bool { return !backend.Exited(p.pidfd) }
 
 // Ready reports whether the sandbox still waits for its program's start.
 func (p *prepared) Ready() bool { return !p.ran && p.alive() }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/internal/uidpool"
 )
@@ -254,4 +255,21 @@ func Zombies(pid int) []string {
 		}
 	}
 	return out
+}
+
+// Sleeper starts a child that sleeps for a minute and opens a pidfd of
+// it: the child is killed and reaped, and the pidfd closed, when t ends.
+func Sleeper(t testing.TB) (*exec.Cmd, int) {
+	t.Helper()
+	cmd := exec.Command("/bin/sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	fd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
+	if err != nil {
+		t.Fatalf("pidfd_open: %v", err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return cmd, fd
 }
