@@ -220,7 +220,7 @@ func oomEventFD(dir string) (int, error) {
 		return -1, os.NewSyscallError("eventfd", err)
 	}
 	reg := fmt.Sprintf("%d %d", efd, ctl.Fd())
-	if err := os.WriteFile(filepath.Join(dir, "cgroup.event_control"), []byte(reg), 0); err != nil {
+	if err := writeFile(filepath.Join(dir, "cgroup.event_control"), reg); err != nil {
 		unix.Close(efd)
 		return -1, err
 	}
@@ -283,40 +283,39 @@ func (cg *Cgroup) Kill() error {
 // the tree frozen.
 func (cg *Cgroup) killOnce() {
 	if Unified() {
-		// Not cgroup2.Manager.Kill: without cgroup.kill it falls back to
-		// a freeze it waits on without bound, and it reaps what it killed,
-		// which may be the caller's child.
-		if os.WriteFile(filepath.Join(cg.dirs[0], "cgroup.kill"), []byte("1"), 0) == nil {
+		// cgroup.kill where the kernel has it; else the bounded freeze
+		// below, the listing and the kill.
+		if writeFile(filepath.Join(cg.dirs[0], "cgroup.kill"), "1") == nil {
 			return
 		}
 		frozen := freeze(cg.dirs[0], "cgroup.freeze", "1", "cgroup.events", "frozen 1")
 		killAll(cg.Pids())
 		if frozen {
-			_ = os.WriteFile(filepath.Join(cg.dirs[0], "cgroup.freeze"), []byte("0"), 0)
+			_ = writeFile(filepath.Join(cg.dirs[0], "cgroup.freeze"), "0")
 		}
 		return
 	}
 	frozen := cg.freezer != "" && freeze(cg.freezer, "freezer.state", "FROZEN", "freezer.state", "FROZEN")
 	killAll(cg.Pids())
 	if frozen {
-		_ = os.WriteFile(filepath.Join(cg.freezer, "freezer.state"), []byte("THAWED"), 0)
+		_ = writeFile(filepath.Join(cg.freezer, "freezer.state"), "THAWED")
 	}
 }
 
 // freezeWait bounds a freeze: a task that cannot be frozen (one in an
-// uninterruptible sleep) must not hold the kill. The library's Freeze
-// waits without bound.
+// uninterruptible sleep) must not hold the kill. opencontainers/cgroups'
+// freeze retries a thousand times, for up to 10 s on v2.
 const freezeWait = 200 * time.Millisecond
 
 // freeze writes value to dir's file and waits, up to freezeWait, until
 // dir's stateFile holds want (a line of it, on v2). It reports whether the
 // freeze was asked for: the caller thaws then, frozen in time or not.
 func freeze(dir, file, value, stateFile, want string) bool {
-	if os.WriteFile(filepath.Join(dir, file), []byte(value), 0) != nil {
+	if writeFile(filepath.Join(dir, file), value) != nil {
 		return false
 	}
 	for deadline := time.Now().Add(freezeWait); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		b, err := os.ReadFile(filepath.Join(dir, stateFile))
+		b, err := readFile(filepath.Join(dir, stateFile))
 		if err != nil {
 			break
 		}
@@ -424,15 +423,16 @@ func (cg *Cgroup) Usage() Usage {
 	return u
 }
 
-// fileMax bounds what readFile reads: the files a run's usage is in are
-// a line or a few dozen.
+// fileMax bounds what readFile reads: the files it reads (usage, freezer
+// state) are a line or a few dozen. cgroup.procs, a line per process, is
+// read whole.
 const fileMax = 4096
 
 // readFile reads a cgroup file of at most fileMax bytes (the rest is
 // cut). It makes the system calls itself: os.ReadFile registers a cgroup
 // file, which can be polled, with the runtime's poller and takes it off
-// again, three times the calls for a read that never blocks, and these
-// reads are on a run's path to its answer.
+// again, three times the calls for a read that never blocks, and the
+// usage reads are on a run's path to its answer.
 func readFile(path string) ([]byte, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -457,8 +457,8 @@ func readFile(path string) ([]byte, error) {
 	return b[:n], nil
 }
 
-// writeFile writes value to a cgroup file in one write, as readFile
-// reads: without the runtime's poller.
+// writeFile writes value to an existing cgroup file in one write, as
+// readFile reads: without the runtime's poller.
 func writeFile(path, value string) error {
 	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
 	if err != nil {

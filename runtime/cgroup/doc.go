@@ -7,15 +7,14 @@
 // cgroups first, and the backend's shared parent once that is empty.
 //
 // The host's cgroup mode and the creation with limits are
-// opencontainers/cgroups', the library libcontainer's own manager is; the
-// v1 OOM notification is the kernel's eventfd registration. The kill, the usage and the
-// removal work on the cgroup's files directly: every wait in them is
-// bounded (the library's freeze waits without end on a task that cannot
-// be frozen), and the usage reads only the files a run reports.
+// opencontainers/cgroups', the library libcontainer manages its own
+// containers' cgroups with; the v1 OOM notification is the kernel's
+// eventfd registration. The kill, the usage and the removal work on the
+// cgroup's files directly: every wait in them is bounded (the library's
+// freeze retries for up to 10 s on a task that cannot be frozen), and the
+// usage reads only the files a run reports.
 //
 // A run's cgroup has the same path in every hierarchy: in each mounted v1
 // hierarchy and, on a hybrid host, in the unified one too (libcontainer
 // joins it there); on a v2 host in the one unified hierarchy.
-// libcontainer keeps its own cgroup manager (opencontainers/cgroups) for
-// the containers it creates and destroys.
 package cgroup
