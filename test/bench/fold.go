@@ -95,7 +95,9 @@ const textBase = 0x400000
 // may place one in a map its process no longer has.
 func fold(r io.Reader, w io.Writer, st *symtab, bin string) error {
 	counts := map[string]int{}
+	binName := filepath.Base(bin)
 	var comm string
+	var names *symtab // st for a sample of a process that runs bin's code
 	var stack []string
 	flush := func() {
 		if comm != "" && len(stack) > 0 {
@@ -118,12 +120,12 @@ func fold(r io.Reader, w io.Writer, st *symtab, bin string) error {
 			if f := strings.Fields(line); len(f) > 0 {
 				comm = f[0]
 			}
-		default:
-			names := st
-			if comm != filepath.Base(bin) && !strings.HasPrefix(comm, "runc:[") && strings.Trim(comm, "0123456789") != "" {
-				names = nil
+			names = nil
+			if comm == binName || strings.HasPrefix(comm, "runc:[") || strings.Trim(comm, "0123456789") == "" {
+				names = st
 			}
-			stack = append(stack, frame(strings.Fields(line), names, filepath.Base(bin), len(stack) == 0))
+		default:
+			stack = append(stack, frame(strings.Fields(line), names, binName, len(stack) == 0))
 		}
 	}
 	flush()
