@@ -755,7 +755,7 @@ func (s *Store) writeIndex(idx *index) error {
 		return fmt.Errorf("writing image index: %w", err)
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err == nil {
+	if _, err = tmp.Write(data); err == nil {
 		err = tmp.Sync()
 	}
 	if cerr := tmp.Close(); err == nil {

@@ -524,3 +524,61 @@ func pushAs(t testing.TB, host, user, pass string) {
 	imagetest.PushDir(t, host, "test/app", "v1", sampleRootfs(t))
 	t.Setenv("DOCKER_CONFIG", t.TempDir())
 }
+
+// A full disk fails the index's write and leaves the index as it was: the
+// write goes to a temporary file that replaces the index only when whole.
+func TestIndexWriteOnFullDiskKeepsTheOld(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root to mount a small tmpfs")
+	}
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=64k"); err != nil {
+		t.Fatalf("mounting tmpfs: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	s, err := Open(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := func(i int) *refEntry {
+		return &refEntry{Ref: fmt.Sprintf("registry.test/img:%d", i), Digest: "sha256:" + strings.Repeat("a", 64)}
+	}
+	old := &index{Refs: map[string]*refEntry{"registry.test/img:0": entry(0)}, Images: map[string]*imageEntry{}}
+	if err := s.writeIndex(old); err != nil {
+		t.Fatalf("first index: %v", err)
+	}
+	want, err := os.ReadFile(s.indexPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fill the disk, then ask for an index larger than what is left.
+	fill, err := os.Create(filepath.Join(dir, "fill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for err == nil {
+		_, err = fill.Write(make([]byte, 4096))
+	}
+	fill.Close()
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("filling the disk: %v", err)
+	}
+	bigger := &index{Refs: map[string]*refEntry{}, Images: map[string]*imageEntry{}}
+	for i := range 200 {
+		e := entry(i)
+		bigger.Refs[e.Ref] = e
+	}
+	if err := s.writeIndex(bigger); !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("writeIndex on a full disk: %v, want ENOSPC", err)
+	}
+	got, err := os.ReadFile(s.indexPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		t.Errorf("index after a failed write:\n%s\nwant the one before:\n%s", got, want)
+	}
+	if left, _ := filepath.Glob(filepath.Join(s.dir, ".refs-*")); len(left) > 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
+}
