@@ -152,10 +152,9 @@ func resolveLayout(r reference, p v1.Platform) (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading OCI layout index: %w", err)
 	}
-	var found, all []v1.Descriptor
+	var found []v1.Descriptor
 	var tags []string
 	for _, m := range im.Manifests {
-		all = append(all, m)
 		tag := m.Annotations[refNameAnnotation]
 		if tag != "" {
 			tags = append(tags, tag)

@@ -164,8 +164,8 @@ type Proxy struct {
 	conns        map[net.Conn]struct{} // client and upstream connections
 	upstreams    int                   // open upstream connections
 	clients      int                   // open connections from the sandbox
-	allowed      map[hostPort]*hostStats
-	allowedOrder []hostPort
+	allowed      map[target]*hostStats
+	allowedOrder []target
 	denied       tally
 	failed       tally // as Failed records
 
@@ -176,11 +176,6 @@ type Proxy struct {
 
 	closeOnce sync.Once
 	closeErr  error
-}
-
-type hostPort struct {
-	host string
-	port int
 }
 
 type deniedKey struct {
@@ -281,7 +276,7 @@ func unbound(gw netip.Addr) *Proxy {
 	px := &Proxy{
 		gw:      gw,
 		conns:   make(map[net.Conn]struct{}),
-		allowed: make(map[hostPort]*hostStats),
+		allowed: make(map[target]*hostStats),
 	}
 	px.ctx, px.cancel = context.WithCancel(context.Background())
 	return px
@@ -309,13 +304,13 @@ func (p *Proxy) setPolicy(pol Policy) error {
 		return errors.New("starting proxy: negative limit")
 	}
 	var services []*Service
-	seen := map[hostPort]string{}
+	seen := map[target]string{}
 	for i := range pol.Services {
 		s := pol.Services[i]
 		if err := s.prepare(); err != nil {
 			return fmt.Errorf("starting proxy: %w", err)
 		}
-		hp := hostPort{s.host, s.port}
+		hp := target{s.host, s.port}
 		if other, dup := seen[hp]; dup {
 			return fmt.Errorf("starting proxy: services %q and %q are both at %s", other, s.Name, s.authority())
 		}
@@ -714,14 +709,13 @@ func (t *tally) add(host string, port int, reason, overflow string) {
 
 // stats returns the counters of host:port, creating them.
 func (p *Proxy) stats(t target) *hostStats {
-	hp := hostPort{t.host, t.port}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	st := p.allowed[hp]
+	st := p.allowed[t]
 	if st == nil {
 		st = &hostStats{}
-		p.allowed[hp] = st
-		p.allowedOrder = append(p.allowedOrder, hp)
+		p.allowed[t] = st
+		p.allowedOrder = append(p.allowedOrder, t)
 	}
 	return st
 }

@@ -195,7 +195,7 @@ func (u *Unpacker) entry(hdr *tar.Header, tr io.Reader, st *layerState) error {
 	}
 
 	switch hdr.Typeflag {
-	case tar.TypeDir, tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse, tar.TypeSymlink, tar.TypeLink:
+	case tar.TypeDir, tar.TypeReg, tar.TypeGNUSparse, tar.TypeSymlink, tar.TypeLink:
 	default:
 		// Device nodes, fifos and anything unknown: never created.
 		u.Skipped++
@@ -243,7 +243,7 @@ func (u *Unpacker) entry(hdr *tar.Header, tr io.Reader, st *layerState) error {
 		}
 		return nil
 
-	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse:
+	case tar.TypeReg, tar.TypeGNUSparse:
 		return u.file(name, hdr, tr, mode)
 
 	case tar.TypeSymlink:

@@ -3,7 +3,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"math"
 	"math/big"
 	"strings"
 	"time"
@@ -54,7 +53,7 @@ func ParseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("invalid size %q: not a whole number of bytes", s)
 	}
 	n := r.Num()
-	if !n.IsInt64() || n.Int64() > math.MaxInt64 {
+	if !n.IsInt64() {
 		return 0, fmt.Errorf("invalid size %q: too large", s)
 	}
 	return n.Int64(), nil

@@ -319,7 +319,8 @@ func syscallProbes() []probeDef {
 		sysProbe(sysSpec{id: "quotactl", name: "quotactl(Q_GETFMT, /dev/vda)", cat: "syscalls", item: 23,
 			call: func() (uintptr, unix.Errno) {
 				v := new(uint32)
-				return raw(nrQuotactl, 0x800004<<8|0, cstr("/dev/vda"), 0, pin(v)) // QCMD(Q_GETFMT, USRQUOTA)
+				//lint:ignore SA4016 spelled as the kernel's QCMD(Q_GETFMT, USRQUOTA)
+				return raw(nrQuotactl, 0x800004<<8|0, cstr("/dev/vda"), 0, pin(v))
 			}, reached: []unix.Errno{unix.ENOENT, unix.ENOTBLK}}),
 		sysProbe(sysSpec{id: "lookup-dcookie", name: "lookup_dcookie(0, NULL, 0)", cat: "syscalls", item: 23,
 			call: func() (uintptr, unix.Errno) { return raw(nrLookupDcookie, 0, 0, 0) }, reached: []unix.Errno{unix.EINVAL}}),
@@ -343,16 +344,6 @@ func syscallProbes() []probeDef {
 			control: ctlPersonality, undo: restorePersonality}),
 	}
 	return ps
-}
-
-// info marks a probe informational: recorded, never a pass or fail.
-func info(d probeDef) probeDef {
-	run := d.run
-	d.run = func(p *Probe) {
-		run(p)
-		p.Info = true
-	}
-	return d
 }
 
 func ctlPersonality() (bool, string) {
