@@ -85,8 +85,12 @@ runsc:
 demo: deps build images
 	$(BIN) run --config examples/demo-config.json examples/hello.json
 
+# vet: go vet, then staticcheck (built from the module proxy at a pinned
+# release, outside this module's dependencies).
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 vet:
 	$(GO) vet -tags $(TAGS) ./...
+	$(GO) run $(STATICCHECK) -tags $(TAGS) ./...
 
 # unit: every package's own tests (those of netns, proxy, image, runtime/cgroup and the
 # workspace make namespaces, veths, mounts and cgroups: root).
