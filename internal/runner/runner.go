@@ -253,6 +253,11 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 		setup = time.Since(again)
 		err = r.execute(ctx, p, sb, res, hooks.Output)
 	}
+	if errors.Is(err, backend.ErrNotStarted) && ctx.Err() != nil {
+		// Cancelled (SIGTERM, a client gone) between the set-up and the
+		// program's exec: said as a cancelled run is, not as a failure.
+		err = fmt.Errorf("run cancelled before the program started: %w", ctx.Err())
+	}
 	// The program has ended: what fills the rest of the result (the
 	// network report) runs before anyone sees it.
 	if serr := sb.settle.Clean(); serr != nil && err == nil {

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentrun/agentrun/image/imagetest"
+	"github.com/agentrun/agentrun/internal/runner"
 )
 
 // A dir: image without the mount points a container needs runs through a
@@ -63,4 +65,24 @@ func TestSIGTERMCleansUp(t *testing.T) {
 		t.Errorf("result does not say the run was cancelled: %s", out.String())
 	}
 	assertNoLeaks(t)
+}
+
+// A run cancelled before its program starts (SIGTERM or a client gone
+// during the set-up) says so, on either runtime, and leaves nothing.
+func TestCancelledBeforeTheProgramStarts(t *testing.T) {
+	eachRuntime(t, func(t *testing.T, rt string) {
+		cfg := cfgFor(t, rt)
+		r, err := runner.New(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan := loadPlan(t, cfg, "print('ran')", map[string]any{"runtime": rt})
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		res := r.Run(ctx, plan)
+		if !strings.Contains(res.Error, "run cancelled before the program started") || res.Stdout != "" {
+			t.Errorf("error %q stdout %q; want the run cancelled before its program", res.Error, res.Stdout)
+		}
+		assertNoLeaks(t)
+	})
 }
