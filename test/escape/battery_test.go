@@ -122,20 +122,23 @@ func battery(t *testing.T, rt string, pooled bool, allow []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Each flag and its value in one argument: a value may be empty (no
+	// host address but loopback, no file capabilities on this filesystem),
+	// and a task's command holds no empty argument.
 	args := []string{"/probe",
-		"-abstract", abstract,
-		"-hostport", strconv.Itoa(port),
-		"-hostips", strings.Join(hostIPs(), ","),
-		"-hosthostname", hostname,
-		"-hostpaths", strings.Join([]string{cfg.StateDir, cfg.StoreDir, "/run/agentrun", "/var/lib/agentrun", "/var/lib/docker", "docker.sock", "containerd.sock"}, ","),
-		"-imagepath", rootfs,
-		"-pids", strconv.Itoa(runPids),
-		"-tmpsize", strconv.FormatInt(tmpSize, 10),
-		"-suid", suid,
-		"-fcaps", fcaps,
-		"-fcaps-noeff", fcapsNoEff,
-		"-uid-first", strconv.FormatInt(cfg.RunUIDs.First, 10),
-		"-uid-count", strconv.FormatInt(cfg.RunUIDs.Count, 10),
+		"-abstract=" + abstract,
+		"-hostport=" + strconv.Itoa(port),
+		"-hostips=" + strings.Join(hostIPs(), ","),
+		"-hosthostname=" + hostname,
+		"-hostpaths=" + strings.Join([]string{cfg.StateDir, cfg.StoreDir, "/run/agentrun", "/var/lib/agentrun", "/var/lib/docker", "docker.sock", "containerd.sock"}, ","),
+		"-imagepath=" + rootfs,
+		"-pids=" + strconv.Itoa(runPids),
+		"-tmpsize=" + strconv.FormatInt(tmpSize, 10),
+		"-suid=" + suid,
+		"-fcaps=" + fcaps,
+		"-fcaps-noeff=" + fcapsNoEff,
+		"-uid-first=" + strconv.FormatInt(cfg.RunUIDs.First, 10),
+		"-uid-count=" + strconv.FormatInt(cfg.RunUIDs.Count, 10),
 	}
 	fields := map[string]any{
 		"session": "escape-battery",
