@@ -416,8 +416,6 @@ func BenchmarkOpenRemove(b *testing.B) {
 	}
 }
 
-// TestReadKey: the "key value" files of v2 (cpu.stat, memory.events) and
-// v1's memory.oom_control are read by key; what is missing reads 0.
 // TestReadFile: readFile reads a file whole up to fileMax bytes and cuts
 // the rest; writeFile writes, and both name the path they fail on.
 func TestReadFile(t *testing.T) {
@@ -442,6 +440,8 @@ func TestReadFile(t *testing.T) {
 	}
 }
 
+// TestReadKey: the "key value" files of v2 (cpu.stat, memory.events) and
+// v1's memory.oom_control are read by key; what is missing reads 0.
 func TestReadKey(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "memory.events"), []byte("low 0\nhigh 0\nmax 12\noom 3\noom_kill 2\noom_group_kill 0\n"), 0o644)
