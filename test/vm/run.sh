@@ -37,6 +37,7 @@ command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 command -v debugfs >/dev/null || need+=(e2fsprogs)
 if [ ${#need[@]} -gt 0 ]; then
+	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
 
