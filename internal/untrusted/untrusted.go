@@ -1,0 +1,85 @@
+// Package untrusted shows a human text that a sandboxed program controls
+// (a held request's method, URL and body): every byte that could draw
+// anything but itself is written as a visible escape, so the program
+// cannot make a new line, a colour, a cleared screen or reversed text
+// that reads as agentrun's own. Every channel that shows such text (serve's
+// stream, MCP elicitation, the terminal, the webhook, the approvals page)
+// passes it through Text.
+package untrusted
+
+import (
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Text returns s with everything but printable characters escaped:
+//
+//   - a backslash as \\, so that every backslash in the output starts an escape;
+//   - newline, carriage return and tab as \n, \r, \t; the other C0
+//     controls and DEL as \xNN;
+//   - C1 controls, bidirectional and zero-width format characters (U+202E,
+//     U+2066, U+200B, U+FEFF, ...), line and paragraph separators,
+//     non-ASCII spaces and every other rune strconv.IsPrint refuses as
+//     \uXXXX or \UXXXXXXXX;
+//   - each byte of invalid UTF-8 as \xNN.
+//
+// The escapes are Go's (and JSON's, C's and Python's, but for \x and
+// \U), so the exact bytes can be read back: strconv.Unquote of the result
+// with its double quotes escaped and quotes around it gives s.
+func Text(s string) string {
+	if plain(s) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 16)
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b.WriteString(`\x`)
+			b.WriteString(hex2(s[i]))
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < 0x20 || r == 0x7f:
+			b.WriteString(`\x`)
+			b.WriteString(hex2(byte(r)))
+		case strconv.IsPrint(r):
+			b.WriteString(s[i : i+size])
+		case r <= 0xffff:
+			b.WriteString(`\u`)
+			b.WriteString(pad(strconv.FormatInt(int64(r), 16), 4))
+		default:
+			b.WriteString(`\U`)
+			b.WriteString(pad(strconv.FormatInt(int64(r), 16), 8))
+		}
+		i += size
+	}
+	return b.String()
+}
+
+// plain reports whether s is printable ASCII without a backslash: the
+// common case, returned as it is.
+func plain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+func hex2(c byte) string {
+	const digits = "0123456789abcdef"
+	return string([]byte{digits[c>>4], digits[c&0xf]})
+}
+
+func pad(h string, n int) string {
+	return strings.Repeat("0", n-len(h)) + h
+}

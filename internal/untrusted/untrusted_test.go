@@ -1,0 +1,74 @@
+package untrusted
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"unicode"
+	"unicode/utf8"
+)
+
+func TestText(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"", ""},
+		{"GET /repos/a/b?x=1", "GET /repos/a/b?x=1"},
+		{"a\nb\r\tc", `a\nb\r\tc`},
+		{"\x1b[2J\x1b[H", `\x1b[2J\x1b[H`},
+		{"\x00\x7f", `\x00\x7f`},
+		{`back\slash`, `back\\slash`},
+		{"\u0085\u009b", `\u0085\u009b`},
+		{"\u202eevil\u202c", `\u202eevil\u202c`},
+		{"a\u200bb\u200d\ufeff", `a\u200bb\u200d\ufeff`},
+		{"\u2066x\u2069", `\u2066x\u2069`},
+		{"line\u2028sep", `line\u2028sep`},
+		{"nb\u00a0sp", `nb\u00a0sp`},
+		{"\U000e0041", `\U000e0041`},
+		{"bad\xff\xc0\xae", `bad\xff\xc0\xae`},
+		{"caf\u00e9 \u65e5\u672c", "caf\u00e9 \u65e5\u672c"},
+		{`"quoted"`, `"quoted"`},
+	} {
+		if got := Text(c.in); got != c.want {
+			t.Errorf("Text(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+// TestTextInvariants checks, over every one- and two-byte string and a
+// sample of runes, that the output holds only printable runes and reads
+// back to the input.
+func TestTextInvariants(t *testing.T) {
+	check := func(s string) {
+		t.Helper()
+		out := Text(s)
+		if !utf8.ValidString(out) {
+			t.Fatalf("Text(%q) = %q: invalid UTF-8", s, out)
+		}
+		for _, r := range out {
+			if !strconv.IsPrint(r) || unicode.Is(unicode.Cf, r) || unicode.IsControl(r) {
+				t.Fatalf("Text(%q) = %q: holds %U", s, out, r)
+			}
+		}
+		back, err := strconv.Unquote(`"` + strings.ReplaceAll(out, `"`, `\"`) + `"`)
+		if err != nil || back != s {
+			t.Fatalf("Text(%q) = %q reads back as %q (%v)", s, out, back, err)
+		}
+	}
+	for a := 0; a < 256; a++ {
+		check(string([]byte{byte(a)}))
+		for b := 0; b < 256; b += 7 {
+			check(string([]byte{byte(a), byte(b)}))
+		}
+	}
+	for r := rune(0); r <= unicode.MaxRune; r += 97 {
+		if utf8.ValidRune(r) {
+			check("x" + string(r) + "y")
+		}
+	}
+}
+
+func BenchmarkTextPlain(b *testing.B) {
+	s := "POST https://api.github.com/repos/org/repo/issues?state=open"
+	for b.Loop() {
+		Text(s)
+	}
+}
