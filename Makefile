@@ -94,9 +94,10 @@ vet:
 	$(GO) run $(STATICCHECK) -tags $(TAGS) ./...
 
 # unit: every package's own tests (those of netns, proxy, image, runtime/cgroup and the
-# workspace make namespaces, veths, mounts and cgroups: root).
+# workspace make namespaces, veths, mounts and cgroups: root), and test/docs:
+# every relative link and #anchor of README.md and docs/*.md resolves.
 unit:
-	$(GO) test -tags $(TAGS) -count=1 ./internal/... ./runtime/spec/ ./runtime/backend/ ./runtime/cgroup/ ./runtime/runc/ ./image/... ./netns/... ./proxy/... ./cmd/... ./test/bench/
+	$(GO) test -tags $(TAGS) -count=1 ./internal/... ./runtime/spec/ ./runtime/backend/ ./runtime/cgroup/ ./runtime/runc/ ./image/... ./netns/... ./proxy/... ./cmd/... ./test/bench/ ./test/docs/
 
 # mcp-client installs the TypeScript MCP SDK the integration suite drives
 # agentrun mcp with (test/mcp-client, from its package-lock.json).

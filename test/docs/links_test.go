@@ -1,0 +1,142 @@
+package docs
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestLinks checks every relative link of README.md and docs/*.md.
+func TestLinks(t *testing.T) {
+	root := filepath.Join("..", "..")
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("the repository root is not at %s: %v", root, err)
+	}
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := []string{"README.md"}
+	for _, p := range pages {
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, filepath.ToSlash(rel))
+	}
+	if len(files) < 2 {
+		t.Fatalf("no docs/*.md under %s", root)
+	}
+	broken, err := Check(root, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range broken {
+		t.Error(b)
+	}
+	t.Logf("%d files checked", len(files))
+}
+
+// TestCheckFindsBroken gives Check a small tree with a link of each kind,
+// good and broken, and wants exactly the broken ones.
+func TestCheckFindsBroken(t *testing.T) {
+	root := t.TempDir()
+	write := func(name, text string) {
+		t.Helper()
+		p := filepath.Join(root, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("examples/a.json", "{}")
+	write("docs/page.md", `# Page
+
+## Same
+## Same
+## The `+"`run_code`"+` tool: a/b, c
+Setext heading
+--------------
+
+<a name="explicit"></a>
+
+`+"```sh"+`
+## not a heading: a comment in a fence
+`+"```"+`
+
+Back to the [README](../README.md#top) and [itself](#same-1),
+[gone](#same-2), [out](../../etc/passwd), [dir](../examples/),
+[fenced](#not-a-heading-a-comment-in-a-fence).
+`)
+	write("README.md", `# Top
+
+[ok](docs/page.md) [ok](docs/page.md#same) [ok](docs/page.md#the-run_code-tool-ab-c)
+[ok](docs/page.md#setext-heading) [ok](docs/page.md#explicit) [ok](examples/a.json)
+[ok](https://example.com/nowhere) ![ok](examples/a.json "title") [ok](#top)
+[ok, wrapped
+over lines](docs/page.md) [ok](docs/page%2Emd)
+
+[missing file](docs/gone.md)
+[missing anchor](docs/page.md#nowhere)
+[anchor on a non-Markdown file](examples/a.json#x)
+[absolute](/docs/page.md)
+[wrapped and
+missing](docs/other.md#x)
+[ref]: docs/missing-ref.md
+
+`+"`[in a code span](docs/gone.md)`"+` and `+"``[in ``"+`](docs/gone.md)`+"``"+`
+`+"```"+`
+[in a fence](docs/gone.md)
+`+"```"+`
+`)
+	broken, err := Check(root, []string{"README.md", "docs/page.md"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, b := range broken {
+		got = append(got, b.File+":"+b.Target)
+	}
+	want := []string{
+		"README.md:docs/gone.md",
+		"README.md:docs/page.md#nowhere",
+		"README.md:examples/a.json#x",
+		"README.md:/docs/page.md",
+		"README.md:docs/other.md#x",
+		"README.md:docs/missing-ref.md",
+		"docs/page.md:#same-2",
+		"docs/page.md:../../etc/passwd",
+		"docs/page.md:#not-a-heading-a-comment-in-a-fence",
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("broken links:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	for _, b := range broken {
+		if b.File == "README.md" && b.Target == "docs/other.md#x" && b.Line != 13 {
+			t.Errorf("%s: line %d, want 13 (where the link starts)", b, b.Line)
+		}
+	}
+}
+
+func TestSlug(t *testing.T) {
+	for _, c := range []struct{ heading, want string }{
+		{"Services: credentials that never enter, method/path rules, approval", "services-credentials-that-never-enter-methodpath-rules-approval"},
+		{"agentrun run --server", "agentrun-run---server"},
+		{"Workers' tests", "workers-tests"},
+		{"`run_code`", "run_code"},
+		{"task.json", "taskjson"},
+		{"/tmp and the memory limit", "tmp-and-the-memory-limit"},
+		{"See [the page](x.md) now", "see-the-page-now"},
+		{"Über Ärger 2", "über-ärger-2"},
+	} {
+		if got := Slug(c.heading); got != c.want {
+			t.Errorf("Slug(%q) = %q; want %q", c.heading, got, c.want)
+		}
+	}
+}
