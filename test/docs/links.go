@@ -1,14 +1,17 @@
-// Package docs checks agentrun's Markdown documentation: every relative
-// link of README.md and docs/*.md must name a file or directory of the
-// repository, and every #anchor a heading of the page it names, by
-// GitHub's rules for heading anchors. It never follows a link out of the
-// repository and never reaches the network: absolute URLs are not checked.
+// Package docs checks agentrun's Markdown documentation against the
+// repository: every relative link of README.md and docs/*.md must name a
+// file or directory of the repository, and every #anchor a heading of the
+// page it names, by GitHub's rules for heading anchors; and the layout
+// table of docs/architecture.md must name every directory of Go files, and
+// only paths that exist. It never follows a link out of the repository and
+// never reaches the network: absolute URLs are not checked.
 package docs
 
 import (
 	"fmt"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -305,4 +308,71 @@ func unescape(s string) string {
 		return u
 	}
 	return s
+}
+
+// layoutPath is a code span of a layout table's first column.
+var layoutPath = regexp.MustCompile("`([^`]+)`")
+
+// Layout returns the rows of the table under md's "## Layout" heading,
+// keyed by each path its first column names in a code span (`image`,
+// `image/unpack`, ...).
+func Layout(md string) map[string]string {
+	rows := map[string]string{}
+	in := false
+	for _, ln := range strings.Split(md, "\n") {
+		if m := atx.FindStringSubmatch(ln); m != nil {
+			in = len(m[1]) == 2 && strings.TrimSpace(m[2]) == "Layout"
+			continue
+		}
+		cells := strings.Split(ln, "|")
+		if !in || len(cells) < 3 || strings.TrimSpace(cells[0]) != "" {
+			continue
+		}
+		for _, m := range layoutPath.FindAllStringSubmatch(cells[1], -1) {
+			rows[m[1]] = ln
+		}
+	}
+	return rows
+}
+
+// Covered says whether a layout table (from Layout) names dir: in a row of
+// its own, or as `base/` in its parent's row.
+func Covered(rows map[string]string, dir string) bool {
+	if _, ok := rows[dir]; ok {
+		return true
+	}
+	parent, base := path.Split(dir)
+	row, ok := rows[strings.TrimSuffix(parent, "/")]
+	return ok && strings.Contains(row, "`"+base+"/`")
+}
+
+// GoPackages returns the directories under root (relative, with '/')
+// that hold .go files, but for testdata, node_modules and hidden ones.
+func GoPackages(root string) ([]string, error) {
+	seen := map[string]bool{}
+	var dirs []string
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); p != root && (n == "testdata" || n == "node_modules" || strings.HasPrefix(n, ".")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") {
+			return nil
+		}
+		rel, err := filepath.Rel(root, filepath.Dir(p))
+		if err != nil {
+			return err
+		}
+		if rel = filepath.ToSlash(rel); !seen[rel] {
+			seen[rel] = true
+			dirs = append(dirs, rel)
+		}
+		return nil
+	})
+	return dirs, err
 }

@@ -2,6 +2,7 @@ package docs
 
 import (
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -137,6 +138,46 @@ func TestSlug(t *testing.T) {
 	} {
 		if got := Slug(c.heading); got != c.want {
 			t.Errorf("Slug(%q) = %q; want %q", c.heading, got, c.want)
+		}
+	}
+}
+
+// TestLayout checks docs/architecture.md's layout table against the tree:
+// every directory of Go files is named, and every path named exists.
+func TestLayout(t *testing.T) {
+	root := filepath.Join("..", "..")
+	data, err := os.ReadFile(filepath.Join(root, "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := Layout(string(data))
+	if len(rows) == 0 {
+		t.Fatal("docs/architecture.md has no ## Layout table")
+	}
+	for p := range rows {
+		if _, err := os.Stat(filepath.Join(root, filepath.FromSlash(p))); err != nil {
+			t.Errorf("docs/architecture.md's layout names %s, which is not in the tree", p)
+		}
+	}
+	dirs, err := GoPackages(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		if d != "." && !Covered(rows, d) {
+			t.Errorf("docs/architecture.md's layout does not name %s (a row of its own, or `%s/` in its parent's row)", d, path.Base(d))
+		}
+	}
+}
+
+func TestCovered(t *testing.T) {
+	rows := Layout("# X\n\n## Layout\n\n| path | job |\n|---|---|\n| `image`, `image/unpack` | store |\n| `test/escape` | battery (`probe/`: in the sandbox) |\n\n## Next\n\n| `other` | not the layout |\n")
+	for dir, want := range map[string]bool{
+		"image": true, "image/unpack": true, "test/escape": true, "test/escape/probe": true,
+		"test/escape/other": false, "image/imagetest": false, "other": false, "test": false,
+	} {
+		if got := Covered(rows, dir); got != want {
+			t.Errorf("Covered(%q) = %v; want %v", dir, got, want)
 		}
 	}
 }
