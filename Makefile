@@ -96,7 +96,8 @@ vet:
 # unit: every package's own tests (those of netns, proxy, image, runtime/cgroup and the
 # workspace make namespaces, veths, mounts and cgroups: root), and test/docs:
 # every relative link and #anchor of README.md and docs/*.md resolves,
-# and docs/architecture.md's layout names every Go package.
+# docs/architecture.md's layout names every Go package, and docs/config.md's
+# limits are config.LimitTable's.
 unit:
 	$(GO) test -tags $(TAGS) -count=1 ./internal/... ./runtime/spec/ ./runtime/backend/ ./runtime/cgroup/ ./runtime/runc/ ./image/... ./netns/... ./proxy/... ./cmd/... ./test/bench/ ./test/docs/
 

@@ -3,7 +3,8 @@
 // file or directory of the repository, and every #anchor a heading of the
 // page it names, by GitHub's rules for heading anchors; and the layout
 // table of docs/architecture.md must name every directory of Go files, and
-// only paths that exist. It never follows a link out of the repository and
+// only paths that exist; docs/config.md's table of limits must be
+// config.LimitTable's (the test checks that). It never follows a link out of the repository and
 // never reaches the network: absolute URLs are not checked.
 package docs
 
@@ -313,23 +314,54 @@ func unescape(s string) string {
 // layoutPath is a code span of a layout table's first column.
 var layoutPath = regexp.MustCompile("`([^`]+)`")
 
+// Table returns the cells of the body rows (not the header, not the
+// delimiter row) of the first table under md's "## heading", trimmed.
+func Table(md, heading string) [][]string {
+	var rows [][]string
+	in, header := false, false
+	var f fenced
+	for _, ln := range strings.Split(md, "\n") {
+		if f.code(ln) {
+			continue
+		}
+		if m := atx.FindStringSubmatch(ln); m != nil {
+			if header {
+				break
+			}
+			in = len(m[1]) == 2 && strings.TrimSpace(m[2]) == heading
+			continue
+		}
+		t := strings.TrimSpace(ln)
+		if !in || !strings.HasPrefix(t, "|") {
+			if header { // the table has ended
+				break
+			}
+			continue
+		}
+		if !header {
+			header = true // the header row; the delimiter row comes next
+			continue
+		}
+		cells := strings.Split(strings.Trim(t, "|"), "|")
+		if strings.Trim(t, "|-: ") == "" {
+			continue
+		}
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		rows = append(rows, cells)
+	}
+	return rows
+}
+
 // Layout returns the rows of the table under md's "## Layout" heading,
 // keyed by each path its first column names in a code span (`image`,
 // `image/unpack`, ...).
 func Layout(md string) map[string]string {
 	rows := map[string]string{}
-	in := false
-	for _, ln := range strings.Split(md, "\n") {
-		if m := atx.FindStringSubmatch(ln); m != nil {
-			in = len(m[1]) == 2 && strings.TrimSpace(m[2]) == "Layout"
-			continue
-		}
-		cells := strings.Split(ln, "|")
-		if !in || len(cells) < 3 || strings.TrimSpace(cells[0]) != "" {
-			continue
-		}
-		for _, m := range layoutPath.FindAllStringSubmatch(cells[1], -1) {
-			rows[m[1]] = ln
+	for _, cells := range Table(md, "Layout") {
+		for _, m := range layoutPath.FindAllStringSubmatch(cells[0], -1) {
+			rows[m[1]] = strings.Join(cells, " | ")
 		}
 	}
 	return rows

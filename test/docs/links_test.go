@@ -1,12 +1,15 @@
 package docs
 
 import (
+	"fmt"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/agentrun/agentrun/internal/config"
 )
 
 // TestLinks checks every relative link of README.md and docs/*.md.
@@ -180,4 +183,40 @@ func TestCovered(t *testing.T) {
 			t.Errorf("Covered(%q) = %v; want %v", dir, got, want)
 		}
 	}
+}
+
+// TestLimitsTable checks docs/config.md's table of limits against
+// config.LimitTable, where each limit is defined once.
+func TestLimitsTable(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "config.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := Table(string(data), "Limits")
+	var want [][]string
+	for _, l := range config.LimitTable {
+		want = append(want, []string{"`" + l.Name + "`", "`" + l.Default + "`", "`" + l.Max + "`", size(l.Min), l.Reaches})
+	}
+	if len(rows) != len(want) {
+		t.Errorf("docs/config.md's ## Limits table has %d rows; config.LimitTable has %d limits", len(rows), len(want))
+	}
+	for i := range min(len(rows), len(want)) {
+		if !slices.Equal(rows[i], want[i]) {
+			t.Errorf("docs/config.md's ## Limits table, row %d: %q; want %q (config.LimitTable)", i+1, rows[i], want[i])
+		}
+	}
+}
+
+// size writes a limit's minimum as the docs do: "" for none, else `8m`
+// or `64k`.
+func size(n int64) string {
+	switch {
+	case n == 0:
+		return ""
+	case n%(1<<20) == 0:
+		return fmt.Sprintf("`%dm`", n>>20)
+	case n%(1<<10) == 0:
+		return fmt.Sprintf("`%dk`", n>>10)
+	}
+	return fmt.Sprintf("`%d`", n)
 }
