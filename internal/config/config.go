@@ -139,8 +139,8 @@ type Quota struct {
 	Concurrent    int `json:"concurrent"`
 }
 
-// Sessions configures kept session workspaces (see the README's Sessions
-// section): each is a disk image of MaxBytes, removed after TTL idle.
+// Sessions configures kept session workspaces (docs/sessions.md): each
+// is a disk image of MaxBytes, removed after TTL idle.
 type Sessions struct {
 	TTL      string `json:"ttl"`       // idle time after which gc removes a session
 	Max      int    `json:"max"`       // sessions on this host at once

@@ -20,7 +20,7 @@ import (
 // a cold set-up). The pooled run shares the CPUs with its sandbox's
 // refill, which starts as it takes one.
 //
-//	rootlock go test -tags seccomp -run X -bench AllowlistRun -benchtime 30x ./test/integration/
+//	AGENTRUN_BIN=$PWD/bin/agentrun go test -tags seccomp,runc_nocriu -run X -bench AllowlistRun -benchtime 30x ./test/integration/
 func BenchmarkAllowlistRun(b *testing.B) {
 	in := proxytest.NewInternet(b)
 	cfg := netConfig(b, in)

@@ -10,7 +10,7 @@ import (
 
 // Session costs against a plain cold run (docs/bench.md):
 //
-//	rootlock go test -tags seccomp -run X -bench 'Session|ColdRun' -benchtime 30x ./test/integration/
+//	AGENTRUN_BIN=$PWD/bin/agentrun go test -tags seccomp,runc_nocriu -run X -bench 'Session|ColdRun' -benchtime 30x ./test/integration/
 
 func benchRun(b *testing.B, keep bool) {
 	cfg := sessionCfg(b, "libcontainer", "256m")

@@ -20,7 +20,7 @@ import (
 //	throughput/N       b.N busybox echo tasks published at once and run by N
 //	                   workers of 2 slots each; tasks/s is the figure
 //
-//	rootlock go test -tags seccomp -run '^$' -bench BenchmarkWorker -benchtime 30x ./test/integration/
+//	AGENTRUN_BIN=$PWD/bin/agentrun go test -tags seccomp,runc_nocriu -run '^$' -bench BenchmarkWorker -benchtime 30x ./test/integration/
 func BenchmarkWorker(b *testing.B) {
 	py := fmt.Sprintf(`{"image":%q,"code":"print(45)"}`, pythonImage)
 
