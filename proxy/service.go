@@ -6,6 +6,9 @@ import (
 	"net/url"
 	"path"
 	"strings"
+	"unicode/utf8"
+
+	"github.com/agentrun/agentrun/internal/untrusted"
 )
 
 // Service is a host the proxy answers for itself: it terminates the
@@ -226,24 +229,27 @@ func (s *Service) origin() string {
 }
 
 // match returns the first rule that lets method and the request path
-// rawPath (as sent, still percent-encoded) through, or why none does.
+// rawPath (as sent, still percent-encoded) through, or why none does. A
+// path whose segments carry ";" parameters must match the rule both with
+// and without them, as servers that drop them read it.
 func (s *Service) match(method, rawPath string) (*Rule, string) {
 	segs, reason := CleanPath(rawPath)
 	if reason != "" {
 		return nil, reason
 	}
+	bare := withoutParams(segs)
 	for i := range s.Rules {
 		r := &s.Rules[i]
 		if !methodIn(method, r.Methods) {
 			continue
 		}
 		for _, g := range r.Paths {
-			if matchSegments(globSegments(g), segs) {
+			if matchBoth(g, segs, bare) {
 				return r, ""
 			}
 		}
 	}
-	return nil, "no rule of service " + s.Name + " allows " + printable(method) + " " + printable(rawPath)
+	return nil, "no rule of service " + s.Name + " allows " + untrusted.Text(method) + " " + untrusted.Cut(untrusted.Text(rawPath), maxReasonPath)
 }
 
 func methodIn(m string, ms []string) bool {
@@ -257,10 +263,14 @@ func methodIn(m string, ms []string) bool {
 
 // CleanPath decodes a request path as sent into its segments, or says why
 // it is refused. Anything a server could read as a different path than
-// the one matched is refused rather than normalised: dot segments (plain
-// or percent-encoded), empty segments (//), encoded slashes, backslashes
-// and NULs, control characters, bad escapes. Matching is then exact and
-// case-sensitive, so no form of a path reaches more than the path itself.
+// the one matched is refused rather than normalised: dot segments, also
+// once their ";" parameters are dropped (Tomcat, Jetty and Spring read
+// "..;x" as "..") and once percent-decoded (once or twice: "%2e%2e",
+// "%252e"), empty segments (//, "/;x/"), encoded slashes, backslashes and
+// NULs, control characters, bad escapes, and invalid UTF-8 once decoded,
+// so that no overlong encoding of "." or "/" ("%c0%ae", "%e0%80%af")
+// passes. Matching is then exact and case-sensitive, so no spelling of a
+// path reaches more than the path itself.
 func CleanPath(raw string) ([]string, string) {
 	if !strings.HasPrefix(raw, "/") {
 		return nil, "path is not absolute"
@@ -287,17 +297,60 @@ func CleanPath(raw string) ([]string, string) {
 		if err != nil {
 			return nil, "path has a bad percent escape"
 		}
-		if dec == "." || dec == ".." {
-			return nil, "path has a dot segment"
+		if !utf8.ValidString(dec) {
+			return nil, "path has invalid UTF-8 once decoded (an overlong or broken encoding)"
 		}
 		for i := 0; i < len(dec); i++ {
 			if c := dec[i]; c < 0x20 || c == 0x7f || c == '\\' {
 				return nil, "path has a control character or backslash"
 			}
 		}
+		if r := dotSegment(seg, dec); r != "" {
+			return nil, r
+		}
 		segs = append(segs, dec)
 	}
 	return segs, ""
+}
+
+// dotSegment says why the segment seg (as sent; dec decoded) is refused as
+// a dot or empty segment in some server's reading, or "".
+func dotSegment(seg, dec string) string {
+	readings := []string{seg, dec}
+	if strings.Contains(dec, "%") {
+		// A server or gateway that decodes twice.
+		if dec2, err := url.PathUnescape(dec); err == nil {
+			readings = append(readings, dec2)
+		}
+	}
+	for _, s := range readings {
+		bare, _, params := strings.Cut(s, ";")
+		switch {
+		case bare == "." || bare == "..":
+			if params {
+				return "path has a dot segment with ; parameters"
+			}
+			return "path has a dot segment"
+		case bare == "":
+			return "path has an empty segment once its ; parameters are dropped"
+		}
+	}
+	return ""
+}
+
+// withoutParams returns segs with each segment's ";" parameters dropped,
+// or nil when no segment has any.
+func withoutParams(segs []string) []string {
+	var bare []string
+	for i, s := range segs {
+		if b, _, ok := strings.Cut(s, ";"); ok {
+			if bare == nil {
+				bare = append([]string(nil), segs...)
+			}
+			bare[i] = b
+		}
+	}
+	return bare
 }
 
 // trailing slashes in a request ("/repos/") are refused by CleanPath as an
@@ -336,10 +389,17 @@ func matchSegments(glob, segs []string) bool {
 }
 
 // MatchPath reports whether the request path raw (as sent) matches glob,
-// after CleanPath accepts it.
+// after CleanPath accepts it, with and without its ";" parameters.
 func MatchPath(glob, raw string) bool {
 	segs, reason := CleanPath(raw)
-	return reason == "" && matchSegments(globSegments(glob), segs)
+	return reason == "" && matchBoth(glob, segs, withoutParams(segs))
+}
+
+// matchBoth matches segs against glob and, unless nil, bare (segs
+// without their ";" parameters) too.
+func matchBoth(glob string, segs, bare []string) bool {
+	gs := globSegments(glob)
+	return matchSegments(gs, segs) && (bare == nil || matchSegments(gs, bare))
 }
 
 // serviceFor returns the service at host:port, if one is.

@@ -11,6 +11,7 @@ func TestServiceRules(t *testing.T) {
 		{Methods: []string{"GET", "HEAD"}, Paths: []string{"/repos/**"}},
 		{Methods: []string{"POST"}, Paths: []string{"/repos/*/*/issues"}, Approve: true},
 		{Methods: []string{"*"}, Paths: []string{"/status", "/v*/meta"}},
+		{Methods: []string{"PUT"}, Paths: []string{"/x/a*z/**"}},
 	}}
 	if err := svc.prepare(); err != nil {
 		t.Fatal(err)
@@ -56,6 +57,44 @@ func TestServiceRules(t *testing.T) {
 		{"GET", "repos/a", -1},
 		{"GET", "/repos/a%0ab", -1},
 		{"GET", "/" + strings.Repeat("a/", 200) + "b", -1},
+		// Dot segments as servers that drop ";" parameters (Tomcat,
+		// Jetty, Spring) or decode twice read them, and overlong UTF-8
+		// encodings of "." and "/".
+		{"GET", "/repos/..;/user", -1},
+		{"GET", "/repos/.;/user", -1},
+		{"GET", "/repos/..;x=1/user", -1},
+		{"GET", "/repos/%2e%2e%3b/user", -1},
+		{"GET", "/repos/%2e%2e;/user", -1},
+		{"GET", "/repos/%2E.;/user", -1},
+		{"GET", "/repos/a/..;", -1},
+		{"GET", "/repos/a/.;", -1},
+		{"GET", "/repos/;x/user", -1},
+		{"GET", "/repos/;/user", -1},
+		{"GET", "/repos/%3b/user", -1},
+		{"GET", "/repos/%252e%252e/user", -1},
+		{"GET", "/repos/%252E%252e%253b/user", -1},
+		{"GET", "/repos/%c0%ae%c0%ae/user", -1},
+		{"GET", "/repos/%C0%AE%C0%AE/user", -1},
+		{"GET", "/repos/.%c0%ae/user", -1},
+		{"GET", "/repos/%e0%80%ae%e0%80%ae/user", -1},
+		{"GET", "/repos/%f0%80%80%ae%f0%80%80%ae/user", -1},
+		{"GET", "/repos/..%c0%afuser", -1},
+		{"GET", "/repos/..%e0%80%afuser", -1},
+		{"GET", "/repos/a%c0%afb", -1},
+		{"GET", "/repos/a%ff", -1},
+		{"GET", "/repos/a\xc0\xae", -1},
+		{"GET", "/repos/%ed%a0%80", -1}, // a surrogate
+		// ";" parameters: the path must match as sent and without them.
+		{"GET", "/repos/a;x=1/b", 0},
+		{"POST", "/repos/a/b/issues;x", -1},
+		{"GET", "/v3;x/meta", 2},
+		{"GET", "/v;3/meta", 2},
+		{"GET", "/status;x", -1},
+		{"PUT", "/x/abz/secret", 3},
+		{"PUT", "/x/a;z/secret", -1}, // read as /x/a/secret, which the rule does not allow
+		// Ordinary non-ASCII text, encoded or not.
+		{"GET", "/repos/caf%C3%A9", 0},
+		{"GET", "/repos/\u65e5\u672c", 0},
 	} {
 		r, reason := svc.match(tc.method, tc.path)
 		got := -1
