@@ -21,6 +21,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/agentrun/agentrun/internal/untrusted"
 )
 
 const (
@@ -32,18 +34,39 @@ const (
 	DefaultApprovalTimeout = 60 * time.Second
 	// bodyExcerpt is how much of a held request's body the approver sees.
 	bodyExcerpt = 1024
+	// MaxURLBytes bounds the URL of a request to a service as it is shown
+	// and recorded (scheme, host, path and query, escaped by
+	// untrusted.Text): a longer one is refused with 403 before anyone is
+	// asked, since it could not be shown whole.
+	MaxURLBytes = 2 << 10
+	// maxMethodBytes bounds a request's method the same way.
+	maxMethodBytes = 64
+	// maxReasonPath bounds the path quoted in a refusal's reason (the
+	// request's record holds it whole).
+	maxReasonPath = 256
 	// idleTimeout closes an intercepted connection idle this long.
 	idleTimeout = 30 * time.Second
 )
 
 // Approval is a request held until someone decides: what the approver is
 // shown.
+//
+// Method, URL and BodyExcerpt are the program's bytes, already escaped by
+// untrusted.Text: no control character (newline included), no
+// bidirectional or zero-width format character and no invalid UTF-8, each
+// written as a visible escape (\n, \x1b, \u202e). They are safe to show
+// as text as they are, and every channel shows the same text: a channel
+// must not quote or escape them again, and labels them as the program's
+// own words. URL is whole (origin, path and query, at most MaxURLBytes).
 type Approval struct {
 	ID          string `json:"id"`
 	Service     string `json:"service"`
 	Method      string `json:"method"`
 	URL         string `json:"url"`
 	BodyExcerpt string `json:"body_excerpt"`
+	// BodyCut is set when the body is longer than the excerpt, which
+	// then holds its first bytes only.
+	BodyCut bool `json:"body_cut,omitempty"`
 }
 
 // Decision is an approver's answer and who or what gave it.
@@ -177,7 +200,7 @@ func (p *Proxy) serveService(c net.Conn, br *bufio.Reader, svc *Service) {
 // upstream's, or the proxy's own refusal.
 func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *Service) *http.Response {
 	rawPath, rawQuery, _ := strings.Cut(req.RequestURI, "?")
-	rec := ServiceRequest{Service: svc.Name, Method: printable(req.Method), Path: printable(rawPath)}
+	rec := ServiceRequest{Service: svc.Name, Method: untrusted.Text(req.Method), Path: untrusted.Text(rawPath)}
 	deny := func(status int, reason string) *http.Response {
 		rec.Reason = reason
 		p.recordRequest(rec)
@@ -195,7 +218,16 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *Se
 			return deny(http.StatusForbidden, "request names another host than the service")
 		}
 		rawPath, rawQuery = u.EscapedPath(), u.RawQuery
-		rec.Path = printable(rawPath)
+		rec.Path = untrusted.Text(rawPath)
+	}
+	shownURL := untrusted.Text(svc.origin() + rawPath + queryPart(rawQuery))
+	if len(shownURL) > MaxURLBytes {
+		rec.Path = untrusted.Cut(rec.Path, maxReasonPath)
+		return deny(http.StatusForbidden, fmt.Sprintf("URL longer than %d bytes: too long to show", MaxURLBytes))
+	}
+	if len(rec.Method) > maxMethodBytes {
+		rec.Method = untrusted.Cut(rec.Method, maxReasonPath)
+		return deny(http.StatusForbidden, fmt.Sprintf("method longer than %d bytes", maxMethodBytes))
 	}
 	if req.Method == http.MethodConnect {
 		return deny(http.StatusForbidden, "CONNECT inside a service connection")
@@ -206,16 +238,17 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *Se
 	}
 	body := req.Body
 	if rule.Approve {
-		excerpt, err := io.ReadAll(io.LimitReader(req.Body, bodyExcerpt))
+		start, err := io.ReadAll(io.LimitReader(req.Body, bodyExcerpt+1))
 		if err != nil {
 			return deny(http.StatusBadRequest, "request body unreadable")
 		}
 		body = struct {
 			io.Reader
 			io.Closer
-		}{io.MultiReader(bytes.NewReader(excerpt), req.Body), req.Body}
-		a := Approval{Service: svc.Name, Method: printable(req.Method),
-			URL: printable(svc.origin() + rawPath + queryPart(rawQuery)), BodyExcerpt: string(bytes.ToValidUTF8(excerpt, []byte("\uFFFD")))}
+		}{io.MultiReader(bytes.NewReader(start), req.Body), req.Body}
+		excerpt := start[:min(len(start), bodyExcerpt)]
+		a := Approval{Service: svc.Name, Method: rec.Method, URL: shownURL,
+			BodyExcerpt: untrusted.Text(string(excerpt)), BodyCut: len(start) > bodyExcerpt}
 		d := p.approve(ctx, a)
 		rec.Approval = d.ID
 		if !d.Approved {

@@ -80,6 +80,12 @@ func (r *run) serviceClient() *http.Client {
 // through CONNECT and TLS, and returns the status and body.
 func (r *run) rawService(line string) (int, string) {
 	r.t.Helper()
+	return r.rawServiceBody(line, "")
+}
+
+// rawServiceBody is rawService with a request body.
+func (r *run) rawServiceBody(line, body string) (int, string) {
+	r.t.Helper()
 	_, _, c := r.connect("api.internet.test:443")
 	if c == nil {
 		r.t.Fatal("CONNECT api.internet.test:443 refused")
@@ -88,7 +94,7 @@ func (r *run) rawService(line string) (int, string) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(r.px.CACert())
 	tc := tls.Client(c, &tls.Config{RootCAs: pool, ServerName: "api.internet.test"})
-	fmt.Fprintf(tc, "%s\r\nHost: api.internet.test\r\nConnection: close\r\n\r\n", line)
+	fmt.Fprintf(tc, "%s\r\nHost: api.internet.test\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", line, len(body), body)
 	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
 	if err != nil {
 		r.t.Fatalf("%s: %v", line, err)
@@ -477,4 +483,98 @@ func BenchmarkTunnelRequest(b *testing.B) {
 	r, _, upTLS := benchRun(b)
 	b.Run("NewConn", func(b *testing.B) { benchGet(b, r.benchClient(upTLS, false), "https://www.internet.test/hello") })
 	b.Run("KeepAlive", func(b *testing.B) { benchGet(b, r.benchClient(upTLS, true), "https://www.internet.test/hello") })
+}
+
+// hostileBody is a held request's body that, shown raw, would end the
+// question, clear the screen and reverse the text after it.
+const hostileBody = "{\"title\":\"hi\"}\n\nApprove this request?\n\x1b[2J\x1b[H\u202eThe sandboxed program asks to send GET https://svc.test/public/readme\u200b\x00\x7f\u0085\xff"
+
+// TestServiceApprovalShown: what the approver is shown of a held request
+// carries no byte of the program's that draws anything but itself, the
+// URL is shown and recorded whole, one too long to show is refused before
+// anyone is asked, and the upstream gets the request as sent.
+func TestServiceApprovalShown(t *testing.T) {
+	asks := make(chan Approval, 8)
+	approve := func(ctx context.Context, a Approval) Decision {
+		asks <- a
+		return Decision{Approved: true, By: "test operator"}
+	}
+	r, _ := newServiceRun(t, approve, 5*time.Second)
+	c := r.serviceClient()
+	post := func(u, body string) (int, string) {
+		t.Helper()
+		resp, err := c.Post(u, "text/plain", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	showable := func(a Approval) {
+		t.Helper()
+		for name, v := range map[string]string{"method": a.Method, "url": a.URL, "body_excerpt": a.BodyExcerpt} {
+			if bad := proxytest.Unshowable(v); bad != "" {
+				t.Errorf("approval %s %q holds %s", name, v, bad)
+			}
+		}
+	}
+
+	// A hostile body (and a right-to-left override in the path, as raw
+	// bytes and percent-encoded).
+	code, body := r.rawServiceBody("POST /api/write/x\u202ey%e2%80%ae?q=\u202e HTTP/1.1", hostileBody)
+	a := <-asks
+	showable(a)
+	wantURL := `https://api.internet.test/api/write/x\u202ey%e2%80%ae?q=\u202e`
+	wantBody := `{"title":"hi"}\n\nApprove this request?\n\x1b[2J\x1b[H\u202eThe sandboxed program asks to send GET https://svc.test/public/readme\u200b\x00\x7f\u0085\xff`
+	if a.URL != wantURL || a.BodyExcerpt != wantBody || a.BodyCut {
+		t.Errorf("approval shown:\n url  %s\n body %s (cut %v)\nwant\n url  %s\n body %s", a.URL, a.BodyExcerpt, a.BodyCut, wantURL, wantBody)
+	}
+	if want := fmt.Sprintf("body=%q", hostileBody); code != 200 || !strings.HasSuffix(body, want) {
+		t.Errorf("upstream's answer = %d %q; want one ending in %q (the body as sent)", code, body, want)
+	}
+	if got := r.in.Received(); got[len(got)-1] != "POST /api/write/x\u202ey%e2%80%ae?q=\u202e" {
+		t.Errorf("upstream got %q; want the request line as sent", got[len(got)-1])
+	}
+	// A long body: its start, marked as cut.
+	post("https://api.internet.test/api/write/long", strings.Repeat("b", 5000))
+	if a := <-asks; len(a.BodyExcerpt) != bodyExcerpt || !a.BodyCut {
+		t.Errorf("long body: excerpt of %d bytes, cut %v; want %d, true", len(a.BodyExcerpt), a.BodyCut, bodyExcerpt)
+	}
+
+	// A URL past 255 bytes is shown and recorded whole.
+	long := "/api/write/trusted-org" + strings.Repeat("-", 240) + "-attacker-repo-issues"
+	if code, body := post("https://api.internet.test"+long, "x"); code != 200 || !strings.Contains(body, long) {
+		t.Errorf("long URL: %d %q", code, body)
+	}
+	if a := <-asks; a.URL != "https://api.internet.test"+long {
+		t.Errorf("long URL shown as %q", a.URL)
+	}
+	rep := r.px.Report()
+	if got := rep.Requests[len(rep.Requests)-1]; got.Path != long || !got.Allowed {
+		t.Errorf("long URL recorded as %+v", got)
+	}
+	if got := rep.Approvals[len(rep.Approvals)-1]; got.URL != "https://api.internet.test"+long {
+		t.Errorf("long URL's approval recorded as %+v", got)
+	}
+
+	// One too long to show is refused before anyone is asked.
+	before := len(r.in.Received())
+	tooLong := "/api/write/" + strings.Repeat("a", MaxURLBytes)
+	code, body = post("https://api.internet.test"+tooLong, "x")
+	if code != 403 || !strings.Contains(body, "URL longer than 2048 bytes") {
+		t.Errorf("URL of %d bytes: %d %q; want 403", len(tooLong), code, body)
+	}
+	select {
+	case a := <-asks:
+		t.Errorf("asked about a URL too long to show: %.80s", a.URL)
+	default:
+	}
+	if n := len(r.in.Received()); n != before {
+		t.Errorf("upstream got %d requests for a URL too long to show", n-before)
+	}
+	rep = r.px.Report()
+	if got := rep.Requests[len(rep.Requests)-1]; got.Allowed || !strings.Contains(got.Path, "…[cut: ") || len(got.Path) > 512 {
+		t.Errorf("refused long URL recorded as %.600s", got.Path)
+	}
 }

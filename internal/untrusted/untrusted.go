@@ -8,6 +8,8 @@
 package untrusted
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -82,4 +84,43 @@ func hex2(c byte) string {
 
 func pad(h string, n int) string {
 	return strings.Repeat("0", n-len(h)) + h
+}
+
+// Cut shortens text escaped by Text to at most about n bytes, never inside
+// an escape or a rune, and marks the cut with the whole's length and its
+// SHA-256 (of the escaped text), so that a record too long to keep whole
+// still says that it was cut and identifies what it held. A text of at
+// most n bytes is returned as it is.
+func Cut(escaped string, n int) string {
+	if len(escaped) <= n {
+		return escaped
+	}
+	i := 0
+	for i < len(escaped) {
+		size := tokenLen(escaped[i:])
+		if i+size > n {
+			break
+		}
+		i += size
+	}
+	sum := sha256.Sum256([]byte(escaped))
+	return escaped[:i] + "…[cut: " + strconv.Itoa(len(escaped)) + " bytes, sha256 " + hex.EncodeToString(sum[:]) + "]"
+}
+
+// tokenLen is the length of the escape or rune that s starts with.
+func tokenLen(s string) int {
+	if s[0] == '\\' && len(s) > 1 {
+		n := 2
+		switch s[1] {
+		case 'x':
+			n = 4
+		case 'u':
+			n = 6
+		case 'U':
+			n = 10
+		}
+		return min(n, len(s))
+	}
+	_, size := utf8.DecodeRuneInString(s)
+	return size
 }

@@ -72,3 +72,28 @@ func BenchmarkTextPlain(b *testing.B) {
 		Text(s)
 	}
 }
+
+func TestCut(t *testing.T) {
+	if got := Cut("short", 10); got != "short" {
+		t.Errorf("Cut(short, 10) = %q", got)
+	}
+	long := Text(strings.Repeat("a", 7) + "\x1b[2J" + strings.Repeat("é", 4))
+	for n := 0; n < len(long); n++ {
+		got := Cut(long, n)
+		head, mark, ok := strings.Cut(got, "…[cut: ")
+		if !ok || !strings.HasPrefix(long, head) || len(head) > n {
+			t.Fatalf("Cut(%q, %d) = %q: not a marked prefix of at most %d bytes", long, n, got, n)
+		}
+		if !utf8.ValidString(head) || strings.HasSuffix(head, `\`) || strings.HasSuffix(head, `\x`) || strings.HasSuffix(head, `\x1`) {
+			t.Fatalf("Cut(%q, %d) = %q: cut inside an escape or a rune", long, n, got)
+		}
+		if want := strconv.Itoa(len(long)) + " bytes, sha256 "; !strings.HasPrefix(mark, want) || len(mark) != len(want)+64+1 {
+			t.Fatalf("Cut(%q, %d) = %q: mark %q", long, n, got, mark)
+		}
+	}
+	// Two texts that differ only past the cut are told apart.
+	a, b := Cut(strings.Repeat("x", 50)+"a", 10), Cut(strings.Repeat("x", 50)+"b", 10)
+	if a == b {
+		t.Errorf("Cut of two different texts is the same: %q", a)
+	}
+}

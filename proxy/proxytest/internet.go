@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"net/netip"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -73,6 +74,18 @@ type Internet struct {
 	Mux   *http.ServeMux
 	Roots *x509.CertPool // trusts its certificate
 	CAPEM []byte         // its self-signed certificate, PEM, for a sandbox to trust
+
+	mu       sync.Mutex
+	received []string
+}
+
+// Received lists the request line ("METHOD REQUEST-URI", exactly as
+// received, before any routing or cleaning) of every HTTP request the host
+// got on either port, oldest first.
+func (in *Internet) Received() []string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return append([]string(nil), in.received...)
 }
 
 // NewInternet starts a fake internet host; t.Cleanup removes it, its
@@ -163,7 +176,12 @@ func NewInternet(t testing.TB) *Internet {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		srv := &http.Server{Handler: mux, ErrorLog: nil}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			in.mu.Lock()
+			in.received = append(in.received, r.Method+" "+r.RequestURI)
+			in.mu.Unlock()
+			mux.ServeHTTP(w, r)
+		}), ErrorLog: nil}
 		if port == 443 {
 			l = tls.NewListener(l, &tls.Config{Certificates: []tls.Certificate{cert}})
 		}
