@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+
+	"github.com/agentrun/agentrun/internal/untrusted"
 )
 
 // Bounds of one record.
@@ -14,6 +16,9 @@ const (
 	maxText = 4 << 10
 	// maxName bounds each collected file name, host and denial reason.
 	maxName = 256
+	// maxPath bounds each service request's path and approval's URL,
+	// cut with a mark and the whole's SHA-256 (untrusted.Cut).
+	maxPath = 512
 )
 
 // Truncation says what a record left out to stay within MaxRecordBytes:
@@ -23,12 +28,19 @@ type Truncation struct {
 	NetworkAllowed int `json:"network_allowed,omitempty"`
 	NetworkDenied  int `json:"network_denied,omitempty"`
 	NetworkAllow   int `json:"network_allow,omitempty"`
+	NetworkFailed  int `json:"network_failed,omitempty"`
+	// NetworkRequests and NetworkApprovals: the service requests and the
+	// approvals.
+	NetworkRequests  int `json:"network_requests,omitempty"`
+	NetworkApprovals int `json:"network_approvals,omitempty"`
 }
 
 // marshalBounded encodes rec as one line of at most MaxRecordBytes: long
-// texts and names are cut, and then the lists (collected files, network
-// decisions, the allowlist) are halved until the line fits, the record
-// saying how long each list was. rec itself is not changed.
+// texts and names are cut (a service request's path and an approval's URL
+// with a mark and the SHA-256 of the whole), and then the lists (collected
+// files, network decisions, service requests and approvals, the
+// allowlist) are halved until the line fits, the record saying how long
+// each list was. rec itself is not changed.
 func marshalBounded(rec *Record) ([]byte, error) {
 	line, err := json.Marshal(rec)
 	if err != nil || len(line)+1 <= MaxRecordBytes {
@@ -50,6 +62,21 @@ func marshalBounded(rec *Record) ([]byte, error) {
 		d := &r.Network.Denied[i]
 		d.Host, d.Reason = cut(d.Host, maxName), cut(d.Reason, maxName)
 	}
+	r.Network.Failed = slices.Clone(r.Network.Failed)
+	for i := range r.Network.Failed {
+		f := &r.Network.Failed[i]
+		f.Host, f.Reason = cut(f.Host, maxName), cut(f.Reason, maxName)
+	}
+	r.Network.Requests = slices.Clone(r.Network.Requests)
+	for i := range r.Network.Requests {
+		q := &r.Network.Requests[i]
+		q.Method, q.Path, q.Reason = untrusted.Cut(q.Method, maxName), untrusted.Cut(q.Path, maxPath), cut(q.Reason, maxName)
+	}
+	r.Network.Approvals = slices.Clone(r.Network.Approvals)
+	for i := range r.Network.Approvals {
+		a := &r.Network.Approvals[i]
+		a.Method, a.URL = untrusted.Cut(a.Method, maxName), untrusted.Cut(a.URL, maxPath)
+	}
 	r.Limits.NetworkAllow = slices.Clone(r.Limits.NetworkAllow)
 	for i := range r.Limits.NetworkAllow {
 		r.Limits.NetworkAllow[i] = cut(r.Limits.NetworkAllow[i], maxName)
@@ -60,13 +87,17 @@ func marshalBounded(rec *Record) ([]byte, error) {
 		if err != nil || len(line)+1 <= MaxRecordBytes {
 			return append(line, '\n'), err
 		}
-		if len(r.Files)+len(r.Network.Allowed)+len(r.Network.Denied)+len(r.Limits.NetworkAllow) == 0 {
+		n := &r.Network
+		if len(r.Files)+len(n.Allowed)+len(n.Denied)+len(n.Failed)+len(n.Requests)+len(n.Approvals)+len(r.Limits.NetworkAllow) == 0 {
 			return nil, fmt.Errorf("audit record of %d bytes even with its lists emptied", len(line))
 		}
 		r.Truncated = t
 		r.Files = halve(r.Files, &t.Files)
-		r.Network.Allowed = halve(r.Network.Allowed, &t.NetworkAllowed)
-		r.Network.Denied = halve(r.Network.Denied, &t.NetworkDenied)
+		n.Allowed = halve(n.Allowed, &t.NetworkAllowed)
+		n.Denied = halve(n.Denied, &t.NetworkDenied)
+		n.Failed = halve(n.Failed, &t.NetworkFailed)
+		n.Requests = halve(n.Requests, &t.NetworkRequests)
+		n.Approvals = halve(n.Approvals, &t.NetworkApprovals)
 		r.Limits.NetworkAllow = halve(r.Limits.NetworkAllow, &t.NetworkAllow)
 	}
 }

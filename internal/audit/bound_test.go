@@ -2,6 +2,8 @@ package audit
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -59,6 +61,52 @@ func TestRecordIsBounded(t *testing.T) {
 	line, err := marshalBounded(small)
 	if err != nil || strings.Contains(string(line), "truncated") {
 		t.Errorf("small record: %s %v", line, err)
+	}
+}
+
+// A run of many service requests with long paths (each within
+// proxy.MaxURLBytes) writes one bounded record: paths that fit are whole,
+// and when the record is too long each is cut with a mark and the SHA-256
+// of the whole, and the lists are halved, saying how long they were.
+func TestRecordServiceRequestsBounded(t *testing.T) {
+	long := "/api/write/" + strings.Repeat("p", 2000)
+	few := &Record{ID: "ar-1"}
+	few.Network.Requests = []result.ServiceRequest{{Service: "api", Method: "POST", Path: long}}
+	few.Network.Approvals = []result.Approval{{ID: "ap-1", Service: "api", Method: "POST", URL: "https://api.test" + long}}
+	line, err := marshalBounded(few)
+	if err != nil || !strings.Contains(string(line), `"path":"`+long+`"`) || !strings.Contains(string(line), `"url":"https://api.test`+long+`"`) {
+		t.Fatalf("a record with one long path: %v, path not whole: %.200s", err, line)
+	}
+	many := &Record{ID: "ar-2"}
+	for i := range 1000 {
+		many.Network.Requests = append(many.Network.Requests, result.ServiceRequest{Service: "api", Method: "POST", Path: fmt.Sprintf("%s/%d", long, i), Reason: strings.Repeat("r", 2100)})
+		many.Network.Approvals = append(many.Network.Approvals, result.Approval{ID: "ap", Service: "api", Method: "POST", URL: fmt.Sprintf("https://api.test%s/%d", long, i)})
+		many.Network.Failed = append(many.Network.Failed, result.Failed{Host: "h", Reason: strings.Repeat("f", 2000)})
+	}
+	line, err = marshalBounded(many)
+	if err != nil || len(line) > MaxRecordBytes {
+		t.Fatalf("a record of 1000 long requests: %d bytes, %v", len(line), err)
+	}
+	var got Record
+	if err := json.Unmarshal(line, &got); err != nil {
+		t.Fatal(err)
+	}
+	if tr := got.Truncated; tr == nil || tr.NetworkRequests != 1000 || tr.NetworkApprovals != 1000 || tr.NetworkFailed != 1000 {
+		t.Errorf("truncated = %+v; want the full counts", got.Truncated)
+	}
+	if len(got.Network.Requests) == 0 || len(got.Network.Approvals) == 0 {
+		t.Fatalf("kept no request or approval")
+	}
+	q, a := got.Network.Requests[0], got.Network.Approvals[0]
+	sum := sha256.Sum256([]byte(many.Network.Requests[0].Path))
+	if !strings.HasPrefix(q.Path, long[:400]) || !strings.HasSuffix(q.Path, hex.EncodeToString(sum[:])+"]") || len(q.Path) > maxPath+200 {
+		t.Errorf("cut path %q; want a marked cut with the whole's SHA-256", q.Path)
+	}
+	if !strings.Contains(a.URL, "…[cut: ") {
+		t.Errorf("cut URL %q; want a marked cut", a.URL)
+	}
+	if many.Network.Requests[0].Path != long+"/0" {
+		t.Error("the caller's record was changed")
 	}
 }
 
