@@ -57,7 +57,8 @@ const (
 // written as a visible escape (\n, \x1b, \u202e). They are safe to show
 // as text as they are, and every channel shows the same text: a channel
 // must not quote or escape them again, and labels them as the program's
-// own words. URL is whole (origin, path and query, at most MaxURLBytes).
+// own words (as Describe does). URL is whole (origin, path and query, at
+// most MaxURLBytes).
 type Approval struct {
 	ID          string `json:"id"`
 	Service     string `json:"service"`
@@ -67,6 +68,23 @@ type Approval struct {
 	// BodyCut is set when the body is longer than the excerpt, which
 	// then holds its first bytes only.
 	BodyCut bool `json:"body_cut,omitempty"`
+}
+
+// Describe is the held request for a human, in lines that each end in a
+// newline, the program's words labelled as its own: which service it asks
+// to send to, then the method and URL, then the body (its start when
+// BodyCut). Every channel that asks a human shows this text.
+func (a Approval) Describe() string {
+	body := "  body: none\n"
+	switch {
+	case a.BodyCut:
+		body = fmt.Sprintf("  body, its first %d bytes: %s\n", bodyExcerpt, a.BodyExcerpt)
+	case a.BodyExcerpt != "":
+		body = "  body: " + a.BodyExcerpt + "\n"
+	}
+	return "the sandboxed program asks to send this request to service " + a.Service +
+		" (as the program wrote it, escaped: \\n, \\x1b, \\u202e stand for its own bytes):\n" +
+		"  " + a.Method + " " + a.URL + "\n" + body
 }
 
 // Decision is an approver's answer and who or what gave it.

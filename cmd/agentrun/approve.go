@@ -47,11 +47,8 @@ func terminalApprover() func(context.Context, string, proxy.Approval) proxy.Deci
 				break drain
 			}
 		}
-		fmt.Fprintf(tty, "\nagentrun: run %s asks to send %s %s (service %s).\n", run, a.Method, a.URL, a.Service)
-		if a.BodyExcerpt != "" {
-			fmt.Fprintf(tty, "  body: %q\n", a.BodyExcerpt)
-		}
-		fmt.Fprint(tty, "Approve? [y/N] ")
+		// a's fields are escaped already (proxy.Approval): shown as they are.
+		fmt.Fprintf(tty, "\nagentrun: run %s: %sApprove? [y/N] ", run, a.Describe())
 		select {
 		case l, ok := <-lines:
 			yes := ok && (strings.EqualFold(strings.TrimSpace(l), "y") || strings.EqualFold(strings.TrimSpace(l), "yes"))

@@ -2,7 +2,6 @@ package mcpserver
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -83,11 +82,7 @@ func (s *Server) await(ctx context.Context, h *heldRun) (*result.Result, *heldRu
 // which of its calls is asked.
 func inputRequired(h *heldRun, tag string) *mcp.CallToolResult {
 	a := h.pending.q
-	msg := fmt.Sprintf("The sandboxed program asks to send %s %s to service %s.", a.Method, a.URL, a.Service)
-	if a.BodyExcerpt != "" {
-		msg += "\nBody (start): " + a.BodyExcerpt
-	}
-	msg += "\nApprove this request?"
+	msg := "agentrun: " + a.Describe() + "Approve this request?"
 	return &mcp.CallToolResult{
 		InputRequests: mcp.InputRequestMap{a.ID: &mcp.ElicitParams{
 			Meta:    forwardedTag(tag),

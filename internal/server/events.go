@@ -24,7 +24,9 @@ type Event struct {
 	DataBase64 string         `json:"data_base64,omitempty"`
 	Result     *result.Result `json:"result,omitempty"`
 	// Run and Approval: a request of run Run to a service is held until
-	// POST /v1/runs/RUN/approvals/ID decides ("approval").
+	// POST /v1/runs/RUN/approvals/ID decides ("approval"). Approval's
+	// method, url and body_excerpt are the program's text, escaped (see
+	// proxy.Approval): a client shows them as they are, as the program's.
 	Run      string          `json:"run,omitempty"`
 	Approval *proxy.Approval `json:"approval,omitempty"`
 }
