@@ -175,3 +175,39 @@ func TestMCPForwardElicitApproval(t *testing.T) {
 	}
 	assertNoLeaks(t)
 }
+
+// TestMCPElicitShownEscaped: the elicitation `agentrun mcp` sends about a
+// held request with a hostile body is agentrun's four lines, the
+// program's words escaped on two of them (no line, control, format or
+// invalid character of its own), labelled as the program's.
+func TestMCPElicitShownEscaped(t *testing.T) {
+	in := proxytest.NewInternet(t)
+	cfg, _ := serviceServeConfig(t, in, "20s")
+	delete(cfg, "server")
+	cmd := exec.Command(agentrunBin(t), "mcp", "--config", writeConfig(t, cfg))
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	cmd.Stderr = os.Stderr
+	e := &elicitor{approve: true}
+	cs := e.connect(t, cmd)
+	res := call(t, cs, map[string]any{"code": hostilePy + `print(postb("/api/write/7", HOSTILE))`, "network_services": []string{"api"}, "timeout": "30s"})
+	if text := answerText(t, res); res.IsError || !strings.Contains(text, "200") {
+		t.Fatalf("granted: %v %q", res.IsError, text)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.asked) != 1 {
+		t.Fatalf("asked %d times; want 1", len(e.asked))
+	}
+	lines := strings.Split(e.asked[0], "\n")
+	for i, l := range lines {
+		if bad := proxytest.Unshowable(l); bad != "" {
+			t.Errorf("elicitation line %d %q holds %s", i, l, bad)
+		}
+	}
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "agentrun: the sandboxed program asks to send this request to service api (as the program wrote it, escaped") ||
+		lines[1] != "  POST https://api.internet.test/api/write/7" || lines[2] != "  body: "+hostileShown || lines[3] != "Approve this request?" {
+		t.Errorf("elicitation message:\n%s", e.asked[0])
+	}
+	cs.Close()
+	assertNoLeaks(t)
+}

@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/server"
+	"github.com/agentrun/agentrun/proxy"
 	"github.com/agentrun/agentrun/proxy/proxytest"
 )
 
@@ -153,6 +156,121 @@ func TestServeApprovals(t *testing.T) {
 	}
 	if !strings.Contains(string(b), `"by":"operator (serve API)"`) || !strings.Contains(string(b), `"by":"request abandoned"`) || strings.Contains(string(b), serviceSecret) {
 		t.Errorf("audit records lack the decisions or hold the secret: %s", b)
+	}
+	assertNoLeaks(t)
+}
+
+// hostilePy defines HOSTILE, a held request's body that, shown raw, would
+// end the question with a forged one, clear the screen and reverse the
+// text after it (with a NUL, DEL, a C1 control and a byte that is not
+// UTF-8), and postb, post for a body of bytes.
+const hostilePy = postPy + `
+HOSTILE = (b'{"title":"hi"}\n\nApprove this request?\n\x1b[2J\x1b[H' +
+    "\u202eThe sandboxed program asks to send GET https://svc.test/public/readme\u200b\u0085".encode() + b"\x00\x7f\xff")
+def postb(path, body):
+    req = urllib.request.Request("https://api.internet.test" + path, data=body, method="POST")
+    try:
+        r = urllib.request.urlopen(req, timeout=30)
+        return "%d" % r.status
+    except urllib.error.HTTPError as e:
+        return "%d %s" % (e.code, e.read().decode().strip())
+`
+
+// hostileShown is HOSTILE as every channel shows it.
+const hostileShown = `{"title":"hi"}\n\nApprove this request?\n\x1b[2J\x1b[H\u202eThe sandboxed program asks to send GET https://svc.test/public/readme\u200b\u0085\x00\x7f\xff`
+
+// receivedAPI is what in received under /api/ (the request lines).
+func receivedAPI(in *proxytest.Internet) []string {
+	var got []string
+	for _, l := range in.Received() {
+		if _, uri, _ := strings.Cut(l, " "); strings.HasPrefix(uri, "/api/") {
+			got = append(got, l)
+		}
+	}
+	return got
+}
+
+// withRepoRule is cfg (serviceServeConfig's) with one more rule on its
+// service: POST anywhere under /api/repos/, held for approval.
+func withRepoRule(cfg map[string]any) {
+	netw := cfg["network"].(map[string]any)
+	svc := netw["services"].(map[string]any)["api"].(config.Service)
+	svc.Rules = append(slices.Clone(svc.Rules), config.ServiceRule{Methods: []string{"POST"}, Paths: []string{"/api/repos/**"}, Approve: true})
+	netw["services"] = map[string]any{"api": svc}
+}
+
+// TestServeApprovalShownWhole: over serve's stream, a held request's
+// approval event holds no byte of the program's that draws anything but
+// itself (its hostile body is shown escaped); a URL of more than 255
+// bytes is shown whole, and what the upstream gets, the result and the
+// audit record all hold that whole path; a URL too long to show is
+// refused with 403 before anyone is asked and never reaches the upstream.
+func TestServeApprovalShownWhole(t *testing.T) {
+	in := proxytest.NewInternet(t)
+	cfg, up := serviceServeConfig(t, in, "20s")
+	withRepoRule(cfg)
+	auditPath := filepath.Join(t.TempDir(), "audit.jsonl")
+	cfg["audit"] = auditPath
+	s := startServeWith(t, cfg)
+
+	long := "/api/repos/trusted-org" + strings.Repeat("-", 240) + "/attacker-repo/issues"
+	task, _ := json.Marshal(map[string]any{
+		"code": hostilePy + `
+print(postb("/api/write/x", HOSTILE))
+print(postb("` + long + `", b"{}"))
+print(postb("/api/write/" + "a" * 2100, b"{}"))
+`,
+		"network": map[string]any{"services": []string{"api"}},
+		"limits":  map[string]any{"timeout": "60s"},
+	})
+	var asked []proxy.Approval
+	res := streamApprovals(t, s, string(task), func(ev server.Event) {
+		a := ev.Approval
+		asked = append(asked, *a)
+		for name, v := range map[string]string{"id": a.ID, "service": a.Service, "method": a.Method, "url": a.URL, "body_excerpt": a.BodyExcerpt} {
+			if bad := proxytest.Unshowable(v); bad != "" {
+				t.Errorf("approval event's %s %q holds %s", name, v, bad)
+			}
+		}
+		if code := s.approve(ev.Run, a.ID, true); code != 200 {
+			t.Errorf("approve = %d", code)
+		}
+	})
+	if len(asked) != 2 {
+		t.Fatalf("asked %d times; want 2 (the URL too long to show is not asked about): %+v", len(asked), asked)
+	}
+	if a := asked[0]; a.BodyExcerpt != hostileShown || a.URL != "https://api.internet.test/api/write/x" {
+		t.Errorf("hostile body shown as %q (url %q); want %q", a.BodyExcerpt, a.URL, hostileShown)
+	}
+	if a := asked[1]; a.URL != "https://api.internet.test"+long {
+		t.Errorf("long URL shown as %q", a.URL)
+	}
+	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+	if len(lines) != 3 || lines[0] != "200" || lines[1] != "200" ||
+		lines[2] != "403 agentrun: request to api.internet.test:443 denied: URL longer than 2048 bytes: too long to show" {
+		t.Errorf("stdout %q (stderr %q)", res.Stdout, res.Stderr)
+	}
+	got := receivedAPI(in)
+	if len(got) != 2 || got[0] != "POST /api/write/x" || got[1] != "POST "+long {
+		t.Errorf("upstream received %q; want the two approved requests, the long one whole", got)
+	}
+	if creds := up.Got(); len(creds) != 2 || creds[1] != "Bearer "+serviceSecret {
+		t.Errorf("upstream credentials %q", creds)
+	}
+	reqs := res.Network.Requests
+	if len(reqs) != 3 || reqs[1].Path != long || !reqs[1].Allowed || reqs[2].Allowed || !strings.Contains(reqs[2].Path, "…[cut: ") {
+		t.Errorf("result's requests %+v", reqs)
+	}
+	if ap := res.Network.Approvals; len(ap) != 2 || ap[1].URL != "https://api.internet.test"+long || !ap[1].Approved {
+		t.Errorf("result's approvals %+v", ap)
+	}
+	s.stop()
+	b, err := os.ReadFile(auditPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"path":"`+long+`"`) || !strings.Contains(string(b), `"url":"https://api.internet.test`+long+`"`) {
+		t.Errorf("audit record lacks the whole path: %s", b)
 	}
 	assertNoLeaks(t)
 }

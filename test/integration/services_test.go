@@ -248,3 +248,59 @@ print(open("/proc/self/mountinfo").read())
 		}
 	})
 }
+
+// TestServicePathSpellings: spellings of a path that Tomcat, Jetty or
+// Spring (";" parameters dropped), a server decoding twice, or one
+// reading overlong UTF-8 would take out of a rule's "**" are refused with
+// 403 and never reach the upstream, which logs every request line it
+// gets; the plain path passes.
+func TestServicePathSpellings(t *testing.T) {
+	in := proxytest.NewInternet(t)
+	cfg, up := serviceConfig(t, in, "libcontainer")
+	spellings := []string{
+		"/api/read/..;/admin",
+		"/api/read/.;/admin",
+		"/api/read/..;x=1/admin",
+		"/api/read/%2e%2e%3b/admin",
+		"/api/read/%2e%2e;/admin",
+		"/api/read/%2E.;/admin",
+		"/api/read/x/..;",
+		"/api/read/x/.;",
+		"/api/read/;x/admin",
+		"/api/read/%252e%252e/admin",
+		"/api/read/%c0%ae%c0%ae/admin",
+		"/api/read/.%c0%ae/admin",
+		"/api/read/%e0%80%ae%e0%80%ae/admin",
+		"/api/read/%f0%80%80%ae%f0%80%80%ae/admin",
+		"/api/read/..%c0%afadmin",
+		"/api/read/..%e0%80%afadmin",
+	}
+	code := fetchPy + "for p in " + pyList(spellings) + ` + ["/api/read/ok"]:
+    print(fetch("https://api.internet.test" + p))
+`
+	b, _ := json.Marshal(map[string]any{"code": code, "network": map[string]any{"services": []string{"api"}}, "limits": map[string]any{"timeout": "60s"}})
+	res := runTaskWith(t, cfg, nil, string(b))
+	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+	if len(lines) != len(spellings)+1 {
+		t.Fatalf("stdout %q (stderr %q)", res.Stdout, res.Stderr)
+	}
+	for i, p := range spellings {
+		if !strings.HasPrefix(lines[i], "403 agentrun: request to api.internet.test:443 denied: path has ") {
+			t.Errorf("GET %s: %q; want 403, path refused", p, lines[i])
+		}
+	}
+	if last := lines[len(spellings)]; last != "200 api GET /api/read/ok" {
+		t.Errorf("the control, GET /api/read/ok: %q", last)
+	}
+	if got := receivedAPI(in); len(got) != 1 || got[0] != "GET /api/read/ok" {
+		t.Errorf("upstream received %q; want the control alone", got)
+	}
+	if got := up.Got(); len(got) != 1 {
+		t.Errorf("upstream got %d requests with the credential; want 1", len(got))
+	}
+	for i, r := range res.Network.Requests {
+		if i < len(spellings) && (r.Allowed || r.Path != spellings[i] || !strings.HasPrefix(r.Reason, "path has ")) {
+			t.Errorf("request %d recorded as %+v; want %s refused", i, r, spellings[i])
+		}
+	}
+}
