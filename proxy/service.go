@@ -8,6 +8,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"golang.org/x/text/unicode/norm"
+
 	"github.com/agentrun/agentrun/internal/untrusted"
 )
 
@@ -289,13 +291,15 @@ func CleanPath(raw string) ([]string, string) {
 		if seg == "" {
 			return nil, "path has an empty segment (//) or ends in /"
 		}
-		lower := strings.ToLower(seg)
-		if strings.Contains(lower, "%2f") || strings.Contains(lower, "%5c") || strings.Contains(lower, "%00") {
+		if encodedSeparator(seg) {
 			return nil, "path has an encoded slash, backslash or NUL"
 		}
 		dec, err := url.PathUnescape(seg)
 		if err != nil {
 			return nil, "path has a bad percent escape"
+		}
+		if encodedSeparator(dec) {
+			return nil, "path has a slash, backslash or NUL encoded twice"
 		}
 		if !utf8.ValidString(dec) {
 			return nil, "path has invalid UTF-8 once decoded (an overlong or broken encoding)"
@@ -308,9 +312,39 @@ func CleanPath(raw string) ([]string, string) {
 		if r := dotSegment(seg, dec); r != "" {
 			return nil, r
 		}
+		if r := compatibilityForm(dec); r != "" {
+			return nil, r
+		}
 		segs = append(segs, dec)
 	}
 	return segs, ""
+}
+
+// encodedSeparator reports whether s holds a percent-encoded slash,
+// backslash or NUL.
+func encodedSeparator(s string) bool {
+	lower := strings.ToLower(s)
+	return strings.Contains(lower, "%2f") || strings.Contains(lower, "%5c") || strings.Contains(lower, "%00")
+}
+
+// compatibilityForm says why the decoded segment dec is refused because a
+// server that normalises Unicode to its compatibility form (NFKC, as IIS's
+// and some frameworks' best-fit mappings do) reads it as a separator or a
+// dot segment: a fullwidth solidus (U+FF0F) or reverse solidus (U+FF3C),
+// a fullwidth or small full stop (U+FF0E, U+FE52), a one or two dot
+// leader (U+2024, U+2025); or "".
+func compatibilityForm(dec string) string {
+	nf := norm.NFKC.String(dec)
+	if nf == dec {
+		return ""
+	}
+	if strings.ContainsAny(nf, "/\\\x00") {
+		return "path has a character that normalises to a slash or backslash"
+	}
+	if r := dotSegment(nf, nf); r != "" {
+		return r + " once Unicode-normalised (NFKC)"
+	}
+	return ""
 }
 
 // dotSegment says why the segment seg (as sent; dec decoded) is refused as
