@@ -43,7 +43,7 @@ COMMIT        := $(shell git rev-parse HEAD 2>/dev/null)$(shell git status --por
 LDFLAGS       := -X main.version=$(VERSION) -X 'main.commit=$(COMMIT)' -X main.runscVersion=$(RUNSC_VERSION)
 UNITS         := agentrun.socket agentrun.service agentrun@.service agentrun-worker.service
 
-.PHONY: all build install deb deps images runsc mcp-client demo test unit integration fuzz vet bench soak vm-test clean
+.PHONY: all build install deb deps images runsc mcp-client approvals-page demo test unit integration fuzz vet bench soak vm-test clean
 
 all: build
 
@@ -106,9 +106,15 @@ unit:
 mcp-client: deps
 	cd test/mcp-client && npm ci --no-audit --no-fund
 
+# approvals-page installs playwright-core, with which the integration
+# suite drives Debian's chromium on serve's approvals page
+# (test/approvals-page, from its package-lock.json; no browser download).
+approvals-page: deps
+	cd test/approvals-page && npm ci --no-audit --no-fund
+
 # integration: real sandboxes on both runtimes, one package at a time (each
 # checks that the host is left clean, which a concurrent package would spoil).
-integration: build images runsc mcp-client
+integration: build images runsc mcp-client approvals-page
 	AGENTRUN_BIN=$(abspath $(BIN)) $(GO) test -tags $(TAGS) -count=1 -p 1 -timeout 20m ./runtime/runsc/ ./test/...
 
 # fuzz runs each fuzz target briefly: a count of inputs, about 10 s of

@@ -4,8 +4,8 @@
 //	agentrun run [flags] task.json   run one task, print its result as JSON
 //	agentrun task.json               the same
 //
-// and the commands of usage below (serve, worker, submit, result, sessions,
-// mcp, doctor, gc, pull, images, rmi, prune, version).
+// and the commands of usage below (serve, worker, submit, result, approve,
+// sessions, mcp, doctor, gc, pull, images, rmi, prune, version).
 //
 // This package parses arguments and the config, and wires the internal
 // packages together: run, serve, worker and mcp open the audit log and the
@@ -59,6 +59,9 @@ commands:
         program's output to stderr as it runs
   result [--config F] [--nats URL] [--wait D] [--format json|text] ID
         print the result of task ID
+  approve [--config F] [--nats URL] [--by NAME] ID yes|no
+        decide the request held for approval ID by a worker (the id its
+        webhook announced); says whether a worker took the decision
   sessions [--config F] [--json] new|ls|rm ID|files ID|cat ID PATH|put ID PATH
         kept session workspaces: create one (prints its id, for a task's
         "session" with "keep_workspace": true), list, remove, list or read
@@ -111,6 +114,8 @@ func dispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return cmdSubmit(args[1:], stdin, stdout, stderr)
 	case "result":
 		return cmdResult(args[1:], stdout, stderr)
+	case "approve":
+		return cmdApprove(args[1:], stdout, stderr)
 	case "sessions":
 		return cmdSessions(args[1:], stdin, stdout, stderr)
 	case "mcp":

@@ -51,6 +51,9 @@ func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
 	if addr.Network == "tcp" && cfg.Server.Token == "" {
 		return errors.New("server.listen is tcp: set server.token, which every request must then carry as a bearer token")
 	}
+	if err := checkWebhookSecret("server.approvals", cfg.Server.Approvals.WebhookSecretFile); err != nil {
+		return err
+	}
 	// Before the runner makes the state dir: the socket's own dir, which
 	// the agentrun group may enter, is made first.
 	if err := socketDir(addr, cfg.StateDir, stderr); err != nil {
@@ -89,6 +92,7 @@ func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
 	api.Logf = logf
 	api.PoolErrors = poolErrors
 	api.Sessions = r.Sessions()
+	defer api.Close()
 	mcpSrv := mcpserver.New(cfg, api.RunTask, api.Logf)
 	mcpSrv.AddSessions(api.Sessions)
 	defer mcpSrv.Close()

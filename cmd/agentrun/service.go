@@ -129,6 +129,9 @@ func reload(cur *config.Config, path string, api *server.Server, pool *runner.Po
 	if addr, _ := config.ParseAddr(next.Server.Listen); addr.Network == "tcp" && next.Server.Token == "" {
 		return nil, errors.New("server.listen is tcp: server.token may not be removed")
 	}
+	if err := checkWebhookSecret("server.approvals", next.Server.Approvals.WebhookSecretFile); err != nil {
+		return nil, err
+	}
 	if _, err := poolSeeds(next); err != nil {
 		return nil, err
 	}

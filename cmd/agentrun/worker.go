@@ -30,6 +30,9 @@ func cmdWorker(args []string, stderr io.Writer) int {
 // policy's longest timeout) and empties the warm pool.
 func runWorker(cfg *config.Config, stderr io.Writer) error {
 	logf := func(format string, args ...any) { fmt.Fprintf(stderr, "agentrun worker: "+format+"\n", args...) }
+	if err := checkWebhookSecret("worker.approvals", cfg.Worker.Approvals.WebhookSecretFile); err != nil {
+		return err
+	}
 	r, closeLog, err := openRunner(cfg, cfg.Audit, logf)
 	if err != nil {
 		return err

@@ -104,6 +104,28 @@ type Server struct {
 	Quota         Quota          `json:"quota"`
 	Pool          map[string]int `json:"pool"` // image -> warm containers kept ready
 	Token         string         `json:"token,omitempty"`
+	Approvals     Approvals      `json:"approvals"`
+}
+
+// Approvals configures how serve asks a human about requests held for
+// approval when no client watches the run's stream: the webhook it
+// announces them to, and its approvals page (GET /ui/approvals). With
+// either, such a request waits for a decision (the API, the page) until
+// network.approval_timeout; with neither, it is denied at once.
+type Approvals struct {
+	Webhook           string `json:"webhook"`             // http(s) URL of the operator's own receiver; "" none
+	WebhookSecretFile string `json:"webhook_secret_file"` // root-only file of the HMAC-SHA256 key, required with webhook
+	Page              bool   `json:"page"`                // serve GET /ui/approvals
+}
+
+// WorkerApprovals configures how a worker asks about its requests held
+// for approval: it announces them to the webhook and takes decisions on
+// SUBJECT.ID over NATS (`agentrun approve`). Without a webhook they are
+// denied at once.
+type WorkerApprovals struct {
+	Webhook           string `json:"webhook"`
+	WebhookSecretFile string `json:"webhook_secret_file"`
+	Subject           string `json:"subject"` // prefix of the decisions' subjects
 }
 
 // Worker configures `agentrun worker`, which takes tasks from a NATS
@@ -123,6 +145,8 @@ type Worker struct {
 	RetryDelay string    `json:"retry_delay"` // a host failure naks with this delay times the delivery count
 	Replicas   int       `json:"replicas"`    // replicas of the stream and the bucket when a worker creates them
 	ResultTTL  string    `json:"result_ttl"`  // how long results are kept
+	// Approvals: the webhook of held requests, and where decisions come.
+	Approvals WorkerApprovals `json:"approvals"`
 }
 
 // WorkerTLS names the PEM files of a TLS connection to NATS; all optional,
@@ -241,6 +265,7 @@ func Default() *Config {
 			NATS:   []string{"nats://127.0.0.1:4222"},
 			Stream: "AGENTRUN", Subject: "agentrun.tasks", Results: "agentrun-results", Events: "agentrun.events",
 			AckWait: "30s", MaxDeliver: 3, RetryDelay: "5s", Replicas: 1, ResultTTL: "24h",
+			Approvals: WorkerApprovals{Subject: "agentrun.approvals"},
 		},
 		Sessions: Sessions{TTL: "1h", Max: 1000, MaxBytes: "256m"},
 		StoreDir: "/var/lib/agentrun",

@@ -11,6 +11,7 @@ import (
 	"unicode"
 
 	"github.com/agentrun/agentrun/image"
+	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/uidpool"
 	"github.com/agentrun/agentrun/proxy"
 )
@@ -309,6 +310,25 @@ func (s Server) validate() error {
 	}
 	if strings.ContainsFunc(s.Token, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
 		return fieldErr("server.token", errors.New("contains whitespace or control characters"))
+	}
+	return checkWebhook("server.approvals", s.Approvals.Webhook, s.Approvals.WebhookSecretFile)
+}
+
+// checkWebhook checks a webhook's URL and its secret file, which go
+// together. The file is checked as a clean absolute path here and read
+// (root's alone) when serve or a worker starts, and at each send.
+func checkWebhook(field, url, secretFile string) error {
+	if url == "" {
+		if secretFile != "" {
+			return fieldErr(field+".webhook_secret_file", errors.New("set without webhook"))
+		}
+		return nil
+	}
+	if err := approvals.CheckURL(url); err != nil {
+		return fieldErr(field+".webhook", err)
+	}
+	if !isCleanAbs(secretFile) {
+		return fieldErr(field+".webhook_secret_file", fmt.Errorf("%q is not a clean absolute path (required with webhook: the key of the body's HMAC-SHA256)", secretFile))
 	}
 	return nil
 }

@@ -40,6 +40,7 @@ func (w Worker) validate() error {
 		{"results", w.Results, isNATSName, "1-64 characters of A-Z a-z 0-9 _ -", false},
 		{"subject", w.Subject, isNATSSubject, "tokens of A-Z a-z 0-9 _ - joined by dots (no wildcards)", false},
 		{"events", w.Events, isNATSSubject, "tokens of A-Z a-z 0-9 _ - joined by dots, or \"\" for none", true},
+		{"approvals.subject", w.Approvals.Subject, isNATSSubject, "tokens of A-Z a-z 0-9 _ - joined by dots (no wildcards)", false},
 	} {
 		if (f.v != "" || !f.empty) && !f.ok(f.v) {
 			return fieldErr("worker."+f.name, fmt.Errorf("%q: must be %s", f.v, f.what))
@@ -66,5 +67,5 @@ func (w Worker) validate() error {
 			return fieldErr("worker."+f.name, fmt.Errorf("%s: must be at least %s", f.v, f.min))
 		}
 	}
-	return nil
+	return checkWebhook("worker.approvals", w.Approvals.Webhook, w.Approvals.WebhookSecretFile)
 }

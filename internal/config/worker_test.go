@@ -39,3 +39,28 @@ func TestWorkerSection(t *testing.T) {
 		}
 	}
 }
+
+// TestApprovalsWebhook: serve's and a worker's webhook need an http(s)
+// URL and a clean absolute secret file together.
+func TestApprovalsWebhook(t *testing.T) {
+	c, err := Parse([]byte(`{"server": {"approvals": {"webhook": "http://127.0.0.1:9/h", "webhook_secret_file": "/etc/agentrun/secrets/hook", "page": true}},
+		"worker": {"approvals": {"webhook": "https://hooks.internal/a", "webhook_secret_file": "/etc/hook"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Server.Approvals.Page || c.Worker.Approvals.Subject != "agentrun.approvals" || c.Worker.Approvals.Webhook != "https://hooks.internal/a" {
+		t.Errorf("approvals: %+v, %+v", c.Server.Approvals, c.Worker.Approvals)
+	}
+	for _, tc := range []struct{ doc, want string }{
+		{`{"server": {"approvals": {"webhook": "ftp://x/h", "webhook_secret_file": "/s"}}}`, "server.approvals.webhook:"},
+		{`{"server": {"approvals": {"webhook": "https://x/h"}}}`, "server.approvals.webhook_secret_file:"},
+		{`{"server": {"approvals": {"webhook_secret_file": "/s"}}}`, "server.approvals.webhook_secret_file: set without webhook"},
+		{`{"worker": {"approvals": {"webhook": "https://x/h", "webhook_secret_file": "s"}}}`, "worker.approvals.webhook_secret_file:"},
+		{`{"worker": {"approvals": {"subject": "a.*"}}}`, "worker.approvals.subject:"},
+	} {
+		_, err := Parse([]byte(tc.doc))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one containing %q", tc.doc, err, tc.want)
+		}
+	}
+}

@@ -10,6 +10,9 @@
 //	agentrun_pool_misses_total{image}           runs of a pooled image that ran cold
 //	agentrun_egress_total{decision}             connections allowed, requests denied
 //	agentrun_quota_refusals_total{quota}        runs_per_minute, concurrent, queue
+//	agentrun_approvals_held                     requests held for a decision on the server now
+//	agentrun_approvals_decided_total{channel,outcome}  decisions: api or page; approved or denied
+//	agentrun_approvals_timed_out_total          held requests denied at approval_timeout
 //	go_*, process_*                             the Go runtime and the process
 //
 // It is written here on the standard library, with no package-level
@@ -57,6 +60,8 @@ const (
 // Gauges are read when scraped.
 type Gauges struct {
 	Running, Queued func() int64
+	// Held is the number of requests held for approval on the server.
+	Held func() int64
 	// Pool reports the warm pool; nil without one.
 	Pool func() PoolStats
 }
@@ -73,7 +78,15 @@ type Metrics struct {
 
 	runs, egress, quotas *counters
 	runTime, setupTime   *histograms
+	decided              *counters
+	timedOut             atomic.Uint64
 }
+
+// Channels an approval is decided by, the values of the channel label.
+const (
+	ChannelAPI  = "api"  // POST /v1/runs/RUN/approvals/ID (a stream's client, a webhook's receiver)
+	ChannelPage = "page" // the approvals page
+)
 
 // New returns the metrics of one server, reading g when scraped.
 func New(g Gauges) *Metrics {
@@ -83,6 +96,12 @@ func New(g Gauges) *Metrics {
 		quotas:    newCounters("agentrun_quota_refusals_total", "Runs refused by a session quota or a full queue."),
 		runTime:   newHistograms("agentrun_run_duration_seconds", "Time from a run's admission to its result."),
 		setupTime: newHistograms("agentrun_setup_seconds", "Time to a run's sandbox being ready: from the pool, or set up cold."),
+		decided:   newCounters("agentrun_approvals_decided_total", "Requests held for approval that an operator decided, by channel and outcome."),
+	}
+	for _, c := range []string{ChannelAPI, ChannelPage} {
+		for _, o := range []string{"approved", "denied"} {
+			m.decided.add(labels("channel", c, "outcome", o), 0)
+		}
 	}
 	// Every fixed series exists from the start, at zero: a rate over a
 	// series that appears with its first event misses that event.
@@ -149,6 +168,18 @@ func (m *Metrics) Ran(runtime string, pooled bool, d time.Duration, res *result.
 	m.egress.add(labels("decision", "denied"), uint64(denied))
 }
 
+// ApprovalDecided counts a held request decided through channel.
+func (m *Metrics) ApprovalDecided(channel string, approved bool) {
+	outcome := "denied"
+	if approved {
+		outcome = "approved"
+	}
+	m.decided.add(labels("channel", channel, "outcome", outcome), 1)
+}
+
+// ApprovalTimedOut counts a held request that no one decided in time.
+func (m *Metrics) ApprovalTimedOut() { m.timedOut.Add(1) }
+
 // WritePrometheus writes every series in the Prometheus text format.
 func (m *Metrics) WritePrometheus(w io.Writer) {
 	var b strings.Builder
@@ -169,6 +200,11 @@ func (m *Metrics) WritePrometheus(w io.Writer) {
 	}
 	m.egress.write(&b)
 	m.quotas.write(&b)
+	if m.gauges.Held != nil {
+		single(&b, "agentrun_approvals_held", "gauge", "Requests held for approval on the server now.", float64(m.gauges.Held()))
+	}
+	m.decided.write(&b)
+	single(&b, "agentrun_approvals_timed_out_total", "counter", "Held requests denied at the approval timeout, no one having decided.", float64(m.timedOut.Load()))
 	writeRuntime(&b, m.started)
 	io.WriteString(w, b.String())
 }

@@ -61,7 +61,8 @@ next:
 // with its type, the output parses, and each event moves its series.
 func TestWritePrometheus(t *testing.T) {
 	pool := PoolStats{Ready: map[string]int64{`dir:/x"y`: 2}, Hits: map[string]int64{`dir:/x"y`: 3}, Misses: map[string]int64{`dir:/x"y`: 1}}
-	m := New(Gauges{Running: func() int64 { return 4 }, Queued: func() int64 { return 5 }, Pool: func() PoolStats { return pool }})
+	m := New(Gauges{Running: func() int64 { return 4 }, Queued: func() int64 { return 5 }, Pool: func() PoolStats { return pool },
+		Held: func() int64 { return 6 }})
 	fams := scrape(t, m)
 	for name, typ := range map[string]dto.MetricType{
 		"agentrun_runs_total": dto.MetricType_COUNTER, "agentrun_run_duration_seconds": dto.MetricType_HISTOGRAM,
@@ -69,7 +70,9 @@ func TestWritePrometheus(t *testing.T) {
 		"agentrun_queued": dto.MetricType_GAUGE, "agentrun_pool_ready": dto.MetricType_GAUGE,
 		"agentrun_pool_hits_total": dto.MetricType_COUNTER, "agentrun_pool_misses_total": dto.MetricType_COUNTER,
 		"agentrun_egress_total": dto.MetricType_COUNTER, "agentrun_quota_refusals_total": dto.MetricType_COUNTER,
-		"go_goroutines": dto.MetricType_GAUGE, "process_resident_memory_bytes": dto.MetricType_GAUGE,
+		"agentrun_approvals_held": dto.MetricType_GAUGE, "agentrun_approvals_decided_total": dto.MetricType_COUNTER,
+		"agentrun_approvals_timed_out_total": dto.MetricType_COUNTER,
+		"go_goroutines":                      dto.MetricType_GAUGE, "process_resident_memory_bytes": dto.MetricType_GAUGE,
 	} {
 		if f := fams[name]; f == nil || f.GetType() != typ {
 			t.Errorf("%s: %v, want type %v", name, f, typ)
@@ -95,6 +98,10 @@ func TestWritePrometheus(t *testing.T) {
 	res.Network.Allowed = []result.Allowed{{Host: "a", Conns: 3}}
 	res.Network.Denied = []result.Denied{{Host: "b", Count: 2}, {Host: "c", Count: 1}}
 	m.Ran("runsc", false, time.Second, res)
+	m.ApprovalDecided(ChannelPage, true)
+	m.ApprovalDecided(ChannelAPI, false)
+	m.ApprovalDecided(ChannelAPI, false)
+	m.ApprovalTimedOut()
 	fams = scrape(t, m)
 	for _, c := range []struct {
 		fam    string
@@ -111,6 +118,11 @@ func TestWritePrometheus(t *testing.T) {
 		{"agentrun_run_duration_seconds", map[string]string{"path": "cold"}, 1},
 		{"agentrun_egress_total", map[string]string{"decision": "allowed"}, 3},
 		{"agentrun_egress_total", map[string]string{"decision": "denied"}, 3},
+		{"agentrun_approvals_held", nil, 6},
+		{"agentrun_approvals_decided_total", map[string]string{"channel": "page", "outcome": "approved"}, 1},
+		{"agentrun_approvals_decided_total", map[string]string{"channel": "page", "outcome": "denied"}, 0},
+		{"agentrun_approvals_decided_total", map[string]string{"channel": "api", "outcome": "denied"}, 2},
+		{"agentrun_approvals_timed_out_total", nil, 1},
 	} {
 		if v := value(t, fams, c.fam, c.labels); v != c.want {
 			t.Errorf("%s%v = %v, want %v", c.fam, c.labels, v, c.want)

@@ -3,11 +3,19 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
+	"time"
 
+	"github.com/agentrun/agentrun/internal/approvals"
+	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/metrics"
+	"github.com/agentrun/agentrun/internal/untrusted"
 	"github.com/agentrun/agentrun/proxy"
 )
 
@@ -15,54 +23,181 @@ import (
 // proxy holds at most a few of its own.
 const maxPending = 1024
 
-// approvals are the requests held for a decision that streamed runs have
-// asked about, by run and approval id, until POST
-// /v1/runs/RUN/approvals/ID decides or the proxy stops waiting.
-type approvals struct {
-	mu      sync.Mutex
-	pending map[string]chan bool // run + "/" + id
+// maxRecent is how many of the last decisions the approvals page shows.
+const maxRecent = 20
+
+// held is a request held for a decision on the server.
+type held struct {
+	hold  approvals.Hold
+	ch    chan decision // buffered: the first decision wins
+	apiBy string        // who an API decision without a label is said to be from
 }
 
-// ask sends the approval event through send and waits for the decision,
-// or for ctx to end.
-func (a *approvals) ask(ctx context.Context, run string, ap proxy.Approval, send func(Event)) proxy.Decision {
-	key := run + "/" + ap.ID
-	ch := make(chan bool, 1)
+// decision is an operator's answer and the channel that brought it.
+type decision struct {
+	ok          bool
+	by, channel string
+}
+
+// Decided is one of the last decisions the approvals page shows: the
+// held request and who or what decided it ("timeout" included).
+type Decided struct {
+	approvals.Hold
+	Approved bool      `json:"approved"`
+	By       string    `json:"by"`
+	At       time.Time `json:"at"`
+}
+
+// heldSet is the requests held for a decision on the server (those of
+// streamed runs, and of unattended runs when server.approvals says how to
+// reach a human), by run and approval id, until POST
+// /v1/runs/RUN/approvals/ID or the page decides or the proxy stops
+// waiting.
+type heldSet struct {
+	mu      sync.Mutex
+	pending map[string]*held // run + "/" + id
+	recent  []Decided        // newest first, at most maxRecent
+	metrics *metrics.Metrics
+}
+
+// ask registers h, announces it (send: the run's stream, hook: the
+// webhook; each may be nil) and waits for the decision, or for ctx to end.
+func (a *heldSet) ask(ctx context.Context, h *held, send func(Event), hook func(approvals.Hold), ap proxy.Approval) proxy.Decision {
+	key := h.hold.Run + "/" + h.hold.ID
+	h.ch = make(chan decision, 1)
 	a.mu.Lock()
 	if a.pending == nil {
-		a.pending = map[string]chan bool{}
+		a.pending = map[string]*held{}
 	}
 	if len(a.pending) >= maxPending {
 		a.mu.Unlock()
 		return proxy.Decision{By: "too many approvals waiting on the server"}
 	}
-	a.pending[key] = ch
+	a.pending[key] = h
 	a.mu.Unlock()
 	defer func() {
 		a.mu.Lock()
 		delete(a.pending, key)
 		a.mu.Unlock()
 	}()
-	send(Event{Event: "approval", Run: run, Approval: &ap})
+	if send != nil {
+		send(Event{Event: "approval", Run: h.hold.Run, Approval: &ap})
+	}
+	if hook != nil {
+		hook(h.hold)
+	}
 	select {
-	case ok := <-ch:
-		return proxy.Decision{Approved: ok, By: "operator (serve API)"}
+	case d := <-h.ch:
+		a.metrics.ApprovalDecided(d.channel, d.ok)
+		a.record(h.hold, d.ok, d.by)
+		return proxy.Decision{Approved: d.ok, By: d.by}
 	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			a.metrics.ApprovalTimedOut()
+			a.record(h.hold, false, "timeout")
+		} else {
+			a.record(h.hold, false, "request abandoned")
+		}
 		return proxy.Decision{}
 	}
 }
 
-// decide answers the approval id of run; false when none such waits.
-func (a *approvals) decide(run, id string, ok bool) bool {
+// record keeps a decision for the page.
+func (a *heldSet) record(h approvals.Hold, ok bool, by string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	ch, found := a.pending[run+"/"+id]
+	a.recent = slices.Insert(a.recent, 0, Decided{Hold: h, Approved: ok, By: by, At: time.Now().UTC().Truncate(time.Second)})
+	if len(a.recent) > maxRecent {
+		a.recent = a.recent[:maxRecent]
+	}
+}
+
+// decide answers the approval id of run; false when none such waits. by
+// "" is the held request's own label for the API.
+func (a *heldSet) decide(run, id string, ok bool, by, channel string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	h, found := a.pending[run+"/"+id]
 	if !found {
 		return false
 	}
 	delete(a.pending, run+"/"+id)
-	ch <- ok
+	if by == "" {
+		by = h.apiBy
+	}
+	h.ch <- decision{ok: ok, by: by, channel: channel}
 	return true
+}
+
+// held returns the requests waiting, soonest to expire first, and the
+// last decisions.
+func (a *heldSet) list() ([]approvals.Hold, []Decided) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	hs := make([]approvals.Hold, 0, len(a.pending))
+	for _, h := range a.pending {
+		hs = append(hs, h.hold)
+	}
+	slices.SortFunc(hs, func(x, y approvals.Hold) int {
+		if c := x.ExpiresAt.Compare(y.ExpiresAt); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Run+x.ID, y.Run+y.ID)
+	})
+	return hs, slices.Clone(a.recent)
+}
+
+// count is the number of requests waiting.
+func (a *heldSet) count() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return int64(len(a.pending))
+}
+
+// approver is the run's Approve hook: the requests of a run in session
+// are held on the server, sent on send (a streamed run's events) and
+// announced to cfg's webhook. Nil when nothing would reach a human (no
+// stream, no webhook, no page): they are then denied at once.
+func (s *Server) approver(cfg *config.Config, session string, send func(Event)) func(context.Context, string, proxy.Approval) proxy.Decision {
+	ac := cfg.Server.Approvals
+	if send == nil && ac.Webhook == "" && !ac.Page {
+		return nil
+	}
+	apiBy := "operator (serve API)"
+	var hook func(approvals.Hold)
+	if ac.Webhook != "" {
+		if send == nil {
+			apiBy = "operator (webhook)"
+		}
+		target := approvals.Target{URL: ac.Webhook, SecretFile: ac.WebhookSecretFile}
+		hook = func(h approvals.Hold) { s.webhook().Send(target, h) }
+	}
+	return func(ctx context.Context, run string, ap proxy.Approval) proxy.Decision {
+		h := &held{hold: approvals.NewHold(ctx, run, session, ap), apiBy: apiBy}
+		return s.approvals.ask(ctx, h, send, hook, ap)
+	}
+}
+
+// webhook is the server's sender of holds, started at first use.
+func (s *Server) webhook() *approvals.Webhook {
+	s.hookOnce.Do(func() {
+		s.hook = approvals.NewWebhook()
+		s.hook.Logf = func(format string, args ...any) {
+			if s.Logf != nil {
+				s.Logf(format, args...)
+			}
+		}
+	})
+	return s.hook
+}
+
+// Close stops what the server runs in the background (the webhook's
+// senders) once it no longer serves.
+func (s *Server) Close() {
+	s.hookOnce.Do(func() {})
+	if s.hook != nil {
+		s.hook.Close()
+	}
 }
 
 type approverKey struct{}
@@ -82,10 +217,18 @@ func approverFrom(ctx context.Context) Approver {
 	return a
 }
 
-// Decision is the body of POST /v1/runs/RUN/approvals/ID.
+// Decision is the body of POST /v1/runs/RUN/approvals/ID. By, optional,
+// names who decides (a webhook's receiver passes its user's name): the
+// decision is recorded as "operator (BY)"; without it, "operator (serve
+// API)", or "operator (webhook)" for a request that only the webhook
+// announced.
 type Decision struct {
-	Approve *bool `json:"approve"`
+	Approve *bool  `json:"approve"`
+	By      string `json:"by,omitempty"`
 }
+
+// maxBy bounds Decision.By.
+const maxBy = 64
 
 func (s *Server) postApproval(w http.ResponseWriter, r *http.Request) {
 	run, id := r.PathValue("run"), r.PathValue("id")
@@ -93,10 +236,18 @@ func (s *Server) postApproval(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(io.LimitReader(r.Body, 4096))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&d); err != nil || d.Approve == nil {
-		writeError(w, http.StatusBadRequest, "approve", `want {"approve": true} or {"approve": false}`)
+		writeError(w, http.StatusBadRequest, "approve", `want {"approve": true} or {"approve": false}, and optionally "by": "NAME"`)
 		return
 	}
-	if !s.approvals.decide(run, id, *d.Approve) {
+	by := ""
+	if d.By != "" {
+		if len(d.By) > maxBy {
+			writeError(w, http.StatusBadRequest, "by", fmt.Sprintf("by is longer than %d bytes", maxBy))
+			return
+		}
+		by = "operator (" + untrusted.Text(d.By) + ")"
+	}
+	if !s.approvals.decide(run, id, *d.Approve, by, metrics.ChannelAPI) {
 		writeError(w, http.StatusNotFound, "", fmt.Sprintf("no approval %q of run %q is waiting: it was decided, timed out, or its request ended", id, run))
 		return
 	}

@@ -2,7 +2,8 @@
 //
 //	POST /v1/runs            a task (task.json) in, its result out
 //	POST /v1/runs?stream=1   the same as NDJSON events: output as it comes, then the result
-//	POST /v1/runs/RUN/approvals/ID  decide a request held for approval (streamed runs)
+//	POST /v1/runs/RUN/approvals/ID  decide a request held for approval
+//	GET  /ui/approvals       the approvals page (server.approvals.page)
 //	GET  /healthz            runs going on and waiting, and the warm pool
 //	GET  /metrics            the same and more, in the Prometheus text format
 //
@@ -24,19 +25,20 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/metrics"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/session"
 	"github.com/agentrun/agentrun/internal/task"
-	"github.com/agentrun/agentrun/proxy"
 )
 
 // RunFunc runs a plan and returns its result, calling the hooks as the run
@@ -56,7 +58,10 @@ type Server struct {
 	quotas    *quotas
 	metrics   *metrics.Metrics
 	extra     map[string]http.Handler // more routes, behind the same auth
-	approvals approvals
+	approvals heldSet
+	hook      *approvals.Webhook // started at first use
+	hookOnce  sync.Once
+	ui        uiSessions
 
 	// Logf, when set, gets what goes wrong after a client was answered.
 	Logf func(format string, args ...any)
@@ -76,7 +81,7 @@ func New(cfg *config.Config, run RunFunc, pool func() runner.PoolStats) *Server 
 		quotas:   newQuotas(cfg.Server.Quota.RunsPerMinute, cfg.Server.Quota.Concurrent, time.Now)}
 	s.cfg.Store(cfg)
 	s.setCapacity(cfg.Server.MaxConcurrent)
-	g := metrics.Gauges{Running: s.running.Load, Queued: s.queued.Load}
+	g := metrics.Gauges{Running: s.running.Load, Queued: s.queued.Load, Held: s.approvals.count}
 	if pool != nil {
 		g.Pool = func() metrics.PoolStats {
 			st := pool()
@@ -88,6 +93,7 @@ func New(cfg *config.Config, run RunFunc, pool func() runner.PoolStats) *Server 
 		}
 	}
 	s.metrics = metrics.New(g)
+	s.approvals.metrics = s.metrics
 	return s
 }
 
@@ -112,6 +118,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/healthz", only(s.healthz, http.MethodGet, http.MethodHead))
 	mux.HandleFunc("/metrics", only(s.serveMetrics, http.MethodGet, http.MethodHead))
 	s.routeSessions(mux)
+	s.routeUI(mux)
 	for pattern, h := range s.extra {
 		mux.Handle(pattern, h)
 	}
@@ -166,7 +173,7 @@ func (s *Server) Handle(pattern string, h http.Handler) {
 func (s *Server) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		token := s.cfg.Load().Server.Token
-		if token == "" {
+		if token == "" || isUIPath(r.URL.Path) { // the page checks the token itself
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -246,14 +253,13 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 		s.metrics.Setup(p, d)
 	}
 	answer := func(res *result.Result) { writeResult(w, res) }
+	hooks.Approve = s.approver(cfg, plan.Session, nil)
 	if stream {
 		ev := newEvents(w)
 		defer ev.close()
 		out := newOutputs(ev)
 		hooks.Output = out.send
-		hooks.Approve = func(ctx context.Context, run string, a proxy.Approval) proxy.Decision {
-			return s.approvals.ask(ctx, run, a, ev.send)
-		}
+		hooks.Approve = s.approver(cfg, plan.Session, ev.send)
 		answer = func(res *result.Result) {
 			out.flush()
 			ev.send(Event{Event: "result", Result: res})
@@ -426,10 +432,14 @@ func (s *Server) RunTask(ctx context.Context, data []byte) (*result.Result, erro
 	s.running.Add(1)
 	defer s.running.Add(-1)
 	admitted, pooled := time.Now(), false
+	approve := approverFrom(ctx)
+	if approve == nil {
+		approve = s.approver(cfg, plan.Session, nil)
+	}
 	res := s.run(ctx, plan, runner.Hooks{Setup: func(p bool, d time.Duration) {
 		pooled = p
 		s.metrics.Setup(p, d)
-	}, Approve: approverFrom(ctx), Result: func(*result.Result) { adm.tearDown() }})
+	}, Approve: approve, Result: func(*result.Result) { adm.tearDown() }})
 	s.metrics.Ran(plan.Runtime, pooled, time.Since(admitted), res)
 	return res, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runner"
@@ -34,6 +35,7 @@ type Worker struct {
 	slots   int
 	ackWait time.Duration
 	retry   time.Duration
+	hook    *approvals.Webhook // nil without worker.approvals.webhook
 	// Logf reports what the worker does not answer on the bus (a message
 	// it cannot use, a result it could not store).
 	Logf func(format string, args ...any)
@@ -91,6 +93,10 @@ func New(ctx context.Context, cfg *config.Config, run RunFunc, name string) (*Wo
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s on stream %s: %w", Consumer, wc.Stream, err)
 	}
+	if wc.Approvals.Webhook != "" {
+		w.hook = approvals.NewWebhook()
+		w.hook.Logf = func(format string, args ...any) { w.Logf(format, args...) }
+	}
 	ok = true
 	return w, nil
 }
@@ -105,6 +111,9 @@ func (w *Worker) Slots() int { return w.slots }
 // closed when Run returns.
 func (w *Worker) Run(stop context.Context, grace time.Duration) error {
 	defer w.nc.Close()
+	if w.hook != nil {
+		defer w.hook.Close()
+	}
 	adv, err := w.nc.Subscribe(fmt.Sprintf("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.%s.%s", w.wc.Stream, Consumer), w.maxDeliveries)
 	if err != nil {
 		return fmt.Errorf("subscribing to max-deliveries advisories: %w", err)
@@ -213,7 +222,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 
 	alive, stopAlive := context.WithCancel(context.Background())
 	go w.keepAlive(alive, msg)
-	res := w.run(ctx, plan, runner.Hooks{Output: w.output(id)})
+	res := w.run(ctx, plan, runner.Hooks{Output: w.output(id), Approve: w.approver(plan.Session)})
 	if res.Error != "" {
 		switch {
 		case ctx.Err() != nil:

@@ -1,0 +1,248 @@
+// Package approvals announces requests held for a human's decision to the
+// operator's webhook: a JSON Hold, signed with HMAC-SHA256, POSTed in the
+// background with bounded time and retries. The decision comes back
+// another way (serve's API or page, NATS for a worker); a webhook that
+// fails leaves the request held until its approval timeout.
+package approvals
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentrun/agentrun/proxy"
+)
+
+// Hold is a request held for a decision as the webhook receives it. The
+// fields the program controls (Method, URL, BodyExcerpt) are the proxy's
+// escaped text (spec §5.2): shown as they are, they draw nothing but
+// themselves on a terminal; a page still escapes them for HTML.
+type Hold struct {
+	Run         string    `json:"run"`
+	ID          string    `json:"id"`
+	Service     string    `json:"service"`
+	Method      string    `json:"method"`
+	URL         string    `json:"url"`
+	BodyExcerpt string    `json:"body_excerpt"`
+	Session     string    `json:"session"`
+	ExpiresAt   time.Time `json:"expires_at"`
+}
+
+// NewHold is the Hold of approval a of run, in session, that waits until
+// ctx's deadline.
+func NewHold(ctx context.Context, run, session string, a proxy.Approval) Hold {
+	h := Hold{Run: run, ID: a.ID, Service: a.Service, Method: a.Method, URL: a.URL,
+		BodyExcerpt: a.BodyExcerpt, Session: session}
+	if d, ok := ctx.Deadline(); ok {
+		h.ExpiresAt = d.UTC().Truncate(time.Millisecond)
+	}
+	return h
+}
+
+// SignatureHeader carries the body's signature: "sha256=" and the hex
+// HMAC-SHA256 of the exact body bytes with the webhook's secret.
+const SignatureHeader = "X-Agentrun-Signature"
+
+// Sign is the value of SignatureHeader for body signed with secret.
+func Sign(secret, body []byte) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write(body)
+	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// Verify says whether sig is Sign(secret, body), in constant time: what a
+// receiver checks before it believes a body.
+func Verify(secret, body []byte, sig string) bool {
+	return hmac.Equal([]byte(sig), []byte(Sign(secret, body)))
+}
+
+// Target is where holds are sent: the webhook's URL (http or https) and
+// the root-only file of its secret (read at each send, as a service's
+// credentials are, so that it can be replaced).
+type Target struct {
+	URL        string
+	SecretFile string
+}
+
+// Bounds of the sending. Variables for the tests.
+var (
+	// attemptTimeout bounds one POST, from the connection to the status.
+	attemptTimeout = 5 * time.Second
+	// attempts is how many POSTs a hold gets before it is given up on.
+	attempts = 3
+	// backoff is the wait after the first failed attempt, doubled after
+	// each next one.
+	backoff = time.Second
+)
+
+// queueSize bounds the holds waiting to be sent; senders is how many are
+// sent at once, so that one slow webhook delays the others only when that
+// many are slow.
+const (
+	queueSize = 256
+	senders   = 4
+)
+
+// Webhook sends holds in the background, never blocking its caller. Make
+// it with NewWebhook; Close stops it.
+type Webhook struct {
+	client *http.Client
+	queue  chan job
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	once   sync.Once
+	// Logf gets each hold given up on and why; set before the first Send.
+	Logf func(format string, args ...any)
+}
+
+type job struct {
+	t Target
+	h Hold
+}
+
+// NewWebhook starts the senders.
+func NewWebhook() *Webhook {
+	w := &Webhook{
+		client: &http.Client{
+			// The webhook is the operator's own URL; a redirect from it is
+			// not followed (its 3xx is a failure).
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+			Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: senders,
+				TLSHandshakeTimeout: attemptTimeout, ResponseHeaderTimeout: attemptTimeout,
+				IdleConnTimeout: time.Minute},
+		},
+		queue: make(chan job, queueSize),
+		stop:  make(chan struct{}),
+		Logf:  func(string, ...any) {},
+	}
+	for range senders {
+		w.wg.Add(1)
+		go w.send()
+	}
+	return w
+}
+
+// Send queues h for t and returns at once; false when the queue is full
+// (the hold is not announced, and waits for its timeout all the same).
+func (w *Webhook) Send(t Target, h Hold) bool {
+	select {
+	case <-w.stop:
+		return false
+	default:
+	}
+	select {
+	case w.queue <- job{t, h}:
+		return true
+	default:
+		w.Logf("approval %s of run %s: webhook queue full (%d): not announced", h.ID, h.Run, queueSize)
+		return false
+	}
+}
+
+// Close stops the senders: what is being sent is cut short, what waits in
+// the queue is dropped.
+func (w *Webhook) Close() {
+	w.once.Do(func() { close(w.stop) })
+	w.wg.Wait()
+	w.client.CloseIdleConnections()
+}
+
+func (w *Webhook) send() {
+	defer w.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-w.stop
+		cancel()
+	}()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case j := <-w.queue:
+			if err := w.deliver(ctx, j.t, j.h); err != nil {
+				w.Logf("approval %s of run %s: webhook %s: %v", j.h.ID, j.h.Run, j.t.URL, err)
+			}
+		}
+	}
+}
+
+// deliver POSTs h to t, retrying with backoff, never past h's expiry.
+func (w *Webhook) deliver(ctx context.Context, t Target, h Hold) error {
+	if !h.ExpiresAt.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, h.ExpiresAt)
+		defer cancel()
+	}
+	body, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	wait := backoff
+	for i := 1; ; i++ {
+		err = w.post(ctx, t, body)
+		if err == nil {
+			return nil
+		}
+		if i >= attempts {
+			return fmt.Errorf("gave up after %d attempts: %w", i, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("gave up after %d attempts (the request is no longer held): %w", i, err)
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
+}
+
+// post makes one attempt; a 2xx answer is success.
+func (w *Webhook) post(ctx context.Context, t Target, body []byte) error {
+	secret, err := proxy.ReadSecret(t.SecretFile)
+	if err != nil {
+		return fmt.Errorf("webhook_secret_file %s: %w", t.SecretFile, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "agentrun")
+	req.Header.Set(SignatureHeader, Sign([]byte(secret), body))
+	resp, err := w.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("answered %s", resp.Status)
+	}
+	return nil
+}
+
+// CheckURL accepts an http or https URL with a host and no fragment, the
+// form of a webhook.
+func CheckURL(s string) error {
+	req, err := http.NewRequest(http.MethodPost, s, nil)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%q is not a URL", s)
+	case req.URL.Scheme != "http" && req.URL.Scheme != "https":
+		return fmt.Errorf("%q: want an http:// or https:// URL", s)
+	case req.URL.Host == "" || req.URL.Fragment != "" || strings.ContainsAny(s, " \t\r\n"):
+		return fmt.Errorf("%q: want a URL with a host and no fragment", s)
+	}
+	return nil
+}

@@ -1,0 +1,147 @@
+package approvals
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// secretFile writes a root-only secret file (the owner must be root: the
+// test skips otherwise).
+func secretFile(t *testing.T, secret string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the webhook's secret file must be root's: run as root")
+	}
+	p := filepath.Join(t.TempDir(), "hook-secret")
+	if err := os.WriteFile(p, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func fast(t *testing.T) {
+	old := [3]any{attemptTimeout, attempts, backoff}
+	attemptTimeout, attempts, backoff = 2*time.Second, 3, 10*time.Millisecond
+	t.Cleanup(func() {
+		attemptTimeout, attempts, backoff = old[0].(time.Duration), old[1].(int), old[2].(time.Duration)
+	})
+}
+
+// TestWebhookSignsAndRetries: a hold reaches the webhook signed with the
+// secret over the exact body, after two failed attempts.
+func TestWebhookSignsAndRetries(t *testing.T) {
+	fast(t)
+	file := secretFile(t, "s3cret")
+	var n atomic.Int32
+	got := make(chan *http.Request, 1)
+	bodies := make(chan []byte, 1)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) < 3 {
+			http.Error(w, "not yet", http.StatusServiceUnavailable)
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		got <- r
+		bodies <- b
+	}))
+	defer ts.Close()
+	w := NewWebhook()
+	defer w.Close()
+	h := Hold{Run: "ar-1", ID: "ap-1", Service: "api", Method: "POST", URL: "https://x/y", BodyExcerpt: `\x1b[2J`,
+		Session: "s", ExpiresAt: time.Now().Add(time.Minute)}
+	if !w.Send(Target{URL: ts.URL, SecretFile: file}, h) {
+		t.Fatal("Send refused")
+	}
+	select {
+	case r := <-got:
+		b := <-bodies
+		sig := r.Header.Get(SignatureHeader)
+		if !Verify([]byte("s3cret"), b, sig) || Verify([]byte("other"), b, sig) {
+			t.Errorf("signature %q does not verify the body %s", sig, b)
+		}
+		if r.Method != "POST" || r.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("%s with content type %q", r.Method, r.Header.Get("Content-Type"))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no hold after %d attempts", n.Load())
+	}
+}
+
+// TestWebhookNoRedirect: a webhook answering with a redirect is not
+// followed; after its attempts the hold is given up on.
+func TestWebhookNoRedirect(t *testing.T) {
+	fast(t)
+	file := secretFile(t, "k")
+	var followed atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { followed.Add(1) }))
+	defer other.Close()
+	var tries atomic.Int32
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tries.Add(1)
+		http.Redirect(w, r, other.URL, http.StatusTemporaryRedirect)
+	}))
+	defer hook.Close()
+	w := NewWebhook()
+	defer w.Close()
+	gaveUp := logged(w)
+	w.Send(Target{URL: hook.URL, SecretFile: file}, Hold{ID: "ap-2", ExpiresAt: time.Now().Add(time.Minute)})
+	waitFor(t, gaveUp)
+	if tries.Load() != int32(attempts) || followed.Load() != 0 {
+		t.Errorf("%d attempts, %d followed redirects; want %d and 0", tries.Load(), followed.Load(), attempts)
+	}
+}
+
+// TestWebhookSecretFileMustBeRoots: a secret others may read is refused,
+// and nothing is sent.
+func TestWebhookSecretFileMustBeRoots(t *testing.T) {
+	fast(t)
+	file := secretFile(t, "k")
+	if err := os.Chmod(file, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var hits atomic.Int32
+	hook := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	defer hook.Close()
+	w := NewWebhook()
+	defer w.Close()
+	gaveUp := logged(w)
+	w.Send(Target{URL: hook.URL, SecretFile: file}, Hold{ID: "ap-3", ExpiresAt: time.Now().Add(time.Minute)})
+	waitFor(t, gaveUp)
+	if hits.Load() != 0 {
+		t.Errorf("the webhook got %d posts signed with a secret others can read", hits.Load())
+	}
+}
+
+func TestCheckURL(t *testing.T) {
+	for s, ok := range map[string]bool{
+		"https://hooks.internal/agentrun": true, "http://127.0.0.1:9000/h": true,
+		"ftp://x/": false, "https://": false, "/relative": false, "https://x/#frag": false, "": false,
+	} {
+		if err := CheckURL(s); (err == nil) != ok {
+			t.Errorf("CheckURL(%q) = %v", s, err)
+		}
+	}
+}
+
+// logged passes on what w logs.
+func logged(w *Webhook) chan string {
+	ch := make(chan string, 8)
+	w.Logf = func(format string, args ...any) { ch <- format }
+	return ch
+}
+
+// waitFor waits for a hold to be given up on.
+func waitFor(t *testing.T, gaveUp chan string) {
+	t.Helper()
+	select {
+	case <-gaveUp:
+	case <-time.After(30 * time.Second):
+		t.Fatal("not given up on")
+	}
+}

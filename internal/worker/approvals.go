@@ -1,0 +1,105 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agentrun/agentrun/internal/approvals"
+	"github.com/agentrun/agentrun/internal/untrusted"
+	"github.com/agentrun/agentrun/proxy"
+)
+
+// A worker's requests held for approval (worker.approvals): each is
+// announced to the webhook, and the worker that holds it listens on
+// SUBJECT.ID (the approval id, 64 random bits: only that worker listens)
+// for the time it is held. `agentrun approve` sends a Decision there as a
+// request and gets the worker's DecisionReply; no reply (no responders)
+// means no worker holds it any more. Unanswered, it is denied at
+// network.approval_timeout. Whoever may publish on the subject decides:
+// the bus is trusted as it is for the tasks themselves.
+
+// Decision is the message that decides a held request.
+type Decision struct {
+	Approve bool   `json:"approve"`
+	By      string `json:"by,omitempty"` // who decides; recorded as "operator (BY)"
+}
+
+// DecisionReply is the holding worker's answer to a Decision: the run
+// and the decision taken, or Error (the request is no longer held, or the
+// message was not a Decision).
+type DecisionReply struct {
+	Run      string `json:"run,omitempty"`
+	Approved bool   `json:"approved"`
+	By       string `json:"by,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+// maxBy bounds Decision.By.
+const maxBy = 64
+
+// DecisionSubject is the subject on which approval id is decided.
+func DecisionSubject(prefix, id string) string { return prefix + "." + id }
+
+// approver is the Approve hook of a run in session: nil without a
+// webhook (nobody would know to decide: denied at once).
+func (w *Worker) approver(session string) func(context.Context, string, proxy.Approval) proxy.Decision {
+	ac := w.wc.Approvals
+	if ac.Webhook == "" || w.hook == nil {
+		return nil
+	}
+	target := approvals.Target{URL: ac.Webhook, SecretFile: ac.WebhookSecretFile}
+	return func(ctx context.Context, run string, a proxy.Approval) proxy.Decision {
+		var mu sync.Mutex
+		closed := false
+		got := make(chan proxy.Decision, 1)
+		sub, err := w.nc.Subscribe(DecisionSubject(ac.Subject, a.ID), func(m *nats.Msg) {
+			var d Decision
+			if err := json.Unmarshal(m.Data, &d); err != nil || len(d.By) > maxBy {
+				reply(m, DecisionReply{Error: fmt.Sprintf(`want {"approve": true|false, "by": NAME of at most %d bytes}`, maxBy)})
+				return
+			}
+			by := "operator (nats)"
+			if d.By != "" {
+				by = "operator (" + untrusted.Text(d.By) + ")"
+			}
+			mu.Lock()
+			taken := !closed
+			closed = true
+			mu.Unlock()
+			if !taken {
+				reply(m, DecisionReply{Run: run, Error: "no longer held: it was decided, timed out, or its request ended"})
+				return
+			}
+			got <- proxy.Decision{Approved: d.Approve, By: by}
+			reply(m, DecisionReply{Run: run, Approved: d.Approve, By: by})
+		})
+		if err != nil {
+			w.Logf("approval %s of run %s: subscribing to its decisions: %v: denied", a.ID, run, err)
+			return proxy.Decision{By: "no way to ask (NATS)"}
+		}
+		defer sub.Unsubscribe()
+		// Listening before the announcement: a decision never comes
+		// before the subscription.
+		_ = w.nc.FlushTimeout(5 * time.Second)
+		w.hook.Send(target, approvals.NewHold(ctx, run, session, a))
+		select {
+		case d := <-got:
+			return d
+		case <-ctx.Done():
+			mu.Lock()
+			closed = true
+			mu.Unlock()
+			return proxy.Decision{}
+		}
+	}
+}
+
+func reply(m *nats.Msg, r DecisionReply) {
+	b, _ := json.Marshal(r)
+	_ = m.Respond(b)
+}
