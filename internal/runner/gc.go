@@ -25,7 +25,23 @@ func (r *Runner) register(id string) (dir string, lock *os.File, err error) {
 // their containers and processes, cgroups, mounts and state. Runs of live
 // agentrun processes are not touched. It returns the ids it cleaned.
 // Sessions idle past their TTL are removed too, and their ids listed.
-func (r *Runner) GC() (cleaned []string, retErr error) {
+func (r *Runner) GC() ([]string, error) {
+	cleaned, err := r.gcRuns()
+	// After the runs: a dead run's mount of a session is gone now.
+	gone, serr := r.sessions.GC(time.Now())
+	return append(cleaned, gone...), errors.Join(err, serr)
+}
+
+// reclaimRuns is gcRuns for the session store (session.Store.OnDeadRuns):
+// a session's disk still held once its lock is free is a dead run's.
+func (r *Runner) reclaimRuns() error {
+	_, err := r.gcRuns()
+	return err
+}
+
+// gcRuns removes what dead runs left, and the uid reservations of the
+// runs it removed, and returns their ids.
+func (r *Runner) gcRuns() ([]string, error) {
 	g, err := state.LockGC(r.cfg.StateDir)
 	if err != nil {
 		return nil, err
@@ -50,13 +66,8 @@ func (r *Runner) GC() (cleaned []string, retErr error) {
 		}
 	}
 
+	var cleaned []string
 	var errs []error
-	defer func() {
-		// After the runs: a dead run's mount of a session is gone now.
-		gone, err := r.sessions.GC(time.Now())
-		cleaned = append(cleaned, gone...)
-		retErr = errors.Join(retErr, err)
-	}()
 	for _, id := range slices.Sorted(maps.Keys(ids)) {
 		if !strings.HasPrefix(id, "ar-") {
 			continue

@@ -82,6 +82,7 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	if r.sessions, err = session.Open(cfg, spec.UID, spec.GID); err != nil {
 		return nil, err
 	}
+	r.sessions.OnDeadRuns(r.reclaimRuns)
 	if r.uids, err = uidpool.Open(filepath.Join(cfg.StateDir, "uids"), cfg.RunUIDs.First, cfg.RunUIDs.Count); err != nil {
 		return nil, fmt.Errorf("run_uids: %w", err)
 	}

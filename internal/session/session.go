@@ -57,6 +57,8 @@ type Store struct {
 	max      int
 	maxBytes int64
 	uid, gid int
+	// reclaim removes what dead runs left (OnDeadRuns); nil: nothing.
+	reclaim func() error
 }
 
 // Info describes a session.
@@ -86,6 +88,15 @@ func Open(cfg *config.Config, uid, gid int) (*Store, error) {
 	}
 	return s, nil
 }
+
+// OnDeadRuns sets how the store has what dead runs left removed (their
+// containers killed, their mounts gone): a run's mount of a session's
+// disk is the runner's, under its run dir, and only the runner can kill
+// the container that still holds the disk. Mount calls fn when it finds
+// the disk of the session it holds still in use: the session's lock is
+// free only when its holder has died, so that use is a dead run's.
+// Set it before the store is used.
+func (s *Store) OnDeadRuns(fn func() error) { s.reclaim = fn }
 
 // MaxBytes is the size of each session's disk.
 func (s *Store) MaxBytes() int64 { return s.maxBytes }
@@ -296,27 +307,52 @@ func (s *Store) Lock(id string) (*Lease, error) {
 
 // Mount mounts the session's disk at dir (created 0700). What a process
 // killed while it held the session left at dir (the mount point, the disk
-// still mounted on it) is removed first. Mount is refused (ErrBusy) while
-// a loop device still holds the disk after a short wait: a mount elsewhere,
-// of a run that ended, is not gone yet, and mounting the file system twice
-// would corrupt it.
+// still mounted on it) is removed first. A loop device that still holds
+// the disk belongs to a holder that is gone, since the lease's lock is
+// free only once its holder has ended or died: a run that ended lets go of
+// it a moment after its mount is detached, and a run that died (its
+// agentrun killed) holds it until its container is killed, which Mount
+// has done (OnDeadRuns) if the disk is still held after a short wait.
+// Mount is refused (ErrBusy) while the disk is still held after that:
+// mounting the file system twice would corrupt it.
 func (l *Lease) Mount(dir string) error {
 	img := l.s.path(l.ID, "disk.img")
 	if err := clearMountPoint(dir); err != nil {
 		return err
 	}
-	// A detached mount lets go of its loop device a moment later.
-	for deadline := time.Now().Add(detachWait); attached(img); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: %s: its disk is still mounted by a run that is ending", ErrBusy, l.ID)
+	if !detached(img, detachWait) {
+		if l.s.reclaim == nil {
+			return fmt.Errorf("%w: %s: its disk is still mounted by a run that is ending or died (agentrun gc removes what a dead run left)", ErrBusy, l.ID)
+		}
+		if err := l.s.reclaim(); err != nil {
+			return fmt.Errorf("%w: %s: its disk is still mounted by a run that died, and removing what it left failed: %w", ErrBusy, l.ID, err)
+		}
+		if !detached(img, reclaimWait) {
+			return fmt.Errorf("%w: %s: its disk is still mounted by a run that is ending, or by one of another state_dir that died (agentrun gc with that config removes what it left)", ErrBusy, l.ID)
 		}
 	}
 	return mountImage(img, dir)
 }
 
+// detached waits at most wait for no loop device to hold img, and reports
+// whether none does.
+func detached(img string, wait time.Duration) bool {
+	for deadline := time.Now().Add(wait); attached(img); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
+}
+
 // detachWait bounds how long Mount waits for the loop device of a mount
-// that was just removed.
-const detachWait = time.Second
+// that was just removed; reclaimWait, for the loop device of a dead run
+// once its container is killed (its mount namespace goes with its last
+// process).
+const (
+	detachWait  = time.Second
+	reclaimWait = 5 * time.Second
+)
 
 // Release marks the session used now and lets others take it.
 func (l *Lease) Release() {
