@@ -12,7 +12,10 @@ import (
 const quotaWindow = time.Minute
 
 // sweepAt is how many sessions the quota table holds before idle ones are
-// dropped.
+// dropped. After a sweep the next one waits until the table has twice as
+// many sessions as the sweep left (and at least sweepAt): admissions scan
+// it, under the lock, about once per session added, however many of its
+// sessions are still in their window.
 const sweepAt = 4096
 
 // quotas bounds each session's runs per minute and concurrent runs. A task
@@ -21,8 +24,10 @@ type quotas struct {
 	perMinute, concurrent int // 0: no bound
 	now                   func() time.Time
 
-	mu       sync.Mutex
-	sessions map[string]*use
+	mu        sync.Mutex
+	sessions  map[string]*use
+	sweepNext int // the table's size that makes the next sweep
+	sweeps    int // sweeps so far
 }
 
 // use is one session's recent starts (oldest first) and running runs.
@@ -32,7 +37,7 @@ type use struct {
 }
 
 func newQuotas(perMinute, concurrent int, now func() time.Time) *quotas {
-	return &quotas{perMinute: perMinute, concurrent: concurrent, now: now, sessions: map[string]*use{}}
+	return &quotas{perMinute: perMinute, concurrent: concurrent, now: now, sessions: map[string]*use{}, sweepNext: sweepAt}
 }
 
 // set changes the bounds; runs counted so far stay counted.
@@ -56,12 +61,14 @@ func (q *quotas) acquire(session string) (release func(), retry time.Duration, e
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := q.now()
-	if len(q.sessions) >= sweepAt {
+	if len(q.sessions) >= q.sweepNext {
 		for name, u := range q.sessions {
 			if u.prune(now); u.running == 0 && len(u.starts) == 0 {
 				delete(q.sessions, name)
 			}
 		}
+		q.sweeps++
+		q.sweepNext = max(sweepAt, 2*len(q.sessions))
 	}
 	u := q.sessions[session]
 	if u == nil {

@@ -224,6 +224,12 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	// The cheap refusals first: a kept session that does not exist (or
+	// is busy) takes no quota entry.
+	if err := s.checkSession(plan); err != nil {
+		writeError(w, sessionStatus(err), "session", err.Error())
+		return
+	}
 	release, retry, err := s.quotas.acquire(plan.Session)
 	if err != nil {
 		writeRefusal(w, s.quotaRefusal(plan, err, retry))
@@ -235,10 +241,6 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 	// quota is given back before it, so that the client's next run is not
 	// refused for this one, and the run slot is handed over for a
 	// tear-down slot (admission.tearDown).
-	if err := s.checkSession(plan); err != nil {
-		writeError(w, sessionStatus(err), "session", err.Error())
-		return
-	}
 	s.running.Add(1)
 	defer s.running.Add(-1)
 	var sent *result.Result

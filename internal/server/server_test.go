@@ -21,6 +21,7 @@ import (
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runner"
+	"github.com/agentrun/agentrun/internal/session"
 	"github.com/agentrun/agentrun/internal/task"
 )
 
@@ -83,6 +84,38 @@ func TestQuotaTableStaysBounded(t *testing.T) {
 	}
 	if len(q.sessions) > sweepAt+int(quotaWindow/time.Second) {
 		t.Fatalf("%d sessions kept; idle ones should be dropped", len(q.sessions))
+	}
+}
+
+// TestQuotaSweepBounded: a table of sessions that all stay in their
+// window is not scanned again on every admission once it is past sweepAt
+// (each admission scanned it all, under the lock).
+func TestQuotaSweepBounded(t *testing.T) {
+	now := time.Unix(1000, 0)
+	q := newQuotas(1, 0, func() time.Time { return now })
+	n := 4 * sweepAt
+	for i := range n {
+		release, _, err := q.acquire(fmt.Sprintf("s-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		release()
+	}
+	// Doubling from sweepAt: a sweep at 1, 2 and 4 times sweepAt.
+	if q.sweeps > 3 {
+		t.Errorf("%d sweeps for %d sessions in their window, want at most 3", q.sweeps, n)
+	}
+	// Once their window is past, the next sweep drops them.
+	now = now.Add(quotaWindow)
+	for i := range 2 * n {
+		release, _, err := q.acquire(fmt.Sprintf("t-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		release()
+	}
+	if len(q.sessions) > 2*n {
+		t.Errorf("%d sessions kept; the idle ones should have been dropped", len(q.sessions))
 	}
 }
 
@@ -228,6 +261,40 @@ func TestAPIQueueGivesUpWithClient(t *testing.T) {
 	if err == nil {
 		resp.Body.Close()
 		t.Fatalf("got status %d; want the request to wait in the queue", resp.StatusCode)
+	}
+}
+
+// TestAPIUnknownSessionTakesNoQuota: keep_workspace on a session that
+// does not exist is 404 every time, before any quota is counted: made-up
+// ids neither use up a session's quota nor fill the quota table.
+func TestAPIUnknownSessionTakesNoQuota(t *testing.T) {
+	cfg := config.Default()
+	cfg.Image = "dir:/nonexistent"
+	cfg.Policy.LocalImages = []string{"/nonexistent"}
+	cfg.Server.Quota.RunsPerMinute = 1
+	cfg.StoreDir, cfg.StateDir = t.TempDir(), t.TempDir()
+	srv := New(cfg, okRun, nil)
+	var err error
+	if srv.Sessions, err = session.Open(cfg, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.HTTPServer().Handler)
+	defer ts.Close()
+	for i := range 3 {
+		body := fmt.Sprintf(`{"code": "x", "session": "ss-%032x", "keep_workspace": true}`, i%2)
+		resp, err := http.Post(ts.URL+"/v1/runs", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("run %d in an unknown session: status %d, want 404", i, resp.StatusCode)
+		}
+	}
+	srv.quotas.mu.Lock()
+	defer srv.quotas.mu.Unlock()
+	if n := len(srv.quotas.sessions); n != 0 {
+		t.Errorf("the quota table holds %d sessions after runs in unknown ones", n)
 	}
 }
 
