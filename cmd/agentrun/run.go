@@ -106,28 +106,22 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, bool) {
 	}
 }
 
-// failed is the result of a task agentrun could not run.
-func failed(err error) *result.Result {
-	return &result.Result{Error: err.Error(), Files: map[string]result.File{},
-		Network: result.Network{Allowed: []result.Allowed{}, Denied: []result.Denied{}, Failed: []result.Failed{}}}
-}
-
 // runOnServer sends the task to an agentrun server and returns its result.
 // Ctrl-C or SIGTERM drops the request, which cancels the run there.
 func runOnServer(addr, token, taskPath string, stdin io.Reader) *result.Result {
 	c, err := server.NewClient(addr, token)
 	if err != nil {
-		return failed(err)
+		return result.NotRun(err)
 	}
 	data, err := readTask(taskPath, stdin)
 	if err != nil {
-		return failed(err)
+		return result.NotRun(err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := c.Run(ctx, data)
 	if err != nil {
-		return failed(err)
+		return result.NotRun(err)
 	}
 	return res
 }
@@ -137,18 +131,18 @@ func runOnServer(addr, token, taskPath string, stdin io.Reader) *result.Result {
 func runTask(taskPath, cfgPath, auditPath, storeDir string, stdin io.Reader, stderr io.Writer) *result.Result {
 	cfg, err := config.Load(cfgPath)
 	if err != nil {
-		return failed(err)
+		return result.NotRun(err)
 	}
 	if storeDir != "" {
 		cfg.StoreDir = storeDir
 	}
 	data, err := readTask(taskPath, stdin)
 	if err != nil {
-		return failed(err)
+		return result.NotRun(err)
 	}
 	plan, err := task.Load(data, cfg)
 	if err != nil {
-		return failed(err)
+		return result.NotRun(err)
 	}
 	if auditPath == "" {
 		auditPath = cfg.Audit
@@ -157,7 +151,7 @@ func runTask(taskPath, cfgPath, auditPath, storeDir string, stdin io.Reader, std
 		fmt.Fprintf(stderr, "agentrun: "+format+"\n", args...)
 	})
 	if err != nil {
-		return failed(err)
+		return result.NotRun(err)
 	}
 	defer closeLog()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -111,37 +111,37 @@ func cmdSubmit(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 func submit(ctx context.Context, b busFlags, taskPath string, stdin io.Reader, noWait bool, live io.Writer) (string, *result.Result) {
 	data, err := readTask(taskPath, stdin)
 	if err != nil {
-		return "", failed(err)
+		return "", result.NotRun(err)
 	}
 	id, err := worker.TaskID(data)
 	if err != nil {
-		return "", failed(err)
+		return "", result.NotRun(err)
 	}
 	cfg, nc, js, err := b.connect("agentrun submit")
 	if err != nil {
-		return id, failed(err)
+		return id, result.NotRun(err)
 	}
 	defer nc.Close()
 	if live != nil {
 		sub, err := worker.Follow(nc, cfg.Worker, id, live)
 		if err != nil {
-			return id, failed(err)
+			return id, result.NotRun(err)
 		}
 		defer sub.Unsubscribe()
 	}
 	if _, err := worker.Publish(ctx, js, cfg.Worker, id, data); err != nil {
-		return id, failed(err)
+		return id, result.NotRun(err)
 	}
 	if noWait {
 		return id, nil
 	}
 	kv, err := worker.OpenBucket(ctx, js, cfg.Worker)
 	if err != nil {
-		return id, failed(err)
+		return id, result.NotRun(err)
 	}
 	res, err := worker.Wait(ctx, kv, id)
 	if err != nil {
-		return id, failed(err)
+		return id, result.NotRun(err)
 	}
 	return id, res
 }
@@ -165,14 +165,14 @@ func cmdResult(args []string, stdout, stderr io.Writer) int {
 func fetchResult(b busFlags, id string, wait time.Duration) *result.Result {
 	cfg, nc, js, err := b.connect("agentrun result")
 	if err != nil {
-		return failed(err)
+		return result.NotRun(err)
 	}
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second+wait)
 	defer cancel()
 	kv, err := worker.OpenBucket(ctx, js, cfg.Worker)
 	if err != nil {
-		return failed(err)
+		return result.NotRun(err)
 	}
 	res, err := worker.Get(ctx, kv, id)
 	if errors.Is(err, worker.ErrNoResult) && wait > 0 {
@@ -181,7 +181,7 @@ func fetchResult(b busFlags, id string, wait time.Duration) *result.Result {
 		res, err = worker.Wait(wctx, kv, id)
 	}
 	if err != nil {
-		return failed(err)
+		return result.NotRun(err)
 	}
 	return res
 }

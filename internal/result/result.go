@@ -14,8 +14,10 @@ const (
 
 // Result is the outcome of one run, as printed by `agentrun run`.
 type Result struct {
-	ID        string `json:"id"`
-	Session   string `json:"session"`
+	ID      string `json:"id"`
+	Session string `json:"session"`
+	// ExitCode is the program's exit code (128+n when signal n killed
+	// it), or ExitSetup (125) when the program never ran (Error says why).
 	ExitCode  int    `json:"exit_code"`
 	Signal    string `json:"signal"`
 	TimedOut  bool   `json:"timed_out"`
@@ -122,6 +124,16 @@ type File struct {
 	ContentBase64 string `json:"content_base64,omitempty"`
 	Truncated     bool   `json:"truncated,omitempty"`
 	Error         string `json:"error,omitempty"`
+}
+
+// NotRun is the result of a task whose program never ran (refused by
+// policy, a bad task, an image or host set-up that failed): Error says
+// why, and ExitCode is ExitSetup, the status `agentrun run` exits with, so
+// that a client reading exit_code alone never takes it for a program that
+// exited 0.
+func NotRun(err error) *Result {
+	return &Result{ExitCode: ExitSetup, Error: err.Error(), Err: err, Files: map[string]File{},
+		Network: Network{Allowed: []Allowed{}, Denied: []Denied{}, Failed: []Failed{}}}
 }
 
 // ExitStatus is the status `agentrun run` exits with for r: 125 when

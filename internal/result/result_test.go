@@ -1,6 +1,11 @@
 package result
 
-import "testing"
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
 
 func TestExitStatus(t *testing.T) {
 	for _, tc := range []struct {
@@ -33,5 +38,23 @@ func TestSetOutputKeepsInvalidBytes(t *testing.T) {
 	}
 	if string(r.RawStdout()) != "日本語" {
 		t.Errorf("RawStdout %q", r.RawStdout())
+	}
+}
+
+// TestNotRun: the result of a task that never ran has exit_code 125, the
+// status agentrun run exits with, never 0, and its error.
+func TestNotRun(t *testing.T) {
+	res := NotRun(errors.New("limits.memory: 64g exceeds policy"))
+	if res.ExitCode != ExitSetup || res.ExitStatus() != ExitSetup {
+		t.Errorf("exit_code %d, status %d; want %d", res.ExitCode, res.ExitStatus(), ExitSetup)
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"exit_code":125`, `"error":"limits.memory: 64g exceeds policy"`, `"allowed":[]`, `"files":{}`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s lacks %s", b, want)
+		}
 	}
 }

@@ -181,7 +181,10 @@ type Hooks struct {
 
 // RunWith is Run with hooks.
 func (r *Runner) RunWith(ctx context.Context, p *task.Plan, hooks Hooks) *result.Result {
-	res := &result.Result{ID: newID(), Session: p.Session, Image: p.Image, Runtime: p.Runtime, Files: map[string]result.File{}}
+	// ExitSetup until the program's outcome replaces it: a run whose
+	// program never started says so in exit_code too.
+	res := &result.Result{ID: newID(), Session: p.Session, Image: p.Image, Runtime: p.Runtime, Files: map[string]result.File{},
+		ExitCode: result.ExitSetup}
 	res.Network.Allowed, res.Network.Denied, res.Network.Failed = []result.Allowed{}, []result.Denied{}, []result.Failed{}
 	rec := &audit.Record{Time: time.Now().UTC(), Session: p.Session, TaskHash: p.TaskHash,
 		Image: p.Image, Runtime: p.Runtime, Limits: auditLimits(p)}

@@ -216,7 +216,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 	if err != nil {
 		// A bad task or a policy refusal: the answer, never retried.
-		w.finish(ctx, msg, id, failed(err))
+		w.finish(ctx, msg, id, result.NotRun(err))
 		return
 	}
 
@@ -341,16 +341,10 @@ func (w *Worker) maxDeliveries(m *nats.Msg) {
 	id := raw.Header.Get(IDHeader)
 	if task.CheckID(id) == nil {
 		err := fmt.Errorf("delivered %d times (max_deliver) and never answered: the workers that took it stopped before it ended", a.Deliveries)
-		if err := w.store(id, failed(err)); err != nil {
+		if err := w.store(id, result.NotRun(err)); err != nil {
 			w.Logf("task %s: storing its result: %v", id, err)
 			return
 		}
 	}
 	_ = w.stream.DeleteMsg(ctx, a.StreamSeq)
-}
-
-// failed is the result of a task that was not run.
-func failed(err error) *result.Result {
-	return &result.Result{Error: err.Error(), Files: map[string]result.File{},
-		Network: result.Network{Allowed: []result.Allowed{}, Denied: []result.Denied{}}}
 }

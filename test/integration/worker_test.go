@@ -579,8 +579,8 @@ func TestWorkerSlotsBoundSandboxes(t *testing.T) {
 // once; a task whose result is already stored is acked without running;
 // a task failing on the host ends after max_deliver with an error result
 // naming the deliveries; a policy refusal is the result at once and is
-// never delivered again; and submit and result print results with run's
-// exit codes.
+// never delivered again; neither has exit_code 0; and submit and result
+// print results with run's exit codes.
 func TestWorkerDeliverySemantics(t *testing.T) {
 	ns := startNATS(t)
 	w := startWorker(t, map[string]any{"nats": []string{ns.url()}, "slots": 2, "max_deliver": 3})
@@ -650,6 +650,12 @@ func TestWorkerDeliverySemantics(t *testing.T) {
 	}
 	if n := w.runs()[taskHash(refused)]; n != 0 {
 		t.Errorf("refused-1 ran %d times", n)
+	}
+	// Neither run, and exit_code says so as submit's exit status does.
+	for name, res := range map[string]*result.Result{"refused-1": res, "poison-1": got["poison-1"]} {
+		if res.ExitCode != result.ExitSetup {
+			t.Errorf("%s: exit_code %d, want %d", name, res.ExitCode, result.ExitSetup)
+		}
 	}
 
 	// The CLI: submit waits and exits as run would; --no-wait prints the
