@@ -15,6 +15,7 @@ import (
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runner"
+	"github.com/agentrun/agentrun/internal/session"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/runtime/backend"
 )
@@ -229,6 +230,13 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 			// Killed at shutdown: another worker runs it now.
 			stopAlive()
 			_ = msg.Nak()
+			return
+		case errors.Is(res.Err, session.ErrNotFound):
+			// keep_workspace on a session that does not exist: the
+			// task's fault, the same on every host: its answer, never
+			// retried.
+			w.finish(ctx, msg, id, res)
+			stopAlive()
 			return
 		case int(meta.NumDelivered) < w.wc.MaxDeliver:
 			// A host failure: maybe this host's only; back off and let

@@ -578,9 +578,10 @@ func TestWorkerSlotsBoundSandboxes(t *testing.T) {
 // TestWorkerDeliverySemantics: a task published twice with one id runs
 // once; a task whose result is already stored is acked without running;
 // a task failing on the host ends after max_deliver with an error result
-// naming the deliveries; a policy refusal is the result at once and is
-// never delivered again; neither has exit_code 0; and submit and result
-// print results with run's exit codes.
+// naming the deliveries; a policy refusal and a kept session that does
+// not exist are the result at once and are never delivered again; none
+// of these has exit_code 0; and submit and result print results with
+// run's exit codes.
 func TestWorkerDeliverySemantics(t *testing.T) {
 	ns := startNATS(t)
 	w := startWorker(t, map[string]any{"nats": []string{ns.url()}, "slots": 2, "max_deliver": 3})
@@ -656,6 +657,20 @@ func TestWorkerDeliverySemantics(t *testing.T) {
 		if res.ExitCode != result.ExitSetup {
 			t.Errorf("%s: exit_code %d, want %d", name, res.ExitCode, result.ExitSetup)
 		}
+	}
+
+	// keep_workspace on a session that was never made: the task's fault,
+	// answered at once, delivered once.
+	before = b.consumer().Delivered.Consumer
+	nosession := `{"id":"nosession-1","session":"ss-00000000000000000000000000000000","keep_workspace":true,"command":["true"]}`
+	b.publish("nosession-1", nosession)
+	res = b.results([]string{"nosession-1"}, 10*time.Second)["nosession-1"]
+	if !strings.Contains(res.Error, "no such session") || strings.Contains(res.Error, "deliveries") || res.ExitCode != result.ExitSetup {
+		t.Errorf("nosession-1: exit_code %d, error %q", res.ExitCode, res.Error)
+	}
+	time.Sleep(500 * time.Millisecond) // five retry delays
+	if d := b.consumer().Delivered.Consumer - before; d != 1 {
+		t.Errorf("nosession-1 delivered %d times, want 1", d)
 	}
 
 	// The CLI: submit waits and exits as run would; --no-wait prints the
