@@ -8,6 +8,8 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -176,7 +178,7 @@ func (s *Store) ReadFile(id, name string) ([]byte, error) {
 		// O_NONBLOCK: a fifo never blocks the open.
 		f, err := root.OpenFile(name, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 		if err != nil {
-			return fmt.Errorf("%w: %q: %v", ErrBadPath, name, reason(err))
+			return fmt.Errorf("%w: %q: %s", ErrBadPath, name, why(root, name, err))
 		}
 		defer f.Close()
 		st, err := f.Stat()
@@ -209,7 +211,7 @@ func (s *Store) WriteFile(id, name string, r io.Reader) error {
 	return s.withRoot(id, func(root *os.Root) error {
 		if dir := path.Dir(name); dir != "." {
 			if err := root.MkdirAll(dir, 0o755); err != nil {
-				return fmt.Errorf("%w: %q: %v", ErrBadPath, dir, reason(err))
+				return fmt.Errorf("%w: %q: %s", ErrBadPath, dir, why(root, dir, err))
 			}
 			for d := dir; d != "."; d = path.Dir(d) {
 				if err := root.Lchown(d, s.uid, s.gid); err != nil {
@@ -218,11 +220,11 @@ func (s *Store) WriteFile(id, name string, r io.Reader) error {
 			}
 		}
 		if err := root.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("%w: %q: %v", ErrBadPath, name, reason(err))
+			return fmt.Errorf("%w: %q: %s", ErrBadPath, name, why(root, name, err))
 		}
 		f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o644)
 		if err != nil {
-			return fmt.Errorf("%w: %q: %v", ErrBadPath, name, reason(err))
+			return fmt.Errorf("%w: %q: %s", ErrBadPath, name, why(root, name, err))
 		}
 		n, err := io.Copy(f, io.LimitReader(r, MaxFileBytes+1))
 		if err == nil && n > MaxFileBytes {
@@ -245,11 +247,40 @@ func (s *Store) WriteFile(id, name string, r io.Reader) error {
 	})
 }
 
-// reason is err without the path a PathError repeats.
-func reason(err error) string {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err.Error()
+// why says, in the client's terms, why name could not be opened or made
+// in the session: a symbolic link on its way or at its end (never
+// followed), a file where a directory should be, nothing there. It names
+// the session's paths only, never a host path or a system call.
+func why(root *os.Root, name string, err error) string {
+	parts := strings.Split(name, "/")
+	var last fs.FileInfo // name's own, when it exists
+walk:
+	for i := range parts {
+		sub := path.Join(parts[:i+1]...)
+		fi, lerr := root.Lstat(sub)
+		last = fi
+		switch {
+		case errors.Is(lerr, fs.ErrNotExist) && i < len(parts)-1:
+			return fmt.Sprintf("directory %q does not exist", sub)
+		case lerr != nil:
+			break walk // err says why, below
+		case fi.Mode()&fs.ModeSymlink != 0:
+			return fmt.Sprintf("%q is a symbolic link, which is never followed", sub)
+		case i < len(parts)-1 && !fi.IsDir():
+			return fmt.Sprintf("%q is not a directory", sub)
+		}
 	}
-	return err.Error()
+	var errno syscall.Errno
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "no such file"
+	case errors.Is(err, fs.ErrExist) && last != nil && !last.IsDir():
+		// Making directories: a file has the name.
+		return fmt.Sprintf("%q is not a directory", name)
+	case errors.Is(err, fs.ErrExist):
+		return "something else is in its place"
+	case errors.As(err, &errno):
+		return errno.Error()
+	}
+	return "it cannot be reached in the session"
 }

@@ -3,6 +3,7 @@ package integration
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentrun/agentrun/internal/session"
 )
 
 // mountLikeACrash mounts session id's disk at its host-side mount point
@@ -271,4 +274,46 @@ func loopsBackedUnder(dir string) []string {
 		}
 	}
 	return out
+}
+
+// TestSessionFileRefusalsSayWhy: a file access through what a program left
+// in its session (a symbolic link out, a file where a directory should be)
+// is refused with words about the session's own paths, never an
+// operation's name, os.Root's "path escapes from parent" or a host path.
+func TestSessionFileRefusalsSayWhy(t *testing.T) {
+	cfg := sessionCfg(t, "libcontainer", "16m")
+	r, id := newSession(t, cfg)
+	mustOK(t, runSession(t, r, cfg, id, `import os
+os.makedirs("d")
+os.symlink("/etc", "d/etclink")
+os.symlink("../../..", "up")
+open("f", "w").write("x")`, nil))
+	st := r.Sessions()
+	write := func(name string) error { return st.WriteFile(id, name, strings.NewReader("x")) }
+	read := func(name string) error { _, err := st.ReadFile(id, name); return err }
+	for _, c := range []struct {
+		what, name string
+		do         func(string) error
+		want       string
+	}{
+		{"write through a link out", "d/etclink/x", write, `"d/etclink" is a symbolic link, which is never followed`},
+		{"read through a link out", "d/etclink/passwd", read, `"d/etclink" is a symbolic link, which is never followed`},
+		{"read through a link up", "up/x", read, `"up" is a symbolic link, which is never followed`},
+		{"read of a link", "up", read, `"up" is a symbolic link, which is never followed`},
+		{"write under a file", "f/x", write, `"f" is not a directory`},
+		{"read under a missing directory", "nope/x", read, `directory "nope" does not exist`},
+		{"read of a missing file", "nope", read, "no such file"},
+	} {
+		err := c.do(c.name)
+		if !errors.Is(err, session.ErrBadPath) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v; want %q", c.what, err, c.want)
+			continue
+		}
+		for _, bad := range []string{"escapes", "openat", "mkdirat", "statat", stateDir, "/etc/"} {
+			if strings.Contains(err.Error(), bad) {
+				t.Errorf("%s: %v: says %q", c.what, err, bad)
+			}
+		}
+	}
+	assertNoLeaks(t)
 }
