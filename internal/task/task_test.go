@@ -330,6 +330,8 @@ func TestResolveBrokenConfig(t *testing.T) {
 	}
 }
 
+// TestLocalImageUnderPolicy: a local image is refused outside
+// policy.local_images, by a refusal that names the key, not its directories.
 func TestLocalImageUnderPolicy(t *testing.T) {
 	cfg := config.Default()
 	cfg.Policy.LocalImages = []string{"/srv/images"}
@@ -348,6 +350,10 @@ func TestLocalImageUnderPolicy(t *testing.T) {
 		}
 		if err != nil && !errors.Is(err, ErrPolicy) {
 			t.Errorf("image %q: %v is not a policy refusal", ref, err)
+		}
+		// The refusal names the config key, never the host's directories.
+		if err != nil && strings.Contains(err.Error(), `"/srv/images"`) {
+			t.Errorf("image %q: %v names the host's directories", ref, err)
 		}
 	}
 }
