@@ -174,10 +174,23 @@ type Sessions struct {
 // RunUIDs is the range of host ids that sandboxes run as: each sandbox
 // takes one id, as its uid and gid, for its whole life, so that the
 // kernel's per-user limits are its own. No host user or group may hold
-// an id of the range.
+// an id of the range. Dir is where the ids are reserved: one dir for every
+// agentrun of the host, whatever its state dir (uidpool.DefaultDir), so
+// that two of them never give one id to two sandboxes; another dir suits
+// only a range no other agentrun of the host uses (a test suite's).
 type RunUIDs struct {
-	First int64 `json:"first"`
-	Count int64 `json:"count"`
+	First int64  `json:"first"`
+	Count int64  `json:"count"`
+	Dir   string `json:"dir"`
+}
+
+// ReservationsDir is where the ids are reserved: Dir, or
+// uidpool.DefaultDir when Dir is "".
+func (r RunUIDs) ReservationsDir() string {
+	if r.Dir == "" {
+		return uidpool.DefaultDir
+	}
+	return r.Dir
 }
 
 // Config is agentrun's host configuration. Image, Language, Limits, Env and
@@ -273,7 +286,7 @@ func Default() *Config {
 		// Under /run/agentrun, which holds the socket and which the
 		// agentrun group may enter; the state dir itself is root's alone.
 		StateDir: "/run/agentrun/state",
-		RunUIDs:  RunUIDs{First: uidpool.DefaultFirst, Count: uidpool.DefaultCount},
+		RunUIDs:  RunUIDs{First: uidpool.DefaultFirst, Count: uidpool.DefaultCount, Dir: uidpool.DefaultDir},
 		Audit:    "/var/log/agentrun/audit.jsonl",
 	}
 }

@@ -70,6 +70,9 @@ func (c *Config) Validate() error {
 	if err := uidpool.Check(c.RunUIDs.First, c.RunUIDs.Count); err != nil {
 		return fieldErr("run_uids", err)
 	}
+	if c.RunUIDs.Dir != "" && !isCleanAbs(c.RunUIDs.Dir) {
+		return fieldErr("run_uids.dir", fmt.Errorf("%q is not a clean absolute path (where every agentrun of the host reserves ids, %s)", c.RunUIDs.Dir, uidpool.DefaultDir))
+	}
 	if n, err := ParseSize(c.StoreMax); err != nil || n <= 0 {
 		return fieldErr("store_max_size", fmt.Errorf("%q: want a size such as \"20g\"", c.StoreMax))
 	}

@@ -351,10 +351,15 @@ func checkBinarySeal(cfg *config.Config) Check {
 	return c
 }
 
-// checkRunUIDs: no host user or group holds an id that sandboxes run as.
+// checkRunUIDs: no host user or group holds an id that sandboxes run as,
+// and where the ids are reserved: host-wide, or in a dir of this config's
+// own, where another agentrun of the host does not see them.
 func checkRunUIDs(cfg *config.Config) Check {
 	c := Check{Name: "run uids"}
 	r := fmt.Sprintf("%d to %d", cfg.RunUIDs.First, cfg.RunUIDs.First+cfg.RunUIDs.Count-1)
+	dir := cfg.RunUIDs.ReservationsDir()
+	held, _ := os.ReadDir(dir)
+	where := fmt.Sprintf("reserved in %s (%d held)", dir, len(held))
 	names, err := uidpool.HostNames(cfg.RunUIDs.First, cfg.RunUIDs.Count, "/etc/passwd", "/etc/group")
 	switch {
 	case err != nil:
@@ -362,8 +367,13 @@ func checkRunUIDs(cfg *config.Config) Check {
 	case len(names) > 0:
 		c.Status, c.Detail = Fail, "ids "+r+" are held by "+strings.Join(names, ", ")
 		c.Fix = "set config key run_uids to a range no host user or group holds"
+	case dir != uidpool.DefaultDir:
+		c.Status = Warn
+		c.Detail = "ids " + r + ": no host user or group holds one; " + where + ", not host-wide in " + uidpool.DefaultDir +
+			": another agentrun of this host whose range overlaps this one may give one id to two sandboxes"
+		c.Fix = "leave config key run_uids.dir unset, or give this agentrun a range no other uses"
 	default:
-		c.Status, c.Detail = OK, "ids "+r+": no host user or group holds one"
+		c.Status, c.Detail = OK, "ids "+r+": no host user or group holds one; "+where+", host-wide: every agentrun of this host reserves there, whatever its state_dir"
 	}
 	return c
 }

@@ -89,9 +89,13 @@ func (r *Runner) gcRuns() ([]string, error) {
 	// A uid is reserved by a run (uidpool) from just after its run dir is
 	// made to just before it is removed: one whose run dir is gone
 	// belonged to a run cleaned above, or to an agentrun that died in
-	// between, and no process runs as it any more.
-	if _, err := r.uids.Reclaim(func(id string) bool {
-		_, err := os.Lstat(filepath.Join(r.runsDir, id))
+	// between, and no process runs as it any more. The reservations of
+	// the host's other state dirs are theirs to reclaim.
+	if _, err := r.uids.Reclaim(func(owner string) bool {
+		if filepath.Dir(owner) != r.runsDir {
+			return false
+		}
+		_, err := os.Lstat(owner)
 		return errors.Is(err, fs.ErrNotExist)
 	}); err != nil {
 		errs = append(errs, err)

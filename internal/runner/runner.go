@@ -83,7 +83,7 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 		return nil, err
 	}
 	r.sessions.OnDeadRuns(r.reclaimRuns)
-	if r.uids, err = uidpool.Open(filepath.Join(cfg.StateDir, "uids"), cfg.RunUIDs.First, cfg.RunUIDs.Count); err != nil {
+	if r.uids, err = uidpool.Open(cfg.RunUIDs.ReservationsDir(), cfg.RunUIDs.First, cfg.RunUIDs.Count); err != nil {
 		return nil, fmt.Errorf("run_uids: %w", err)
 	}
 	if r.nets, err = netns.NewPool(netns.DefaultCIDR); err != nil {
@@ -406,12 +406,14 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	// Its own uid and gid, so that no other run shares its per-user
 	// kernel limits; given back once all else is gone but the run dir,
 	// whose lock keeps gc off it until then.
-	uid, err := r.uids.Take(id)
+	// The reservation names the run dir: its state dir's gc is the one
+	// that may reclaim it.
+	uid, err := r.uids.Take(dir)
 	if err != nil {
 		return nil, fmt.Errorf("run_uids: %w", err)
 	}
 	sb.uid = int(uid)
-	sb.undo.Add(func() error { return r.uids.Free(uid, id) })
+	sb.undo.Add(func() error { return r.uids.Free(uid, dir) })
 
 	// The image stays in the store while the sandbox lives (a pooled one
 	// outlives the Get that found its image).

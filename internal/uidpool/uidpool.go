@@ -4,13 +4,19 @@
 // pipe buffer pages, processes) are each run's own instead of shared by
 // every run on the host.
 //
-// A reservation is a symlink <dir>/<uid> whose target is the owner's name
-// (a run id). Making it is atomic (symlink fails when the name exists), so
-// concurrent agentrun processes never get the same id. It outlives its
-// process on purpose: after a crash the dead run's processes may still
-// run as that uid until gc has killed them, so a reservation is only
-// given back by its owner (Free, once its sandbox is torn down) or by gc
-// (Reclaim, once the owner is known dead and cleaned).
+// A reservation is a symlink <dir>/<uid> whose target is the owner's name:
+// the absolute path of a run's dir, which says both the run and the state
+// dir of the agentrun that made it. Making it is atomic (symlink fails when
+// the name exists), so concurrent agentrun processes never get the same
+// id. The reservations live in one directory for the whole host (DefaultDir,
+// config key run_uids.dir), whatever each agentrun's state dir: serve and
+// a worker, or two services with state dirs of their own, never give one
+// id to two sandboxes at once, even when their ranges overlap. A
+// reservation outlives its process on purpose: after a crash the dead
+// run's processes may still run as that uid until gc has killed them, so
+// a reservation is only given back by its owner (Free, once its sandbox
+// is torn down) or by the gc of the owner's state dir (Reclaim, once the
+// owner is known dead and cleaned), never by another agentrun's.
 package uidpool
 
 import (
@@ -33,6 +39,11 @@ const (
 	DefaultCount = 65536
 )
 
+// DefaultDir is where every agentrun of the host reserves its ids, unless
+// its config names another dir (run_uids.dir): a test suite's, say, whose
+// ranges no service of the host uses.
+const DefaultDir = "/run/agentrun/uids"
+
 // MaxID is the highest id a range may hold: (uid_t)-1 means "no change"
 // to chown and setresuid.
 const MaxID = 1<<32 - 2
@@ -47,12 +58,16 @@ type Pool struct {
 }
 
 // Open returns the pool of ids first .. first+count-1, whose reservations
-// live in dir (created 0700).
+// live in dir (created 0700; its missing parents 0755, as /run/agentrun,
+// which holds serve's socket, is).
 func Open(dir string, first, count int64) (*Pool, error) {
 	if err := Check(first, count); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return nil, fmt.Errorf("creating uid reservations dir: %w", err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("creating uid reservations dir: %w", err)
 	}
 	return &Pool{dir: dir, first: uint32(first), count: uint32(count)}, nil
@@ -76,13 +91,16 @@ func Check(first, count int64) error {
 // Contains reports whether id is in the range.
 func (p *Pool) Contains(id uint32) bool { return id >= p.first && id-p.first < p.count }
 
-// Take reserves a free id for owner (a name without '/') and returns it;
-// the id serves as both uid and gid. The search starts at a random place
-// in the range, so that ids are seldom reused at once and concurrent
-// takers seldom meet.
+// Dir is where the pool's reservations live.
+func (p *Pool) Dir() string { return p.dir }
+
+// Take reserves a free id for owner (a run's dir: an absolute, clean
+// path) and returns it; the id serves as both uid and gid. The search
+// starts at a random place in the range, so that ids are seldom reused at
+// once and concurrent takers seldom meet.
 func (p *Pool) Take(owner string) (uint32, error) {
-	if owner == "" || filepath.Base(owner) != owner {
-		return 0, fmt.Errorf("uid owner %q is not a plain name", owner)
+	if !filepath.IsAbs(owner) || filepath.Clean(owner) != owner {
+		return 0, fmt.Errorf("uid owner %q is not a clean absolute path", owner)
 	}
 	var b [4]byte
 	rand.Read(b[:])

@@ -22,7 +22,7 @@ func TestTakeConcurrent(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 64 {
 		wg.Go(func() {
-			owner := fmt.Sprintf("ar-%d", i)
+			owner := fmt.Sprintf("/run/agentrun/state/runs/ar-%d", i)
 			id, err := p.Take(owner)
 			if err != nil {
 				t.Error(err)
@@ -42,7 +42,7 @@ func TestTakeConcurrent(t *testing.T) {
 			t.Errorf("id %d outside 100000+64", id)
 		}
 	}
-	if _, err := p.Take("ar-late"); !errors.Is(err, ErrExhausted) {
+	if _, err := p.Take("/run/agentrun/state/runs/ar-late"); !errors.Is(err, ErrExhausted) {
 		t.Errorf("Take with the range full: %v", err)
 	}
 	held, err := p.Held()
@@ -63,20 +63,20 @@ func TestFreeOnlyOwner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := p.Take("ar-a")
+	id, err := p.Take("/s/runs/ar-a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Free(id, "ar-b"); err != nil {
+	if err := p.Free(id, "/s/runs/ar-b"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Take("ar-b"); !errors.Is(err, ErrExhausted) {
+	if _, err := p.Take("/s/runs/ar-b"); !errors.Is(err, ErrExhausted) {
 		t.Fatalf("Free by another owner freed the id: %v", err)
 	}
-	if err := p.Free(id, "ar-a"); err != nil {
+	if err := p.Free(id, "/s/runs/ar-a"); err != nil {
 		t.Fatal(err)
 	}
-	if again, err := p.Take("ar-b"); err != nil || again != id {
+	if again, err := p.Take("/s/runs/ar-b"); err != nil || again != id {
 		t.Fatalf("Take after Free: %d, %v", again, err)
 	}
 }
@@ -89,19 +89,56 @@ func TestReclaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	owners := map[string]uint32{}
-	for _, o := range []string{"ar-live", "ar-dead1", "ar-dead2"} {
+	for _, o := range []string{"/s/runs/ar-live", "/s/runs/ar-dead1", "/s/runs/ar-dead2"} {
 		if owners[o], err = p.Take(o); err != nil {
 			t.Fatal(err)
 		}
 	}
 	os.WriteFile(filepath.Join(dir, "junk"), nil, 0o600) // not a reservation: ignored
-	freed, err := p.Reclaim(func(o string) bool { return o != "ar-live" })
+	freed, err := p.Reclaim(func(o string) bool { return o != "/s/runs/ar-live" })
 	if err != nil || len(freed) != 2 {
 		t.Fatalf("Reclaim: %v, %v", freed, err)
 	}
 	held, _ := p.Held()
-	if len(held) != 1 || held[owners["ar-live"]] != "ar-live" {
+	if len(held) != 1 || held[owners["/s/runs/ar-live"]] != "/s/runs/ar-live" {
 		t.Fatalf("after Reclaim: %v", held)
+	}
+}
+
+// TestSharedDir: two agentrun processes with state dirs of their own and
+// one range (a one-id range here) reserve in one dir: the second gets no
+// id while the first holds it, and the gc of the second's state dir never
+// frees the first's reservation.
+func TestSharedDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "agentrun", "uids")
+	a, err := Open(dir, 100000, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(dir, 100000, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(filepath.Dir(dir)); err != nil || st.Mode().Perm() != 0o755 {
+		t.Errorf("the reservations dir's parent: %v, %v; want 0755", st.Mode(), err)
+	}
+	id, err := a.Take("/run/serve/runs/ar-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.Take("/run/worker/runs/ar-2"); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("the second state dir got id %d (%v) while the first holds %d", got, err, id)
+	}
+	// The worker's gc: only its own runs can be dead to it.
+	freed, err := b.Reclaim(func(o string) bool { return filepath.Dir(o) == "/run/worker/runs" })
+	if err != nil || len(freed) != 0 {
+		t.Errorf("the second's gc freed %v (%v)", freed, err)
+	}
+	if err := a.Free(id, "/run/serve/runs/ar-1"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.Take("/run/worker/runs/ar-2"); err != nil || got != id {
+		t.Errorf("Take once free: %d, %v", got, err)
 	}
 }
 
@@ -123,8 +160,10 @@ func TestCheck(t *testing.T) {
 			t.Errorf("Check(%d, %d) = %v", c.first, c.count, err)
 		}
 	}
-	if _, err := (&Pool{}).Take("a/b"); err == nil {
-		t.Error("Take of an owner with a slash")
+	for _, owner := range []string{"ar-1", "runs/ar-1", "/s/runs/../ar-1", ""} {
+		if _, err := (&Pool{}).Take(owner); err == nil {
+			t.Errorf("Take of owner %q, not a clean absolute path", owner)
+		}
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/internal/uidpool"
+	"github.com/agentrun/agentrun/test/testenv"
 )
 
 // heldRun is a run going on in the background, past a line it printed.
@@ -114,18 +115,33 @@ func parseIDs(t *testing.T, out string) uint32 {
 	return 0
 }
 
-// reservations lists the uid reservations in the suite's state dir.
+// reservations lists the uids reserved by runs of the suite's state dir,
+// among the host's reservations (uidpool.DefaultDir).
 func reservations(t *testing.T) []string {
 	t.Helper()
-	ents, err := os.ReadDir(filepath.Join(stateDir, "uids"))
+	var names []string
+	for uid := range reservedBy(t, stateDir) {
+		names = append(names, uid)
+	}
+	return names
+}
+
+// reservedBy maps the uids reserved by runs of state dir sd, among the
+// host's reservations, to their run ids.
+func reservedBy(t *testing.T, sd string) map[string]string {
+	t.Helper()
+	ents, err := os.ReadDir(uidpool.DefaultDir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
 	}
-	var names []string
+	held := map[string]string{}
 	for _, e := range ents {
-		names = append(names, e.Name())
+		owner, err := os.Readlink(filepath.Join(uidpool.DefaultDir, e.Name()))
+		if err == nil && filepath.Dir(owner) == filepath.Join(sd, "runs") {
+			held[e.Name()] = filepath.Base(owner)
+		}
 	}
-	return names
+	return held
 }
 
 // TestRunUIDsDistinct: two runs at once run as two different uids (and
@@ -184,6 +200,56 @@ func TestRunUIDsExhausted(t *testing.T) {
 	}
 	a.end()
 	mustOK(t, r.Run(context.Background(), loadPlan(t, cfg, idsLine, nil)))
+	assertNoLeaks(t)
+}
+
+// TestRunUIDsTwoStateDirs: two agentrun processes with state dirs of
+// their own (serve and a worker, say) and one range of one id: while a
+// run of the first holds the id, a run of the second is refused (it got
+// the same id, its reservations being its own state dir's), and the
+// second's gc leaves the first's reservation alone. Once the first run
+// has ended, the second runs as that id.
+func TestRunUIDsTwoStateDirs(t *testing.T) {
+	cfgA := testConfig(t)
+	cfgA.RunUIDs = config.RunUIDs{First: 3000000000, Count: 1}
+	cfgB := *cfgA
+	cfgB.StateDir = filepath.Join(t.TempDir(), "state")
+	rA, err := runner.New(cfgA, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rB, err := runner.New(&cfgB, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := idsLine + "print('up', flush=True)\nimport time\ntime.sleep(60)\n"
+	a := holdRun(t, rA, loadPlan(t, cfgA, code, map[string]any{"limits": map[string]any{"timeout": "60s"}}), "up")
+	if uid := parseIDs(t, a.out); uid != 3000000000 {
+		t.Fatalf("run A ran as %d", uid)
+	}
+	res := rB.Run(context.Background(), loadPlan(t, &cfgB, idsLine, nil))
+	if !strings.Contains(res.Error, "run_uids") || !strings.Contains(res.Error, "every id of the range is in use") {
+		t.Errorf("run of the second state dir while the first holds the range's one id: exit %d, error %q, stdout %q",
+			res.ExitCode, res.Error, res.Stdout)
+	}
+	if _, err := rB.GC(); err != nil {
+		t.Errorf("gc of the second state dir: %v", err)
+	}
+	if held := reservedBy(t, stateDir); len(held) != 1 {
+		t.Errorf("the first state dir's reservations after the second's gc: %v", held)
+	}
+	a.end()
+	res = rB.Run(context.Background(), loadPlan(t, &cfgB, idsLine, nil))
+	mustOK(t, res)
+	if uid := parseIDs(t, res.Stdout); uid != 3000000000 {
+		t.Errorf("run B ran as %d", uid)
+	}
+	if leaks := testenv.StateLeaks(cfgB.StateDir, ""); len(leaks) > 0 {
+		t.Errorf("the second state dir: %v", leaks)
+	}
+	if held := reservedBy(t, cfgB.StateDir); len(held) != 0 {
+		t.Errorf("the second state dir's reservations: %v", held)
+	}
 	assertNoLeaks(t)
 }
 
@@ -347,11 +413,7 @@ func TestRunUIDsGCAfterSIGKILL(t *testing.T) {
 // its workspace, and gives the uid back once torn down.
 func TestRunUIDsPooled(t *testing.T) {
 	p := newPooled(t, 2, pyTask("pass", nil))
-	held := map[string]string{} // uid -> run id
-	for _, name := range reservations(t) {
-		owner, _ := os.Readlink(filepath.Join(stateDir, "uids", name))
-		held[name] = owner
-	}
+	held := reservedBy(t, stateDir) // uid -> run id
 	if len(held) != 2 {
 		t.Fatalf("reservations of a pool of 2: %v", held)
 	}
@@ -360,7 +422,7 @@ func TestRunUIDsPooled(t *testing.T) {
 	if held[uid] != res.ID {
 		t.Errorf("the pooled run %s ran as uid %s; the pool's reservations were %v", res.ID, uid, held)
 	}
-	if owner, err := os.Readlink(filepath.Join(stateDir, "uids", uid)); err == nil && owner == res.ID {
+	if reservedBy(t, stateDir)[uid] == res.ID {
 		t.Errorf("uid %s still reserved for %s after its run", uid, res.ID)
 	}
 }

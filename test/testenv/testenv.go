@@ -121,13 +121,17 @@ func StateLeaks(stateDir, live string) []string {
 			leaks = append(leaks, "runsc state: "+e.Name())
 		}
 	}
-	// Reservations of sandbox uids (internal/uidpool), and processes
-	// still running as one of the default range.
+	// Reservations of sandbox uids by runs of this state dir, among the
+	// host's (internal/uidpool), and processes still running as one of
+	// the default range.
 	liveUID := ""
-	uids, _ := os.ReadDir(filepath.Join(stateDir, "uids"))
+	uids, _ := os.ReadDir(uidpool.DefaultDir)
 	for _, e := range uids {
-		owner, _ := os.Readlink(filepath.Join(stateDir, "uids", e.Name()))
-		if live != "" && owner == live {
+		owner, _ := os.Readlink(filepath.Join(uidpool.DefaultDir, e.Name()))
+		if filepath.Dir(owner) != filepath.Join(stateDir, "runs") {
+			continue // another agentrun's
+		}
+		if live != "" && filepath.Base(owner) == live {
 			liveUID = e.Name()
 			continue
 		}
