@@ -6,8 +6,9 @@
 // the host file never grows past its size. It is mounted (loop device with
 // autoclear, nosuid,nodev,noexec) only while a run or a host-side file
 // access holds the session's lock, so that nothing stays mounted between
-// runs and a crash leaves at most a mount that gc removes; the loop device
-// goes with its last mount. Hardlinks cannot reach outside the image, since
+// runs and a crash leaves at most a mount that gc, or the session's next
+// access, removes (a run's mount with its container, through OnDeadRuns);
+// the loop device goes with its last mount. Hardlinks cannot reach outside the image, since
 // it is a file system of its own.
 //
 // The lock is an OFD lock on the session's lock file, taken without waiting: a
