@@ -6,6 +6,7 @@
 //	GET  /ui/approvals       the approvals page (server.approvals.page)
 //	GET  /healthz            runs going on and waiting, and the warm pool
 //	GET  /metrics            the same and more, in the Prometheus text format
+//	GET  /v1/openapi.json    the API's OpenAPI 3.1 document (openapi.json)
 //
 // Runs are admitted under a global concurrency cap with a bounded queue,
 // and per-session quotas (runs per minute, concurrent runs); a run whose
@@ -117,6 +118,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/v1/runs/{run}/approvals/{id}", only(s.postApproval, http.MethodPost))
 	mux.HandleFunc("/healthz", only(s.healthz, http.MethodGet, http.MethodHead))
 	mux.HandleFunc("/metrics", only(s.serveMetrics, http.MethodGet, http.MethodHead))
+	mux.HandleFunc("/v1/openapi.json", only(serveOpenAPI, http.MethodGet))
 	s.routeSessions(mux)
 	s.routeUI(mux)
 	for pattern, h := range s.extra {
