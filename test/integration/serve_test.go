@@ -148,6 +148,8 @@ func (s *served) log() string {
 	return s.stderr.String()
 }
 
+// do sends a request with the token and reads the answer, which must be
+// one the OpenAPI document describes.
 func (s *served) do(method, path, body string) (*http.Response, []byte) {
 	s.t.Helper()
 	req, err := http.NewRequest(method, s.base+path, strings.NewReader(body))
@@ -166,6 +168,7 @@ func (s *served) do(method, path, body string) (*http.Response, []byte) {
 	if err != nil {
 		s.t.Fatal(err)
 	}
+	checkAnswer(s.t, method, req.URL.Path, resp, b)
 	return resp, b
 }
 

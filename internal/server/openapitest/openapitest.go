@@ -153,7 +153,13 @@ func (d *Doc) Check(method, path string, status int, h http.Header, body []byte)
 		if status != http.StatusMethodNotAllowed {
 			return fmt.Errorf("%s %s: status %d for a method the document does not have at %s; want 405", method, path, status, tmpl)
 		}
-		return d.checkResponse(method, path, "/components/responses/MethodNotAllowed", h, body)
+		// A path may say how it refuses other methods, as /mcp does.
+		ptr := "/components/responses/MethodNotAllowed"
+		if alt, ok := item["x-method-not-allowed"].(map[string]any); ok {
+			ref, _ := alt["$ref"].(string)
+			ptr = strings.TrimPrefix(ref, "#")
+		}
+		return d.checkResponse(method, path, ptr, h, body)
 	}
 	op := "/paths/" + escape(tmpl) + "/" + strings.ToLower(method) + "/responses/"
 	code := strconv.Itoa(status)

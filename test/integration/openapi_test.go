@@ -1,0 +1,362 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentrun/agentrun/internal/server"
+	"github.com/agentrun/agentrun/internal/server/openapitest"
+	"github.com/agentrun/agentrun/proxy/proxytest"
+)
+
+// apiDoc is serve's OpenAPI document, which every answer served.do gets
+// is checked against.
+var apiDoc = sync.OnceValues(openapitest.Load)
+
+// checkAnswer fails t when the answer to method on path is not one the
+// OpenAPI document describes.
+func checkAnswer(t testing.TB, method, path string, resp *http.Response, body []byte) {
+	t.Helper()
+	d, err := apiDoc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Check(method, path, resp.StatusCode, resp.Header, body); err != nil {
+		t.Errorf("answer not as the OpenAPI document says: %v", err)
+	}
+}
+
+// request sends method path with the token and the headers hdr, and
+// returns the answer, checked against the OpenAPI document. With headOnly
+// it reads no body (an endless event stream), and closes it.
+func (s *served) request(method, path string, body io.Reader, hdr map[string]string, headOnly bool) (*http.Response, []byte) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, s.base+path, body)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if s.token != "" {
+		req.Header.Set("Authorization", "Bearer "+s.token)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	var b []byte
+	if !headOnly {
+		if b, err = io.ReadAll(resp.Body); err != nil {
+			s.t.Fatalf("%s %s: %v", method, path, err)
+		}
+	}
+	checkAnswer(s.t, method, req.URL.Path, resp, b)
+	return resp, b
+}
+
+// streamEvents posts task with ?stream=1 and the token, calls on with
+// each event as it comes, and checks the whole answer against the
+// document.
+func (s *served) streamEvents(task string, on func(server.Event)) {
+	s.t.Helper()
+	req, err := http.NewRequest("POST", s.base+"/v1/runs?stream=1", strings.NewReader(task))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var all bytes.Buffer
+	sc := bufio.NewScanner(io.TeeReader(resp.Body, &all))
+	sc.Buffer(nil, 16<<20)
+	for sc.Scan() {
+		var ev server.Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			s.t.Fatalf("stream line %q: %v", sc.Text(), err)
+		}
+		on(ev)
+	}
+	checkAnswer(s.t, "POST", "/v1/runs", resp, all.Bytes())
+}
+
+// TestServeOpenAPI sends every endpoint of a real serve each answer it
+// can give in a test, success and each kind of refusal, and checks each
+// against the OpenAPI document it serves (served.do checks those of the
+// other serve tests too); every operation the document declares, and
+// every status of each, must have been seen, but for those listed with
+// why they cannot be made here.
+func TestServeOpenAPI(t *testing.T) {
+	in := proxytest.NewInternet(t)
+	cfg, _ := serviceServeConfig(t, in, "20s")
+	cfg["server"] = map[string]any{"listen": "tcp://127.0.0.1:0", "token": "0pen-api", "max_concurrent": 2, "queue": 0,
+		"quota": map[string]any{"runs_per_minute": 2, "concurrent": 0}}
+	cfg["policy"] = map[string]any{"local_images": []string{*imagesDir}, "registries": []string{"127.0.0.1:1"}}
+	cfg["sessions"] = map[string]any{"max": 2, "max_bytes": "16m"}
+	s := startServeWith(t, cfg)
+	doc, err := apiDoc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each run names its own session, apart from the quota's test: 2
+	// runs a minute each.
+	task := func(session string, fields map[string]any) string {
+		m := map[string]any{"code": "print(1)", "session": session}
+		for k, v := range fields {
+			m[k] = v
+		}
+		b, _ := json.Marshal(m)
+		return string(b)
+	}
+	expect := func(method, path, body string, want int) []byte {
+		t.Helper()
+		resp, b := s.request(method, path, strings.NewReader(body), nil, false)
+		if resp.StatusCode != want {
+			t.Errorf("%s %s %.100s: %d %.300s; want %d", method, path, body, resp.StatusCode, b, want)
+		}
+		return b
+	}
+
+	// The document, health and metrics; without the token, 401.
+	if b := expect("GET", "/v1/openapi.json", "", 200); !bytes.Equal(b, server.OpenAPI) {
+		t.Error("GET /v1/openapi.json is not the document")
+	}
+	expect("GET", "/healthz", "", 200)
+	expect("HEAD", "/healthz", "", 200)
+	expect("GET", "/metrics", "", 200)
+	expect("HEAD", "/metrics", "", 200)
+	s.token = ""
+	for _, op := range doc.Operations() {
+		method, path, _ := strings.Cut(op, " ")
+		path = strings.NewReplacer("{run}", "ar-1", "{id}", "x", "{path}", "a.txt").Replace(path)
+		expect(method, path, "", 401)
+	}
+	s.token = "0pen-api"
+	expect("GET", "/v1/nothing", "", 404)
+	expect("DELETE", "/v1/runs", "", 405)
+
+	// Runs: the result, streamed and not; each refusal.
+	expect("POST", "/v1/runs", task("ok", nil), 200)
+	var events []string
+	s.streamEvents(task("stream", map[string]any{"code": "import sys; print('out'); print('err', file=sys.stderr)"}), func(ev server.Event) {
+		events = append(events, ev.Event)
+	})
+	if !slices.Contains(events, "stdout") || !slices.Contains(events, "stderr") || events[len(events)-1] != "result" {
+		t.Errorf("streamed events %v", events)
+	}
+	expect("POST", "/v1/runs", task("e500", map[string]any{"code": nil, "command": []string{"/no/such/program"}}), 500)
+	expect("POST", "/v1/runs", task("", map[string]any{"limits": map[string]any{"memory": "lots"}}), 400)
+	expect("POST", "/v1/runs?stream=2", task("", nil), 400)
+	expect("POST", "/v1/runs", task("", map[string]any{"limits": map[string]any{"timeout": "1h"}}), 403)
+	expect("POST", "/v1/runs", task("e403", map[string]any{"image": "registry.example/x:1"}), 403)
+	expect("POST", "/v1/runs", task("e422", map[string]any{"image": "dir:" + filepath.Join(*imagesDir, "no-such", "rootfs")}), 422)
+	expect("POST", "/v1/runs", task("e502", map[string]any{"image": "127.0.0.1:1/x:1"}), 502)
+	expect("POST", "/v1/runs", task("ss-00000000000000000000000000000000", map[string]any{"keep_workspace": true}), 404)
+	for i, want := range []int{200, 200, 429} {
+		resp, b := s.request("POST", "/v1/runs", strings.NewReader(task("quota", nil)), nil, false)
+		if resp.StatusCode != want {
+			t.Errorf("quota run %d: %d %s; want %d", i, resp.StatusCode, b, want)
+		}
+	}
+	tooBig(t, s, doc)
+
+	// Sessions: two may exist; the third is refused.
+	var ids []string
+	for range 2 {
+		var made struct{ ID string }
+		json.Unmarshal(expect("POST", "/v1/sessions", "", 201), &made)
+		ids = append(ids, made.ID)
+	}
+	expect("POST", "/v1/sessions", "", 507)
+	sess := "/v1/sessions/" + ids[0]
+	expect("PUT", sess+"/files/in/a.txt", "hello", 204)
+	if b := expect("GET", sess+"/files/in/a.txt", "", 200); string(b) != "hello" {
+		t.Errorf("read back %q", b)
+	}
+	expect("GET", sess, "", 200)
+	expect("GET", sess+"/files/missing.txt", "", 400)
+	expect("PUT", sess+"/files/a%00b", "x", 400)
+	expect("PUT", sess+"/files/big", strings.Repeat("x", 16<<20+1), 413)
+	nobody := "/v1/sessions/ss-00000000000000000000000000000000"
+	expect("GET", nobody, "", 404)
+	expect("DELETE", nobody, "", 404)
+	expect("GET", nobody+"/files/a.txt", "", 404)
+	expect("PUT", nobody+"/files/a.txt", "x", 404)
+
+	// Busy: a run holds the session; a second run, the listing, the files
+	// and DELETE are refused; with a second slow run both run slots are
+	// taken and the next run is refused until they end.
+	var wg sync.WaitGroup
+	slow := func(session string, keep bool) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, b := s.request("POST", "/v1/runs", strings.NewReader(task(session, map[string]any{"code": "import time; time.sleep(4)", "keep_workspace": keep})), nil, false)
+			if resp.StatusCode != 200 {
+				t.Errorf("slow run: %d %s", resp.StatusCode, b)
+			}
+		}()
+	}
+	slow(ids[0], true)
+	waitSessionBusy(t, ids[0])
+	expect("POST", "/v1/runs", task(ids[0], map[string]any{"keep_workspace": true}), 409)
+	expect("GET", sess, "", 409)
+	expect("GET", sess+"/files/in/a.txt", "", 409)
+	expect("PUT", sess+"/files/in/a.txt", "x", 409)
+	expect("DELETE", sess, "", 409)
+	slow("busy", false)
+	waitServeRunning(t, s, 2)
+	if resp, _ := s.request("POST", "/v1/runs", strings.NewReader(task("refused", nil)), nil, false); resp.StatusCode != 503 {
+		t.Errorf("with both run slots taken: %d; want 503", resp.StatusCode)
+	}
+	wg.Wait()
+	expect("DELETE", sess, "", 204)
+
+	// Approvals: a held request is approved through the API; a second
+	// answer finds nothing waiting; a bad body is refused.
+	approvalTask := task("approve", map[string]any{"code": postPy + `print(post("/api/write/1", "body"))`,
+		"network": map[string]any{"services": []string{"api"}}, "limits": map[string]any{"timeout": "30s"}})
+	decided := false
+	s.streamEvents(approvalTask, func(ev server.Event) {
+		if ev.Event != "approval" {
+			return
+		}
+		path := fmt.Sprintf("/v1/runs/%s/approvals/%s", ev.Run, ev.Approval.ID)
+		expect("POST", path, `{"approve": "yes"}`, 400)
+		expect("POST", path, `{"approve": true}`, 200)
+		expect("POST", path, `{"approve": false}`, 404)
+		decided = true
+	})
+	if !decided {
+		t.Error("no approval event")
+	}
+
+	mcpAnswers(t, s)
+
+	// Every operation and status, but for those that cannot be made here.
+	unreached := map[string]string{
+		"POST /v1/runs 408":                      "the body deadline is 30 s",
+		"POST /v1/sessions 404":                  "serve always has sessions",
+		"POST /v1/sessions 500":                  "a host failure",
+		"GET /v1/sessions/{id} 500":              "a host failure",
+		"DELETE /v1/sessions/{id} 500":           "a host failure",
+		"GET /v1/sessions/{id}/files/{path} 413": "a 16 MiB file in a session takes a run to write",
+		"GET /v1/sessions/{id}/files/{path} 500": "a host failure",
+		"PUT /v1/sessions/{id}/files/{path} 500": "a host failure",
+		"GET /mcp 200":                           "checked without its endless body by mcpAnswers",
+		"GET /mcp 405":                           "the SDK's GET of a stateless server",
+		"GET /mcp 406":                           "the SDK's refusal of an Accept header",
+		"POST /mcp 406":                          "the SDK's refusal of an Accept header",
+	}
+	for _, op := range doc.Operations() {
+		if !doc.Seen(op, "") {
+			t.Errorf("%s: no answer checked", op)
+		}
+		for _, r := range doc.Responses(op) {
+			method, rest, _ := strings.Cut(r, " ")
+			tmpl, status, _ := strings.Cut(rest, " ")
+			if _, ok := unreached[r]; ok {
+				continue
+			}
+			if !doc.Seen(method+" "+tmpl, status) {
+				t.Errorf("%s: not seen", r)
+			}
+		}
+	}
+	s.stop()
+	assertNoLeaks(t)
+}
+
+// waitServeRunning waits until s has n runs going on.
+func waitServeRunning(t *testing.T, s *served, n int64) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var h server.Health
+		s.get("/healthz", &h)
+		if h.Running >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d runs going on; want %d", h.Running, n)
+		}
+	}
+}
+
+// tooBig sends the head of a task larger than the maximum, without its
+// body, which the server refuses from its Content-Length.
+func tooBig(t *testing.T, s *served, doc *openapitest.Doc) {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(s.base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	fmt.Fprintf(c, "POST /v1/runs HTTP/1.1\r\nHost: agentrun\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", s.token, 64<<20)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 413 {
+		t.Errorf("a 64 MiB task: %d %s; want 413", resp.StatusCode, b)
+	}
+	checkAnswer(t, "POST", "/v1/runs", resp, b)
+}
+
+// mcpAnswers speaks MCP's Streamable HTTP on /mcp as far as the document
+// describes it: a session opened, a notification accepted, the listening
+// stream opened, the session ended, and the transport's refusals.
+func mcpAnswers(t *testing.T, s *served) {
+	t.Helper()
+	both := map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+	with := func(extra map[string]string) map[string]string {
+		m := map[string]string{}
+		for _, h := range []map[string]string{both, extra} {
+			for k, v := range h {
+				m[k] = v
+			}
+		}
+		return m
+	}
+	call := func(method, body string, hdr map[string]string, want int) *http.Response {
+		t.Helper()
+		resp, b := s.request(method, "/mcp", strings.NewReader(body), hdr, method == "GET" && want == 200)
+		if resp.StatusCode != want {
+			t.Errorf("%s /mcp %.80s: %d %.200s; want %d", method, body, resp.StatusCode, b, want)
+		}
+		return resp
+	}
+	resp := call("POST", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"openapi-test","version":"1"}}}`, both, 200)
+	sid := map[string]string{"Mcp-Session-Id": resp.Header.Get("Mcp-Session-Id"), "Mcp-Protocol-Version": "2025-06-18"}
+	call("POST", `{"jsonrpc":"2.0","method":"notifications/initialized"}`, with(sid), 202)
+	call("POST", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, with(sid), 200)
+	call("GET", "", with(sid), 200)
+	call("POST", `{"jsonrpc":"2.0","id":1,"method":"initialize"}`, both, 400)
+	call("POST", `x`, with(map[string]string{"Content-Type": "text/plain"}), 415)
+	call("POST", `{"jsonrpc":"2.0","id":3,"method":"tools/list"}`, with(map[string]string{"Mcp-Session-Id": "nosuch"}), 404)
+	call("GET", "", both, 400)
+	call("GET", "", with(map[string]string{"Mcp-Session-Id": "nosuch"}), 404)
+	call("PUT", "", both, 405)
+	call("DELETE", "", with(sid), 204)
+	call("DELETE", "", with(sid), 404)
+	call("DELETE", "", both, 400)
+}
