@@ -1,0 +1,387 @@
+"""The client of agentrun serve's HTTP API (internal/server/openapi.json).
+
+Standard library only; Python 3.9 or later. Every call is bounded by a
+timeout; a refusal raises Error with the server's status, the task field
+at fault and, for 429 and 503, when to try again. Nothing is retried
+unless the client is asked to (retries=N).
+"""
+
+import base64
+import http.client
+import json
+import os
+import socket
+import time
+import urllib.parse
+
+__all__ = ["Client", "Sessions", "Error", "TransportError", "DEFAULT_ADDRESS"]
+
+DEFAULT_ADDRESS = "unix:///run/agentrun/agentrun.sock"
+
+# Bounds on what is read from the server: a result (collected files
+# included, base64) and one line of a stream.
+_MAX_ANSWER = 256 << 20
+_MAX_LINE = 64 << 20
+# The longest Retry-After a retry waits.
+_MAX_RETRY_WAIT = 30.0
+
+_TASK_FIELDS = frozenset([
+    "id", "session", "keep_workspace", "image", "language", "code", "command",
+    "stdin", "files", "collect", "env", "limits", "network", "runtime",
+])
+
+
+class Error(Exception):
+    """A refusal or failure of a call.
+
+    status: the HTTP status (None when no answer came: see TransportError).
+    field: the task field at fault, as task.json spells it ("limits.memory",
+    "image", "session"), or None.
+    message: what is wrong.
+    retry_after: seconds after which to try again (429, 503), or None.
+    result: the run's result when the server sent one (a run agentrun could
+    not run: status 500, result["error"] says why), else None.
+    """
+
+    def __init__(self, message, status=None, field=None, retry_after=None, result=None):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.field = field
+        self.retry_after = retry_after
+        self.result = result
+
+    def __str__(self):
+        parts = []
+        if self.status is not None:
+            parts.append(str(self.status))
+        if self.field:
+            parts.append(self.field + ":")
+        parts.append(self.message)
+        return " ".join(parts)
+
+    def __repr__(self):
+        return "agentrun.Error(status=%r, field=%r, message=%r, retry_after=%r)" % (
+            self.status, self.field, self.message, self.retry_after)
+
+
+class TransportError(Error):
+    """No whole answer: the server could not be reached, did not answer
+    within the timeout, or cut its answer (a stream without its result)."""
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP over a unix socket."""
+
+    def __init__(self, path, timeout):
+        super().__init__("agentrun", timeout=timeout)
+        self._path = path
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.settimeout(self.timeout)
+            s.connect(self._path)
+        except BaseException:
+            s.close()
+            raise
+        self.sock = s
+
+
+def _task(fields):
+    """task.json from run()'s keywords. files values may be str (text),
+    bytes (sent as base64) or a {"content"|"content_base64": ...} dict;
+    timeout is limits.timeout ("5s", or seconds as a number)."""
+    fields = dict(fields)
+    task = {}
+    timeout = fields.pop("timeout", None)
+    unknown = sorted(set(fields) - _TASK_FIELDS)
+    if unknown:
+        raise TypeError("unknown task field(s): %s" % ", ".join(unknown))
+    for k, v in fields.items():
+        if v is not None:
+            task[k] = v
+    if "files" in task:
+        files = {}
+        for name, v in task["files"].items():
+            if isinstance(v, str):
+                v = {"content": v}
+            elif isinstance(v, (bytes, bytearray, memoryview)):
+                v = {"content_base64": base64.b64encode(bytes(v)).decode("ascii")}
+            files[name] = v
+        task["files"] = files
+    if timeout is not None:
+        if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+            timeout = "%gs" % timeout
+        task["limits"] = dict(task.get("limits") or {}, timeout=timeout)
+    return task
+
+
+def _quote(path):
+    """A session file's name as one path segment: slashes and dots escaped,
+    so that no part of it is read as a dot segment before the server
+    checks it."""
+    return urllib.parse.quote(path, safe="").replace(".", "%2E")
+
+
+class Client:
+    """A client of agentrun serve.
+
+    address: "unix:///path/to.sock", "http://host:port" or "https://...";
+    by default $AGENTRUN_SERVER, else unix:///run/agentrun/agentrun.sock.
+    token: the server's bearer token; by default $AGENTRUN_TOKEN.
+    timeout: seconds for the connection and each read of a call; a run
+    waits up to run_timeout for its answer (or for each line of a stream).
+    retries: times a run refused with 429 or 503 is sent again, after the
+    server's Retry-After (at most 30 s); 0, the default: never.
+    """
+
+    def __init__(self, address=None, token=None, timeout=30.0, run_timeout=600.0, retries=0):
+        address = address or os.environ.get("AGENTRUN_SERVER") or DEFAULT_ADDRESS
+        self.token = token if token is not None else os.environ.get("AGENTRUN_TOKEN") or None
+        self.timeout = timeout
+        self.run_timeout = run_timeout
+        self.retries = retries
+        u = urllib.parse.urlsplit(address)
+        if u.scheme == "unix":
+            self._unix = u.path or u.netloc
+            self._host, self._https = None, False
+        elif u.scheme in ("http", "https"):
+            self._unix = None
+            self._host, self._https = u.netloc, u.scheme == "https"
+            self._prefix = u.path.rstrip("/")
+        else:
+            raise ValueError("address %r: want unix:///path, http://host:port or https://host:port" % address)
+        if self._unix is not None:
+            self._prefix = ""
+        self.address = address
+        self.sessions = Sessions(self)
+
+    # --- runs ---
+
+    def run(self, request_timeout=None, **task):
+        """Runs a task (task.json's fields as keywords) and returns its
+        result as a dict: stdout, stderr, exit_code, timed_out, ... The
+        program's own failure is a result; a task the server refuses, or
+        one agentrun could not run (status 500, with .result), raises
+        Error."""
+        body = json.dumps(_task(task)).encode()
+        status, headers, data = self._call("POST", "/v1/runs", body, "application/json",
+                                           request_timeout or self.run_timeout, retry=True)
+        res = _json(status, data)
+        if status == 200:
+            return res
+        raise _refusal(status, headers, res)
+
+    def stream(self, on_approval=None, request_timeout=None, **task):
+        """Runs a task and yields its events as dicts as they come:
+        {"event": "stdout"|"stderr", "data": ...}, {"event": "approval",
+        "run": ..., "approval": {...}}, and last {"event": "result",
+        "result": {...}}.
+
+        on_approval(approval) is called with each request held for a
+        decision (id, service, method, url, body_excerpt, and run): True
+        approves it, False denies it, None leaves it to another channel or
+        the timeout. A stream cut before its result raises TransportError;
+        a run agentrun could not run raises Error (status 500, .result)."""
+        body = json.dumps(_task(task)).encode()
+        limit = request_timeout or self.run_timeout
+        conn, resp = self._open("POST", "/v1/runs?stream=1", body, "application/json", limit, retry=True)
+        try:
+            if resp.status != 200:
+                data = _read(resp)
+                raise _refusal(resp.status, resp.headers, _json(resp.status, data))
+            deadline = time.monotonic() + limit
+            while True:
+                if time.monotonic() > deadline:
+                    raise TransportError("stream not ended within %g s" % limit)
+                try:
+                    line = resp.readline(_MAX_LINE + 1)
+                except (OSError, http.client.HTTPException) as e:
+                    raise TransportError("stream cut before the result: %s" % _why(e)) from None
+                if not line:
+                    raise TransportError("stream ended before the result")
+                if len(line) > _MAX_LINE or not line.endswith(b"\n"):
+                    raise TransportError("stream cut before the result: a line of %d bytes without its end" % len(line))
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    raise TransportError("stream line is not JSON: %.100r" % line) from None
+                kind = ev.get("event")
+                if kind == "approval" and on_approval is not None:
+                    a = dict(ev.get("approval") or {}, run=ev.get("run"))
+                    ok = on_approval(a)
+                    if ok is not None:
+                        try:
+                            self.approve(ev.get("run"), a.get("id"), bool(ok))
+                        except Error as e:
+                            # Too late: it timed out or its request ended,
+                            # as the result's network.approvals will say.
+                            if e.status != 404:
+                                raise
+                if kind == "result":
+                    res = ev.get("result") or {}
+                    if res.get("error"):
+                        raise Error(res["error"], status=500, result=res)
+                    yield ev
+                    return
+                yield ev
+        finally:
+            conn.close()
+
+    def approve(self, run, approval_id, approve):
+        """Decides a request of run held for approval (the approval
+        event's run and approval["id"])."""
+        path = "/v1/runs/%s/approvals/%s" % (_quote(run), _quote(approval_id))
+        body = json.dumps({"approve": bool(approve)}).encode()
+        return self._json_call("POST", path, body, "application/json")
+
+    # --- the server ---
+
+    def health(self):
+        """GET /healthz: runs going on and waiting, and the warm pool."""
+        return self._json_call("GET", "/healthz")
+
+    def openapi(self):
+        """The OpenAPI document of the server's API."""
+        return self._json_call("GET", "/v1/openapi.json")
+
+    # --- plumbing ---
+
+    def _json_call(self, method, path, body=None, ctype=None, ok=(200, 201)):
+        status, headers, data = self._call(method, path, body, ctype, self.timeout)
+        if status == 204:
+            return None
+        res = _json(status, data)
+        if status in ok:
+            return res
+        raise _refusal(status, headers, res)
+
+    def _call(self, method, path, body, ctype, timeout, retry=False):
+        """Sends a request and reads its whole answer: (status, headers, body)."""
+        conn, resp = self._open(method, path, body, ctype, timeout, retry)
+        try:
+            return resp.status, resp.headers, _read(resp)
+        finally:
+            conn.close()
+
+    def _open(self, method, path, body, ctype, timeout, retry=False):
+        """Sends a request, retrying a 429 or 503 when asked; returns the
+        connection and the answer, its body unread."""
+        attempt = 0
+        while True:
+            conn = self._connect(timeout)
+            try:
+                headers = {"Accept": "application/json"}
+                if self.token:
+                    headers["Authorization"] = "Bearer " + self.token
+                if ctype:
+                    headers["Content-Type"] = ctype
+                conn.request(method, self._prefix + path, body=body, headers=headers)
+                resp = conn.getresponse()
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                raise TransportError("%s %s on %s: %s" % (method, path, self.address, _why(e))) from None
+            wait = _retry_after(resp.headers)
+            if retry and attempt < self.retries and resp.status in (429, 503) and wait is not None and wait <= _MAX_RETRY_WAIT:
+                conn.close()
+                attempt += 1
+                time.sleep(wait)
+                continue
+            return conn, resp
+
+    def _connect(self, timeout):
+        if self._unix is not None:
+            return _UnixConnection(self._unix, timeout)
+        if self._https:
+            return http.client.HTTPSConnection(self._host, timeout=timeout)
+        return http.client.HTTPConnection(self._host, timeout=timeout)
+
+
+class Sessions:
+    """Kept sessions: a /workspace that outlives a run (Client.sessions).
+    A run uses one with session=ID, keep_workspace=True."""
+
+    def __init__(self, client):
+        self._c = client
+
+    def new(self):
+        """Makes a session and returns its id (a capability: keep it)."""
+        return self._c._json_call("POST", "/v1/sessions")["id"]
+
+    def get(self, session_id):
+        """The session (created, last_used, max_bytes, busy, ...) and its files."""
+        return self._c._json_call("GET", "/v1/sessions/" + _quote(session_id))
+
+    def files(self, session_id):
+        """The session's files: dicts of name, type, size, mtime."""
+        return self.get(session_id)["files"] or []
+
+    def read(self, session_id, path):
+        """The bytes of the session's file path (relative to /workspace)."""
+        status, headers, data = self._c._call("GET", self._path(session_id, path), None, None, self._c.timeout)
+        if status == 200:
+            return data
+        raise _refusal(status, headers, _json(status, data))
+
+    def write(self, session_id, path, data):
+        """Writes data (bytes, or str as UTF-8) as the session's file path."""
+        if isinstance(data, str):
+            data = data.encode()
+        self._c._json_call("PUT", self._path(session_id, path), bytes(data), "application/octet-stream")
+
+    def delete(self, session_id):
+        """Removes the session and its files."""
+        self._c._json_call("DELETE", "/v1/sessions/" + _quote(session_id))
+
+    @staticmethod
+    def _path(session_id, path):
+        return "/v1/sessions/%s/files/%s" % (_quote(session_id), _quote(path))
+
+
+def _read(resp):
+    """The whole body of resp, at most _MAX_ANSWER bytes."""
+    if resp.length is not None and resp.length > _MAX_ANSWER:
+        raise TransportError("answer of %d bytes, more than %d" % (resp.length, _MAX_ANSWER))
+    try:
+        # With a length, read() raises when less comes; a chunked answer
+        # raises when cut inside its chunks or before its last.
+        data = resp.read() if resp.length is not None else resp.read(_MAX_ANSWER + 1)
+    except (OSError, http.client.HTTPException) as e:
+        raise TransportError("answer cut: %s" % _why(e)) from None
+    if len(data) > _MAX_ANSWER:
+        raise TransportError("answer larger than %d bytes" % _MAX_ANSWER)
+    return data
+
+
+def _json(status, data):
+    try:
+        return json.loads(data) if data else {}
+    except ValueError:
+        raise Error("answer is not JSON: %.200r" % data, status=status) from None
+
+
+def _refusal(status, headers, body):
+    """The Error of a refusal: the API's {"error", "field"}, or a result
+    with its error (500: agentrun could not run the task)."""
+    if not isinstance(body, dict):
+        body = {}
+    if "exit_code" in body and "id" in body:
+        return Error(body.get("error") or "run failed", status=status, field=None,
+                     retry_after=_retry_after(headers), result=body)
+    return Error(body.get("error") or "HTTP %d" % status, status=status, field=body.get("field"),
+                 retry_after=_retry_after(headers))
+
+
+def _retry_after(headers):
+    v = headers.get("Retry-After")
+    try:
+        return float(v) if v is not None else None
+    except ValueError:
+        return None
+
+
+def _why(e):
+    if isinstance(e, socket.timeout):
+        return "timed out"
+    return str(e) or type(e).__name__
