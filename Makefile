@@ -24,6 +24,9 @@ BIN      := bin/agentrun
 HELPER   := bin/agentrun-seccomp
 CC       ?= cc
 IMAGES   ?= /var/cache/agentrun/images
+# Debian's python3 runs the Python client's tests (clients/python), with
+# no site packages: the client needs none.
+PYTHON   ?= /usr/bin/python3
 # FUZZTIME, if set (say 60s), fuzzes each target that long instead of for
 # its count of inputs below.
 FUZZTIME ?=
@@ -43,7 +46,7 @@ COMMIT        := $(shell git rev-parse HEAD 2>/dev/null)$(shell git status --por
 LDFLAGS       := -X main.version=$(VERSION) -X 'main.commit=$(COMMIT)' -X main.runscVersion=$(RUNSC_VERSION)
 UNITS         := agentrun.socket agentrun.service agentrun@.service agentrun-worker.service
 
-.PHONY: all build install deb deps images runsc mcp-client approvals-page demo test unit integration fuzz vet bench soak vm-test clean
+.PHONY: all build install deb deps images runsc mcp-client approvals-page openapi-validator demo test unit integration fuzz vet bench soak vm-test clean
 
 all: build
 
@@ -97,9 +100,10 @@ vet:
 # workspace make namespaces, veths, mounts and cgroups: root), and test/docs:
 # every relative link and #anchor of README.md and docs/*.md resolves,
 # docs/architecture.md's layout names every Go package, and docs/config.md's
-# limits are config.LimitTable's.
+# limits are config.LimitTable's; and the Python client's own tests.
 unit:
 	$(GO) test -tags $(TAGS) -count=1 ./internal/... ./runtime/spec/ ./runtime/backend/ ./runtime/cgroup/ ./runtime/runc/ ./image/... ./netns/... ./proxy/... ./cmd/... ./test/bench/ ./test/docs/
+	cd clients/python && PYTHONPATH=. $(PYTHON) -S -B -m unittest discover -s tests
 
 # mcp-client installs the TypeScript MCP SDK the integration suite drives
 # agentrun mcp with (test/mcp-client, from its package-lock.json).
@@ -112,9 +116,15 @@ mcp-client: deps
 approvals-page: deps
 	cd test/approvals-page && npm ci --no-audit --no-fund
 
+# openapi-validator installs the outside OpenAPI validator the suite
+# checks serve's document with (test/openapi-validator, from its
+# package-lock.json).
+openapi-validator: deps
+	cd test/openapi-validator && npm ci --no-audit --no-fund
+
 # integration: real sandboxes on both runtimes, one package at a time (each
 # checks that the host is left clean, which a concurrent package would spoil).
-integration: build images runsc mcp-client approvals-page
+integration: build images runsc mcp-client approvals-page openapi-validator
 	AGENTRUN_BIN=$(abspath $(BIN)) $(GO) test -tags $(TAGS) -count=1 -p 1 -timeout 20m ./runtime/runsc/ ./test/...
 
 # fuzz runs each fuzz target briefly: a count of inputs, about 10 s of

@@ -21,7 +21,6 @@ import (
 	"github.com/agentrun/agentrun/internal/mcpserver"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/server"
-	"github.com/agentrun/agentrun/test/testenv"
 )
 
 // mcpClient connects the SDK's own client over transport.
@@ -694,17 +693,7 @@ func TestMCPOverHTTP(t *testing.T) {
 // over HTTP.
 func TestMCPTypeScriptClient(t *testing.T) {
 	removeNewSessions(t)
-	dir := filepath.Join(testenv.RepoRoot(), "test", "mcp-client")
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Fatal("node is missing (test/deps.sh installs nodejs and npm)")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk")); err != nil {
-		npm := exec.Command("npm", "ci", "--no-audit", "--no-fund")
-		npm.Dir = dir
-		if out, err := npm.CombinedOutput(); err != nil {
-			t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
-		}
-	}
+	dir := npmPackages(t, "mcp-client", "@modelcontextprotocol/sdk")
 	node := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command("node", append([]string{filepath.Join(dir, "client.mjs")}, args...)...)

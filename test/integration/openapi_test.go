@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -19,6 +21,7 @@ import (
 	"github.com/agentrun/agentrun/internal/server"
 	"github.com/agentrun/agentrun/internal/server/openapitest"
 	"github.com/agentrun/agentrun/proxy/proxytest"
+	"github.com/agentrun/agentrun/test/testenv"
 )
 
 // apiDoc is serve's OpenAPI document, which every answer served.do gets
@@ -136,9 +139,11 @@ func TestServeOpenAPI(t *testing.T) {
 	}
 
 	// The document, health and metrics; without the token, 401.
-	if b := expect("GET", "/v1/openapi.json", "", 200); !bytes.Equal(b, server.OpenAPI) {
+	served := expect("GET", "/v1/openapi.json", "", 200)
+	if !bytes.Equal(served, server.OpenAPI) {
 		t.Error("GET /v1/openapi.json is not the document")
 	}
+	outsideValidator(t, served)
 	expect("GET", "/healthz", "", 200)
 	expect("HEAD", "/healthz", "", 200)
 	expect("GET", "/metrics", "", 200)
@@ -359,4 +364,52 @@ func mcpAnswers(t *testing.T, s *served) {
 	call("DELETE", "", with(sid), 204)
 	call("DELETE", "", with(sid), 404)
 	call("DELETE", "", both, 400)
+}
+
+// outsideValidator validates the OpenAPI document doc with an outside
+// validator, @apidevtools/swagger-parser (npm, test/openapi-validator):
+// against the OpenAPI 3.1 JSON Schema, then its own checks. A copy with
+// an undeclared path parameter must fail it, or the validator checks
+// nothing.
+func outsideValidator(t *testing.T, doc []byte) {
+	t.Helper()
+	dir := npmPackages(t, "openapi-validator", "@apidevtools/swagger-parser")
+	validate := func(doc []byte) (string, error) {
+		f := filepath.Join(t.TempDir(), "openapi.json")
+		if err := os.WriteFile(f, doc, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command("node", filepath.Join(dir, "validate.mjs"), f).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := validate(doc); err != nil {
+		t.Errorf("the outside validator refuses the served document: %v\n%s", err, out)
+	} else {
+		t.Logf("outside validator: %s", out)
+	}
+	broken := bytes.Replace(doc, []byte(`"204": {"description": "Removed."}`), []byte(`"204": {}`), 1)
+	if bytes.Equal(broken, doc) {
+		t.Fatal("no response to break in the document")
+	}
+	if out, err := validate(broken); err == nil {
+		t.Errorf("the outside validator accepts a document with a response without its description: %s", out)
+	}
+}
+
+// npmPackages is test/NAME, whose package-lock.json npm installs (make
+// mcp-client, make openapi-validator) unless module is there already.
+func npmPackages(t *testing.T, name, module string) string {
+	t.Helper()
+	dir := filepath.Join(testenv.RepoRoot(), "test", name)
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Fatal("node is missing (test/deps.sh installs nodejs and npm)")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", filepath.FromSlash(module))); err != nil {
+		npm := exec.Command("npm", "ci", "--no-audit", "--no-fund")
+		npm.Dir = dir
+		if out, err := npm.CombinedOutput(); err != nil {
+			t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
+		}
+	}
+	return dir
 }
