@@ -23,7 +23,7 @@ const debianPython = "/usr/bin/python3"
 // also installs with pip, offline.
 func TestPythonClient(t *testing.T) {
 	if _, err := os.Stat(debianPython); err != nil {
-		t.Skipf("no %s: %v", debianPython, err)
+		t.Fatalf("no %s (test/deps.sh installs python3): %v", debianPython, err)
 	}
 	for _, mode := range []struct{ name, listen, token string }{
 		{"unix", "unix://" + filepath.Join(t.TempDir(), "py.sock"), ""},
