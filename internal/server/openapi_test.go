@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runner"
@@ -51,11 +52,15 @@ var goSchemas = map[string]struct {
 	"Error":          {reflect.TypeFor[server.APIError](), false},
 	"SessionInfo":    {reflect.TypeFor[server.SessionInfo](), false},
 	"SessionFile":    {reflect.TypeFor[session.File](), false},
+	"ApprovalsPage":  {reflect.TypeFor[server.UIList](), false},
+	"PageHeld":       {reflect.TypeFor[server.UIList]().Field(0).Type.Elem(), false},
+	"PageDecided":    {reflect.TypeFor[server.Decided](), false},
+	"WebhookHold":    {reflect.TypeFor[approvals.Hold](), false},
 }
 
 // handWritten are the document's schemas of no Go type: formats, and
 // answers written as maps.
-var handWritten = []string{"Size", "Duration", "Decided", "NewSession", "JSONRPCMessage"}
+var handWritten = []string{"Size", "Duration", "DecisionTaken", "NewSession", "JSONRPCMessage"}
 
 func openapiDoc(t *testing.T) map[string]any {
 	t.Helper()

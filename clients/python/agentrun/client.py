@@ -229,11 +229,15 @@ class Client:
         finally:
             conn.close()
 
-    def approve(self, run, approval_id, approve):
+    def approve(self, run, approval_id, approve, by=None):
         """Decides a request of run held for approval (the approval
-        event's run and approval["id"])."""
+        event's run and approval["id"]); by, at most 64 bytes, names who
+        decided in the result and the audit record ("operator (BY)")."""
         path = "/v1/runs/%s/approvals/%s" % (_quote(run), _quote(approval_id))
-        body = json.dumps({"approve": bool(approve)}).encode()
+        decision = {"approve": bool(approve)}
+        if by is not None:
+            decision["by"] = by
+        body = json.dumps(decision).encode()
         return self._json_call("POST", path, body, "application/json")
 
     # --- the server ---
