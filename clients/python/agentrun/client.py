@@ -131,7 +131,8 @@ class Client:
     by default $AGENTRUN_SERVER, else unix:///run/agentrun/agentrun.sock.
     token: the server's bearer token; by default $AGENTRUN_TOKEN.
     timeout: seconds for the connection and each read of a call; a run
-    waits up to run_timeout for its answer (or for each line of a stream).
+    waits up to run_timeout for its answer, and a stream must end within
+    it (request_timeout= on one call says otherwise).
     retries: times a run refused with 429 or 503 is sent again, after the
     server's Retry-After (at most 30 s); 0, the default: never.
     """
