@@ -15,8 +15,8 @@ import (
 // policy.local_images).
 func poolSeeds(cfg *config.Config) (map[string]*task.Plan, error) {
 	seeds := map[string]*task.Plan{}
-	for ref, n := range cfg.Server.Pool {
-		if n == 0 {
+	for ref, e := range cfg.Server.Pool {
+		if e.Count == 0 {
 			continue
 		}
 		seedTask := &task.Task{Image: ref, Code: "pass"}

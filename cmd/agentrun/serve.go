@@ -74,7 +74,7 @@ func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
 	logSeccomp(r, logf)
 
 	// The pool is there even when the config sizes none: a reload may.
-	pool := r.NewPool(cfg.Server.Pool)
+	pool := r.NewPool(cfg.Server.PoolSizes())
 	defer func() {
 		if err := pool.Close(); err != nil {
 			logf("%v", err)
@@ -118,7 +118,7 @@ func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
 		}
 	}()
 
-	go notifyReady(pool, cfg.Server.Pool, logf)
+	go notifyReady(pool, cfg.Server.PoolSizes(), logf)
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, os.Interrupt, syscall.SIGHUP)

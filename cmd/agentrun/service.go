@@ -136,7 +136,7 @@ func reload(cur *config.Config, path string, api *server.Server, pool *runner.Po
 		return nil, err
 	}
 	api.Reload(next)
-	pool.Resize(next.Server.Pool)
+	pool.Resize(next.Server.PoolSizes())
 	failed, _ := seedPool(next, pool, func(string, ...any) {})
 	if len(failed) > 0 {
 		return next, fmt.Errorf("applied, but the pool cannot fill: %v", failed)

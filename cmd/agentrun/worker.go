@@ -51,7 +51,7 @@ func runWorker(cfg *config.Config, stderr io.Writer) error {
 	}
 	w.Logf = func(format string, args ...any) { fmt.Fprintf(stderr, "agentrun worker: "+format+"\n", args...) }
 
-	pool := r.NewPool(cfg.Server.Pool)
+	pool := r.NewPool(cfg.Server.PoolSizes())
 	defer func() {
 		if err := pool.Close(); err != nil {
 			w.Logf("%v", err)

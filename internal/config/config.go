@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -102,7 +103,7 @@ type Server struct {
 	MaxConcurrent int            `json:"max_concurrent"` // runs at once, >= 1
 	Queue         int            `json:"queue"`          // runs waiting for a slot, >= 0
 	Quota         Quota          `json:"quota"`
-	Pool          map[string]int `json:"pool"` // image -> warm containers kept ready
+	Pool          map[string]PoolEntry `json:"pool"` // image -> sandboxes kept ready
 	Token         string         `json:"token,omitempty"`
 	Approvals     Approvals      `json:"approvals"`
 }
@@ -126,6 +127,63 @@ type WorkerApprovals struct {
 	Webhook           string `json:"webhook"`
 	WebhookSecretFile string `json:"webhook_secret_file"`
 	Subject           string `json:"subject"` // prefix of the decisions' subjects
+}
+
+// PoolEntry is one image's entry of server.pool: how many sandboxes are
+// kept ready for it and, with Warm, that they are warm ones. In JSON it is
+// a count, or {"count", "warm"}.
+type PoolEntry struct {
+	Count int   `json:"count"`
+	Warm  *Warm `json:"warm,omitempty"`
+}
+
+// Warm makes a pool's sandboxes warm: the interpreter of Language is
+// started in each, under every restriction of the sandbox, with Preload
+// imported, and waits for the one task that takes it.
+type Warm struct {
+	Language string   `json:"language"` // a language of the config whose interpreter is python
+	Preload  []string `json:"preload"`  // modules imported ahead, in order
+}
+
+// UnmarshalJSON reads a count or an object (DecodeStrict has checked its
+// keys).
+func (e *PoolEntry) UnmarshalJSON(data []byte) error {
+	var n int
+	if err := json.Unmarshal(data, &n); err == nil {
+		*e = PoolEntry{Count: n}
+		return nil
+	}
+	type plain PoolEntry
+	return json.Unmarshal(data, (*plain)(e))
+}
+
+// MarshalJSON writes an entry without warm as its count, as it is read.
+func (e PoolEntry) MarshalJSON() ([]byte, error) {
+	if e.Warm == nil {
+		return json.Marshal(e.Count)
+	}
+	type plain PoolEntry
+	return json.Marshal(plain(e))
+}
+
+// PoolSizes is server.pool's count per image.
+func (s *Server) PoolSizes() map[string]int {
+	sizes := make(map[string]int, len(s.Pool))
+	for ref, e := range s.Pool {
+		sizes[ref] = e.Count
+	}
+	return sizes
+}
+
+// PoolWarm is server.pool's warm settings, per image that has them.
+func (s *Server) PoolWarm() map[string]Warm {
+	warm := map[string]Warm{}
+	for ref, e := range s.Pool {
+		if e.Warm != nil {
+			warm[ref] = *e.Warm
+		}
+	}
+	return warm
 }
 
 // Worker configures `agentrun worker`, which takes tasks from a NATS
@@ -272,7 +330,7 @@ func Default() *Config {
 			MaxConcurrent: 8,
 			Queue:         64,
 			Quota:         Quota{RunsPerMinute: 60, Concurrent: 2},
-			Pool:          map[string]int{},
+			Pool:          map[string]PoolEntry{},
 		},
 		Worker: Worker{
 			NATS:   []string{"nats://127.0.0.1:4222"},

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -51,7 +52,7 @@ func TestParseMergesOverDefaults(t *testing.T) {
 	if _, ok := c.Languages["node"]; ok {
 		t.Error("a null language should be removed")
 	}
-	if c.Server.Quota != (Quota{RunsPerMinute: 60, Concurrent: 5}) || c.Server.MaxConcurrent != 8 || c.Server.Pool["python:3.12-slim"] != 2 {
+	if c.Server.Quota != (Quota{RunsPerMinute: 60, Concurrent: 5}) || c.Server.MaxConcurrent != 8 || c.Server.Pool["python:3.12-slim"].Count != 2 {
 		t.Errorf("server not merged: %+v", c.Server)
 	}
 	if c.Env["MPLBACKEND"] != "Agg" || c.Network.Hosts["pypi.internal"] != "203.0.113.7" || c.StateDir != "/run/agentrun/state" {
@@ -111,6 +112,18 @@ func TestParseErrors(t *testing.T) {
 		{`{"server": {"queue": -1}}`, "server.queue: "},
 		{`{"server": {"quota": {"runs_per_minute": -1}}}`, "server.quota.runs_per_minute: "},
 		{`{"server": {"pool": {"img": -1}}}`, `server.pool["img"]: `},
+		{`{"server": {"pool": {"img": {"count": -1}}}}`, `server.pool["img"]: `},
+		{`{"server": {"pool": {"img": "2"}}}`, `server.pool["img"]: expected a count or an object`},
+		{`{"server": {"pool": {"img": 1.5}}}`, `server.pool["img"]: 1.5 is not an integer`},
+		{`{"server": {"pool": {"img": {"count": 1, "hot": true}}}}`, `unknown field "server.pool[\"img\"].hot"`},
+		{`{"server": {"pool": {"img": {"count": 1, "warm": {"language": "cobol"}}}}}`, `server.pool["img"].warm.language: "cobol" is not in languages`},
+		{`{"languages": {"py": ["python3", "-c", "exec(open('{file}').read())"]}, "server": {"pool": {"img": {"count": 1, "warm": {"language": "py"}}}}}`,
+			`server.pool["img"].warm.language: languages["py"] must have "{file}" as one argument`},
+		{`{"server": {"pool": {"img": {"count": 1, "warm": {"language": "python", "preload": ["os; import x"]}}}}}`,
+			`server.pool["img"].warm.preload[0]: "os; import x" is not a Python module name`},
+		{`{"server": {"pool": {"img": {"count": 1, "warm": {"language": "python", "preload": ["a..b"]}}}}}`, `server.pool["img"].warm.preload[0]: `},
+		{`{"runtime": "runsc", "server": {"pool": {"img": {"count": 1, "warm": {"language": "python"}}}}}`,
+			`server.pool["img"].warm: warm pools run on libcontainer only, and runtime is runsc`},
 		{`{"server": {"token": "a b"}}`, "server.token: "},
 		{`{"sessions": {"ttl": "0s"}}`, "sessions.ttl: "},
 		{`{"sessions": {"ttl": "soon"}}`, "sessions.ttl: "},
@@ -145,10 +158,35 @@ func TestParseErrors(t *testing.T) {
 		`{"runtime": "runsc"}`, `{"limits": {"memory": "2GiB"}}`, `{"network": {"allow_ranges": ["fd00::/8"]}}`,
 		`{"policy": {"registries": ["docker.io", "127.0.0.1:5000", "[::1]:5000", "registry.internal"]}}`, `{"store_max_size": "500m"}`,
 		`{"seccomp_helper": "off"}`, `{"seccomp_helper": "/usr/lib/agentrun/agentrun-seccomp"}`,
+		`{"server": {"pool": {"a": 2, "b": {"count": 1}, "c": {"count": 3, "warm": {"language": "python", "preload": ["numpy", "os.path", "_x1"]}}}}}`,
+		`{"runtime": "runsc", "server": {"pool": {"img": 2}}}`,
 	} {
 		if _, err := Parse([]byte(ok)); err != nil {
 			t.Errorf("Parse(%s) = %v; want ok", ok, err)
 		}
+	}
+}
+
+// TestPoolEntries: a pool value is a count or {"count", "warm"}, and one
+// without warm is written back as its count.
+func TestPoolEntries(t *testing.T) {
+	c, err := Parse([]byte(`{"server": {"pool": {"a": 2, "b": {"count": 4, "warm": {"language": "python", "preload": ["numpy", "pandas"]}}, "c": {"count": 1}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sizes := c.Server.PoolSizes(); !reflect.DeepEqual(sizes, map[string]int{"a": 2, "b": 4, "c": 1}) {
+		t.Errorf("PoolSizes = %v", sizes)
+	}
+	want := map[string]Warm{"b": {Language: "python", Preload: []string{"numpy", "pandas"}}}
+	if warm := c.Server.PoolWarm(); !reflect.DeepEqual(warm, want) {
+		t.Errorf("PoolWarm = %v; want %v", warm, want)
+	}
+	b, err := json.Marshal(c.Server.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(b); got != `{"a":2,"b":{"count":4,"warm":{"language":"python","preload":["numpy","pandas"]}},"c":1}` {
+		t.Errorf("marshalled pool = %s", got)
 	}
 }
 

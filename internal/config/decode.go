@@ -83,6 +83,18 @@ func (w *walker) value(t reflect.Type, path string) error {
 	bad := func(want string) error {
 		return &DecodeError{Path: path, Reason: fmt.Sprintf("expected %s, got %s", want, kindOf(tok))}
 	}
+	if t == reflect.TypeFor[PoolEntry]() {
+		// A count, or the object.
+		if n, ok := tok.(json.Number); ok {
+			if _, err := strconv.ParseInt(string(n), 10, 0); err != nil {
+				return &DecodeError{Path: path, Reason: fmt.Sprintf("%s is not an integer in range", n)}
+			}
+			return nil
+		}
+		if tok != json.Delim('{') {
+			return bad("a count or an object")
+		}
+	}
 	switch t.Kind() {
 	case reflect.Struct, reflect.Map:
 		if tok != json.Delim('{') {

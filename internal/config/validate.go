@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -48,6 +49,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Server.validate(); err != nil {
+		return err
+	}
+	if err := c.validateWarm(); err != nil {
 		return err
 	}
 	if err := c.Worker.validate(); err != nil {
@@ -307,8 +311,8 @@ func (s Server) validate() error {
 		if err := CheckImage(image); err != nil {
 			return fieldErr(field, err)
 		}
-		if s.Pool[image] < 0 {
-			return fieldErr(field, fmt.Errorf("%d: must not be negative", s.Pool[image]))
+		if s.Pool[image].Count < 0 {
+			return fieldErr(field, fmt.Errorf("%d: must not be negative", s.Pool[image].Count))
 		}
 	}
 	if strings.ContainsFunc(s.Token, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
@@ -332,6 +336,45 @@ func checkWebhook(field, url, secretFile string) error {
 	}
 	if !isCleanAbs(secretFile) {
 		return fieldErr(field+".webhook_secret_file", fmt.Errorf("%q is not a clean absolute path (required with webhook: the key of the body's HMAC-SHA256)", secretFile))
+	}
+	return nil
+}
+
+// MaxPreload bounds the modules a warm pool imports ahead.
+const MaxPreload = 64
+
+// pythonModule is a dotted Python module name.
+var pythonModule = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+
+// validateWarm checks server.pool's warm entries: a language of the
+// config whose argv has "{file}" as an argument of its own, module names,
+// and a default runtime of libcontainer (a runsc sandbox's program is
+// started by runsc at its start, so it cannot be started ahead and wait).
+func (c *Config) validateWarm() error {
+	for _, image := range sortedKeys(c.Server.Pool) {
+		w := c.Server.Pool[image].Warm
+		if w == nil {
+			continue
+		}
+		field := fmt.Sprintf("server.pool[%q].warm", image)
+		argv := c.Languages[w.Language]
+		if argv == nil {
+			return fieldErr(field+".language", fmt.Errorf("%q is not in languages (known: %s)", w.Language, strings.Join(LanguageNames(c), ", ")))
+		}
+		if n := slices.Index(argv, "{file}"); n < 0 || slices.Index(argv[n+1:], "{file}") >= 0 {
+			return fieldErr(field+".language", fmt.Errorf("languages[%q] must have \"{file}\" as one argument of its own, once, for a warm pool", w.Language))
+		}
+		if len(w.Preload) > MaxPreload {
+			return fieldErr(field+".preload", fmt.Errorf("%d modules, more than %d", len(w.Preload), MaxPreload))
+		}
+		for i, m := range w.Preload {
+			if len(m) > 255 || !pythonModule.MatchString(m) {
+				return fieldErr(fmt.Sprintf("%s.preload[%d]", field, i), fmt.Errorf("%q is not a Python module name", m))
+			}
+		}
+		if c.Runtime == RuntimeRunsc {
+			return fieldErr(field, errors.New("warm pools run on libcontainer only, and runtime is runsc: runsc starts a sandbox's program as it starts the sandbox, so no interpreter can be started ahead under its restrictions and wait for a task"))
+		}
 	}
 	return nil
 }

@@ -1,10 +1,12 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -44,12 +46,18 @@ import (
 // The pool fills in the background, several sandboxes at once, as many as
 // there are CPUs not taken by runs, and one at a time while runs take
 // every CPU: a run never waits for a fill, and a run that finds no sandbox
-// ready sets one up itself at once, as without a pool.
+// ready sets one up itself at once, as without a pool. The replacement of
+// a sandbox a run takes while others of its shape are ready waits until
+// that run's program has ended, so as not to compete with it.
+//
+// An image with warm settings (SetWarm) gets warm sandboxes for the tasks
+// that can run in one (see warm.go); the others of the image are served
+// as without them.
 type Pool struct {
 	r *Runner
 	// setup makes one sandbox for plan: the runner's set-up, without
-	// files.
-	setup func(plan *task.Plan, img *image.Image) (*sandbox, error)
+	// files; warm, if not nil, is the argv of a warm sandbox's launcher.
+	setup func(plan *task.Plan, img *image.Image, warm []string) (*sandbox, error)
 
 	mu     sync.Mutex
 	sizes  map[string]int      // image ref -> sandboxes kept ready
@@ -64,6 +72,11 @@ type Pool struct {
 	running, filling, cpus int
 	retry                  time.Time // no fill before then, after a failure
 
+	warm map[string]warmSetting // image ref -> its warm settings
+	// cold is, per image ref with warm settings, why its warm sandboxes
+	// failed: it is served plain ones until the settings change.
+	cold map[string]string
+
 	kick  chan struct{}
 	stop  chan struct{}
 	done  chan struct{}
@@ -76,8 +89,12 @@ type shape struct {
 	key     string
 	plan    *task.Plan // code, files and stdin dropped
 	img     *image.Image
+	warm    []string // a warm sandbox's launcher argv; nil for plain ones
 	ready   []*sandbox
 	filling int // sandboxes being made for it
+	// waiting counts the sandboxes taken whose replacement waits for the
+	// end of their run's program.
+	waiting int
 }
 
 // PoolStats is what a pool holds now.
@@ -90,6 +107,9 @@ type PoolStats struct {
 	Filling int            // sandboxes being made now
 
 	ImageHits, ImageMisses map[string]int64 // Hits and Misses per image ref
+	// Warm is, per image ref with warm settings, "warm" while it gets
+	// warm sandboxes, or why it gets plain ones instead.
+	Warm map[string]string
 }
 
 // followWindow is how many of an image's latest runs decide which shape
@@ -116,9 +136,10 @@ const fillRetry = time.Second
 // it holds.
 func (r *Runner) NewPool(sizes map[string]int) *Pool {
 	p := &Pool{r: r, sizes: map[string]int{}, shapes: map[string]*shape{}, recent: map[string][]string{},
-		setup: func(plan *task.Plan, img *image.Image) (*sandbox, error) {
-			return r.setup(plan, img, nil, newID(), nil, nil, nil)
+		setup: func(plan *task.Plan, img *image.Image, warm []string) (*sandbox, error) {
+			return r.setup(plan, img, nil, newID(), nil, nil, nil, warm)
 		},
+		warm: map[string]warmSetting{}, cold: map[string]string{},
 		hits: map[string]int64{}, misses: map[string]int64{}, cpus: runtime.NumCPU(),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	for ref, n := range sizes {
@@ -149,10 +170,11 @@ func (p *Pool) Seed(plan *task.Plan) error {
 		return err // an *image.Error, which names the image
 	}
 	img.Release() // the pool's sandboxes hold it, each for its life
-	key := shapeKey(plan, img)
 	p.mu.Lock()
+	warm := p.warmFor(plan)
+	key := warmKey(shapeKey(plan, img), warm)
 	if s := p.shapes[plan.Image]; !p.closed && key != "" && (s == nil || s.key != key) {
-		p.keep(plan, img, key)
+		p.keep(plan, img, key, warm)
 	}
 	p.poke()
 	p.mu.Unlock()
@@ -198,9 +220,10 @@ func (p *Pool) pop(plan *task.Plan, img *image.Image) *sandbox {
 	if p == nil || !p.poolable(plan) {
 		return nil
 	}
-	key := shapeKey(plan, img)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	warm := p.warmFor(plan)
+	key := warmKey(shapeKey(plan, img), warm)
 	if p.sizes[plan.Image] == 0 {
 		return nil
 	}
@@ -217,7 +240,7 @@ func (p *Pool) pop(plan *task.Plan, img *image.Image) *sandbox {
 	if s == nil || s.key != key {
 		p.misses[plan.Image]++
 		if s == nil || count(recent, key) >= count(recent, s.key) {
-			p.keep(plan, img, key)
+			p.keep(plan, img, key, warm)
 		}
 		return nil
 	}
@@ -226,7 +249,14 @@ func (p *Pool) pop(plan *task.Plan, img *image.Image) *sandbox {
 		s.ready = s.ready[1:]
 		if sb.prep.Ready() {
 			p.hits[plan.Image]++
-			p.poke() // its replacement, on a CPU the run leaves free
+			if len(s.ready) > 0 {
+				// Its replacement waits for the end of the run's
+				// program (ended), the next run having one ready.
+				s.waiting++
+				sb.refill = s
+			} else {
+				p.poke() // its replacement, on a CPU the run leaves free
+			}
 			return sb
 		}
 		// Its init is gone (killed while it waited): drop it.
@@ -245,6 +275,20 @@ func (p *Pool) failed(plan *task.Plan, err error) {
 	p.hits[plan.Image]--
 	p.misses[plan.Image]++
 	p.err = err
+}
+
+// ended tells the pool that the program of the run in sb has ended: a
+// replacement that waited for it may be made now. Only the first call for
+// a sandbox counts.
+func (p *Pool) ended(sb *sandbox) {
+	if p == nil || sb == nil || sb.refill == nil {
+		return
+	}
+	p.mu.Lock()
+	sb.refill.waiting--
+	sb.refill = nil
+	p.poke()
+	p.mu.Unlock()
 }
 
 // begin tells the pool that a run has started: one CPU fewer to fill on.
@@ -305,9 +349,9 @@ func (p *Pool) Resize(sizes map[string]int) {
 // keep makes key, plan's shape, the one kept ready for its image, in place
 // of another; the pool fills it after the run (ran). p.mu is held, and p is
 // not closed.
-func (p *Pool) keep(plan *task.Plan, img *image.Image, key string) {
+func (p *Pool) keep(plan *task.Plan, img *image.Image, key string, warm []string) {
 	s := p.shapes[plan.Image]
-	p.shapes[plan.Image] = &shape{key: key, plan: bare(plan), img: img}
+	p.shapes[plan.Image] = &shape{key: key, plan: bare(plan), img: img, warm: warm}
 	if s != nil && len(s.ready) > 0 {
 		// The old shape's, in the background; Close waits for it (no Go
 		// once closed).
@@ -354,7 +398,7 @@ func (p *Pool) next() *shape {
 		return nil
 	}
 	for ref, s := range p.shapes {
-		if len(s.ready)+s.filling < p.sizes[ref] {
+		if len(s.ready)+s.filling+s.waiting < p.sizes[ref] {
 			s.filling++
 			p.filling++
 			return s
@@ -366,17 +410,22 @@ func (p *Pool) next() *shape {
 // make sets up one sandbox of shape s and keeps it ready, unless s is no
 // longer kept or already full (a resize, a new shape, Close).
 func (p *Pool) make(s *shape) {
-	sb, err := p.setup(s.plan, s.img)
+	sb, err := p.setup(s.plan, s.img, s.warm)
 	p.mu.Lock()
 	s.filling--
 	p.filling--
 	p.err = err
-	if err == nil && !p.closed && p.shapes[s.plan.Image] == s && len(s.ready) < p.sizes[s.plan.Image] {
+	var we *warmError
+	switch {
+	case errors.As(err, &we) && s.warm != nil:
+		// The image's warm sandboxes fail: plain ones from now on, at
+		// once (no retry delay: nothing is wrong with those).
+		p.goCold(s, we)
+	case err == nil && !p.closed && p.shapes[s.plan.Image] == s && len(s.ready) < p.sizes[s.plan.Image]:
 		sb.pooled = true
 		s.ready = append(s.ready, sb)
 		sb = nil
-	}
-	if err != nil {
+	case err != nil:
 		p.retry = time.Now().Add(fillRetry)
 		time.AfterFunc(fillRetry, func() {
 			p.mu.Lock()
@@ -428,6 +477,12 @@ func (p *Pool) Stats() PoolStats {
 	}
 	for ref, s := range p.shapes {
 		st.Ready[ref] = len(s.ready)
+	}
+	if len(p.warm) > 0 {
+		st.Warm = map[string]string{}
+		for ref := range p.warm {
+			st.Warm[ref] = cmp.Or(p.cold[ref], "warm")
+		}
 	}
 	if p.err != nil {
 		st.LastErr = p.err.Error()

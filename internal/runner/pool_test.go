@@ -49,7 +49,7 @@ type fakeSetup struct {
 	destroyed atomic.Int64
 }
 
-func (f *fakeSetup) setup(plan *task.Plan, img *image.Image) (*sandbox, error) {
+func (f *fakeSetup) setup(plan *task.Plan, img *image.Image, _ []string) (*sandbox, error) {
 	f.mu.Lock()
 	f.plans = append(f.plans, plan)
 	f.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -45,6 +46,11 @@ type Runner struct {
 	pool        *Pool             // nil without a pool
 	sessions    *session.Store
 	uids        *uidpool.Pool // each sandbox's own host uid and gid
+
+	// The warm launcher's host file (launcherFile), written once.
+	launcherOnce sync.Once
+	launcherPath string
+	launcherErr  error
 
 	// leftovers is what gc cleans with, by runtime name: every backend,
 	// and for a runtime not available now, what can still remove its
@@ -243,6 +249,7 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 	}
 	setup := time.Since(start)
 	err = r.execute(ctx, p, sb, res, hooks.Output)
+	r.pool.ended(sb)
 	if sb.pooled && errors.Is(err, backend.ErrNotStarted) && ctx.Err() == nil {
 		// The pooled sandbox's init died as the run took it: run cold.
 		r.pool.failed(p, fmt.Errorf("running in a pooled sandbox: %w", err))
@@ -251,7 +258,7 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 		}
 		res.ID = newID()
 		again := time.Now()
-		if sb, err = r.setup(p, img, res, res.ID, runFiles(p), nil, approver(hooks.Approve, res)); err != nil {
+		if sb, err = r.setup(p, img, res, res.ID, runFiles(p), nil, approver(hooks.Approve, res), nil); err != nil {
 			return err
 		}
 		setup = time.Since(again)
@@ -319,7 +326,7 @@ func (r *Runner) pullOptions(p *task.Plan) image.PullOptions {
 // pool's sandboxes lack). It sets res.ID to the sandbox's.
 func (r *Runner) sandbox(p *task.Plan, img *image.Image, res *result.Result, lease *session.Lease, approve proxy.ApproveFunc) (*sandbox, error) {
 	if lease != nil {
-		return r.setup(p, img, res, res.ID, runFiles(p), lease, approve)
+		return r.setup(p, img, res, res.ID, runFiles(p), lease, approve, nil)
 	}
 	// A pooled sandbox's proxy has denied everything since it was made: it
 	// gets this run's policy, and no other, as the run takes it.
@@ -332,11 +339,12 @@ func (r *Runner) sandbox(p *task.Plan, img *image.Image, res *result.Result, lea
 	if sb := r.pool.take(p, img, claim); sb != nil {
 		res.ID = sb.id
 		if err := sb.ws.Write(runFiles(p), sb.uid, sb.uid); err != nil {
+			r.pool.ended(sb)
 			return nil, errors.Join(err, sb.undo.Clean())
 		}
 		return sb, nil
 	}
-	return r.setup(p, img, res, res.ID, runFiles(p), nil, approve)
+	return r.setup(p, img, res, res.ID, runFiles(p), nil, approve, nil)
 }
 
 // execute runs the program of sb to its end and collects its files.
@@ -362,6 +370,9 @@ func (r *Runner) execute(ctx context.Context, p *task.Plan, sb *sandbox, res *re
 type sandbox struct {
 	id     string
 	pooled bool // taken from the pool
+	// refill, while not nil, is the pool's shape whose replacement of
+	// this sandbox waits for the end of its program (Pool.ended).
+	refill *shape
 	uid    int  // the host uid and gid its processes run as: its own
 	ws     *workspace.Workspace
 	spec   *specs.Spec
@@ -380,8 +391,10 @@ type sandbox struct {
 // lease, the workspace is that session's disk, mounted in the run dir (so
 // that gc finds it there if agentrun dies). With res nil it is made ahead
 // for the pool: its network, if any, waits for the policy of the run that
-// takes it.
-func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id string, files map[string][]byte, lease *session.Lease, approve proxy.ApproveFunc) (_ *sandbox, err error) {
+// takes it. With warm, the launcher argv of a warm sandbox (warm.go), its
+// program is the launcher, started now, and setup returns once it is
+// ready; a *warmError is its failure.
+func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id string, files map[string][]byte, lease *session.Lease, approve proxy.ApproveFunc, warm []string) (_ *sandbox, err error) {
 	be := r.backends[p.Runtime]
 	if be == nil {
 		return nil, fmt.Errorf("runtime %q is not available", p.Runtime)
@@ -478,6 +491,22 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	if traits.Spec != nil {
 		opts = append(opts, traits.Spec)
 	}
+	var handover *backend.Handover
+	if warm != nil {
+		path, err := r.launcherFile()
+		if err != nil {
+			return nil, err
+		}
+		if handover, err = backend.NewHandover(warm); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				handover.Close() // Prepare closes it on its own errors
+			}
+		}()
+		opts = append(opts, spec.WithArgs(warm...), spec.WithReadonlyFile(path, LauncherPath))
+	}
 	if sb.spec, err = spec.New(rootfs, opts...); err != nil {
 		return nil, fmt.Errorf("building spec: %w", err)
 	}
@@ -486,10 +515,15 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 		return nil, fmt.Errorf("spec refused: %w", err)
 	}
 
-	if sb.prep, err = be.Prepare(context.Background(), &backend.Container{ID: id, Spec: sb.spec}); err != nil {
+	if sb.prep, err = be.Prepare(context.Background(), &backend.Container{ID: id, Spec: sb.spec, Handover: handover}); err != nil {
 		return nil, err
 	}
 	sb.undo.Add(sb.prep.Destroy)
+	if handover != nil {
+		if err := handover.Ready(warmReadyWait); err != nil {
+			return nil, &warmError{err}
+		}
+	}
 	return sb, nil
 }
 

@@ -28,6 +28,12 @@ type Container struct {
 	OutputLimit int64
 	// Output, if not nil, gets the kept output as it arrives.
 	Output OutputFunc
+	// Handover, if not nil, makes the container warm (a backend whose
+	// Traits say Warm): Prepare starts its program at once, as the
+	// Handover's argv, with its end of the channel; the caller waits for
+	// its Ready; and Run hands over through it instead of letting the
+	// program start. Prepare takes it: the Prepared closes it.
+	Handover *Handover
 }
 
 // Outcome is what a finished run produced.
@@ -100,6 +106,10 @@ type Traits struct {
 	PrivateRootfs bool
 	// Poolable: a prepared container may wait, set up, for a later run.
 	Poolable bool
+	// Warm: a prepared container's program can be started ahead, under
+	// all of the sandbox's restrictions, and take its run through a
+	// Handover (Container.Handover).
+	Warm bool
 	// Spec, if not nil, is the backend's own change to the spec.
 	Spec spec.SpecOpt
 }

@@ -52,9 +52,11 @@ func New(stateDir string) (*Backend, error) {
 }
 
 // Traits: libcontainer runs on the shared image rootfs, and a prepared
-// container's init waits for the exec of the program, so it can be pooled.
+// container's init waits for the exec of the program, so it can be pooled;
+// or it execs the program at once, which then waits for its hand-over
+// (warm).
 func (b *Backend) Traits() backend.Traits {
-	return backend.Traits{CgroupParent: CgroupParent, Poolable: true}
+	return backend.Traits{CgroupParent: CgroupParent, Poolable: true, Warm: true}
 }
 
 // CgroupParent holds the cgroups of libcontainer runs.
@@ -79,6 +81,9 @@ type Prepared struct {
 	// initFD is a pidfd of the init, -1 if none could be opened: it
 	// becomes readable when the init ends.
 	initFD int
+	// handover, for a warm container, is the channel to its program,
+	// which runs from Prepare on; nil once handed over.
+	handover *backend.Handover
 }
 
 // Prepare creates c's container and starts its init, which stops just
@@ -86,6 +91,13 @@ type Prepared struct {
 // not used: Run takes them. On error nothing is left behind.
 func (b *Backend) Prepare(_ context.Context, c *backend.Container) (_ backend.Prepared, err error) {
 	s := c.Spec
+	if c.Handover != nil {
+		defer func() {
+			if err != nil {
+				c.Handover.Close()
+			}
+		}()
+	}
 	// The filter compiled once, loaded by the helper (see seccomp.go).
 	var extra []*os.File
 	if prog := b.precompiled(s.Linux.Seccomp); prog != nil {
@@ -127,7 +139,7 @@ func (b *Backend) Prepare(_ context.Context, c *backend.Container) (_ backend.Pr
 		_ = os.RemoveAll(filepath.Join(b.StateDir, c.ID))
 		return nil, fmt.Errorf("creating container: %w", err)
 	}
-	p := &Prepared{stateDir: b.StateDir, ctr: ctr, cg: cg, initFD: -1}
+	p := &Prepared{stateDir: b.StateDir, ctr: ctr, cg: cg, initFD: -1, handover: c.Handover}
 	undo.Add(p.Destroy)
 	// Destroy removes the shared parent cgroup once it is empty, under the
 	// lock held here: it is released first.
@@ -137,8 +149,16 @@ func (b *Backend) Prepare(_ context.Context, c *backend.Container) (_ backend.Pr
 		return nil, err
 	}
 	nnp := true
+	args := s.Process.Args
+	if c.Handover != nil {
+		// The program's end after the helper's program (which the
+		// helper closes before it execs the init).
+		var child *os.File
+		child, args = c.Handover.Child(3 + len(extra))
+		extra = append(extra, child)
+	}
 	p.proc = &libcontainer.Process{
-		Args:            s.Process.Args,
+		Args:            args,
 		ExtraFiles:      extra,
 		Env:             c.Spec.Process.Env,
 		Cwd:             c.Spec.Process.Cwd,
@@ -155,6 +175,9 @@ func (b *Backend) Prepare(_ context.Context, c *backend.Container) (_ backend.Pr
 		return nil, fmt.Errorf("starting container: %w", err)
 	}
 	p.stdio.CloseChildEnds()
+	if c.Handover != nil {
+		c.Handover.Passed()
+	}
 	if pid, err := p.proc.Pid(); err == nil {
 		// The init is this process's child, not yet waited for: its pid
 		// cannot have been reused. A pidfd is close-on-exec.
@@ -171,6 +194,12 @@ func (b *Backend) Prepare(_ context.Context, c *backend.Container) (_ backend.Pr
 		}
 		if _, err := backend.ChargeSocketMemory(st.CgroupPaths["memory"], *m.Limit); err != nil {
 			return nil, err
+		}
+	}
+	if c.Handover != nil {
+		// Warm: the program starts now and waits for its hand-over.
+		if err := p.exec(context.Background()); err != nil {
+			return nil, fmt.Errorf("starting the warm program: %w", err)
 		}
 	}
 	return p, nil
@@ -206,7 +235,7 @@ func (p *Prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration,
 	p.cg.Start()
 	start := time.Now()
 	waitOutput := p.stdio.Serve(stdin, outputLimit, output)
-	if err := p.exec(ctx); err != nil {
+	if err := p.start(ctx); err != nil {
 		// The pipes reach EOF once the init is gone.
 		p.kill(p.wait())
 		waitOutput()
@@ -226,6 +255,16 @@ func (p *Prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration,
 		return out, fmt.Errorf("run cancelled: %w", ctx.Err())
 	}
 	return out, nil
+}
+
+// start lets the program go on: the init's exec, or a warm program's
+// hand-over.
+func (p *Prepared) start(ctx context.Context) error {
+	if h := p.handover; h != nil {
+		p.handover = nil
+		return h.Go(ctx, execWait)
+	}
+	return p.exec(ctx)
 }
 
 // execWait bounds the exec signal to the init, which takes well under a
@@ -270,6 +309,10 @@ func (p *Prepared) Destroy() error {
 	}
 	if p.stdio != nil {
 		p.stdio.CloseAll()
+	}
+	if p.handover != nil {
+		p.handover.Close()
+		p.handover = nil
 	}
 	if p.initFD >= 0 {
 		unix.Close(p.initFD)

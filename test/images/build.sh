@@ -2,26 +2,36 @@
 # build.sh builds the root filesystems agentrun's tests and demo run, from
 # Debian packages only (no container registry is needed), and caches them.
 #
-#   test/images/build.sh [busybox|python|all]
+#   test/images/build.sh [busybox|python|python-data|all]
 #
 # Output (under $AGENTRUN_IMAGES, default /var/cache/agentrun/images):
-#   busybox/rootfs   busybox-static with its applets, /etc/passwd with nobody
-#   python/rootfs    Debian bookworm "essential" + python3, docs stripped
-#   */oci            each rootfs packed as an OCI image layout, tag "latest"
-# A rootfs is rebuilt only when this script changes (its hash is the stamp).
+#   busybox/rootfs      busybox-static with its applets, /etc/passwd with nobody
+#   python/rootfs       Debian bookworm "essential" + python3, docs stripped
+#   python-data/rootfs  python's, plus Debian's numpy and pandas (for warm
+#                       pools' preloads and make bench; not in "all": the
+#                       tests that need it build it)
+#   */oci               each rootfs packed as an OCI image layout, tag "latest"
+# A rootfs is rebuilt only when its recipe changes: its stamp is the hash of
+# its build function, the helpers and the packer, so adding an image does not
+# rebuild the others.
 set -euo pipefail
 
 out=${AGENTRUN_IMAGES:-/var/cache/agentrun/images}
 suite=${AGENTRUN_SUITE:-bookworm}
 here=$(cd "$(dirname "$0")" && pwd)
-stamp=$(cat "$0" "$here"/ocipack/main.go | sha256sum | cut -c1-16)-$suite
 GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
 
 need() { command -v "$1" >/dev/null || { echo "build.sh: $1 not found; install $2 (apt-get install $2)" >&2; exit 1; }; }
 
-fresh() { [ -f "$1/.stamp" ] && [ "$(cat "$1/.stamp")" = "$stamp" ]; }
+# stamp_of NAME is the stamp of image NAME's recipe.
+stamp_of() {
+	{ declare -f "build_${1//-/_}" finish pack debian; cat "$here"/ocipack/main.go; } | sha256sum | cut -c1-16 | tr -d '\n'
+	echo "-$suite"
+}
 
-# finish adds the mount points every sandbox needs and records the stamp.
+fresh() { [ -f "$1/.stamp" ] && [ "$(cat "$1/.stamp")" = "$(stamp_of "$(basename "$1")")" ]; }
+
+# finish adds the mount points every sandbox needs.
 finish() {
 	local root=$1
 	mkdir -p "$root"/{proc,sys,dev,tmp,workspace,etc}
@@ -49,7 +59,7 @@ build_busybox() {
 	printf 'root:x:0:\nnogroup:x:65534:\n' >"$dir.new/rootfs/etc/group"
 	finish "$dir.new/rootfs"
 	pack "$dir.new"
-	echo "$stamp" >"$dir.new/.stamp"
+	stamp_of busybox >"$dir.new/.stamp"
 	rm -rf "$dir" && mv "$dir.new" "$dir"
 }
 
@@ -58,14 +68,15 @@ pack() {
 	(cd "$here/../.." && CGO_ENABLED=0 "$GO" run ./test/images/ocipack "$1/rootfs" "$1/oci" latest)
 }
 
-build_python() {
-	local dir=$out/python
+# debian NAME PACKAGES builds image NAME: Debian's "essential" variant
+# plus PACKAGES (comma-separated), docs stripped.
+debian() {
+	local dir=$out/$1
 	fresh "$dir" && return 0
 	need mmdebstrap mmdebstrap
 	rm -rf "$dir.new"
 	mkdir -p "$dir.new"
-	# --variant=essential plus python3 (full standard library, no pip).
-	mmdebstrap --quiet --variant=essential --include=python3 \
+	mmdebstrap --quiet --variant=essential --include="$2" \
 		--dpkgopt='path-exclude=/usr/share/man/*' \
 		--dpkgopt='path-exclude=/usr/share/doc/*' \
 		--dpkgopt='path-exclude=/usr/share/locale/*' \
@@ -74,15 +85,22 @@ build_python() {
 		"$suite" "$dir.new/rootfs"
 	finish "$dir.new/rootfs"
 	pack "$dir.new"
-	echo "$stamp" >"$dir.new/.stamp"
+	stamp_of "$1" >"$dir.new/.stamp"
 	rm -rf "$dir" && mv "$dir.new" "$dir"
 }
+
+# python3 with its full standard library, no pip.
+build_python() { debian python python3; }
+
+# python's, plus numpy and pandas: the heavy imports a warm pool preloads.
+build_python_data() { debian python-data python3,python3-numpy,python3-pandas; }
 
 mkdir -p "$out"
 case ${1:-all} in
 busybox) build_busybox ;;
 python) build_python ;;
+python-data) build_python_data ;;
 all) build_busybox && build_python ;;
-*) echo "usage: $0 [busybox|python|all]" >&2; exit 2 ;;
+*) echo "usage: $0 [busybox|python|python-data|all]" >&2; exit 2 ;;
 esac
 echo "$out"

@@ -1,0 +1,168 @@
+package runner
+
+import (
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/task"
+	"github.com/agentrun/agentrun/runtime/backend"
+	"github.com/agentrun/agentrun/runtime/spec"
+)
+
+// A warm sandbox is a pooled sandbox whose program, agentrun's launcher
+// (warm.py), already runs: the language's interpreter, started under all
+// of the sandbox's restrictions, with the configured modules imported,
+// waiting for its one run on a hand-over channel (backend.Handover). The
+// run that takes it writes its files and code into /workspace as any run
+// does, and the hand-over lets the launcher run the code as __main__.
+//
+// A task runs warm when its image has warm settings that have not failed,
+// its runtime's backend can start a program ahead (Traits.Warm: runsc
+// cannot), it gives code in a language whose argv is the warm language's,
+// and its env names no PYTHON* variable (they change how the interpreter
+// starts, which has happened). Other tasks of the image are served as
+// without warm settings. Warm sandboxes that fail (a preload the image
+// lacks, a launcher that dies or says anything but ready) make their image
+// get plain sandboxes until the settings change; PoolStats.Warm says why.
+
+//go:embed warm.py
+var launcher []byte
+
+// LauncherPath is where the launcher is mounted in a warm sandbox: in its
+// own /dev tmpfs, as the init is, so that no image needs a mount point.
+const LauncherPath = "/dev/agentrun-warm.py"
+
+// warmReadyWait bounds a warm sandbox's start and imports.
+const warmReadyWait = 60 * time.Second
+
+// warmSetting is one image's warm settings.
+type warmSetting struct {
+	cfg  config.Warm
+	argv []string // the language's argv, with "{file}"
+}
+
+// warmError is a failure of a warm sandbox's launcher: the image's warm
+// pool goes cold.
+type warmError struct{ err error }
+
+func (e *warmError) Error() string { return e.err.Error() }
+func (e *warmError) Unwrap() error { return e.err }
+
+// SetWarm takes cfg's warm settings of server.pool (at start, before Seed,
+// and on a reload, before the new Seed). An image whose settings changed
+// gets warm sandboxes again if they had failed.
+func (p *Pool) SetWarm(cfg *config.Config) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	next := map[string]warmSetting{}
+	for ref, w := range cfg.Server.PoolWarm() {
+		next[ref] = warmSetting{cfg: w, argv: slices.Clone(cfg.Languages[w.Language])}
+	}
+	for ref, old := range p.warm {
+		if n, ok := next[ref]; !ok || !slices.Equal(n.argv, old.argv) || !slices.Equal(n.cfg.Preload, old.cfg.Preload) {
+			delete(p.cold, ref)
+		}
+	}
+	p.warm = next
+}
+
+// warmFor is the launcher argv of a warm sandbox for plan, or nil when
+// plan does not run warm. p.mu is held.
+func (p *Pool) warmFor(plan *task.Plan) []string {
+	w, ok := p.warm[plan.Image]
+	if !ok || p.cold[plan.Image] != "" || plan.CodeFile == "" {
+		return nil
+	}
+	if be := p.r.backends[plan.Runtime]; be == nil || !be.Traits().Warm {
+		return nil
+	}
+	for k := range plan.Env {
+		if strings.HasPrefix(k, "PYTHON") {
+			return nil
+		}
+	}
+	file := spec.WorkspaceDir + "/" + plan.CodeFile
+	var argv []string
+	for i, a := range w.argv {
+		if i >= len(plan.Argv) || plan.Argv[i] != strings.ReplaceAll(a, "{file}", file) {
+			return nil
+		}
+		if a == "{file}" {
+			argv = append(argv, LauncherPath, backend.FDArg, strings.Join(w.cfg.Preload, ","), file)
+		} else {
+			argv = append(argv, a)
+		}
+	}
+	if len(plan.Argv) != len(w.argv) {
+		return nil
+	}
+	return argv
+}
+
+// warmKey is the shape key of a sandbox of key's shape that is warm with
+// launcher argv warm (key itself for a plain one).
+func warmKey(key string, warm []string) string {
+	if key == "" || warm == nil {
+		return key
+	}
+	sum := sha256.Sum256([]byte(key + "\x00" + strings.Join(warm, "\x00")))
+	return hex.EncodeToString(sum[:])
+}
+
+// goCold makes s's image get plain sandboxes from now on, because its
+// warm ones fail with err. p.mu is held.
+func (p *Pool) goCold(s *shape, err *warmError) {
+	ref := s.plan.Image
+	if _, ok := p.warm[ref]; !ok || p.closed {
+		return
+	}
+	p.cold[ref] = err.Error()
+	if p.shapes[ref] == s {
+		p.keep(s.plan, s.img, shapeKey(s.plan, s.img), nil)
+	}
+}
+
+// launcherFile is the host path of the launcher, written once per
+// process into the state dir (root's, 0700): the file bind-mounted,
+// read-only, into warm sandboxes.
+func (r *Runner) launcherFile() (string, error) {
+	r.launcherOnce.Do(func() {
+		sum := sha256.Sum256(launcher)
+		dir := filepath.Join(r.cfg.StateDir, "warm")
+		path := filepath.Join(dir, "launcher-"+hex.EncodeToString(sum[:8])+".py")
+		if b, err := os.ReadFile(path); err == nil && string(b) == string(launcher) {
+			r.launcherPath = path
+			return
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			r.launcherErr = fmt.Errorf("warm launcher: %w", err)
+			return
+		}
+		tmp, err := os.CreateTemp(dir, ".launcher-*")
+		if err == nil {
+			_, err = tmp.Write(launcher)
+			err = errors.Join(err, tmp.Chmod(0o444), tmp.Close())
+			if err == nil {
+				err = os.Rename(tmp.Name(), path)
+			}
+			if err != nil {
+				os.Remove(tmp.Name())
+			}
+		}
+		if err != nil {
+			r.launcherErr = fmt.Errorf("writing the warm launcher: %w", err)
+			return
+		}
+		r.launcherPath = path
+	})
+	return r.launcherPath, r.launcherErr
+}

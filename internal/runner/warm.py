@@ -1,0 +1,107 @@
+# agentrun's warm launcher (internal/runner/warm.go). It is the program of a
+# warm pooled sandbox, started under every restriction of the sandbox as
+#
+#     <the language's argv, with {file} replaced by:> LAUNCHER FD PRELOAD FILE
+#
+# and is agentrun's own file, mounted read-only: no image can change it. It
+# imports the modules of PRELOAD (comma-separated) with its output sent to
+# /dev/null, says "ready" (or "fail REASON") on the socket at descriptor
+# FD, and waits. At the run's take agentrun has written the task's files
+# and code into /workspace; it says "go", the launcher says "ok", waits for
+# agentrun to close its end, closes its own, and runs FILE as __main__ the
+# way `python3 FILE` runs it: the task's own code, argv, sys.path[0],
+# traceback, exit status and atexit handlers. It imports nothing that the
+# interpreter's own start does not: the task sees sys.modules as a cold
+# run's, plus the preloaded modules.
+import os
+import sys
+
+
+def _line(fd):
+    """One line from fd, without its newline; None at the end."""
+    buf = b""
+    while not buf.endswith(b"\n"):
+        b = os.read(fd, 1)
+        if not b or len(buf) > 1024:
+            return None
+        buf += b
+    return buf[:-1]
+
+
+def _prepare():
+    fd, preload, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+    os.set_inheritable(fd, False)  # not to what the preloads start
+    # The preloads' own output goes nowhere: the run's output is its task's.
+    saved = os.dup(1), os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
+    failure = None
+    for name in filter(None, preload.split(",")):
+        try:
+            __import__(name)
+        except BaseException as e:  # SystemExit and KeyboardInterrupt too
+            failure = "preload %s: %s: %s" % (name, type(e).__name__, e)
+            break
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:
+            pass
+    os.dup2(saved[0], 1)
+    os.dup2(saved[1], 2)
+    os.close(saved[0])
+    os.close(saved[1])
+    if failure is not None:
+        os.write(fd, b"fail " + " ".join(failure.split()).encode("utf-8", "replace")[:900] + b"\n")
+        os._exit(1)
+    os.write(fd, b"ready\n")
+    # The hand-over: "go", our "ok", then agentrun's close, before any of
+    # the task's code runs. Anything else: no run.
+    if _line(fd) != b"go":
+        os._exit(0)
+    os.write(fd, b"ok\n")
+    if os.read(fd, 1) != b"":
+        os._exit(1)
+    os.close(fd)
+
+    path = argv[0]
+    sys.argv[:] = argv
+    sys.path[0] = os.path.dirname(os.path.realpath(path))
+    orig = getattr(sys, "orig_argv", None)
+    if orig is not None:
+        i = orig.index(__file__) if __file__ in orig else -1
+        if i >= 0:
+            sys.orig_argv = orig[:i] + orig[i + 3:]
+    own = sys.modules["__main__"]
+    main = type(sys)("__main__")
+    main.__loader__ = type(own.__loader__)("__main__", path)
+    main.__annotations__ = {}
+    main.__builtins__ = own.__builtins__
+    main.__file__ = path
+    main.__cached__ = None
+    sys.modules["__main__"] = main
+    with open(path, "rb") as f:
+        source = f.read()
+    return source, path, main.__dict__
+
+
+_source, _path, _globals = _prepare()
+try:
+    exec(compile(_source, _path, "exec"), _globals)
+except SystemExit:
+    raise
+except BaseException as e:
+    # As the interpreter reports an uncaught exception: without this
+    # launcher's frame, through sys.excepthook, status 1 (130 for
+    # KeyboardInterrupt, as its SIGINT ending reads under the sandbox's init),
+    # atexit handlers run.
+    tb = e.__traceback__
+    if tb is not None and tb.tb_frame.f_code is sys._getframe().f_code:
+        tb = tb.tb_next
+    e.__traceback__ = tb
+    sys.last_type, sys.last_value, sys.last_traceback = type(e), e, tb
+    sys.excepthook(type(e), e, tb)
+    del e, tb
+    raise SystemExit(130 if isinstance(sys.last_value, KeyboardInterrupt) else 1)

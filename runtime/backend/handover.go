@@ -1,0 +1,180 @@
+package backend
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"golang.org/x/sys/unix"
+)
+
+// Handover is the control channel of a warm sandbox, whose program (a
+// launcher) is started as the sandbox is prepared and waits there for its
+// run: a socket pair, one end agentrun's, the other passed to the program.
+// The program says once that it is ready (or why it failed); at the run's
+// start agentrun says "go", the program acknowledges, agentrun closes its
+// end, and the program, having read that close, closes its own before it
+// goes on. Nothing is ever read from the channel after the hand-over: what
+// the program writes to it later reaches no one.
+//
+// Every message is a line of at most handoverLine bytes; anything else
+// from the program (it runs image code) is a failure, never trusted.
+type Handover struct {
+	conn  *os.File // agentrun's end: non-blocking, close-on-exec
+	child *os.File // the program's end, until the backend has passed it on
+	argv  []string
+}
+
+// FDArg, as an argument of a Handover's argv, is replaced by the number
+// of the descriptor at which the program gets its end.
+const FDArg = "{handover-fd}"
+
+// handoverLine bounds one message of the channel.
+const handoverLine = 1024
+
+// NewHandover makes the channel for a program run as argv (in which FDArg
+// stands for its end's descriptor).
+func NewHandover(argv []string) (*Handover, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("creating the hand-over socket pair: %w", err)
+	}
+	// agentrun's end polls (deadlines); the program's end blocks.
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, fmt.Errorf("hand-over socket: %w", err)
+	}
+	return &Handover{conn: os.NewFile(uintptr(fds[0]), "handover"), child: os.NewFile(uintptr(fds[1]), "handover-child"),
+		argv: argv}, nil
+}
+
+// Child is the program's end, for the backend to pass at descriptor fd,
+// and the program's argv with fd in it.
+func (h *Handover) Child(fd int) (*os.File, []string) {
+	argv := make([]string, len(h.argv))
+	for i, a := range h.argv {
+		if a == FDArg {
+			a = strconv.Itoa(fd)
+		}
+		argv[i] = a
+	}
+	return h.child, argv
+}
+
+// Passed closes agentrun's copy of the program's end, once the program
+// has it: from then on the program's end of the channel is only the
+// program's.
+func (h *Handover) Passed() {
+	if h.child != nil {
+		h.child.Close()
+		h.child = nil
+	}
+}
+
+// Ready waits, at most wait, for the program to say it is ready; its
+// failure, its end or its silence is the error.
+func (h *Handover) Ready(wait time.Duration) error {
+	line, err := h.line(context.Background(), wait)
+	switch {
+	case err != nil:
+		return fmt.Errorf("waiting for the warm program: %w", err)
+	case line == "ready":
+		return nil
+	case strings.HasPrefix(line, "fail "):
+		return fmt.Errorf("warm program: %s", strings.TrimPrefix(line, "fail "))
+	}
+	return fmt.Errorf("warm program said %q, not that it is ready", line)
+}
+
+// Go hands the sandbox over to the program: it sends "go", waits at most
+// wait (or ctx) for the acknowledgement, and closes agentrun's end, which
+// the program waits for before it runs the task. An error means the
+// program did not take the hand-over; the channel is closed either way.
+func (h *Handover) Go(ctx context.Context, wait time.Duration) error {
+	defer h.Close()
+	_ = h.conn.SetWriteDeadline(time.Now().Add(wait))
+	if _, err := h.conn.Write([]byte("go\n")); err != nil {
+		return fmt.Errorf("handing over: %w", err)
+	}
+	line, err := h.line(ctx, wait)
+	if err != nil {
+		return fmt.Errorf("handing over: %w", err)
+	}
+	if line != "ok" {
+		return fmt.Errorf("handing over: the warm program said %q, not ok", line)
+	}
+	return nil
+}
+
+// Close closes what is left of the channel on agentrun's side.
+func (h *Handover) Close() {
+	h.Passed()
+	if h.conn != nil {
+		h.conn.Close()
+		h.conn = nil
+	}
+}
+
+// errClosed is the program's end closing before a whole line.
+var errClosed = errors.New("the warm program closed its end (or ended)")
+
+// line reads one message, without its newline, within wait and ctx. A
+// line longer than handoverLine, or a close before its newline, is an
+// error; what it quotes of the program's bytes is made printable.
+func (h *Handover) line(ctx context.Context, wait time.Duration) (string, error) {
+	if h.conn == nil {
+		return "", errors.New("the hand-over channel is closed")
+	}
+	deadline := time.Now().Add(wait)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = h.conn.SetReadDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { _ = h.conn.SetReadDeadline(time.Now()) })
+	defer stop()
+	// One byte at a time: nothing past the newline is taken from the
+	// socket, which holds the next message.
+	var buf []byte
+	b := make([]byte, 1)
+	for len(buf) <= handoverLine {
+		n, err := h.conn.Read(b)
+		if n == 1 {
+			if b[0] == '\n' {
+				return printable(buf), nil
+			}
+			buf = append(buf, b[0])
+			continue
+		}
+		switch {
+		case ctx.Err() != nil:
+			return "", ctx.Err()
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return "", fmt.Errorf("no answer from the warm program within %v", wait)
+		case err != nil && !errors.Is(err, io.EOF):
+			return "", err
+		}
+		if len(buf) > 0 {
+			return "", fmt.Errorf("%w after %q", errClosed, printable(buf))
+		}
+		return "", errClosed
+	}
+	return "", fmt.Errorf("a line from the warm program longer than %d bytes", handoverLine)
+}
+
+// printable is b with every byte that is not a printable character of
+// valid UTF-8 written as an escape.
+func printable(b []byte) string {
+	if bytes.IndexFunc(b, func(r rune) bool { return r == unicode.ReplacementChar || !unicode.IsPrint(r) }) < 0 {
+		return string(b)
+	}
+	q := strconv.QuoteToASCII(string(b))
+	return q[1 : len(q)-1]
+}
