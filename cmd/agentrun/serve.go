@@ -80,6 +80,7 @@ func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
 			logf("%v", err)
 		}
 	}()
+	pool.SetWarm(cfg)
 	poolErrors, err := seedPool(cfg, pool, logf)
 	if err != nil {
 		return err

@@ -57,6 +57,7 @@ func runWorker(cfg *config.Config, stderr io.Writer) error {
 			w.Logf("%v", err)
 		}
 	}()
+	pool.SetWarm(cfg)
 	if _, err := seedPool(cfg, pool, w.Logf); err != nil {
 		return err
 	}

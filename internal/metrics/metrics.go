@@ -69,6 +69,9 @@ type Gauges struct {
 // PoolStats is the warm pool as the metrics see it, per image reference.
 type PoolStats struct {
 	Ready, Hits, Misses map[string]int64
+	// Warm is, per image with warm settings, "" while it gets warm
+	// sandboxes, or why it gets plain ones instead.
+	Warm map[string]string
 }
 
 // Metrics holds serve's series. It is safe for concurrent use.
@@ -197,6 +200,16 @@ func (m *Metrics) WritePrometheus(w io.Writer) {
 		perImage(&b, "agentrun_pool_ready", "gauge", "Sandboxes ready in the warm pool.", st.Ready)
 		perImage(&b, "agentrun_pool_hits_total", "counter", "Runs served from the warm pool.", st.Hits)
 		perImage(&b, "agentrun_pool_misses_total", "counter", "Runs of a pooled image that ran cold.", st.Misses)
+		if len(st.Warm) > 0 {
+			header(&b, "agentrun_pool_warm", "gauge", "1 while a warm pool's image gets warm sandboxes; 0, with the reason, once they failed and it gets plain ones.")
+			for _, img := range sortedKeys(st.Warm) {
+				v := 1
+				if st.Warm[img] != "" {
+					v = 0
+				}
+				fmt.Fprintf(&b, "agentrun_pool_warm{%s} %d\n", labels("image", img, "reason", st.Warm[img]), v)
+			}
+		}
 	}
 	m.egress.write(&b)
 	m.quotas.write(&b)

@@ -107,10 +107,13 @@ type PoolStats struct {
 	Filling int            // sandboxes being made now
 
 	ImageHits, ImageMisses map[string]int64 // Hits and Misses per image ref
-	// Warm is, per image ref with warm settings, "warm" while it gets
+	// Warm is, per image ref with warm settings, WarmOK while it gets
 	// warm sandboxes, or why it gets plain ones instead.
 	Warm map[string]string
 }
+
+// WarmOK is PoolStats.Warm of an image that gets warm sandboxes.
+const WarmOK = "warm"
 
 // followWindow is how many of an image's latest runs decide which shape
 // the pool keeps for it.
@@ -481,7 +484,7 @@ func (p *Pool) Stats() PoolStats {
 	if len(p.warm) > 0 {
 		st.Warm = map[string]string{}
 		for ref := range p.warm {
-			st.Warm[ref] = cmp.Or(p.cold[ref], "warm")
+			st.Warm[ref] = cmp.Or(p.cold[ref], WarmOK)
 		}
 	}
 	if p.err != nil {

@@ -497,7 +497,7 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 		if err != nil {
 			return nil, err
 		}
-		if handover, err = backend.NewHandover(warm); err != nil {
+		if handover, err = backend.NewHandover(); err != nil {
 			return nil, err
 		}
 		defer func() {

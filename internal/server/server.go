@@ -90,6 +90,15 @@ func New(cfg *config.Config, run RunFunc, pool func() runner.PoolStats) *Server 
 			for ref, n := range st.Ready {
 				ms.Ready[ref] = int64(n)
 			}
+			if st.Warm != nil {
+				ms.Warm = map[string]string{}
+				for ref, why := range st.Warm {
+					if why == runner.WarmOK {
+						why = ""
+					}
+					ms.Warm[ref] = why
+				}
+			}
 			return ms
 		}
 	}
@@ -587,13 +596,21 @@ type PoolHealth struct {
 	LastError string         `json:"last_error,omitempty"`
 	// Errors: image -> why the server started without sandboxes for it.
 	Errors map[string]string `json:"errors,omitempty"`
+	// Warm: image with warm settings -> "warm", or why its warm
+	// sandboxes failed and it gets plain ones instead.
+	Warm map[string]string `json:"warm,omitempty"`
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	h := Health{Status: "ok", Running: s.running.Load(), Queued: s.queued.Load()}
 	if s.pool != nil {
 		st := s.pool()
-		h.Pool = &PoolHealth{Ready: st.Ready, Hits: st.Hits, Misses: st.Misses, LastError: st.LastErr}
+		h.Pool = &PoolHealth{Ready: st.Ready, Hits: st.Hits, Misses: st.Misses, LastError: st.LastErr, Warm: st.Warm}
+		for _, why := range st.Warm {
+			if why != runner.WarmOK {
+				h.Status = "degraded"
+			}
+		}
 	}
 	if len(s.PoolErrors) > 0 {
 		if h.Pool == nil {

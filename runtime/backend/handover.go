@@ -29,19 +29,17 @@ import (
 type Handover struct {
 	conn  *os.File // agentrun's end: non-blocking, close-on-exec
 	child *os.File // the program's end, until the backend has passed it on
-	argv  []string
 }
 
-// FDArg, as an argument of a Handover's argv, is replaced by the number
-// of the descriptor at which the program gets its end.
+// FDArg, as an argument of a warm program's argv, is replaced by the
+// number of the descriptor at which the program gets its end (Child).
 const FDArg = "{handover-fd}"
 
 // handoverLine bounds one message of the channel.
 const handoverLine = 1024
 
-// NewHandover makes the channel for a program run as argv (in which FDArg
-// stands for its end's descriptor).
-func NewHandover(argv []string) (*Handover, error) {
+// NewHandover makes the channel.
+func NewHandover() (*Handover, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("creating the hand-over socket pair: %w", err)
@@ -52,15 +50,15 @@ func NewHandover(argv []string) (*Handover, error) {
 		unix.Close(fds[1])
 		return nil, fmt.Errorf("hand-over socket: %w", err)
 	}
-	return &Handover{conn: os.NewFile(uintptr(fds[0]), "handover"), child: os.NewFile(uintptr(fds[1]), "handover-child"),
-		argv: argv}, nil
+	return &Handover{conn: os.NewFile(uintptr(fds[0]), "handover"), child: os.NewFile(uintptr(fds[1]), "handover-child")}, nil
 }
 
 // Child is the program's end, for the backend to pass at descriptor fd,
-// and the program's argv with fd in it.
-func (h *Handover) Child(fd int) (*os.File, []string) {
-	argv := make([]string, len(h.argv))
-	for i, a := range h.argv {
+// and args, the argv the container starts with, with fd in place of
+// FDArg.
+func (h *Handover) Child(fd int, args []string) (*os.File, []string) {
+	argv := make([]string, len(args))
+	for i, a := range args {
 		if a == FDArg {
 			a = strconv.Itoa(fd)
 		}

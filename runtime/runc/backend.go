@@ -154,7 +154,7 @@ func (b *Backend) Prepare(_ context.Context, c *backend.Container) (_ backend.Pr
 		// The program's end after the helper's program (which the
 		// helper closes before it execs the init).
 		var child *os.File
-		child, args = c.Handover.Child(3 + len(extra))
+		child, args = c.Handover.Child(3+len(extra), args)
 		extra = append(extra, child)
 	}
 	p.proc = &libcontainer.Process{
