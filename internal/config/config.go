@@ -99,13 +99,13 @@ type Runsc struct {
 
 // Server configures `agentrun serve`.
 type Server struct {
-	Listen        string         `json:"listen"`         // unix:///abs/path or tcp://host:port
-	MaxConcurrent int            `json:"max_concurrent"` // runs at once, >= 1
-	Queue         int            `json:"queue"`          // runs waiting for a slot, >= 0
-	Quota         Quota          `json:"quota"`
+	Listen        string               `json:"listen"`         // unix:///abs/path or tcp://host:port
+	MaxConcurrent int                  `json:"max_concurrent"` // runs at once, >= 1
+	Queue         int                  `json:"queue"`          // runs waiting for a slot, >= 0
+	Quota         Quota                `json:"quota"`
 	Pool          map[string]PoolEntry `json:"pool"` // image -> sandboxes kept ready
-	Token         string         `json:"token,omitempty"`
-	Approvals     Approvals      `json:"approvals"`
+	Token         string               `json:"token,omitempty"`
+	Approvals     Approvals            `json:"approvals"`
 }
 
 // Approvals configures how serve asks a human about requests held for

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -46,11 +45,6 @@ type Runner struct {
 	pool        *Pool             // nil without a pool
 	sessions    *session.Store
 	uids        *uidpool.Pool // each sandbox's own host uid and gid
-
-	// The warm launcher's host file (launcherFile), written once.
-	launcherOnce sync.Once
-	launcherPath string
-	launcherErr  error
 
 	// leftovers is what gc cleans with, by runtime name: every backend,
 	// and for a runtime not available now, what can still remove its
@@ -373,7 +367,7 @@ type sandbox struct {
 	// refill, while not nil, is the pool's shape whose replacement of
 	// this sandbox waits for the end of its program (Pool.ended).
 	refill *shape
-	uid    int  // the host uid and gid its processes run as: its own
+	uid    int // the host uid and gid its processes run as: its own
 	ws     *workspace.Workspace
 	spec   *specs.Spec
 	proxy  *proxy.Proxy // its egress proxy, nil without network
@@ -493,9 +487,11 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	}
 	var handover *backend.Handover
 	if warm != nil {
-		path, err := r.launcherFile()
+		// From the run's etc tmpfs, as the identity files: the
+		// sandbox's mountinfo names no host path.
+		path, err := writeEtc(dir, &sb.undo, launcherName, launcher)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("writing the warm launcher: %w", err)
 		}
 		if handover, err = backend.NewHandover(); err != nil {
 			return nil, err

@@ -4,10 +4,6 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
-	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -39,7 +35,10 @@ var launcher []byte
 
 // LauncherPath is where the launcher is mounted in a warm sandbox: in its
 // own /dev tmpfs, as the init is, so that no image needs a mount point.
+// Its source is the run's etc tmpfs (writeEtc), under launcherName.
 const LauncherPath = "/dev/agentrun-warm.py"
+
+const launcherName = "agentrun-warm.py"
 
 // warmReadyWait bounds a warm sandbox's start and imports.
 const warmReadyWait = 60 * time.Second
@@ -129,40 +128,4 @@ func (p *Pool) goCold(s *shape, err *warmError) {
 	if p.shapes[ref] == s {
 		p.keep(s.plan, s.img, shapeKey(s.plan, s.img), nil)
 	}
-}
-
-// launcherFile is the host path of the launcher, written once per
-// process into the state dir (root's, 0700): the file bind-mounted,
-// read-only, into warm sandboxes.
-func (r *Runner) launcherFile() (string, error) {
-	r.launcherOnce.Do(func() {
-		sum := sha256.Sum256(launcher)
-		dir := filepath.Join(r.cfg.StateDir, "warm")
-		path := filepath.Join(dir, "launcher-"+hex.EncodeToString(sum[:8])+".py")
-		if b, err := os.ReadFile(path); err == nil && string(b) == string(launcher) {
-			r.launcherPath = path
-			return
-		}
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			r.launcherErr = fmt.Errorf("warm launcher: %w", err)
-			return
-		}
-		tmp, err := os.CreateTemp(dir, ".launcher-*")
-		if err == nil {
-			_, err = tmp.Write(launcher)
-			err = errors.Join(err, tmp.Chmod(0o444), tmp.Close())
-			if err == nil {
-				err = os.Rename(tmp.Name(), path)
-			}
-			if err != nil {
-				os.Remove(tmp.Name())
-			}
-		}
-		if err != nil {
-			r.launcherErr = fmt.Errorf("writing the warm launcher: %w", err)
-			return
-		}
-		r.launcherPath = path
-	})
-	return r.launcherPath, r.launcherErr
 }

@@ -66,20 +66,24 @@ func TestEscapeBattery(t *testing.T) {
 		rts = []string{rt}
 	}
 	for _, rt := range rts {
-		t.Run(rt, func(t *testing.T) { battery(t, rt, false, nil) })
-		// The same probes in a sandbox the warm pool made ahead.
-		t.Run(rt+"-pooled", func(t *testing.T) { battery(t, rt, true, nil) })
+		t.Run(rt, func(t *testing.T) { battery(t, rt, false, false, nil) })
+		// The same probes in a sandbox the pool made ahead.
+		t.Run(rt+"-pooled", func(t *testing.T) { battery(t, rt, true, false, nil) })
 		if rt == config.RuntimeLibcontainer {
 			// And in one it made ahead with a network, its proxy bound
 			// to the task's allowlist as the run took it.
-			t.Run(rt+"-pooled-allowlist", func(t *testing.T) { battery(t, rt, true, []string{"example.com"}) })
+			t.Run(rt+"-pooled-allowlist", func(t *testing.T) { battery(t, rt, true, false, []string{"example.com"}) })
+			// And in a warm one: the probe is exec'd by the task's code
+			// from the interpreter the pool started ahead.
+			t.Run(rt+"-warm", func(t *testing.T) { battery(t, rt, true, true, nil) })
 		}
 	}
 }
 
-// battery runs the probes under runtime rt, in a sandbox taken from a warm
-// pool if pooled, with a network allowlist if allow is not empty.
-func battery(t *testing.T, rt string, pooled bool, allow []string) {
+// battery runs the probes under runtime rt, in a sandbox taken from a
+// pool if pooled (a warm one, on the python image, if warm), with a network
+// allowlist if allow is not empty.
+func battery(t *testing.T, rt string, pooled, warm bool, allow []string) {
 	expect, ok := expectations[rt]
 	if !ok {
 		t.Fatalf("no expectation table for runtime %q", rt)
@@ -94,7 +98,11 @@ func battery(t *testing.T, rt string, pooled bool, allow []string) {
 
 	dir := t.TempDir() // 0700, root's: nothing here is reachable by other users
 	probeBin := buildProbe(t, dir)
-	rootfs, suid, fcaps, fcapsNoEff := makeImage(t, dir, probeBin)
+	base := "busybox"
+	if warm {
+		base = "python"
+	}
+	rootfs, suid, fcaps, fcapsNoEff := makeImage(t, dir, base, probeBin)
 	imageHash := imagetest.HashTree(t, rootfs)
 
 	// Host-side bait: an abstract unix socket in the host netns and a TCP
@@ -152,6 +160,13 @@ func battery(t *testing.T, rt string, pooled bool, allow []string) {
 	if len(allow) > 0 {
 		fields["network"] = map[string]any{"allow": allow}
 	}
+	if warm {
+		// The probe replaces the warm interpreter, in the same process.
+		argv, _ := json.Marshal(args)
+		delete(fields, "command")
+		fields["language"], fields["code"] = "python", fmt.Sprintf("import os\nos.execv(%q, %s)\n", args[0], argv)
+		cfg.Server.Pool = map[string]config.PoolEntry{"dir:" + rootfs: {Count: 1, Warm: &config.Warm{Language: "python", Preload: []string{"json"}}}}
+	}
 	taskJSON, _ := json.Marshal(fields)
 	plan, err := task.Load(taskJSON, cfg)
 	if err != nil {
@@ -164,6 +179,7 @@ func battery(t *testing.T, rt string, pooled bool, allow []string) {
 	var pool *runner.Pool
 	if pooled {
 		pool = r.NewPool(map[string]int{plan.Image: 1})
+		pool.SetWarm(cfg)
 		if err := pool.Seed(plan); err != nil {
 			t.Fatalf("seeding the pool: %v", err)
 		}
@@ -177,8 +193,8 @@ func battery(t *testing.T, rt string, pooled bool, allow []string) {
 	res := r.Run(context.Background(), plan)
 	addRunID(res.ID)
 	if pooled {
-		if st := pool.Stats(); st.Hits != 1 {
-			t.Errorf("the probes did not run in a pooled sandbox: %+v", st)
+		if st := pool.Stats(); st.Hits != 1 || warm && st.Warm[plan.Image] != runner.WarmOK {
+			t.Errorf("the probes did not run in a pooled sandbox (warm: %v): %+v", warm, st)
 		}
 		if err := pool.Close(); err != nil {
 			t.Errorf("closing the pool: %v", err)
@@ -234,7 +250,9 @@ func battery(t *testing.T, rt string, pooled bool, allow []string) {
 	if path := os.Getenv("AGENTRUN_ESCAPE_REPORT"); path != "" {
 		// One report per runtime: REPORT.md becomes REPORT-<runtime>.md.
 		label := rt
-		if pooled {
+		if warm {
+			label += "-warm"
+		} else if pooled {
 			label += "-pooled"
 		}
 		if len(allow) > 0 {
@@ -338,14 +356,14 @@ func buildProbe(t *testing.T, dir string) string {
 	return out
 }
 
-// makeImage copies the busybox image into dir/rootfs and adds the probe as
+// makeImage copies test image base into dir/rootfs and adds the probe as
 // /probe, a setuid+setgid-root copy as /probe-suid, and copies with every
 // file capability permitted, effective (/probe-fcaps) and not
 // (/probe-fcaps-noeff); a path is "" when the filesystem refuses the xattr.
-func makeImage(t *testing.T, dir, probeBin string) (rootfs, suid, fcaps, fcapsNoEff string) {
+func makeImage(t *testing.T, dir, base, probeBin string) (rootfs, suid, fcaps, fcapsNoEff string) {
 	t.Helper()
 	rootfs = filepath.Join(dir, "rootfs")
-	src := filepath.Join(*imagesDir, "busybox", "rootfs")
+	src := filepath.Join(*imagesDir, base, "rootfs")
 	if out, err := exec.Command("cp", "-a", src, rootfs).CombinedOutput(); err != nil {
 		t.Fatalf("cp: %v %s", err, out)
 	}

@@ -47,7 +47,7 @@ var seccompHelper string
 func TestMain(m *testing.M) {
 	flag.Parse()
 	var err error
-	if stateDir, err = testenv.Setup("escape", *imagesDir, "busybox", "busybox"); err != nil {
+	if stateDir, err = testenv.Setup("escape", *imagesDir, "all", "busybox", "python"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
