@@ -22,10 +22,10 @@ import (
 // The pool's take, keep and shape logic, with a set-up that makes nothing
 // on the host: no root.
 
-type fakeBackend struct{ poolable bool }
+type fakeBackend struct{ poolable, warm bool }
 
 func (f fakeBackend) Traits() backend.Traits {
-	return backend.Traits{CgroupParent: "/agentrun", Poolable: f.poolable}
+	return backend.Traits{CgroupParent: "/agentrun", Poolable: f.poolable, Warm: f.warm}
 }
 
 func (fakeBackend) Prepare(context.Context, *backend.Container) (backend.Prepared, error) {
@@ -46,13 +46,21 @@ func (f *fakePrepared) Destroy() error { return nil }
 type fakeSetup struct {
 	mu        sync.Mutex
 	plans     []*task.Plan
+	warm      [][]string // the launcher argv of each, nil for plain ones
 	destroyed atomic.Int64
+	// warmErr, if set, is the failure of every warm sandbox.
+	warmErr error
 }
 
-func (f *fakeSetup) setup(plan *task.Plan, img *image.Image, _ []string) (*sandbox, error) {
+func (f *fakeSetup) setup(plan *task.Plan, img *image.Image, warm []string) (*sandbox, error) {
 	f.mu.Lock()
 	f.plans = append(f.plans, plan)
+	f.warm = append(f.warm, warm)
+	err := f.warmErr
 	f.mu.Unlock()
+	if warm != nil && err != nil {
+		return nil, &warmError{err}
+	}
 	prep := &fakePrepared{}
 	prep.ready.Store(true)
 	sb := &sandbox{id: newID(), prep: prep}
@@ -65,7 +73,7 @@ const testImage = "busybox"
 func testPool(t *testing.T, size int) (*Pool, *fakeSetup, *image.Image) {
 	t.Helper()
 	r := &Runner{backends: map[string]backend.Backend{
-		config.RuntimeLibcontainer: fakeBackend{poolable: true},
+		config.RuntimeLibcontainer: fakeBackend{poolable: true, warm: true},
 		config.RuntimeRunsc:        fakeBackend{},
 	}}
 	p := r.NewPool(map[string]int{testImage: size})
@@ -396,5 +404,114 @@ func TestFillLimit(t *testing.T) {
 		if got := p.fillLimit(); got != c.want {
 			t.Errorf("%d CPUs, %d runs: fillLimit %d, want %d", c.cpus, c.running, got, c.want)
 		}
+	}
+}
+
+// warmPool is testPool with warm settings for the test image.
+func warmPool(t *testing.T, size int, f *fakeSetup) (*Pool, *image.Image) {
+	t.Helper()
+	p, fake, img := testPool(t, size)
+	p.mu.Lock()
+	p.setup = f.setup
+	p.mu.Unlock()
+	_ = fake
+	cfg := config.Default()
+	cfg.Server.Pool = map[string]config.PoolEntry{testImage: {Count: size, Warm: &config.Warm{Language: "python", Preload: []string{"numpy", "pandas"}}}}
+	p.SetWarm(cfg)
+	return p, img
+}
+
+// TestWarmFor: the tasks that run warm are code in the warm language's
+// argv, on a backend that can, without PYTHON* in their env; the
+// launcher's argv is the language's with the launcher before the file.
+func TestWarmFor(t *testing.T) {
+	p, _ := warmPool(t, 1, &fakeSetup{})
+	want := []string{"python3", "-u", LauncherPath, backend.FDArg, "numpy,pandas", "/workspace/main.py"}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if got := p.warmFor(testPlan()); !reflect.DeepEqual(got, want) {
+		t.Fatalf("warmFor = %q; want %q", got, want)
+	}
+	for name, change := range map[string]func(*task.Plan){
+		"command":        func(pl *task.Plan) { pl.CodeFile = "" },
+		"other argv":     func(pl *task.Plan) { pl.Argv = []string{"python3", "/workspace/main.py"} },
+		"extra argument": func(pl *task.Plan) { pl.Argv = append(pl.Argv, "x") },
+		"PYTHON env":     func(pl *task.Plan) { pl.Env = map[string]string{"PYTHONPATH": "/x"} },
+		"runsc":          func(pl *task.Plan) { pl.Runtime = config.RuntimeRunsc },
+		"other image":    func(pl *task.Plan) { pl.Image = "other" },
+	} {
+		pl := testPlan()
+		change(pl)
+		if got := p.warmFor(pl); got != nil {
+			t.Errorf("%s: warmFor = %q; want nil (not warm)", name, got)
+		}
+	}
+}
+
+// TestWarmFailureGoesPlain: a warm sandbox that fails makes the image's
+// pool make plain ones, says why, and serves the same tasks from them.
+func TestWarmFailureGoesPlain(t *testing.T) {
+	f := &fakeSetup{warmErr: errors.New("preload numpy: ModuleNotFoundError")}
+	p, img := warmPool(t, 1, f)
+	plan := testPlan()
+	p.take(plan, img, nil) // keeps its shape
+	p.ran(plan)
+	waitReady(t, p, 1)
+	if st := p.Stats().Warm[testImage]; !strings.Contains(st, "ModuleNotFoundError") {
+		t.Fatalf("Stats().Warm = %q; want the failure", st)
+	}
+	if sb := p.take(plan, img, nil); sb == nil {
+		t.Fatal("a task of the warm shape got no plain sandbox")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.warm[0] == nil || f.warm[len(f.warm)-1] != nil {
+		t.Errorf("made %q; want a warm sandbox first, plain ones after", f.warm)
+	}
+	// New settings try warm again.
+	cfg := config.Default()
+	cfg.Server.Pool = map[string]config.PoolEntry{testImage: {Count: 1, Warm: &config.Warm{Language: "python", Preload: []string{"json"}}}}
+	p.SetWarm(cfg)
+	if st := p.Stats().Warm[testImage]; st != WarmOK {
+		t.Errorf("after new settings Stats().Warm = %q; want %q", st, WarmOK)
+	}
+}
+
+// TestRefillWaitsForTheProgram: a sandbox taken while another is ready is
+// replaced once its run's program has ended, not at its take; the last
+// one is replaced at once.
+func TestRefillWaitsForTheProgram(t *testing.T) {
+	p, f, img := testPool(t, 2)
+	plan := testPlan()
+	p.take(plan, img, nil)
+	p.ran(plan)
+	waitReady(t, p, 2)
+	made := func() int { f.mu.Lock(); defer f.mu.Unlock(); return len(f.plans) }
+	before := made()
+	p.begin()
+	first := p.take(plan, img, nil)
+	if first == nil || first.refill == nil {
+		t.Fatalf("took %+v; want a sandbox whose refill waits", first)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := made(); n != before {
+		t.Fatalf("%d sandboxes made while the run's program ran; want none", n-before)
+	}
+	p.ended(first)
+	p.ended(first) // only the first counts
+	waitReady(t, p, 2)
+	p.ran(plan)
+	// The last one ready: replaced at once.
+	p.begin()
+	a := p.take(plan, img, nil)
+	if b := p.take(plan, img, nil); b == nil || b.refill != nil {
+		t.Fatalf("took the last one %+v; want its refill at once", b)
+	}
+	waitReady(t, p, 1)
+	p.ended(a)
+	waitReady(t, p, 2)
+	p.ran(plan)
+	if st := p.Stats(); st.Ready[testImage] != 2 {
+		t.Errorf("stats %+v", st)
 	}
 }
