@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -307,5 +308,74 @@ print("done")`
 	p.waitReady(2)
 	if res := p.run(pyTask("print(7)", nil), true); res.Stdout != "7\n" || res.ExitCode != 0 {
 		t.Fatalf("next warm run: exit %d, stdout %q", res.ExitCode, res.Stdout)
+	}
+}
+
+// fakePython is an image's python3 that misuses the hand-over channel as
+// its preload argument says; run cold, it prints its code file.
+const fakePython = `#!/bin/sh
+if [ "$2" != ` + "/dev/agentrun-warm.py" + ` ]; then cat "$2"; exit 0; fi
+fd=$3
+case $4 in
+close) eval "exec $fd>&-"; exit 0 ;;
+junk) eval "printf 'junk\n' >&$fd"; sleep 100 ;;
+bad_ok)
+	eval "printf 'ready\n' >&$fd"
+	eval "read -r line <&$fd"
+	eval "printf 'nope\n' >&$fd"
+	sleep 100 ;;
+late_write)
+	trap '' PIPE
+	eval "printf 'ready\n' >&$fd"
+	eval "read -r line <&$fd"
+	eval "printf 'ok\n' >&$fd"
+	eval "cat <&$fd >/dev/null"
+	eval "printf 'ready\nfail x\n' >&$fd" 2>/dev/null
+	echo "wrote after the close: $?"
+	cat "$5" ;;
+esac
+`
+
+// TestWarmHostileInterpreter: an image whose interpreter closes the
+// channel, answers junk, refuses the hand-over or writes after it never
+// fails a run: the first two make the image's pool plain, a refused
+// hand-over runs the task cold, and a write after the hand-over reaches
+// no one.
+func TestWarmHostileInterpreter(t *testing.T) {
+	rootfs := filepath.Join(t.TempDir(), "rootfs")
+	if out, err := exec.Command("cp", "-a", filepath.Join(*imagesDir, "busybox", "rootfs"), rootfs).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v %s", err, out)
+	}
+	if err := os.WriteFile(filepath.Join(rootfs, "bin", "python3"), []byte(fakePython), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ref := "dir:" + rootfs
+	seed := pyTask("pass", map[string]any{"image": ref})
+	for _, tc := range []struct {
+		mode, state, stdout string
+		hit                 bool
+	}{
+		{"close", "closed its end", "print(1)", true},
+		{"junk", `said "junk"`, "print(1)", true},
+		{"bad_ok", runner.WarmOK, "print(1)", false},
+		{"late_write", runner.WarmOK, "wrote after the close: 1\nprint(1)", true},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			p := newWarm(t, ref, 1, []string{tc.mode}, seed, false)
+			deadline := time.Now().Add(60 * time.Second)
+			for p.pool.Stats().Ready[ref] < 1 {
+				if time.Now().After(deadline) {
+					t.Fatalf("no sandbox ready: %+v", p.pool.Stats())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if st := warmState(p, ref); !strings.Contains(st, tc.state) {
+				t.Fatalf("warm state %q; want %q", st, tc.state)
+			}
+			res := p.run(pyTask("print(1)", map[string]any{"image": ref}), tc.hit)
+			if res.ExitCode != 0 || res.Stdout != tc.stdout {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want %q", res.ExitCode, res.Stdout, res.Stderr, tc.stdout)
+			}
+		})
 	}
 }
