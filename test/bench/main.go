@@ -111,6 +111,10 @@ func main() {
 		loadReport(os.Stdout, loadBench(work, rootfs, cfg, task))
 		return
 	}
+	if *warmOnly {
+		warmReport(os.Stdout, warmBench(work))
+		return
+	}
 
 	bundle, err := runcBundle(work, rootfs, task)
 	if err != nil {
@@ -170,7 +174,9 @@ func main() {
 	gobench := goBenchmarks()
 	via, direct, perr := proxyBench()
 	nb := netBench{via: via, direct: direct, err: perr}
+	ws := warmBench(work)
 	report(os.Stdout, cs, load, pulls, nb, gobench)
+	warmReport(os.Stdout, ws)
 	kept := keptSections(*out)
 	f, err := os.Create(*out)
 	if err != nil {
@@ -178,6 +184,7 @@ func main() {
 	}
 	defer f.Close()
 	report(f, cs, load, pulls, nb, gobench)
+	warmReport(f, ws)
 	io.WriteString(f, kept)
 }
 

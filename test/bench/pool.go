@@ -44,15 +44,21 @@ func startServeAs(exe, work, rootfs, name string, pool int) (*served, error) {
 // startServeOn is startServeAs with runtime as the tasks' default, which
 // the pool is seeded with.
 func startServeOn(exe, work, rootfs, name string, pool int, runtime string) (*served, error) {
+	return startServePool(exe, work, rootfs, name, strconv.Itoa(pool), runtime)
+}
+
+// startServePool is startServeOn with poolEntry, the JSON of the image's
+// server.pool entry (a count, or {"count", "warm"}).
+func startServePool(exe, work, rootfs, name, poolEntry, runtime string) (*served, error) {
 	sock := filepath.Join(work, name+".sock")
 	image := "dir:" + rootfs
 	cfg := filepath.Join(work, name+"-config.json")
 	write(cfg, fmt.Sprintf(`{"image":%q,"runtime":%q,"audit":"","state_dir":%q,"store_dir":%q,
 		"runsc":{"path":%q,"flags":[]},
 		"policy":{"local_images":[%q]},
-		"server":{"listen":%q,"max_concurrent":8,"queue":64,"quota":{"runs_per_minute":0,"concurrent":0},"pool":{%q:%d}}}`,
+		"server":{"listen":%q,"max_concurrent":8,"queue":64,"quota":{"runs_per_minute":0,"concurrent":0},"pool":{%q:%s}}}`,
 		image, runtime, filepath.Join(work, name+"-state"), filepath.Join(work, name+"-store"), *runscBin, filepath.Dir(filepath.Dir(rootfs)),
-		"unix://"+sock, image, pool))
+		"unix://"+sock, image, poolEntry))
 	s := &served{cmd: exec.Command(exe, "serve", "--config", cfg), sock: sock}
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {
