@@ -37,11 +37,22 @@ type pooled struct {
 func newPooled(t *testing.T, n int, seedTask string) *pooled {
 	t.Helper()
 	cfg := testConfig(t)
+	cfg.Server.Pool = map[string]config.PoolEntry{pythonImage: {Count: n}}
+	p := newPooledCfg(t, cfg, seedTask)
+	p.waitReady(n)
+	return p
+}
+
+// newPooledCfg is a runner with a pool as cfg's server.pool sizes it, its
+// warm settings taken, seeded with the shape of seedTask.
+func newPooledCfg(t *testing.T, cfg *config.Config, seedTask string) *pooled {
+	t.Helper()
 	r, err := runner.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &pooled{t: t, cfg: cfg, r: r, pool: r.NewPool(map[string]int{pythonImage: n})}
+	p := &pooled{t: t, cfg: cfg, r: r, pool: r.NewPool(cfg.Server.PoolSizes())}
+	p.pool.SetWarm(cfg)
 	t.Cleanup(func() {
 		if err := p.pool.Close(); err != nil {
 			t.Errorf("closing pool: %v", err)
@@ -51,7 +62,6 @@ func newPooled(t *testing.T, n int, seedTask string) *pooled {
 	if err := p.pool.Seed(p.plan(seedTask)); err != nil {
 		t.Fatal(err)
 	}
-	p.waitReady(n)
 	return p
 }
 

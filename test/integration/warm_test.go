@@ -28,21 +28,7 @@ func newWarm(t *testing.T, ref string, n int, preload []string, seedTask string,
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	r, err := runner.New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &pooled{t: t, cfg: cfg, r: r, pool: r.NewPool(cfg.Server.PoolSizes())}
-	p.pool.SetWarm(cfg)
-	t.Cleanup(func() {
-		if err := p.pool.Close(); err != nil {
-			t.Errorf("closing pool: %v", err)
-		}
-		assertNoLeaks(t)
-	})
-	if err := p.pool.Seed(p.plan(seedTask)); err != nil {
-		t.Fatal(err)
-	}
+	p := newPooledCfg(t, cfg, seedTask)
 	if wait {
 		waitReady(t, p.pool, ref, n)
 	}
@@ -82,16 +68,22 @@ atexit.register(lambda: print("atexit after the traceback"))
 def f():
     raise ValueError("boom")
 f()`,
-	"chained":    "try:\n    1/0\nexcept Exception as e:\n    raise KeyError('k') from e",
-	"syntax":     "print('a'\nx = ",
-	"keyboard":   "raise KeyboardInterrupt",
-	"signal":     "import os, signal\nprint('before', flush=True)\nos.kill(os.getpid(), signal.SIGTERM)",
-	"abort":      "import os\nos.abort()",
-	"excepthook": "import sys\nsys.excepthook = lambda t, v, tb: print('hook', t.__name__, v)\nraise RuntimeError('x')",
-	"unbuffered": "import sys\nsys.stdout.write('no newline')\nsys.stderr.write('err no newline')\nimport os\nos._exit(5)",
-	"cap":        "print('y' * 5000)",
-	"pickle":     "import pickle\nclass C: pass\nprint(type(pickle.loads(pickle.dumps(C()))).__qualname__)",
-	"doc":        "'''the doc'''\nprint(__doc__)",
+	"chained":       "try:\n    1/0\nexcept Exception as e:\n    raise KeyError('k') from e",
+	"syntax":        "print('a'\nx = ",
+	"keyboard":      "raise KeyboardInterrupt",
+	"signal":        "import os, signal\nprint('before', flush=True)\nos.kill(os.getpid(), signal.SIGTERM)",
+	"abort":         "import os\nos.abort()",
+	"excepthook":    "import sys\nsys.excepthook = lambda t, v, tb: print('hook', t.__name__, v)\nraise RuntimeError('x')",
+	"unbuffered":    "import sys\nsys.stdout.write('no newline')\nsys.stderr.write('err no newline')\nimport os\nos._exit(5)",
+	"cap":           "print('y' * 5000)",
+	"pickle":        "import pickle\nclass C: pass\nprint(type(pickle.loads(pickle.dumps(C()))).__qualname__)",
+	"doc":           "'''the doc'''\nprint(__doc__)",
+	"thread":        "import threading, time\ndef f():\n    time.sleep(0.3)\n    print('thread done')\nthreading.Thread(target=f).start()\nprint('main done')",
+	"daemon":        "import threading, time\nthreading.Thread(target=time.sleep, args=(30,), daemon=True).start()\nprint('main done')",
+	"atexit-raises": "import atexit\nclass F:\n    def __repr__(self): return 'F'\n    def __call__(self): raise ValueError('in atexit')\natexit.register(F())\nprint('main')",
+	"exit-big":      "import sys\nsys.exit(259)",
+	"exit-neg":      "import sys\nsys.exit(-1)",
+	"exit-obj":      "import sys\nsys.exit(['a', 1])",
 }
 
 // TestWarmRunsAsCold: each case gives the same result warm and cold: exit
