@@ -7,6 +7,7 @@
 //
 // The set-up order of a sandbox is written once, in Runner.setup, each step
 // pushing its undo on the sandbox's cleanup stack; the pool (Pool) makes its
-// sandboxes with it. Runner.GC removes what dead runs left, by the protocol
+// sandboxes with it, warm ones too (warm.go: the interpreter started ahead
+// by agentrun's launcher, warm.py, which the run hands over to). Runner.GC removes what dead runs left, by the protocol
 // of package state.
 package runner

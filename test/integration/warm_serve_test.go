@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/server"
@@ -36,8 +38,38 @@ func TestServeWarmPool(t *testing.T) {
 		var h server.Health
 		s.get("/healthz", &h)
 		m := s.scrape()
-		if h.Pool == nil || h.Pool.Hits != 1 {
+		if h.Pool == nil || h.Pool.Hits < 1 {
 			t.Fatalf("healthz %+v; want a pool hit", h)
+		}
+		if tc.want == "True" {
+			// MCP's run_code and `agentrun run --server` get warm
+			// sandboxes through serve too.
+			s.waitPool(pythonImage, 1)
+			c, err := server.NewClient("unix://"+sock, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			url, hc := c.HTTP("/mcp")
+			cs := mcpClient(t, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc, MaxRetries: -1})
+			res := call(t, cs, map[string]any{"code": "import sys; print('json' in sys.modules)"})
+			if out := structured(t, res); res.IsError || out.Stdout != "True\n" {
+				t.Errorf("run_code: %v %q", res.IsError, answerText(t, res))
+			}
+			cs.Close()
+			s.waitPool(pythonImage, 1)
+			taskFile := filepath.Join(t.TempDir(), "task.json")
+			if err := os.WriteFile(taskFile, []byte(`{"code": "import sys; print('json' in sys.modules)"}`), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, err := exec.Command(agentrunBin(t), "run", "--server", "unix://"+sock, taskFile).Output()
+			if err != nil || !strings.Contains(string(out), `"stdout": "True\n"`) {
+				t.Errorf("agentrun run --server: %v: %s", err, out)
+			}
+			s.get("/healthz", &h)
+			m = s.scrape()
+			if h.Pool.Hits != 3 {
+				t.Errorf("healthz %+v; want 3 pool hits", h.Pool)
+			}
 		}
 		why := h.Pool.Warm[pythonImage]
 		if tc.want == "True" {
