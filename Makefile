@@ -150,9 +150,11 @@ vm-test: deps images
 
 # bench compares agentrun with bare chroot, runc (Debian's, and one built
 # at the libcontainer version agentrun links: test/runc.sh) and bwrap, and measures
-# throughput under load; writes docs/bench.md. BENCH_FLAGS adds flags
-# (-baseline OLD_BINARY, -load-runs N; go run ./test/bench -h lists them).
+# throughput under load, and warm interpreters on the python-data image;
+# writes docs/bench.md. BENCH_FLAGS adds flags (-baseline OLD_BINARY,
+# -load-runs N, -warm-only; go run ./test/bench -h lists them).
 bench: build images
+	GO=$(GO) test/images/build.sh python-data
 	$(GO) run -tags $(TAGS) ./test/bench -n 30 -agentrun $(BIN) -runc-libcontainer "$$(GO=$(GO) test/runc.sh)" -out docs/bench.md $(BENCH_FLAGS)
 
 # soak: 1,000 mixed runs at concurrency 8 on one runner; nothing may accumulate.
