@@ -1,6 +1,7 @@
 // Package escape runs agentrun's escape-probe battery: it builds the static
 // probe program (test/escape/probe), puts it in a private copy of the
-// busybox test image, runs it through internal/runner exactly as
+// busybox test image (of the python one for a warm sandbox, whose task's
+// code execs it), runs it through internal/runner exactly as
 // agentrun runs a task, and fails for every way out the probe found open and
 // every positive control that did not work. The host is checked clean and
 // unchanged afterwards.
