@@ -91,11 +91,16 @@ func (a Approval) Describe() string {
 type Decision struct {
 	Approved bool
 	By       string // such as "operator (serve)", "mcp client", "terminal"
+	// Taken says that whoever decided was told, before ctx ended, that the
+	// decision was taken (serve's API and page answer 200, a worker
+	// replies over NATS): it counts even when the approver returns after
+	// ctx ended, so that the record says what the decider was told.
+	Taken bool
 }
 
 // ApproveFunc asks for a decision on a held request. It must return when
 // ctx ends (the approval timed out, or the request was abandoned); its
-// answer then no longer counts.
+// answer then no longer counts, unless it is Taken.
 type ApproveFunc func(ctx context.Context, a Approval) Decision
 
 // ApprovalRecord is one decision on a held request, for the result and the
@@ -445,10 +450,12 @@ func (p *Proxy) approve(ctx context.Context, a Approval) ApprovalRecord {
 		stop := context.AfterFunc(p.ctx, cancel)
 		d := p.policy.Approve(actx, a)
 		stop()
+		// A decision taken counts as it was told, even when the time ran
+		// out (or the request ended) between taking it and returning.
 		switch {
-		case errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:
+		case !d.Taken && errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:
 			rec.By = "timeout"
-		case actx.Err() != nil:
+		case !d.Taken && actx.Err() != nil:
 			rec.By = "request abandoned"
 		default:
 			rec.Approved, rec.By = d.Approved, printable(d.By)

@@ -578,3 +578,27 @@ func TestServiceApprovalShown(t *testing.T) {
 		t.Errorf("refused long URL recorded as %.600s", got.Path)
 	}
 }
+
+// A decision its decider was told was taken counts, even when the
+// approval's time ran out before the approver returned it: the request
+// is sent and recorded as decided, never as timed out.
+func TestServiceApprovalTakenAtTimeout(t *testing.T) {
+	approve := func(ctx context.Context, a Approval) Decision {
+		<-ctx.Done() // taken at the last moment, returned just after
+		return Decision{Approved: true, By: "operator (late)", Taken: true}
+	}
+	r, rc := newServiceRun(t, approve, 200*time.Millisecond)
+	resp, err := r.serviceClient().Post("https://api.internet.test/api/write/x", "text/plain", strings.NewReader("p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || len(rc.Got()) != 1 {
+		t.Errorf("answer %d %q, upstream got %d requests; want 200 and the request sent", resp.StatusCode, b, len(rc.Got()))
+	}
+	recs := r.px.Report().Approvals
+	if len(recs) != 1 || !recs[0].Approved || recs[0].By != "operator (late)" {
+		t.Errorf("approval records = %+v; want one approved by operator (late)", recs)
+	}
+}
