@@ -57,7 +57,11 @@
     field(li, "Service", h.service, false);
     field(li, "Method (the program's)", h.method, true);
     field(li, "URL (the program's)", h.url, true);
-    field(li, "Body, start (the program's)", h.body_excerpt === "" ? "(empty)" : h.body_excerpt, true);
+    if (h.body_cut) {
+      field(li, "Body, its start only: the rest is not shown (the program's)", h.body_excerpt, true);
+    } else {
+      field(li, "Body, whole (the program's)", h.body_excerpt === "" ? "(empty)" : h.body_excerpt, true);
+    }
     field(li, "Run", h.run, false);
     if (h.session) field(li, "Session", h.session, false);
     const box = el("div", "buttons");
