@@ -255,6 +255,9 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *Se
 	if req.Method == http.MethodConnect {
 		return deny(http.StatusForbidden, "CONNECT inside a service connection")
 	}
+	if h := overrideHeader(req.Header); h != "" {
+		return deny(http.StatusForbidden, "header "+h+" would have the service act on another method or path than the one matched and shown")
+	}
 	rule, reason := svc.match(req.Method, rawPath)
 	if rule == nil {
 		return deny(http.StatusForbidden, reason)
@@ -348,6 +351,31 @@ func upstreamReason(err error) string {
 		return "byte limit reached"
 	}
 	return "upstream failed"
+}
+
+// overrideHeaders are headers that common servers and frameworks read as
+// the request's real method (Rack, Express's method-override, ASP.NET,
+// Google's APIs, OData) or path (IIS URL Rewrite, Symfony, Zend): sent on,
+// they would have a service act on other than what its rules matched and
+// the approver was shown. Lower case, "-" for "_" (which CGI and WSGI
+// servers read alike).
+var overrideHeaders = []string{
+	"x-http-method-override", "x-http-method", "x-method-override",
+	"x-original-url", "x-rewrite-url",
+}
+
+// overrideHeader returns the name of the first header of h in
+// overrideHeaders, escaped, or "".
+func overrideHeader(h http.Header) string {
+	for name := range h {
+		k := strings.ReplaceAll(strings.ToLower(name), "_", "-")
+		for _, o := range overrideHeaders {
+			if k == o {
+				return untrusted.Text(name)
+			}
+		}
+	}
+	return ""
 }
 
 func queryPart(q string) string {

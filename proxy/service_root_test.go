@@ -602,3 +602,43 @@ func TestServiceApprovalTakenAtTimeout(t *testing.T) {
 		t.Errorf("approval records = %+v; want one approved by operator (late)", recs)
 	}
 }
+
+// A header that servers read as the request's real method or path is
+// refused before any rule or approver sees the request: the method and
+// path matched and shown are the ones the service acts on.
+func TestServiceOverrideHeaders(t *testing.T) {
+	asks := make(chan Approval, 8)
+	r, rc := newServiceRun(t, func(ctx context.Context, a Approval) Decision {
+		asks <- a
+		return Decision{Approved: true, By: "test operator"}
+	}, 5*time.Second)
+	c := r.serviceClient()
+	for _, tc := range []struct{ method, path, header, value string }{
+		{"GET", "/api/read/x", "X-HTTP-Method-Override", "DELETE"},
+		{"POST", "/api/write/x", "X-Http-Method", "DELETE"},
+		{"POST", "/api/write/x", "x-method-override", "PUT"},
+		{"GET", "/api/read/x", "X-Original-URL", "/api/admin/delete-all"},
+		{"POST", "/api/write/x", "X-Rewrite-Url", "/api/admin/delete-all"},
+		{"GET", "/api/read/x", "X_HTTP_METHOD_OVERRIDE", "DELETE"},
+	} {
+		req, _ := http.NewRequest(tc.method, "https://api.internet.test"+tc.path, strings.NewReader("x"))
+		req.Header[tc.header] = []string{tc.value}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 403 || !strings.Contains(strings.ToLower(string(b)), "header "+strings.ToLower(tc.header)) {
+			t.Errorf("%s %s with %s: %d %q; want 403 naming the header", tc.method, tc.path, tc.header, resp.StatusCode, b)
+		}
+	}
+	select {
+	case a := <-asks:
+		t.Errorf("asked about %s %s", a.Method, a.URL)
+	default:
+	}
+	if n := len(rc.Got()); n != 0 {
+		t.Errorf("upstream got %d requests; want none", n)
+	}
+}
