@@ -463,6 +463,7 @@ func (p *Proxy) approve(ctx context.Context, a Approval) ApprovalRecord {
 		p.held++
 	}
 	p.mu.Unlock()
+	taken := false
 	switch {
 	case full:
 		rec.By = reasonTooManyApp
@@ -478,6 +479,7 @@ func (p *Proxy) approve(ctx context.Context, a Approval) ApprovalRecord {
 		stop := context.AfterFunc(p.ctx, cancel)
 		d := p.policy.Approve(actx, a)
 		stop()
+		taken = d.Taken
 		// A decision taken counts as it was told, even when the time ran
 		// out (or the request ended) between taking it and returning.
 		switch {
@@ -494,8 +496,12 @@ func (p *Proxy) approve(ctx context.Context, a Approval) ApprovalRecord {
 		cancel()
 		p.releaseHeld()
 	}
+	// Past the bound, a program's flood of requests refused at once (or
+	// decided by no one) leaves out only more of the same: every request
+	// let through, and every decision a decider was told was taken, is
+	// recorded (those need a person each).
 	p.mu.Lock()
-	if len(p.approvals) < maxDenied {
+	if len(p.approvals) < maxDenied || rec.Approved || taken {
 		p.approvals = append(p.approvals, rec)
 	}
 	p.mu.Unlock()

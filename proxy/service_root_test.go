@@ -642,3 +642,47 @@ func TestServiceOverrideHeaders(t *testing.T) {
 		t.Errorf("upstream got %d requests; want none", n)
 	}
 }
+
+// A program that fills the approvals' record with requests refused at
+// once cannot keep out of it a request let through, nor a decision a
+// person took.
+func TestServiceApprovalRecordedPastTheBound(t *testing.T) {
+	approve := func(ctx context.Context, a Approval) Decision {
+		switch {
+		case strings.HasSuffix(a.URL, "/let-through"):
+			return Decision{Approved: true, By: "operator (alice)", Taken: true}
+		case strings.HasSuffix(a.URL, "/refused"):
+			return Decision{By: "operator (bob)", Taken: true}
+		}
+		return Decision{By: "too many calls waiting"}
+	}
+	r, _ := newServiceRun(t, approve, 5*time.Second)
+	c := r.serviceClient()
+	post := func(p string) {
+		resp, err := c.Post("https://api.internet.test/api/write/"+p, "text/plain", strings.NewReader("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	for range maxDenied {
+		post("flood")
+	}
+	post("let-through")
+	post("refused")
+	post("flood")
+	var got []string
+	for _, a := range r.px.Report().Approvals {
+		if a.By != "too many calls waiting" {
+			got = append(got, fmt.Sprintf("%s %v %s", a.URL, a.Approved, a.By))
+		}
+	}
+	want := []string{"https://api.internet.test/api/write/let-through true operator (alice)", "https://api.internet.test/api/write/refused false operator (bob)"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("approvals recorded past the bound = %q; want %q", got, want)
+	}
+	if n := len(r.px.Report().Approvals); n != maxDenied+2 {
+		t.Errorf("%d approvals recorded; want %d", n, maxDenied+2)
+	}
+}
