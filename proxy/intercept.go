@@ -91,11 +91,16 @@ func (a Approval) Describe() string {
 type Decision struct {
 	Approved bool
 	By       string // such as "operator (serve)", "mcp client", "terminal"
+	// Taken says that whoever decided was told, before ctx ended, that the
+	// decision was taken (serve's API and page answer 200, a worker
+	// replies over NATS): it counts even when the approver returns after
+	// ctx ended, so that the record says what the decider was told.
+	Taken bool
 }
 
 // ApproveFunc asks for a decision on a held request. It must return when
 // ctx ends (the approval timed out, or the request was abandoned); its
-// answer then no longer counts.
+// answer then no longer counts, unless it is Taken.
 type ApproveFunc func(ctx context.Context, a Approval) Decision
 
 // ApprovalRecord is one decision on a held request, for the result and the
@@ -250,6 +255,9 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *Se
 	if req.Method == http.MethodConnect {
 		return deny(http.StatusForbidden, "CONNECT inside a service connection")
 	}
+	if h := overrideHeader(req.Header); h != "" {
+		return deny(http.StatusForbidden, "header "+h+" would have the service act on another method or path than the one matched and shown")
+	}
 	rule, reason := svc.match(req.Method, rawPath)
 	if rule == nil {
 		return deny(http.StatusForbidden, reason)
@@ -345,6 +353,31 @@ func upstreamReason(err error) string {
 	return "upstream failed"
 }
 
+// overrideHeaders are headers that common servers and frameworks read as
+// the request's real method (Rack, Express's method-override, ASP.NET,
+// Google's APIs, OData) or path (IIS URL Rewrite, Symfony, Zend): sent on,
+// they would have a service act on other than what its rules matched and
+// the approver was shown. Lower case, "-" for "_" (which CGI and WSGI
+// servers read alike).
+var overrideHeaders = []string{
+	"x-http-method-override", "x-http-method", "x-method-override",
+	"x-original-url", "x-rewrite-url",
+}
+
+// overrideHeader returns the name of the first header of h in
+// overrideHeaders, escaped, or "".
+func overrideHeader(h http.Header) string {
+	for name := range h {
+		k := strings.ReplaceAll(strings.ToLower(name), "_", "-")
+		for _, o := range overrideHeaders {
+			if k == o {
+				return untrusted.Text(name)
+			}
+		}
+	}
+	return ""
+}
+
 func queryPart(q string) string {
 	if q == "" {
 		return ""
@@ -430,6 +463,7 @@ func (p *Proxy) approve(ctx context.Context, a Approval) ApprovalRecord {
 		p.held++
 	}
 	p.mu.Unlock()
+	taken := false
 	switch {
 	case full:
 		rec.By = reasonTooManyApp
@@ -445,10 +479,13 @@ func (p *Proxy) approve(ctx context.Context, a Approval) ApprovalRecord {
 		stop := context.AfterFunc(p.ctx, cancel)
 		d := p.policy.Approve(actx, a)
 		stop()
+		taken = d.Taken
+		// A decision taken counts as it was told, even when the time ran
+		// out (or the request ended) between taking it and returning.
 		switch {
-		case errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:
+		case !d.Taken && errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:
 			rec.By = "timeout"
-		case actx.Err() != nil:
+		case !d.Taken && actx.Err() != nil:
 			rec.By = "request abandoned"
 		default:
 			rec.Approved, rec.By = d.Approved, printable(d.By)
@@ -459,8 +496,12 @@ func (p *Proxy) approve(ctx context.Context, a Approval) ApprovalRecord {
 		cancel()
 		p.releaseHeld()
 	}
+	// Past the bound, a program's flood of requests refused at once (or
+	// decided by no one) leaves out only more of the same: every request
+	// let through, and every decision a decider was told was taken, is
+	// recorded (those need a person each).
 	p.mu.Lock()
-	if len(p.approvals) < maxDenied {
+	if len(p.approvals) < maxDenied || rec.Approved || taken {
 		p.approvals = append(p.approvals, rec)
 	}
 	p.mu.Unlock()

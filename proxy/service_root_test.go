@@ -578,3 +578,111 @@ func TestServiceApprovalShown(t *testing.T) {
 		t.Errorf("refused long URL recorded as %.600s", got.Path)
 	}
 }
+
+// A decision its decider was told was taken counts, even when the
+// approval's time ran out before the approver returned it: the request
+// is sent and recorded as decided, never as timed out.
+func TestServiceApprovalTakenAtTimeout(t *testing.T) {
+	approve := func(ctx context.Context, a Approval) Decision {
+		<-ctx.Done() // taken at the last moment, returned just after
+		return Decision{Approved: true, By: "operator (late)", Taken: true}
+	}
+	r, rc := newServiceRun(t, approve, 200*time.Millisecond)
+	resp, err := r.serviceClient().Post("https://api.internet.test/api/write/x", "text/plain", strings.NewReader("p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || len(rc.Got()) != 1 {
+		t.Errorf("answer %d %q, upstream got %d requests; want 200 and the request sent", resp.StatusCode, b, len(rc.Got()))
+	}
+	recs := r.px.Report().Approvals
+	if len(recs) != 1 || !recs[0].Approved || recs[0].By != "operator (late)" {
+		t.Errorf("approval records = %+v; want one approved by operator (late)", recs)
+	}
+}
+
+// A header that servers read as the request's real method or path is
+// refused before any rule or approver sees the request: the method and
+// path matched and shown are the ones the service acts on.
+func TestServiceOverrideHeaders(t *testing.T) {
+	asks := make(chan Approval, 8)
+	r, rc := newServiceRun(t, func(ctx context.Context, a Approval) Decision {
+		asks <- a
+		return Decision{Approved: true, By: "test operator"}
+	}, 5*time.Second)
+	c := r.serviceClient()
+	for _, tc := range []struct{ method, path, header, value string }{
+		{"GET", "/api/read/x", "X-HTTP-Method-Override", "DELETE"},
+		{"POST", "/api/write/x", "X-Http-Method", "DELETE"},
+		{"POST", "/api/write/x", "x-method-override", "PUT"},
+		{"GET", "/api/read/x", "X-Original-URL", "/api/admin/delete-all"},
+		{"POST", "/api/write/x", "X-Rewrite-Url", "/api/admin/delete-all"},
+		{"GET", "/api/read/x", "X_HTTP_METHOD_OVERRIDE", "DELETE"},
+	} {
+		req, _ := http.NewRequest(tc.method, "https://api.internet.test"+tc.path, strings.NewReader("x"))
+		req.Header[tc.header] = []string{tc.value}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 403 || !strings.Contains(strings.ToLower(string(b)), "header "+strings.ToLower(tc.header)) {
+			t.Errorf("%s %s with %s: %d %q; want 403 naming the header", tc.method, tc.path, tc.header, resp.StatusCode, b)
+		}
+	}
+	select {
+	case a := <-asks:
+		t.Errorf("asked about %s %s", a.Method, a.URL)
+	default:
+	}
+	if n := len(rc.Got()); n != 0 {
+		t.Errorf("upstream got %d requests; want none", n)
+	}
+}
+
+// A program that fills the approvals' record with requests refused at
+// once cannot keep out of it a request let through, nor a decision a
+// person took.
+func TestServiceApprovalRecordedPastTheBound(t *testing.T) {
+	approve := func(ctx context.Context, a Approval) Decision {
+		switch {
+		case strings.HasSuffix(a.URL, "/let-through"):
+			return Decision{Approved: true, By: "operator (alice)", Taken: true}
+		case strings.HasSuffix(a.URL, "/refused"):
+			return Decision{By: "operator (bob)", Taken: true}
+		}
+		return Decision{By: "too many calls waiting"}
+	}
+	r, _ := newServiceRun(t, approve, 5*time.Second)
+	c := r.serviceClient()
+	post := func(p string) {
+		resp, err := c.Post("https://api.internet.test/api/write/"+p, "text/plain", strings.NewReader("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	for range maxDenied {
+		post("flood")
+	}
+	post("let-through")
+	post("refused")
+	post("flood")
+	var got []string
+	for _, a := range r.px.Report().Approvals {
+		if a.By != "too many calls waiting" {
+			got = append(got, fmt.Sprintf("%s %v %s", a.URL, a.Approved, a.By))
+		}
+	}
+	want := []string{"https://api.internet.test/api/write/let-through true operator (alice)", "https://api.internet.test/api/write/refused false operator (bob)"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("approvals recorded past the bound = %q; want %q", got, want)
+	}
+	if n := len(r.px.Report().Approvals); n != maxDenied+2 {
+		t.Errorf("%d approvals recorded; want %d", n, maxDenied+2)
+	}
+}

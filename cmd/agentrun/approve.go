@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -20,12 +21,24 @@ func terminalApprover() func(context.Context, string, proxy.Approval) proxy.Deci
 	if err != nil {
 		return nil
 	}
+	return askOn(tty)
+}
+
+// askOn asks on tty, one question at a time. A request whose time runs
+// out while it waits for its turn is denied without a question, and an
+// answer read once its time ran out is said to be too late: only an
+// answer in time counts, and it counts as given (Decision.Taken).
+func askOn(tty io.ReadWriter) func(context.Context, string, proxy.Approval) proxy.Decision {
 	lines := make(chan string)
 	var once sync.Once
-	var mu sync.Mutex
+	turn := make(chan struct{}, 1)
 	return func(ctx context.Context, run string, a proxy.Approval) proxy.Decision {
-		mu.Lock()
-		defer mu.Unlock()
+		select {
+		case turn <- struct{}{}:
+			defer func() { <-turn }()
+		case <-ctx.Done():
+			return proxy.Decision{By: "terminal"}
+		}
 		once.Do(func() {
 			go func() {
 				sc := bufio.NewScanner(tty)
@@ -51,11 +64,14 @@ func terminalApprover() func(context.Context, string, proxy.Approval) proxy.Deci
 		fmt.Fprintf(tty, "\nagentrun: run %s: %sApprove? [y/N] ", run, a.Describe())
 		select {
 		case l, ok := <-lines:
+			if ctx.Err() != nil {
+				break
+			}
 			yes := ok && (strings.EqualFold(strings.TrimSpace(l), "y") || strings.EqualFold(strings.TrimSpace(l), "yes"))
-			return proxy.Decision{Approved: yes, By: "terminal"}
+			return proxy.Decision{Approved: yes, By: "terminal", Taken: true}
 		case <-ctx.Done():
-			fmt.Fprintln(tty, "\nagentrun: no answer in time: denied")
-			return proxy.Decision{By: "terminal"}
 		}
+		fmt.Fprintln(tty, "\nagentrun: no answer in time: denied")
+		return proxy.Decision{By: "terminal"}
 	}
 }

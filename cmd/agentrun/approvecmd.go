@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/names"
+	"github.com/agentrun/agentrun/internal/untrusted"
 	"github.com/agentrun/agentrun/internal/worker"
 	"github.com/agentrun/agentrun/proxy"
 )
@@ -78,15 +79,22 @@ func cmdApprove(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "agentrun approve: the worker's answer is not understood: %v\n", err)
 		return 125
 	}
+	return printReply(stdout, stderr, id, r)
+}
+
+// printReply says what the worker answered about approval id: its words
+// come off the bus (any party on it may answer), so they are escaped
+// (untrusted.Text) and draw nothing on the terminal but themselves.
+func printReply(stdout, stderr io.Writer, id string, r worker.DecisionReply) int {
 	if r.Error != "" {
-		fmt.Fprintf(stderr, "agentrun approve: approval %s: %s\n", id, r.Error)
+		fmt.Fprintf(stderr, "agentrun approve: approval %s: %s\n", id, untrusted.Text(r.Error))
 		return 1
 	}
 	what := "denied"
 	if r.Approved {
 		what = "approved"
 	}
-	fmt.Fprintf(stdout, "approval %s of run %s: %s by %s\n", id, r.Run, what, r.By)
+	fmt.Fprintf(stdout, "approval %s of run %s: %s by %s\n", id, untrusted.Text(r.Run), what, untrusted.Text(r.By))
 	return 0
 }
 

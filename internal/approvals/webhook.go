@@ -27,21 +27,24 @@ import (
 // escaped text (spec §5.2): shown as they are, they draw nothing but
 // themselves on a terminal; a page still escapes them for HTML.
 type Hold struct {
-	Run         string    `json:"run"`
-	ID          string    `json:"id"`
-	Service     string    `json:"service"`
-	Method      string    `json:"method"`
-	URL         string    `json:"url"`
-	BodyExcerpt string    `json:"body_excerpt"`
-	Session     string    `json:"session"`
-	ExpiresAt   time.Time `json:"expires_at"`
+	Run         string `json:"run"`
+	ID          string `json:"id"`
+	Service     string `json:"service"`
+	Method      string `json:"method"`
+	URL         string `json:"url"`
+	BodyExcerpt string `json:"body_excerpt"`
+	// BodyCut is set when the body is longer than BodyExcerpt, which
+	// then holds its first bytes only (proxy.Approval.BodyCut).
+	BodyCut   bool      `json:"body_cut"`
+	Session   string    `json:"session"`
+	ExpiresAt time.Time `json:"expires_at"`
 }
 
 // NewHold is the Hold of approval a of run, in session, that waits until
 // ctx's deadline.
 func NewHold(ctx context.Context, run, session string, a proxy.Approval) Hold {
 	h := Hold{Run: run, ID: a.ID, Service: a.Service, Method: a.Method, URL: a.URL,
-		BodyExcerpt: a.BodyExcerpt, Session: session}
+		BodyExcerpt: a.BodyExcerpt, BodyCut: a.BodyCut, Session: session}
 	if d, ok := ctx.Deadline(); ok {
 		h.ExpiresAt = d.UTC().Truncate(time.Millisecond)
 	}

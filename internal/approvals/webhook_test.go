@@ -1,14 +1,20 @@
 package approvals
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/agentrun/agentrun/proxy"
 )
 
 // secretFile writes a root-only secret file (the owner must be root: the
@@ -143,5 +149,18 @@ func waitFor(t *testing.T, gaveUp chan string) {
 	case <-gaveUp:
 	case <-time.After(30 * time.Second):
 		t.Fatal("not given up on")
+	}
+}
+
+// A webhook's receiver (and the page) can tell a body shown whole from
+// one shown only in part: a program cannot put a harmless start before
+// what it means to send and have it read as the whole.
+func TestHoldSaysWhenTheBodyIsCut(t *testing.T) {
+	for _, cut := range []bool{true, false} {
+		h := NewHold(context.Background(), "ar-1", "", proxy.Approval{ID: "ap-1", BodyExcerpt: "harmless", BodyCut: cut})
+		b, err := json.Marshal(h)
+		if want := fmt.Sprintf(`"body_cut":%v`, cut); err != nil || !strings.Contains(string(b), want) {
+			t.Errorf("hold of a body cut %v: %s; want %s", cut, b, want)
+		}
 	}
 }

@@ -86,12 +86,25 @@ func (a *heldSet) ask(ctx context.Context, h *held, send func(Event), hook func(
 	if hook != nil {
 		hook(h.hold)
 	}
-	select {
-	case d := <-h.ch:
+	taken := func(d decision) proxy.Decision {
 		a.metrics.ApprovalDecided(d.channel, d.ok)
 		a.record(h.hold, d.ok, d.by)
-		return proxy.Decision{Approved: d.ok, By: d.by}
+		return proxy.Decision{Approved: d.ok, By: d.by, Taken: true}
+	}
+	select {
+	case d := <-h.ch:
+		return taken(d)
 	case <-ctx.Done():
+		// A decision that decide took (and answered 200) before this
+		// one stops waiting wins over the time running out: it is in
+		// h.ch already, put there with the request taken off pending.
+		a.mu.Lock()
+		_, waiting := a.pending[key]
+		delete(a.pending, key)
+		a.mu.Unlock()
+		if !waiting {
+			return taken(<-h.ch)
+		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			a.metrics.ApprovalTimedOut()
 			a.record(h.hold, false, "timeout")
@@ -231,6 +244,9 @@ type Decision struct {
 const maxBy = 64
 
 func (s *Server) postApproval(w http.ResponseWriter, r *http.Request) {
+	if refuseCrossSite(w, r) {
+		return
+	}
 	run, id := r.PathValue("run"), r.PathValue("id")
 	var d Decision
 	dec := json.NewDecoder(io.LimitReader(r.Body, 4096))

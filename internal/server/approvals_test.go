@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/metrics"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
@@ -283,5 +285,84 @@ func TestApprovalsPage(t *testing.T) {
 	off := testServer(t, nil, okRun)
 	if resp, err := http.Get(off.URL + "/ui/approvals"); err != nil || resp.StatusCode != 404 {
 		t.Errorf("page off: %v %v", resp, err)
+	}
+}
+
+// A decision that decide took (its decider answered 200) while the time
+// ran out wins: ask returns it as taken and records it, never as timed
+// out. The hook takes the decision and lets the time run out before ask
+// waits, so that both are ready at once.
+func TestApprovalTakenWhileTimingOut(t *testing.T) {
+	a := &heldSet{metrics: metrics.New(metrics.Gauges{})}
+	for i := range 32 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		h := &held{hold: approvals.Hold{Run: "ar-x", ID: fmt.Sprintf("ap-%d", i)}}
+		hook := func(hd approvals.Hold) {
+			if !a.decide(hd.Run, hd.ID, true, "operator (x)", metrics.ChannelAPI) {
+				t.Errorf("decide %s: not taken", hd.ID)
+			}
+			<-ctx.Done()
+		}
+		d := a.ask(ctx, h, nil, hook, proxy.Approval{ID: h.hold.ID})
+		cancel()
+		_, recent := a.list()
+		if !d.Approved || !d.Taken || d.By != "operator (x)" || recent[0].By != "operator (x)" {
+			t.Fatalf("try %d: decision %+v, recorded by %q; want taken, approved by operator (x)", i, d, recent[0].By)
+		}
+	}
+}
+
+// Another site open in the operator's browser cannot decide: not with
+// the page's form without its CSRF token when no token is set (every
+// request then passes as "bearer"), nor with a cross-site POST to the
+// API or the page (a text/plain form can carry a JSON body).
+func TestApprovalsCrossSite(t *testing.T) {
+	ts := testServer(t, func(c *config.Config) { c.Server.Approvals.Page = true }, holdingRun(time.Minute))
+	res := postRun(t, ts.URL, "", "x")
+	var list UIList
+	for deadline := time.Now().Add(30 * time.Second); len(list.Held) == 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get(ts.URL + "/ui/approvals.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		json.NewDecoder(resp.Body).Decode(&list)
+		resp.Body.Close()
+	}
+	if len(list.Held) != 1 {
+		t.Fatalf("held: %+v", list.Held)
+	}
+	h := list.Held[0]
+	post := func(path, ctype, body string, hdr map[string]string) int {
+		req, _ := http.NewRequest("POST", ts.URL+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", ctype)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	form := url.Values{"run": {h.Run}, "id": {h.ID}, "approve": {"true"}}.Encode()
+	for _, tc := range []struct {
+		name, path, ctype, body string
+		hdr                     map[string]string
+	}{
+		{"page form without CSRF token", "/ui/decide", "application/x-www-form-urlencoded", form, nil},
+		{"page form, cross-site", "/ui/decide", "application/x-www-form-urlencoded", form, map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"}},
+		{"API, text/plain form from another origin", "/v1/runs/" + h.Run + "/approvals/" + h.ID, "text/plain", `{"approve":true,"by":"="}`, map[string]string{"Origin": "https://evil.example"}},
+		{"API, cross-site", "/v1/runs/" + h.Run + "/approvals/" + h.ID, "text/plain", `{"approve":true}`, map[string]string{"Sec-Fetch-Site": "cross-site"}},
+	} {
+		if code := post(tc.path, tc.ctype, tc.body, tc.hdr); code != 403 {
+			t.Errorf("%s: %d; want 403", tc.name, code)
+		}
+	}
+	if code := decideAPI(t, ts.URL, h.Run, h.ID, `{"approve":false,"by":"test"}`); code != 200 {
+		t.Errorf("the API's own decision: %d; want 200 (the request still held)", code)
+	}
+	if r := <-res; r.Stdout != "denied operator (test)" {
+		t.Errorf("run answered %q", r.Stdout)
 	}
 }

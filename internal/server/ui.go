@@ -180,6 +180,22 @@ func (s *Server) uiEnabled(w http.ResponseWriter) bool {
 	return true
 }
 
+// crossSite refuses a browser's cross-site request (told by its
+// Sec-Fetch-Site or Origin header), whatever credentials it carries:
+// another site open in the operator's browser cannot log in or decide,
+// even where no token is set. Clients other than browsers send neither
+// header and pass.
+var crossSite = http.NewCrossOriginProtection()
+
+// refuseCrossSite answers 403 to a cross-site request; true when it did.
+func refuseCrossSite(w http.ResponseWriter, r *http.Request) bool {
+	if err := crossSite.Check(r); err != nil {
+		writeError(w, http.StatusForbidden, "", "cross-site request refused")
+		return true
+	}
+	return false
+}
+
 func (s *Server) setUICookie(w http.ResponseWriter, r *http.Request, sid string) {
 	http.SetCookie(w, &http.Cookie{Name: uiCookie, Value: sid, Path: "/ui/", MaxAge: int(uiSessionTTL / time.Second),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
@@ -232,6 +248,9 @@ func (s *Server) uiStatic(name, ctype string) http.HandlerFunc {
 // uiLogin takes the token from the login form and sets the session cookie.
 func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request) {
 	if !s.uiEnabled(w) {
+		return
+	}
+	if refuseCrossSite(w, r) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4096)
@@ -289,12 +308,18 @@ func (s *Server) uiDecide(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "", "log in at "+uiPage)
 		return
 	}
+	if refuseCrossSite(w, r) {
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4096)
 	if err := r.ParseForm(); err != nil {
 		writeError(w, http.StatusBadRequest, "", "want a form: run, id, approve")
 		return
 	}
-	if !bearer {
+	// Only a bearer header a client sent itself spares the CSRF token
+	// (a browser never sends one on its own); without a token set,
+	// every request is "bearer", and another site's form would be too.
+	if !bearer || r.Header.Get("Authorization") == "" {
 		got := r.Header.Get(csrfHeader)
 		if got == "" {
 			got = r.PostForm.Get("csrf")

@@ -54,9 +54,7 @@ func (w *Worker) approver(session string) func(context.Context, string, proxy.Ap
 	}
 	target := approvals.Target{URL: ac.Webhook, SecretFile: ac.WebhookSecretFile}
 	return func(ctx context.Context, run string, a proxy.Approval) proxy.Decision {
-		var mu sync.Mutex
-		closed := false
-		got := make(chan proxy.Decision, 1)
+		var slot decisionSlot
 		sub, err := w.nc.Subscribe(DecisionSubject(ac.Subject, a.ID), func(m *nats.Msg) {
 			var d Decision
 			if err := json.Unmarshal(m.Data, &d); err != nil || len(d.By) > maxBy {
@@ -67,15 +65,10 @@ func (w *Worker) approver(session string) func(context.Context, string, proxy.Ap
 			if d.By != "" {
 				by = "operator (" + untrusted.Text(d.By) + ")"
 			}
-			mu.Lock()
-			taken := !closed
-			closed = true
-			mu.Unlock()
-			if !taken {
+			if !slot.take(proxy.Decision{Approved: d.Approve, By: by, Taken: true}) {
 				reply(m, DecisionReply{Run: run, Error: "no longer held: it was decided, timed out, or its request ended"})
 				return
 			}
-			got <- proxy.Decision{Approved: d.Approve, By: by}
 			reply(m, DecisionReply{Run: run, Approved: d.Approve, By: by})
 		})
 		if err != nil {
@@ -87,16 +80,49 @@ func (w *Worker) approver(session string) func(context.Context, string, proxy.Ap
 		// before the subscription.
 		_ = w.nc.FlushTimeout(5 * time.Second)
 		w.hook.Send(target, approvals.NewHold(ctx, run, session, a))
-		select {
-		case d := <-got:
-			return d
-		case <-ctx.Done():
-			mu.Lock()
-			closed = true
-			mu.Unlock()
-			return proxy.Decision{}
-		}
+		return slot.wait(ctx)
 	}
+}
+
+// decisionSlot takes the first decision on a held request, until its
+// waiter stops waiting: a decision taken (and replied to as taken) is the
+// one returned, even when ctx ends at the same moment.
+type decisionSlot struct {
+	mu     sync.Mutex
+	closed bool
+	d      proxy.Decision
+	got    chan struct{}
+	once   sync.Once
+}
+
+func (s *decisionSlot) init() { s.once.Do(func() { s.got = make(chan struct{}) }) }
+
+// take keeps d unless a decision was taken or the waiter stopped
+// waiting; it says whether d was taken.
+func (s *decisionSlot) take(d proxy.Decision) bool {
+	s.init()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.closed, s.d = true, d
+	close(s.got)
+	return true
+}
+
+// wait returns the decision taken, or the zero Decision once ctx ends
+// with none taken (later ones are then refused).
+func (s *decisionSlot) wait(ctx context.Context) proxy.Decision {
+	s.init()
+	select {
+	case <-s.got:
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return s.d
 }
 
 func reply(m *nats.Msg, r DecisionReply) {

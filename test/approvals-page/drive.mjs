@@ -5,19 +5,10 @@
 // TestApprovalsPageBrowser).
 //
 //   node drive.mjs BASE TOKEN APPROVE_ID DENY_ID HOSTILE_ID HOSTILE_TEXT
-import { chromium } from "playwright-core";
+import { launch } from "./browser.mjs";
 
 const [base, token, approveID, denyID, hostileID, hostileText] = process.argv.slice(2);
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  // --no-sandbox: Chromium refuses to start its own sandbox as root,
-  // which the integration suite runs as. The page under test is served on
-  // loopback; the other flags keep Chromium from connecting anywhere else.
-  // Playwright gives it a fresh profile of its own, removed at close.
-  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-});
+const browser = await launch();
 const out = {};
 try {
   const page = await browser.newPage({ viewport: { width: 390, height: 844 } }); // a phone's

@@ -218,15 +218,42 @@ func TestWorkerApprovals(t *testing.T) {
 // markup if the page ever inserted it as HTML, with control characters.
 const hostileBody = "<script>window.__pwned=1</script><img src=x onerror=\"window.__pwned=1\">\x1b[2J\x07\u202eend"
 
-// TestApprovalsPageBrowser: serve's approvals page in Debian's headless
-// Chromium: log in with the token, see two held requests, the hostile
-// body as inert text (no script runs, no element is made of it), approve
-// one and deny the other; both runs' results and audit records say the
-// page's operator decided.
-func TestApprovalsPageBrowser(t *testing.T) {
+// TestApprovalsPageNoClickOnAMovedCard: in headless Chromium, a click
+// where a request's Approve button was, just after that request went and
+// the next moved up into its place, decides nothing; the moved card's
+// buttons work once it stayed in place (test/approvals-page/shift.mjs,
+// the page's own files with scripted JSON).
+func TestApprovalsPageNoClickOnAMovedCard(t *testing.T) {
+	dir := approvalsPageDir(t)
+	cmd := exec.Command("node", filepath.Join(dir, "shift.mjs"))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node shift.mjs: %v\n%s\n%s", err, out, stderr.String())
+	}
+	var seen struct {
+		AfterMove    []string `json:"afterMove"`
+		AfterSettled []string `json:"afterSettled"`
+		Error        string   `json:"error"`
+	}
+	if err := json.Unmarshal(out, &seen); err != nil {
+		t.Fatalf("shift.mjs printed %s: %v", out, err)
+	}
+	if len(seen.AfterMove) != 0 {
+		t.Errorf("a click meant for the request that went decided %q, which had just moved under it", seen.AfterMove)
+	}
+	if fmt.Sprint(seen.AfterSettled) != "[ap-harmful true]" || seen.Error != "" {
+		t.Errorf("the settled card's Approve decided %q (%s); want [ap-harmful true]", seen.AfterSettled, seen.Error)
+	}
+}
+
+// approvalsPageDir is test/approvals-page with its node modules, once
+// Debian's chromium is there.
+func approvalsPageDir(t *testing.T) string {
+	t.Helper()
 	dir := filepath.Join(testenv.RepoRoot(), "test", "approvals-page")
-	chromium := "/usr/bin/chromium"
-	if _, err := os.Stat(chromium); err != nil {
+	if _, err := os.Stat(chromiumPath); err != nil {
 		t.Fatal("chromium is missing (test/deps.sh installs Debian's chromium)")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "playwright-core")); err != nil {
@@ -236,6 +263,19 @@ func TestApprovalsPageBrowser(t *testing.T) {
 			t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
 		}
 	}
+	return dir
+}
+
+const chromiumPath = "/usr/bin/chromium"
+
+// TestApprovalsPageBrowser: serve's approvals page in Debian's headless
+// Chromium: log in with the token, see two held requests, the hostile
+// body as inert text (no script runs, no element is made of it), approve
+// one and deny the other; both runs' results and audit records say the
+// page's operator decided.
+func TestApprovalsPageBrowser(t *testing.T) {
+	dir := approvalsPageDir(t)
+	chromium := chromiumPath
 	in := proxytest.NewInternet(t)
 	cfg, up := serviceServeConfig(t, in, "120s")
 	auditPath := filepath.Join(t.TempDir(), "audit.jsonl")

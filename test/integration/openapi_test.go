@@ -109,6 +109,10 @@ func (s *served) streamEvents(task string, on func(server.Event)) {
 // other serve tests too); every operation the document declares, and
 // every status of each, must have been seen, but for those listed with
 // why they cannot be made here.
+// crossSite are the headers of a browser's request from another site.
+var crossSite = map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "https://elsewhere.example",
+	"Content-Type": "application/x-www-form-urlencoded"}
+
 func TestServeOpenAPI(t *testing.T) {
 	in := proxytest.NewInternet(t)
 	cfg, _ := serviceServeConfig(t, in, "20s")
@@ -255,6 +259,9 @@ func TestServeOpenAPI(t *testing.T) {
 		if decided == 1 {
 			path := fmt.Sprintf("/v1/runs/%s/approvals/%s", ev.Run, ev.Approval.ID)
 			expect("POST", path, `{"approve": "yes"}`, 400)
+			if resp, b := s.request("POST", path, strings.NewReader(`{"approve": true}`), crossSite, false); resp.StatusCode != 403 {
+				t.Errorf("cross-site decision: %d %.200s; want 403", resp.StatusCode, b)
+			}
 			expect("POST", path, `{"approve": true, "by": "openapi test"}`, 200)
 			expect("POST", path, `{"approve": false}`, 404)
 			return
@@ -263,6 +270,10 @@ func TestServeOpenAPI(t *testing.T) {
 	})
 	if decided != 2 {
 		t.Errorf("%d approval events; want 2", decided)
+	}
+
+	if resp, b := s.request("POST", "/ui/login", strings.NewReader("token=0pen-api"), crossSite, false); resp.StatusCode != 403 {
+		t.Errorf("cross-site login: %d %.200s; want 403", resp.StatusCode, b)
 	}
 
 	mcpAnswers(t, s)

@@ -10,6 +10,23 @@
   const status = document.getElementById("status");
   const busy = new Set(); // run/id being decided
   const cards = new Map(); // run/id -> its li, kept across refreshes
+  // A card's buttons work once it has stayed in its place this long: when
+  // a card above goes (the program can abandon a request whenever it
+  // likes) or one comes in above, the cards below move, and a click meant
+  // for the card that was there must not land on the one that moved in.
+  const settleMs = 1000;
+
+  function buttonsOf(li) {
+    return li.querySelectorAll(".buttons button");
+  }
+
+  function settle(li, key) {
+    li.settledAt = Date.now() + settleMs;
+    buttonsOf(li).forEach((b) => (b.disabled = true));
+    setTimeout(() => {
+      if (Date.now() >= li.settledAt && !busy.has(key)) buttonsOf(li).forEach((b) => (b.disabled = false));
+    }, settleMs);
+  }
 
   function el(tag, cls, text) {
     const e = document.createElement(tag);
@@ -46,7 +63,7 @@
       status.textContent = "Not decided: " + e;
     }
     busy.delete(key);
-    buttons.forEach((b) => (b.disabled = false));
+    if (Date.now() >= (buttons[0].closest("li").settledAt || 0)) buttons.forEach((b) => (b.disabled = false));
     refresh();
   }
 
@@ -57,7 +74,11 @@
     field(li, "Service", h.service, false);
     field(li, "Method (the program's)", h.method, true);
     field(li, "URL (the program's)", h.url, true);
-    field(li, "Body, start (the program's)", h.body_excerpt === "" ? "(empty)" : h.body_excerpt, true);
+    if (h.body_cut) {
+      field(li, "Body, its start only: the rest is not shown (the program's)", h.body_excerpt, true);
+    } else {
+      field(li, "Body, whole (the program's)", h.body_excerpt === "" ? "(empty)" : h.body_excerpt, true);
+    }
     field(li, "Run", h.run, false);
     if (h.session) field(li, "Session", h.session, false);
     const box = el("div", "buttons");
@@ -91,12 +112,16 @@
       return;
     }
     const seen = new Map();
-    for (const h of j.held) {
+    j.held.forEach((h, i) => {
       const key = h.run + "/" + h.id;
       const li = cards.get(key) || card(h);
       li.querySelector(".left").textContent = left(h.left_ms);
+      if (li.place !== i) {
+        li.place = i;
+        settle(li, key);
+      }
       seen.set(key, li);
-    }
+    });
     cards.clear();
     seen.forEach((li, key) => cards.set(key, li));
     held.replaceChildren(...seen.values());

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentrun/agentrun/internal/worker"
+	"github.com/agentrun/agentrun/proxy"
+)
+
+// fakeTTY is a terminal: the test types on in and reads what is asked
+// from out.
+type fakeTTY struct {
+	io.Reader
+	io.Writer
+}
+
+func newFakeTTY(t *testing.T) (tty fakeTTY, in io.WriteCloser, out *bufio.Reader) {
+	t.Helper()
+	ir, iw := io.Pipe()
+	or, ow := io.Pipe()
+	t.Cleanup(func() { iw.Close(); ow.Close() })
+	return fakeTTY{ir, ow}, iw, bufio.NewReader(or)
+}
+
+// readUntil reads what the terminal shows up to and including s.
+func readUntil(t *testing.T, out *bufio.Reader, s string) {
+	t.Helper()
+	var got strings.Builder
+	for !strings.HasSuffix(got.String(), s) {
+		b, err := out.ReadByte()
+		if err != nil {
+			t.Fatalf("terminal showed %q, then %v; want %q", got.String(), err, s)
+		}
+		got.WriteByte(b)
+	}
+}
+
+// A request whose time runs out while another's question waits on the
+// terminal is denied then, not once the other is answered; an answer in
+// time counts as given.
+func TestTerminalApproverTurns(t *testing.T) {
+	tty, in, out := newFakeTTY(t)
+	ask := askOn(tty)
+	first := make(chan proxy.Decision, 1)
+	go func() {
+		first <- ask(context.Background(), "ar-1", proxy.Approval{ID: "ap-1", Service: "api", Method: "POST", URL: "https://a/1"})
+	}()
+	readUntil(t, out, "Approve? [y/N] ")
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	second := make(chan proxy.Decision, 1)
+	go func() {
+		second <- ask(ctx, "ar-1", proxy.Approval{ID: "ap-2", Service: "api", Method: "POST", URL: "https://a/2"})
+	}()
+	select {
+	case d := <-second:
+		if d.Approved || d.Taken {
+			t.Errorf("second, timed out waiting for its turn: %+v", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("second request still waiting after its time ran out, behind the first's question")
+	}
+	io.WriteString(in, "y\n")
+	if d := <-first; !d.Approved || !d.Taken || d.By != "terminal" {
+		t.Errorf("first, answered y: %+v", d)
+	}
+}
+
+// An answer read after the time ran out does not count, and the terminal
+// says so.
+func TestTerminalApproverLateAnswer(t *testing.T) {
+	tty, in, out := newFakeTTY(t)
+	ask := askOn(tty)
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan proxy.Decision, 1)
+	go func() {
+		got <- ask(ctx, "ar-1", proxy.Approval{ID: "ap-1", Service: "api", Method: "POST", URL: "https://a/1"})
+	}()
+	readUntil(t, out, "Approve? [y/N] ")
+	cancel()
+	go io.WriteString(in, "y\n")
+	readUntil(t, out, "no answer in time: denied\n")
+	if d := <-got; d.Approved || d.Taken {
+		t.Errorf("late answer: %+v", d)
+	}
+}
+
+// The holding worker's reply comes off the bus: agentrun approve prints
+// its words escaped, never a line or a terminal control of theirs.
+func TestApproveReplyEscaped(t *testing.T) {
+	var out, errw strings.Builder
+	evil := "ar-1\x1b[2J\nagentrun approve: approval ap-2 of run ar-2: approved by operator (alice)\u202e"
+	if code := printReply(&out, &errw, "ap-1", worker.DecisionReply{Run: evil, Approved: true, By: evil}); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+	if code := printReply(&out, &errw, "ap-1", worker.DecisionReply{Error: evil}); code != 1 {
+		t.Errorf("exit %d", code)
+	}
+	for name, s := range map[string]string{"stdout": out.String(), "stderr": errw.String()} {
+		if strings.Count(s, "\n") != 1 || strings.ContainsAny(s, "\x1b\u202e") || !strings.Contains(s, `\x1b[2J\n`) {
+			t.Errorf("%s = %q; want one line, the reply escaped", name, s)
+		}
+	}
+}
