@@ -20,3 +20,17 @@ func TestNoTestDependencies(t *testing.T) {
 		}
 	}
 }
+
+// image checks registry addresses with netpolicy.CheckAddr, never through
+// the proxy and its namespaces.
+func TestNoProxyDependency(t *testing.T) {
+	pkg, err := build.ImportDir(".", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"github.com/agentrun/agentrun/proxy", "github.com/agentrun/agentrun/netns"} {
+		if slices.Contains(pkg.Imports, bad) {
+			t.Errorf("package %s imports %s", pkg.ImportPath, bad)
+		}
+	}
+}

@@ -15,7 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/agentrun/agentrun/internal/names"
-	"github.com/agentrun/agentrun/proxy"
+	"github.com/agentrun/agentrun/internal/netpolicy"
 )
 
 // Registries is the policy for pulls of references that a task named: the
@@ -25,7 +25,7 @@ import (
 // checked when it is dialled, after name resolution, against the address
 // actually dialled: a host that is not listed must be at a globally
 // routable address, never at a loopback, private, link-local (cloud
-// metadata), CGNAT, unique-local or otherwise reserved one (proxy.CheckAddr).
+// metadata), CGNAT, unique-local or otherwise reserved one (netpolicy.CheckAddr).
 // A listed host may be anywhere: listing it is the operator's say-so.
 // Such pulls never use the environment's HTTP proxy, which would dial in
 // their place.
@@ -126,7 +126,7 @@ func (r *Registries) dialer(registry string) func(ctx context.Context, network, 
 		var errs []error
 		for _, ip := range ips {
 			if !listed {
-				if err := proxy.CheckAddr(ip, nil, nil); err != nil {
+				if err := netpolicy.CheckAddr(ip, nil, nil); err != nil {
 					errs = append(errs, fmt.Errorf("dialing %s (%s): %w", addr, ip, &PolicyError{Registry: registry, AtConnect: true}))
 					continue
 				}

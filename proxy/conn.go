@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/agentrun/agentrun/internal/netpolicy"
 )
 
 const bufSize = 32 << 10 // per client connection; bounds a request head or ClientHello
@@ -259,7 +261,7 @@ func (p *Proxy) connect(t target) (net.Conn, error) {
 	var ok []netip.Addr
 	var refusal error
 	for _, a := range addrs {
-		if err := CheckAddr(a, p.policy.AllowRanges, p.policy.DenyRanges); err != nil {
+		if err := netpolicy.CheckAddr(a, p.policy.AllowRanges, p.policy.DenyRanges); err != nil {
 			if refusal == nil {
 				refusal = err
 			}
@@ -392,21 +394,15 @@ func writeTLSAlert(c net.Conn) {
 	c.Write([]byte{21, 3, 3, 0, 2, 2, 49})
 }
 
-// hopHeaders are not forwarded.
-var hopHeaders = []string{
-	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Expect",
-}
-
 // removeHopHeaders deletes from h the hop-by-hop headers: those named in
-// its Connection header and hopHeaders.
+// its Connection header and netpolicy.HopHeaders.
 func removeHopHeaders(h http.Header) {
 	for _, f := range h["Connection"] {
 		for _, name := range strings.Split(f, ",") {
 			h.Del(strings.TrimSpace(name))
 		}
 	}
-	for _, name := range hopHeaders {
+	for _, name := range netpolicy.HopHeaders {
 		h.Del(name)
 	}
 }
@@ -446,10 +442,10 @@ func (p *Proxy) forwardHTTP(c net.Conn, req *http.Request, up net.Conn, t target
 
 // serveOne answers one plain-HTTP request already read from c to svc, then
 // closes, as forwardHTTP does.
-func (p *Proxy) serveOne(c net.Conn, req *http.Request, svc *Service) {
+func (p *Proxy) serveOne(c net.Conn, req *http.Request, svc *netpolicy.Service) {
 	resp := p.serviceRoundTrip(p.ctx, req, svc)
 	defer resp.Body.Close()
-	for _, h := range hopHeaders {
+	for _, h := range netpolicy.HopHeaders {
 		resp.Header.Del(h)
 	}
 	resp.Close = true

@@ -1,9 +1,11 @@
 // Package proxy is a run's egress gate: a DNS server, an HTTP proxy and
 // transparent listeners inside the run's gateway namespace that let the
-// sandbox reach only allowlisted names on allowlisted ports.
+// sandbox reach only allowlisted names on allowlisted ports. What a
+// policy says (allowlist entries, address ranges, services' rules) and
+// the report's records are internal/netpolicy's; the proxy enforces them.
 //
 // It never dials a host not on the allowlist, never dials an address that
-// CheckAddr refuses, and never forwards a DNS query. A proxy opened ahead
-// of its run (Open) reaches nothing until Bind gives it that run's policy,
-// once.
+// netpolicy.CheckAddr refuses, and never forwards a DNS query. A proxy
+// opened ahead of its run (Open) reaches nothing until Bind gives it that
+// run's policy, once.
 package proxy

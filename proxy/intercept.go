@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/untrusted"
 )
 
@@ -41,9 +42,8 @@ const (
 	MaxURLBytes = 2 << 10
 	// maxMethodBytes bounds a request's method the same way.
 	maxMethodBytes = 64
-	// maxReasonPath bounds the path quoted in a refusal's reason (the
-	// request's record holds it whole).
-	maxReasonPath = 256
+	// maxReasonPath bounds the path quoted in a refusal's reason.
+	maxReasonPath = netpolicy.MaxReasonPath
 	// idleTimeout closes an intercepted connection idle this long.
 	idleTimeout = 30 * time.Second
 )
@@ -103,31 +103,6 @@ type Decision struct {
 // answer then no longer counts, unless it is Taken.
 type ApproveFunc func(ctx context.Context, a Approval) Decision
 
-// ApprovalRecord is one decision on a held request, for the result and the
-// audit record.
-type ApprovalRecord struct {
-	ID       string `json:"id"`
-	Service  string `json:"service"`
-	Method   string `json:"method"`
-	URL      string `json:"url"`
-	Approved bool   `json:"approved"`
-	By       string `json:"by"` // who or what decided; "timeout", "no way to ask", ...
-}
-
-// ServiceRequest is one request to a service: what was asked, how it was
-// decided, which headers the proxy injected (names only) and the
-// upstream's status (0 when it was not sent or got no answer).
-type ServiceRequest struct {
-	Service  string   `json:"service"`
-	Method   string   `json:"method"`
-	Path     string   `json:"path"`
-	Allowed  bool     `json:"allowed"`
-	Reason   string   `json:"reason,omitempty"`
-	Approval string   `json:"approval,omitempty"` // id of its ApprovalRecord
-	Injected []string `json:"injected,omitempty"`
-	Status   int      `json:"status,omitempty"`
-}
-
 // Reasons of service refusals (after "denied: ").
 const (
 	reasonOperator   = "denied by the operator"
@@ -164,7 +139,7 @@ var discardLog = log.New(io.Discard, "", 0)
 // serveService answers the client connection c (bytes already read in br)
 // as the service svc: TLS, which it terminates with a certificate from the
 // run's CA, or plain HTTP. Each request goes through serviceRoundTrip.
-func (p *Proxy) serveService(c net.Conn, br *bufio.Reader, svc *Service) {
+func (p *Proxy) serveService(c net.Conn, br *bufio.Reader, svc *netpolicy.Service) {
 	c.SetDeadline(time.Now().Add(headTimeout))
 	var conn net.Conn = &prefixConn{Conn: c, r: br}
 	first, err := br.Peek(1)
@@ -177,7 +152,7 @@ func (p *Proxy) serveService(c net.Conn, br *bufio.Reader, svc *Service) {
 			MinVersion: tls.VersionTLS12,
 			NextProtos: []string{"http/1.1"},
 			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-				return p.ca.leaf(svc.host)
+				return p.ca.leaf(svc.Host())
 			},
 		})
 	}
@@ -191,7 +166,7 @@ func (p *Proxy) serveService(c net.Conn, br *bufio.Reader, svc *Service) {
 			for k, v := range resp.Header {
 				h[k] = v
 			}
-			for _, k := range hopHeaders {
+			for _, k := range netpolicy.HopHeaders {
 				h.Del(k)
 			}
 			w.WriteHeader(resp.StatusCode)
@@ -221,14 +196,14 @@ func (p *Proxy) serveService(c net.Conn, br *bufio.Reader, svc *Service) {
 // serviceRoundTrip decides req to svc and, when it passes, sends it
 // upstream with the injected headers. It always returns a response: the
 // upstream's, or the proxy's own refusal.
-func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *Service) *http.Response {
+func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *netpolicy.Service) *http.Response {
 	rawPath, rawQuery, _ := strings.Cut(req.RequestURI, "?")
-	rec := ServiceRequest{Service: svc.Name, Method: untrusted.Text(req.Method), Path: untrusted.Text(rawPath)}
+	rec := netpolicy.ServiceRequest{Service: svc.Name, Method: untrusted.Text(req.Method), Path: untrusted.Text(rawPath)}
 	deny := func(status int, reason string) *http.Response {
 		rec.Reason = reason
 		p.recordRequest(rec)
-		p.recordDenied(svc.host, svc.port, "service "+svc.Name+": "+reason)
-		msg := fmt.Sprintf("agentrun: request to %s denied: %s", printable(svc.authority()), reason)
+		p.recordDenied(svc.Host(), svc.Port(), "service "+svc.Name+": "+reason)
+		msg := fmt.Sprintf("agentrun: request to %s denied: %s", printable(svc.Authority()), reason)
 		if reason == reasonOperator {
 			msg = "agentrun: " + reasonOperator
 		}
@@ -243,7 +218,7 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *Se
 		rawPath, rawQuery = u.EscapedPath(), u.RawQuery
 		rec.Path = untrusted.Text(rawPath)
 	}
-	shownURL := untrusted.Text(svc.origin() + rawPath + queryPart(rawQuery))
+	shownURL := untrusted.Text(svc.Origin() + rawPath + queryPart(rawQuery))
 	if len(shownURL) > MaxURLBytes {
 		rec.Path = untrusted.Cut(rec.Path, maxReasonPath)
 		return deny(http.StatusForbidden, fmt.Sprintf("URL longer than %d bytes: too long to show", MaxURLBytes))
@@ -258,7 +233,7 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *Se
 	if h := overrideHeader(req.Header); h != "" {
 		return deny(http.StatusForbidden, "header "+h+" would have the service act on another method or path than the one matched and shown")
 	}
-	rule, reason := svc.match(req.Method, rawPath)
+	rule, reason := svc.Match(req.Method, rawPath)
 	if rule == nil {
 		return deny(http.StatusForbidden, reason)
 	}
@@ -282,7 +257,7 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *Se
 		}
 	}
 
-	out, err := http.NewRequestWithContext(ctx, req.Method, svc.origin(), body)
+	out, err := http.NewRequestWithContext(ctx, req.Method, svc.Origin(), body)
 	if err != nil {
 		return deny(http.StatusBadRequest, "request cannot be forwarded")
 	}
@@ -290,16 +265,16 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *Se
 	out.Header = req.Header.Clone()
 	removeHopHeaders(out.Header)
 	out.ContentLength = req.ContentLength
-	out.Host = svc.authority()
-	if (svc.tls && svc.port == 443) || (!svc.tls && svc.port == 80) {
-		out.Host = svc.host
+	out.Host = svc.Authority()
+	if (svc.TLS() && svc.Port() == 443) || (!svc.TLS() && svc.Port() == 80) {
+		out.Host = svc.Host()
 	}
 	for _, in := range svc.Inject {
 		v, err := readSecret(in.File)
 		if err != nil {
 			rec.Reason = "credential " + in.Header + " unavailable"
 			p.recordRequest(rec)
-			p.recordFailed(svc.host, svc.port, "service "+svc.Name+": "+err.Error())
+			p.recordFailed(svc.Host(), svc.Port(), "service "+svc.Name+": "+err.Error())
 			return textResponse(req, http.StatusBadGateway, "agentrun: service "+svc.Name+": credential "+in.Header+" unavailable", "X-Agentrun-Error")
 		}
 		out.Header.Set(in.Header, in.Prefix+v)
@@ -313,16 +288,16 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *Se
 		switch {
 		case errors.As(err, &d):
 			p.recordDenied(d.host, d.port, d.reason)
-			status, msg = http.StatusForbidden, "agentrun: egress to "+printable(svc.authority())+" denied: "+d.reason
+			status, msg = http.StatusForbidden, "agentrun: egress to "+printable(svc.Authority())+" denied: "+d.reason
 			rec.Reason = d.reason
 		case errors.As(err, &e):
 			p.recordFailed(e.t.host, e.t.port, e.reason)
-			msg = "agentrun: egress to " + printable(svc.authority()) + " failed: " + e.reason
+			msg = "agentrun: egress to " + printable(svc.Authority()) + " failed: " + e.reason
 			rec.Reason = e.reason
 		default:
 			reason := upstreamReason(err)
-			p.recordFailed(svc.host, svc.port, reason)
-			msg = "agentrun: egress to " + printable(svc.authority()) + " failed: " + reason
+			p.recordFailed(svc.Host(), svc.Port(), reason)
+			msg = "agentrun: egress to " + printable(svc.Authority()) + " failed: " + reason
 			rec.Reason = reason
 		}
 		rec.Allowed = true
@@ -386,7 +361,7 @@ func queryPart(q string) string {
 }
 
 // sameService reports whether the absolute URL u names svc.
-func (p *Proxy) sameService(u *url.URL, svc *Service) bool {
+func (p *Proxy) sameService(u *url.URL, svc *netpolicy.Service) bool {
 	if u.Host == "" {
 		return false
 	}
@@ -395,7 +370,7 @@ func (p *Proxy) sameService(u *url.URL, svc *Service) bool {
 		def = 443
 	}
 	t, err := splitAuthority(u.Host, def)
-	return err == nil && t.host == svc.host && t.port == svc.port
+	return err == nil && t.host == svc.Host() && t.port == svc.Port()
 }
 
 // textResponse is the proxy's own one-line plain-text answer to req.
@@ -415,7 +390,7 @@ func textResponse(req *http.Request, status int, msg, header string) *http.Respo
 
 // readSecret reads an injected header's value from file: a regular file
 // owned by root that no one else may read or write, of at most
-// MaxSecretBytes, without its final line break. Errors name what is wrong
+// netpolicy.MaxSecretBytes, without its final line break. Errors name what is wrong
 // with the file, never its content.
 func readSecret(file string) (string, error) {
 	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
@@ -430,12 +405,12 @@ func readSecret(file string) (string, error) {
 	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Uid != 0 || fi.Mode().Perm()&0o077 != 0 {
 		return "", errors.New("credential file is not root's alone (owner root, mode 0600 or 0400)")
 	}
-	b, err := io.ReadAll(io.LimitReader(f, MaxSecretBytes+1))
+	b, err := io.ReadAll(io.LimitReader(f, netpolicy.MaxSecretBytes+1))
 	if err != nil {
 		return "", errors.New("credential file cannot be read")
 	}
-	if len(b) > MaxSecretBytes {
-		return "", fmt.Errorf("credential file larger than %d bytes", MaxSecretBytes)
+	if len(b) > netpolicy.MaxSecretBytes {
+		return "", fmt.Errorf("credential file larger than %d bytes", netpolicy.MaxSecretBytes)
 	}
 	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
 	if s == "" {
@@ -452,11 +427,11 @@ func readSecret(file string) (string, error) {
 // approve holds a request until the policy's approver decides, the
 // approval times out, or ctx (the request, or the run) ends. It records
 // the decision.
-func (p *Proxy) approve(ctx context.Context, a Approval) ApprovalRecord {
+func (p *Proxy) approve(ctx context.Context, a Approval) netpolicy.ApprovalRecord {
 	var idb [8]byte
 	rand.Read(idb[:])
 	a.ID = "ap-" + hex.EncodeToString(idb[:])
-	rec := ApprovalRecord{ID: a.ID, Service: a.Service, Method: a.Method, URL: a.URL}
+	rec := netpolicy.ApprovalRecord{ID: a.ID, Service: a.Service, Method: a.Method, URL: a.URL}
 	p.mu.Lock()
 	full := p.held >= maxHeld
 	if !full {
@@ -522,7 +497,7 @@ func (p *Proxy) Held() int {
 }
 
 // recordRequest adds one service request to the report.
-func (p *Proxy) recordRequest(r ServiceRequest) {
+func (p *Proxy) recordRequest(r netpolicy.ServiceRequest) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.requests) < maxDenied {

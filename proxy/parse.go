@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"strings"
+
+	"github.com/agentrun/agentrun/internal/netpolicy"
 )
 
 // target is where a client asked to go.
@@ -46,10 +48,10 @@ const (
 // checkHost turns a host as the client wrote it into a canonical name, or
 // says why it is refused.
 func checkHost(host string, port int) (target, error) {
-	if isIPLiteral(asciiLower(host)) {
+	if netpolicy.IsIPLiteral(host) {
 		return target{}, &denial{host, port, reasonIPLiteral}
 	}
-	h, ok := canonicalName(host)
+	h, ok := netpolicy.CanonicalName(host)
 	if !ok {
 		return target{}, &denial{host, port, reasonBadHost}
 	}
@@ -71,12 +73,12 @@ func splitAuthority(auth string, defaultPort int) (target, error) {
 			host = auth[1 : len(auth)-1]
 		}
 	}
-	if isIPLiteral(asciiLower(host)) {
+	if netpolicy.IsIPLiteral(host) {
 		return target{}, &denial{host, defaultPort, reasonIPLiteral}
 	}
 	port := defaultPort
 	if portStr != "" || defaultPort == 0 {
-		p, err := parsePort(portStr)
+		p, err := netpolicy.ParsePort(portStr)
 		if err != nil {
 			return target{}, &denial{host, 0, reasonBadPort}
 		}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentrun/agentrun/internal/netpolicy"
 )
 
 // clientHello returns the first bytes a Go TLS client sends for sni.
@@ -173,7 +175,7 @@ func FuzzParseRequest(f *testing.F) {
 				}
 				return
 			}
-			if c, ok := canonicalName(tg.host); !ok || c != tg.host {
+			if c, ok := netpolicy.CanonicalName(tg.host); !ok || c != tg.host {
 				t.Fatalf("%s: accepted non-canonical host %q", what, tg.host)
 			}
 			if tg.port < 1 || tg.port > 65535 {
@@ -190,12 +192,12 @@ func FuzzParseRequest(f *testing.F) {
 			tg, err := checkHost(sni, 443)
 			check("sni", tg, err)
 		}
-		a, err := ParseAllow([]string{"pypi.org", "*.pythonhosted.org"})
+		a, err := netpolicy.ParseAllow([]string{"pypi.org", "*.pythonhosted.org"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if h := string(data); a.Match(h, 443) {
-			c, _ := canonicalName(h)
+			c, _ := netpolicy.CanonicalName(h)
 			if c != "pypi.org" && !strings.HasSuffix(c, ".pythonhosted.org") {
 				t.Fatalf("Match(%q) allowed a name outside the list", h)
 			}

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/netns"
 	"github.com/miekg/dns"
 )
@@ -58,9 +59,9 @@ type Policy struct {
 	// Allow holds allowlist entries (see ParseAllow).
 	Allow []string
 	// Hosts maps names to fixed addresses, consulted before the resolver
-	// (like /etc/hosts). The address is still checked by CheckAddr.
+	// (like /etc/hosts). The address is still checked by netpolicy.CheckAddr.
 	Hosts map[string]string
-	// AllowRanges opens ranges CheckAddr would refuse; DenyRanges adds
+	// AllowRanges opens ranges netpolicy.CheckAddr would refuse; DenyRanges adds
 	// refusals and wins over everything.
 	AllowRanges, DenyRanges []netip.Prefix
 	// MaxBytes caps the bytes of a run in each direction, over all its
@@ -75,11 +76,11 @@ type Policy struct {
 	// Dial connects to the checked "ip:port"; nil means a net.Dialer.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 
-	// Services are hosts the proxy answers for itself (see Service): their
+	// Services are hosts the proxy answers for itself (see netpolicy.Service): their
 	// host:port is reachable without an Allow entry, HTTPS to them is
 	// terminated with the run's CA, and only their rules' requests pass.
 	// Every other host is never intercepted.
-	Services []Service
+	Services []netpolicy.Service
 	// UpstreamRoots verifies services' certificates; nil means the host's
 	// roots.
 	UpstreamRoots *x509.CertPool
@@ -89,46 +90,6 @@ type Policy struct {
 	// ApprovalTimeout is how long a held request waits for a decision
 	// before it is denied; 0 means DefaultApprovalTimeout.
 	ApprovalTimeout time.Duration
-}
-
-// Report is what the proxy let through, what it refused and which allowed
-// destinations it could not reach.
-type Report struct {
-	Allowed []Allowed `json:"allowed"`
-	Denied  []Denied  `json:"denied"`
-	Failed  []Failed  `json:"failed"`
-	// Requests to services and their decisions, and every decision on a
-	// request held for approval; absent in runs without services.
-	Requests  []ServiceRequest `json:"requests,omitempty"`
-	Approvals []ApprovalRecord `json:"approvals,omitempty"`
-	// RequestsDropped counts service requests past the record's bound.
-	RequestsDropped int `json:"requests_dropped,omitempty"`
-}
-
-// Allowed sums the connections to one host and port.
-type Allowed struct {
-	Host     string `json:"host"`
-	Port     int    `json:"port"`
-	BytesIn  int64  `json:"bytes_in"`  // upstream to sandbox
-	BytesOut int64  `json:"bytes_out"` // sandbox to upstream
-	Conns    int    `json:"conns"`     // connections made
-}
-
-// Denied is one distinct refusal (DNS refusals have Port 53).
-type Denied struct {
-	Host   string `json:"host"`
-	Port   int    `json:"port"`
-	Reason string `json:"reason"`
-	Count  int    `json:"count"` // times it happened
-}
-
-// Failed is one distinct failure to reach an allowed destination: its name
-// did not resolve, or no address of it took the connection.
-type Failed struct {
-	Host   string `json:"host"`
-	Port   int    `json:"port"`
-	Reason string `json:"reason"` // such as "name does not resolve", "connection refused"
-	Count  int    `json:"count"`  // times it happened
 }
 
 // Proxy is one run's DNS server, HTTP proxy and transparent listeners.
@@ -141,13 +102,13 @@ type Proxy struct {
 	bound     atomic.Bool
 	bindTried bool // under mu: Bind was called
 
-	allow   *Allowlist
+	allow   *netpolicy.Allowlist
 	hosts   map[string]netip.Addr
 	policy  Policy
 	resolve func(ctx context.Context, host string) ([]netip.Addr, error)
 	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
 
-	services []*Service
+	services []*netpolicy.Service
 	ca       *CA             // nil without services
 	upstream *http.Transport // to services
 
@@ -167,11 +128,11 @@ type Proxy struct {
 	allowed      map[target]*hostStats
 	allowedOrder []target
 	denied       tally
-	failed       tally // as Failed records
+	failed       tally // as netpolicy.Failed records
 
 	held            int // requests waiting for approval
-	approvals       []ApprovalRecord
-	requests        []ServiceRequest
+	approvals       []netpolicy.ApprovalRecord
+	requests        []netpolicy.ServiceRequest
 	requestsDropped int
 
 	closeOnce sync.Once
@@ -284,13 +245,13 @@ func unbound(gw netip.Addr) *Proxy {
 
 // setPolicy checks pol and sets what the proxy serves by from it.
 func (p *Proxy) setPolicy(pol Policy) error {
-	allow, err := ParseAllow(pol.Allow)
+	allow, err := netpolicy.ParseAllow(pol.Allow)
 	if err != nil {
 		return fmt.Errorf("starting proxy: %w", err)
 	}
 	hosts := make(map[string]netip.Addr, len(pol.Hosts))
 	for name, ip := range pol.Hosts {
-		h, ok := canonicalName(name)
+		h, ok := netpolicy.CanonicalName(name)
 		if !ok {
 			return fmt.Errorf("starting proxy: hosts entry %q: not a valid host name", name)
 		}
@@ -303,19 +264,19 @@ func (p *Proxy) setPolicy(pol Policy) error {
 	if pol.MaxBytes < 0 || pol.MaxConns < 0 {
 		return errors.New("starting proxy: negative limit")
 	}
-	var services []*Service
+	var services []*netpolicy.Service
 	seen := map[target]string{}
 	for i := range pol.Services {
 		s := pol.Services[i]
-		if err := s.prepare(); err != nil {
+		if err := s.Validate(); err != nil {
 			return fmt.Errorf("starting proxy: %w", err)
 		}
-		hp := target{s.host, s.port}
+		hp := target{s.Host(), s.Port()}
 		if other, dup := seen[hp]; dup {
-			return fmt.Errorf("starting proxy: services %q and %q are both at %s", other, s.Name, s.authority())
+			return fmt.Errorf("starting proxy: services %q and %q are both at %s", other, s.Name, s.Authority())
 		}
 		seen[hp] = s.Name
-		allow.rules = append(allow.rules, rule{name: s.host, ports: []int{s.port}})
+		allow.AllowExact(s.Host(), s.Port())
 		services = append(services, &s)
 	}
 	var ca *CA
@@ -642,20 +603,20 @@ func (p *Proxy) Hosts() []byte {
 }
 
 // Report returns a snapshot of what was allowed and denied so far.
-func (p *Proxy) Report() Report {
+func (p *Proxy) Report() netpolicy.Report {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	r := Report{Allowed: []Allowed{}, Denied: slices.Clone(p.denied.list), Failed: make([]Failed, 0, len(p.failed.list))}
+	r := netpolicy.Report{Allowed: []netpolicy.Allowed{}, Denied: slices.Clone(p.denied.list), Failed: make([]netpolicy.Failed, 0, len(p.failed.list))}
 	if r.Denied == nil {
-		r.Denied = []Denied{}
+		r.Denied = []netpolicy.Denied{}
 	}
 	r.Requests, r.Approvals, r.RequestsDropped = slices.Clone(p.requests), slices.Clone(p.approvals), p.requestsDropped
 	for _, f := range p.failed.list {
-		r.Failed = append(r.Failed, Failed(f))
+		r.Failed = append(r.Failed, netpolicy.Failed(f))
 	}
 	for _, hp := range p.allowedOrder {
 		st := p.allowed[hp]
-		r.Allowed = append(r.Allowed, Allowed{
+		r.Allowed = append(r.Allowed, netpolicy.Allowed{
 			Host: hp.host, Port: hp.port,
 			BytesIn: st.in.Load(), BytesOut: st.out.Load(),
 			Conns: int(st.conns.Load()),
@@ -683,7 +644,7 @@ func (p *Proxy) recordFailed(host string, port int, reason string) {
 // them and then one saying that more were dropped.
 type tally struct {
 	index   map[deniedKey]int // into list
-	list    []Denied
+	list    []netpolicy.Denied
 	dropped bool
 }
 
@@ -696,7 +657,7 @@ func (t *tally) add(host string, port int, reason, overflow string) {
 	if len(t.list) >= maxDenied {
 		if !t.dropped {
 			t.dropped = true
-			t.list = append(t.list, Denied{Host: "*", Reason: overflow, Count: 1})
+			t.list = append(t.list, netpolicy.Denied{Host: "*", Reason: overflow, Count: 1})
 		}
 		return
 	}
@@ -704,7 +665,7 @@ func (t *tally) add(host string, port int, reason, overflow string) {
 		t.index = make(map[deniedKey]int)
 	}
 	t.index[k] = len(t.list)
-	t.list = append(t.list, Denied{Host: host, Port: port, Reason: reason, Count: 1})
+	t.list = append(t.list, netpolicy.Denied{Host: host, Port: port, Reason: reason, Count: 1})
 }
 
 // stats returns the counters of host:port, creating them.

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/proxy/proxytest"
 )
 
@@ -45,17 +46,17 @@ func newServiceRun(t *testing.T, approve ApproveFunc, timeout time.Duration) (*r
 		Allow:       []string{"www.internet.test"},
 		Hosts:       map[string]string{"api.internet.test": in.IP.String(), "www.internet.test": in.IP.String(), "plain.internet.test": in.IP.String()},
 		AllowRanges: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")},
-		Services: []Service{{
+		Services: []netpolicy.Service{{
 			Name: "api", URL: "https://api.internet.test",
-			Inject: []Inject{{Header: "Authorization", Prefix: "Bearer ", File: secret}},
-			Rules: []Rule{
+			Inject: []netpolicy.Inject{{Header: "Authorization", Prefix: "Bearer ", File: secret}},
+			Rules: []netpolicy.Rule{
 				{Methods: []string{"GET"}, Paths: []string{"/api/read/**"}},
 				{Methods: []string{"POST"}, Paths: []string{"/api/write/*"}, Approve: true},
 			},
 		}, {
 			Name: "plain", URL: "http://plain.internet.test",
-			Inject: []Inject{{Header: "Authorization", Prefix: "Token ", File: secret}},
-			Rules:  []Rule{{Methods: []string{"GET"}, Paths: []string{"/api/**"}}},
+			Inject: []netpolicy.Inject{{Header: "Authorization", Prefix: "Token ", File: secret}},
+			Rules:  []netpolicy.Rule{{Methods: []string{"GET"}, Paths: []string{"/api/**"}}},
 		}},
 		UpstreamRoots:   in.Roots,
 		Approve:         approve,
@@ -389,7 +390,7 @@ func TestReadSecret(t *testing.T) {
 	}{
 		"world": {"s3cret", 0o644, "root's alone"},
 		"group": {"s3cret", 0o640, "root's alone"},
-		"big":   {strings.Repeat("x", MaxSecretBytes+1), 0o600, "larger than"},
+		"big":   {strings.Repeat("x", netpolicy.MaxSecretBytes+1), 0o600, "larger than"},
 		"crlf":  {"a\r\nb", 0o600, "line break"},
 		"empty": {"\n", 0o600, "empty"},
 	} {
@@ -421,9 +422,9 @@ func benchRun(b *testing.B) (*run, *tls.Config, *tls.Config) {
 		Allow:       []string{"www.internet.test"},
 		Hosts:       map[string]string{"api.internet.test": in.IP.String(), "www.internet.test": in.IP.String()},
 		AllowRanges: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")},
-		Services: []Service{{Name: "api", URL: "https://api.internet.test",
-			Inject: []Inject{{Header: "Authorization", Prefix: "Bearer ", File: secret}},
-			Rules:  []Rule{{Methods: []string{"GET"}, Paths: []string{"/hello"}}}}},
+		Services: []netpolicy.Service{{Name: "api", URL: "https://api.internet.test",
+			Inject: []netpolicy.Inject{{Header: "Authorization", Prefix: "Bearer ", File: secret}},
+			Rules:  []netpolicy.Rule{{Methods: []string{"GET"}, Paths: []string{"/hello"}}}}},
 		UpstreamRoots: in.Roots,
 	}
 	n, err := pool.Setup()

@@ -60,30 +60,6 @@ func CheckEnv(name, value string) error {
 	return nil
 }
 
-// CheckHostname checks DNS host name syntax: at most 253 bytes of dot-separated
-// labels of 1-63 letters, digits and inner hyphens, the last label not all
-// digits (so IP addresses are refused). No trailing dot.
-func CheckHostname(name string) error {
-	if name == "" || len(name) > 253 {
-		return fmt.Errorf("%q: host name must be 1-253 characters", name)
-	}
-	labels := strings.Split(name, ".")
-	for _, l := range labels {
-		if len(l) == 0 || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
-			return fmt.Errorf("%q: each dot-separated label must be 1-63 characters, not starting or ending with '-'", name)
-		}
-		for _, c := range []byte(l) {
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
-				return fmt.Errorf("%q: invalid character %q in host name", name, c)
-			}
-		}
-	}
-	if strings.Trim(labels[len(labels)-1], "0123456789") == "" {
-		return fmt.Errorf("%q: IP addresses are not host names", name)
-	}
-	return nil
-}
-
 // LocalImagePrefixes are the reference forms that name a path on the host.
 var LocalImagePrefixes = []string{"dir:", "oci:", "docker-archive:"}
 

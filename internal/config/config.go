@@ -68,7 +68,7 @@ type Network struct {
 	ApprovalTimeout string `json:"approval_timeout"`
 }
 
-// Service is one service of network.services (see proxy.Service).
+// Service is one service of network.services (see netpolicy.Service).
 type Service struct {
 	URL    string            `json:"url"`    // https://host[:port] or http://host[:port]
 	Inject map[string]Inject `json:"inject"` // header name -> where its value comes from

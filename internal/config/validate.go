@@ -13,8 +13,8 @@ import (
 
 	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/approvals"
+	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/uidpool"
-	"github.com/agentrun/agentrun/proxy"
 )
 
 // Validate checks every value of c and returns the first problem found,
@@ -192,7 +192,7 @@ func checkLanguage(name string, argv []string) error {
 func (n Network) validate() error {
 	for _, host := range sortedKeys(n.Hosts) {
 		field := fmt.Sprintf("network.hosts[%q]", host)
-		if err := CheckHostname(host); err != nil {
+		if err := netpolicy.CheckHostname(host); err != nil {
 			return fieldErr(field, err)
 		}
 		if _, err := netip.ParseAddr(n.Hosts[host]); err != nil {
@@ -265,13 +265,13 @@ const (
 )
 
 // ProxyService is the proxy's form of the service name of network.services.
-func ProxyService(name string, s Service) proxy.Service {
-	ps := proxy.Service{Name: name, URL: s.URL}
+func ProxyService(name string, s Service) netpolicy.Service {
+	ps := netpolicy.Service{Name: name, URL: s.URL}
 	for _, h := range sortedKeys(s.Inject) {
-		ps.Inject = append(ps.Inject, proxy.Inject{Header: h, Prefix: s.Inject[h].Prefix, File: s.Inject[h].File})
+		ps.Inject = append(ps.Inject, netpolicy.Inject{Header: h, Prefix: s.Inject[h].Prefix, File: s.Inject[h].File})
 	}
 	for _, r := range s.Rules {
-		ps.Rules = append(ps.Rules, proxy.Rule{Methods: r.Methods, Paths: r.Paths, Approve: r.Approve})
+		ps.Rules = append(ps.Rules, netpolicy.Rule{Methods: r.Methods, Paths: r.Paths, Approve: r.Approve})
 	}
 	return ps
 }

@@ -1,3 +1,3 @@
 // Package result defines the JSON result of a run and maps it to agentrun's
-// process exit status (spec section 3).
+// process exit status (docs/task-and-result.md).
 package result

@@ -108,7 +108,7 @@ func bind(sb *sandbox, pol proxy.Policy, res *result.Result) error {
 	}
 	prx := sb.proxy
 	sb.settle.Add(func() error {
-		res.Network = networkResult(prx.Report())
+		res.Network = prx.Report()
 		return prx.Close()
 	})
 	return nil
@@ -147,30 +147,4 @@ func prefixes(ss []string) ([]netip.Prefix, error) {
 		out = append(out, p.Masked())
 	}
 	return out, nil
-}
-
-// networkResult is the proxy's report as the result's network section.
-func networkResult(r proxy.Report) result.Network {
-	return result.Network{
-		Allowed: convert(r.Allowed, func(a proxy.Allowed) result.Allowed { return result.Allowed(a) }),
-		Denied:  convert(r.Denied, func(d proxy.Denied) result.Denied { return result.Denied(d) }),
-		Failed:  convert(r.Failed, func(f proxy.Failed) result.Failed { return result.Failed(f) }),
-		Requests: convert(r.Requests, func(q proxy.ServiceRequest) result.ServiceRequest {
-			return result.ServiceRequest(q)
-		}),
-		Approvals:       convert(r.Approvals, func(a proxy.ApprovalRecord) result.Approval { return result.Approval(a) }),
-		RequestsDropped: r.RequestsDropped,
-	}
-}
-
-// convert maps in through f, keeping nil as nil.
-func convert[F, T any](in []F, f func(F) T) []T {
-	if in == nil {
-		return nil
-	}
-	out := make([]T, len(in))
-	for i, v := range in {
-		out[i] = f(v)
-	}
-	return out
 }

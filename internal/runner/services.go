@@ -9,8 +9,8 @@ import (
 
 	"github.com/agentrun/agentrun/internal/cleanup"
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/task"
-	"github.com/agentrun/agentrun/proxy"
 	"github.com/agentrun/agentrun/runtime/spec"
 )
 
@@ -38,11 +38,11 @@ const (
 // services returns the proxy's form of p's services, the roots their
 // upstreams are verified against (nil: the host's) and the approval
 // timeout.
-func (r *Runner) services(p *task.Plan) ([]proxy.Service, *x509.CertPool, time.Duration, error) {
+func (r *Runner) services(p *task.Plan) ([]netpolicy.Service, *x509.CertPool, time.Duration, error) {
 	if len(p.Services) == 0 {
 		return nil, nil, 0, nil
 	}
-	var out []proxy.Service
+	var out []netpolicy.Service
 	for _, name := range p.Services {
 		s, ok := r.cfg.Network.Services[name]
 		if !ok {

@@ -4,15 +4,15 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/netpolicy"
 )
 
 // checkAllow checks network.allow entries ("name", "*.suffix", each with an
-// optional ":port" 1-65535) and returns them lowercased, canonical and
-// deduplicated. Any entry while the policy forbids network is ErrPolicy.
+// optional ":port" 1-65535; see netpolicy.CanonicalAllow) and returns them
+// lowercased, canonical and deduplicated. Any entry while the policy forbids network is ErrPolicy.
 func checkAllow(entries []string, allowNetwork *bool) ([]string, error) {
 	if len(entries) == 0 {
 		return nil, nil
@@ -26,7 +26,7 @@ func checkAllow(entries []string, allowNetwork *bool) ([]string, error) {
 	out := make([]string, 0, len(entries))
 	seen := map[string]bool{}
 	for i, e := range entries {
-		canon, err := canonicalAllow(e)
+		canon, err := netpolicy.CanonicalAllow(e)
 		if err != nil {
 			return nil, errorf(fmt.Sprintf("network.allow[%d]", i), "%q: %v", e, err)
 		}
@@ -64,47 +64,4 @@ func checkServices(names []string, cfg *config.Config) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-func canonicalAllow(entry string) (string, error) {
-	if hint, ok := urlHost(entry); ok {
-		return "", fmt.Errorf("a URL, not a host name: give the host name alone (%q), with an optional \":port\"", hint)
-	}
-	host, port, hasPort := strings.Cut(strings.ToLower(entry), ":")
-	if hasPort {
-		n, err := strconv.Atoi(port)
-		if err != nil || n < 1 || n > 65535 || port[0] == '+' {
-			return "", fmt.Errorf("port must be a number 1-65535")
-		}
-		port = ":" + strconv.Itoa(n)
-	}
-	name := strings.TrimPrefix(host, "*.")
-	if strings.Contains(name, "*") {
-		return "", fmt.Errorf("a wildcard is only allowed as a leading \"*.\"")
-	}
-	if err := config.CheckHostname(name); err != nil {
-		return "", fmt.Errorf("want a host name or \"*.\" + host name, with an optional \":port\": %w", err)
-	}
-	return host + port, nil
-}
-
-// urlHost reports whether entry looks like a URL or a host with a path
-// ("https://pypi.org", "pypi.org/simple") and returns the host name it
-// names, for the error. Such entries are refused, not normalized: a
-// scheme would suggest a port or protocol restriction the allowlist does
-// not make.
-func urlHost(entry string) (string, bool) {
-	rest := entry
-	if _, after, ok := strings.Cut(entry, "://"); ok {
-		rest = after
-	} else if !strings.Contains(entry, "/") {
-		return "", false
-	}
-	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		rest = rest[:i]
-	}
-	if i := strings.LastIndexByte(rest, '@'); i >= 0 {
-		rest = rest[i+1:]
-	}
-	return strings.ToLower(rest), true
 }

@@ -1,7 +1,6 @@
-package proxy
+package netpolicy
 
 import (
-	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -84,45 +83,50 @@ func TestParseAllowRefusesURLs(t *testing.T) {
 
 func TestIsIPLiteral(t *testing.T) {
 	for _, h := range []string{"127.0.0.1", "3232235777", "0xc0a80101", "0XC0A80101", "0300.0250.1.1", "127.1", "::1", "::ffff:127.0.0.1", "[::1]", "fe80::1%eth0", "1.2.3.4."} {
-		if !isIPLiteral(h) {
-			t.Errorf("isIPLiteral(%q) = false; want true", h)
+		if !IsIPLiteral(h) {
+			t.Errorf("IsIPLiteral(%q) = false; want true", h)
 		}
 	}
 	for _, h := range []string{"pypi.org", "1e100.net", "0x.example.com", "123.example", "localhost"} {
-		if isIPLiteral(h) {
-			t.Errorf("isIPLiteral(%q) = true; want false", h)
+		if IsIPLiteral(h) {
+			t.Errorf("IsIPLiteral(%q) = true; want false", h)
 		}
 	}
 }
 
-func TestNewProxyRejectsBadPolicy(t *testing.T) {
-	gw := netip.MustParseAddr("10.200.0.1")
-	for _, p := range []Policy{
-		{Allow: []string{"*"}},
-		{Allow: []string{"1.2.3.4"}},
-		{Hosts: map[string]string{"pypi.org": "not-an-ip"}},
-		{Hosts: map[string]string{"bad host": "1.2.3.4"}},
-		{MaxBytes: -1},
-		{MaxConns: -1},
+// CanonicalAllow is ParseAllow's grammar with a plain host name: what it
+// accepts the proxy accepts, in the same canonical form.
+func TestCanonicalAllow(t *testing.T) {
+	for in, want := range map[string]string{
+		"pypi.org":              "pypi.org",
+		"PyPI.org":              "pypi.org",
+		"*.pythonhosted.org":    "*.pythonhosted.org",
+		"*.A.example:443":       "*.a.example:443",
+		"api.example.com:08443": "api.example.com:8443",
+		"localhost":             "localhost",
+		"123.example":           "123.example",
+		"xn--bcher-kva.example": "xn--bcher-kva.example",
 	} {
-		if _, err := newProxy(gw, p); err == nil {
-			t.Errorf("newProxy(%+v) = nil error; want an error", p)
+		got, err := CanonicalAllow(in)
+		if err != nil || got != want {
+			t.Errorf("CanonicalAllow(%q) = %q, %v; want %q", in, got, err, want)
+			continue
+		}
+		if _, err := ParseAllow([]string{got}); err != nil {
+			t.Errorf("ParseAllow(%q) = %v; want its canonical form accepted", got, err)
 		}
 	}
-	px, err := newProxy(gw, Policy{Allow: []string{"pypi.org"}, Hosts: map[string]string{"PyPI.org.": "::ffff:1.2.3.4"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := px.hosts["pypi.org"]; got != netip.MustParseAddr("1.2.3.4") {
-		t.Errorf("hosts[pypi.org] = %v; want 1.2.3.4", got)
-	}
-	if got := string(px.ResolvConf()); got != "nameserver 10.200.0.1\noptions ndots:0 timeout:2 attempts:2\n" {
-		t.Errorf("ResolvConf() = %q", got)
-	}
-	if px.Env()["HTTP_PROXY"] != "http://10.200.0.1:3128" {
-		t.Errorf("Env() = %v", px.Env())
-	}
-	if err := px.Close(); err != nil { // never started: still fine
-		t.Error(err)
+	for _, in := range []string{
+		"", " pypi.org", "pypi.org ", "a.com.", "-a.com", "a-.com", "a_b.com", "a..com", ".a.com",
+		"*", "*.", "*.com", "a.*.com", "*.*.a.com", "foo*.com",
+		"1.2.3.4", "169.254.169.254", "0x1", "a.0x1", "a.123", "[::1]:443", "::1",
+		"a.com:0", "a.com:65536", "a.com:+80", "a.com:", "a.com:000080", "a.com:80:80",
+		"\u212aa.com", // Kelvin sign: strings.ToLower would read it as "ka.com"
+		"\uff41.com",  // fullwidth a
+		"https://pypi.org", "pypi.org/simple",
+	} {
+		if got, err := CanonicalAllow(in); err == nil {
+			t.Errorf("CanonicalAllow(%q) = %q; want an error", in, got)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package netpolicy
 
 import (
 	"net/netip"

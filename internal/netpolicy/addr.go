@@ -1,4 +1,4 @@
-package proxy
+package netpolicy
 
 import (
 	"fmt"
@@ -45,7 +45,7 @@ func mustPrefixes(ss ...string) []netip.Prefix {
 	return ps
 }
 
-// CheckAddr returns nil if the proxy may dial ip. It refuses every address
+// CheckAddr returns nil if the proxy may dial ip (and image may fetch from it). It refuses every address
 // that is not globally routable unicast: loopback, private (RFC 1918),
 // link-local (cloud metadata 169.254.169.254), CGNAT 100.64/10, unique-local
 // fc00::/7 (fd00:ec2::254), multicast, unspecified, and the reserved,

@@ -1,0 +1,38 @@
+package proxy
+
+import (
+	"net/netip"
+	"testing"
+)
+
+func TestNewProxyRejectsBadPolicy(t *testing.T) {
+	gw := netip.MustParseAddr("10.200.0.1")
+	for _, p := range []Policy{
+		{Allow: []string{"*"}},
+		{Allow: []string{"1.2.3.4"}},
+		{Hosts: map[string]string{"pypi.org": "not-an-ip"}},
+		{Hosts: map[string]string{"bad host": "1.2.3.4"}},
+		{MaxBytes: -1},
+		{MaxConns: -1},
+	} {
+		if _, err := newProxy(gw, p); err == nil {
+			t.Errorf("newProxy(%+v) = nil error; want an error", p)
+		}
+	}
+	px, err := newProxy(gw, Policy{Allow: []string{"pypi.org"}, Hosts: map[string]string{"PyPI.org.": "::ffff:1.2.3.4"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := px.hosts["pypi.org"]; got != netip.MustParseAddr("1.2.3.4") {
+		t.Errorf("hosts[pypi.org] = %v; want 1.2.3.4", got)
+	}
+	if got := string(px.ResolvConf()); got != "nameserver 10.200.0.1\noptions ndots:0 timeout:2 attempts:2\n" {
+		t.Errorf("ResolvConf() = %q", got)
+	}
+	if px.Env()["HTTP_PROXY"] != "http://10.200.0.1:3128" {
+		t.Errorf("Env() = %v", px.Env())
+	}
+	if err := px.Close(); err != nil { // never started: still fine
+		t.Error(err)
+	}
+}
