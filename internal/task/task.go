@@ -24,7 +24,7 @@ type Network struct {
 	Services []string `json:"services"`
 }
 
-// Task is task.json as sent (see spec section 2).
+// Task is task.json as sent (docs/task-and-result.md#taskjson).
 type Task struct {
 	// ID names the task on the bus (agentrun submit, agentrun worker): the
 	// key of its result and its de-duplication id. A local run ignores it.

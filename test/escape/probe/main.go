@@ -1,10 +1,11 @@
 //go:build linux && amd64
 
 // Command probe is agentrun's escape-probe battery. It runs inside a sandbox
-// as its first process and tries, one by one, the ways out that
-// /work/shared/notes/security-tests.md lists. Every negative probe is paired
-// with a positive control that shows the probing mechanism itself works, so
-// that "blocked" never just means "the probe was broken".
+// as its first process and tries, one by one, the numbered ways out that
+// docs/escape-libcontainer.md and docs/escape-runsc.md report on. Every
+// negative probe is paired with a positive control that shows the probing
+// mechanism itself works, so that "blocked" never just means "the probe
+// was broken".
 //
 // The report goes to stdout as one JSON object, {"probes":[...]}, written one
 // probe per line as each finishes, so that a crash mid-way still leaves every
