@@ -25,7 +25,8 @@ import (
 // checked when it is dialled, after name resolution, against the address
 // actually dialled: a host that is not listed must be at a globally
 // routable address, never at a loopback, private, link-local (cloud
-// metadata), CGNAT, unique-local or otherwise reserved one (netpolicy.CheckAddr).
+// metadata), CGNAT, unique-local or otherwise reserved one
+// (netpolicy.CheckAddr).
 // A listed host may be anywhere: listing it is the operator's say-so.
 // Such pulls never use the environment's HTTP proxy, which would dial in
 // their place.
