@@ -113,7 +113,7 @@ func (p *Proxy) handleTransparent(c net.Conn, port int) {
 	if looksLikeTLS(first[0]) {
 		sni, err := peekSNI(br)
 		if err != nil {
-			p.recordDenied("", port, "malformed tls client hello")
+			p.ledger.deny("", port, "malformed tls client hello")
 			writeTLSAlert(c)
 			return
 		}
@@ -277,7 +277,7 @@ func (p *Proxy) connect(t target) (net.Conn, error) {
 	slices.SortStableFunc(ok, func(a, b netip.Addr) int {
 		return cmp.Compare(a.BitLen(), b.BitLen())
 	})
-	st := p.stats(t)
+	st := p.ledger.stats(t)
 	var dialErr error
 	for i, a := range ok {
 		tryCtx, tryCancel := ctx, context.CancelFunc(func() {})
@@ -331,14 +331,14 @@ func (p *Proxy) refuse(c net.Conn, err error, tls bool) {
 	status := http.StatusForbidden
 	switch {
 	case errors.As(err, &d):
-		p.recordDenied(d.host, d.port, d.reason)
+		p.ledger.deny(d.host, d.port, d.reason)
 		msg = fmt.Sprintf("agentrun: egress to %s denied: %s", printable(hostPortString(d.host, d.port)), d.reason)
 		header = "X-Agentrun-Denied"
 		if d.reason == reasonTooMany {
 			status = http.StatusServiceUnavailable
 		}
 	case errors.As(err, &e):
-		p.recordFailed(e.t.host, e.t.port, e.reason)
+		p.ledger.fail(e.t.host, e.t.port, e.reason)
 		msg = fmt.Sprintf("agentrun: egress to %s failed: %s", printable(hostPortString(e.t.host, e.t.port)), e.reason)
 		if !strings.HasPrefix(e.reason, "name") { // a resolver's detail names the host's resolver
 			msg += " (" + printable(e.err.Error()) + ")"
@@ -423,14 +423,14 @@ func (p *Proxy) forwardHTTP(c net.Conn, req *http.Request, up net.Conn, t target
 		if errors.Is(err, errByteLimit) {
 			return
 		}
-		p.recordFailed(t.host, t.port, "upstream closed before the request was sent")
+		p.ledger.fail(t.host, t.port, "upstream closed before the request was sent")
 		writeStatus(c, http.StatusBadGateway, fmt.Sprintf("agentrun: egress to %s failed: %s", hostPortString(t.host, t.port), printable(err.Error())), "X-Agentrun-Error")
 		return
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(up), req)
 	if err != nil {
 		if !errors.Is(err, errByteLimit) {
-			p.recordFailed(t.host, t.port, "no valid http response from upstream")
+			p.ledger.fail(t.host, t.port, "no valid http response from upstream")
 		}
 		writeStatus(c, http.StatusBadGateway, fmt.Sprintf("agentrun: egress to %s failed: %s", hostPortString(t.host, t.port), printable(err.Error())), "X-Agentrun-Error")
 		return
@@ -541,7 +541,7 @@ func (m *meteredConn) Close() error {
 
 // cut records the limit and closes the connection.
 func (m *meteredConn) cut() {
-	m.p.recordDenied(m.t.host, m.t.port, "byte limit exceeded")
+	m.p.ledger.deny(m.t.host, m.t.port, "byte limit exceeded")
 	m.Close()
 }
 

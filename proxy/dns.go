@@ -36,7 +36,7 @@ func (p *Proxy) answer(w dns.ResponseWriter, r *dns.Msg) {
 			m.Rcode = dns.RcodeRefused
 		case !p.allow.MatchName(q.Name):
 			m.Rcode = dns.RcodeNameError
-			p.recordDenied(strings.ToLower(name), DNSPort, reasonDNS)
+			p.ledger.deny(strings.ToLower(name), DNSPort, reasonDNS)
 		case q.Qtype == dns.TypeA:
 			m.Answer = []dns.RR{&dns.A{
 				Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: dnsTTL},

@@ -201,8 +201,8 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *ne
 	rec := netpolicy.ServiceRequest{Service: svc.Name, Method: untrusted.Text(req.Method), Path: untrusted.Text(rawPath)}
 	deny := func(status int, reason string) *http.Response {
 		rec.Reason = reason
-		p.recordRequest(rec)
-		p.recordDenied(svc.Host(), svc.Port(), "service "+svc.Name+": "+reason)
+		p.ledger.request(rec)
+		p.ledger.deny(svc.Host(), svc.Port(), "service "+svc.Name+": "+reason)
 		msg := fmt.Sprintf("agentrun: request to %s denied: %s", printable(svc.Authority()), reason)
 		if reason == reasonOperator {
 			msg = "agentrun: " + reasonOperator
@@ -273,8 +273,8 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *ne
 		v, err := readSecret(in.File)
 		if err != nil {
 			rec.Reason = "credential " + in.Header + " unavailable"
-			p.recordRequest(rec)
-			p.recordFailed(svc.Host(), svc.Port(), "service "+svc.Name+": "+err.Error())
+			p.ledger.request(rec)
+			p.ledger.fail(svc.Host(), svc.Port(), "service "+svc.Name+": "+err.Error())
 			return textResponse(req, http.StatusBadGateway, "agentrun: service "+svc.Name+": credential "+in.Header+" unavailable", "X-Agentrun-Error")
 		}
 		out.Header.Set(in.Header, in.Prefix+v)
@@ -287,25 +287,25 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *ne
 		status, msg := http.StatusBadGateway, ""
 		switch {
 		case errors.As(err, &d):
-			p.recordDenied(d.host, d.port, d.reason)
+			p.ledger.deny(d.host, d.port, d.reason)
 			status, msg = http.StatusForbidden, "agentrun: egress to "+printable(svc.Authority())+" denied: "+d.reason
 			rec.Reason = d.reason
 		case errors.As(err, &e):
-			p.recordFailed(e.t.host, e.t.port, e.reason)
+			p.ledger.fail(e.t.host, e.t.port, e.reason)
 			msg = "agentrun: egress to " + printable(svc.Authority()) + " failed: " + e.reason
 			rec.Reason = e.reason
 		default:
 			reason := upstreamReason(err)
-			p.recordFailed(svc.Host(), svc.Port(), reason)
+			p.ledger.fail(svc.Host(), svc.Port(), reason)
 			msg = "agentrun: egress to " + printable(svc.Authority()) + " failed: " + reason
 			rec.Reason = reason
 		}
 		rec.Allowed = true
-		p.recordRequest(rec)
+		p.ledger.request(rec)
 		return textResponse(req, status, msg, "X-Agentrun-Error")
 	}
 	rec.Allowed, rec.Status = true, resp.StatusCode
-	p.recordRequest(rec)
+	p.ledger.request(rec)
 	return resp
 }
 
@@ -475,11 +475,7 @@ func (p *Proxy) approve(ctx context.Context, a Approval) netpolicy.ApprovalRecor
 	// decided by no one) leaves out only more of the same: every request
 	// let through, and every decision a decider was told was taken, is
 	// recorded (those need a person each).
-	p.mu.Lock()
-	if len(p.approvals) < maxDenied || rec.Approved || taken {
-		p.approvals = append(p.approvals, rec)
-	}
-	p.mu.Unlock()
+	p.ledger.approval(rec, rec.Approved || taken)
 	return rec
 }
 
@@ -494,17 +490,6 @@ func (p *Proxy) Held() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.held
-}
-
-// recordRequest adds one service request to the report.
-func (p *Proxy) recordRequest(r netpolicy.ServiceRequest) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.requests) < maxDenied {
-		p.requests = append(p.requests, r)
-	} else {
-		p.requestsDropped++
-	}
 }
 
 // newUpstream is the transport of requests to services: it dials through

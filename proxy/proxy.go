@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -118,35 +117,21 @@ type Proxy struct {
 
 	bytesIn, bytesOut atomic.Int64
 
-	mu           sync.Mutex
-	closed       bool
-	listeners    []net.Listener
-	dnsSrv       []*dns.Server
-	conns        map[net.Conn]struct{} // client and upstream connections
-	upstreams    int                   // open upstream connections
-	clients      int                   // open connections from the sandbox
-	allowed      map[target]*hostStats
-	allowedOrder []target
-	denied       tally
-	failed       tally // as netpolicy.Failed records
+	mu        sync.Mutex
+	closed    bool
+	listeners []net.Listener
+	dnsSrv    []*dns.Server
+	conns     map[net.Conn]struct{} // client and upstream connections
+	upstreams int                   // open upstream connections
+	clients   int                   // open connections from the sandbox
 
-	held            int // requests waiting for approval
-	approvals       []netpolicy.ApprovalRecord
-	requests        []netpolicy.ServiceRequest
-	requestsDropped int
+	held int // requests waiting for approval
+
+	// ledger is what Report returns, under a lock of its own.
+	ledger ledger
 
 	closeOnce sync.Once
 	closeErr  error
-}
-
-type deniedKey struct {
-	host, reason string
-	port         int
-}
-
-type hostStats struct {
-	in, out atomic.Int64
-	conns   atomic.Int64
 }
 
 // Start validates p and starts the proxy's listeners inside n's gateway
@@ -235,9 +220,8 @@ func newProxy(gw netip.Addr, p Policy) (*Proxy, error) {
 // listeners.
 func unbound(gw netip.Addr) *Proxy {
 	px := &Proxy{
-		gw:      gw,
-		conns:   make(map[net.Conn]struct{}),
-		allowed: make(map[target]*hostStats),
+		gw:    gw,
+		conns: make(map[net.Conn]struct{}),
 	}
 	px.ctx, px.cancel = context.WithCancel(context.Background())
 	return px
@@ -456,7 +440,7 @@ func (p *Proxy) takeClient(c net.Conn) bool {
 			tc.SetLinger(0)
 		}
 		c.Close()
-		p.recordDenied("", port, reasonTooManyClients)
+		p.ledger.deny("", port, reasonTooManyClients)
 	}
 	return ok
 }
@@ -603,83 +587,7 @@ func (p *Proxy) Hosts() []byte {
 }
 
 // Report returns a snapshot of what was allowed and denied so far.
-func (p *Proxy) Report() netpolicy.Report {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	r := netpolicy.Report{Allowed: []netpolicy.Allowed{}, Denied: slices.Clone(p.denied.list), Failed: make([]netpolicy.Failed, 0, len(p.failed.list))}
-	if r.Denied == nil {
-		r.Denied = []netpolicy.Denied{}
-	}
-	r.Requests, r.Approvals, r.RequestsDropped = slices.Clone(p.requests), slices.Clone(p.approvals), p.requestsDropped
-	for _, f := range p.failed.list {
-		r.Failed = append(r.Failed, netpolicy.Failed(f))
-	}
-	for _, hp := range p.allowedOrder {
-		st := p.allowed[hp]
-		r.Allowed = append(r.Allowed, netpolicy.Allowed{
-			Host: hp.host, Port: hp.port,
-			BytesIn: st.in.Load(), BytesOut: st.out.Load(),
-			Conns: int(st.conns.Load()),
-		})
-	}
-	return r
-}
-
-// recordDenied adds one refusal to the report.
-func (p *Proxy) recordDenied(host string, port int, reason string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.denied.add(printable(host), port, reason, "further distinct denials not recorded")
-}
-
-// recordFailed adds one failure to reach an allowed destination to the
-// report.
-func (p *Proxy) recordFailed(host string, port int, reason string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.failed.add(printable(host), port, reason, "further distinct failures not recorded")
-}
-
-// tally keeps distinct records with their counts, at most maxDenied of
-// them and then one saying that more were dropped.
-type tally struct {
-	index   map[deniedKey]int // into list
-	list    []netpolicy.Denied
-	dropped bool
-}
-
-func (t *tally) add(host string, port int, reason, overflow string) {
-	k := deniedKey{host, reason, port}
-	if i, ok := t.index[k]; ok {
-		t.list[i].Count++
-		return
-	}
-	if len(t.list) >= maxDenied {
-		if !t.dropped {
-			t.dropped = true
-			t.list = append(t.list, netpolicy.Denied{Host: "*", Reason: overflow, Count: 1})
-		}
-		return
-	}
-	if t.index == nil {
-		t.index = make(map[deniedKey]int)
-	}
-	t.index[k] = len(t.list)
-	t.list = append(t.list, netpolicy.Denied{Host: host, Port: port, Reason: reason, Count: 1})
-}
-
-// stats returns the counters of host:port, creating them.
-func (p *Proxy) stats(t target) *hostStats {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	st := p.allowed[t]
-	if st == nil {
-		st = &hostStats{}
-		p.allowed[t] = st
-		p.allowedOrder = append(p.allowedOrder, t)
-	}
-	return st
-}
+func (p *Proxy) Report() netpolicy.Report { return p.ledger.report() }
 
 // printable makes client-supplied text safe for a header, a message and
 // the report: printable ASCII only, at most 255 bytes.
