@@ -24,7 +24,7 @@ import (
 
 // Hold is a request held for a decision as the webhook receives it. The
 // fields the program controls (Method, URL, BodyExcerpt) are the proxy's
-// escaped text (spec §5.2): shown as they are, they draw nothing but
+// escaped text (untrusted.Text; docs/services.md): shown as they are, they draw nothing but
 // themselves on a terminal; a page still escapes them for HTML.
 type Hold struct {
 	Run         string `json:"run"`
