@@ -21,12 +21,24 @@ type callResult struct {
 }
 
 // approver is the run's approver of h: it hands the question to the call
-// that waits (or the next retry) and waits for the answer.
+// that waits (or the next retry) and waits for the answer (answerClient).
 func approver(h *heldRun) server.Approver {
 	return func(ctx context.Context, _ string, a proxy.Approval) proxy.Decision {
 		d, _ := h.ask(ctx, a.ID, a)
 		return d
 	}
+}
+
+// answerClient gives the client's response r (to the question out to it)
+// to h, as a decision Taken: it counts from here on, even when the
+// approval's time runs out at this moment. False when it came too late.
+func answerClient(h *heldRun, r any) bool {
+	d := proxy.Decision{By: "mcp client (elicitation)", Taken: true}
+	if r, ok := r.(*mcp.ElicitResult); ok {
+		yes, _ := r.Content["approve"].(bool)
+		d.Approved = r.Action == "accept" && yes
+	}
+	return h.answer(d)
 }
 
 // runAsking runs taskJSON for the call req. A client that can answer
@@ -40,12 +52,9 @@ func (s *Server) runAsking(ctx context.Context, req *mcp.CallToolRequest, taskJS
 		if h == nil {
 			return nil, nil, &server.Refusal{Msg: "the approval this call answers is no longer waiting (it timed out, or its run ended)"}
 		}
-		d := proxy.Decision{By: "mcp client (elicitation)"}
-		if r, ok := req.Params.InputResponses[h.pending.id].(*mcp.ElicitResult); ok {
-			yes, _ := r.Content["approve"].(bool)
-			d.Approved = r.Action == "accept" && yes
-		}
-		h.answer(d)
+		// An answer too late (the approval timed out as the retry came)
+		// is not taken: the run's result says so.
+		answerClient(h, req.Params.InputResponses[h.pending.id])
 		return s.await(ctx, h)
 	}
 	if !canElicit(req) {

@@ -31,6 +31,9 @@ type held[Q, A, R any] struct {
 	pending question[Q] // the question out to the client
 	state   string
 	timer   *time.Timer
+
+	mu     sync.Mutex
+	asking string // id of the question ask waits on; "" when none
 }
 
 type question[Q any] struct {
@@ -49,12 +52,18 @@ func newHeld[Q, A, R any](cancel context.CancelFunc) *held[Q, A, R] {
 }
 
 // ask hands q, named id, to the call that waits (or the next retry) and
-// waits for the answer to it; false when ctx ends first.
+// waits for the answer to it; false when ctx ends first. An answer that
+// answer took (and said so) is returned even when ctx ends at the same
+// moment: its client was told it was taken.
 func (h *held[Q, A, R]) ask(ctx context.Context, id string, q Q) (A, bool) {
 	var zero A
+	h.mu.Lock()
+	h.asking = id
+	h.mu.Unlock()
 	select {
 	case h.asks <- question[Q]{id, q}:
 	case <-ctx.Done():
+		h.stopAsking()
 		return zero, false
 	}
 	for {
@@ -64,17 +73,43 @@ func (h *held[Q, A, R]) ask(ctx context.Context, id string, q Q) (A, bool) {
 				return ans.a, true
 			}
 		case <-ctx.Done():
-			return zero, false
+			if h.stopAsking() {
+				return zero, false
+			}
+			// answer took it: it is in h.answers already.
+			for ans := range h.answers {
+				if ans.id == id {
+					return ans.a, true
+				}
+			}
 		}
 	}
 }
 
-// answer gives a the pending question's answer (dropped when one is
-// given already).
-func (h *held[Q, A, R]) answer(a A) {
+// stopAsking ends ask's wait; false when an answer was taken first.
+func (h *held[Q, A, R]) stopAsking() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	waiting := h.asking != ""
+	h.asking = ""
+	return waiting
+}
+
+// answer gives a the pending question's answer, and says whether it was
+// taken: not when one was given already, or ask stopped waiting (its
+// time ran out, or its work ended).
+func (h *held[Q, A, R]) answer(a A) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.asking == "" || h.asking != h.pending.id {
+		return false
+	}
 	select {
-	case h.answers <- reply[A]{h.pending.id, a}:
+	case h.answers <- reply[A]{h.pending.id, a}: // buffered: one answer per question
+		h.asking = ""
+		return true
 	default:
+		return false
 	}
 }
 

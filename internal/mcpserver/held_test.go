@@ -2,10 +2,13 @@ package mcpserver
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agentrun/agentrun/proxy"
 )
 
 type testHeld = held[string, string, string]
@@ -95,4 +98,42 @@ func TestForwardElicitUnknownCall(t *testing.T) {
 			t.Errorf("meta %v: %+v %v; want declined", meta, a, err)
 		}
 	}
+}
+
+// TestApprovalTakenAtTimeout races the client's answer against the
+// approval's time running out, many times: an answer taken (the retry
+// handed it over) is the run's decision, Taken, even when the time ran
+// out at that moment; one too late is not taken and the decision is none.
+func TestApprovalTakenAtTimeout(t *testing.T) {
+	var hc heldCalls[proxy.Approval, proxy.Decision, callResult]
+	yes := &mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}
+	took, late := 0, 0
+	for i := range 1000 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		h := newHeld[proxy.Approval, proxy.Decision, callResult](cancel)
+		got := make(chan proxy.Decision, 1)
+		go func() {
+			got <- approver(h)(ctx, "ar-x", proxy.Approval{ID: fmt.Sprintf("ap-%d", i)})
+			h.result <- callResult{}
+		}()
+		if _, q := hc.await(context.Background(), h, proxy.Decision{By: "busy"}); q != nil {
+			hc.take(q.state)
+			// Answer about when the time runs out, a little before or after.
+			dl, _ := ctx.Deadline()
+			for time.Until(dl) > time.Duration(i%8-4)*10*time.Microsecond {
+			}
+			ok := answerClient(h, yes)
+			d := <-got
+			if ok != d.Taken || ok != d.Approved || ok && d.By != "mcp client (elicitation)" {
+				t.Fatalf("try %d: answer taken %v, decision %+v; want the answer's decision exactly when taken", i, ok, d)
+			}
+			if ok {
+				took++
+			} else {
+				late++
+			}
+		}
+		cancel()
+	}
+	t.Logf("%d answers taken, %d too late", took, late)
 }
