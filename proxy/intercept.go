@@ -438,7 +438,6 @@ func (p *Proxy) approve(ctx context.Context, a Approval) netpolicy.ApprovalRecor
 		p.held++
 	}
 	p.mu.Unlock()
-	taken := false
 	switch {
 	case full:
 		rec.By = reasonTooManyApp
@@ -454,7 +453,6 @@ func (p *Proxy) approve(ctx context.Context, a Approval) netpolicy.ApprovalRecor
 		stop := context.AfterFunc(p.ctx, cancel)
 		d := p.policy.Approve(actx, a)
 		stop()
-		taken = d.Taken
 		// A decision taken counts as it was told, even when the time ran
 		// out (or the request ended) between taking it and returning.
 		switch {
@@ -463,7 +461,7 @@ func (p *Proxy) approve(ctx context.Context, a Approval) netpolicy.ApprovalRecor
 		case !d.Taken && actx.Err() != nil:
 			rec.By = "request abandoned"
 		default:
-			rec.Approved, rec.By = d.Approved, printable(d.By)
+			rec.Approved, rec.By, rec.Taken = d.Approved, printable(d.By), d.Taken
 			if rec.By == "" {
 				rec.By = "approver"
 			}
@@ -475,7 +473,7 @@ func (p *Proxy) approve(ctx context.Context, a Approval) netpolicy.ApprovalRecor
 	// decided by no one) leaves out only more of the same: every request
 	// let through, and every decision a decider was told was taken, is
 	// recorded (those need a person each).
-	p.ledger.approval(rec, rec.Approved || taken)
+	p.ledger.approval(rec, rec.Approved || rec.Taken)
 	return rec
 }
 

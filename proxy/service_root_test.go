@@ -599,8 +599,8 @@ func TestServiceApprovalTakenAtTimeout(t *testing.T) {
 		t.Errorf("answer %d %q, upstream got %d requests; want 200 and the request sent", resp.StatusCode, b, len(rc.Got()))
 	}
 	recs := r.px.Report().Approvals
-	if len(recs) != 1 || !recs[0].Approved || recs[0].By != "operator (late)" {
-		t.Errorf("approval records = %+v; want one approved by operator (late)", recs)
+	if len(recs) != 1 || !recs[0].Approved || !recs[0].Taken || recs[0].By != "operator (late)" {
+		t.Errorf("approval records = %+v; want one approved by operator (late), taken", recs)
 	}
 }
 

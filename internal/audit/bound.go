@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/untrusted"
 )
 
@@ -40,7 +41,10 @@ type Truncation struct {
 // with a mark and the SHA-256 of the whole), and then the lists (collected
 // files, network decisions, service requests and approvals, the
 // allowlist) are halved until the line fits, the record saying how long
-// each list was. rec itself is not changed.
+// each list was. The approvals a person decided (approved, or Taken) are
+// kept before the others, so that a program's flood of requests refused
+// at once cannot cut a decision of a person out of the record. rec itself
+// is not changed.
 func marshalBounded(rec *Record) ([]byte, error) {
 	line, err := json.Marshal(rec)
 	if err != nil || len(line)+1 <= MaxRecordBytes {
@@ -97,7 +101,7 @@ func marshalBounded(rec *Record) ([]byte, error) {
 		n.Denied = halve(n.Denied, &t.NetworkDenied)
 		n.Failed = halve(n.Failed, &t.NetworkFailed)
 		n.Requests = halve(n.Requests, &t.NetworkRequests)
-		n.Approvals = halve(n.Approvals, &t.NetworkApprovals)
+		n.Approvals = halveKeeping(n.Approvals, &t.NetworkApprovals, decidedByPerson)
 		r.Limits.NetworkAllow = halve(r.Limits.NetworkAllow, &t.NetworkAllow)
 	}
 }
@@ -113,6 +117,43 @@ func halve[T any](s []T, total *int) []T {
 	}
 	return s[:len(s)/2]
 }
+
+// halveKeeping halves s as halve does, but drops the elements that keep
+// does not hold for first: those it holds for are kept before any other,
+// in their order, and the others fill the rest of the half.
+func halveKeeping[T any](s []T, total *int, keep func(T) bool) []T {
+	if len(s) == 0 {
+		return s
+	}
+	if *total == 0 {
+		*total = len(s)
+	}
+	n, kept := len(s)/2, 0
+	for _, e := range s {
+		if keep(e) {
+			kept++
+		}
+	}
+	others := max(n-kept, 0)
+	out := make([]T, 0, n)
+	for _, e := range s {
+		if len(out) == n {
+			break
+		}
+		switch {
+		case keep(e):
+			out = append(out, e)
+		case others > 0:
+			out = append(out, e)
+			others--
+		}
+	}
+	return out
+}
+
+// decidedByPerson says whether a was decided by a person: approved, or
+// a decision its decider was told was taken.
+func decidedByPerson(a result.Approval) bool { return a.Approved || a.Taken }
 
 // cut shortens s to at most n bytes (on a rune boundary), saying so.
 func cut(s string, n int) string {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -164,5 +165,44 @@ func TestLogRotates(t *testing.T) {
 		if n == 0 {
 			t.Errorf("%s is empty", p)
 		}
+	}
+}
+
+// A record of many approvals refused at once, too long for its line,
+// keeps the decisions of a person at its end (approved, or a refusal its
+// decider was told was taken) when its list is cut, and says how long the
+// list was: a program cannot push them out with a flood of requests.
+func TestRecordKeepsDecidedApprovals(t *testing.T) {
+	long := strings.Repeat("p", 400)
+	rec := &Record{ID: "ar-1"}
+	for i := range 2000 {
+		rec.Network.Approvals = append(rec.Network.Approvals, result.Approval{ID: fmt.Sprintf("ap-%d", i), Service: "api", Method: "POST",
+			URL: "https://api.test/" + long, By: "too many requests waiting for approval"})
+	}
+	rec.Network.Approvals = append(rec.Network.Approvals,
+		result.Approval{ID: "ap-yes", Service: "api", Method: "POST", URL: "https://api.test/send", Approved: true, By: "operator (alice)", Taken: true},
+		result.Approval{ID: "ap-no", Service: "api", Method: "POST", URL: "https://api.test/drop", By: "operator (bob)", Taken: true})
+	line, err := marshalBounded(rec)
+	if err != nil || len(line) > MaxRecordBytes {
+		t.Fatalf("%d bytes, %v", len(line), err)
+	}
+	var got Record
+	if err := json.Unmarshal(line, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Truncated == nil || got.Truncated.NetworkApprovals != 2002 {
+		t.Errorf("truncated = %+v; want network_approvals 2002", got.Truncated)
+	}
+	var ids []string
+	for _, a := range got.Network.Approvals {
+		if a.By != "too many requests waiting for approval" {
+			ids = append(ids, a.ID)
+		}
+	}
+	if len(got.Network.Approvals) >= 2002 || !slices.Equal(ids, []string{"ap-yes", "ap-no"}) {
+		t.Errorf("kept %d approvals, decided by a person %v; want the list cut, ap-yes and ap-no kept", len(got.Network.Approvals), ids)
+	}
+	if first := got.Network.Approvals[0].ID; first != "ap-0" {
+		t.Errorf("first approval kept %s; want the list's order, ap-0 first", first)
 	}
 }
