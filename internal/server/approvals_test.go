@@ -333,17 +333,7 @@ func TestApprovalsCrossSite(t *testing.T) {
 	}
 	h := list.Held[0]
 	post := func(path, ctype, body string, hdr map[string]string) int {
-		req, _ := http.NewRequest("POST", ts.URL+path, strings.NewReader(body))
-		req.Header.Set("Content-Type", ctype)
-		for k, v := range hdr {
-			req.Header.Set(k, v)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		return send(t, "POST", ts.URL+path, ctype, body, hdr)
 	}
 	form := url.Values{"run": {h.Run}, "id": {h.ID}, "approve": {"true"}}.Encode()
 	for _, tc := range []struct {

@@ -180,9 +180,16 @@ func (s *Server) Handle(pattern string, h http.Handler) {
 	s.extra[pattern] = h
 }
 
-// auth requires the bearer token when one is configured.
+// auth refuses a browser's cross-site request to change anything (a
+// method other than GET, HEAD and OPTIONS, on every path) and requires the
+// bearer token when one is configured. With no token, serve behind a
+// reverse proxy would otherwise take a form that another site posts from
+// the operator's browser as the operator's own: a run, a session's file.
 func (s *Server) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if refuseCrossSite(w, r) {
+			return
+		}
 		token := s.cfg.Load().Server.Token
 		if token == "" || isUIPath(r.URL.Path) { // the page checks the token itself
 			next.ServeHTTP(w, r)
@@ -196,6 +203,22 @@ func (s *Server) auth(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// crossSite refuses a browser's cross-site request (told by its
+// Sec-Fetch-Site or Origin header) of a method other than GET, HEAD and
+// OPTIONS, whatever credentials it carries: another site open in the
+// operator's browser cannot run, log in or decide, even where no token
+// is set. Clients other than browsers send neither header and pass.
+var crossSite = http.NewCrossOriginProtection()
+
+// refuseCrossSite answers 403 to a cross-site request; true when it did.
+func refuseCrossSite(w http.ResponseWriter, r *http.Request) bool {
+	if err := crossSite.Check(r); err != nil {
+		writeError(w, http.StatusForbidden, "", "cross-site request refused")
+		return true
+	}
+	return false
 }
 
 func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {

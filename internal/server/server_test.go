@@ -787,3 +787,78 @@ func TestAPITearDownLeavesRunSlot(t *testing.T) {
 		t.Fatalf("a run once both tear-downs ended: status %d", got)
 	}
 }
+
+// With no token set, another site open in the operator's browser cannot
+// change anything through serve (behind a reverse proxy the browser
+// reaches): its cross-site POST, PUT or DELETE is refused 403 on every
+// path, /mcp's included, before any handler; a client that is no browser
+// (no Sec-Fetch-Site, no Origin), a same-origin page and a cross-site GET
+// pass.
+func TestCrossSiteRefused(t *testing.T) {
+	cfg := config.Default()
+	cfg.Image = "dir:/nonexistent"
+	cfg.Policy.LocalImages = []string{"/nonexistent"}
+	var runs, mcps atomic.Int32
+	s := New(cfg, func(ctx context.Context, p *task.Plan, h runner.Hooks) *result.Result {
+		runs.Add(1)
+		return okRun(ctx, p, h)
+	}, nil)
+	s.Handle("/mcp", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { mcps.Add(1) }))
+	ts := httptest.NewUnstartedServer(nil)
+	ts.Config = s.HTTPServer()
+	ts.Start()
+	t.Cleanup(ts.Close)
+	do := func(method, path, body string, hdr map[string]string) int {
+		return send(t, method, ts.URL+path, "text/plain", body, hdr)
+	}
+	body := `{"code":"hi"}`
+	for _, hdr := range []map[string]string{
+		{"Sec-Fetch-Site": "cross-site"},
+		{"Sec-Fetch-Site": "same-site"},
+		{"Origin": "https://evil.example"},
+	} {
+		for _, tc := range []struct{ method, path string }{
+			{"POST", "/v1/runs"}, {"POST", "/v1/runs?stream=1"}, {"POST", "/v1/sessions"},
+			{"DELETE", "/v1/sessions/s-1"}, {"PUT", "/v1/sessions/s-1/files/a"},
+			{"POST", "/mcp"}, {"DELETE", "/mcp"}, {"POST", "/nowhere"},
+		} {
+			if code := do(tc.method, tc.path, body, hdr); code != 403 {
+				t.Errorf("%s %s with %v: %d; want 403", tc.method, tc.path, hdr, code)
+			}
+		}
+	}
+	if runs.Load() != 0 || mcps.Load() != 0 {
+		t.Fatalf("cross-site requests reached %d runs and %d MCP requests", runs.Load(), mcps.Load())
+	}
+	for _, hdr := range []map[string]string{nil, {"Sec-Fetch-Site": "same-origin"}, {"Sec-Fetch-Site": "none"}} {
+		if code := do("POST", "/v1/runs", body, hdr); code != 200 {
+			t.Errorf("POST /v1/runs with %v: %d; want 200", hdr, code)
+		}
+	}
+	if code := do("POST", "/mcp", "", nil); code != 200 || runs.Load() != 3 || mcps.Load() != 1 {
+		t.Errorf("plain POST /mcp: %d; %d runs, %d MCP requests; want 200, 3 and 1", code, runs.Load(), mcps.Load())
+	}
+	if code := do("GET", "/healthz", "", map[string]string{"Sec-Fetch-Site": "cross-site"}); code != 200 {
+		t.Errorf("cross-site GET /healthz: %d; want 200", code)
+	}
+}
+
+// send sends method url with body of type ctype and the headers hdr, and
+// returns the answer's status.
+func send(t *testing.T, method, url, ctype, body string, hdr map[string]string) int {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", ctype)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}

@@ -180,22 +180,6 @@ func (s *Server) uiEnabled(w http.ResponseWriter) bool {
 	return true
 }
 
-// crossSite refuses a browser's cross-site request (told by its
-// Sec-Fetch-Site or Origin header), whatever credentials it carries:
-// another site open in the operator's browser cannot log in or decide,
-// even where no token is set. Clients other than browsers send neither
-// header and pass.
-var crossSite = http.NewCrossOriginProtection()
-
-// refuseCrossSite answers 403 to a cross-site request; true when it did.
-func refuseCrossSite(w http.ResponseWriter, r *http.Request) bool {
-	if err := crossSite.Check(r); err != nil {
-		writeError(w, http.StatusForbidden, "", "cross-site request refused")
-		return true
-	}
-	return false
-}
-
 func (s *Server) setUICookie(w http.ResponseWriter, r *http.Request, sid string) {
 	http.SetCookie(w, &http.Cookie{Name: uiCookie, Value: sid, Path: "/ui/", MaxAge: int(uiSessionTTL / time.Second),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
@@ -248,9 +232,6 @@ func (s *Server) uiStatic(name, ctype string) http.HandlerFunc {
 // uiLogin takes the token from the login form and sets the session cookie.
 func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request) {
 	if !s.uiEnabled(w) {
-		return
-	}
-	if refuseCrossSite(w, r) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4096)
@@ -306,9 +287,6 @@ func (s *Server) uiDecide(w http.ResponseWriter, r *http.Request) {
 	sid, bearer, ok := s.uiAuth(r)
 	if !ok {
 		writeError(w, http.StatusUnauthorized, "", "log in at "+uiPage)
-		return
-	}
-	if refuseCrossSite(w, r) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4096)

@@ -275,6 +275,14 @@ func TestServeOpenAPI(t *testing.T) {
 	if resp, b := s.request("POST", "/ui/login", strings.NewReader("token=0pen-api"), crossSite, false); resp.StatusCode != 403 {
 		t.Errorf("cross-site login: %d %.200s; want 403", resp.StatusCode, b)
 	}
+	// Every path that changes anything refuses a browser's cross-site
+	// request, token or not.
+	for _, op := range [][2]string{{"POST", "/v1/runs"}, {"POST", "/v1/sessions"}, {"DELETE", "/v1/sessions/s-none"},
+		{"PUT", "/v1/sessions/s-none/files/a"}, {"POST", "/mcp"}, {"DELETE", "/mcp"}} {
+		if resp, b := s.request(op[0], op[1], strings.NewReader(`{"code": "print(1)"}`), crossSite, false); resp.StatusCode != 403 {
+			t.Errorf("cross-site %s %s: %d %.200s; want 403", op[0], op[1], resp.StatusCode, b)
+		}
+	}
 
 	mcpAnswers(t, s)
 
