@@ -25,9 +25,6 @@ import (
 	"github.com/agentrun/agentrun/runtime/spec"
 )
 
-// defaultCgroupParent holds the cgroups of runs whose spec names none.
-const defaultCgroupParent = CgroupParent
-
 // killGrace bounds how long the backend waits for a killed sandbox to end,
 // and for one runsc housekeeping command.
 const killGrace = 5 * time.Second
@@ -45,13 +42,15 @@ type Backend struct {
 	flags    []string // extra global flags from the config (runsc.flags)
 	stateDir string   // bundles (stateDir/<id>), runsc's state (stateDir/root)
 	root     string
+	parent   string // the cgroup that holds the runs' cgroups
 }
 
 // New returns a backend running the runsc binary at path with the extra
-// global flags, keeping bundles and runsc's state under stateDir. It makes
+// global flags, keeping bundles and runsc's state under stateDir, and the
+// runs' cgroups under cgroupParent ("" for CgroupParent). It makes
 // the calling process the reaper of its orphaned descendants
 // (PR_SET_CHILD_SUBREAPER): the sandboxes it creates.
-func New(path string, flags []string, stateDir string) (*Backend, error) {
+func New(path string, flags []string, stateDir, cgroupParent string) (*Backend, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("runsc not found at %s (config key runsc.path): %w", path, err)
@@ -80,7 +79,7 @@ func New(path string, flags []string, stateDir string) (*Backend, error) {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return nil, fmt.Errorf("becoming the reaper of runsc's sandboxes: %w", err)
 	}
-	b := &Backend{path: path, flags: slices.Clone(flags), stateDir: stateDir, root: filepath.Join(stateDir, "root")}
+	b := &Backend{path: path, flags: slices.Clone(flags), stateDir: stateDir, root: filepath.Join(stateDir, "root"), parent: cgroupParent}
 	if err := os.MkdirAll(b.root, 0o700); err != nil {
 		return nil, fmt.Errorf("creating runsc state dir: %w", err)
 	}
@@ -92,7 +91,14 @@ func New(path string, flags []string, stateDir string) (*Backend, error) {
 // (SpecOpt); a prepared sandbox waits, booted, for `runsc start`, so it can
 // be pooled.
 func (b *Backend) Traits() backend.Traits {
-	return backend.Traits{CgroupParent: CgroupParent, PrivateRootfs: true, Poolable: true, Spec: SpecOpt()}
+	return backend.Traits{CgroupParent: b.cgroupParent(), PrivateRootfs: true, Poolable: true, Spec: SpecOpt()}
+}
+
+func (b *Backend) cgroupParent() string {
+	if b.parent != "" {
+		return b.parent
+	}
+	return CgroupParent
 }
 
 // createWait bounds `runsc create`, which boots the sandbox: a few hundred
@@ -134,7 +140,7 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 	}
 	cgPath := c.Spec.Linux.CgroupsPath
 	if cgPath == "" {
-		cgPath = defaultCgroupParent + "/" + c.ID
+		cgPath = b.cgroupParent() + "/" + c.ID
 	}
 	if !filepath.IsAbs(cgPath) || filepath.Clean(cgPath) != cgPath || cgPath == "/" {
 		return nil, fmt.Errorf("cgroups path %q must be absolute and clean", cgPath)

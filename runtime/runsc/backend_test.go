@@ -29,6 +29,10 @@ import (
 
 const pythonRootfs = "/var/cache/agentrun/images/python/rootfs"
 
+// testParent holds this test process's run cgroups, apart from those of
+// any agentrun running beside the tests.
+var testParent = fmt.Sprintf("%s-test-%d", CgroupParent, os.Getpid())
+
 func runscBinary(t *testing.T) string {
 	t.Helper()
 	p := os.Getenv("AGENTRUN_RUNSC")
@@ -64,7 +68,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	b, err := New(runscBinary(t), nil, dir)
+	b, err := New(runscBinary(t), nil, dir, testParent)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +111,7 @@ func (f *fixture) container(t *testing.T, o runOpts, argv ...string) *backend.Co
 	s, err := spec.New(pythonRootfs,
 		spec.WithArgs(argv...),
 		spec.WithEnv(map[string]string{"LANG": "C.UTF-8"}),
-		spec.WithCgroupsPath(defaultCgroupParent+"/"+id),
+		spec.WithCgroupsPath(testParent+"/"+id),
 		spec.WithMemory(o.memory),
 		spec.WithCPUs(1),
 		spec.WithPids(64),
@@ -150,7 +154,7 @@ func (f *fixture) checkClean(t *testing.T, id string) {
 		}
 		t.Errorf("runsc state left: %v", names)
 	}
-	for _, pattern := range []string{"/sys/fs/cgroup/*/agentrun-runsc/" + id, "/sys/fs/cgroup/agentrun-runsc/" + id} {
+	for _, pattern := range []string{"/sys/fs/cgroup/*" + testParent + "/" + id, "/sys/fs/cgroup" + testParent + "/" + id} {
 		if m, _ := filepath.Glob(pattern); len(m) > 0 {
 			t.Errorf("cgroups left: %v", m)
 		}
@@ -428,7 +432,7 @@ func TestBadProgram(t *testing.T) {
 
 func TestNew(t *testing.T) {
 	dir := t.TempDir()
-	_, err := New("/no/such/runsc", nil, dir)
+	_, err := New("/no/such/runsc", nil, dir, "")
 	if err == nil || !strings.Contains(err.Error(), "runsc not found at /no/such/runsc (config key runsc.path)") {
 		t.Errorf("missing binary: %v", err)
 	}
@@ -436,16 +440,16 @@ func TestNew(t *testing.T) {
 	if err := os.WriteFile(plain, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(plain, nil, dir); err == nil || !strings.Contains(err.Error(), "runsc.path") {
+	if _, err := New(plain, nil, dir, ""); err == nil || !strings.Contains(err.Error(), "runsc.path") {
 		t.Errorf("non-executable: %v", err)
 	}
 	bin := runscBinary(t)
 	for _, flags := range [][]string{{"--network=host"}, {"-root=/x"}, {"--TESTONLY-unsafe-nonroot"}, {"platform=kvm"}} {
-		if _, err := New(bin, flags, dir); err == nil || !strings.Contains(err.Error(), "runsc.flags") {
+		if _, err := New(bin, flags, dir, ""); err == nil || !strings.Contains(err.Error(), "runsc.flags") {
 			t.Errorf("flags %v: %v", flags, err)
 		}
 	}
-	b, err := New(bin, []string{"--platform=systrap"}, dir)
+	b, err := New(bin, []string{"--platform=systrap"}, dir, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,7 +495,7 @@ func TestConcurrent(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	for _, pattern := range []string{"/sys/fs/cgroup/*" + defaultCgroupParent, "/sys/fs/cgroup" + defaultCgroupParent} {
+	for _, pattern := range []string{"/sys/fs/cgroup/*" + testParent, "/sys/fs/cgroup" + testParent} {
 		if m, _ := filepath.Glob(pattern); len(m) > 0 {
 			t.Errorf("parent cgroups left: %v", m)
 		}
