@@ -15,16 +15,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/agentrun/agentrun/test/testenv"
 )
 
 // parent holds this package's test cgroups, apart from agentrun's.
 const parent = "/agentrun-cgroup-test"
 
 func TestMain(m *testing.M) {
-	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "cgroup tests must run as root: they create cgroups and kill what runs in them")
-		os.Exit(1)
-	}
+	testenv.SkipUnlessRoot("cgroup")
 	code := m.Run()
 	if left, _ := filepath.Glob("/sys/fs/cgroup/*" + parent); len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "cgroups left: %v\n", left)

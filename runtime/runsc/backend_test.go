@@ -56,9 +56,7 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("runsc backend tests must run as root")
-	}
+	testenv.RequireRoot(t)
 	if _, err := os.Stat(filepath.Join(pythonRootfs, "usr/bin/python3")); err != nil {
 		t.Fatalf("python rootfs missing (run test/images/build.sh): %v", err)
 	}

@@ -1,6 +1,7 @@
-// Package testenv is what agentrun's root tests share: for the suites
-// (test/integration, test/escape) the root check, the test images, the
-// state dir and the scan of what runs left on the host; for the namespace
+// Package testenv is what agentrun's root tests share: the root check
+// (RequireRoot, SkipUnlessRoot); for the suites (test/integration,
+// test/escape) the test images, the state dir and the scan of what runs
+// left on the host; for the namespace
 // tests (netns, proxy) the check that links, fds and goroutines are as
 // they were.
 package testenv
@@ -41,6 +42,48 @@ func RepoRoot() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
+// RootEnv, set to 1 (make test sets it), turns the skip of a test that
+// needs root into a failure: a suite meant to run as root must not pass
+// by skipping.
+const RootEnv = "AGENTRUN_TEST_ROOT"
+
+// RootMissing is why a root test cannot run here ("" as root): what
+// RequireRoot and the suites' TestMain say.
+func RootMissing() string {
+	if os.Geteuid() == 0 {
+		return ""
+	}
+	return "needs root (it makes namespaces, cgroups, mounts or sandboxes): run the tests as root, e.g. sudo make test"
+}
+
+// RequireRoot skips t, with the reason, unless it runs as root; with
+// $AGENTRUN_TEST_ROOT=1 it fails t instead.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if why := RootMissing(); why != "" {
+		if os.Getenv(RootEnv) == "1" {
+			t.Fatal(why + " ($" + RootEnv + "=1)")
+		}
+		t.Skip(why)
+	}
+}
+
+// SkipUnlessRoot is for the TestMain of a package whose tests all need
+// root: not root, it says why and exits, successfully (every test
+// skipped), or as a failure with $AGENTRUN_TEST_ROOT=1.
+func SkipUnlessRoot(suite string) {
+	why := RootMissing()
+	if why == "" {
+		return
+	}
+	if os.Getenv(RootEnv) == "1" {
+		fmt.Fprintf(os.Stderr, "%s tests: %s ($%s=1)\n", suite, why, RootEnv)
+		os.Exit(1)
+	}
+	fmt.Printf("skipping the %s tests: %s\n", suite, why)
+	os.Exit(0)
+}
+
 // SeccompHelper is agentrun-seccomp (runtime/runc/seccompexec) for the
 // suites' runs: beside $AGENTRUN_BIN when that is set (make's bin/, the
 // device bundle), else make build's bin/agentrun-seccomp, built by make
@@ -58,15 +101,13 @@ func SeccompHelper() (string, error) {
 	return filepath.Join(RepoRoot(), helper), nil
 }
 
-// Setup is the start of a root suite's TestMain: it fails (never skips)
-// without root, runs test/images/build.sh build (not when
+// Setup is the start of a root suite's TestMain: not root, it skips the
+// suite (SkipUnlessRoot); it runs test/images/build.sh build (not when
 // AGENTRUN_SKIP_IMAGE_BUILD is set), checks that each image in need is
 // there, and makes the suite's own state dir under /run. Every failure is
 // an error for TestMain to print and exit 1 on.
 func Setup(suite, imagesDir, build string, need ...string) (stateDir string, err error) {
-	if os.Geteuid() != 0 {
-		return "", fmt.Errorf("%s tests must run as root: they create containers, cgroups, namespaces and mounts", suite)
-	}
+	SkipUnlessRoot(suite)
 	if os.Getenv("AGENTRUN_SKIP_IMAGE_BUILD") == "" {
 		cmd := exec.Command(filepath.Join(RepoRoot(), "test", "images", "build.sh"), build)
 		cmd.Env = append(os.Environ(), "AGENTRUN_IMAGES="+imagesDir)
