@@ -86,9 +86,11 @@ func TestBinaryNeedsOnlyLibc(t *testing.T) {
 }
 
 // writeConfig writes cfg as a config file in a temporary dir and returns
-// its path.
+// its path. A cfg without cgroup_parent or run_uids gets the suite's
+// (scope).
 func writeConfig(t testing.TB, cfg map[string]any) string {
 	t.Helper()
+	scope.ConfigMap(cfg)
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -117,10 +117,10 @@ var poolRuntimes = []struct {
 	name    string
 	task    func(code string, extra map[string]any) string
 	release string
-	parent  string // the cgroup the backend makes its runs' cgroups in
+	parent  func() string // the cgroup the backend makes its runs' cgroups in
 }{
-	{"libcontainer", pyTask, "", "agentrun"},
-	{"runsc", runscTask, "gvisor", "agentrun-runsc"},
+	{"libcontainer", pyTask, "", lcParent},
+	{"runsc", runscTask, "gvisor", runscParent},
 }
 
 // TestPoolRunsTaskInReadySandbox: a pooled run, on either runtime, gets
@@ -203,10 +203,17 @@ except OSError as e:
     print("denied", e.errno)
 status = open("/proc/self/status").read()
 print([l for l in status.splitlines() if l.startswith(("CapEff", "NoNewPrivs", "Seccomp:", "Uid"))])`, limits), true)
-	for _, want := range []string{"denied 30", "'CapEff:\\t0000000000000000'", "'NoNewPrivs:\\t1'", "'Seccomp:\\t2'", "'Uid:\\t2000"} { // an id of the default run_uids
+	for _, want := range []string{"denied 30", "'CapEff:\\t0000000000000000'", "'NoNewPrivs:\\t1'", "'Seccomp:\\t2'"} {
 		if !strings.Contains(res.Stdout, want) {
 			t.Errorf("stdout %q lacks %q", res.Stdout, want)
 		}
+	}
+	// An id of the suite's run_uids.
+	var uid int64
+	if _, after, ok := strings.Cut(res.Stdout, "'Uid:\\t"); !ok {
+		t.Errorf("stdout %q lacks the uid", res.Stdout)
+	} else if _, err := fmt.Sscan(after, &uid); err != nil || !scope.HasUID(uid) {
+		t.Errorf("the program ran as uid %d (%v), not one of run_uids %d+%d", uid, err, scope.UIDFirst, scope.UIDCount)
 	}
 
 	assertPoolCaps(t, p, pyTask, limits)
@@ -346,7 +353,7 @@ func TestPoolDropsDeadSandboxes(t *testing.T) {
 
 // pooledInits are the processes in the cgroups of runs: with a pool full
 // and no run going on, the inits of the ready sandboxes. There must be one.
-func pooledInits(t *testing.T) []int { return runProcesses(t, "agentrun") }
+func pooledInits(t *testing.T) []int { return runProcesses(t, lcParent()) }
 
 // runProcesses are the processes in the cgroups of runs under the cgroup
 // parent (a backend's), in any hierarchy. There must be one.
@@ -578,7 +585,7 @@ func TestUsageIsTheProgramsOwn(t *testing.T) {
 			}
 			check("cold", runIn(t, rt.name, taskJSON))
 			p := newPooled(t, 1, taskJSON)
-			burned := burnInRunCgroup(t, rt.parent)
+			burned := burnInRunCgroup(t, rt.parent())
 			t.Logf("burned %v of CPU in the pooled sandbox's cgroup before its run", burned)
 			check("pooled", p.run(taskJSON, true))
 		})
