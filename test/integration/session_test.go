@@ -562,6 +562,9 @@ print(fetch("https://internet.test/hello"))`, nil)
 func TestSessionMax(t *testing.T) {
 	cfg := sessionCfg(t, "libcontainer", "16m")
 	cfg.Sessions.Max = 2
+	// A store of its own: the suite's holds the sessions other tests
+	// keep.
+	cfg.StoreDir = filepath.Join(t.TempDir(), "store")
 	r, _ := newSession(t, cfg)
 	newSession(t, cfg)
 	if id, err := r.Sessions().Create(); !errors.Is(err, session.ErrFull) {
