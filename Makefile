@@ -33,6 +33,9 @@ FUZZTIME ?=
 
 export CGO_ENABLED := 1
 export AGENTRUN_IMAGES := $(IMAGES)
+# The tests that need root fail without it here instead of skipping, as
+# they do under a plain go test (test/testenv.RequireRoot).
+export AGENTRUN_TEST_ROOT := 1
 # libseccomp is linked statically when its archive is there (libseccomp-dev
 # ships it): the binary then needs nothing but libc on the host. Expanded
 # when used, so after `deps` has installed it.

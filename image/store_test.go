@@ -24,6 +24,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/agentrun/agentrun/image/imagetest"
+	"github.com/agentrun/agentrun/test/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -528,9 +529,7 @@ func pushAs(t testing.TB, host, user, pass string) {
 // A full disk fails the index's write and leaves the index as it was: the
 // write goes to a temporary file that replaces the index only when whole.
 func TestIndexWriteOnFullDiskKeepsTheOld(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("needs root to mount a small tmpfs")
-	}
+	testenv.RequireRoot(t) // it mounts a small tmpfs
 	dir := t.TempDir()
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=64k"); err != nil {
 		t.Fatalf("mounting tmpfs: %v", err)

@@ -21,13 +21,6 @@ import (
 	"github.com/agentrun/agentrun/test/testenv"
 )
 
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("netns tests need root (network namespaces and veths); run them as root")
-	}
-}
-
 // nsInode returns the "net:[N]" link text of fd path p.
 func nsInode(t *testing.T, p string) string {
 	t.Helper()
@@ -51,7 +44,7 @@ func fdsPointingAt(target string) int {
 }
 
 func TestSetupClose(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	pool, err := NewPool(DefaultCIDR)
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +210,7 @@ func TestSetupClose(t *testing.T) {
 }
 
 func TestIsolation(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	pool, _ := NewPool(DefaultCIDR)
 	n, err := pool.Setup()
 	if err != nil {
@@ -285,7 +278,7 @@ func TestIsolation(t *testing.T) {
 }
 
 func TestConcurrentSetups(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	pool, _ := NewPool(DefaultCIDR)
 	testenv.NoLeaks(t, "art-") // proxy test fixtures, maybe in another process
 	const runs = 20
@@ -326,7 +319,7 @@ func TestConcurrentSetups(t *testing.T) {
 }
 
 func TestSetupRollback(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	for _, step := range []string{"gateway", "sandbox"} {
 		t.Run(step, func(t *testing.T) {
 			pool, _ := NewPool(DefaultCIDR)
@@ -361,7 +354,7 @@ func TestDoRejectsUnknownNamespace(t *testing.T) {
 }
 
 func TestDoCarriesPanicAndGoexit(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	pool, _ := NewPool(DefaultCIDR)
 	n, err := pool.Setup()
 	if err != nil {

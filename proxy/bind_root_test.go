@@ -21,7 +21,7 @@ import (
 // transparent listener) and records none of it; Bind gives it its policy
 // once, and a second Bind, with a wider policy, fails and changes nothing.
 func TestProxyOpenDeniesUntilBound(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	in := proxytest.NewInternet(t)
 	testenv.NoLeaks(t, fixturePrefix)
 	r := openRun(t, in)
@@ -98,7 +98,7 @@ func TestProxyOpenDeniesUntilBound(t *testing.T) {
 // TestProxyBindFailureLeavesItUnbound: a policy Bind refuses leaves the
 // proxy denying, and it cannot be bound after.
 func TestProxyBindFailureLeavesItUnbound(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	in := proxytest.NewInternet(t)
 	testenv.NoLeaks(t, fixturePrefix)
 	r := openRun(t, in)

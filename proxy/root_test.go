@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -31,13 +30,6 @@ import (
 // Tests here need root: they build namespaces and veths. Links the tests
 // create in the host namespace are named with this prefix.
 const fixturePrefix = proxytest.VethPrefix
-
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("proxy root tests need root (network namespaces and veths); run them as root")
-	}
-}
 
 // run is one sandbox network with a proxy, seen from the sandbox.
 type run struct {
@@ -224,7 +216,7 @@ func (r *run) wantDenied(host string, port int, reason string) {
 }
 
 func TestProxyEndToEnd(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	in := proxytest.NewInternet(t)
 	testenv.NoLeaks(t, fixturePrefix)
 	r := startRun(t, in, policyFor(in))
@@ -462,7 +454,7 @@ func udpEcho(dial func(ctx context.Context) (net.Conn, error)) error {
 }
 
 func TestProxyByteLimit(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	in := proxytest.NewInternet(t)
 	p := policyFor(in)
 	p.MaxBytes = 64 << 10
@@ -490,7 +482,7 @@ func TestProxyByteLimit(t *testing.T) {
 }
 
 func TestProxyMaxConns(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	in := proxytest.NewInternet(t)
 	p := policyFor(in)
 	p.MaxConns = 1
@@ -521,7 +513,7 @@ func TestProxyMaxConns(t *testing.T) {
 // TestProxyCloseCutsConnections closes the proxy under open tunnels and
 // requests and checks that nothing is left.
 func TestProxyCloseCutsConnections(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	in := proxytest.NewInternet(t)
 	testenv.NoLeaks(t, fixturePrefix)
 	n, err := pool.Setup()
@@ -575,7 +567,7 @@ func TestProxyCloseCutsConnections(t *testing.T) {
 // that does not resolve. Each gets a 502 that says why (in the status line
 // too) and lands in the report's failures.
 func TestProxyUpstreamFailures(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	in := proxytest.NewInternet(t)
 	p := policyFor(in)
 	p.Allow = append(p.Allow, "internet.test:81", "silent.test", "nosuch.test")
@@ -647,7 +639,7 @@ func TestProxyUpstreamFailures(t *testing.T) {
 // them and stays under its stated memory ceiling, records the refusals,
 // and serves a normal request once the flood ends.
 func TestProxyClientFlood(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	in := proxytest.NewInternet(t)
 	p := policyFor(in)
 	p.MaxConns = 32

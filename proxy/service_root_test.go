@@ -22,13 +22,14 @@ import (
 
 	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/proxy/proxytest"
+	"github.com/agentrun/agentrun/test/testenv"
 )
 
 const testSecret = "s3cret-0123456789abcdef"
 
 func newServiceRun(t *testing.T, approve ApproveFunc, timeout time.Duration) (*run, *proxytest.HeaderLog) {
 	t.Helper()
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	in := proxytest.NewInternet(t)
 	// The upstream API keeps the Authorization headers it receives and
 	// answers without echoing them.
@@ -370,7 +371,7 @@ func TestServiceApproval(t *testing.T) {
 	_ = net.ErrClosed
 }
 func TestReadSecret(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	dir := t.TempDir()
 	write := func(name, data string, mode os.FileMode) string {
 		p := filepath.Join(dir, name)
@@ -412,9 +413,7 @@ func TestReadSecret(t *testing.T) {
 // www.internet.test, both served by the same fake upstream.
 func benchRun(b *testing.B) (*run, *tls.Config, *tls.Config) {
 	b.Helper()
-	if os.Geteuid() != 0 {
-		b.Fatal("proxy benchmarks need root (network namespaces)")
-	}
+	testenv.RequireRoot(b)
 	in := proxytest.NewInternet(b)
 	secret := filepath.Join(b.TempDir(), "token")
 	os.WriteFile(secret, []byte("bench-token\n"), 0o600)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentrun/agentrun/image/imagetest"
 	"github.com/agentrun/agentrun/image/unpack"
+	"github.com/agentrun/agentrun/test/testenv"
 )
 
 // sandbox is a temp dir holding the unpack root next to a canary tree
@@ -391,9 +392,7 @@ func TestReplaceTypes(t *testing.T) {
 }
 
 func TestOwnership(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to chown")
-	}
+	testenv.RequireRoot(t) // it chowns
 	s := newSandbox(t)
 	layer := imagetest.NewTar(t).
 		Header(&tar.Header{Typeflag: tar.TypeDir, Name: "home/u/", Mode: 0o750, Uid: 1000, Gid: 1001}, nil).

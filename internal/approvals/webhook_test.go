@@ -15,15 +15,14 @@ import (
 	"time"
 
 	"github.com/agentrun/agentrun/proxy"
+	"github.com/agentrun/agentrun/test/testenv"
 )
 
 // secretFile writes a root-only secret file (the owner must be root: the
 // test skips otherwise).
 func secretFile(t *testing.T, secret string) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("the webhook's secret file must be root's: run as root")
-	}
+	testenv.RequireRoot(t) // the webhook's secret file must be root's
 	p := filepath.Join(t.TempDir(), "hook-secret")
 	if err := os.WriteFile(p, []byte(secret+"\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -276,8 +276,13 @@ type Config struct {
 	StoreDir      string   `json:"store_dir"`
 	StoreMax      string   `json:"store_max_size"` // size cap of the image store; least recently used images go first
 	StateDir      string   `json:"state_dir"`
-	RunUIDs       RunUIDs  `json:"run_uids"` // the host ids sandboxes run as, one per sandbox
-	Audit         string   `json:"audit"`    // absolute path, "-" for stderr, "" for none
+	// CgroupParent is the cgroup under which libcontainer runs' cgroups
+	// are made, in every hierarchy; runsc runs' go under the same path
+	// with "-runsc" appended (RunscCgroupParent). Two agentruns on one
+	// host each need their own, as they need their own state_dir.
+	CgroupParent string  `json:"cgroup_parent"`
+	RunUIDs      RunUIDs `json:"run_uids"` // the host ids sandboxes run as, one per sandbox
+	Audit        string  `json:"audit"`    // absolute path, "-" for stderr, "" for none
 }
 
 // DefaultInit is the sandbox's init unless the config names another:
@@ -287,6 +292,14 @@ const DefaultInit = "/usr/bin/tini-static"
 // SeccompHelperOff is the seccomp_helper that has libcontainer compile
 // each sandbox's filter in its init.
 const SeccompHelperOff = "off"
+
+// DefaultCgroupParent is the cgroup_parent unless the config names
+// another.
+const DefaultCgroupParent = "/agentrun"
+
+// RunscCgroupParent is the cgroup under which runsc runs' cgroups are
+// made: cgroup_parent with "-runsc" appended.
+func (c *Config) RunscCgroupParent() string { return c.CgroupParent + "-runsc" }
 
 // DefaultPath is where Load looks when given no path.
 const DefaultPath = "/etc/agentrun/config.json"
@@ -343,9 +356,10 @@ func Default() *Config {
 		StoreMax: "20g",
 		// Under /run/agentrun, which holds the socket and which the
 		// agentrun group may enter; the state dir itself is root's alone.
-		StateDir: "/run/agentrun/state",
-		RunUIDs:  RunUIDs{First: uidpool.DefaultFirst, Count: uidpool.DefaultCount, Dir: uidpool.DefaultDir},
-		Audit:    "/var/log/agentrun/audit.jsonl",
+		StateDir:     "/run/agentrun/state",
+		CgroupParent: DefaultCgroupParent,
+		RunUIDs:      RunUIDs{First: uidpool.DefaultFirst, Count: uidpool.DefaultCount, Dir: uidpool.DefaultDir},
+		Audit:        "/var/log/agentrun/audit.jsonl",
 	}
 }
 

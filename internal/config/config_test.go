@@ -146,6 +146,11 @@ func TestParseErrors(t *testing.T) {
 		{`{"run_uids": {"first": 4294967290, "count": 10}}`, "run_uids: range 4294967290+10 ends past"},
 		{`{"run_uids": {"first": -1}}`, "run_uids: first -1 is below"},
 		{`{"run_uids": {"start": 100000}}`, `unknown field "run_uids.start"`},
+		{`{"cgroup_parent": "agentrun"}`, "cgroup_parent: "},
+		{`{"cgroup_parent": "/"}`, "cgroup_parent: "},
+		{`{"cgroup_parent": "/agentrun/../x"}`, "cgroup_parent: "},
+		{`{"cgroup_parent": "/agent run"}`, "cgroup_parent: "},
+		{`{"cgroup_parent": ""}`, "cgroup_parent: "},
 	}
 	for _, tc := range cases {
 		_, err := Parse([]byte(tc.in))

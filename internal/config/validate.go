@@ -71,6 +71,9 @@ func (c *Config) Validate() error {
 			return fieldErr(d.name, fmt.Errorf("%q is not a clean absolute path", d.path))
 		}
 	}
+	if err := checkCgroupParent(c.CgroupParent); err != nil {
+		return fieldErr("cgroup_parent", err)
+	}
 	if err := uidpool.Check(c.RunUIDs.First, c.RunUIDs.Count); err != nil {
 		return fieldErr("run_uids", err)
 	}
@@ -82,6 +85,20 @@ func (c *Config) Validate() error {
 	}
 	if c.Audit != "" && c.Audit != "-" && !isCleanAbs(c.Audit) {
 		return fieldErr("audit", fmt.Errorf("%q is not an absolute path, \"-\" (stderr) or \"\" (off)", c.Audit))
+	}
+	return nil
+}
+
+// checkCgroupParent accepts a clean absolute cgroup path other than the
+// root, of letters, digits and "._-", at most 200 bytes.
+func checkCgroupParent(p string) error {
+	if !isCleanAbs(p) || p == "/" || len(p) > 200 {
+		return fmt.Errorf("%q is not a clean absolute cgroup path below the root, such as %s", p, DefaultCgroupParent)
+	}
+	for _, r := range p {
+		if !(r == '/' || r == '.' || r == '_' || r == '-' || r < unicode.MaxASCII && (unicode.IsLetter(r) || unicode.IsDigit(r))) {
+			return fmt.Errorf("%q: only letters, digits, \"/\", \".\", \"_\" and \"-\" may name a cgroup here", p)
+		}
 	}
 	return nil
 }

@@ -94,6 +94,7 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 		return nil, err
 	}
 	lc.SeccompCache = filepath.Join(cfg.StateDir, "seccomp")
+	lc.CgroupParent = cfg.CgroupParent
 	if lc.SeccompHelper, err = SeccompHelper(cfg); err != nil {
 		return nil, err
 	}
@@ -101,11 +102,11 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	// runsc is optional: a run that asks for it gets the reason it is
 	// missing, and gc still removes what runsc runs left behind.
 	runscDir := filepath.Join(cfg.StateDir, "runsc")
-	if sc, err := runsc.New(cfg.Runsc.Path, cfg.Runsc.Flags, runscDir); err == nil {
+	if sc, err := runsc.New(cfg.Runsc.Path, cfg.Runsc.Flags, runscDir, cfg.RunscCgroupParent()); err == nil {
 		r.backends[config.RuntimeRunsc] = sc
 	} else {
 		r.unavailable[config.RuntimeRunsc] = err
-		r.leftovers[config.RuntimeRunsc] = runsc.Leftovers(runscDir)
+		r.leftovers[config.RuntimeRunsc] = runsc.Leftovers(runscDir, cfg.RunscCgroupParent())
 	}
 	for name, be := range r.backends {
 		r.leftovers[name] = be

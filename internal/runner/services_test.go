@@ -11,14 +11,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/internal/cleanup"
+	"github.com/agentrun/agentrun/test/testenv"
 )
-
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test mounts a tmpfs and must run as root")
-	}
-}
 
 // statfsType is the type of the filesystem path is in.
 func statfsType(t *testing.T, path string) int64 {
@@ -31,7 +25,7 @@ func statfsType(t *testing.T, path string) int64 {
 }
 
 func TestTrustCA(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	rootfs, dir := t.TempDir(), t.TempDir()
 	mk := func(p, data string) {
 		full := filepath.Join(rootfs, p)
@@ -109,7 +103,7 @@ func TestTrustCA(t *testing.T) {
 // TestWriteEtcBound: the run's etc tmpfs holds the largest files a run
 // writes there, and refuses more than maxEtcBytes.
 func TestWriteEtcBound(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	dir := t.TempDir()
 	var undo cleanup.Cleanup
 	defer undo.Clean()

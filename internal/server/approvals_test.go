@@ -23,6 +23,7 @@ import (
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/proxy"
+	"github.com/agentrun/agentrun/test/testenv"
 )
 
 // holdingRun is a run that holds one request, as the proxy would, and
@@ -68,9 +69,7 @@ func hookReceiver(t *testing.T, secret string) (string, chan approvals.Hold) {
 
 func rootSecret(t *testing.T, secret string) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("the webhook's secret file must be root's: run as root")
-	}
+	testenv.RequireRoot(t) // the webhook's secret file must be root's
 	p := filepath.Join(t.TempDir(), "hook-secret")
 	if err := os.WriteFile(p, []byte(secret), 0o600); err != nil {
 		t.Fatal(err)

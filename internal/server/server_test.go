@@ -582,7 +582,7 @@ func TestHTTPServerHeaderDeadline(t *testing.T) {
 	defer conn.Close()
 	start := time.Now()
 	fmt.Fprintf(conn, "POST /v1/runs HTTP/1.1\r\n")
-	for time.Since(start) < 5*time.Second {
+	for time.Since(start) < 20*time.Second {
 		if _, err := conn.Write([]byte("X")); err != nil {
 			break
 		}
@@ -591,7 +591,9 @@ func TestHTTPServerHeaderDeadline(t *testing.T) {
 			break
 		}
 	}
-	if d := time.Since(start); d > 2*time.Second {
+	// Far above the deadline, for a loaded host, and far below the 20 s
+	// the client goes on for without it.
+	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("a slow header was still read after %v; want it cut at %v", d, headerTimeout)
 	}
 }

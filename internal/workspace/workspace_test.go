@@ -16,18 +16,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/test/testenv"
 )
-
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("workspace tests mount a tmpfs and must run as root")
-	}
-}
 
 func create(t *testing.T, size int64, files map[string][]byte) *Workspace {
 	t.Helper()
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	dir := filepath.Join(t.TempDir(), "ws")
 	w, err := Create(dir, size, 65534, 65534, files)
 	if err != nil {
@@ -61,7 +55,7 @@ func TestCreateWritesFilesOwnedByNobody(t *testing.T) {
 }
 
 func TestCreateRefusesFilesOverSize(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	dir := filepath.Join(t.TempDir(), "ws")
 	_, err := Create(dir, 64<<10, 65534, 65534, map[string][]byte{"big": make([]byte, 1<<20)})
 	if err == nil || !strings.Contains(err.Error(), "workspace size") {
@@ -117,7 +111,7 @@ func TestCollect(t *testing.T) {
 }
 
 func TestCloseLeavesNothing(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	dir := filepath.Join(t.TempDir(), "ws")
 	w, err := Create(dir, 1<<20, 65534, 65534, map[string][]byte{"f": []byte("x")})
 	if err != nil {

@@ -260,12 +260,20 @@ const killWait = 5 * time.Second
 // Kill SIGKILLs every process in the cgroup's tree and waits, up to
 // killWait, until the tree is empty, killing again whatever is left. It
 // returns an error naming the processes that survived.
-func (cg *Cgroup) Kill() error {
+func (cg *Cgroup) Kill() error { return cg.KillSeen(nil) }
+
+// KillSeen is Kill, calling seen, if not nil, with the processes in the
+// tree before each kill, while the tree is frozen: none of them can fork
+// or have exited unseen in between (but for a task the freeze could not
+// stop in time). A caller that must reap what the kill leaves learns the
+// processes there, and their children (/proc/PID/task/TID/children, zombies
+// included), from it.
+func (cg *Cgroup) KillSeen(seen func(pids []int)) error {
 	if len(cg.Pids()) == 0 {
 		return nil
 	}
 	for deadline := time.Now().Add(killWait); time.Now().Before(deadline); {
-		cg.killOnce()
+		cg.killOnce(seen)
 		// The killed take a moment to exit; whatever is still listed
 		// after that is killed again.
 		for wait := time.Now().Add(100 * time.Millisecond); time.Now().Before(wait); time.Sleep(5 * time.Millisecond) {
@@ -280,25 +288,34 @@ func (cg *Cgroup) Kill() error {
 // killOnce SIGKILLs every process in the tree such that none can fork a
 // child the kill misses: on v2 by cgroup.kill (Linux 5.14), which kills
 // the tree at once; otherwise by listing and killing the processes with
-// the tree frozen.
-func (cg *Cgroup) killOnce() {
+// the tree frozen. With seen, the tree is frozen on v2 too, and seen gets
+// the listing.
+func (cg *Cgroup) killOnce(seen func(pids []int)) {
+	dir, file, value, stateFile, want, thaw := cg.freezer, "freezer.state", "FROZEN", "freezer.state", "FROZEN", "THAWED"
 	if Unified() {
+		dir, file, value, stateFile, want, thaw = cg.dirs[0], "cgroup.freeze", "1", "cgroup.events", "frozen 1", "0"
 		// cgroup.kill where the kernel has it; else the bounded freeze
 		// below, the listing and the kill.
-		if writeFile(filepath.Join(cg.dirs[0], "cgroup.kill"), "1") == nil {
+		if seen == nil && writeFile(filepath.Join(dir, "cgroup.kill"), "1") == nil {
 			return
 		}
-		frozen := freeze(cg.dirs[0], "cgroup.freeze", "1", "cgroup.events", "frozen 1")
-		killAll(cg.Pids())
-		if frozen {
-			_ = writeFile(filepath.Join(cg.dirs[0], "cgroup.freeze"), "0")
-		}
-		return
 	}
-	frozen := cg.freezer != "" && freeze(cg.freezer, "freezer.state", "FROZEN", "freezer.state", "FROZEN")
-	killAll(cg.Pids())
+	// A listing for seen must be whole: the freeze may take up to
+	// killWait for that.
+	wait := freezeWait
+	if seen != nil {
+		wait = killWait
+	}
+	frozen := dir != "" && freeze(dir, file, value, stateFile, want, wait)
+	pids := cg.Pids()
+	if seen != nil {
+		seen(pids)
+	}
+	if !Unified() || writeFile(filepath.Join(dir, "cgroup.kill"), "1") != nil {
+		killAll(pids)
+	}
 	if frozen {
-		_ = writeFile(filepath.Join(cg.freezer, "freezer.state"), "THAWED")
+		_ = writeFile(filepath.Join(dir, file), thaw)
 	}
 }
 
@@ -307,14 +324,14 @@ func (cg *Cgroup) killOnce() {
 // freeze retries a thousand times, for up to 10 s on v2.
 const freezeWait = 200 * time.Millisecond
 
-// freeze writes value to dir's file and waits, up to freezeWait, until
-// dir's stateFile holds want (a line of it, on v2). It reports whether the
+// freeze writes value to dir's file and waits, up to wait, until dir's
+// stateFile holds want (a line of it, on v2). It reports whether the
 // freeze was asked for: the caller thaws then, frozen in time or not.
-func freeze(dir, file, value, stateFile, want string) bool {
+func freeze(dir, file, value, stateFile, want string, wait time.Duration) bool {
 	if writeFile(filepath.Join(dir, file), value) != nil {
 		return false
 	}
-	for deadline := time.Now().Add(freezeWait); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(wait); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		b, err := readFile(filepath.Join(dir, stateFile))
 		if err != nil {
 			break

@@ -15,16 +15,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/agentrun/agentrun/test/testenv"
 )
 
 // parent holds this package's test cgroups, apart from agentrun's.
 const parent = "/agentrun-cgroup-test"
 
 func TestMain(m *testing.M) {
-	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "cgroup tests must run as root: they create cgroups and kill what runs in them")
-		os.Exit(1)
-	}
+	testenv.SkipUnlessRoot("cgroup")
 	code := m.Run()
 	if left, _ := filepath.Glob("/sys/fs/cgroup/*" + parent); len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "cgroups left: %v\n", left)
@@ -373,7 +372,7 @@ func TestFreezeBounded(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "cgroup.freeze"), nil, 0o644)
 	os.WriteFile(filepath.Join(dir, "cgroup.events"), []byte("populated 1\nfrozen 0\n"), 0o644)
 	start := time.Now()
-	if !freeze(dir, "cgroup.freeze", "1", "cgroup.events", "frozen 1") {
+	if !freeze(dir, "cgroup.freeze", "1", "cgroup.events", "frozen 1", freezeWait) {
 		t.Fatal("freeze reported not asked for")
 	}
 	if d := time.Since(start); d < freezeWait || d > freezeWait+time.Second {
@@ -381,11 +380,11 @@ func TestFreezeBounded(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(dir, "cgroup.events"), []byte("populated 1\nfrozen 1\n"), 0o644)
 	start = time.Now()
-	freeze(dir, "cgroup.freeze", "1", "cgroup.events", "frozen 1")
+	freeze(dir, "cgroup.freeze", "1", "cgroup.events", "frozen 1", freezeWait)
 	if d := time.Since(start); d >= freezeWait {
 		t.Errorf("freeze of a frozen tree waited %v", d)
 	}
-	if freeze(filepath.Join(dir, "gone"), "cgroup.freeze", "1", "cgroup.events", "frozen 1") {
+	if freeze(filepath.Join(dir, "gone"), "cgroup.freeze", "1", "cgroup.events", "frozen 1", freezeWait) {
 		t.Error("freeze of a missing cgroup reported asked for")
 	}
 }

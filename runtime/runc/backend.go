@@ -35,6 +35,9 @@ type Backend struct {
 	// SeccompCache keeps compiled filters for later processes; "" keeps
 	// them in memory only.
 	SeccompCache string
+	// CgroupParent holds the runs' cgroups (config key cgroup_parent);
+	// "" is the package's CgroupParent.
+	CgroupParent string
 }
 
 // New returns a backend keeping container state under stateDir.
@@ -56,11 +59,19 @@ func New(stateDir string) (*Backend, error) {
 // or it execs the program at once, which then waits for its hand-over
 // (warm).
 func (b *Backend) Traits() backend.Traits {
-	return backend.Traits{CgroupParent: CgroupParent, Poolable: true, Warm: true}
+	return backend.Traits{CgroupParent: b.cgroupParent(), Poolable: true, Warm: true}
 }
 
-// CgroupParent holds the cgroups of libcontainer runs.
+// CgroupParent holds the cgroups of libcontainer runs unless the backend
+// names another.
 const CgroupParent = "/agentrun"
+
+func (b *Backend) cgroupParent() string {
+	if b.CgroupParent != "" {
+		return b.CgroupParent
+	}
+	return CgroupParent
+}
 
 // Run creates the container, runs its program to the end or to the timeout,
 // collects its output and usage, and destroys it.

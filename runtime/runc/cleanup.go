@@ -25,7 +25,7 @@ func (b *Backend) IDs() ([]string, error) {
 func (b *Backend) Cleanup(id string) error {
 	stateDir := b.StateDir
 	ctr, lerr := libcontainer.Load(stateDir, id)
-	path := CgroupParent + "/" + id
+	path := b.cgroupParent() + "/" + id
 	if lerr == nil && ctr.Config().Cgroups != nil {
 		path = ctr.Config().Cgroups.Path
 	}

@@ -29,9 +29,7 @@ func defaultFilter(t *testing.T) *specs.LinuxSeccomp {
 
 func helper(t *testing.T) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("needs root (make unit runs as root)")
-	}
+	testenv.RequireRoot(t)
 	h, err := testenv.SeccompHelper()
 	if err != nil {
 		t.Fatal(err)
@@ -113,6 +111,7 @@ func TestCheckProgram(t *testing.T) {
 // TestCache: a program written to the cache is read back whole; a file
 // that others may write, or that is no program, is not used.
 func TestCache(t *testing.T) {
+	testenv.RequireRoot(t) // the cache uses only files root owns
 	dir := t.TempDir()
 	prog := append(binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, programMagic), 0), make([]byte, 16)...)
 	if err := writeCached(dir, "k.bpf", prog); err != nil {

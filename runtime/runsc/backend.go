@@ -25,9 +25,6 @@ import (
 	"github.com/agentrun/agentrun/runtime/spec"
 )
 
-// defaultCgroupParent holds the cgroups of runs whose spec names none.
-const defaultCgroupParent = CgroupParent
-
 // killGrace bounds how long the backend waits for a killed sandbox to end,
 // and for one runsc housekeeping command.
 const killGrace = 5 * time.Second
@@ -45,13 +42,15 @@ type Backend struct {
 	flags    []string // extra global flags from the config (runsc.flags)
 	stateDir string   // bundles (stateDir/<id>), runsc's state (stateDir/root)
 	root     string
+	parent   string // the cgroup that holds the runs' cgroups
 }
 
 // New returns a backend running the runsc binary at path with the extra
-// global flags, keeping bundles and runsc's state under stateDir. It makes
+// global flags, keeping bundles and runsc's state under stateDir, and the
+// runs' cgroups under cgroupParent ("" for CgroupParent). It makes
 // the calling process the reaper of its orphaned descendants
 // (PR_SET_CHILD_SUBREAPER): the sandboxes it creates.
-func New(path string, flags []string, stateDir string) (*Backend, error) {
+func New(path string, flags []string, stateDir, cgroupParent string) (*Backend, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("runsc not found at %s (config key runsc.path): %w", path, err)
@@ -80,7 +79,7 @@ func New(path string, flags []string, stateDir string) (*Backend, error) {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return nil, fmt.Errorf("becoming the reaper of runsc's sandboxes: %w", err)
 	}
-	b := &Backend{path: path, flags: slices.Clone(flags), stateDir: stateDir, root: filepath.Join(stateDir, "root")}
+	b := &Backend{path: path, flags: slices.Clone(flags), stateDir: stateDir, root: filepath.Join(stateDir, "root"), parent: cgroupParent}
 	if err := os.MkdirAll(b.root, 0o700); err != nil {
 		return nil, fmt.Errorf("creating runsc state dir: %w", err)
 	}
@@ -92,7 +91,14 @@ func New(path string, flags []string, stateDir string) (*Backend, error) {
 // (SpecOpt); a prepared sandbox waits, booted, for `runsc start`, so it can
 // be pooled.
 func (b *Backend) Traits() backend.Traits {
-	return backend.Traits{CgroupParent: CgroupParent, PrivateRootfs: true, Poolable: true, Spec: SpecOpt()}
+	return backend.Traits{CgroupParent: b.cgroupParent(), PrivateRootfs: true, Poolable: true, Spec: SpecOpt()}
+}
+
+func (b *Backend) cgroupParent() string {
+	if b.parent != "" {
+		return b.parent
+	}
+	return CgroupParent
 }
 
 // createWait bounds `runsc create`, which boots the sandbox: a few hundred
@@ -117,10 +123,11 @@ type prepared struct {
 	// The sandbox process (runsc boot), agentrun's child once runsc
 	// create has ended: its pid, and a pidfd, -1 when none.
 	pid, pidfd int
-	// kids are pidfds of the sandbox's processes (it and its gofer), all
-	// agentrun's children, for Destroy to reap.
-	kids []int
-	ran  bool
+	// groups are the process groups of the sandbox's processes (the
+	// sandbox's, the gofer's and their helpers'), whose members all come
+	// to agentrun once killed, for Destroy to reap.
+	groups []int
+	ran    bool
 }
 
 // Prepare writes c's bundle and cgroup and creates its sandbox with `runsc
@@ -133,7 +140,7 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 	}
 	cgPath := c.Spec.Linux.CgroupsPath
 	if cgPath == "" {
-		cgPath = defaultCgroupParent + "/" + c.ID
+		cgPath = b.cgroupParent() + "/" + c.ID
 	}
 	if !filepath.IsAbs(cgPath) || filepath.Clean(cgPath) != cgPath || cgPath == "/" {
 		return nil, fmt.Errorf("cgroups path %q must be absolute and clean", cgPath)
@@ -173,9 +180,17 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 	ctx, cancel := context.WithTimeout(ctx, createWait)
 	defer cancel()
 	pidFile := filepath.Join(bundle, "sandbox.pid")
-	_, err = b.command(ctx, p.stdio, p.global, "create", "--bundle", bundle, "--pid-file", pidFile, c.ID)
+	// Cancelled, runsc create is stopped and every process it started is
+	// killed with their process groups known, before any of them can exit
+	// unknown and be left to agentrun unreaped (the sandbox, say, which
+	// exits when runsc create dies).
+	stopped := func(create int) {
+		p.groups = groupsOf(withChildren([]int{create}), p.groups)
+		_ = p.killAll()
+	}
+	_, err = b.commandStopping(ctx, p.stdio, stopped, p.global, "create", "--bundle", bundle, "--pid-file", pidFile, c.ID)
 	// Whatever runsc create left in the cgroup is agentrun's now.
-	p.kids = pidfds(p.cg.Pids())
+	p.groups = groupsOf(withChildren(p.cg.Pids()), p.groups)
 	if err != nil {
 		return nil, p.failed("creating the sandbox", err)
 	}
@@ -209,36 +224,62 @@ func openSandbox(pidFile string, cg *cgroup.Cgroup) (int, int, error) {
 	return pid, fd, nil
 }
 
-// pidfds opens a pidfd of each of pids still there.
-func pidfds(pids []int) []int {
-	var fds []int
+// groupsOf adds to groups the process group of each of pids still there,
+// but agentrun's own.
+func groupsOf(pids []int, groups []int) []int {
+	own := unix.Getpgrp()
 	for _, pid := range pids {
-		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
-			fds = append(fds, fd)
+		if g, err := unix.Getpgid(pid); err == nil && g != own && !slices.Contains(groups, g) {
+			groups = append(groups, g)
 		}
 	}
-	return fds
+	return groups
 }
 
-// reap waits, up to killGrace in all, for the processes of pidfds fds to
-// exit, reaps those that are agentrun's children and closes the fds.
-func reap(fds []int) error {
-	deadline := time.Now().Add(killGrace)
-	var left int
-	for _, fd := range fds {
-		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, _ := unix.Poll(pfd, max(0, int(time.Until(deadline).Milliseconds())))
-		if n > 0 {
-			// Exited: reaped at once if a child, ECHILD if not.
-			var info unix.Siginfo
-			_ = unix.Waitid(unix.P_PIDFD, fd, &info, unix.WEXITED, nil)
-		} else {
-			left++
+// withChildren is pids and the children of each (zombies included).
+func withChildren(pids []int) []int {
+	all := slices.Clone(pids)
+	for _, pid := range pids {
+		files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+		for _, f := range files {
+			b, _ := os.ReadFile(f)
+			for field := range strings.FieldsSeq(string(b)) {
+				if kid, err := strconv.Atoi(field); err == nil {
+					all = append(all, kid)
+				}
+			}
 		}
-		unix.Close(fd)
 	}
-	if left > 0 {
-		return fmt.Errorf("%d sandbox processes did not exit", left)
+	return all
+}
+
+// reapGroups kills whatever is left of the process groups groups, made by
+// runsc, and reaps their processes as they come to agentrun, until every
+// group is gone or killGrace has passed. A killed process whose parent
+// is killed too is agentrun's once its parent has exited (New made
+// agentrun the reaper of orphans); dead, it is in no cgroup any more,
+// and its process group is what is left to find it by. Waiting for the
+// group's id reaps no other child of agentrun: the id is not reused
+// while any process, zombie or not, is in the group, and the waits stop
+// once it is empty.
+func reapGroups(groups []int) error {
+	deadline := time.Now().Add(killGrace)
+	for _, g := range groups {
+		for {
+			if unix.Kill(-g, unix.SIGKILL) == unix.ESRCH {
+				break // all reaped
+			}
+			for {
+				var ws unix.WaitStatus
+				if pid, err := unix.Wait4(-g, &ws, unix.WNOHANG, nil); pid <= 0 && err != unix.EINTR {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("runsc's process group %d did not end", g)
+			}
+			time.Sleep(time.Millisecond)
+		}
 	}
 	return nil
 }
@@ -283,7 +324,7 @@ func (p *prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration,
 	cancel()
 	if err != nil {
 		// The pipes reach EOF once the sandbox is gone.
-		kerr := p.cg.Kill()
+		kerr := p.killAll()
 		waitOutput()
 		// runsc's stderr is not the program's (no such program, say),
 		// so no outcome is returned, as with libcontainer.
@@ -299,7 +340,7 @@ func (p *prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration,
 
 	// The sandbox has ended; so must its gofer, so that both outputs reach
 	// EOF and the cgroup's figures are final.
-	dead := p.cg.Kill()
+	dead := p.killAll()
 	out.Stdout, out.Stderr = waitOutput()
 	out.SetStatus(ex.status, timedOut)
 	u := p.cg.Usage()
@@ -341,13 +382,21 @@ func (p *prepared) wait() exit {
 // reaped, or after killGrace (the kill failed; Run reports that) with
 // SIGKILL's status, as a program that the kill ended reads.
 func (p *prepared) kill(ended <-chan exit) exit {
-	_ = p.cg.Kill()
+	_ = p.killAll()
 	select {
 	case ex := <-ended:
 		return ex
 	case <-time.After(killGrace):
 		return exit{status: 128 + int(unix.SIGKILL)}
 	}
+}
+
+// killAll kills every process in the sandbox's cgroup, adding the process
+// groups of those it kills, and of their children, to p.groups for
+// Destroy to reap: the freeze of the kill holds them still while they are
+// listed.
+func (p *prepared) killAll() error {
+	return p.cg.KillSeen(func(pids []int) { p.groups = groupsOf(withChildren(pids), p.groups) })
 }
 
 // failed is err, what runsc failed at, with the first error runsc logged
@@ -369,13 +418,16 @@ func (p *prepared) Destroy() error {
 	if p.stdio != nil {
 		p.stdio.CloseAll()
 	}
+	// Killed first, so that runsc delete, which kills the sandbox, leaves
+	// no process whose group is not known; cleanup's own kill reports
+	// any that survive.
 	if p.cg != nil {
-		p.kids = append(p.kids, pidfds(p.cg.Pids())...)
+		_ = p.killAll()
 	}
 	err := p.b.cleanup(p.id, p.bundle, p.cg)
 	// Killed, they are agentrun's zombies until reaped.
-	rerr := reap(p.kids)
-	p.kids = nil
+	rerr := reapGroups(p.groups)
+	p.groups = nil
 	return errors.Join(err, rerr)
 }
 
@@ -483,10 +535,19 @@ const commandOutput = 64 << 10
 // create passes its own to the sandbox); without, its output is kept, up
 // to commandOutput. It runs in its own process group, and is killed with
 // agentrun: an agentrun that dies leaves no runsc command going on to
-// write state after gc has looked. The parent-death signal follows the
+// write state after gc has looked. Whatever is left in its group when it
+// ends (a child a cancelled runsc create had started) is killed and
+// reaped. The parent-death signal follows the
 // thread that started the command, not the process: the thread is kept,
 // alive, until the command has been waited for.
 func (b *Backend) command(ctx context.Context, stdio *backend.Pipes, global []string, args ...string) ([]byte, error) {
+	return b.commandStopping(ctx, stdio, nil, global, args...)
+}
+
+// commandStopping is command, stopping the command's process group (SIGSTOP)
+// when ctx is done and calling stopped, if not nil, with the command's pid
+// before the kill.
+func (b *Backend) commandStopping(ctx context.Context, stdio *backend.Pipes, stopped func(pid int), global []string, args ...string) ([]byte, error) {
 	cmd := exec.Command(b.path, append(slices.Clip(global), args...)...)
 	cmd.Env = []string{"PATH=" + spec.DefaultPath}
 	stdout, stderr := &backend.CappedBuffer{Max: commandOutput}, &backend.CappedBuffer{Max: commandOutput}
@@ -516,9 +577,18 @@ func (b *Backend) command(ctx context.Context, stdio *backend.Pipes, global []st
 	select {
 	case err = <-done:
 	case <-ctx.Done():
+		if stopped != nil {
+			_ = unix.Kill(-cmd.Process.Pid, unix.SIGSTOP)
+			stopped(cmd.Process.Pid)
+		}
 		_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
 		<-done
 		err = ctx.Err()
+	}
+	// What the command started in its group and left (killed above, a
+	// child it had not yet waited for) is agentrun's to reap.
+	if rerr := reapGroups([]int{cmd.Process.Pid}); rerr != nil {
+		err = errors.Join(err, rerr)
 	}
 	if err != nil {
 		return stdout.Bytes(), fmt.Errorf("runsc %s: %w: %s", args[0], err, strings.TrimSpace(stderr.String()))

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +28,10 @@ import (
 // (test/images/build.sh). Anything missing fails the test loudly.
 
 const pythonRootfs = "/var/cache/agentrun/images/python/rootfs"
+
+// testParent holds this test process's run cgroups, apart from those of
+// any agentrun running beside the tests.
+var testParent = fmt.Sprintf("%s-test-%d", CgroupParent, os.Getpid())
 
 func runscBinary(t *testing.T) string {
 	t.Helper()
@@ -51,9 +56,7 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("runsc backend tests must run as root")
-	}
+	testenv.RequireRoot(t)
 	if _, err := os.Stat(filepath.Join(pythonRootfs, "usr/bin/python3")); err != nil {
 		t.Fatalf("python rootfs missing (run test/images/build.sh): %v", err)
 	}
@@ -63,7 +66,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	b, err := New(runscBinary(t), nil, dir)
+	b, err := New(runscBinary(t), nil, dir, testParent)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +109,7 @@ func (f *fixture) container(t *testing.T, o runOpts, argv ...string) *backend.Co
 	s, err := spec.New(pythonRootfs,
 		spec.WithArgs(argv...),
 		spec.WithEnv(map[string]string{"LANG": "C.UTF-8"}),
-		spec.WithCgroupsPath(defaultCgroupParent+"/"+id),
+		spec.WithCgroupsPath(testParent+"/"+id),
 		spec.WithMemory(o.memory),
 		spec.WithCPUs(1),
 		spec.WithPids(64),
@@ -149,7 +152,7 @@ func (f *fixture) checkClean(t *testing.T, id string) {
 		}
 		t.Errorf("runsc state left: %v", names)
 	}
-	for _, pattern := range []string{"/sys/fs/cgroup/*/agentrun-runsc/" + id, "/sys/fs/cgroup/agentrun-runsc/" + id} {
+	for _, pattern := range []string{"/sys/fs/cgroup/*" + testParent + "/" + id, "/sys/fs/cgroup" + testParent + "/" + id} {
 		if m, _ := filepath.Glob(pattern); len(m) > 0 {
 			t.Errorf("cgroups left: %v", m)
 		}
@@ -329,7 +332,6 @@ func TestNetworkNamespace(t *testing.T) {
 
 func TestTimeout(t *testing.T) {
 	f := newFixture(t)
-	start := time.Now()
 	out := f.run(t, runOpts{timeout: time.Second}, "import time; print('start', flush=True); time.sleep(60)")
 	if !out.TimedOut || out.ExitCode != 137 || out.Signal != "SIGKILL" {
 		t.Fatalf("got timed_out %v exit %d signal %q", out.TimedOut, out.ExitCode, out.Signal)
@@ -337,21 +339,45 @@ func TestTimeout(t *testing.T) {
 	if string(out.Stdout.Data) != "start\n" {
 		t.Errorf("stdout %q", out.Stdout.Data)
 	}
-	if d := time.Since(start); d > 8*time.Second {
-		t.Errorf("timeout took %v", d)
+	// From the program's start (the sandbox's boot before it is not
+	// counted) to its end: the timeout, and the kill's bounded wait at
+	// most, not the program's minute.
+	if out.Duration < time.Second || out.Duration > time.Second+startWait+killGrace {
+		t.Errorf("the 1s timeout ended the program after %v", out.Duration)
 	}
 }
 
+// TestCancel: a run whose context is cancelled while its program runs
+// (it has written "started", and runsc start has ended) is killed,
+// reports "run cancelled" with its outcome, and leaves nothing.
 func TestCancel(t *testing.T) {
 	f := newFixture(t)
-	c := f.container(t, runOpts{}, "python3", "-c", "import time; time.sleep(60)")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	c := f.container(t, runOpts{}, "python3", "-c", "import time; print('started', flush=True); time.sleep(60)")
+	p := f.prepare(t, c)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out, err := f.b.Run(ctx, c)
-	if err == nil || !strings.Contains(err.Error(), "run cancelled") || out == nil {
-		t.Fatalf("got %v, %v", out, err)
+	var once sync.Once
+	start := time.Now()
+	out, err := p.Run(ctx, nil, time.Minute, 1000, func(stream string, data []byte) {
+		if stream == "stdout" && strings.Contains(string(data), "started") {
+			once.Do(func() { go cancelAfterStart(c.ID, cancel) })
+		}
+	})
+	if err == nil || !strings.Contains(err.Error(), "run cancelled") || out == nil || string(out.Stdout.Data) != "started\n" {
+		t.Fatalf("got %+v, %v", out, err)
 	}
-	f.checkClean(t, c.ID)
+	// Killed at the cancel, not at the minute's timeout.
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("the cancelled run took %v", took)
+	}
+}
+
+// cancelAfterStart calls cancel once no `runsc start` of container id runs.
+func cancelAfterStart(id string, cancel func()) {
+	for slices.ContainsFunc(processesMentioning(id), func(p string) bool { return strings.Contains(p, " start "+id) }) {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
 }
 
 func TestOOM(t *testing.T) {
@@ -404,7 +430,7 @@ func TestBadProgram(t *testing.T) {
 
 func TestNew(t *testing.T) {
 	dir := t.TempDir()
-	_, err := New("/no/such/runsc", nil, dir)
+	_, err := New("/no/such/runsc", nil, dir, "")
 	if err == nil || !strings.Contains(err.Error(), "runsc not found at /no/such/runsc (config key runsc.path)") {
 		t.Errorf("missing binary: %v", err)
 	}
@@ -412,16 +438,16 @@ func TestNew(t *testing.T) {
 	if err := os.WriteFile(plain, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(plain, nil, dir); err == nil || !strings.Contains(err.Error(), "runsc.path") {
+	if _, err := New(plain, nil, dir, ""); err == nil || !strings.Contains(err.Error(), "runsc.path") {
 		t.Errorf("non-executable: %v", err)
 	}
 	bin := runscBinary(t)
 	for _, flags := range [][]string{{"--network=host"}, {"-root=/x"}, {"--TESTONLY-unsafe-nonroot"}, {"platform=kvm"}} {
-		if _, err := New(bin, flags, dir); err == nil || !strings.Contains(err.Error(), "runsc.flags") {
+		if _, err := New(bin, flags, dir, ""); err == nil || !strings.Contains(err.Error(), "runsc.flags") {
 			t.Errorf("flags %v: %v", flags, err)
 		}
 	}
-	b, err := New(bin, []string{"--platform=systrap"}, dir)
+	b, err := New(bin, []string{"--platform=systrap"}, dir, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -467,7 +493,7 @@ func TestConcurrent(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	for _, pattern := range []string{"/sys/fs/cgroup/*" + defaultCgroupParent, "/sys/fs/cgroup" + defaultCgroupParent} {
+	for _, pattern := range []string{"/sys/fs/cgroup/*" + testParent, "/sys/fs/cgroup" + testParent} {
 		if m, _ := filepath.Glob(pattern); len(m) > 0 {
 			t.Errorf("parent cgroups left: %v", m)
 		}
@@ -499,23 +525,86 @@ func TestShortTimeout(t *testing.T) {
 
 // TestPrepareCancelledDuringCreate stops Prepare while `runsc create` is
 // still booting the sandbox: the sandbox's processes, cgroup, bundle and
-// runsc's state are all gone when Prepare returns its error.
+// runsc's state are all gone when Prepare returns its error, and no
+// process of runsc create's is left unreaped. The cancels are spread over
+// the time one create takes here, so that they land in each of its steps
+// whatever the host's speed.
 func TestPrepareCancelledDuringCreate(t *testing.T) {
 	f := newFixture(t)
-	for _, d := range []time.Duration{time.Millisecond, 50 * time.Millisecond, 150 * time.Millisecond, 300 * time.Millisecond} {
+	// The second of two creates: the first also fills the page cache.
+	var create time.Duration
+	for range 2 {
 		c := f.container(t, runOpts{}, "python3", "-c", "print(45)")
-		ctx, cancel := context.WithTimeout(context.Background(), d)
-		p, err := f.b.Prepare(ctx, c)
-		cancel()
-		if err == nil {
-			t.Logf("cancel after %v: created first", d)
-			if err := p.Destroy(); err != nil {
-				t.Error(err)
-			}
-		} else if !strings.Contains(err.Error(), "creating the sandbox") {
-			t.Errorf("cancel after %v: %v", d, err)
+		start := time.Now()
+		p, err := f.b.Prepare(context.Background(), c)
+		create = time.Since(start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Destroy(); err != nil {
+			t.Fatal(err)
 		}
 		f.checkClean(t, c.ID)
+	}
+	const steps = 10
+	for round := range 2 {
+		for i := range steps + 1 {
+			d := create * time.Duration(i) / steps
+			c := f.container(t, runOpts{}, "python3", "-c", "print(45)")
+			ctx, cancel := context.WithTimeout(context.Background(), d)
+			p, err := f.b.Prepare(ctx, c)
+			cancel()
+			if err == nil {
+				t.Logf("round %d, cancel after %v of a %v create: created first", round, d, create)
+				if err := p.Destroy(); err != nil {
+					t.Error(err)
+				}
+			} else if !strings.Contains(err.Error(), "creating the sandbox") {
+				t.Errorf("cancel after %v: %v", d, err)
+			}
+			f.checkClean(t, c.ID)
+		}
+	}
+}
+
+// TestCommandLeavesNoChild: a runsc command that is cancelled, or that
+// ends, leaving processes it started in its process group (as runsc
+// create killed between a fork and its child's exec or setsid does)
+// leaves none of them running or unreaped: agentrun, their reaper, kills
+// and reaps them.
+func TestCommandLeavesNoChild(t *testing.T) {
+	newFixture(t) // agentrun the reaper of orphans, as New makes it
+	b := &Backend{path: "/bin/sh"}
+	for _, cancelled := range []bool{true, false} {
+		t.Run(fmt.Sprintf("cancelled=%v", cancelled), func(t *testing.T) {
+			// A duration no other process sleeps names the children.
+			sleep := fmt.Sprintf("sleep 60.%d", time.Now().UnixNano()%1e9)
+			started := filepath.Join(t.TempDir(), "started")
+			// Their output elsewhere: a child holding the command's
+			// pipe holds its Wait (up to killGrace).
+			script := sleep + " >/dev/null 2>&1 & " + sleep + " >/dev/null 2>&1 & touch " + started
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if cancelled {
+				script += "; wait"
+				go func() {
+					for _, err := os.Stat(started); err != nil; _, err = os.Stat(started) {
+						time.Sleep(time.Millisecond)
+					}
+					cancel()
+				}()
+			}
+			_, err := b.command(ctx, nil, nil, "-c", script)
+			if cancelled != (err != nil) {
+				t.Errorf("command: %v", err)
+			}
+			if left := processesMentioning(sleep); len(left) > 0 {
+				t.Errorf("processes left: %v", left)
+			}
+			if z := testenv.Zombies(os.Getpid()); len(z) > 0 {
+				t.Errorf("children left unreaped: %v", z)
+			}
+		})
 	}
 }
 

@@ -16,7 +16,7 @@ func (b *Backend) IDs() ([]string, error) { return state.IDs(b.stateDir, validID
 // delete), every process in its cgroup, the cgroup, the bundle and runsc's
 // state. It is not an error if the run is already gone.
 func (b *Backend) Cleanup(id string) error {
-	cg, err := cgroup.Open(CgroupParent + "/" + id)
+	cg, err := cgroup.Open(b.cgroupParent() + "/" + id)
 	if err != nil {
 		return err
 	}
@@ -24,11 +24,12 @@ func (b *Backend) Cleanup(id string) error {
 }
 
 // Leftovers is the part of the backend that removes what runsc runs left
-// under stateDir, for a host where runsc cannot run now (runsc.path
-// missing or changed since): it needs no runsc binary. Without one, it
+// under stateDir and cgroupParent ("" for CgroupParent), for a host where
+// runsc cannot run now (runsc.path missing or changed since): it needs no
+// runsc binary. Without one, it
 // skips `runsc delete` and ends the sandbox through its cgroup, which
 // holds every process of it (the sandbox and its gofer), then removes the
 // cgroup, the bundle and runsc's state files.
-func Leftovers(stateDir string) backend.Leftovers {
-	return &Backend{stateDir: stateDir, root: filepath.Join(stateDir, "root")}
+func Leftovers(stateDir, cgroupParent string) backend.Leftovers {
+	return &Backend{stateDir: stateDir, root: filepath.Join(stateDir, "root"), parent: cgroupParent}
 }

@@ -50,7 +50,7 @@ func workspaceOf(t *testing.T, c *backend.Container) string {
 // gofer once created.
 func sandboxPids(t *testing.T, id string) []int {
 	t.Helper()
-	cg, err := cgroup.Open(defaultCgroupParent + "/" + id)
+	cg, err := cgroup.Open(testParent + "/" + id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,8 @@ import (
 	"github.com/agentrun/agentrun/runtime/spec"
 )
 
-// CgroupParent holds the cgroups of runsc runs, apart from libcontainer's.
+// CgroupParent holds the cgroups of runsc runs, apart from libcontainer's,
+// unless the backend names another (New).
 const CgroupParent = "/agentrun-runsc"
 
 // SpecOpt adapts a sandbox spec to gVisor; apply it after the limits and

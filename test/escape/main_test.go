@@ -21,11 +21,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/runtime/runc"
@@ -39,7 +36,10 @@ func init() {
 
 var (
 	imagesDir = testenv.ImagesDir
-	stateDir  string
+	// scope is the suite's own part of the host (state dir, cgroup
+	// parents, sandbox uids), where its leak checks look.
+	scope    testenv.Scope
+	stateDir string
 )
 
 // seccompHelper is agentrun-seccomp, for every run of the suite.
@@ -48,10 +48,11 @@ var seccompHelper string
 func TestMain(m *testing.M) {
 	flag.Parse()
 	var err error
-	if stateDir, err = testenv.Setup("escape", *imagesDir, "all", "busybox", "python"); err != nil {
+	if scope, err = testenv.Setup("escape", *imagesDir, "all", "busybox", "python"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	stateDir = scope.StateDir
 	if seccompHelper, err = testenv.SeccompHelper(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -65,12 +66,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// testConfig is the default config with this suite's state dir and no audit
-// file.
+// testConfig is the default config in this suite's scope (state dir,
+// cgroup parent, sandbox uids) and no audit file.
 func testConfig() *config.Config {
 	cfg := config.Default()
 	cfg.StateDir = stateDir
 	cfg.StoreDir = filepath.Join(stateDir, "store")
+	cfg.CgroupParent = scope.CgroupParent
+	cfg.RunUIDs.First, cfg.RunUIDs.Count = scope.UIDFirst, scope.UIDCount
 	cfg.Audit = ""
 	cfg.Policy.LocalImages = []string{os.TempDir()}
 	// The filter compiled once and loaded by the helper, as make build's
@@ -85,61 +88,10 @@ func testConfig() *config.Config {
 	return cfg
 }
 
-// runIDs are the ids of this suite's runs, for hostLeaks.
-var (
-	runIDsMu sync.Mutex
-	runIDs   []string
-)
-
-func addRunID(id string) {
-	runIDsMu.Lock()
-	defer runIDsMu.Unlock()
-	runIDs = append(runIDs, id)
-}
-
-// hostLeaks lists what this suite's runs left: their cgroups, mounts, run
-// and container state. The shared "agentrun" parent cgroup counts only when
-// it stays empty of runs: other suites (test/integration) may be running
-// containers on this host at the same time.
-func hostLeaks() []string {
-	runIDsMu.Lock()
-	ids := slices.Clone(runIDs)
-	runIDsMu.Unlock()
-	var leaks []string
-	for _, root := range testenv.CgroupRoots() {
-		parent := filepath.Join(root, "agentrun")
-		for _, id := range ids {
-			if _, err := os.Stat(filepath.Join(parent, id)); err == nil {
-				leaks = append(leaks, "cgroup "+filepath.Join(parent, id))
-			}
-		}
-		if emptyParentStays(parent) {
-			leaks = append(leaks, "cgroup "+parent+" (empty)")
-		}
-	}
-	return append(leaks, testenv.StateLeaks(stateDir, "")...)
-}
-
-// emptyParentStays reports whether the shared parent cgroup exists without
-// any run in it, three times over 600 ms (a concurrent run may be creating
-// or removing it).
-func emptyParentStays(parent string) bool {
-	for i := 0; i < 3; i++ {
-		if i > 0 {
-			time.Sleep(300 * time.Millisecond)
-		}
-		entries, err := os.ReadDir(parent)
-		if err != nil {
-			return false
-		}
-		for _, e := range entries {
-			if e.IsDir() {
-				return false
-			}
-		}
-	}
-	return true
-}
+// hostLeaks lists what this suite's runs left: cgroups under its own
+// parents, mounts, run and container state, uid reservations and
+// processes as its uids.
+func hostLeaks() []string { return scope.Leaks("") }
 
 func assertNoLeaks(t *testing.T) {
 	t.Helper()

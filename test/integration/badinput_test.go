@@ -36,14 +36,6 @@ type cliRun struct {
 	maxRSS         int64 // bytes, agentrun's peak resident set
 }
 
-// ids is the run id of the result, if any, for assertNoLeaksOf.
-func (c cliRun) ids() map[string]bool {
-	if c.res == nil || c.res.ID == "" {
-		return nil
-	}
-	return map[string]bool{c.res.ID: true}
-}
-
 // badConfig is a config like cli()'s, pointing at the test's state dir,
 // with overrides merged over its top-level keys.
 func badConfig(t *testing.T, over map[string]any) []byte {
@@ -361,7 +353,7 @@ func checkRefused(t *testing.T, want string, limit time.Duration, canary string,
 	if out.took > limit {
 		t.Errorf("took %v; want at most %v", out.took, limit)
 	}
-	assertNoLeaksOf(t, out.ids())
+	assertNoLeaks(t)
 	if diff := treeDiff(stateBefore, treeState(t, stateDir, false)); len(diff) > 0 {
 		t.Errorf("the state dir changed:\n  %s", strings.Join(diff, "\n  "))
 	}
@@ -589,7 +581,7 @@ func TestBadInputCorruptStore(t *testing.T) {
 		if out.code != 0 || out.res == nil || out.res.Stdout != "ok\n" || out.res.ImageDigest != digest {
 			t.Fatalf("first run: exit %d\n%s\n%s", out.code, out.stdout, out.stderr)
 		}
-		assertNoLeaksOf(t, out.ids())
+		assertNoLeaks(t)
 		return cfg, store
 	}
 	t.Logf("store filled with agentrun pull: %v", hasPull)
@@ -654,7 +646,7 @@ func TestBadInputCorruptStore(t *testing.T) {
 			tc.corrupt(t, store)
 			for try := 1; try <= 2; try++ {
 				out := runCLI(t, cfg, "", strings.NewReader(taskJSON), "run", "-")
-				assertNoLeaksOf(t, out.ids())
+				assertNoLeaks(t)
 				switch {
 				case out.res == nil:
 					t.Fatalf("try %d: no JSON result: exit %d\n%s\n%s", try, out.code, out.stdout, out.stderr)

@@ -41,7 +41,7 @@ func TestCollectSymlinkBomb(t *testing.T) {
 		task := pyTask(collectBomb(false), map[string]any{"runtime": rt,
 			"collect": []string{"d/*/*/*", "p", "missing.txt", "r*"}, "limits": map[string]any{"timeout": "30s"}})
 		out := runCLI(t, badConfig(t, nil), "", strings.NewReader(task), "run", "-")
-		assertNoLeaksOf(t, out.ids())
+		assertNoLeaks(t)
 		res := out.res
 		if res == nil || res.Error != "" || res.ExitCode != 0 {
 			t.Fatalf("run failed: code %d, result %+v\nstderr %s", out.code, res, out.stderr)
@@ -79,7 +79,7 @@ func TestCollectCutAtEntries(t *testing.T) {
 	task := pyTask(collectBomb(true), map[string]any{
 		"collect": []string{"p", "w/*.png", "missing.txt"}, "limits": map[string]any{"timeout": "60s"}})
 	out := runCLI(t, badConfig(t, nil), "", strings.NewReader(task), "run", "-")
-	assertNoLeaksOf(t, out.ids())
+	assertNoLeaks(t)
 	res := out.res
 	if res == nil || res.Error != "" || res.ExitCode != 0 {
 		t.Fatalf("run failed: code %d, result %+v\nstderr %s", out.code, res, out.stderr)

@@ -85,7 +85,7 @@ func waitForRun(t *testing.T, not string) string {
 }
 
 // hostCgroupOf is the pids cgroup of libcontainer run id, under v1 or v2.
-func hostCgroupOf(id string) string { return hostCgroupUnder("agentrun", id) }
+func hostCgroupOf(id string) string { return hostCgroupUnder(lcParent(), id) }
 
 // hostCgroupUnder is the pids cgroup of run id under parent, under v1 or v2.
 func hostCgroupUnder(parent, id string) string {
@@ -95,9 +95,9 @@ func hostCgroupUnder(parent, id string) string {
 	return filepath.Join("/sys/fs/cgroup", parent, id)
 }
 
-// TestGCAfterSIGKILLRunsc: a runsc run's cgroup is under /agentrun-runsc,
+// TestGCAfterSIGKILLRunsc: a runsc run's cgroup is under cgroup_parent-runsc,
 // where the README and runsc's own gc say, never under libcontainer's
-// /agentrun; agentrun killed mid-run, `agentrun gc` removes it, the
+// cgroup_parent; agentrun killed mid-run, `agentrun gc` removes it, the
 // sandbox's processes and everything else.
 func TestGCAfterSIGKILLRunsc(t *testing.T) {
 	bin := agentrunBin(t)
@@ -113,7 +113,7 @@ func TestGCAfterSIGKILLRunsc(t *testing.T) {
 		for deadline := time.Now().Add(30 * time.Second); id == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 			entries, _ := os.ReadDir(filepath.Join(stateDir, "runs"))
 			for _, e := range entries {
-				if _, err := os.Stat(hostCgroupUnder("agentrun-runsc", e.Name())); err == nil {
+				if _, err := os.Stat(hostCgroupUnder(runscParent(), e.Name())); err == nil {
 					id = e.Name()
 				}
 			}
@@ -121,7 +121,7 @@ func TestGCAfterSIGKILLRunsc(t *testing.T) {
 		if id == "" {
 			victim.Process.Kill()
 			victim.Wait()
-			t.Fatalf("iteration %d: no runsc run's cgroup appeared under agentrun-runsc within 30s", i)
+			t.Fatalf("iteration %d: no runsc run's cgroup appeared under %s within 30s", i, runscParent())
 		}
 		if _, err := os.Stat(hostCgroupOf(id)); err == nil {
 			t.Errorf("iteration %d: runsc run %s has a cgroup under libcontainer's parent too", i, id)

@@ -48,7 +48,11 @@ func TestSIGTERMCleansUp(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(700 * time.Millisecond)
+	if !waitSandboxProcess(t, scope, "python", time.Minute) {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatal("the program did not start within a minute")
+	}
 	cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()

@@ -11,8 +11,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/config"
@@ -30,7 +32,11 @@ func init() {
 
 var (
 	imagesDir = testenv.ImagesDir
-	stateDir  string
+	// scope is the suite's own part of the host: its state dir (stateDir),
+	// cgroup parents and sandbox uids, apart from any agentrun running
+	// beside the suite; its leak checks look there only.
+	scope    testenv.Scope
+	stateDir string
 )
 
 // Images used by the tests, as dir: references.
@@ -68,10 +74,11 @@ var seccompHelper string
 func TestMain(m *testing.M) {
 	flag.Parse()
 	var err error
-	if stateDir, err = testenv.Setup("integration", *imagesDir, "all", "python", "busybox"); err != nil {
+	if scope, err = testenv.Setup("integration", *imagesDir, "all", "python", "busybox"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	stateDir = scope.StateDir
 	if os.Getenv("AGENTRUN_SKIP_RUNSC_BUILD") == "" {
 		cmd := exec.Command(filepath.Join(testenv.RepoRoot(), "test", "runsc.sh"))
 		cmd.Stderr = os.Stderr
@@ -106,12 +113,15 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// testConfig is the default config with the test's state dir and no audit
-// file unless a test asks for one.
+// testConfig is the default config in the suite's scope (state dir,
+// cgroup parent, sandbox uids) and no audit file unless a test asks for
+// one.
 func testConfig(t testing.TB) *config.Config {
 	cfg := config.Default()
 	cfg.StateDir = stateDir
 	cfg.StoreDir = filepath.Join(stateDir, "store")
+	cfg.CgroupParent = scope.CgroupParent
+	cfg.RunUIDs.First, cfg.RunUIDs.Count = scope.UIDFirst, scope.UIDCount
 	cfg.Audit = ""
 	cfg.Image = pythonImage
 	// Tasks of the tests name the test images and images they make in
@@ -182,25 +192,42 @@ func assertNoLeaks(t testing.TB) {
 func hostLeaks() []string { return hostLeaksExcept("") }
 
 // hostLeaksExcept is hostLeaks ignoring what belongs to the live run id
-// (and the shared parent cgroup that holds it).
-func hostLeaksExcept(live string) []string {
-	var leaks []string
-	for _, root := range testenv.CgroupRoots() {
-		for _, name := range []string{"agentrun", "agentrun-runsc"} {
-			parent := filepath.Join(root, name)
-			if st, err := os.Stat(parent); err != nil || !st.IsDir() {
+// (and the suite's parent cgroups that hold it).
+func hostLeaksExcept(live string) []string { return scope.Leaks(live) }
+
+// lcParent and runscParent are the names, under each cgroup hierarchy's
+// root, of the cgroups that hold the suite's libcontainer and runsc runs.
+func lcParent() string    { return strings.TrimPrefix(scope.CgroupParent, "/") }
+func runscParent() string { return strings.TrimPrefix(scope.RunscCgroupParent(), "/") }
+
+// waitSandboxProcess waits, up to wait (0: looks once), until a process
+// runs as one of the sandbox uids of sc with word in its command line (a
+// run's program has started), and reports whether one did.
+func waitSandboxProcess(t testing.TB, sc testenv.Scope, word string, wait time.Duration) bool {
+	t.Helper()
+	for deadline := time.Now().Add(wait); ; time.Sleep(10 * time.Millisecond) {
+		procs, _ := filepath.Glob("/proc/[0-9]*/status")
+		for _, p := range procs {
+			st, err := os.ReadFile(p)
+			if err != nil {
 				continue
 			}
-			if live == "" {
-				leaks = append(leaks, "cgroup "+parent)
-			}
-			entries, _ := os.ReadDir(parent)
-			for _, e := range entries {
-				if e.IsDir() && e.Name() != live {
-					leaks = append(leaks, "cgroup "+filepath.Join(parent, e.Name()))
+			for _, line := range strings.Split(string(st), "\n") {
+				f := strings.Fields(line)
+				if len(f) < 2 || f[0] != "Uid:" {
+					continue
+				}
+				uid, err := strconv.ParseInt(f[1], 10, 64)
+				if err != nil || !sc.HasUID(uid) {
+					break
+				}
+				if cmdline, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cmdline")); strings.Contains(string(cmdline), word) {
+					return true
 				}
 			}
 		}
+		if time.Now().After(deadline) {
+			return false
+		}
 	}
-	return append(leaks, testenv.StateLeaks(stateDir, live)...)
 }

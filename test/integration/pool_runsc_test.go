@@ -44,7 +44,7 @@ except OSError as e:
 
 // runscSandboxPids are the processes in the cgroups of runsc runs: with a
 // pool full and no run going on, the ready sandboxes and their gofers.
-func runscSandboxPids(t *testing.T) []int { return runProcesses(t, "agentrun-runsc") }
+func runscSandboxPids(t *testing.T) []int { return runProcesses(t, runscParent()) }
 
 // TestPoolRunscDropsDeadSandboxes: a pooled runsc sandbox killed while it
 // waited is dropped, and the run goes cold instead of failing; one that is

@@ -14,7 +14,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/internal/result"
-	"github.com/agentrun/agentrun/internal/uidpool"
 )
 
 // The article's five.
@@ -213,7 +212,7 @@ func TestProcessHasNoPrivilege(t *testing.T) {
 		// The four uids and gids: one id, the run's own of run_uids.
 		uid, _, _ := strings.Cut(got["Uid"], "\t")
 		four := strings.Repeat(uid+"\t", 3) + uid
-		if n, err := strconv.ParseUint(uid, 10, 32); err != nil || n < uidpool.DefaultFirst || got["Uid"] != four || got["Gid"] != four {
+		if n, err := strconv.ParseInt(uid, 10, 64); err != nil || !scope.HasUID(n) || got["Uid"] != four || got["Gid"] != four {
 			t.Errorf("/proc/self/status Uid %q Gid %q; want one id of run_uids eight times", got["Uid"], got["Gid"])
 		}
 	})

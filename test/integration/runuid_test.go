@@ -325,7 +325,7 @@ func TestRunUIDsOwnUserLimits(t *testing.T) {
 		t.Errorf("run B, while A held %d inotify instances and %d queues: %q", n, q, b.Stdout)
 	}
 	ua, ub := parseIDs(t, a.out), parseIDs(t, b.Stdout)
-	if ua == ub || ua < uidpool.DefaultFirst || ub < uidpool.DefaultFirst {
+	if ua == ub || !scope.HasUID(int64(ua)) || !scope.HasUID(int64(ub)) {
 		t.Errorf("uids %d and %d: want two of run_uids", ua, ub)
 	}
 	if !resA.TimedOut && resA.Error == "" {
@@ -368,7 +368,7 @@ print(open('d/e/g/f.txt').read(), end='')
 `, nil)
 		mustOK(t, second)
 		if u1, u2 := parseIDs(t, first.Stdout), parseIDs(t, second.Stdout); u1 == u2 {
-			t.Logf("both runs had uid %d (chance: 1 in %d)", u1, uidpool.DefaultCount)
+			t.Logf("both runs had uid %d (chance: 1 in %d)", u1, scope.UIDCount)
 		}
 		if !strings.HasSuffix(second.Stdout, "one\ntwo\n") {
 			t.Errorf("second run: %q", second.Stdout)
@@ -433,7 +433,7 @@ func sandboxUID42(out string) bool {
 	var uid uint32
 	var n int
 	_, err := fmt.Sscanf(out, "%d %d\n", &uid, &n)
-	return err == nil && n == 42 && uid >= uidpool.DefaultFirst && uid < uidpool.DefaultFirst+uidpool.DefaultCount
+	return err == nil && n == 42 && scope.HasUID(int64(uid))
 }
 
 // TestRunUIDsHaveAName: the sandbox's own uid and gid have a name inside

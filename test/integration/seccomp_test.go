@@ -95,7 +95,7 @@ time.sleep(2)`
 	deadline := time.Now().Add(20 * time.Second)
 	for filters == nil && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
-		for _, pid := range runPIDs("agentrun") {
+		for _, pid := range runPIDs(lcParent()) {
 			comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 			status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 			if strings.TrimSpace(string(comm)) != "python3" || !bytes.Contains(status, []byte("Seccomp_filters:\t2")) {

@@ -371,7 +371,7 @@ func TestSoak(t *testing.T) {
 	}
 
 	// The host, and this process, are as they were.
-	assertNoLeaksOf(t, ids)
+	assertNoLeaks(t)
 	if after := hostLinks(t); after != linksBefore {
 		t.Errorf("host network links before %d, after %d", linksBefore, after)
 	}
@@ -392,49 +392,6 @@ func TestSoak(t *testing.T) {
 	if grew := rssEnd - rssEarly.Load(); grew > soakRSSGrowthMax {
 		t.Errorf("VmRSS grew by %.1f MiB from run %d to the end (%.1f -> %.1f MiB); allowed %d MiB",
 			float64(grew)/(1<<20), earlyAfter, float64(rssEarly.Load())/(1<<20), float64(rssEnd)/(1<<20), soakRSSGrowthMax>>20)
-	}
-}
-
-// assertNoLeaksOf is assertNoLeaks on a host that other agentrun
-// processes may be using at the same moment (other suites run in parallel
-// on a shared test machine): the cgroup of a run that is not among mine
-// (run ids) is someone else's and ignored, and so is the shared parent
-// while such a run holds it. With no foreign run about, it is exactly
-// assertNoLeaks. Mounts and state are this test binary's own anyway.
-func assertNoLeaksOf(t testing.TB, mine map[string]bool) {
-	t.Helper()
-	leaks := hostLeaks()
-	isMine := func(name string) bool {
-		for id := range mine {
-			if id != "" && strings.HasPrefix(name, id) {
-				return true
-			}
-		}
-		return false
-	}
-	var foreign []string
-	for _, l := range leaks {
-		if p, ok := strings.CutPrefix(l, "cgroup "); ok {
-			if name := filepath.Base(p); strings.HasPrefix(name, "ar-") && !isMine(name) {
-				foreign = append(foreign, name)
-			}
-		}
-	}
-	var kept []string
-	for _, l := range leaks {
-		if p, ok := strings.CutPrefix(l, "cgroup "); ok && len(foreign) > 0 {
-			name := filepath.Base(p)
-			if name == "agentrun" || name == "agentrun-runsc" || (strings.HasPrefix(name, "ar-") && !isMine(name)) {
-				continue
-			}
-		}
-		kept = append(kept, l)
-	}
-	if len(foreign) > 0 {
-		t.Logf("ignoring cgroups of runs by other processes: %s", strings.Join(slices.Compact(slices.Sorted(slices.Values(foreign))), " "))
-	}
-	if len(kept) > 0 {
-		t.Errorf("host not clean after run:\n  %s", strings.Join(kept, "\n  "))
 	}
 }
 

@@ -1,6 +1,8 @@
-// Package testenv is what agentrun's root tests share: for the suites
-// (test/integration, test/escape) the root check, the test images, the
-// state dir and the scan of what runs left on the host; for the namespace
+// Package testenv is what agentrun's root tests share: the root check
+// (RequireRoot, SkipUnlessRoot); for the suites (test/integration,
+// test/escape) the test images, their scope on the host (state dir,
+// cgroup parent, sandbox uids: Scope) and the scan of what their runs
+// left there; for the namespace
 // tests (netns, proxy) the check that links, fds and goroutines are as
 // they were.
 package testenv
@@ -41,6 +43,48 @@ func RepoRoot() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
+// RootEnv, set to 1 (make test sets it), turns the skip of a test that
+// needs root into a failure: a suite meant to run as root must not pass
+// by skipping.
+const RootEnv = "AGENTRUN_TEST_ROOT"
+
+// RootMissing is why a root test cannot run here ("" as root): what
+// RequireRoot and the suites' TestMain say.
+func RootMissing() string {
+	if os.Geteuid() == 0 {
+		return ""
+	}
+	return "needs root (it makes namespaces, cgroups, mounts or sandboxes): run the tests as root, e.g. sudo make test"
+}
+
+// RequireRoot skips t, with the reason, unless it runs as root; with
+// $AGENTRUN_TEST_ROOT=1 it fails t instead.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if why := RootMissing(); why != "" {
+		if os.Getenv(RootEnv) == "1" {
+			t.Fatal(why + " ($" + RootEnv + "=1)")
+		}
+		t.Skip(why)
+	}
+}
+
+// SkipUnlessRoot is for the TestMain of a package whose tests all need
+// root: not root, it says why and exits, successfully (every test
+// skipped), or as a failure with $AGENTRUN_TEST_ROOT=1.
+func SkipUnlessRoot(suite string) {
+	why := RootMissing()
+	if why == "" {
+		return
+	}
+	if os.Getenv(RootEnv) == "1" {
+		fmt.Fprintf(os.Stderr, "%s tests: %s ($%s=1)\n", suite, why, RootEnv)
+		os.Exit(1)
+	}
+	fmt.Printf("skipping the %s tests: %s\n", suite, why)
+	os.Exit(0)
+}
+
 // SeccompHelper is agentrun-seccomp (runtime/runc/seccompexec) for the
 // suites' runs: beside $AGENTRUN_BIN when that is set (make's bin/, the
 // device bundle), else make build's bin/agentrun-seccomp, built by make
@@ -58,29 +102,111 @@ func SeccompHelper() (string, error) {
 	return filepath.Join(RepoRoot(), helper), nil
 }
 
-// Setup is the start of a root suite's TestMain: it fails (never skips)
-// without root, runs test/images/build.sh build (not when
-// AGENTRUN_SKIP_IMAGE_BUILD is set), checks that each image in need is
-// there, and makes the suite's own state dir under /run. Every failure is
-// an error for TestMain to print and exit 1 on.
-func Setup(suite, imagesDir, build string, need ...string) (stateDir string, err error) {
-	if os.Geteuid() != 0 {
-		return "", fmt.Errorf("%s tests must run as root: they create containers, cgroups, namespaces and mounts", suite)
+// Scope is what one test process's runs use on the host, apart from those
+// of any other agentrun (an operator's service with its own state dir,
+// another suite's process): a state dir, a cgroup parent and a range of
+// sandbox uids of its own. The suites' configs use it (their state_dir,
+// cgroup_parent and run_uids; ConfigMap) and their leak checks look at nothing else (Leaks), so that they pass
+// beside a running service.
+type Scope struct {
+	StateDir string
+	// CgroupParent holds the libcontainer runs' cgroups (config key
+	// cgroup_parent); runsc's are under RunscCgroupParent. It is the
+	// product's, with a suffix: a cgroup_parent of its own.
+	CgroupParent string
+	// UIDFirst and UIDCount are the config's run_uids.
+	UIDFirst, UIDCount int64
+}
+
+// scopeUIDs is the size of a scope's uid range.
+const scopeUIDs = 1024
+
+// NewScope makes suite's scope: a fresh state dir under /run, the cgroup
+// parent /agentrun-test-SUITE-PID, and 1,024 uids above uidpool's default
+// range, picked by the process id.
+func NewScope(suite string) (Scope, error) {
+	dir, err := os.MkdirTemp("/run", "agentrun-"+suite+"-")
+	if err != nil {
+		return Scope{}, err
 	}
+	pid := int64(os.Getpid())
+	return Scope{
+		StateDir:     dir,
+		CgroupParent: fmt.Sprintf("/agentrun-test-%s-%d", suite, pid),
+		UIDFirst:     uidpool.DefaultFirst + uidpool.DefaultCount + pid%1000*scopeUIDs,
+		UIDCount:     scopeUIDs,
+	}, nil
+}
+
+// RunscCgroupParent holds the runsc runs' cgroups, as config's
+// RunscCgroupParent names it.
+func (s Scope) RunscCgroupParent() string { return s.CgroupParent + "-runsc" }
+
+// CgroupParents are both parents, libcontainer's first.
+func (s Scope) CgroupParents() []string {
+	return []string{s.CgroupParent, s.RunscCgroupParent()}
+}
+
+// ConfigMap sets the scope's cgroup_parent and run_uids in m, a config
+// file's keys, where m has none.
+func (s Scope) ConfigMap(m map[string]any) {
+	if _, ok := m["cgroup_parent"]; !ok {
+		m["cgroup_parent"] = s.CgroupParent
+	}
+	if _, ok := m["run_uids"]; !ok {
+		m["run_uids"] = map[string]int64{"first": s.UIDFirst, "count": s.UIDCount}
+	}
+}
+
+// HasUID reports whether uid is one of the scope's run_uids.
+func (s Scope) HasUID(uid int64) bool { return uid >= s.UIDFirst && uid < s.UIDFirst+s.UIDCount }
+
+// Leaks lists what the scope's runs left on the host: cgroups under its
+// parents (and the parents themselves), and what StateLeaks lists. What
+// belongs to run live (when not "") is not listed, nor then the parents.
+func (s Scope) Leaks(live string) []string {
+	var leaks []string
+	for _, root := range CgroupRoots() {
+		for _, name := range s.CgroupParents() {
+			parent := filepath.Join(root, name)
+			if st, err := os.Stat(parent); err != nil || !st.IsDir() {
+				continue
+			}
+			if live == "" {
+				leaks = append(leaks, "cgroup "+parent)
+			}
+			entries, _ := os.ReadDir(parent)
+			for _, e := range entries {
+				if e.IsDir() && e.Name() != live {
+					leaks = append(leaks, "cgroup "+filepath.Join(parent, e.Name()))
+				}
+			}
+		}
+	}
+	return append(leaks, s.StateLeaks(live)...)
+}
+
+// Setup is the start of a root suite's TestMain: not root, it skips the
+// suite (SkipUnlessRoot); it runs test/images/build.sh build (not when
+// AGENTRUN_SKIP_IMAGE_BUILD is set), checks that each image in need is
+// there, and makes the suite's scope. Every failure is an error for
+// TestMain to print and exit 1 on.
+func Setup(suite, imagesDir, build string, need ...string) (Scope, error) {
+	SkipUnlessRoot(suite)
 	if os.Getenv("AGENTRUN_SKIP_IMAGE_BUILD") == "" {
 		cmd := exec.Command(filepath.Join(RepoRoot(), "test", "images", "build.sh"), build)
 		cmd.Env = append(os.Environ(), "AGENTRUN_IMAGES="+imagesDir)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
-			return "", fmt.Errorf("building the test images (%s): %w", build, err)
+			return Scope{}, fmt.Errorf("building the test images (%s): %w", build, err)
 		}
 	}
 	for _, name := range need {
 		if _, err := os.Stat(filepath.Join(imagesDir, name, "rootfs", "bin")); err != nil {
-			return "", fmt.Errorf("test image missing: %w (run test/images/build.sh %s)", err, name)
+			return Scope{}, fmt.Errorf("test image missing: %w (run test/images/build.sh %s)", err, name)
 		}
 	}
-	return os.MkdirTemp("/run", "agentrun-"+suite+"-")
+	return NewScope(suite)
 }
 
 // CgroupRoots are the places a run's cgroup can appear: each v1 hierarchy,
@@ -94,10 +220,13 @@ func CgroupRoots() []string {
 	return append(roots, "/sys/fs/cgroup")
 }
 
-// StateLeaks lists what runs left under stateDir: mounts, run and
-// container state, session mount points, and runsc's state in its --root (which itself stays).
-// What belongs to run live (when not "") is not listed.
-func StateLeaks(stateDir, live string) []string {
+// StateLeaks lists what the scope's runs left under its state dir:
+// mounts, run and container state, session mount points, runsc's state in
+// its --root (which itself stays), uid reservations and processes running
+// as one of its uids. What belongs to run live (when not "") is not
+// listed.
+func (s Scope) StateLeaks(live string) []string {
+	stateDir := s.StateDir
 	var leaks []string
 	if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
 		for _, line := range strings.Split(string(mi), "\n") {
@@ -123,7 +252,7 @@ func StateLeaks(stateDir, live string) []string {
 	}
 	// Reservations of sandbox uids by runs of this state dir, among the
 	// host's (internal/uidpool), and processes still running as one of
-	// the default range.
+	// the scope's uids.
 	liveUID := ""
 	uids, _ := os.ReadDir(uidpool.DefaultDir)
 	for _, e := range uids {
@@ -148,8 +277,7 @@ func StateLeaks(stateDir, live string) []string {
 			if len(f) < 2 || f[0] != "Uid:" {
 				continue
 			}
-			if uid, err := strconv.ParseUint(f[1], 10, 32); err == nil && uid >= uidpool.DefaultFirst &&
-				uid < uidpool.DefaultFirst+uidpool.DefaultCount && f[1] != liveUID {
+			if uid, err := strconv.ParseInt(f[1], 10, 64); err == nil && s.HasUID(uid) && f[1] != liveUID {
 				leaks = append(leaks, "process as a sandbox uid: "+p+" uid "+f[1])
 			}
 		}
