@@ -102,7 +102,7 @@ func parseRule(e string) (rule, error) {
 	}
 	s = strings.TrimSuffix(s, ".")
 	if strings.Contains(s, "*") {
-		return rule{}, fmt.Errorf("only a leading \"*.\" wildcard is supported")
+		return rule{}, fmt.Errorf("a wildcard is only allowed as a leading \"*.\"")
 	}
 	if IsIPLiteral(s) {
 		return rule{}, fmt.Errorf("ip literals are not allowed (use allow_ranges)")
