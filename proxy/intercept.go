@@ -15,7 +15,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -270,7 +269,7 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *ne
 		out.Host = svc.Host()
 	}
 	for _, in := range svc.Inject {
-		v, err := readSecret(in.File)
+		v, err := ReadSecret(in.File)
 		if err != nil {
 			rec.Reason = "credential " + in.Header + " unavailable"
 			p.ledger.request(rec)
@@ -386,42 +385,6 @@ func textResponse(req *http.Request, status int, msg, header string) *http.Respo
 		Header: h, Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)),
 		Request: req,
 	}
-}
-
-// readSecret reads an injected header's value from file: a regular file
-// owned by root that no one else may read or write, of at most
-// netpolicy.MaxSecretBytes, without its final line break. Errors name what is wrong
-// with the file, never its content.
-func readSecret(file string) (string, error) {
-	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return "", errors.New("credential file cannot be opened")
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
-		return "", errors.New("credential file is not a regular file")
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Uid != 0 || fi.Mode().Perm()&0o077 != 0 {
-		return "", errors.New("credential file is not root's alone (owner root, mode 0600 or 0400)")
-	}
-	b, err := io.ReadAll(io.LimitReader(f, netpolicy.MaxSecretBytes+1))
-	if err != nil {
-		return "", errors.New("credential file cannot be read")
-	}
-	if len(b) > netpolicy.MaxSecretBytes {
-		return "", fmt.Errorf("credential file larger than %d bytes", netpolicy.MaxSecretBytes)
-	}
-	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
-	if s == "" {
-		return "", errors.New("credential file is empty")
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < 0x20 && c != '\t') || c == 0x7f {
-			return "", errors.New("credential file holds a control character or line break")
-		}
-	}
-	return s, nil
 }
 
 // approve holds a request until the policy's approver decides, the

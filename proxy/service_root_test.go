@@ -381,8 +381,8 @@ func TestReadSecret(t *testing.T) {
 		os.Chmod(p, mode)
 		return p
 	}
-	if v, err := readSecret(write("ok", "s3cret\n", 0o600)); err != nil || v != "s3cret" {
-		t.Errorf("readSecret(ok) = %q, %v", v, err)
+	if v, err := ReadSecret(write("ok", "s3cret\n", 0o600)); err != nil || v != "s3cret" {
+		t.Errorf("ReadSecret(ok) = %q, %v", v, err)
 	}
 	for name, tc := range map[string]struct {
 		data string
@@ -395,17 +395,17 @@ func TestReadSecret(t *testing.T) {
 		"crlf":  {"a\r\nb", 0o600, "line break"},
 		"empty": {"\n", 0o600, "empty"},
 	} {
-		_, err := readSecret(write(name, tc.data, tc.mode))
+		_, err := ReadSecret(write(name, tc.data, tc.mode))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("readSecret(%s) = %v; want %q", name, err, tc.want)
+			t.Errorf("ReadSecret(%s) = %v; want %q", name, err, tc.want)
 		}
 		if err != nil && strings.Contains(err.Error(), "s3cret") {
-			t.Errorf("readSecret(%s) error holds the secret: %v", name, err)
+			t.Errorf("ReadSecret(%s) error holds the secret: %v", name, err)
 		}
 	}
 	os.Symlink(filepath.Join(dir, "ok"), filepath.Join(dir, "link"))
-	if _, err := readSecret(filepath.Join(dir, "link")); err == nil {
-		t.Errorf("readSecret(symlink) = nil error; want a refusal")
+	if _, err := ReadSecret(filepath.Join(dir, "link")); err == nil {
+		t.Errorf("ReadSecret(symlink) = nil error; want a refusal")
 	}
 }
 
