@@ -1,7 +1,6 @@
 package backend
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,9 +9,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentrun/agentrun/internal/untrusted"
 )
 
 // Handover is the control channel of a warm sandbox, whose program (a
@@ -126,7 +126,7 @@ var errClosed = errors.New("the warm program closed its end (or ended)")
 
 // line reads one message, without its newline, within wait and ctx. A
 // line longer than handoverLine, or a close before its newline, is an
-// error; what it quotes of the program's bytes is made printable.
+// error; what it quotes of the program's bytes is escaped (untrusted.Text).
 func (h *Handover) line(ctx context.Context, wait time.Duration) (string, error) {
 	if h.conn == nil {
 		return "", errors.New("the hand-over channel is closed")
@@ -146,7 +146,7 @@ func (h *Handover) line(ctx context.Context, wait time.Duration) (string, error)
 		n, err := h.conn.Read(b)
 		if n == 1 {
 			if b[0] == '\n' {
-				return printable(buf), nil
+				return untrusted.Text(string(buf)), nil
 			}
 			buf = append(buf, b[0])
 			continue
@@ -160,19 +160,9 @@ func (h *Handover) line(ctx context.Context, wait time.Duration) (string, error)
 			return "", err
 		}
 		if len(buf) > 0 {
-			return "", fmt.Errorf("%w after %q", errClosed, printable(buf))
+			return "", fmt.Errorf("%w after %q", errClosed, untrusted.Text(string(buf)))
 		}
 		return "", errClosed
 	}
 	return "", fmt.Errorf("a line from the warm program longer than %d bytes", handoverLine)
-}
-
-// printable is b with every byte that is not a printable character of
-// valid UTF-8 written as an escape.
-func printable(b []byte) string {
-	if bytes.IndexFunc(b, func(r rune) bool { return r == unicode.ReplacementChar || !unicode.IsPrint(r) }) < 0 {
-		return string(b)
-	}
-	q := strconv.QuoteToASCII(string(b))
-	return q[1 : len(q)-1]
 }
