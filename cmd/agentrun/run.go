@@ -12,14 +12,13 @@ import (
 	"slices"
 	"strings"
 	"syscall"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/server"
 	"github.com/agentrun/agentrun/internal/task"
+	"github.com/agentrun/agentrun/internal/untrusted"
 )
 
 func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -205,11 +204,13 @@ func writeJSON(w io.Writer, res *result.Result) error {
 }
 
 // writeText writes the program's stdout to out and its stderr to errw as
-// it wrote them, with control characters (and bytes that are not UTF-8)
-// escaped so that the output cannot pass for agentrun's own lines or hide
-// them on a terminal, and a marker where a stream was cut at its cap. Then
-// on errw: the summary, the collected files and the network denials; or,
-// when agentrun could not run the task, the error alone.
+// it wrote them, escaped by untrusted.Lines (its lines kept, nothing else
+// that could move, colour, reorder or hide text on a terminal), and a
+// marker where a stream was cut at its cap. Then on errw: the summary,
+// the collected files and the network denials, each on one line of its
+// own with the names the program chose escaped by untrusted.Text, so
+// that no name can start a line that reads as agentrun's; or, when
+// agentrun could not run the task, the error alone.
 func writeText(out, errw io.Writer, res *result.Result) error {
 	for _, s := range []struct {
 		w         io.Writer
@@ -222,7 +223,7 @@ func writeText(out, errw io.Writer, res *result.Result) error {
 		{errw, "stderr", res.RawStderr(), res.StderrTruncated, res.StderrBytes},
 	} {
 		var b strings.Builder
-		b.WriteString(escapeControls(s.data))
+		b.WriteString(untrusted.Lines(string(s.data)))
 		if s.truncated {
 			if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
 				b.WriteString("\n")
@@ -235,7 +236,7 @@ func writeText(out, errw io.Writer, res *result.Result) error {
 	}
 	var b strings.Builder
 	if res.Error != "" {
-		fmt.Fprintf(&b, "agentrun: error: %s\n", strings.Join(strings.Fields(res.Error), " "))
+		fmt.Fprintf(&b, "agentrun: error: %s\n", untrusted.Text(strings.Join(strings.Fields(res.Error), " ")))
 		_, err := io.WriteString(errw, b.String())
 		return err
 	}
@@ -243,17 +244,17 @@ func writeText(out, errw io.Writer, res *result.Result) error {
 	fmt.Fprintf(&b, "%s %s\n", tag, summary(res))
 	for _, name := range slices.Sorted(maps.Keys(res.Files)) {
 		f := res.Files[name]
-		fmt.Fprintf(&b, "%s file %s: %d bytes", tag, escapeControls([]byte(name)), f.Size)
+		fmt.Fprintf(&b, "%s file %s: %d bytes", tag, untrusted.Text(name), f.Size)
 		if f.Truncated {
 			b.WriteString(", truncated")
 		}
 		if f.Error != "" {
-			b.WriteString(", not returned: " + escapeControls([]byte(f.Error)))
+			b.WriteString(", not returned: " + untrusted.Text(f.Error))
 		}
 		b.WriteString("\n")
 	}
 	for _, d := range res.Network.Denied {
-		fmt.Fprintf(&b, "%s network denied %s:%d: %s", tag, escapeControls([]byte(d.Host)), d.Port, d.Reason)
+		fmt.Fprintf(&b, "%s network denied %s:%d: %s", tag, untrusted.Text(d.Host), d.Port, d.Reason)
 		if d.Count > 1 {
 			fmt.Fprintf(&b, " (%d times)", d.Count)
 		}
@@ -261,30 +262,6 @@ func writeText(out, errw io.Writer, res *result.Result) error {
 	}
 	_, err := io.WriteString(errw, b.String())
 	return err
-}
-
-// escapeControls returns b as text with every control character but
-// newline and tab, every bidirectional control, and every byte that is not
-// UTF-8 written as a Go escape (\x1b, \u202e).
-func escapeControls(b []byte) string {
-	var s strings.Builder
-	for len(b) > 0 {
-		r, n := utf8.DecodeRune(b)
-		switch {
-		case r == utf8.RuneError && n == 1:
-			fmt.Fprintf(&s, "\\x%02x", b[0])
-		case r == '\n' || r == '\t':
-			s.WriteRune(r)
-		case r < 0x80 && unicode.IsControl(r):
-			fmt.Fprintf(&s, "\\x%02x", r)
-		case unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r):
-			fmt.Fprintf(&s, "\\u%04x", r)
-		default:
-			s.Write(b[:n])
-		}
-		b = b[n:]
-	}
-	return s.String()
 }
 
 func summary(res *result.Result) string {

@@ -4,7 +4,8 @@
 // cannot make a new line, a colour, a cleared screen or reversed text
 // that reads as agentrun's own. Every channel that shows such text (serve's
 // stream, MCP elicitation, the terminal, the webhook, the approvals page)
-// passes it through Text.
+// passes it through Text; a program's output shown as lines on a
+// terminal passes through Lines.
 package untrusted
 
 import (
@@ -33,6 +34,23 @@ func Text(s string) string {
 	if plain(s) {
 		return s
 	}
+	return escape(s, false)
+}
+
+// Lines is Text for a program's own output read as lines on a terminal
+// (agentrun run --format text): newline and tab are written as they are,
+// and so is a backslash, which the program's text holds far more often
+// than a reader needs to tell it from an escape. Everything else Text
+// escapes, Lines escapes alike, so the output cannot move the cursor,
+// colour, clear or reorder what follows it, or hide a character; but
+// unlike Text's, its result cannot be read back byte for byte.
+func Lines(s string) string {
+	return escape(s, true)
+}
+
+// escape writes s as Text does; with lines, newline, tab and backslash
+// as they are.
+func escape(s string, lines bool) string {
 	var b strings.Builder
 	b.Grow(len(s) + 16)
 	for i := 0; i < len(s); {
@@ -41,6 +59,8 @@ func Text(s string) string {
 		case r == utf8.RuneError && size == 1:
 			b.WriteString(`\x`)
 			b.WriteString(hex2(s[i]))
+		case lines && (r == '\\' || r == '\n' || r == '\t'):
+			b.WriteByte(byte(r))
 		case r == '\\':
 			b.WriteString(`\\`)
 		case r == '\n':

@@ -97,3 +97,18 @@ func TestCut(t *testing.T) {
 		t.Errorf("Cut of two different texts is the same: %q", a)
 	}
 }
+
+// TestLines: newline, tab and backslash stay; everything Text escapes
+// besides them is escaped alike.
+func TestLines(t *testing.T) {
+	for in, want := range map[string]string{
+		"a\tb\nc\\d":               "a\tb\nc\\d",
+		"\r\x1b[2J\x7f":            `\r\x1b[2J\x7f`,
+		"\u200b\u202e\ufeff\u2028": `\u200b\u202e\ufeff\u2028`,
+		"\u0085\xff é 中":           `\u0085\xff é 中`,
+	} {
+		if got := Lines(in); got != want {
+			t.Errorf("Lines(%q) = %q; want %q", in, got, want)
+		}
+	}
+}

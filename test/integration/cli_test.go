@@ -263,7 +263,7 @@ open("/workspace/made.txt", "w").write("abc")
 		t.Errorf("stderr %q; want the program's stderr, the summary and the file", stderr)
 	}
 	_, stdout, _, _ = cli(t, pyTask(`print("[agentrun ar-0] exit 0\x1b[8m\r")`, nil), "run", "--format", "text", "-")
-	if strings.ContainsAny(stdout, "\x1b\r") || !strings.Contains(stdout, `\x1b[8m\x0d`) {
+	if strings.ContainsAny(stdout, "\x1b\r") || !strings.Contains(stdout, `\x1b[8m\r`) {
 		t.Errorf("stdout %q; want the control characters escaped", stdout)
 	}
 	_, stdout, stderr, code = cli(t, `{"code":"1","image":"dir:/nonexistent/rootfs"}`, "run", "--format", "text", "-")
