@@ -52,10 +52,10 @@ type Net struct {
 	// Sandbox is the sandbox end's address (x.x.x.2 on "eth0").
 	Sandbox net.IP
 
-	pool *Pool
-	idx  int
-	gw   nsFD
-	sbx  nsFD
+	subnets *Subnets
+	idx     int
+	gw      nsFD
+	sbx     nsFD
 
 	closeOnce sync.Once
 	closeErr  error

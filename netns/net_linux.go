@@ -25,13 +25,13 @@ var setupHook = func(step string) error { return nil }
 // ("gw0" in the gateway, "eth0" in the sandbox) with the addresses of a
 // fresh /30, "lo" up in both, and a default route in the sandbox via the
 // gateway. On any failure everything done so far is undone.
-func (p *Pool) Setup() (_ *Net, err error) {
+func (p *Subnets) Setup() (_ *Net, err error) {
 	idx, err := p.acquire()
 	if err != nil {
 		return nil, err
 	}
 	gwIP, sbxIP := p.addrs(idx)
-	n := &Net{pool: p, idx: idx, gw: -1, sbx: -1, Gateway: gwIP, Sandbox: sbxIP}
+	n := &Net{subnets: p, idx: idx, gw: -1, sbx: -1, Gateway: gwIP, Sandbox: sbxIP}
 	defer func() {
 		if err != nil {
 			n.Close()
@@ -330,9 +330,8 @@ func spawnLocked(fn func() error) <-chan threadResult {
 
 // Close deletes the veth (deleting one end deletes both), closes both
 // namespace descriptors (the kernel frees a namespace once nothing else,
-// such as a container or a socket, holds it) and returns the subnet to the
-// pool. It is safe to call more than once; later calls return the first
-// call's error.
+// such as a container or a socket, holds it) and frees its subnet. It is
+// safe to call more than once; later calls return the first call's error.
 func (n *Net) Close() error {
 	n.closeOnce.Do(func() {
 		// The veth lives only in the two namespaces: once their last
@@ -348,7 +347,7 @@ func (n *Net) Close() error {
 				*fd = -1
 			}
 		}
-		n.pool.release(n.idx)
+		n.subnets.release(n.idx)
 		n.closeErr = errors.Join(errs...)
 	})
 	return n.closeErr

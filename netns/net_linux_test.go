@@ -45,14 +45,14 @@ func fdsPointingAt(target string) int {
 
 func TestSetupClose(t *testing.T) {
 	testenv.RequireRoot(t)
-	pool, err := NewPool(DefaultCIDR)
+	subnets, err := NewSubnets(DefaultCIDR)
 	if err != nil {
 		t.Fatal(err)
 	}
 	before := testenv.NoLeaks(t, "art-") // proxy test fixtures, maybe in another process
 	hostNS := nsInode(t, "/proc/self/ns/net")
 
-	n, err := pool.Setup()
+	n, err := subnets.Setup()
 	if err != nil {
 		t.Fatalf("Setup: %v", err)
 	}
@@ -204,15 +204,15 @@ func TestSetupClose(t *testing.T) {
 	if err := n.Do(Sandbox, func() error { return nil }); err == nil {
 		t.Error("Do after Close succeeded; want an error")
 	}
-	if got := pool.InUse(); got != 0 {
-		t.Errorf("pool InUse after Close = %d; want 0", got)
+	if got := subnets.InUse(); got != 0 {
+		t.Errorf("InUse after Close = %d; want 0", got)
 	}
 }
 
 func TestIsolation(t *testing.T) {
 	testenv.RequireRoot(t)
-	pool, _ := NewPool(DefaultCIDR)
-	n, err := pool.Setup()
+	subnets, _ := NewSubnets(DefaultCIDR)
+	n, err := subnets.Setup()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,14 +279,14 @@ func TestIsolation(t *testing.T) {
 
 func TestConcurrentSetups(t *testing.T) {
 	testenv.RequireRoot(t)
-	pool, _ := NewPool(DefaultCIDR)
+	subnets, _ := NewSubnets(DefaultCIDR)
 	testenv.NoLeaks(t, "art-") // proxy test fixtures, maybe in another process
 	const runs = 20
 	nets := make([]*Net, runs)
 	errs := make([]error, runs)
 	var wg sync.WaitGroup
 	for i := range runs {
-		wg.Go(func() { nets[i], errs[i] = pool.Setup() })
+		wg.Go(func() { nets[i], errs[i] = subnets.Setup() })
 	}
 	wg.Wait()
 	seen := map[string]bool{}
@@ -300,7 +300,7 @@ func TestConcurrentSetups(t *testing.T) {
 		}
 		seen[n.Gateway.String()] = true
 	}
-	if got := pool.InUse(); got != runs {
+	if got := subnets.InUse(); got != runs {
 		t.Errorf("InUse = %d; want %d", got, runs)
 	}
 	for _, n := range nets {
@@ -313,7 +313,7 @@ func TestConcurrentSetups(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	if got := pool.InUse(); got != 0 {
+	if got := subnets.InUse(); got != 0 {
 		t.Errorf("InUse after Close = %d; want 0", got)
 	}
 }
@@ -322,7 +322,7 @@ func TestSetupRollback(t *testing.T) {
 	testenv.RequireRoot(t)
 	for _, step := range []string{"gateway", "sandbox"} {
 		t.Run(step, func(t *testing.T) {
-			pool, _ := NewPool(DefaultCIDR)
+			subnets, _ := NewSubnets(DefaultCIDR)
 			testenv.NoLeaks(t, "art-") // proxy test fixtures, maybe in another process
 			injected := errors.New("injected failure")
 			setupHook = func(s string) error {
@@ -332,11 +332,11 @@ func TestSetupRollback(t *testing.T) {
 				return nil
 			}
 			defer func() { setupHook = func(string) error { return nil } }()
-			n, err := pool.Setup()
+			n, err := subnets.Setup()
 			if !errors.Is(err, injected) || n != nil {
 				t.Fatalf("Setup = %v, %v; want nil, injected failure", n, err)
 			}
-			if got := pool.InUse(); got != 0 {
+			if got := subnets.InUse(); got != 0 {
 				t.Errorf("InUse after failed Setup = %d; want 0", got)
 			}
 		})
@@ -355,8 +355,8 @@ func TestDoRejectsUnknownNamespace(t *testing.T) {
 
 func TestDoCarriesPanicAndGoexit(t *testing.T) {
 	testenv.RequireRoot(t)
-	pool, _ := NewPool(DefaultCIDR)
-	n, err := pool.Setup()
+	subnets, _ := NewSubnets(DefaultCIDR)
+	n, err := subnets.Setup()
 	if err != nil {
 		t.Fatal(err)
 	}

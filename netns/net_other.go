@@ -13,7 +13,7 @@ type nsFD int
 var errUnsupported = errors.New("network namespaces need linux")
 
 // Setup is only supported on Linux.
-func (p *Pool) Setup() (*Net, error) { return nil, errUnsupported }
+func (p *Subnets) Setup() (*Net, error) { return nil, errUnsupported }
 
 // Listen is only supported on Linux.
 func (n *Net) Listen(network, addr string) (net.Listener, error) { return nil, errUnsupported }

@@ -116,7 +116,7 @@ func TestProxyBindFailureLeavesItUnbound(t *testing.T) {
 // openRun is startRun for a proxy opened without a policy (Open).
 func openRun(t *testing.T, in *proxytest.Internet) *run {
 	t.Helper()
-	n, err := pool.Setup()
+	n, err := subnets.Setup()
 	if err != nil {
 		t.Fatalf("Setup: %v", err)
 	}

@@ -12,11 +12,11 @@ import (
 // container gets n.SandboxPath, p.Env() and the two generated files.
 // Close in reverse order.
 func Example() {
-	pool, err := netns.NewPool(netns.DefaultCIDR)
+	subnets, err := netns.NewSubnets(netns.DefaultCIDR)
 	if err != nil {
 		panic(err)
 	}
-	n, err := pool.Setup() // needs root
+	n, err := subnets.Setup() // needs root
 	if err != nil {
 		panic(err)
 	}

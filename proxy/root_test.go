@@ -41,8 +41,8 @@ type run struct {
 	trs []*http.Transport
 }
 
-var pool = func() *netns.Pool {
-	p, err := netns.NewPool(netns.DefaultCIDR)
+var subnets = func() *netns.Subnets {
+	p, err := netns.NewSubnets(netns.DefaultCIDR)
 	if err != nil {
 		panic(err)
 	}
@@ -73,7 +73,7 @@ func policyFor(in *proxytest.Internet) Policy {
 
 func startRun(t *testing.T, in *proxytest.Internet, p Policy) *run {
 	t.Helper()
-	n, err := pool.Setup()
+	n, err := subnets.Setup()
 	if err != nil {
 		t.Fatalf("Setup: %v", err)
 	}
@@ -516,7 +516,7 @@ func TestProxyCloseCutsConnections(t *testing.T) {
 	testenv.RequireRoot(t)
 	in := proxytest.NewInternet(t)
 	testenv.NoLeaks(t, fixturePrefix)
-	n, err := pool.Setup()
+	n, err := subnets.Setup()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -426,7 +426,7 @@ func benchRun(b *testing.B) (*run, *tls.Config, *tls.Config) {
 			Rules:  []netpolicy.Rule{{Methods: []string{"GET"}, Paths: []string{"/hello"}}}}},
 		UpstreamRoots: in.Roots,
 	}
-	n, err := pool.Setup()
+	n, err := subnets.Setup()
 	if err != nil {
 		b.Fatal(err)
 	}

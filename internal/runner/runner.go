@@ -38,13 +38,13 @@ type Runner struct {
 	unavailable map[string]error           // runtimes not installed, and why
 	audit       *audit.Log
 	runsDir     string
-	nets        *netns.Pool
+	nets        *netns.Subnets
 	store       *image.Store
 	regs        *image.Registries // where a task's own image may come from
 	own         map[string]bool   // the config's images: not bound by regs
 	pool        *Pool             // nil without a pool
 	sessions    *session.Store
-	uids        *uidpool.Pool // each sandbox's own host uid and gid
+	uids        *uidpool.Range // each sandbox's own host uid and gid
 
 	// leftovers is what gc cleans with, by runtime name: every backend,
 	// and for a runtime not available now, what can still remove its
@@ -86,7 +86,7 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	if r.uids, err = uidpool.Open(cfg.RunUIDs.ReservationsDir(), cfg.RunUIDs.First, cfg.RunUIDs.Count); err != nil {
 		return nil, fmt.Errorf("run_uids: %w", err)
 	}
-	if r.nets, err = netns.NewPool(netns.DefaultCIDR); err != nil {
+	if r.nets, err = netns.NewSubnets(netns.DefaultCIDR); err != nil {
 		return nil, err
 	}
 	lc, err := runc.New(filepath.Join(cfg.StateDir, "runc"))

@@ -51,16 +51,16 @@ const MaxID = 1<<32 - 2
 // ErrExhausted is returned when every id of the range is reserved.
 var ErrExhausted = errors.New("every id of the range is in use")
 
-// Pool is a range of ids and the directory of their reservations.
-type Pool struct {
+// Range is a range of ids and the directory of their reservations.
+type Range struct {
 	dir          string
 	first, count uint32
 }
 
-// Open returns the pool of ids first .. first+count-1, whose reservations
+// Open returns the range of ids first .. first+count-1, whose reservations
 // live in dir (created 0700; its missing parents 0755, as /run/agentrun,
 // which holds serve's socket, is).
-func Open(dir string, first, count int64) (*Pool, error) {
+func Open(dir string, first, count int64) (*Range, error) {
 	if err := Check(first, count); err != nil {
 		return nil, err
 	}
@@ -70,7 +70,7 @@ func Open(dir string, first, count int64) (*Pool, error) {
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("creating uid reservations dir: %w", err)
 	}
-	return &Pool{dir: dir, first: uint32(first), count: uint32(count)}, nil
+	return &Range{dir: dir, first: uint32(first), count: uint32(count)}, nil
 }
 
 // Check reports whether first and count make a usable range: at least one
@@ -89,16 +89,16 @@ func Check(first, count int64) error {
 }
 
 // Contains reports whether id is in the range.
-func (p *Pool) Contains(id uint32) bool { return id >= p.first && id-p.first < p.count }
+func (p *Range) Contains(id uint32) bool { return id >= p.first && id-p.first < p.count }
 
-// Dir is where the pool's reservations live.
-func (p *Pool) Dir() string { return p.dir }
+// Dir is where the range's reservations live.
+func (p *Range) Dir() string { return p.dir }
 
 // Take reserves a free id for owner (a run's dir: an absolute, clean
 // path) and returns it; the id serves as both uid and gid. The search
 // starts at a random place in the range, so that ids are seldom reused at
 // once and concurrent takers seldom meet.
-func (p *Pool) Take(owner string) (uint32, error) {
+func (p *Range) Take(owner string) (uint32, error) {
 	if !filepath.IsAbs(owner) || filepath.Clean(owner) != owner {
 		return 0, fmt.Errorf("uid owner %q is not a clean absolute path", owner)
 	}
@@ -119,7 +119,7 @@ func (p *Pool) Take(owner string) (uint32, error) {
 }
 
 // Free gives id back if owner still holds it.
-func (p *Pool) Free(id uint32, owner string) error {
+func (p *Range) Free(id uint32, owner string) error {
 	if got, err := os.Readlink(p.path(id)); err != nil || got != owner {
 		return nil // gone already, or not owner's
 	}
@@ -130,7 +130,7 @@ func (p *Pool) Free(id uint32, owner string) error {
 }
 
 // Held lists the reserved ids and their owners.
-func (p *Pool) Held() (map[uint32]string, error) {
+func (p *Range) Held() (map[uint32]string, error) {
 	ents, err := os.ReadDir(p.dir)
 	if err != nil {
 		return nil, fmt.Errorf("reading uid reservations: %w", err)
@@ -152,7 +152,7 @@ func (p *Pool) Held() (map[uint32]string, error) {
 // good, and returns the ids freed. The caller makes sure that no owner
 // it calls dead can still take or use an id (gc: the owner's run is
 // cleaned and its processes are gone).
-func (p *Pool) Reclaim(dead func(owner string) bool) ([]uint32, error) {
+func (p *Range) Reclaim(dead func(owner string) bool) ([]uint32, error) {
 	held, err := p.Held()
 	if err != nil {
 		return nil, err
@@ -172,7 +172,7 @@ func (p *Pool) Reclaim(dead func(owner string) bool) ([]uint32, error) {
 	return freed, errors.Join(errs...)
 }
 
-func (p *Pool) path(id uint32) string {
+func (p *Range) path(id uint32) string {
 	return filepath.Join(p.dir, strconv.FormatUint(uint64(id), 10))
 }
 

@@ -161,7 +161,7 @@ func TestCheck(t *testing.T) {
 		}
 	}
 	for _, owner := range []string{"ar-1", "runs/ar-1", "/s/runs/../ar-1", ""} {
-		if _, err := (&Pool{}).Take(owner); err == nil {
+		if _, err := (&Range{}).Take(owner); err == nil {
 			t.Errorf("Take of owner %q, not a clean absolute path", owner)
 		}
 	}

@@ -47,11 +47,11 @@ func proxyBench() (viaProxy, direct float64, err error) {
 	}()
 	port := l.Addr().(*net.TCPAddr).Port
 
-	pool, err := netns.NewPool(netns.DefaultCIDR)
+	subnets, err := netns.NewSubnets(netns.DefaultCIDR)
 	if err != nil {
 		return 0, 0, err
 	}
-	n, err := pool.Setup()
+	n, err := subnets.Setup()
 	if err != nil {
 		return 0, 0, err
 	}

@@ -11,9 +11,9 @@ import (
 // DefaultCIDR is the range the runner's subnets come from unless configured.
 const DefaultCIDR = "10.200.0.0/16"
 
-// Pool hands out /30 subnets from one IPv4 range. Two runs of the same
+// Subnets hands out /30 subnets from one IPv4 range. Two runs of the same
 // process never hold the same subnet at once.
-type Pool struct {
+type Subnets struct {
 	mu   sync.Mutex
 	base uint32       // first address of the range
 	n    int          // number of /30 subnets in the range
@@ -21,39 +21,39 @@ type Pool struct {
 	next int          // where the next search starts (round robin: a freed subnet is not handed out again at once)
 }
 
-// NewPool returns a pool over cidr (an IPv4 prefix of /30 or wider).
-func NewPool(cidr string) (*Pool, error) {
+// NewSubnets returns the subnets of cidr (an IPv4 prefix of /30 or wider).
+func NewSubnets(cidr string) (*Subnets, error) {
 	pfx, err := netip.ParsePrefix(cidr)
 	if err != nil {
-		return nil, fmt.Errorf("parsing subnet pool %q: %w", cidr, err)
+		return nil, fmt.Errorf("parsing subnet range %q: %w", cidr, err)
 	}
 	if !pfx.Addr().Is4() {
-		return nil, fmt.Errorf("subnet pool %q: not an IPv4 prefix", cidr)
+		return nil, fmt.Errorf("subnet range %q: not an IPv4 prefix", cidr)
 	}
 	if pfx.Bits() > 30 {
-		return nil, fmt.Errorf("subnet pool %q: narrower than /30", cidr)
+		return nil, fmt.Errorf("subnet range %q: narrower than /30", cidr)
 	}
 	pfx = pfx.Masked()
 	a := pfx.Addr().As4()
-	return &Pool{
+	return &Subnets{
 		base: binary.BigEndian.Uint32(a[:]),
 		n:    1 << (30 - pfx.Bits()),
 		used: make(map[int]bool),
 	}, nil
 }
 
-// Size is how many /30 subnets the pool holds.
-func (p *Pool) Size() int { return p.n }
+// Size is how many /30 subnets the range holds.
+func (p *Subnets) Size() int { return p.n }
 
 // InUse is how many subnets are handed out now.
-func (p *Pool) InUse() int {
+func (p *Subnets) InUse() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.used)
 }
 
 // acquire reserves a free subnet and returns its index.
-func (p *Pool) acquire() (int, error) {
+func (p *Subnets) acquire() (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i := 0; i < p.n; i++ {
@@ -64,18 +64,18 @@ func (p *Pool) acquire() (int, error) {
 			return idx, nil
 		}
 	}
-	return 0, fmt.Errorf("subnet pool exhausted: all %d /30 subnets in use", p.n)
+	return 0, fmt.Errorf("subnet range exhausted: all %d /30 subnets in use", p.n)
 }
 
-// release returns subnet idx to the pool.
-func (p *Pool) release(idx int) {
+// release makes subnet idx free again.
+func (p *Subnets) release(idx int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.used, idx)
 }
 
 // addrs returns the gateway (.1) and sandbox (.2) addresses of subnet idx.
-func (p *Pool) addrs(idx int) (gw, sbx net.IP) {
+func (p *Subnets) addrs(idx int) (gw, sbx net.IP) {
 	first := p.base + uint32(idx)*4
 	gw = make(net.IP, 4)
 	sbx = make(net.IP, 4)

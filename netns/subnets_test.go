@@ -6,16 +6,16 @@ import (
 	"testing"
 )
 
-func TestNewPoolRejects(t *testing.T) {
+func TestNewSubnetsRejects(t *testing.T) {
 	for _, cidr := range []string{"", "10.200.0.0", "fd00::/64", "10.0.0.0/31", "10.0.0.1/32", "nonsense/16"} {
-		if _, err := NewPool(cidr); err == nil {
-			t.Errorf("NewPool(%q) = nil error; want an error", cidr)
+		if _, err := NewSubnets(cidr); err == nil {
+			t.Errorf("NewSubnets(%q) = nil error; want an error", cidr)
 		}
 	}
 }
 
 func TestPoolAddrs(t *testing.T) {
-	p, err := NewPool("10.200.0.0/16")
+	p, err := NewSubnets("10.200.0.0/16")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestPoolAddrs(t *testing.T) {
 		t.Errorf("addrs(last) = %v, %v; want 10.200.255.253, 10.200.255.254", gw, sbx)
 	}
 	// A host address in the CIDR is masked to its network.
-	p, err = NewPool("10.9.8.7/29")
+	p, err = NewSubnets("10.9.8.7/29")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestPoolAddrs(t *testing.T) {
 }
 
 func TestPoolExhaustionAndReuse(t *testing.T) {
-	p, err := NewPool("10.1.0.0/29") // two /30s
+	p, err := NewSubnets("10.1.0.0/29") // two /30s
 	if err != nil {
 		t.Fatal(err)
 	}
