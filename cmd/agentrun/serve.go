@@ -150,8 +150,7 @@ func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
 			stop = true
 		}
 	}
-	// The config is valid: its policy timeout parses.
-	longest, _ := config.ParseDuration(cfg.Policy.Timeout)
+	longest := cfg.Policy.Timeout.Duration()
 	grace, cancel := context.WithTimeout(context.Background(), longest+5*time.Second)
 	defer cancel()
 	// MCP sessions hold streams open: they end once their calls are done.

@@ -62,8 +62,7 @@ func runWorker(cfg *config.Config, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stderr, "agentrun worker: taking tasks from stream %s (%s), %d slots\n", cfg.Worker.Stream, cfg.Worker.Subject, w.Slots())
-	// The config is valid: its policy timeout parses.
-	longest, _ := config.ParseDuration(cfg.Policy.Timeout)
+	longest := cfg.Policy.Timeout.Duration()
 	err = w.Run(stop, longest+5*time.Second)
 	fmt.Fprintf(stderr, "agentrun worker: stopped\n")
 	return err

@@ -6,37 +6,17 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/netip"
 	"os"
 
 	"github.com/agentrun/agentrun/internal/uidpool"
 )
 
-// Limits is the JSON form of resource limits (task "limits" and config "limits").
-type Limits struct {
-	Timeout       string   `json:"timeout,omitempty"`         // Go duration, e.g. "5s"
-	Memory        string   `json:"memory,omitempty"`          // size, e.g. "256m" (binary units: k,m,g; plain number = bytes)
-	CPUs          *float64 `json:"cpus,omitempty"`            // CPU cores, fractional
-	Pids          *int64   `json:"pids,omitempty"`            // processes and threads
-	OutputBytes   *int64   `json:"output_bytes,omitempty"`    // bytes kept per output stream
-	TmpSize       string   `json:"tmp_size,omitempty"`        // size of the /tmp tmpfs
-	WorkspaceSize string   `json:"workspace_size,omitempty"`  // size of the /workspace tmpfs
-	NetBytes      string   `json:"net_bytes,omitempty"`       // bytes per run per direction through the proxy
-	NetConns      *int64   `json:"net_connections,omitempty"` // connections at once through the proxy
-}
-
-// Policy holds the maxima a task may ask for, in the same syntax as Limits.
-// A task asking for more is refused, never clamped.
+// Policy holds the maxima a task may ask for, in the same syntax as the
+// limits. A task asking for more is refused, never clamped.
 type Policy struct {
-	Timeout       string   `json:"timeout,omitempty"`
-	Memory        string   `json:"memory,omitempty"`
-	CPUs          *float64 `json:"cpus,omitempty"`
-	Pids          *int64   `json:"pids,omitempty"`
-	OutputBytes   *int64   `json:"output_bytes,omitempty"`
-	TmpSize       string   `json:"tmp_size,omitempty"`
-	WorkspaceSize string   `json:"workspace_size,omitempty"`
-	NetBytes      string   `json:"net_bytes,omitempty"`
-	NetConns      *int64   `json:"net_connections,omitempty"`
-	AllowNetwork  *bool    `json:"allow_network"` // false: tasks may not ask for any network
+	Limits
+	AllowNetwork *bool `json:"allow_network"` // false: tasks may not ask for any network
 	// LocalImages are the directories under which a task may name a local
 	// image (dir:, oci:, docker-archive:); none by default. The config's
 	// own default image is the operator's and is not bound by it.
@@ -54,8 +34,8 @@ type Policy struct {
 // refusal of loopback, private, link-local and similar addresses.
 type Network struct {
 	Hosts       map[string]string `json:"hosts"`
-	AllowRanges []string          `json:"allow_ranges"`
-	DenyRanges  []string          `json:"deny_ranges"`
+	AllowRanges []netip.Prefix    `json:"allow_ranges"`
+	DenyRanges  []netip.Prefix    `json:"deny_ranges"`
 	// CAFiles are PEM files of extra roots that services' upstreams are
 	// verified against, beside the host's.
 	CAFiles []string `json:"ca_files"`
@@ -65,7 +45,7 @@ type Network struct {
 	Services map[string]Service `json:"services"`
 	// ApprovalTimeout is how long a request held by an approve rule waits
 	// for a decision before it is denied.
-	ApprovalTimeout string `json:"approval_timeout"`
+	ApprovalTimeout Duration `json:"approval_timeout"`
 }
 
 // Service is one service of network.services (see netpolicy.Service).
@@ -198,11 +178,11 @@ type Worker struct {
 	Results    string    `json:"results"`     // KV bucket of results, keyed by task id
 	Events     string    `json:"events"`      // subject prefix of live output (PREFIX.ID); "" none
 	Slots      int       `json:"slots"`       // tasks at once per worker; 0: server.max_concurrent
-	AckWait    string    `json:"ack_wait"`    // redelivery after silence this long (a running task is kept alive)
+	AckWait    Duration  `json:"ack_wait"`    // redelivery after silence this long (a running task is kept alive)
 	MaxDeliver int       `json:"max_deliver"` // deliveries of a task before its result is an error
-	RetryDelay string    `json:"retry_delay"` // a host failure naks with this delay times the delivery count
+	RetryDelay Duration  `json:"retry_delay"` // a host failure naks with this delay times the delivery count
 	Replicas   int       `json:"replicas"`    // replicas of the stream and the bucket when a worker creates them
-	ResultTTL  string    `json:"result_ttl"`  // how long results are kept
+	ResultTTL  Duration  `json:"result_ttl"`  // how long results are kept
 	// Approvals: the webhook of held requests, and where decisions come.
 	Approvals WorkerApprovals `json:"approvals"`
 }
@@ -224,9 +204,9 @@ type Quota struct {
 // Sessions configures kept session workspaces (docs/sessions.md): each
 // is a disk image of MaxBytes, removed after TTL idle.
 type Sessions struct {
-	TTL      string `json:"ttl"`       // idle time after which gc removes a session
-	Max      int    `json:"max"`       // sessions on this host at once
-	MaxBytes string `json:"max_bytes"` // size cap of each session's /workspace
+	TTL      Duration `json:"ttl"`       // idle time after which gc removes a session
+	Max      int      `json:"max"`       // sessions on this host at once
+	MaxBytes Size     `json:"max_bytes"` // size cap of each session's /workspace
 }
 
 // RunUIDs is the range of host ids that sandboxes run as: each sandbox
@@ -274,7 +254,7 @@ type Config struct {
 	Worker        Worker   `json:"worker"`
 	Sessions      Sessions `json:"sessions"`
 	StoreDir      string   `json:"store_dir"`
-	StoreMax      string   `json:"store_max_size"` // size cap of the image store; least recently used images go first
+	StoreMax      Size     `json:"store_max_size"` // size cap of the image store; least recently used images go first
 	StateDir      string   `json:"state_dir"`
 	// CgroupParent is the cgroup under which libcontainer runs' cgroups
 	// are made, in every hierarchy; runsc runs' go under the same path
@@ -318,15 +298,14 @@ func ptr[T any](v T) *T { return &v }
 // Default returns the built-in configuration, which mirrors the seed's
 // docker flags. Each call returns a fresh value.
 func Default() *Config {
-	limits, policy := defaultLimits()
-	policy.AllowNetwork = ptr(true)
+	limits, maxima := defaultLimits()
 	return &Config{
 		Image:    "python:3.12-slim",
 		Language: "python",
 		Limits:   limits,
 		Env:      map[string]string{},
 		Runtime:  RuntimeLibcontainer,
-		Policy:   policy,
+		Policy:   Policy{Limits: maxima, AllowNetwork: ptr(true)},
 		Languages: map[string][]string{
 			"python":  {"python3", "-u", "{file}"},
 			"python3": {"python3", "-u", "{file}"},
@@ -334,8 +313,8 @@ func Default() *Config {
 			"bash":    {"bash", "{file}"},
 			"sh":      {"sh", "{file}"},
 		},
-		Network: Network{Hosts: map[string]string{}, AllowRanges: []string{}, DenyRanges: []string{},
-			CAFiles: []string{}, Services: map[string]Service{}, ApprovalTimeout: "60s"},
+		Network: Network{Hosts: map[string]string{}, AllowRanges: []netip.Prefix{}, DenyRanges: []netip.Prefix{},
+			CAFiles: []string{}, Services: map[string]Service{}, ApprovalTimeout: MustDuration("60s")},
 		Runsc: Runsc{Path: "/usr/local/bin/runsc", Flags: []string{"--platform=systrap"}},
 		Init:  DefaultInit,
 		Server: Server{
@@ -348,12 +327,12 @@ func Default() *Config {
 		Worker: Worker{
 			NATS:   []string{"nats://127.0.0.1:4222"},
 			Stream: "AGENTRUN", Subject: "agentrun.tasks", Results: "agentrun-results", Events: "agentrun.events",
-			AckWait: "30s", MaxDeliver: 3, RetryDelay: "5s", Replicas: 1, ResultTTL: "24h",
+			AckWait: MustDuration("30s"), MaxDeliver: 3, RetryDelay: MustDuration("5s"), Replicas: 1, ResultTTL: MustDuration("24h"),
 			Approvals: WorkerApprovals{Subject: "agentrun.approvals"},
 		},
-		Sessions: Sessions{TTL: "1h", Max: 1000, MaxBytes: "256m"},
+		Sessions: Sessions{TTL: MustDuration("1h"), Max: 1000, MaxBytes: MustSize("256m")},
 		StoreDir: "/var/lib/agentrun",
-		StoreMax: "20g",
+		StoreMax: MustSize("20g"),
 		// Under /run/agentrun, which holds the socket and which the
 		// agentrun group may enter; the state dir itself is root's alone.
 		StateDir:     "/run/agentrun/state",

@@ -14,8 +14,8 @@ func TestDefaultIsValid(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if c.Image != "python:3.12-slim" || c.Limits.Timeout != "5s" || c.Limits.Memory != "256m" || *c.Limits.CPUs != 0.5 ||
-		*c.Limits.Pids != 64 || *c.Limits.OutputBytes != 65536 || c.Limits.TmpSize != "64m" || *c.Policy.NetConns != 256 ||
+	if c.Image != "python:3.12-slim" || c.Limits.Timeout.String() != "5s" || c.Limits.Memory.String() != "256m" || *c.Limits.CPUs != 0.5 ||
+		*c.Limits.Pids != 64 || *c.Limits.OutputBytes != 65536 || c.Limits.TmpSize.String() != "64m" || *c.Policy.NetConns != 256 ||
 		!*c.Policy.AllowNetwork || c.Runtime != "libcontainer" || c.Server.Quota != (Quota{60, 2}) {
 		t.Errorf("unexpected defaults: %+v", c)
 	}
@@ -40,10 +40,10 @@ func TestParseMergesOverDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := Default()
-	if c.Limits.Memory != "512m" || c.Limits.Timeout != d.Limits.Timeout || *c.Limits.CPUs != 0.5 {
+	if c.Limits.Memory.String() != "512m" || c.Limits.Timeout != d.Limits.Timeout || *c.Limits.CPUs != 0.5 {
 		t.Errorf("limits not merged per field: %+v", c.Limits)
 	}
-	if *c.Policy.CPUs != 4 || c.Policy.Memory != "2g" {
+	if *c.Policy.CPUs != 4 || c.Policy.Memory.String() != "2g" {
 		t.Errorf("policy not merged per field: %+v", c.Policy)
 	}
 	if !reflect.DeepEqual(c.Languages["ruby"], []string{"ruby", "{file}"}) || c.Languages["python"] == nil {
@@ -206,7 +206,7 @@ func TestLoad(t *testing.T) {
 	}
 
 	c, err := Load(write("ok.json", `{"image": "node:22-slim", "language": "node"}`))
-	if err != nil || c.Image != "node:22-slim" || c.Language != "node" || c.Limits.Memory != "256m" {
+	if err != nil || c.Image != "node:22-slim" || c.Language != "node" || c.Limits.Memory.String() != "256m" {
 		t.Fatalf("Load = %+v, %v", c, err)
 	}
 

@@ -2,10 +2,12 @@ package config
 
 import (
 	"bytes"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"reflect"
 	"strconv"
 	"strings"
@@ -82,6 +84,22 @@ func (w *walker) value(t reflect.Type, path string) error {
 	}
 	bad := func(want string) error {
 		return &DecodeError{Path: path, Reason: fmt.Sprintf("expected %s, got %s", want, kindOf(tok))}
+	}
+	if reflect.PointerTo(t).Implements(textUnmarshaler) {
+		// A value read from a string (Duration, Size, netip.Prefix): read
+		// it here, so that its error names the key.
+		str, ok := tok.(string)
+		if !ok {
+			return bad("a string")
+		}
+		if err := reflect.New(t).Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(str)); err != nil {
+			reason := err.Error()
+			if t == reflect.TypeFor[netip.Prefix]() {
+				reason = fmt.Sprintf("%q is not a CIDR range (e.g. 10.0.0.0/8)", str)
+			}
+			return &DecodeError{Path: path, Reason: reason}
+		}
+		return nil
 	}
 	if t == reflect.TypeFor[PoolEntry]() {
 		// A count, or the object.
@@ -184,15 +202,19 @@ func (w *walker) closing(path string) error {
 	return nil
 }
 
-// fieldByJSONName finds the exported field whose json tag name is exactly name.
+// fieldByJSONName finds the exported field whose json tag name is exactly
+// name, in t or a struct t embeds without a name (as Policy embeds Limits).
 func fieldByJSONName(t reflect.Type, name string) (reflect.StructField, bool) {
 	for i := range t.NumField() {
 		f := t.Field(i)
-		if !f.IsExported() {
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && tag == "" && f.Type.Kind() == reflect.Struct {
+			if ef, ok := fieldByJSONName(f.Type, name); ok {
+				return ef, true
+			}
 			continue
 		}
-		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if tag == "-" {
+		if !f.IsExported() || tag == "-" {
 			continue
 		}
 		if tag == "" {
@@ -204,6 +226,8 @@ func fieldByJSONName(t reflect.Type, name string) (reflect.StructField, bool) {
 	}
 	return reflect.StructField{}, false
 }
+
+var textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
 
 func kindOf(tok json.Token) string {
 	switch v := tok.(type) {

@@ -19,7 +19,7 @@ func TestServicesConfig(t *testing.T) {
 	if err := ps.Validate(); err != nil || ps.Authority() != "api.github.com:443" || len(ps.Inject) != 1 || !ps.Rules[1].Approve {
 		t.Errorf("ProxyService = %+v, %v", ps, err)
 	}
-	if c.Network.ApprovalTimeout != "2m" || Default().Network.ApprovalTimeout != "60s" {
+	if c.Network.ApprovalTimeout.String() != "2m" || Default().Network.ApprovalTimeout.String() != "60s" {
 		t.Errorf("approval_timeout = %q", c.Network.ApprovalTimeout)
 	}
 

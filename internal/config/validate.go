@@ -80,7 +80,7 @@ func (c *Config) Validate() error {
 	if c.RunUIDs.Dir != "" && !isCleanAbs(c.RunUIDs.Dir) {
 		return fieldErr("run_uids.dir", fmt.Errorf("%q is not a clean absolute path (where every agentrun of the host reserves ids, %s)", c.RunUIDs.Dir, uidpool.DefaultDir))
 	}
-	if n, err := ParseSize(c.StoreMax); err != nil || n <= 0 {
+	if c.StoreMax.Bytes() <= 0 {
 		return fieldErr("store_max_size", fmt.Errorf("%q: want a size such as \"20g\"", c.StoreMax))
 	}
 	if c.Audit != "" && c.Audit != "-" && !isCleanAbs(c.Audit) {
@@ -108,53 +108,15 @@ func LanguageNames(c *Config) []string { return sortedKeys(c.Languages) }
 
 func fieldErr(field string, err error) error { return fmt.Errorf("%s: %w", field, err) }
 
-// validateLimits checks that every default limit and every policy maximum is
-// present and valid, and that each default is within policy.
+// validateLimits checks that every policy maximum is present and above
+// zero, every default too and within policy (the check a task's limits
+// get, by Limits.pick), and the rest of the policy.
 func validateLimits(l Limits, p Policy) error {
-	for _, lim := range LimitTable {
-		if !lim.Text() {
-			continue
-		}
-		name, val, maxText := lim.Name, lim.Of(&l).String(), lim.Of(&p).String()
-		parse := lim.Parse
-		if lim.Unit == Bytes {
-			parse = func(s string) (int64, error) {
-				n, err := ParseSize(s)
-				if err == nil && n <= 0 {
-					err = fmt.Errorf("invalid size %q: must be greater than zero", s)
-				}
-				return n, err
-			}
-		}
-		if maxText == "" {
-			return fieldErr("policy."+name, errors.New("required"))
-		}
-		max, err := parse(maxText)
-		if err != nil {
-			return fieldErr("policy."+name, err)
-		}
-		if val == "" {
-			return fieldErr("limits."+name, errors.New("required"))
-		}
-		v, err := parse(val)
-		if err != nil {
-			return fieldErr("limits."+name, err)
-		}
-		if v > max {
-			return fieldErr("limits."+name, fmt.Errorf("%s exceeds policy maximum %s", val, maxText))
-		}
+	if err := p.checkMaxima(); err != nil {
+		return err
 	}
-	for _, lim := range LimitTable {
-		var err error
-		switch lim.Unit {
-		case Cores:
-			err = checkNum(lim.Name, lim.Of(&l).Interface().(*float64), lim.Of(&p).Interface().(*float64))
-		case Count:
-			err = checkNum(lim.Name, lim.Of(&l).Interface().(*int64), lim.Of(&p).Interface().(*int64))
-		}
-		if err != nil {
-			return err
-		}
+	if _, err := (Limits{}).pick(l, p.Limits); err != nil {
+		return err
 	}
 	for i, d := range p.LocalImages {
 		if !isCleanAbs(d) {
@@ -168,25 +130,6 @@ func validateLimits(l Limits, p Policy) error {
 	}
 	if p.AllowNetwork == nil {
 		return fieldErr("policy.allow_network", errors.New("required"))
-	}
-	return nil
-}
-
-func checkNum[T int64 | float64](name string, val, max *T) error {
-	if max == nil {
-		return fieldErr("policy."+name, errors.New("required"))
-	}
-	if *max <= 0 || *max != *max {
-		return fieldErr("policy."+name, fmt.Errorf("%v: must be greater than zero", *max))
-	}
-	if val == nil {
-		return fieldErr("limits."+name, errors.New("required"))
-	}
-	if *val <= 0 || *val != *val {
-		return fieldErr("limits."+name, fmt.Errorf("%v: must be greater than zero", *val))
-	}
-	if *val > *max {
-		return fieldErr("limits."+name, fmt.Errorf("%v exceeds policy maximum %v", *val, *max))
 	}
 	return nil
 }
@@ -224,7 +167,7 @@ func (n Network) validate() error {
 			return fieldErr(fmt.Sprintf("network.ca_files[%d]", i), fmt.Errorf("%q is not a clean absolute path", f))
 		}
 	}
-	if d, err := ParseDuration(n.ApprovalTimeout); err != nil || d < time.Second || d > time.Hour {
+	if d := n.ApprovalTimeout.Duration(); d < time.Second || d > time.Hour {
 		return fieldErr("network.approval_timeout", fmt.Errorf("%q: want a duration from 1s to 1h", n.ApprovalTimeout))
 	}
 	if len(n.Services) > MaxServices {
@@ -262,11 +205,11 @@ func (n Network) validate() error {
 	}
 	for _, list := range []struct {
 		name   string
-		ranges []string
+		ranges []netip.Prefix
 	}{{"allow_ranges", n.AllowRanges}, {"deny_ranges", n.DenyRanges}} {
 		for i, r := range list.ranges {
-			if _, err := netip.ParsePrefix(r); err != nil {
-				return fieldErr(fmt.Sprintf("network.%s[%d]", list.name, i), fmt.Errorf("%q is not a CIDR range (e.g. 10.0.0.0/8)", r))
+			if !r.IsValid() { // null: the decoder has checked the rest
+				return fieldErr(fmt.Sprintf("network.%s[%d]", list.name, i), errors.New("null is not a CIDR range (e.g. 10.0.0.0/8)"))
 			}
 		}
 	}
@@ -423,25 +366,19 @@ const (
 )
 
 func (s Sessions) validate() error {
-	if _, err := ParseDuration(s.TTL); err != nil {
-		return fieldErr("sessions.ttl", err)
+	if !s.TTL.IsSet() {
+		return fieldErr("sessions.ttl", errors.New("required"))
 	}
 	if s.Max < 1 || s.Max > 100000 {
 		return fieldErr("sessions.max", fmt.Errorf("%d: must be between 1 and 100000", s.Max))
 	}
-	n, err := ParseSize(s.MaxBytes)
-	if err != nil {
-		return fieldErr("sessions.max_bytes", err)
-	}
-	if n < MinSessionBytes || n > MaxSessionBytes {
+	if n := s.MaxBytes.Bytes(); n < MinSessionBytes || n > MaxSessionBytes {
 		return fieldErr("sessions.max_bytes", fmt.Errorf("%q: must be between 16m and 64g", s.MaxBytes))
 	}
 	return nil
 }
 
-// SessionLimits returns the parsed sessions settings; c must be valid.
+// SessionLimits returns the sessions settings.
 func (c *Config) SessionLimits() (ttl time.Duration, maxBytes int64) {
-	ttl, _ = ParseDuration(c.Sessions.TTL)
-	maxBytes, _ = ParseSize(c.Sessions.MaxBytes)
-	return ttl, maxBytes
+	return c.Sessions.TTL.Duration(), c.Sessions.MaxBytes.Bytes()
 }

@@ -56,14 +56,14 @@ func (w Worker) validate() error {
 		return fieldErr("worker.replicas", fmt.Errorf("%d: must be 1 to %d", w.Replicas, MaxReplicas))
 	}
 	for _, f := range []struct {
-		name, v string
-		min     time.Duration
+		name string
+		v    Duration
+		min  time.Duration
 	}{{"ack_wait", w.AckWait, time.Second}, {"retry_delay", w.RetryDelay, 0}, {"result_ttl", w.ResultTTL, time.Second}} {
-		d, err := ParseDuration(f.v)
-		if err != nil {
-			return fieldErr("worker."+f.name, err)
+		if !f.v.IsSet() {
+			return fieldErr("worker."+f.name, errors.New("required"))
 		}
-		if d < f.min {
+		if f.v.Duration() < f.min {
 			return fieldErr("worker."+f.name, fmt.Errorf("%s: must be at least %s", f.v, f.min))
 		}
 	}

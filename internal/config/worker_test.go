@@ -13,7 +13,7 @@ func TestWorkerSection(t *testing.T) {
 	}
 	w := c.Worker
 	if len(w.NATS) != 2 || w.Slots != 2 || w.Replicas != 3 || w.Events != "" || w.Stream != "AGENTRUN" ||
-		w.Subject != "agentrun.tasks" || w.Results != "agentrun-results" || w.MaxDeliver != 3 || w.AckWait != "30s" {
+		w.Subject != "agentrun.tasks" || w.Results != "agentrun-results" || w.MaxDeliver != 3 || w.AckWait.String() != "30s" {
 		t.Errorf("worker section: %+v", w)
 	}
 	for _, tc := range []struct{ doc, want string }{

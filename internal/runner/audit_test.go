@@ -2,36 +2,38 @@ package runner
 
 import (
 	"encoding/json"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
-
-	"github.com/agentrun/agentrun/internal/config"
 )
 
-// TestAuditLimitsFollowTheTable: every limit of config.LimitTable is in the
-// audit record with the plan's value, so a new limit appears there without
-// an edit here; the names records have always had stay.
-func TestAuditLimitsFollowTheTable(t *testing.T) {
+// TestAuditLimitsListEveryLimit: every limit of the plan (every field of
+// task.Limits, under its JSON name) is in the audit record with the plan's
+// value, so that a limit added to task.Limits and not to auditLimits fails
+// here; the names records have always had stay.
+func TestAuditLimitsListEveryLimit(t *testing.T) {
 	p := testPlan()
 	p.Allow, p.Services = []string{"pypi.org"}, []string{"db"}
 	want := map[string]float64{}
-	for i, lim := range config.LimitTable {
-		f := lim.Of(&p.Limits)
-		switch {
-		case lim.Unit == config.Duration:
+	v := reflect.ValueOf(&p.Limits).Elem()
+	for i := range v.NumField() {
+		name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
+		switch f := v.Field(i); {
+		case f.Type() == reflect.TypeFor[time.Duration]():
 			f.SetInt(int64(time.Duration(i+1) * time.Second))
-			want[lim.Name+"_ms"] = float64((i + 1) * 1000)
+			want[name+"_ms"] = float64((i + 1) * 1000)
 		case f.CanFloat():
 			f.SetFloat(float64(i) + 0.25)
-			want[lim.Name] = float64(i) + 0.25
+			want[name] = float64(i) + 0.25
 		default:
 			f.SetInt(int64(i+1) << 20)
-			want[lim.Name] = float64(int64(i+1) << 20)
+			want[name] = float64(int64(i+1) << 20)
 		}
 	}
 	got := auditLimits(p)
-	if len(got.Values) != len(config.LimitTable) {
-		t.Errorf("audit limits %v; want the %d of LimitTable", got.Values, len(config.LimitTable))
+	if len(got.Values) != v.NumField() {
+		t.Errorf("audit limits %v; want the %d of task.Limits", got.Values, v.NumField())
 	}
 	for name, v := range want {
 		if g, ok := got.Values[name]; !ok || g != v {

@@ -3,7 +3,6 @@ package runner
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/task"
@@ -121,30 +120,10 @@ func (r *Runner) policy(p *task.Plan, approve proxy.ApproveFunc) (proxy.Policy, 
 	if err != nil {
 		return proxy.Policy{}, err
 	}
-	allowRanges, err := prefixes(r.cfg.Network.AllowRanges)
-	if err != nil {
-		return proxy.Policy{}, fmt.Errorf("config network.allow_ranges: %w", err)
-	}
-	denyRanges, err := prefixes(r.cfg.Network.DenyRanges)
-	if err != nil {
-		return proxy.Policy{}, fmt.Errorf("config network.deny_ranges: %w", err)
-	}
 	return proxy.Policy{
 		Allow: p.Allow, Hosts: r.cfg.Network.Hosts,
-		AllowRanges: allowRanges, DenyRanges: denyRanges,
+		AllowRanges: r.cfg.Network.AllowRanges, DenyRanges: r.cfg.Network.DenyRanges,
 		MaxBytes: p.Limits.NetBytes, MaxConns: int(p.Limits.NetConns),
 		Services: services, UpstreamRoots: roots, Approve: approve, ApprovalTimeout: timeout,
 	}, nil
-}
-
-func prefixes(ss []string) ([]netip.Prefix, error) {
-	out := make([]netip.Prefix, 0, len(ss))
-	for _, s := range ss {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p.Masked())
-	}
-	return out, nil
 }

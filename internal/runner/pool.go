@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/image"
-	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/task"
 )
 
@@ -549,12 +548,9 @@ func shapeKey(plan *task.Plan, img *image.Image) string {
 	if err := unix.Stat(img.Rootfs, &st); err != nil {
 		return ""
 	}
-	limits := map[string]any{}
-	for _, lim := range config.LimitTable {
-		if lim.Shape {
-			limits[lim.Name] = lim.Of(&plan.Limits).Interface()
-		}
-	}
+	l := plan.Limits
+	limits := map[string]any{"memory": l.Memory, "tmp_size": l.TmpSize, "workspace_size": l.WorkspaceSize,
+		"cpus": l.CPUs, "pids": l.Pids}
 	b, _ := json.Marshal(struct {
 		Image, Digest, Rootfs, Runtime string
 		RootDev, RootIno               uint64

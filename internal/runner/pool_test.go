@@ -149,10 +149,13 @@ func TestShapeKeyFollowsWhatSetupUses(t *testing.T) {
 		return s
 	}
 	base := testPlan()
+	if n := reflect.TypeFor[task.Limits]().NumField(); n != len(config.LimitTable) {
+		t.Fatalf("task.Limits has %d fields, config.LimitTable %d rows", n, len(config.LimitTable))
+	}
 	for _, lim := range config.LimitTable {
 		t.Run(lim.Name, func(t *testing.T) {
 			p := testPlan()
-			f := lim.Of(&p.Limits)
+			f := limitField(&p.Limits, lim.Name)
 			switch f.Kind() {
 			case reflect.Float64:
 				f.SetFloat(f.Float() * 2)
@@ -514,4 +517,15 @@ func TestRefillWaitsForTheProgram(t *testing.T) {
 	if st := p.Stats(); st.Ready[testImage] != 2 {
 		t.Errorf("stats %+v", st)
 	}
+}
+
+// limitField is the field of l whose JSON name is name.
+func limitField(l *task.Limits, name string) reflect.Value {
+	v := reflect.ValueOf(l).Elem()
+	for i := range v.NumField() {
+		if tag, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ","); tag == name {
+			return v.Field(i)
+		}
+	}
+	panic("task.Limits has no limit " + name)
 }

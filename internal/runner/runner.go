@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -69,9 +68,7 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	if r.store, err = image.Open(cfg.StoreDir); err != nil {
 		return nil, err
 	}
-	if r.store.MaxTotal, err = config.ParseSize(cmp.Or(cfg.StoreMax, "0")); err != nil {
-		return nil, fmt.Errorf("store_max_size: %w", err)
-	}
+	r.store.MaxTotal = cfg.StoreMax.Bytes()
 	if r.regs, err = image.NewRegistries(cfg.Policy.Registries); err != nil {
 		return nil, fmt.Errorf("policy.%w", err)
 	}
@@ -580,24 +577,22 @@ func fillRecord(rec *audit.Record, res *result.Result) {
 	rec.Error = res.Error
 }
 
-// auditLimits are p's limits as the audit record lists them: every limit of
-// config.LimitTable under its name (a duration in milliseconds, under its
-// name and "_ms"), and the network the run was allowed.
+// auditLimits are p's limits as the audit record lists them: every limit
+// under its name (a duration in milliseconds, under its name and "_ms"),
+// and the network the run was allowed.
 func auditLimits(p *task.Plan) audit.Limits {
-	l := audit.Limits{Values: make(map[string]float64, len(config.LimitTable)), NetworkAllow: p.Allow,
-		NetworkServices: p.Services}
-	for _, lim := range config.LimitTable {
-		v := lim.Of(&p.Limits)
-		switch {
-		case lim.Unit == config.Duration:
-			l.Values[lim.Name+"_ms"] = float64(time.Duration(v.Int()).Milliseconds())
-		case v.CanFloat():
-			l.Values[lim.Name] = v.Float()
-		default:
-			l.Values[lim.Name] = float64(v.Int())
-		}
-	}
-	return l
+	l := p.Limits
+	return audit.Limits{Values: map[string]float64{
+		"timeout_ms":      float64(l.Timeout.Milliseconds()),
+		"memory":          float64(l.Memory),
+		"tmp_size":        float64(l.TmpSize),
+		"workspace_size":  float64(l.WorkspaceSize),
+		"net_bytes":       float64(l.NetBytes),
+		"cpus":            l.CPUs,
+		"pids":            float64(l.Pids),
+		"output_bytes":    float64(l.OutputBytes),
+		"net_connections": float64(l.NetConns),
+	}, NetworkAllow: p.Allow, NetworkServices: p.Services}
 }
 
 // newID returns a fresh run id, "ar-" and 16 hex digits.

@@ -50,10 +50,7 @@ func (r *Runner) services(p *task.Plan) ([]netpolicy.Service, *x509.CertPool, ti
 		}
 		out = append(out, config.ProxyService(name, s))
 	}
-	timeout, err := config.ParseDuration(r.cfg.Network.ApprovalTimeout)
-	if err != nil {
-		return nil, nil, 0, fmt.Errorf("config network.approval_timeout: %w", err)
-	}
+	timeout := r.cfg.Network.ApprovalTimeout.Duration()
 	if len(r.cfg.Network.CAFiles) == 0 {
 		return out, nil, timeout, nil
 	}

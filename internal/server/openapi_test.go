@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"encoding"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -223,6 +224,10 @@ func sameType(schemas map[string]any, byType map[reflect.Type]string, p map[stri
 				return "a time.Time: want string, format date-time"
 			}
 			return ""
+		}
+		if t.Implements(reflect.TypeFor[encoding.TextMarshaler]()) {
+			want = "string" // written as its text: config.Duration, config.Size
+			break
 		}
 		return t.String() + ": want a $ref to its schema"
 	default:

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/agentrun/agentrun/internal/config"
 )
@@ -45,18 +44,8 @@ type Task struct {
 	Runtime       string            `json:"runtime"`
 }
 
-// Limits are resolved, typed limits. Sizes are in bytes.
-type Limits struct {
-	Timeout       time.Duration
-	Memory        int64
-	TmpSize       int64
-	WorkspaceSize int64
-	NetBytes      int64 // per run per direction through the proxy
-	CPUs          float64
-	Pids          int64
-	OutputBytes   int64 // kept per output stream
-	NetConns      int64 // at once through the proxy
-}
+// Limits are resolved, typed limits: sizes in bytes.
+type Limits = config.Resolved
 
 // Plan is a validated task with every default filled in from the config: all a backend needs.
 type Plan struct {

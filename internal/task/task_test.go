@@ -319,7 +319,7 @@ func TestResolveBrokenConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := config.Default()
-	cfg.Policy.Memory = "junk"
+	cfg.Policy.Memory = config.Size{} // no maximum: only a config that did not load
 	_, err = tk.Resolve(cfg)
 	var te *Error
 	if err == nil || errors.As(err, &te) {

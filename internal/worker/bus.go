@@ -68,8 +68,7 @@ func streamConfig(wc config.Worker) jetstream.StreamConfig {
 
 // bucketConfig is the results bucket a worker creates.
 func bucketConfig(wc config.Worker) jetstream.KeyValueConfig {
-	ttl, _ := config.ParseDuration(wc.ResultTTL) // validated
-	return jetstream.KeyValueConfig{Bucket: wc.Results, History: 1, TTL: ttl,
+	return jetstream.KeyValueConfig{Bucket: wc.Results, History: 1, TTL: wc.ResultTTL.Duration(),
 		Storage: jetstream.FileStorage, Replicas: wc.Replicas,
 		Description: "agentrun results, keyed by task id"}
 }

@@ -60,8 +60,7 @@ func New(ctx context.Context, cfg *config.Config, run RunFunc, name string) (*Wo
 	if w.slots == 0 {
 		w.slots = cfg.Server.MaxConcurrent
 	}
-	w.ackWait, _ = config.ParseDuration(wc.AckWait) // validated
-	w.retry, _ = config.ParseDuration(wc.RetryDelay)
+	w.ackWait, w.retry = wc.AckWait.Duration(), wc.RetryDelay.Duration()
 	var err error
 	if w.nc, err = Connect(wc, name); err != nil {
 		return nil, err

@@ -4,8 +4,9 @@
 // page it names, by GitHub's rules for heading anchors; and the layout
 // table of docs/architecture.md must name every directory of Go files, and
 // only paths that exist; docs/config.md's table of limits must be
-// config.LimitTable's (the test checks that). It never follows a link out of the repository and
-// never reaches the network: absolute URLs are not checked.
+// config.LimitTable and the built-in defaults (the test checks that). It
+// never follows a link out of the repository and never reaches the
+// network: absolute URLs are not checked.
 package docs
 
 import (

@@ -13,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/session"
 )
 
@@ -247,7 +248,7 @@ open("big", "wb").write(b"a" * (17 << 20))`})
 func TestMCPSessionFull(t *testing.T) {
 	removeNewSessions(t)
 	cfg := testConfig(t)
-	cfg.Sessions.MaxBytes = "16m"
+	cfg.Sessions.MaxBytes = config.MustSize("16m")
 	cs := inProcessMCP(t, cfg, nil)
 	id := newMCPSession(t, cs)
 	content := strings.Repeat("a", 6<<20)

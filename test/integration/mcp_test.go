@@ -110,7 +110,7 @@ func structured(t *testing.T, res *mcp.CallToolResult) mcpserver.Output {
 // arguments, each answered with a clear error and nothing left on the host.
 func TestMCPRunCode(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.Limits.Memory = "64m"
+	cfg.Limits.Memory = config.MustSize("64m")
 	cs := inProcessMCP(t, cfg, nil)
 
 	runCode := mcpTool(t, cs, "run_code")
@@ -130,7 +130,7 @@ func TestMCPRunCode(t *testing.T) {
 	if got := strings.Join(sch.Properties["language"].Enum, ","); got != strings.Join(config.LanguageNames(cfg), ",") {
 		t.Errorf("language enum %q; want the config's languages %v", got, config.LanguageNames(cfg))
 	}
-	if d := sch.Properties["timeout"].Description; !strings.Contains(d, "at most "+cfg.Policy.Timeout) {
+	if d := sch.Properties["timeout"].Description; !strings.Contains(d, "at most "+cfg.Policy.Timeout.String()) {
 		t.Errorf("timeout description %q does not name the policy maximum %s", d, cfg.Policy.Timeout)
 	}
 	for _, p := range []string{"code", "files", "stdin", "collect", "network_allow", "timeout", "session"} {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -32,7 +33,7 @@ func netConfig(t testing.TB, in *proxytest.Internet) *config.Config {
 		"internet.test": in.IP.String(), "www.internet.test": in.IP.String(),
 		"loop.test": "127.0.0.1", "private.test": "10.0.0.1", "metadata.test": "169.254.169.254",
 	}
-	cfg.Network.AllowRanges = []string{"198.18.0.0/15"}
+	cfg.Network.AllowRanges = []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")}
 	return cfg
 }
 

@@ -43,7 +43,7 @@ func serviceConfig(t *testing.T, in *proxytest.Internet, rt string) (*config.Con
 		t.Fatal(err)
 	}
 	cfg.Network.CAFiles = []string{ca}
-	cfg.Network.ApprovalTimeout = "3s"
+	cfg.Network.ApprovalTimeout = config.MustDuration("3s")
 	cfg.Network.Services = map[string]config.Service{"api": {
 		URL:    "https://api.internet.test",
 		Inject: map[string]config.Inject{"Authorization": {Prefix: "Bearer ", File: secret}},

@@ -28,7 +28,7 @@ import (
 // kept in the suite's store.
 func sessionCfg(t testing.TB, rt, maxBytes string) *config.Config {
 	cfg := cfgFor(t, rt)
-	cfg.Sessions.MaxBytes = maxBytes
+	cfg.Sessions.MaxBytes = config.MustSize(maxBytes)
 	return cfg
 }
 
@@ -233,7 +233,7 @@ func waitBusy(t *testing.T, r *runner.Runner, id string) {
 // use, and not one used recently.
 func TestSessionTTL(t *testing.T) {
 	cfg := sessionCfg(t, "libcontainer", "32m")
-	cfg.Sessions.TTL = "1h"
+	cfg.Sessions.TTL = config.MustDuration("1h")
 	r, idle := newSession(t, cfg)
 	_, busy := newSession(t, cfg)
 	_, fresh := newSession(t, cfg)

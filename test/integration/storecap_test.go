@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/image/imagetest"
+	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
@@ -22,7 +23,7 @@ import (
 func TestStoreCapNeverRemovesImagesInUse(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.StoreDir = newStoreDir(t)
-	cfg.StoreMax = "1k"
+	cfg.StoreMax = config.MustSize("1k")
 	r, err := runner.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
