@@ -6,10 +6,11 @@ import (
 	"strconv"
 
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/errkind"
 )
 
 // resolveLimits takes each limit of config.LimitTable from the task, else
-// from the config, and refuses any above the config's policy (ErrPolicy),
+// from the config, and refuses any above the config's policy (errkind.ErrPolicy),
 // never clamping.
 func resolveLimits(tl config.Limits, cfg *config.Config) (Limits, error) {
 	def, pol := cfg.Limits, cfg.Policy
@@ -82,7 +83,7 @@ func resolveOne(name, val, def, max string, parse func(string) (int64, error)) (
 	case n <= 0:
 		return 0, errorf(field, "%q must be greater than zero", shown)
 	case n > maxN:
-		return 0, &Error{Field: field, Reason: fmt.Sprintf("%s exceeds policy maximum %s", shown, max), Err: ErrPolicy}
+		return 0, &Error{Field: field, Reason: fmt.Sprintf("%s exceeds policy maximum %s", shown, max), Err: errkind.ErrPolicy}
 	}
 	return n, nil
 }
@@ -103,7 +104,7 @@ func resolveNum[T int64 | float64](name string, val, def, max *T) (T, error) {
 	case !(*v > 0) || math.IsInf(float64(*v), 0):
 		return 0, errorf(field, "%s must be greater than zero", format(*v))
 	case *v > *max:
-		return 0, &Error{Field: field, Reason: fmt.Sprintf("%s exceeds policy maximum %s", format(*v), format(*max)), Err: ErrPolicy}
+		return 0, &Error{Field: field, Reason: fmt.Sprintf("%s exceeds policy maximum %s", format(*v), format(*max)), Err: errkind.ErrPolicy}
 	}
 	return *v, nil
 }
