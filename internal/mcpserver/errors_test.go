@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -9,7 +10,10 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentrun/agentrun/image"
+	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/errkind"
+	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/server"
 	"github.com/agentrun/agentrun/internal/session"
 )
@@ -92,5 +96,35 @@ func TestToolErrorAnswers(t *testing.T) {
 	}
 	if got := resultText(t, hostFailure(ToolName, "ar-1")); !strings.Contains(got, "(run ar-1)") {
 		t.Errorf("run_code's host failure: %q; want the run id", got)
+	}
+}
+
+// A run whose kept session another call took (or removed) after the
+// server's check is refused, as the check refuses it; any other failure
+// of a run is the host's, with its run id.
+func TestRunCodeSessionRace(t *testing.T) {
+	const sid = "ss-0123456789abcdef0123456789abcdef"
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("locking the session: %w: %s", session.ErrBusy, sid), "run_code refused: session " + sid + " is busy"},
+		{fmt.Errorf("%w: %s", session.ErrNotFound, sid), `run_code refused: no session "` + sid + `"`},
+		{errors.New("making the workspace: no space left on device"), "agentrun could not run the code because of a problem on the host, not in the code (run ar-1)"},
+		{&image.Error{Ref: "reg/x", Remote: true, Err: fmt.Errorf("pull: %w", errkind.ErrPolicy)}, "agentrun could not run the code because of a problem on the host, not in the code (run ar-1)"},
+	} {
+		s := New(config.Default(), func(context.Context, []byte) (*result.Result, error) {
+			return &result.Result{ID: "ar-1", Error: tc.err.Error(), Err: tc.err}, nil
+		}, t.Logf)
+		cs := connect(t, s)
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: ToolName,
+			Arguments: map[string]any{"code": "x", "session": sid}})
+		cs.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resultText(t, res); !strings.HasPrefix(got, tc.want) {
+			t.Errorf("run failed with %v: %q; want %q", tc.err, got, tc.want)
+		}
 	}
 }

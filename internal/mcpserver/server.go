@@ -20,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/proxy"
@@ -291,6 +292,12 @@ func (s *Server) runCode(ctx context.Context, req *mcp.CallToolRequest, args Arg
 	case err != nil:
 		return s.toolError(ToolName, session, err), nil, nil
 	case res.Error != "":
+		if k := errkind.Of(res.Err); k == errkind.Busy || k == errkind.NotFound {
+			// A kept session taken (or removed) by another call between
+			// the server's check and the run's lock: refused, as the
+			// check refuses it (and serve answers 409, 404).
+			return s.toolError(ToolName, session, res.Err), nil, nil
+		}
 		// An image of the config that cannot be had, a workspace that
 		// could not be made: the host's, whatever its kind.
 		s.logf("run %s (session %s): %s", res.ID, session, res.Error)
