@@ -8,7 +8,7 @@
 // door maps a kind to its answer in one place.
 //
 // A kind never says how a failure is shown: its message stays the error's
-// own. An error that no one marked is KindUnknown: a failure of the host.
+// own. An error that no one marked is Unknown: a failure of the host.
 //
 // The set is agentrun's own rather than containerd's errdefs: errdefs
 // follows gRPC's codes, in which an oversized task, a session quota and a
