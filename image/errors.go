@@ -5,32 +5,35 @@ import (
 	"fmt"
 
 	"github.com/agentrun/agentrun/image/unpack"
+	"github.com/agentrun/agentrun/internal/errkind"
 )
 
 // Error kinds. They are wrapped with context; test them with errors.Is.
+// An *Error's errkind.Kind is that of its cause: errkind.Policy
+// (errkind.ErrPolicy), errkind.Invalid (ErrBadReference), errkind.Upstream
+// (ErrUnreachable, ErrDigestMismatch), else errkind.Unusable: an image
+// that cannot run.
 var (
 	// ErrNotFound: the registry, layout or archive has no such image or tag.
-	ErrNotFound = errors.New("image not found")
+	ErrNotFound = errkind.New(errkind.Unusable, "image not found")
 	// ErrUnauthorized: the registry refused the credentials (or wants some).
-	ErrUnauthorized = errors.New("registry authentication failed")
+	ErrUnauthorized = errkind.New(errkind.Unusable, "registry authentication failed")
 	// ErrUnreachable: the registry could not be reached or kept failing.
-	ErrUnreachable = errors.New("registry unreachable")
+	ErrUnreachable = errkind.New(errkind.Upstream, "registry unreachable")
 	// ErrPlatform: the image has no variant for the wanted platform.
-	ErrPlatform = errors.New("image platform mismatch")
+	ErrPlatform = errkind.New(errkind.Unusable, "image platform mismatch")
 	// ErrTooLarge: the layers expand past the store's byte or entry limit.
 	ErrTooLarge = unpack.ErrTooLarge
 	// ErrUnsafeLayer: a layer entry names or leads outside the rootfs.
 	ErrUnsafeLayer = unpack.ErrUnsafeLayer
 	// ErrDigestMismatch: a blob's content does not match its digest.
-	ErrDigestMismatch = errors.New("digest mismatch")
+	ErrDigestMismatch = errkind.New(errkind.Upstream, "digest mismatch")
 	// ErrBadReference: the reference cannot be parsed.
-	ErrBadReference = errors.New("bad image reference")
-	// ErrPolicy: the registry policy refused the pull (see Registries).
-	ErrPolicy = errors.New("refused by policy")
+	ErrBadReference = errkind.New(errkind.Invalid, "bad image reference")
 )
 
 // kinds are the error kinds Summary names, most specific first.
-var kinds = []error{ErrPolicy, ErrBadReference, ErrNotFound, ErrUnauthorized, ErrDigestMismatch,
+var kinds = []error{errkind.ErrPolicy, ErrBadReference, ErrNotFound, ErrUnauthorized, ErrDigestMismatch,
 	ErrPlatform, ErrTooLarge, ErrUnsafeLayer, ErrUnreachable}
 
 // Error is what Get and Pull return on failure. Error() tells the whole
@@ -46,6 +49,11 @@ type Error struct {
 func (e *Error) Error() string { return fmt.Sprintf("image %q: %v", e.Ref, e.Err) }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// Kind is the kind of Err, or errkind.Unusable when Err has none (an
+// image that cannot run: unpacking refused it, or it is of a form not
+// handled).
+func (e *Error) Kind() errkind.Kind { return errkind.Or(e.Err, errkind.Unusable) }
 
 // Summary is the error as the reference's author may see it. For a
 // registry reference it is the reference and the kind of failure only:
@@ -73,7 +81,7 @@ func (e *Error) Summary() string {
 // PolicyError is a pull the registry policy refused: the reference's
 // registry is not listed, or a connection for it (a redirect's, or a name
 // that resolved so) was to an address the policy does not allow. It
-// matches ErrPolicy.
+// matches errkind.ErrPolicy.
 type PolicyError struct {
 	Registry string // the reference's registry
 	// AtConnect: the registry is listed, but a connection for it was to a
@@ -83,10 +91,13 @@ type PolicyError struct {
 
 func (e *PolicyError) Error() string {
 	if !e.AtConnect {
-		return fmt.Sprintf("%v: registry %s is not in the config's policy.registries", ErrPolicy, e.Registry)
+		return fmt.Sprintf("%v: registry %s is not in the config's policy.registries", errkind.ErrPolicy, e.Registry)
 	}
 	// The address stays out of this text: Summary shows it to the task.
-	return fmt.Sprintf("%v: a connection for registry %s was to a loopback, private or other non-global address not in policy.registries", ErrPolicy, e.Registry)
+	return fmt.Sprintf("%v: a connection for registry %s was to a loopback, private or other non-global address not in policy.registries", errkind.ErrPolicy, e.Registry)
 }
 
-func (e *PolicyError) Is(target error) bool { return target == ErrPolicy }
+func (e *PolicyError) Is(target error) bool { return target == errkind.ErrPolicy }
+
+// Kind is errkind.Policy.
+func (e *PolicyError) Kind() errkind.Kind { return errkind.Policy }

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/names"
 	"github.com/agentrun/agentrun/internal/netpolicy"
 )
@@ -143,7 +144,7 @@ func (r *Registries) dialer(registry string) func(ctx context.Context, network, 
 		}
 		// A policy refusal wins: it is what the pull must say.
 		for _, err := range errs {
-			if errors.Is(err, ErrPolicy) {
+			if errors.Is(err, errkind.ErrPolicy) {
 				return nil, err
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/agentrun/agentrun/image/imagetest"
+	"github.com/agentrun/agentrun/internal/errkind"
 )
 
 // acceptCounter listens on 127.0.0.1 and counts the connections made to
@@ -57,7 +58,7 @@ func TestUnlistedRegistryRefusedBeforeConnect(t *testing.T) {
 		for _, pull := range []func(context.Context, string, PullOptions) (*Image, error){e.store.Get, e.store.Pull} {
 			_, err := pull(ctx, ref, PullOptions{Registries: registries(t, listedOther)})
 			var pe *PolicyError
-			if !errors.Is(err, ErrPolicy) || !errors.As(err, &pe) || pe.AtConnect {
+			if !errors.Is(err, errkind.ErrPolicy) || !errors.As(err, &pe) || pe.AtConnect {
 				t.Fatalf("%s: err = %v; want a PolicyError before connecting", ref, err)
 			}
 			var ie *Error
@@ -87,8 +88,8 @@ func TestListedRegistryPulls(t *testing.T) {
 	if _, err := e.store.Get(ctx, host+"/test/app:v1", PullOptions{Registries: registries(t)}); err != nil {
 		t.Errorf("Get of a stored image under an empty policy: %v", err)
 	}
-	if _, err := e.store.Pull(ctx, host+"/test/app:v1", PullOptions{Registries: registries(t)}); !errors.Is(err, ErrPolicy) {
-		t.Errorf("Pull (which asks the registry) under an empty policy: err = %v; want ErrPolicy", err)
+	if _, err := e.store.Pull(ctx, host+"/test/app:v1", PullOptions{Registries: registries(t)}); !errors.Is(err, errkind.ErrPolicy) {
+		t.Errorf("Pull (which asks the registry) under an empty policy: err = %v; want errkind.ErrPolicy", err)
 	}
 }
 

@@ -21,6 +21,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/agentrun/agentrun/internal/errkind"
 )
 
 // refNameAnnotation is the OCI layout annotation that names a manifest.
@@ -234,7 +236,7 @@ func (s *Store) retry(ctx context.Context, what string, f func() error) error {
 // refused or reset connections, timeouts, truncated bodies, failed name
 // lookups. A policy refusal never is.
 func transient(err error) bool {
-	if errors.Is(err, ErrPolicy) {
+	if errors.Is(err, errkind.ErrPolicy) {
 		return false
 	}
 	var de *net.DNSError
@@ -254,7 +256,7 @@ func transient(err error) bool {
 }
 
 func classify(what string, err error, tries int) error {
-	if errors.Is(err, ErrPolicy) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrPlatform) || errors.Is(err, ErrDigestMismatch) ||
+	if errors.Is(err, errkind.ErrPolicy) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrPlatform) || errors.Is(err, ErrDigestMismatch) ||
 		errors.Is(err, ErrTooLarge) || errors.Is(err, ErrUnsafeLayer) {
 		return fmt.Errorf("%s: %w", what, err)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 	"unicode"
 
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/session"
 	"github.com/agentrun/agentrun/runtime/spec"
 )
@@ -113,7 +113,7 @@ func cmdSessions(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "agentrun sessions %s: %v\n", pos[0], err)
-		if errors.Is(err, session.ErrBusy) {
+		if errkind.Of(err) == errkind.Busy {
 			return 125
 		}
 		return 1

@@ -110,7 +110,7 @@ func (r *remote) call(s *Server, ctx context.Context, name string, req *mcp.Call
 		return cancelled()
 	case out.err != nil:
 		s.logf("forwarding %s to agentrun serve: %v", name, out.err)
-		return hostFailure("")
+		return hostFailure(ToolName, "")
 	}
 	return out.res
 }

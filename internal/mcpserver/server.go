@@ -20,8 +20,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/result"
-	"github.com/agentrun/agentrun/internal/server"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/proxy"
 )
@@ -285,19 +285,23 @@ func (s *Server) runCode(ctx context.Context, req *mcp.CallToolRequest, args Arg
 	if held != nil {
 		return inputRequired(held, callTag(req)), nil, nil
 	}
-	var ref *server.Refusal
 	switch {
 	case ctx.Err() != nil:
 		// The client cancelled the call or left: the run was killed.
 		return cancelled(), nil, nil
-	case errors.As(err, &ref):
-		return refused(ref), nil, nil
 	case err != nil:
-		s.logf("session %s: %v", session, err)
-		return hostFailure(""), nil, nil
+		return s.toolError(ToolName, session, err), nil, nil
 	case res.Error != "":
+		if k := errkind.Of(res.Err); k == errkind.Busy || k == errkind.NotFound {
+			// A kept session taken (or removed) by another call between
+			// the server's check and the run's lock: refused, as the
+			// check refuses it (and serve answers 409, 404).
+			return s.toolError(ToolName, session, res.Err), nil, nil
+		}
+		// An image of the config that cannot be had, a workspace that
+		// could not be made: the host's, whatever its kind.
 		s.logf("run %s (session %s): %s", res.ID, session, res.Error)
-		return hostFailure(res.ID), nil, nil
+		return hostFailure(ToolName, res.ID), nil, nil
 	}
 	ans, out := answer(res)
 	return ans, out, nil
@@ -343,40 +347,6 @@ var argNames = []struct{ field, arg string }{
 	{"limits.timeout", "timeout"},
 	{"network.allow", "network_allow"},
 	{"network.services", "network_services"},
-}
-
-// refused is the answer to a refused task: what is wrong, named as the
-// model wrote it, so that it can fix the call.
-func refused(ref *server.Refusal) *mcp.CallToolResult {
-	msg := strings.TrimPrefix(ref.Msg, "task: ")
-	for _, n := range argNames {
-		msg = strings.ReplaceAll(msg, n.field, n.arg)
-	}
-	text := "run_code refused: " + msg
-	if ref.RetryAfter > 0 {
-		text += fmt.Sprintf(" (try again in %s)", ref.RetryAfter.Round(time.Second))
-	}
-	return errorResult(text)
-}
-
-// hostFailure is the answer when agentrun itself failed: nothing of the
-// host's detail, only the run id the operator can look up.
-func hostFailure(id string) *mcp.CallToolResult {
-	text := "agentrun could not run the code because of a problem on the host, not in the code"
-	if id != "" {
-		text += " (run " + id + ")"
-	}
-	return errorResult(text + "; the operator's log has the details.")
-}
-
-// cancelled is the answer to a call the client cancelled (or left): its
-// run was killed.
-func cancelled() *mcp.CallToolResult {
-	return errorResult("run_code cancelled: the run was stopped")
-}
-
-func errorResult(text string) *mcp.CallToolResult {
-	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: text}}}
 }
 
 // toolDescription tells the model what run_code does and what it may ask.

@@ -17,6 +17,20 @@ import (
 	"github.com/agentrun/agentrun/internal/result"
 )
 
+// connect is a client of s over in-memory transports.
+func connect(t *testing.T, s *Server) *mcp.ClientSession {
+	t.Helper()
+	st, ct := mcp.NewInMemoryTransports()
+	if _, err := s.MCP().Connect(context.Background(), st, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "0"}, nil).Connect(context.Background(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
 // TestSchemaFollowsConfig: the tool's schema names the config's languages
 // and policy, so that the model sees what it may ask.
 func TestSchemaFollowsConfig(t *testing.T) {
@@ -29,14 +43,7 @@ func TestSchemaFollowsConfig(t *testing.T) {
 		t.Error("listing tools ran something")
 		return nil, nil
 	}, t.Logf)
-	st, ct := mcp.NewInMemoryTransports()
-	if _, err := s.MCP().Connect(context.Background(), st, nil); err != nil {
-		t.Fatal(err)
-	}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "0"}, nil).Connect(context.Background(), ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := connect(t, s)
 	defer cs.Close()
 	tools, err := cs.ListTools(context.Background(), nil)
 	if err != nil || len(tools.Tools) != 1 {

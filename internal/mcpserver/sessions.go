@@ -2,7 +2,6 @@ package mcpserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -61,7 +60,7 @@ func (s *Server) AddSessions(store *session.Store) {
 	}, tracked(s, func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, NewSessionOutput, error) {
 		id, err := store.Create()
 		if err != nil {
-			return s.sessionError(NewSessionTool, "", err), NewSessionOutput{}, nil
+			return s.toolError(NewSessionTool, "", err), NewSessionOutput{}, nil
 		}
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "session " + id}}}, NewSessionOutput{Session: id}, nil
 	}))
@@ -77,12 +76,12 @@ func (s *Server) AddSessions(store *session.Store) {
 		}
 		if dir != "" {
 			if reason := task.CheckRelPath(dir); reason != "" {
-				return s.sessionError(ListFilesTool, a.Session, fmt.Errorf("%w: %s", session.ErrBadPath, reason)), nil, nil
+				return s.toolError(ListFilesTool, a.Session, fmt.Errorf("%w: %s", session.ErrBadPath, reason)), nil, nil
 			}
 		}
 		l, err := store.Files(a.Session)
 		if err != nil {
-			return s.sessionError(ListFilesTool, a.Session, err), nil, nil
+			return s.toolError(ListFilesTool, a.Session, err), nil, nil
 		}
 		out := &session.Listing{Files: []session.File{}, Truncated: l.Truncated}
 		var b strings.Builder
@@ -110,7 +109,7 @@ func (s *Server) AddSessions(store *session.Store) {
 	}, tracked(s, func(ctx context.Context, _ *mcp.CallToolRequest, a FileArgs) (*mcp.CallToolResult, any, error) {
 		data, err := store.ReadFile(a.Session, a.Path)
 		if err != nil {
-			return s.sessionError(ReadFileTool, a.Session, err), nil, nil
+			return s.toolError(ReadFileTool, a.Session, err), nil, nil
 		}
 		if utf8.Valid(data) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(data)}}}, nil, nil
@@ -126,7 +125,7 @@ func (s *Server) AddSessions(store *session.Store) {
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
 	}, tracked(s, func(ctx context.Context, _ *mcp.CallToolRequest, a WriteArgs) (*mcp.CallToolResult, any, error) {
 		if err := store.WriteFile(a.Session, a.Path, strings.NewReader(a.Content)); err != nil {
-			return s.sessionError(WriteFileTool, a.Session, err), nil, nil
+			return s.toolError(WriteFileTool, a.Session, err), nil, nil
 		}
 		text := fmt.Sprintf("wrote %d bytes to %s", len(a.Content), a.Path)
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil, nil
@@ -140,20 +139,4 @@ func tracked[In, Out any](s *Server, h mcp.ToolHandlerFor[In, Out]) mcp.ToolHand
 		defer done()
 		return h(ctx, req, in)
 	}
-}
-
-// sessionError is the answer to a session tool's failure: the store's
-// refusals by kind, which the model can act on; anything else is the
-// host's, logged, and answered without its detail.
-func (s *Server) sessionError(tool, id string, err error) *mcp.CallToolResult {
-	switch {
-	case errors.Is(err, session.ErrNotFound):
-		return errorResult(fmt.Sprintf("%s refused: no session %q; make one with %s", tool, id, NewSessionTool))
-	case errors.Is(err, session.ErrBusy):
-		return errorResult(fmt.Sprintf("%s refused: session %s is busy (a run or file access of it is in progress); try again when it ends", tool, id))
-	case errors.Is(err, session.ErrFull), errors.Is(err, session.ErrTooLarge), errors.Is(err, session.ErrBadPath):
-		return errorResult(tool + " refused: " + err.Error())
-	}
-	s.logf("%s (session %s): %v", tool, id, err)
-	return errorResult(tool + " failed because of a problem on the host; the operator's log has the details.")
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/metrics"
 )
 
@@ -54,6 +55,9 @@ type quotaError struct {
 }
 
 func (e *quotaError) Error() string { return e.msg }
+
+// Kind is errkind.Quota.
+func (e *quotaError) Kind() errkind.Kind { return errkind.Quota }
 
 // acquire counts a run of session, or says why it may not start (a
 // *quotaError) and when it may be tried again. release ends the run.

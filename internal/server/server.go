@@ -33,8 +33,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/metrics"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runner"
@@ -234,7 +236,7 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 	cfg := s.cfg.Load() // the whole request is under one config
 	if r.ContentLength > task.MaxTaskBytes {
 		s.metrics.Refused(cfg.Runtime, "")
-		writeError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("task is %d bytes, more than the maximum %d", r.ContentLength, task.MaxTaskBytes))
+		writeRefusal(w, tooLarge(r.ContentLength))
 		return
 	}
 	// The run slot comes first: only requests holding one read their
@@ -245,9 +247,9 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer adm.done()
-	data, status, err := readBody(w, r)
+	data, err := readBody(w, r)
 	if err != nil {
-		writeError(w, status, "", err.Error())
+		writeError(w, statusOf(err), "", err.Error())
 		return
 	}
 	plan, err := s.load(r.Context(), data, cfg)
@@ -261,7 +263,7 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 	// The cheap refusals first: a kept session that does not exist (or
 	// is busy) takes no quota entry.
 	if err := s.checkSession(plan); err != nil {
-		writeError(w, sessionStatus(err), "session", err.Error())
+		writeRefusal(w, refusal(err, errkind.Unknown, "session"))
 		return
 	}
 	release, retry, err := s.quotas.acquire(plan.Session)
@@ -347,9 +349,9 @@ func (s *Server) load(ctx context.Context, data []byte, cfg *config.Config) (*ta
 // the slot. A variable for the tests.
 var bodyDeadline = 30 * time.Second
 
-// readBody reads the task, at most task.MaxTaskBytes within bodyDeadline;
-// on error it says the status to answer with.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, int, error) {
+// readBody reads the task, at most task.MaxTaskBytes within bodyDeadline.
+// Its error's kind is the answer's: TooLarge, Timeout, else Invalid.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(bodyDeadline))
 	var buf bytes.Buffer
@@ -362,61 +364,38 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, int, error) {
 	if err == nil {
 		// Lifted: the server watches the connection to see the client go.
 		_ = rc.SetReadDeadline(time.Time{})
-		return buf.Bytes(), 0, nil
+		return buf.Bytes(), nil
 	}
 	// The rest of the body is not waited for (the deadline stays): the
 	// connection is closed after the answer.
 	r.Body.Close()
 	switch {
 	case errors.As(err, &tooBig):
-		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("task is larger than the maximum %d bytes", task.MaxTaskBytes)
+		return nil, errkind.Mark(errkind.TooLarge, fmt.Errorf("task is larger than the maximum %d bytes", task.MaxTaskBytes))
 	case errors.As(err, &ne) && ne.Timeout():
-		return nil, http.StatusRequestTimeout, fmt.Errorf("reading task: not sent within %v", bodyDeadline)
+		return nil, errkind.Mark(errkind.Timeout, fmt.Errorf("reading task: not sent within %v", bodyDeadline))
 	}
-	return nil, http.StatusBadRequest, fmt.Errorf("reading task: %w", err)
+	return nil, errkind.Mark(errkind.Invalid, fmt.Errorf("reading task: %w", err))
 }
 
+// writeResult answers with the result, or with its error's status when
+// agentrun could not run it: a session busy or unknown (409, 404) or an
+// image that could not be had, the client's to fix; 500 the host's.
 func writeResult(w http.ResponseWriter, res *result.Result) {
 	status := http.StatusOK
 	if res.Error != "" {
-		// A session busy or unknown is the client's to fix: 409, 404.
-		status = sessionStatus(res.Err)
+		status = statusOf(res.Err)
 	}
-	if code, ok := imageStatus(res.Err); ok {
-		writeError(w, code, "image", res.Error+" (run "+res.ID+")")
+	var ie *image.Error
+	if errors.As(res.Err, &ie) {
+		writeError(w, status, "image", res.Error+" (run "+res.ID+")")
 		return
 	}
 	writeJSON(w, status, res)
 }
 
 // errQueueFull is admit's refusal when the queue is full.
-var errQueueFull = errors.New("server busy")
-
-// Refusal is a task the server would not run, with the HTTP status that
-// says why: 400 bad task, 403 above policy, 413 too large, 429 over a
-// session quota, 503 busy. Field names the task field at fault, if one is.
-type Refusal struct {
-	Status     int
-	Field      string
-	Msg        string
-	RetryAfter time.Duration // when it may be tried again; 0 if not said
-}
-
-func (r *Refusal) Error() string { return r.Msg }
-
-// taskRefusal is the refusal of a task that does not load: 400, or 403
-// above policy, naming the field at fault.
-func taskRefusal(err error) *Refusal {
-	ref := &Refusal{Status: http.StatusBadRequest, Msg: err.Error()}
-	var te *task.Error
-	if errors.As(err, &te) {
-		ref.Field = te.Field
-	}
-	if errors.Is(err, task.ErrPolicy) {
-		ref.Status = http.StatusForbidden
-	}
-	return ref
-}
+var errQueueFull = errkind.New(errkind.Unavailable, "server busy")
 
 // quotaRefusal is the 429 of a run over its session's quota, counted.
 func (s *Server) quotaRefusal(plan *task.Plan, err error, retry time.Duration) *Refusal {
@@ -425,7 +404,9 @@ func (s *Server) quotaRefusal(plan *task.Plan, err error, retry time.Duration) *
 		quota = qe.quota
 	}
 	s.metrics.Refused(plan.Runtime, quota)
-	return &Refusal{Status: http.StatusTooManyRequests, Msg: err.Error(), RetryAfter: retry}
+	ref := refusal(err, errkind.Quota, "")
+	ref.RetryAfter = retry
+	return ref
 }
 
 // admitRefusal is the 503 of a run that got no run slot, counted.
@@ -435,7 +416,9 @@ func (s *Server) admitRefusal(runtime string, err error) *Refusal {
 		quota = metrics.QuotaQueue
 	}
 	s.metrics.Refused(runtime, quota)
-	return &Refusal{Status: http.StatusServiceUnavailable, Msg: err.Error(), RetryAfter: time.Second}
+	ref := refusal(err, errkind.Unavailable, "")
+	ref.RetryAfter = time.Second
+	return ref
 }
 
 // RunTask runs task.json under the server's policy, quotas and admission,
@@ -445,7 +428,7 @@ func (s *Server) RunTask(ctx context.Context, data []byte) (*result.Result, erro
 	cfg := s.cfg.Load()
 	if len(data) > task.MaxTaskBytes {
 		s.metrics.Refused(cfg.Runtime, "")
-		return nil, &Refusal{Status: http.StatusRequestEntityTooLarge, Msg: fmt.Sprintf("task is %d bytes, more than the maximum %d", len(data), task.MaxTaskBytes)}
+		return nil, tooLarge(int64(len(data)))
 	}
 	plan, err := s.load(ctx, data, cfg)
 	if err != nil {
@@ -453,7 +436,7 @@ func (s *Server) RunTask(ctx context.Context, data []byte) (*result.Result, erro
 		return nil, taskRefusal(err)
 	}
 	if err := s.checkSession(plan); err != nil {
-		return nil, &Refusal{Status: sessionStatus(err), Field: "session", Msg: err.Error()}
+		return nil, refusal(err, errkind.Unknown, "session")
 	}
 	release, retry, err := s.quotas.acquire(plan.Session)
 	if err != nil {
@@ -483,7 +466,7 @@ func (s *Server) RunTask(ctx context.Context, data []byte) (*result.Result, erro
 func writeRefusal(w http.ResponseWriter, err error) {
 	ref, ok := err.(*Refusal)
 	if !ok {
-		ref = &Refusal{Status: http.StatusInternalServerError, Msg: err.Error()}
+		ref = refusal(err, errkind.Unknown, "")
 	}
 	if ref.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int((ref.RetryAfter+time.Second-1)/time.Second))))

@@ -101,24 +101,7 @@ func (s *Server) sessionFile(w http.ResponseWriter, r *http.Request) {
 
 // writeSessionError answers a session error with its status.
 func writeSessionError(w http.ResponseWriter, err error) {
-	writeError(w, sessionStatus(err), "", err.Error())
-}
-
-// sessionStatus is the HTTP status of a session error by its kind.
-func sessionStatus(err error) int {
-	switch {
-	case errors.Is(err, session.ErrBusy):
-		return http.StatusConflict
-	case errors.Is(err, session.ErrNotFound):
-		return http.StatusNotFound
-	case errors.Is(err, session.ErrFull):
-		return http.StatusInsufficientStorage
-	case errors.Is(err, session.ErrTooLarge):
-		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, session.ErrBadPath):
-		return http.StatusBadRequest
-	}
-	return http.StatusInternalServerError
+	writeError(w, statusOf(err), "", err.Error())
 }
 
 // checkSession refuses at once, before any answer starts (a stream's

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/task"
 )
 
@@ -24,11 +25,12 @@ const (
 	MaxListDepth = 32       // directory levels a listing descends
 )
 
-// ErrBadPath is wrapped by the refusal of a file name.
-var ErrBadPath = errors.New("bad file name")
+// ErrBadPath is wrapped by the refusal of a file name (errkind.Invalid).
+var ErrBadPath = errkind.New(errkind.Invalid, "bad file name")
 
-// ErrTooLarge is wrapped when a file is over MaxFileBytes.
-var ErrTooLarge = errors.New("file too large")
+// ErrTooLarge is wrapped when a file is over MaxFileBytes, or the session
+// has no room for it (errkind.TooLarge).
+var ErrTooLarge = errkind.New(errkind.TooLarge, "file too large")
 
 // File is one entry of a session's listing. Names are workspace-relative
 // and may hold any byte a program put there (JSON escapes them).

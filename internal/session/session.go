@@ -35,15 +35,16 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/state"
 	"github.com/agentrun/agentrun/internal/task"
 )
 
-// Errors callers tell apart.
+// Errors callers tell apart, each of its errkind.
 var (
-	ErrBusy     = errors.New("session busy")
-	ErrNotFound = errors.New("no such session")
-	ErrFull     = errors.New("too many sessions")
+	ErrBusy     = errkind.New(errkind.Busy, "session busy")
+	ErrNotFound = errkind.New(errkind.NotFound, "no such session")
+	ErrFull     = errkind.New(errkind.Full, "too many sessions")
 )
 
 // ValidID reports whether id has the form of a session id: "ss-" and

@@ -7,18 +7,19 @@ import (
 	"strings"
 
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/netpolicy"
 )
 
 // checkAllow checks network.allow entries ("name", "*.suffix", each with an
 // optional ":port" 1-65535; see netpolicy.CanonicalAllow) and returns them
-// lowercased, canonical and deduplicated. Any entry while the policy forbids network is ErrPolicy.
+// lowercased, canonical and deduplicated. Any entry while the policy forbids network is errkind.ErrPolicy.
 func checkAllow(entries []string, allowNetwork *bool) ([]string, error) {
 	if len(entries) == 0 {
 		return nil, nil
 	}
 	if allowNetwork == nil || !*allowNetwork {
-		return nil, &Error{Field: "network.allow", Reason: "network access is not allowed by policy", Err: ErrPolicy}
+		return nil, &Error{Field: "network.allow", Reason: "network access is not allowed by policy", Err: errkind.ErrPolicy}
 	}
 	if len(entries) > MaxAllow {
 		return nil, errorf("network.allow", "%d entries, more than the maximum %d", len(entries), MaxAllow)
@@ -39,13 +40,13 @@ func checkAllow(entries []string, allowNetwork *bool) ([]string, error) {
 }
 
 // checkServices checks network.services: names of the config's services,
-// deduplicated. Any while the policy forbids network is ErrPolicy.
+// deduplicated. Any while the policy forbids network is errkind.ErrPolicy.
 func checkServices(names []string, cfg *config.Config) ([]string, error) {
 	if len(names) == 0 {
 		return nil, nil
 	}
 	if an := cfg.Policy.AllowNetwork; an == nil || !*an {
-		return nil, &Error{Field: "network.services", Reason: "network access is not allowed by policy", Err: ErrPolicy}
+		return nil, &Error{Field: "network.services", Reason: "network access is not allowed by policy", Err: errkind.ErrPolicy}
 	}
 	if len(names) > config.MaxServices {
 		return nil, errorf("network.services", "%d entries, more than the maximum %d", len(names), config.MaxServices)
@@ -55,9 +56,9 @@ func checkServices(names []string, cfg *config.Config) ([]string, error) {
 		if _, ok := cfg.Network.Services[n]; !ok {
 			known := slices.Sorted(maps.Keys(cfg.Network.Services))
 			if len(known) == 0 {
-				return nil, &Error{Field: fmt.Sprintf("network.services[%d]", i), Reason: fmt.Sprintf("%q: the config declares no services", n), Err: ErrPolicy}
+				return nil, &Error{Field: fmt.Sprintf("network.services[%d]", i), Reason: fmt.Sprintf("%q: the config declares no services", n), Err: errkind.ErrPolicy}
 			}
-			return nil, &Error{Field: fmt.Sprintf("network.services[%d]", i), Reason: fmt.Sprintf("%q is not a service of the config (known: %s)", n, strings.Join(known, ", ")), Err: ErrPolicy}
+			return nil, &Error{Field: fmt.Sprintf("network.services[%d]", i), Reason: fmt.Sprintf("%q is not a service of the config (known: %s)", n, strings.Join(known, ", ")), Err: errkind.ErrPolicy}
 		}
 		if !slices.Contains(out, n) {
 			out = append(out, n)

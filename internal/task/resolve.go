@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/names"
 )
 
@@ -53,7 +54,7 @@ var codeExt = map[string]string{
 func CodeFileName(language string) string { return "main" + codeExt[language] }
 
 // Resolve validates t against cfg and fills in every default from it. A task
-// problem is an *Error naming the field (wrapping ErrPolicy for policy
+// problem is an *Error naming the field (wrapping errkind.ErrPolicy for policy
 // refusals); a broken cfg gives a plain error.
 func (t *Task) Resolve(cfg *config.Config) (*Plan, error) {
 	if cfg == nil {
@@ -78,7 +79,7 @@ func (t *Task) Resolve(cfg *config.Config) (*Plan, error) {
 	} else if err := config.CheckLocalImage(p.Image, cfg.Policy.LocalImages); err != nil {
 		// A task naming a host path could make any host directory its
 		// root: only the directories the operator lists may be named.
-		return nil, &Error{Field: "image", Reason: err.Error(), Err: ErrPolicy}
+		return nil, &Error{Field: "image", Reason: err.Error(), Err: errkind.ErrPolicy}
 	}
 	if err := config.CheckImage(p.Image); err != nil {
 		return nil, errorf("image", "%v", err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/errkind"
 )
 
 // File is one input file; exactly one of Content and ContentBase64 is set.
@@ -85,17 +86,13 @@ const (
 	MaxPathElemLen = 255  // one component of it
 )
 
-// ErrPolicy is wrapped (errors.Is) by every refusal because the config's
-// policy does not allow what the task asks for.
-var ErrPolicy = errors.New("exceeds policy")
-
 // Error is a task problem. Field names the offending field the way it is
 // written in task.json ("limits.memory", `files["../x"]`, "command[0]");
 // it is "" for the task as a whole (oversize, not a JSON object).
 type Error struct {
 	Field  string
 	Reason string
-	Err    error // the cause, if any: ErrPolicy for policy refusals
+	Err    error // the cause, if any: errkind.ErrPolicy for policy refusals
 }
 
 // Error returns "task: " + Field + ": " + Reason ("task: " + Reason when Field is "").
@@ -107,6 +104,10 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// Kind is errkind.Policy for a refusal by the config's policy (Err wraps
+// errkind.ErrPolicy), else errkind.Invalid: the task is at fault.
+func (e *Error) Kind() errkind.Kind { return errkind.Or(e.Err, errkind.Invalid) }
 
 func errorf(field, format string, args ...any) *Error {
 	return &Error{Field: field, Reason: fmt.Sprintf(format, args...)}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/errkind"
 )
 
 // errorCases are tasks that must be refused, with the field the error names.
@@ -183,8 +184,11 @@ func TestErrors(t *testing.T) {
 			if te.Field != tc.field {
 				t.Errorf("Field = %q, want %q (%v)", te.Field, tc.field, err)
 			}
-			if errors.Is(err, ErrPolicy) != tc.policy {
-				t.Errorf("errors.Is(err, ErrPolicy) = %v, want %v (%v)", !tc.policy, tc.policy, err)
+			if errors.Is(err, errkind.ErrPolicy) != tc.policy {
+				t.Errorf("errors.Is(err, errkind.ErrPolicy) = %v, want %v (%v)", !tc.policy, tc.policy, err)
+			}
+			if want := map[bool]errkind.Kind{true: errkind.Policy, false: errkind.Invalid}[tc.policy]; errkind.Of(err) != want {
+				t.Errorf("errkind.Of(err) = %v, want %v (%v)", errkind.Of(err), want, err)
 			}
 			if te.Reason == "" {
 				t.Errorf("empty Reason")
@@ -348,7 +352,7 @@ func TestLocalImageUnderPolicy(t *testing.T) {
 		if (err == nil) != ok {
 			t.Errorf("image %q: err %v; want allowed %v", ref, err, ok)
 		}
-		if err != nil && !errors.Is(err, ErrPolicy) {
+		if err != nil && !errors.Is(err, errkind.ErrPolicy) {
 			t.Errorf("image %q: %v is not a policy refusal", ref, err)
 		}
 		// The refusal names the config key, never the host's directories.

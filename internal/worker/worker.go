@@ -13,9 +13,9 @@ import (
 
 	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runner"
-	"github.com/agentrun/agentrun/internal/session"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/runtime/backend"
 )
@@ -230,7 +230,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 			stopAlive()
 			_ = msg.Nak()
 			return
-		case errors.Is(res.Err, session.ErrNotFound):
+		case errkind.Of(res.Err) == errkind.NotFound:
 			// keep_workspace on a session that does not exist: the
 			// task's fault, the same on every host: its answer, never
 			// retried.
