@@ -90,3 +90,42 @@ func TestCancelledBeforeTheProgramStarts(t *testing.T) {
 		assertNoLeaks(t)
 	})
 }
+
+// A run cancelled while its sandbox is being set up stops there (the
+// backend's Prepare gets the run's context) and says so, on either
+// runtime, and leaves nothing. The cancels are spread over the time one
+// run takes here, so that they land in each step of the set-up whatever
+// the host's speed; one that comes once the program runs ends the run as
+// a cancelled run, or comes too late and the run ends by itself.
+func TestCancelledDuringSetup(t *testing.T) {
+	eachRuntime(t, func(t *testing.T, rt string) {
+		cfg := cfgFor(t, rt)
+		r, err := runner.New(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan := loadPlan(t, cfg, "print('ran')", map[string]any{"runtime": rt})
+		start := time.Now()
+		if res := r.Run(context.Background(), plan); res.Error != "" || res.Stdout != "ran\n" {
+			t.Fatalf("uncancelled run: error %q stdout %q", res.Error, res.Stdout)
+		}
+		whole := time.Since(start)
+		const steps = 8
+		for i := range steps {
+			d := whole * time.Duration(i) / steps
+			ctx, cancel := context.WithTimeout(context.Background(), d)
+			res := r.Run(ctx, plan)
+			cancel()
+			switch {
+			case strings.Contains(res.Error, "run cancelled before the program started"):
+			case strings.Contains(res.Error, "run cancelled"):
+				t.Logf("cancel after %v of a %v run: the program had started", d, whole)
+			case res.Error == "" && res.Stdout == "ran\n":
+				t.Logf("cancel after %v of a %v run: the run ended first", d, whole)
+			default:
+				t.Errorf("cancel after %v: error %q stdout %q; want the run cancelled", d, res.Error, res.Stdout)
+			}
+		}
+		assertNoLeaks(t)
+	})
+}
