@@ -2,8 +2,6 @@ package runapi
 
 import (
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -14,8 +12,8 @@ import (
 // (The image-spec and go-digest modules that go-containerregistry brings
 // are not runtimes.)
 func TestDoorsImportNoRuntime(t *testing.T) {
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	out, err := exec.Command(goTool, "list", "-tags", "seccomp,runc_nocriu", "-deps",
+	// go test puts its own go first in PATH.
+	out, err := exec.Command("go", "list", "-tags", "seccomp,runc_nocriu", "-deps",
 		".", "../server", "../worker", "../mcpserver").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v: %s", err, out)
