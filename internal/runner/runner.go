@@ -231,13 +231,13 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 		}
 		res.ID = newID()
 		again := time.Now()
-		if sb, err = r.setup(ctx, r.runRequest(p, img, res, nil, approver(hooks.Approve, res))); err != nil {
+		if sb, err = r.setup(ctx, runRequest(p, img, res, nil, approver(hooks.Approve, res))); err != nil {
 			return cancelled(ctx, err)
 		}
 		setup = time.Since(again)
 		err = r.execute(ctx, p, sb, res, hooks.Output)
 	}
-	if err != nil {
+	if errors.Is(err, backend.ErrNotStarted) {
 		err = cancelled(ctx, err)
 	}
 	// The program has ended: what fills the rest of the result (the
@@ -272,10 +272,10 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 	return err
 }
 
-// cancelled is err, a failure before the program started, said as a
-// cancelled run is when ctx was cancelled (SIGTERM, a client gone) and
-// that stopped the set-up (the backend's Prepare, which gets ctx) or the
-// program's exec (ErrNotStarted); any other error is err.
+// cancelled is err, a failure before the program started (of the set-up,
+// or of the program's exec: ErrNotStarted), said as a cancelled run is when
+// ctx was cancelled (SIGTERM, a client gone) and that stopped it: the
+// backend's Prepare gets ctx. Any other error is err.
 func cancelled(ctx context.Context, err error) error {
 	if cerr := ctx.Err(); cerr != nil && (errors.Is(err, cerr) || errors.Is(err, backend.ErrNotStarted)) {
 		return fmt.Errorf("run cancelled before the program started: %w", cerr)
@@ -308,7 +308,7 @@ func (r *Runner) pullOptions(p *task.Plan) image.PullOptions {
 // pool's sandboxes lack). It sets res.ID to the sandbox's.
 func (r *Runner) sandbox(ctx context.Context, p *task.Plan, img *image.Image, res *result.Result, lease *session.Lease, approve proxy.ApproveFunc) (*sandbox, error) {
 	if lease != nil {
-		return r.setup(ctx, r.runRequest(p, img, res, lease, approve))
+		return r.setup(ctx, runRequest(p, img, res, lease, approve))
 	}
 	// A pooled sandbox's proxy has denied everything since it was made: it
 	// gets this run's policy, and no other, as the run takes it.
@@ -326,7 +326,7 @@ func (r *Runner) sandbox(ctx context.Context, p *task.Plan, img *image.Image, re
 		}
 		return sb, nil
 	}
-	return r.setup(ctx, r.runRequest(p, img, res, nil, approve))
+	return r.setup(ctx, runRequest(p, img, res, nil, approve))
 }
 
 // execute runs the program of sb to its end and collects its files.
@@ -394,7 +394,7 @@ type request struct {
 
 // runRequest is the request for the sandbox of a run of p that sets its
 // own up, under its result's id, with its files.
-func (r *Runner) runRequest(p *task.Plan, img *image.Image, res *result.Result, lease *session.Lease, approve proxy.ApproveFunc) request {
+func runRequest(p *task.Plan, img *image.Image, res *result.Result, lease *session.Lease, approve proxy.ApproveFunc) request {
 	return request{plan: p, img: img, id: res.ID, files: runFiles(p), lease: lease, res: res, approve: approve}
 }
 
