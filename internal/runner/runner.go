@@ -410,6 +410,9 @@ func poolRequest(p *task.Plan, img *image.Image, warm []string) request {
 // the pool's): once it is cancelled, the backend's Prepare stops. A
 // *warmError is the failure of a warm sandbox's launcher.
 func (r *Runner) setup(ctx context.Context, req request) (_ *sandbox, err error) {
+	if req.pooled == (req.res != nil) {
+		return nil, errors.New("a sandbox is set up for a run, with its result, or for the pool, without one")
+	}
 	p, img, id, lease := req.plan, req.img, req.id, req.lease
 	be := r.backends[p.Runtime]
 	if be == nil {
