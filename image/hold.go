@@ -86,20 +86,6 @@ func (s *Store) dropUseLock(d v1.Hash, l *fileLock) {
 	l.unlock()
 }
 
-// Total is the store's size as the cap counts it: each image's rootfs
-// and the blobs it lists (a blob two images share counts twice).
-func (s *Store) Total() (int64, error) {
-	idx, err := s.readIndexLocked()
-	if err != nil {
-		return 0, err
-	}
-	var total int64
-	for _, ie := range idx.Images {
-		total += s.imageSize(ie)
-	}
-	return total, nil
-}
-
 func (s *Store) imageSize(ie *imageEntry) int64 {
 	n := max(ie.Size, 0)
 	for _, b := range ie.Blobs {

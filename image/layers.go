@@ -117,7 +117,6 @@ func (s *Store) unpackImage(ctx context.Context, img v1.Image, digest v1.Hash, p
 		return 0, fmt.Errorf("publishing rootfs: %w", err)
 	}
 	published = true
-	s.unpacks.Add(1)
 	fmt.Fprintf(progress, "unpacked %s (%s)\n", short(digest), units.BytesSize(float64(size)))
 	return size, nil
 }

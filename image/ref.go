@@ -96,10 +96,3 @@ func absPath(raw, p string) (string, error) {
 	}
 	return filepath.Clean(p), nil
 }
-
-// CheckReference parses ref without resolving it: ErrBadReference, with
-// what references look like, when it is not one.
-func CheckReference(ref string) error {
-	_, err := parseReference(ref)
-	return err
-}

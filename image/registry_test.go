@@ -247,8 +247,8 @@ func TestPathIsNotAReference(t *testing.T) {
 			}
 		}
 	}
-	if err := CheckReference("/srv/rootfs"); !errors.Is(err, ErrBadReference) {
-		t.Errorf("CheckReference: %v", err)
+	if _, err := parseReference("/srv/rootfs"); !errors.Is(err, ErrBadReference) {
+		t.Errorf("parseReference(/srv/rootfs): %v", err)
 	}
 }
 

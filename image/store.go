@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -53,8 +52,6 @@ type Store struct {
 	// the least recently used images not in use are removed until the
 	// store is under it. 0 means no cap.
 	MaxTotal int64
-
-	unpacks atomic.Int64 // images unpacked by this Store, for tests
 }
 
 // Image is an image ready to run.
@@ -124,9 +121,6 @@ func Open(dir string) (*Store, error) {
 	}
 	return s, nil
 }
-
-// Dir is the store's directory.
-func (s *Store) Dir() string { return s.dir }
 
 func (s *Store) maxBytes() int64 {
 	if s.MaxBytes > 0 {

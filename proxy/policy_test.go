@@ -36,3 +36,14 @@ func TestNewProxyRejectsBadPolicy(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// newProxy checks the policy and builds a bound proxy with no listeners.
+func newProxy(gw netip.Addr, p Policy) (*Proxy, error) {
+	px := unbound(gw)
+	px.bindTried = true
+	if err := px.setPolicy(p); err != nil {
+		return nil, err
+	}
+	px.bound.Store(true)
+	return px, nil
+}

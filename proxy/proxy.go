@@ -205,17 +205,6 @@ func (p *Proxy) Bind(pol Policy) error {
 	return nil
 }
 
-// newProxy checks the policy and builds a bound proxy with no listeners.
-func newProxy(gw netip.Addr, p Policy) (*Proxy, error) {
-	px := unbound(gw)
-	px.bindTried = true
-	if err := px.setPolicy(p); err != nil {
-		return nil, err
-	}
-	px.bound.Store(true)
-	return px, nil
-}
-
 // unbound is a proxy at gateway address gw with no policy and no
 // listeners.
 func unbound(gw netip.Addr) *Proxy {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
-	"github.com/agentrun/agentrun/internal/runner"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/server"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/internal/untrusted"
@@ -155,7 +155,7 @@ func runTask(taskPath, cfgPath, auditPath, storeDir string, stdin io.Reader, std
 	defer closeLog()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var hooks runner.Hooks
+	var hooks runapi.Hooks
 	if len(plan.Services) > 0 {
 		hooks.Approve = terminalApprover()
 	}

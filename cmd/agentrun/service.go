@@ -15,6 +15,7 @@ import (
 	"github.com/coreos/go-systemd/v22/daemon"
 
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/server"
 )
@@ -86,7 +87,7 @@ func notifyReady(pool *runner.Pool, sizes map[string]int, logf func(string, ...a
 	notify("READY=1")
 }
 
-func poolFull(st runner.PoolStats, sizes map[string]int) bool {
+func poolFull(st runapi.PoolStats, sizes map[string]int) bool {
 	for ref, n := range sizes {
 		if st.Ready[ref] < n {
 			return false

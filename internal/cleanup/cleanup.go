@@ -2,8 +2,8 @@
 // makes something pushes the step that removes it, and on failure (or at
 // the end of the thing's life) the stack is run, last step first.
 //
-// It has the shape of gVisor's pkg/cleanup (Make, Add, Release, Clean),
-// with steps that can fail: Clean runs every step and joins their errors.
+// It has the shape of gVisor's pkg/cleanup (Add, Clean), with steps that
+// can fail: Clean runs every step and joins their errors.
 package cleanup
 
 import "errors"
@@ -11,11 +11,6 @@ import "errors"
 // Cleanup is a stack of undo steps. Its zero value is an empty stack.
 type Cleanup struct {
 	steps []func() error
-}
-
-// Make returns a stack holding f.
-func Make(f func() error) Cleanup {
-	return Cleanup{steps: []func() error{f}}
 }
 
 // Add pushes f, which Clean runs before every step added earlier.
@@ -34,13 +29,4 @@ func (c *Cleanup) Clean() error {
 	}
 	c.steps = nil
 	return errors.Join(errs...)
-}
-
-// Release empties the stack and returns a function that runs what it held,
-// as Clean would: a set-up that succeeded hands its undo to the owner of
-// what it made.
-func (c *Cleanup) Release() func() error {
-	r := Cleanup{steps: c.steps}
-	c.steps = nil
-	return r.Clean
 }

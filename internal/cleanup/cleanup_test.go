@@ -8,7 +8,8 @@ import (
 
 func TestCleanRunsEveryStepLastFirst(t *testing.T) {
 	var got []int
-	c := Make(func() error { got = append(got, 1); return errors.New("one") })
+	var c Cleanup
+	c.Add(func() error { got = append(got, 1); return errors.New("one") })
 	c.Add(func() error { got = append(got, 2); return nil })
 	c.Add(func() error { got = append(got, 3); return errors.New("three") })
 	err := c.Clean()
@@ -20,18 +21,5 @@ func TestCleanRunsEveryStepLastFirst(t *testing.T) {
 	}
 	if err := c.Clean(); err != nil || len(got) != 3 {
 		t.Errorf("a second Clean ran steps again (%v, %v)", got, err)
-	}
-}
-
-func TestReleaseHandsTheStepsOver(t *testing.T) {
-	ran := 0
-	var c Cleanup
-	c.Add(func() error { ran++; return nil })
-	undo := c.Release()
-	if err := c.Clean(); err != nil || ran != 0 {
-		t.Fatalf("Clean after Release ran %d steps (%v)", ran, err)
-	}
-	if err := undo(); err != nil || ran != 1 {
-		t.Errorf("the released undo ran %d steps (%v); want 1", ran, err)
 	}
 }

@@ -43,8 +43,8 @@ type Inject struct {
 }
 
 // Rule lets requests through whose method is one of Methods ("*" is any)
-// and whose path matches one of Paths (see MatchPath). With Approve, a
-// request it lets through is held until the run's approver decides.
+// and whose path matches one of Paths. With Approve, a request it lets
+// through is held until the run's approver decides.
 type Rule struct {
 	Methods []string
 	Paths   []string
@@ -443,13 +443,6 @@ func matchSegments(glob, segs []string) bool {
 		glob, segs = glob[1:], segs[1:]
 	}
 	return len(segs) == 0
-}
-
-// MatchPath reports whether the request path raw (as sent) matches glob,
-// after CleanPath accepts it, with and without its ";" parameters.
-func MatchPath(glob, raw string) bool {
-	segs, reason := CleanPath(raw)
-	return reason == "" && matchBoth(glob, segs, withoutParams(segs))
 }
 
 // matchBoth matches segs against glob and, unless nil, bare (segs

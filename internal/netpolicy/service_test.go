@@ -123,8 +123,8 @@ func TestServiceRules(t *testing.T) {
 		}
 	}
 	// A percent-encoded ordinary character is the character itself.
-	if !MatchPath("/repos/**", "/repos/%61") {
-		t.Errorf("MatchPath(/repos/**, /repos/%%61) = false")
+	if !matchPath("/repos/**", "/repos/%61") {
+		t.Errorf("matchPath(/repos/**, /repos/%%61) = false")
 	}
 }
 
@@ -156,4 +156,11 @@ func TestServiceConfigErrors(t *testing.T) {
 			t.Errorf("Validate(%+v) = %v; want an error with %q", tc.svc, err, tc.want)
 		}
 	}
+}
+
+// matchPath reports whether the request path raw (as sent) matches glob,
+// after CleanPath accepts it, with and without its ";" parameters.
+func matchPath(glob, raw string) bool {
+	segs, reason := CleanPath(raw)
+	return reason == "" && matchBoth(glob, segs, withoutParams(segs))
 }

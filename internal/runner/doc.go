@@ -5,9 +5,11 @@
 // and removes everything it made, on every path. It never asks which
 // backend a run has: what differs between them is in their Traits.
 //
-// The set-up order of a sandbox is written once, in Runner.setup, each step
-// pushing its undo on the sandbox's cleanup stack; the pool (Pool) makes its
-// sandboxes with it, warm ones too (warm.go: the interpreter started ahead
-// by agentrun's launcher, warm.py, which the run hands over to). Runner.GC removes what dead runs left, by the protocol
-// of package state.
+// The set-up order of a sandbox is written once, in Runner.setup, for one
+// request (a run's, or the pool's), each step pushing its undo on the
+// sandbox's cleanup stack; the pool (Pool) makes its sandboxes with it,
+// warm ones too (warm.go: the interpreter started ahead by agentrun's
+// launcher, warm.py, which the run hands over to). Runner.GC removes what
+// dead runs left, by the protocol of package state. What the doors
+// (serve, the worker, MCP) use of a runner is in package runapi.
 package runner

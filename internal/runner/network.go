@@ -15,10 +15,10 @@ import (
 // listen, and returns the spec options that put the program there. A run
 // without an allowlist gets nothing here: its spec's fresh network
 // namespace holds only lo. What it sets up is undone through sb.undo;
-// sb.settle stops the proxy and puts its report in res once the program
-// has ended, before the result is handed out.
+// sb.settle stops the proxy and puts its report in req.res once the
+// program has ended, before the result is handed out.
 //
-// With res nil the sandbox is made ahead for the pool: all of the above
+// A sandbox made ahead for the pool (req.pooled) gets all of the above
 // but the policy, which no run has yet. Its proxy is left unbound (it
 // denies everything) until the run that takes the sandbox binds its own
 // (bindNetwork). What the spec holds of the network (the namespace, the
@@ -29,18 +29,19 @@ import (
 // a bundle of it with the image's own roots, mounted read-only under
 // CADir, named by the usual variables and mounted over the image's system
 // bundle (rootfs is the run's own view of the image, an overlay). Held
-// requests are decided by approve (nil: all denied). The CA is the run's
-// own, minted when its policy is bound, and its certificate is in the
-// spec's mounts: a run with services is never made ahead.
-func (r *Runner) network(p *task.Plan, rootfs, dir string, approve proxy.ApproveFunc, res *result.Result, sb *sandbox) ([]spec.SpecOpt, error) {
+// requests are decided by req.approve (nil: all denied). The CA is the
+// run's own, minted when its policy is bound, and its certificate is in
+// the spec's mounts: a run with services is never made ahead.
+func (r *Runner) network(req request, rootfs, dir string, sb *sandbox) ([]spec.SpecOpt, error) {
+	p := req.plan
 	if len(p.Allow) == 0 && len(p.Services) == 0 {
 		return nil, nil
 	}
 	var pol proxy.Policy
-	if res != nil {
+	if !req.pooled {
 		// Checked before anything is made.
 		var err error
-		if pol, err = r.policy(p, approve); err != nil {
+		if pol, err = r.policy(p, req.approve); err != nil {
 			return nil, err
 		}
 	} else if len(p.Services) > 0 {
@@ -73,10 +74,10 @@ func (r *Runner) network(p *task.Plan, rootfs, dir string, approve proxy.Approve
 		spec.WithReadonlyFile(hosts, "/etc/hosts"),
 		spec.WithEnv(prx.Env()),
 	}
-	if res == nil {
+	if req.pooled {
 		return opts, nil
 	}
-	if err := bind(sb, pol, res); err != nil {
+	if err := bind(sb, pol, req.res); err != nil {
 		return nil, err
 	}
 	if ca := prx.CACert(); ca != nil {

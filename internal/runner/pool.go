@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/image"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/task"
 )
 
@@ -96,24 +97,6 @@ type shape struct {
 	waiting int
 }
 
-// PoolStats is what a pool holds now.
-type PoolStats struct {
-	Ready   map[string]int // image ref -> sandboxes ready
-	Hits    int64          // runs served from the pool
-	Misses  int64          // runs of a pooled image that ran cold
-	LastErr string         // the latest failure to fill, "" once one succeeds
-	Running int            // the runner's runs going on
-	Filling int            // sandboxes being made now
-
-	ImageHits, ImageMisses map[string]int64 // Hits and Misses per image ref
-	// Warm is, per image ref with warm settings, WarmOK while it gets
-	// warm sandboxes, or why it gets plain ones instead.
-	Warm map[string]string
-}
-
-// WarmOK is PoolStats.Warm of an image that gets warm sandboxes.
-const WarmOK = "warm"
-
 // followWindow is how many of an image's latest runs decide which shape
 // the pool keeps for it.
 const followWindow = 8
@@ -139,7 +122,9 @@ const fillRetry = time.Second
 func (r *Runner) NewPool(sizes map[string]int) *Pool {
 	p := &Pool{r: r, sizes: map[string]int{}, shapes: map[string]*shape{}, recent: map[string][]string{},
 		setup: func(plan *task.Plan, img *image.Image, warm []string) (*sandbox, error) {
-			return r.setup(plan, img, nil, newID(), nil, nil, nil, warm)
+			// Not a run's: nothing cancels it but the sandbox's own
+			// bounds; Close waits for it.
+			return r.setup(context.Background(), poolRequest(plan, img, warm))
 		},
 		warm: map[string]warmSetting{}, cold: map[string]string{},
 		hits: map[string]int64{}, misses: map[string]int64{}, cpus: runtime.NumCPU(),
@@ -460,10 +445,10 @@ func (p *Pool) fillLimit() int {
 }
 
 // Stats reports what the pool holds now.
-func (p *Pool) Stats() PoolStats {
+func (p *Pool) Stats() runapi.PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	st := PoolStats{Ready: map[string]int{}, ImageHits: map[string]int64{}, ImageMisses: map[string]int64{},
+	st := runapi.PoolStats{Ready: map[string]int{}, ImageHits: map[string]int64{}, ImageMisses: map[string]int64{},
 		Running: p.running, Filling: p.filling}
 	for ref, n := range p.hits {
 		st.ImageHits[ref] = n
@@ -483,7 +468,7 @@ func (p *Pool) Stats() PoolStats {
 	if len(p.warm) > 0 {
 		st.Warm = map[string]string{}
 		for ref := range p.warm {
-			st.Warm[ref] = cmp.Or(p.cold[ref], WarmOK)
+			st.Warm[ref] = cmp.Or(p.cold[ref], runapi.WarmOK)
 		}
 	}
 	if p.err != nil {

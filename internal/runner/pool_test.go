@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/runtime/backend"
 	"github.com/agentrun/agentrun/runtime/spec"
@@ -475,8 +476,8 @@ func TestWarmFailureGoesPlain(t *testing.T) {
 	cfg := config.Default()
 	cfg.Server.Pool = map[string]config.PoolEntry{testImage: {Count: 1, Warm: &config.Warm{Language: "python", Preload: []string{"json"}}}}
 	p.SetWarm(cfg)
-	if st := p.Stats().Warm[testImage]; st != WarmOK {
-		t.Errorf("after new settings Stats().Warm = %q; want %q", st, WarmOK)
+	if st := p.Stats().Warm[testImage]; st != runapi.WarmOK {
+		t.Errorf("after new settings Stats().Warm = %q; want %q", st, runapi.WarmOK)
 	}
 }
 

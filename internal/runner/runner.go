@@ -17,6 +17,7 @@ import (
 	"github.com/agentrun/agentrun/internal/cleanup"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/session"
 	"github.com/agentrun/agentrun/internal/state"
 	"github.com/agentrun/agentrun/internal/task"
@@ -151,34 +152,11 @@ func (r *Runner) PrecompiledSeccomp() error {
 // agentrun itself is reported in the result's Error (exit status 125).
 // When Run returns, everything the run made on the host is gone.
 func (r *Runner) Run(ctx context.Context, p *task.Plan) *result.Result {
-	return r.RunWith(ctx, p, Hooks{})
+	return r.RunWith(ctx, p, runapi.Hooks{})
 }
 
-// Hooks let a caller follow a run as it goes; each may be nil.
-type Hooks struct {
-	// Output gets the program's kept output as it arrives (from two
-	// goroutines at once).
-	Output backend.OutputFunc
-	// Approve decides requests to services that an approve rule holds,
-	// for the run of that id; it must return when its context ends. Nil
-	// denies them.
-	Approve func(ctx context.Context, run string, a proxy.Approval) proxy.Decision
-	// Setup gets how long the run's sandbox took to be ready (image, then
-	// a pooled sandbox or a cold set-up) and whether it came from the pool,
-	// once the program has run.
-	Setup func(pooled bool, d time.Duration)
-	// Result gets the result as soon as it is final: every field filled
-	// (output, usage, collected files, network decisions), before the
-	// sandbox is torn down, so that a server can answer while the
-	// tear-down goes on. A failure of the tear-down or of the audit log
-	// comes after that: it is in the result RunWith returns and in the
-	// audit record only. A run with a kept workspace gets it after the
-	// tear-down instead, once the session is free for its next run.
-	Result func(*result.Result)
-}
-
-// RunWith is Run with hooks.
-func (r *Runner) RunWith(ctx context.Context, p *task.Plan, hooks Hooks) *result.Result {
+// RunWith is Run with hooks: a runapi.Func.
+func (r *Runner) RunWith(ctx context.Context, p *task.Plan, hooks runapi.Hooks) *result.Result {
 	// ExitSetup until the program's outcome replaces it: a run whose
 	// program never started says so in exit_code too.
 	res := &result.Result{ID: newID(), Session: p.Session, Image: p.Image, Runtime: p.Runtime, Files: map[string]result.File{},
@@ -209,7 +187,7 @@ func (r *Runner) RunWith(ctx context.Context, p *task.Plan, hooks Hooks) *result
 
 // run runs p in a sandbox from the pool, or in one set up for it now, and
 // tears the sandbox down.
-func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hooks Hooks) (err error) {
+func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hooks runapi.Hooks) (err error) {
 	start := time.Now()
 	if _, ok := r.backends[p.Runtime]; !ok {
 		if err := r.unavailable[p.Runtime]; err != nil {
@@ -235,9 +213,9 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 
 	r.pool.begin()
 	defer r.pool.ran(p)
-	sb, err := r.sandbox(p, img, res, lease, approver(hooks.Approve, res))
+	sb, err := r.sandbox(ctx, p, img, res, lease, approver(hooks.Approve, res))
 	if err != nil {
-		return err
+		return cancelled(ctx, err)
 	}
 	setup := time.Since(start)
 	err = r.execute(ctx, p, sb, res, hooks.Output)
@@ -250,16 +228,14 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 		}
 		res.ID = newID()
 		again := time.Now()
-		if sb, err = r.setup(p, img, res, res.ID, runFiles(p), nil, approver(hooks.Approve, res), nil); err != nil {
-			return err
+		if sb, err = r.setup(ctx, runRequest(p, img, res, nil, approver(hooks.Approve, res))); err != nil {
+			return cancelled(ctx, err)
 		}
 		setup = time.Since(again)
 		err = r.execute(ctx, p, sb, res, hooks.Output)
 	}
-	if errors.Is(err, backend.ErrNotStarted) && ctx.Err() != nil {
-		// Cancelled (SIGTERM, a client gone) between the set-up and the
-		// program's exec: said as a cancelled run is, not as a failure.
-		err = fmt.Errorf("run cancelled before the program started: %w", ctx.Err())
+	if errors.Is(err, backend.ErrNotStarted) {
+		err = cancelled(ctx, err)
 	}
 	// The program has ended: what fills the rest of the result (the
 	// network report) runs before anyone sees it.
@@ -293,6 +269,17 @@ func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hook
 	return err
 }
 
+// cancelled is err, a failure before the program started (of the set-up,
+// or of the program's exec: ErrNotStarted), said as a cancelled run is when
+// ctx was cancelled (SIGTERM, a client gone) and that stopped it: the
+// backend's Prepare gets ctx. Any other error is err.
+func cancelled(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil && (errors.Is(err, cerr) || errors.Is(err, backend.ErrNotStarted)) {
+		return fmt.Errorf("run cancelled before the program started: %w", cerr)
+	}
+	return err
+}
+
 // approver is the proxy's form of hook for the run whose result is res
 // (nil without a hook).
 func approver(hook func(context.Context, string, proxy.Approval) proxy.Decision, res *result.Result) proxy.ApproveFunc {
@@ -316,9 +303,9 @@ func (r *Runner) pullOptions(p *task.Plan) image.PullOptions {
 // sandbox is a ready sandbox from the pool with p's files written in, or
 // else one set up for p now (always for a kept workspace, whose disk the
 // pool's sandboxes lack). It sets res.ID to the sandbox's.
-func (r *Runner) sandbox(p *task.Plan, img *image.Image, res *result.Result, lease *session.Lease, approve proxy.ApproveFunc) (*sandbox, error) {
+func (r *Runner) sandbox(ctx context.Context, p *task.Plan, img *image.Image, res *result.Result, lease *session.Lease, approve proxy.ApproveFunc) (*sandbox, error) {
 	if lease != nil {
-		return r.setup(p, img, res, res.ID, runFiles(p), lease, approve, nil)
+		return r.setup(ctx, runRequest(p, img, res, lease, approve))
 	}
 	// A pooled sandbox's proxy has denied everything since it was made: it
 	// gets this run's policy, and no other, as the run takes it.
@@ -336,12 +323,12 @@ func (r *Runner) sandbox(p *task.Plan, img *image.Image, res *result.Result, lea
 		}
 		return sb, nil
 	}
-	return r.setup(p, img, res, res.ID, runFiles(p), nil, approve, nil)
+	return r.setup(ctx, runRequest(p, img, res, nil, approve))
 }
 
 // execute runs the program of sb to its end and collects its files.
-func (r *Runner) execute(ctx context.Context, p *task.Plan, sb *sandbox, res *result.Result, output backend.OutputFunc) (err error) {
-	out, err := sb.prep.Run(ctx, p.Stdin, p.Limits.Timeout, p.Limits.OutputBytes, output)
+func (r *Runner) execute(ctx context.Context, p *task.Plan, sb *sandbox, res *result.Result, output runapi.OutputFunc) (err error) {
+	out, err := sb.prep.Run(ctx, p.Stdin, p.Limits.Timeout, p.Limits.OutputBytes, backend.OutputFunc(output))
 	if out != nil {
 		fillOutcome(res, out)
 	}
@@ -377,16 +364,53 @@ type sandbox struct {
 	settle cleanup.Cleanup
 }
 
-// setup makes the sandbox for p under id, with files in its workspace. It
-// is the setup order of one run: every step that makes something on the
-// host pushes its undo, and on error everything made is undone. With a
-// lease, the workspace is that session's disk, mounted in the run dir (so
-// that gc finds it there if agentrun dies). With res nil it is made ahead
-// for the pool: its network, if any, waits for the policy of the run that
-// takes it. With warm, the launcher argv of a warm sandbox (warm.go), its
-// program is the launcher, started now, and setup returns once it is
-// ready; a *warmError is its failure.
-func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id string, files map[string][]byte, lease *session.Lease, approve proxy.ApproveFunc, warm []string) (_ *sandbox, err error) {
+// request is what setup makes one sandbox for: a run's, or one made
+// ahead for the pool, which no run has yet.
+type request struct {
+	plan *task.Plan
+	img  *image.Image
+	id   string // the sandbox's, which is its run's
+	// files are written into its workspace.
+	files map[string][]byte
+	// lease, if not nil, is the kept session whose disk is the workspace,
+	// mounted in the run dir (so that gc finds it there if agentrun dies).
+	lease *session.Lease
+	// pooled: the sandbox is made ahead for the pool. Its network, if any,
+	// waits for the policy of the run that takes it (bindNetwork), and res
+	// and approve are not used.
+	pooled bool
+	// res is the run's result, which the network's report fills once the
+	// program has ended; approve decides its held requests (nil: denied).
+	res     *result.Result
+	approve proxy.ApproveFunc
+	// warm, if not nil, is the launcher argv of a warm sandbox (warm.go):
+	// its program is the launcher, started by setup, which returns once it
+	// is ready. Only the pool makes warm sandboxes.
+	warm []string
+}
+
+// runRequest is the request for the sandbox of a run of p that sets its
+// own up, under its result's id, with its files.
+func runRequest(p *task.Plan, img *image.Image, res *result.Result, lease *session.Lease, approve proxy.ApproveFunc) request {
+	return request{plan: p, img: img, id: res.ID, files: runFiles(p), lease: lease, res: res, approve: approve}
+}
+
+// poolRequest is the request for a sandbox made ahead for the pool for
+// plans of p's shape, with no files; warm as in request.
+func poolRequest(p *task.Plan, img *image.Image, warm []string) request {
+	return request{plan: p, img: img, id: newID(), pooled: true, warm: warm}
+}
+
+// setup makes the sandbox that req asks for. It is the setup order of one
+// run: every step that makes something on the host pushes its undo, and
+// on error everything made is undone. ctx is the run's (Background for
+// the pool's): once it is cancelled, the backend's Prepare stops. A
+// *warmError is the failure of a warm sandbox's launcher.
+func (r *Runner) setup(ctx context.Context, req request) (_ *sandbox, err error) {
+	if req.pooled == (req.res != nil) {
+		return nil, errors.New("a sandbox is set up for a run, with its result, or for the pool, without one")
+	}
+	p, img, id, lease := req.plan, req.img, req.id, req.lease
 	be := r.backends[p.Runtime]
 	if be == nil {
 		return nil, fmt.Errorf("runtime %q is not available", p.Runtime)
@@ -447,7 +471,7 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 	if err := checkProgram(rootfs, p.Argv[0]); err != nil {
 		return nil, err
 	}
-	netOpts, err := r.network(p, rootfs, dir, approve, res, sb)
+	netOpts, err := r.network(req, rootfs, dir, sb)
 	if err != nil {
 		return nil, err
 	}
@@ -461,14 +485,14 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 		}
 		// The disk keeps one owner, the sandbox user of the store, which
 		// the run sees as its own uid through an id-mapped mount.
-		if sb.ws, err = workspace.Adopt(wsDir, spec.UID, spec.GID, files); err != nil {
+		if sb.ws, err = workspace.Adopt(wsDir, spec.UID, spec.GID, req.files); err != nil {
 			return nil, err
 		}
 		sb.undo.Add(sb.ws.Close)
 		if err := uidpool.Remap(wsDir, spec.UID, uid); err != nil {
 			return nil, err
 		}
-	} else if sb.ws, err = workspace.Create(filepath.Join(dir, "workspace"), p.Limits.WorkspaceSize, sb.uid, sb.uid, files); err != nil {
+	} else if sb.ws, err = workspace.Create(filepath.Join(dir, "workspace"), p.Limits.WorkspaceSize, sb.uid, sb.uid, req.files); err != nil {
 		return nil, err
 	} else {
 		sb.undo.Add(sb.ws.Close)
@@ -484,7 +508,7 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 		opts = append(opts, traits.Spec)
 	}
 	var handover *backend.Handover
-	if warm != nil {
+	if req.warm != nil {
 		// From the run's etc tmpfs, as the identity files: the
 		// sandbox's mountinfo names no host path.
 		path, err := writeEtc(dir, &sb.undo, launcherName, launcher)
@@ -499,7 +523,7 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 				handover.Close() // Prepare closes it on its own errors
 			}
 		}()
-		opts = append(opts, spec.WithArgs(warm...), spec.WithReadonlyFile(path, LauncherPath))
+		opts = append(opts, spec.WithArgs(req.warm...), spec.WithReadonlyFile(path, LauncherPath))
 	}
 	if sb.spec, err = spec.New(rootfs, opts...); err != nil {
 		return nil, fmt.Errorf("building spec: %w", err)
@@ -509,7 +533,7 @@ func (r *Runner) setup(p *task.Plan, img *image.Image, res *result.Result, id st
 		return nil, fmt.Errorf("spec refused: %w", err)
 	}
 
-	if sb.prep, err = be.Prepare(context.Background(), &backend.Container{ID: id, Spec: sb.spec, Handover: handover}); err != nil {
+	if sb.prep, err = be.Prepare(ctx, &backend.Container{ID: id, Spec: sb.spec, Handover: handover}); err != nil {
 		return nil, err
 	}
 	sb.undo.Add(sb.prep.Destroy)

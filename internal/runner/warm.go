@@ -28,7 +28,7 @@ import (
 // starts, which has happened). Other tasks of the image are served as
 // without warm settings. Warm sandboxes that fail (a preload the image
 // lacks, a launcher that dies or says anything but ready) make their image
-// get plain sandboxes until the settings change; PoolStats.Warm says why.
+// get plain sandboxes until the settings change; runapi.PoolStats.Warm says why.
 
 //go:embed warm.py
 var launcher []byte

@@ -20,7 +20,7 @@ import (
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/metrics"
 	"github.com/agentrun/agentrun/internal/result"
-	"github.com/agentrun/agentrun/internal/runner"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/proxy"
 	"github.com/agentrun/agentrun/test/testenv"
@@ -29,8 +29,8 @@ import (
 // holdingRun is a run that holds one request, as the proxy would, and
 // answers with the decision: "approved BY" or "denied BY" ("denied " on
 // timeout), or "no way to ask" without an approver.
-func holdingRun(timeout time.Duration) RunFunc {
-	return func(ctx context.Context, p *task.Plan, hooks runner.Hooks) *result.Result {
+func holdingRun(timeout time.Duration) runapi.Func {
+	return func(ctx context.Context, p *task.Plan, hooks runapi.Hooks) *result.Result {
 		res := &result.Result{ID: "ar-held"}
 		if hooks.Approve == nil {
 			res.Stdout = "no way to ask"

@@ -12,7 +12,7 @@ import (
 	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/result"
-	"github.com/agentrun/agentrun/internal/runner"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/session"
 	"github.com/agentrun/agentrun/internal/task"
 )
@@ -32,7 +32,7 @@ func TestAPIImageErrorStatus(t *testing.T) {
 		{image.ErrDigestMismatch, http.StatusBadGateway},
 	} {
 		ierr := &image.Error{Ref: "reg:5000/x:y", Remote: true, Err: fmt.Errorf("fetching manifest: %w: <html>secret</html>", tc.err)}
-		ts := testServer(t, nil, func(context.Context, *task.Plan, runner.Hooks) *result.Result {
+		ts := testServer(t, nil, func(context.Context, *task.Plan, runapi.Hooks) *result.Result {
 			return &result.Result{ID: "ar-1", Error: ierr.Summary(), Err: ierr}
 		})
 		resp, err := http.Post(ts.URL+"/v1/runs", "application/json", strings.NewReader(`{"code": "x"}`))

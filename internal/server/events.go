@@ -42,7 +42,7 @@ type outputs struct {
 
 func newOutputs(ev *events) *outputs { return &outputs{ev: ev, held: map[string][]byte{}} }
 
-// send is a runner.Hooks.Output.
+// send is a runapi.Hooks.Output.
 func (o *outputs) send(stream string, data []byte) {
 	o.mu.Lock()
 	b := append(o.held[stream], data...)

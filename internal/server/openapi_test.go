@@ -16,7 +16,7 @@ import (
 	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
-	"github.com/agentrun/agentrun/internal/runner"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/server"
 	"github.com/agentrun/agentrun/internal/server/openapitest"
 	"github.com/agentrun/agentrun/internal/session"
@@ -327,7 +327,7 @@ func TestOpenAPIServed(t *testing.T) {
 	}
 	cfg := config.Default()
 	cfg.Server.Token = "t0ken"
-	run := func(_ context.Context, p *task.Plan, _ runner.Hooks) *result.Result {
+	run := func(_ context.Context, p *task.Plan, _ runapi.Hooks) *result.Result {
 		return &result.Result{ID: "ar-1"}
 	}
 	ts := httptest.NewServer(server.New(cfg, run, nil).Handler())

@@ -39,20 +39,16 @@ import (
 	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/metrics"
 	"github.com/agentrun/agentrun/internal/result"
-	"github.com/agentrun/agentrun/internal/runner"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/session"
 	"github.com/agentrun/agentrun/internal/task"
 )
 
-// RunFunc runs a plan and returns its result, calling the hooks as the run
-// goes; runner.Runner.RunWith is one.
-type RunFunc func(ctx context.Context, p *task.Plan, hooks runner.Hooks) *result.Result
-
 // Server answers the API. Create it with New.
 type Server struct {
 	cfg       atomic.Pointer[config.Config] // replaced by Reload
-	run       RunFunc
-	pool      func() runner.PoolStats // nil without a pool
+	run       runapi.Func
+	pool      func() runapi.PoolStats // nil without a pool
 	slots     atomic.Pointer[chan struct{}]
 	teardowns atomic.Pointer[chan struct{}] // answered runs tearing down apart from the slots
 	decoding  chan struct{}                 // one large task decoded at a time
@@ -78,7 +74,7 @@ type Server struct {
 
 // New returns a server running tasks with run under cfg's limits and
 // policy. pool, if not nil, reports the warm pool for /healthz.
-func New(cfg *config.Config, run RunFunc, pool func() runner.PoolStats) *Server {
+func New(cfg *config.Config, run runapi.Func, pool func() runapi.PoolStats) *Server {
 	s := &Server{run: run, pool: pool,
 		decoding: make(chan struct{}, 1),
 		quotas:   newQuotas(cfg.Server.Quota.RunsPerMinute, cfg.Server.Quota.Concurrent, time.Now)}
@@ -95,7 +91,7 @@ func New(cfg *config.Config, run RunFunc, pool func() runner.PoolStats) *Server 
 			if st.Warm != nil {
 				ms.Warm = map[string]string{}
 				for ref, why := range st.Warm {
-					if why == runner.WarmOK {
+					if why == runapi.WarmOK {
 						why = ""
 					}
 					ms.Warm[ref] = why
@@ -280,7 +276,7 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 	s.running.Add(1)
 	defer s.running.Add(-1)
 	var sent *result.Result
-	var hooks runner.Hooks
+	var hooks runapi.Hooks
 	// The connection is closed after the answer: the handler goes on with
 	// the tear-down, and a client that sent its next request on this
 	// connection would wait for it.
@@ -455,7 +451,7 @@ func (s *Server) RunTask(ctx context.Context, data []byte) (*result.Result, erro
 	if approve == nil {
 		approve = s.approver(cfg, plan.Session, nil)
 	}
-	res := s.run(ctx, plan, runner.Hooks{Setup: func(p bool, d time.Duration) {
+	res := s.run(ctx, plan, runapi.Hooks{Setup: func(p bool, d time.Duration) {
 		pooled = p
 		s.metrics.Setup(p, d)
 	}, Approve: approve, Result: func(*result.Result) { adm.tearDown() }})
@@ -613,7 +609,7 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 		st := s.pool()
 		h.Pool = &PoolHealth{Ready: st.Ready, Hits: st.Hits, Misses: st.Misses, LastError: st.LastErr, Warm: st.Warm}
 		for _, why := range st.Warm {
-			if why != runner.WarmOK {
+			if why != runapi.WarmOK {
 				h.Status = "degraded"
 			}
 		}

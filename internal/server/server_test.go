@@ -20,7 +20,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
-	"github.com/agentrun/agentrun/internal/runner"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/session"
 	"github.com/agentrun/agentrun/internal/task"
 )
@@ -119,7 +119,7 @@ func TestQuotaSweepBounded(t *testing.T) {
 	}
 }
 
-func testServer(t *testing.T, mutate func(*config.Config), run RunFunc) *httptest.Server {
+func testServer(t *testing.T, mutate func(*config.Config), run runapi.Func) *httptest.Server {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Image = "dir:/nonexistent"
@@ -134,7 +134,7 @@ func testServer(t *testing.T, mutate func(*config.Config), run RunFunc) *httptes
 	return ts
 }
 
-func okRun(_ context.Context, p *task.Plan, _ runner.Hooks) *result.Result {
+func okRun(_ context.Context, p *task.Plan, _ runapi.Hooks) *result.Result {
 	return &result.Result{ID: "ar-test", Stdout: string(p.Code)}
 }
 
@@ -184,7 +184,7 @@ func TestAPIAnswers(t *testing.T) {
 }
 
 func TestAPIFailedRunIs500(t *testing.T) {
-	ts := testServer(t, nil, func(context.Context, *task.Plan, runner.Hooks) *result.Result {
+	ts := testServer(t, nil, func(context.Context, *task.Plan, runapi.Hooks) *result.Result {
 		return &result.Result{Error: "image \"x\": not found"}
 	})
 	resp, err := http.Post(ts.URL+"/v1/runs", "application/json", strings.NewReader(`{"code": "x"}`))
@@ -221,7 +221,7 @@ func TestAPIToken(t *testing.T) {
 func TestAPIQueueGivesUpWithClient(t *testing.T) {
 	block := make(chan struct{})
 	ts := testServer(t, func(c *config.Config) { c.Server.MaxConcurrent, c.Server.Queue = 1, 1 },
-		func(ctx context.Context, p *task.Plan, _ runner.Hooks) *result.Result {
+		func(ctx context.Context, p *task.Plan, _ runapi.Hooks) *result.Result {
 			select {
 			case <-block:
 			case <-ctx.Done():
@@ -302,7 +302,7 @@ func TestAPIUnknownSessionTakesNoQuota(t *testing.T) {
 // final, while the sandbox is still being torn down.
 func TestAPIAnswersBeforeTearDown(t *testing.T) {
 	tearDown := make(chan struct{})
-	ts := testServer(t, nil, func(_ context.Context, p *task.Plan, hooks runner.Hooks) *result.Result {
+	ts := testServer(t, nil, func(_ context.Context, p *task.Plan, hooks runapi.Hooks) *result.Result {
 		hooks.Result(&result.Result{ID: "ar-early", Stdout: "early"})
 		<-tearDown
 		return &result.Result{ID: "ar-early", Stdout: "early"}
@@ -366,7 +366,7 @@ func TestClient(t *testing.T) {
 func TestAPIStream(t *testing.T) {
 	step := make(chan struct{})
 	tearDown := make(chan struct{})
-	ts := testServer(t, nil, func(_ context.Context, p *task.Plan, hooks runner.Hooks) *result.Result {
+	ts := testServer(t, nil, func(_ context.Context, p *task.Plan, hooks runapi.Hooks) *result.Result {
 		hooks.Output("stdout", []byte("one\n"))
 		<-step // the client must see "one" before the run goes on
 		hooks.Output("stderr", []byte("two\xff"))
@@ -415,7 +415,7 @@ func TestAPIClientNotReading(t *testing.T) {
 	defer func() { writeDeadline = old }()
 	chunk := []byte(strings.Repeat("x", 64<<10))
 	ts := testServer(t, func(c *config.Config) { c.Server.MaxConcurrent, c.Server.Queue = 1, 0 },
-		func(_ context.Context, p *task.Plan, hooks runner.Hooks) *result.Result {
+		func(_ context.Context, p *task.Plan, hooks runapi.Hooks) *result.Result {
 			for range 256 { // 16 MiB: far more than the socket buffers hold
 				if hooks.Output != nil {
 					hooks.Output("stdout", chunk)
@@ -459,8 +459,8 @@ func TestAPIClientNotReading(t *testing.T) {
 // blockingRun answers at once and tears down until release closes, as a
 // run tearing down its sandbox does (whether or not its client is still
 // there).
-func blockingRun(release chan struct{}) RunFunc {
-	return func(ctx context.Context, p *task.Plan, hooks runner.Hooks) *result.Result {
+func blockingRun(release chan struct{}) runapi.Func {
+	return func(ctx context.Context, p *task.Plan, hooks runapi.Hooks) *result.Result {
 		res := &result.Result{ID: "ar-b", Stdout: string(p.Code)}
 		if hooks.Result != nil {
 			hooks.Result(res)
@@ -623,7 +623,7 @@ func TestAPIQuotaFreedAtAnswer(t *testing.T) {
 // data_base64 as well.
 func TestAPIStreamKeepsCharacters(t *testing.T) {
 	text := strings.Repeat("日本語", 50)
-	ts := testServer(t, nil, func(_ context.Context, p *task.Plan, hooks runner.Hooks) *result.Result {
+	ts := testServer(t, nil, func(_ context.Context, p *task.Plan, hooks runapi.Hooks) *result.Result {
 		for b := []byte(text); len(b) > 0; {
 			n := min(7, len(b))
 			hooks.Output("stdout", b[:n])
@@ -733,8 +733,8 @@ func TestClientRetriesBusy(t *testing.T) {
 
 // busyRun holds its run slot, unanswered, until release closes: a run
 // whose program goes on.
-func busyRun(release chan struct{}) RunFunc {
-	return func(ctx context.Context, p *task.Plan, hooks runner.Hooks) *result.Result {
+func busyRun(release chan struct{}) runapi.Func {
+	return func(ctx context.Context, p *task.Plan, hooks runapi.Hooks) *result.Result {
 		<-release
 		return &result.Result{ID: "ar-busy", Stdout: string(p.Code)}
 	}
@@ -748,7 +748,7 @@ func TestAPITearDownLeavesRunSlot(t *testing.T) {
 	tearDowns := []chan struct{}{make(chan struct{}), make(chan struct{}), make(chan struct{})}
 	var n atomic.Int64
 	ts := testServer(t, func(c *config.Config) { c.Server.MaxConcurrent, c.Server.Queue = 1, 0 },
-		func(_ context.Context, p *task.Plan, hooks runner.Hooks) *result.Result {
+		func(_ context.Context, p *task.Plan, hooks runapi.Hooks) *result.Result {
 			res := &result.Result{ID: "ar-t", Stdout: string(p.Code)}
 			hooks.Result(res)
 			<-tearDowns[n.Add(1)-1]
@@ -801,7 +801,7 @@ func TestCrossSiteRefused(t *testing.T) {
 	cfg.Image = "dir:/nonexistent"
 	cfg.Policy.LocalImages = []string{"/nonexistent"}
 	var runs, mcps atomic.Int32
-	s := New(cfg, func(ctx context.Context, p *task.Plan, h runner.Hooks) *result.Result {
+	s := New(cfg, func(ctx context.Context, p *task.Plan, h runapi.Hooks) *result.Result {
 		runs.Add(1)
 		return okRun(ctx, p, h)
 	}, nil)

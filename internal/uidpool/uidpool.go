@@ -88,12 +88,6 @@ func Check(first, count int64) error {
 	return nil
 }
 
-// Contains reports whether id is in the range.
-func (p *Range) Contains(id uint32) bool { return id >= p.first && id-p.first < p.count }
-
-// Dir is where the range's reservations live.
-func (p *Range) Dir() string { return p.dir }
-
 // Take reserves a free id for owner (a run's dir: an absolute, clean
 // path) and returns it; the id serves as both uid and gid. The search
 // starts at a random place in the range, so that ids are seldom reused at

@@ -38,7 +38,7 @@ func TestTakeConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 	for id := range got {
-		if !p.Contains(id) {
+		if id < p.first || id-p.first >= p.count {
 			t.Errorf("id %d outside 100000+64", id)
 		}
 	}

@@ -15,19 +15,15 @@ import (
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/result"
-	"github.com/agentrun/agentrun/internal/runner"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/task"
-	"github.com/agentrun/agentrun/runtime/backend"
 )
-
-// RunFunc runs one task plan: the runner's RunWith.
-type RunFunc func(ctx context.Context, p *task.Plan, hooks runner.Hooks) *result.Result
 
 // Worker takes tasks from the stream and runs them, at most Slots at once.
 type Worker struct {
 	cfg     *config.Config
 	wc      config.Worker
-	run     RunFunc
+	run     runapi.Func
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	stream  jetstream.Stream
@@ -54,7 +50,7 @@ const storeFor = 2 * time.Minute
 // New connects to NATS, makes sure the stream, the results bucket and the
 // shared consumer are there (creating what is missing) and returns a
 // worker that runs tasks with run under cfg's policy.
-func New(ctx context.Context, cfg *config.Config, run RunFunc, name string) (*Worker, error) {
+func New(ctx context.Context, cfg *config.Config, run runapi.Func, name string) (*Worker, error) {
 	wc := cfg.Worker
 	w := &Worker{cfg: cfg, wc: wc, run: run, slots: wc.Slots, Logf: func(string, ...any) {}}
 	if w.slots == 0 {
@@ -222,7 +218,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 
 	alive, stopAlive := context.WithCancel(context.Background())
 	go w.keepAlive(alive, msg)
-	res := w.run(ctx, plan, runner.Hooks{Output: w.output(id), Approve: w.approver(plan.Session)})
+	res := w.run(ctx, plan, runapi.Hooks{Output: w.output(id), Approve: w.approver(plan.Session)})
 	if res.Error != "" {
 		switch {
 		case ctx.Err() != nil:
@@ -312,7 +308,7 @@ type Event struct {
 // output publishes the program's output on the task's event subject, at
 // most once per chunk the runner keeps (so at most output_bytes per
 // stream), best effort.
-func (w *Worker) output(id string) backend.OutputFunc {
+func (w *Worker) output(id string) runapi.OutputFunc {
 	if w.wc.Events == "" {
 		return nil
 	}

@@ -13,21 +13,14 @@ import (
 	"github.com/agentrun/agentrun/runtime/spec"
 )
 
-// Container is one run as a backend sees it: a validated spec plus the
-// program's input and the run's wall-clock and output bounds.
+// Container is what a backend's Prepare sets up: a validated spec under
+// its run's id. What the program gets when it runs (stdin, the timeout,
+// the output cap) is the Prepared's Run's.
 type Container struct {
 	// ID names the run (state dirs, cgroups); [a-z0-9-] only.
 	ID string
 	// Spec is the composed spec; Validate must already have accepted it.
 	Spec *specs.Spec
-	// Stdin is fed to the program, then its stdin is closed.
-	Stdin []byte
-	// Timeout bounds the run's wall-clock time; the whole sandbox is killed then.
-	Timeout time.Duration
-	// OutputLimit caps the bytes kept of stdout and of stderr, each.
-	OutputLimit int64
-	// Output, if not nil, gets the kept output as it arrives.
-	Output OutputFunc
 	// Handover, if not nil, makes the container warm (a backend whose
 	// Traits say Warm): Prepare starts its program at once, as the
 	// Handover's argv, with its end of the channel; the caller waits for
@@ -56,10 +49,10 @@ type Outcome struct {
 type Backend interface {
 	// Traits is what the set-up of a run for this backend must know.
 	Traits() Traits
-	// Prepare sets up c's container up to the start of its program. c's
-	// Stdin, Timeout, OutputLimit and Output are not used: Run takes
-	// them. On error nothing is left behind; otherwise the Prepared's
-	// Destroy removes everything, run or not.
+	// Prepare sets up c's container up to the start of its program,
+	// stopping once ctx is done (with an error that wraps ctx's). On
+	// error nothing is left behind; otherwise the Prepared's Destroy
+	// removes everything, run or not.
 	Prepare(ctx context.Context, c *Container) (Prepared, error)
 	Leftovers
 }
@@ -117,21 +110,6 @@ type Traits struct {
 // ErrNotStarted is wrapped by a Prepared's Run error when the program could
 // not be started at all (what waited for it was gone).
 var ErrNotStarted = errors.New("program not started")
-
-// Run prepares c in b, runs its program and destroys it: the two steps of
-// Backend in one, for a caller that prepares nothing ahead.
-func Run(ctx context.Context, b Backend, c *Container) (out *Outcome, err error) {
-	p, err := b.Prepare(ctx, c)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if derr := p.Destroy(); derr != nil && err == nil {
-			err = derr
-		}
-	}()
-	return p.Run(ctx, c.Stdin, c.Timeout, c.OutputLimit, c.Output)
-}
 
 // KilledAtDeadline reports whether o, whose timeout fired, is the outcome
 // of the kill. A program that ended by itself as the deadline came (the

@@ -73,12 +73,6 @@ func (b *Backend) cgroupParent() string {
 	return CgroupParent
 }
 
-// Run creates the container, runs its program to the end or to the timeout,
-// collects its output and usage, and destroys it.
-func (b *Backend) Run(ctx context.Context, c *backend.Container) (*backend.Outcome, error) {
-	return backend.Run(ctx, b, c)
-}
-
 // Prepared is a container whose init has done all of its set-up
 // (namespaces, cgroup, mounts, pivot_root) and waits to exec the program.
 // Its program runs once, by Run; Destroy removes it, run or not.
@@ -98,9 +92,11 @@ type Prepared struct {
 }
 
 // Prepare creates c's container and starts its init, which stops just
-// before the exec of the program. c's Stdin, Timeout and OutputLimit are
-// not used: Run takes them. On error nothing is left behind.
-func (b *Backend) Prepare(_ context.Context, c *backend.Container) (_ backend.Prepared, err error) {
+// before the exec of the program. Once ctx is done it stops, at the latest
+// when the init has done its set-up (libcontainer's own steps cannot be
+// cut short), with an error that wraps ctx's. On error nothing is left
+// behind.
+func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.Prepared, err error) {
 	s := c.Spec
 	if c.Handover != nil {
 		defer func() {
@@ -108,6 +104,9 @@ func (b *Backend) Prepare(_ context.Context, c *backend.Container) (_ backend.Pr
 				c.Handover.Close()
 			}
 		}()
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("preparing container: %w", err)
 	}
 	// The filter compiled once, loaded by the helper (see seccomp.go).
 	var extra []*os.File
@@ -207,9 +206,12 @@ func (b *Backend) Prepare(_ context.Context, c *backend.Container) (_ backend.Pr
 			return nil, err
 		}
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("preparing container: %w", err)
+	}
 	if c.Handover != nil {
 		// Warm: the program starts now and waits for its hand-over.
-		if err := p.exec(context.Background()); err != nil {
+		if err := p.exec(ctx); err != nil {
 			return nil, fmt.Errorf("starting the warm program: %w", err)
 		}
 	}

@@ -131,9 +131,8 @@ type prepared struct {
 }
 
 // Prepare writes c's bundle and cgroup and creates its sandbox with `runsc
-// create`, whose stdio the program gets. c's Stdin, Timeout, OutputLimit
-// and Output are not used: Run takes them. On error nothing is left
-// behind.
+// create`, whose stdio the program gets; once ctx is done, runsc create is
+// stopped. On error nothing is left behind.
 func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.Prepared, err error) {
 	if err := checkContainer(c); err != nil {
 		return nil, err
@@ -429,15 +428,6 @@ func (p *prepared) Destroy() error {
 	rerr := reapGroups(p.groups)
 	p.groups = nil
 	return errors.Join(err, rerr)
-}
-
-// Run prepares c, runs its program to the end or to the timeout, collects
-// its output and usage, and removes everything it made.
-func (b *Backend) Run(ctx context.Context, c *backend.Container) (*backend.Outcome, error) {
-	if c != nil && c.Timeout <= 0 {
-		return nil, fmt.Errorf("timeout %v is not positive", c.Timeout)
-	}
-	return backend.Run(ctx, b, c)
 }
 
 // globalArgs are runsc's global flags for the sandbox of c, whose bundle

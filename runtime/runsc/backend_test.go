@@ -80,15 +80,8 @@ type runOpts struct {
 	stdin   string
 }
 
-func newID() string {
-	var b [6]byte
-	rand.Read(b[:])
-	return "t-" + hex.EncodeToString(b[:])
-}
-
-// container builds the spec the way internal/runner does.
-func (f *fixture) container(t *testing.T, o runOpts, argv ...string) *backend.Container {
-	t.Helper()
+// withDefaults is o with its zero fields set to the tests' defaults.
+func (o runOpts) withDefaults() runOpts {
 	if o.memory == 0 {
 		o.memory = 256 << 20
 	}
@@ -98,6 +91,19 @@ func (f *fixture) container(t *testing.T, o runOpts, argv ...string) *backend.Co
 	if o.limit == 0 {
 		o.limit = 64 << 10
 	}
+	return o
+}
+
+func newID() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return "t-" + hex.EncodeToString(b[:])
+}
+
+// container builds the spec the way internal/runner does.
+func (f *fixture) container(t *testing.T, o runOpts, argv ...string) *backend.Container {
+	t.Helper()
+	o = o.withDefaults()
 	ws := t.TempDir()
 	if err := os.Chown(ws, spec.UID, spec.GID); err != nil {
 		t.Fatal(err)
@@ -123,14 +129,30 @@ func (f *fixture) container(t *testing.T, o runOpts, argv ...string) *backend.Co
 	if err := spec.Validate(s); err != nil {
 		t.Fatal(err)
 	}
-	return &backend.Container{ID: id, Spec: s, Stdin: []byte(o.stdin), Timeout: o.timeout, OutputLimit: o.limit}
+	return &backend.Container{ID: id, Spec: s}
+}
+
+// runIn prepares c, runs its program with o's stdin, timeout and output
+// cap, and destroys it, as the runner does.
+func (f *fixture) runIn(c *backend.Container, o runOpts) (out *backend.Outcome, err error) {
+	o = o.withDefaults()
+	p, err := f.b.Prepare(context.Background(), c)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if derr := p.Destroy(); derr != nil && err == nil {
+			err = derr
+		}
+	}()
+	return p.Run(context.Background(), []byte(o.stdin), o.timeout, o.limit, nil)
 }
 
 // run runs python code and checks that the run left nothing behind.
 func (f *fixture) run(t *testing.T, o runOpts, code string) *backend.Outcome {
 	t.Helper()
 	c := f.container(t, o, "python3", "-c", code)
-	out, err := f.b.Run(context.Background(), c)
+	out, err := f.runIn(c, o)
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}
@@ -234,7 +256,7 @@ func TestGVisor(t *testing.T) {
 	// The kernel log is closed to the sandbox (syslog needs CAP_SYSLOG,
 	// which the seccomp profile enforces inside gVisor too).
 	c := f.container(t, runOpts{}, "dmesg")
-	dm, err := f.b.Run(context.Background(), c)
+	dm, err := f.runIn(c, runOpts{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +337,7 @@ func TestNetworkNamespace(t *testing.T) {
 	if err := spec.Validate(c.Spec); err != nil {
 		t.Fatal(err)
 	}
-	out, err := f.b.Run(context.Background(), c)
+	out, err := f.runIn(c, runOpts{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,7 +442,7 @@ func TestStdin(t *testing.T) {
 func TestBadProgram(t *testing.T) {
 	f := newFixture(t)
 	c := f.container(t, runOpts{}, "/no/such/program")
-	out, err := f.b.Run(context.Background(), c)
+	out, err := f.runIn(c, runOpts{})
 	t.Logf("missing program: %v; %+v", err, out)
 	if err == nil || out != nil || !strings.Contains(err.Error(), "/no/such/program") {
 		t.Fatalf("missing program: want an error naming it and no outcome, got %v, %+v", err, out)
@@ -481,7 +503,7 @@ func TestConcurrent(t *testing.T) {
 	for i := range 4 {
 		go func() {
 			c := f.container(t, runOpts{}, "python3", "-c", fmt.Sprintf("print(%d)", i))
-			out, err := f.b.Run(context.Background(), c)
+			out, err := f.runIn(c, runOpts{})
 			if err == nil && string(out.Stdout.Data) != fmt.Sprintf("%d\n", i) {
 				err = fmt.Errorf("run %d: stdout %q stderr %q", i, out.Stdout.Data, out.Stderr.Data)
 			}
@@ -509,8 +531,9 @@ func TestConcurrent(t *testing.T) {
 func TestShortTimeout(t *testing.T) {
 	f := newFixture(t)
 	for _, d := range []time.Duration{time.Millisecond, 30 * time.Millisecond, 60 * time.Millisecond, 90 * time.Millisecond} {
-		c := f.container(t, runOpts{timeout: d}, "python3", "-c", "print(45)")
-		out, err := f.b.Run(context.Background(), c)
+		o := runOpts{timeout: d}
+		c := f.container(t, o, "python3", "-c", "print(45)")
+		out, err := f.runIn(c, o)
 		switch {
 		case err != nil:
 			t.Errorf("timeout %v: %v", d, err)

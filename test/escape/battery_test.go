@@ -29,6 +29,7 @@ import (
 
 	"github.com/agentrun/agentrun/image/imagetest"
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/test/testenv"
@@ -192,7 +193,7 @@ func battery(t *testing.T, rt string, pooled, warm bool, allow []string) {
 	}
 	res := r.Run(context.Background(), plan)
 	if pooled {
-		if st := pool.Stats(); st.Hits != 1 || warm && st.Warm[plan.Image] != runner.WarmOK {
+		if st := pool.Stats(); st.Hits != 1 || warm && st.Warm[plan.Image] != runapi.WarmOK {
 			t.Errorf("the probes did not run in a pooled sandbox (warm: %v): %+v", warm, st)
 		}
 		if err := pool.Close(); err != nil {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/agentrun/agentrun/image/imagetest"
+	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
 )
 
@@ -86,6 +88,49 @@ func TestCancelledBeforeTheProgramStarts(t *testing.T) {
 		res := r.Run(ctx, plan)
 		if !strings.Contains(res.Error, "run cancelled before the program started") || res.Stdout != "" {
 			t.Errorf("error %q stdout %q; want the run cancelled before its program", res.Error, res.Stdout)
+		}
+		assertNoLeaks(t)
+	})
+}
+
+// A run cancelled while its sandbox is being set up stops there (the
+// backend's Prepare gets the run's context) and says so, on either
+// runtime, and leaves nothing. The cancels are spread over the time one
+// set-up takes here, so that they land in each of its steps whatever the
+// host's speed; one that comes once the program runs ends the run as a
+// cancelled run, which is not said to have been cancelled before its
+// program started.
+func TestCancelledDuringSetup(t *testing.T) {
+	eachRuntime(t, func(t *testing.T, rt string) {
+		cfg := cfgFor(t, rt)
+		r, err := runner.New(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan := loadPlan(t, cfg, "import time; print('ran', flush=True); time.sleep(1)", map[string]any{"runtime": rt})
+		var setup time.Duration
+		res := r.RunWith(context.Background(), plan, runapi.Hooks{Setup: func(_ bool, d time.Duration) { setup = d }})
+		if res.Error != "" || res.Stdout != "ran\n" {
+			t.Fatalf("uncancelled run: error %q stdout %q", res.Error, res.Stdout)
+		}
+		const steps = 8
+		for i := range steps + 2 {
+			d := setup * time.Duration(i) / steps
+			ctx, cancel := context.WithTimeout(context.Background(), d)
+			res := r.Run(ctx, plan)
+			cancel()
+			switch {
+			case strings.Contains(res.Error, "run cancelled before the program started"):
+				if res.Stdout != "" || res.ExitCode != result.ExitSetup {
+					t.Errorf("cancel after %v: %q, yet stdout %q exit %d", d, res.Error, res.Stdout, res.ExitCode)
+				}
+			case strings.Contains(res.Error, "run cancelled"):
+				t.Logf("cancel after %v of a %v set-up: the program had started", d, setup)
+			case res.Error == "" && res.Stdout == "ran\n":
+				t.Logf("cancel after %v of a %v set-up: the run ended first", d, setup)
+			default:
+				t.Errorf("cancel after %v: error %q stdout %q; want the run cancelled", d, res.Error, res.Stdout)
+			}
 		}
 		assertNoLeaks(t)
 	})

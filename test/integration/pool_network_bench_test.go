@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/proxy/proxytest"
@@ -48,7 +49,7 @@ func BenchmarkAllowlistRun(b *testing.B) {
 	run := func(r *runner.Runner) time.Duration {
 		start := time.Now()
 		var took time.Duration
-		res := r.RunWith(context.Background(), plan, runner.Hooks{
+		res := r.RunWith(context.Background(), plan, runapi.Hooks{
 			Result: func(*result.Result) { took = time.Since(start) },
 			Setup:  func(_ bool, d time.Duration) { setups = append(setups, d) },
 		})

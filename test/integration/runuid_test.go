@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/internal/uidpool"
@@ -42,7 +43,7 @@ func holdRun(t *testing.T, r *runner.Runner, plan *task.Plan, marker string) *he
 	seen := make(chan struct{})
 	var once sync.Once
 	go func() {
-		h.done <- r.RunWith(ctx, plan, runner.Hooks{Output: func(stream string, data []byte) {
+		h.done <- r.RunWith(ctx, plan, runapi.Hooks{Output: func(stream string, data []byte) {
 			if stream != "stdout" {
 				return
 			}

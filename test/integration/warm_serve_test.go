@@ -10,7 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentrun/agentrun/internal/result"
-	"github.com/agentrun/agentrun/internal/runner"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/server"
 	"github.com/agentrun/agentrun/test/testenv"
 )
@@ -73,7 +73,7 @@ func TestServeWarmPool(t *testing.T) {
 		}
 		why := h.Pool.Warm[pythonImage]
 		if tc.want == "True" {
-			if h.Status != "ok" || why != runner.WarmOK || m[`agentrun_pool_warm{image="`+pythonImage+`",reason=""}`] != 1 {
+			if h.Status != "ok" || why != runapi.WarmOK || m[`agentrun_pool_warm{image="`+pythonImage+`",reason=""}`] != 1 {
 				t.Errorf("healthz %+v (pool %+v), metrics %v; want ok and warm", h, h.Pool, m)
 			}
 		} else {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/runtime/spec"
 )
@@ -96,16 +97,16 @@ func TestWarmRunsAsCold(t *testing.T) {
 		"files":  map[string]any{"data.txt": map[string]string{"content": "data"}},
 		"limits": map[string]any{"output_bytes": 4000}}
 	p := newWarm(t, pythonImage, 2, nil, pyTask("pass", extra), true)
-	if st := warmState(p, pythonImage); st != runner.WarmOK {
-		t.Fatalf("warm state %q; want %q", st, runner.WarmOK)
+	if st := warmState(p, pythonImage); st != runapi.WarmOK {
+		t.Fatalf("warm state %q; want %q", st, runapi.WarmOK)
 	}
 	for name, code := range warmCases {
 		t.Run(name, func(t *testing.T) {
 			taskJSON := pyTask(code, extra)
 			cold := runOnly(t, testConfig(t), nil, taskJSON)
 			warm := p.run(taskJSON, true)
-			if st := warmState(p, pythonImage); st != runner.WarmOK {
-				t.Fatalf("warm state %q after the run; want %q", st, runner.WarmOK)
+			if st := warmState(p, pythonImage); st != runapi.WarmOK {
+				t.Fatalf("warm state %q after the run; want %q", st, runapi.WarmOK)
 			}
 			if diff := outcomeDiff(cold, warm); diff != "" {
 				t.Errorf("warm run differs from the cold one:\n%s", diff)
@@ -205,7 +206,7 @@ func TestWarmTimeoutAndOOM(t *testing.T) {
 func TestWarmPreloadMissing(t *testing.T) {
 	p := newWarm(t, pythonImage, 1, []string{"json", "no_such_module_here"}, pyTask("pass", nil), false)
 	deadline := time.Now().Add(60 * time.Second)
-	for warmState(p, pythonImage) == runner.WarmOK {
+	for warmState(p, pythonImage) == runapi.WarmOK {
 		if time.Now().After(deadline) {
 			t.Fatalf("the pool never gave up its warm sandboxes: %+v", p.pool.Stats())
 		}
@@ -233,7 +234,7 @@ func TestWarmLauncherKilledBeforeTake(t *testing.T) {
 	if res.Error != "" || res.Stdout != "42\n" {
 		t.Fatalf("run after the launcher's death: error %q, stdout %q", res.Error, res.Stdout)
 	}
-	if st := warmState(p, pythonImage); st != runner.WarmOK {
+	if st := warmState(p, pythonImage); st != runapi.WarmOK {
 		t.Fatalf("warm state %q; want warm still (a killed sandbox is not the image's failure)", st)
 	}
 	p.waitReady(1)
@@ -349,8 +350,8 @@ func TestWarmHostileInterpreter(t *testing.T) {
 	}{
 		{"close", "closed its end", "print(1)", true},
 		{"junk", `said "junk"`, "print(1)", true},
-		{"bad_ok", runner.WarmOK, "print(1)", false},
-		{"late_write", runner.WarmOK, "wrote after the close: 1\nprint(1)", true},
+		{"bad_ok", runapi.WarmOK, "print(1)", false},
+		{"late_write", runapi.WarmOK, "wrote after the close: 1\nprint(1)", true},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			p := newWarm(t, ref, 1, []string{tc.mode}, seed, false)

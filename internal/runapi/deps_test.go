@@ -1,0 +1,35 @@
+package runapi
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// The doors and this package build without the runner and the runtimes:
+// none of them depends, however indirectly, on libcontainer, the OCI
+// runtime spec, cgroups or agentrun's own runner and runtime packages.
+// (The image-spec and go-digest modules that go-containerregistry brings
+// are not runtimes.)
+func TestDoorsImportNoRuntime(t *testing.T) {
+	// go test puts its own go first in PATH.
+	out, err := exec.Command("go", "list", "-tags", "seccomp,runc_nocriu", "-deps",
+		".", "../server", "../worker", "../mcpserver").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v: %s", err, out)
+	}
+	banned := []string{
+		"github.com/opencontainers/runc",
+		"github.com/opencontainers/runtime-spec",
+		"github.com/opencontainers/cgroups",
+		"github.com/agentrun/agentrun/internal/runner",
+		"github.com/agentrun/agentrun/runtime/",
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		for _, b := range banned {
+			if strings.HasPrefix(dep, b) {
+				t.Errorf("internal/server, worker, mcpserver or runapi depend on %s", dep)
+			}
+		}
+	}
+}
