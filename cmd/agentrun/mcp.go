@@ -128,7 +128,7 @@ func local(cfgPath string, logf func(string, ...any)) (*mcpserver.Server, int) {
 		return nil, 1
 	}
 	logSeccomp(r, logf)
-	api := server.New(cfg, r.RunWith, nil)
+	api := server.New(cfg, r.Run, nil)
 	api.Sessions = r.Sessions()
 	srv := mcpserver.New(cfg, api.RunTask, logf)
 	srv.AddSessions(api.Sessions)

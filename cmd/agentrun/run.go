@@ -159,7 +159,7 @@ func runTask(taskPath, cfgPath, auditPath, storeDir string, stdin io.Reader, std
 	if len(plan.Services) > 0 {
 		hooks.Approve = terminalApprover()
 	}
-	return r.RunWith(ctx, plan, hooks)
+	return r.Run(ctx, plan, hooks)
 }
 
 // readTask reads the task file (or stdin for "-"), refusing one larger

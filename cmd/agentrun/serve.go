@@ -89,7 +89,7 @@ func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
 
 	base, kill := context.WithCancel(context.Background())
 	defer kill()
-	api := server.New(cfg, r.RunWith, pool.Stats)
+	api := server.New(cfg, r.Run, pool.Stats)
 	api.Logf = logf
 	api.PoolErrors = poolErrors
 	api.Sessions = r.Sessions()

@@ -44,7 +44,7 @@ func runWorker(cfg *config.Config, stderr io.Writer) error {
 
 	host, _ := os.Hostname()
 	setup, cancel := context.WithTimeout(stop, 30*time.Second)
-	w, err := worker.New(setup, cfg, r.RunWith, fmt.Sprintf("agentrun worker %s/%d", host, os.Getpid()))
+	w, err := worker.New(setup, cfg, r.Run, fmt.Sprintf("agentrun worker %s/%d", host, os.Getpid()))
 	cancel()
 	if err != nil {
 		return err

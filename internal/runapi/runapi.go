@@ -2,7 +2,7 @@
 // the runner: the function that runs a plan (Func), the hooks a caller
 // follows a run with (Hooks) and what the warm pool holds (PoolStats).
 // It never imports the runner or a runtime, so that the doors build
-// without libcontainer; cmd/agentrun hands them the runner's RunWith and
+// without libcontainer; cmd/agentrun hands them the runner's Run and
 // its pool's Stats.
 package runapi
 
@@ -16,7 +16,7 @@ import (
 )
 
 // Func runs a plan and returns its result, never nil, calling the hooks as
-// the run goes; the runner's RunWith is one.
+// the run goes; the runner's Run is one.
 type Func func(ctx context.Context, p *task.Plan, hooks Hooks) *result.Result
 
 // OutputFunc receives the program's output as it is kept: stream is

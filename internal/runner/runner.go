@@ -148,15 +148,11 @@ func (r *Runner) PrecompiledSeccomp() error {
 	return lc.PrecompiledSeccomp()
 }
 
-// Run runs p and returns its result; it never returns nil. A failure of
-// agentrun itself is reported in the result's Error (exit status 125).
-// When Run returns, everything the run made on the host is gone.
-func (r *Runner) Run(ctx context.Context, p *task.Plan) *result.Result {
-	return r.RunWith(ctx, p, runapi.Hooks{})
-}
-
-// RunWith is Run with hooks: a runapi.Func.
-func (r *Runner) RunWith(ctx context.Context, p *task.Plan, hooks runapi.Hooks) *result.Result {
+// Run runs p, calling hooks as the run goes, and returns its result; it
+// never returns nil. A failure of agentrun itself is reported in the
+// result's Error (exit status 125). When Run returns, everything the run
+// made on the host is gone. It is a runapi.Func, the one the doors get.
+func (r *Runner) Run(ctx context.Context, p *task.Plan, hooks runapi.Hooks) *result.Result {
 	// ExitSetup until the program's outcome replaces it: a run whose
 	// program never started says so in exit_code too.
 	res := &result.Result{ID: newID(), Session: p.Session, Image: p.Image, Runtime: p.Runtime, Files: map[string]result.File{},
@@ -165,7 +161,7 @@ func (r *Runner) RunWith(ctx context.Context, p *task.Plan, hooks runapi.Hooks) 
 	rec := &audit.Record{Time: time.Now().UTC(), Session: p.Session, TaskHash: p.TaskHash,
 		Image: p.Image, Runtime: p.Runtime, Limits: auditLimits(p)}
 
-	if err := r.run(ctx, p, res, hooks); err != nil {
+	if err := r.runInSandbox(ctx, p, res, hooks); err != nil {
 		res.Error, res.Err = err.Error(), err
 		var ie *image.Error
 		if errors.As(err, &ie) {
@@ -185,9 +181,9 @@ func (r *Runner) RunWith(ctx context.Context, p *task.Plan, hooks runapi.Hooks) 
 	return res
 }
 
-// run runs p in a sandbox from the pool, or in one set up for it now, and
-// tears the sandbox down.
-func (r *Runner) run(ctx context.Context, p *task.Plan, res *result.Result, hooks runapi.Hooks) (err error) {
+// runInSandbox runs p in a sandbox from the pool, or in one set up for it
+// now, and tears the sandbox down.
+func (r *Runner) runInSandbox(ctx context.Context, p *task.Plan, res *result.Result, hooks runapi.Hooks) (err error) {
 	start := time.Now()
 	if _, ok := r.backends[p.Runtime]; !ok {
 		if err := r.unavailable[p.Runtime]; err != nil {
@@ -328,7 +324,7 @@ func (r *Runner) sandbox(ctx context.Context, p *task.Plan, img *image.Image, re
 
 // execute runs the program of sb to its end and collects its files.
 func (r *Runner) execute(ctx context.Context, p *task.Plan, sb *sandbox, res *result.Result, output runapi.OutputFunc) (err error) {
-	out, err := sb.prep.Run(ctx, p.Stdin, p.Limits.Timeout, p.Limits.OutputBytes, backend.OutputFunc(output))
+	out, err := sb.prep.Exec(ctx, p.Stdin, p.Limits.Timeout, p.Limits.OutputBytes, backend.OutputFunc(output))
 	if out != nil {
 		fillOutcome(res, out)
 	}

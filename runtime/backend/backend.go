@@ -15,7 +15,7 @@ import (
 
 // Container is what a backend's Prepare sets up: a validated spec under
 // its run's id. What the program gets when it runs (stdin, the timeout,
-// the output cap) is the Prepared's Run's.
+// the output cap) is the Prepared's Exec's.
 type Container struct {
 	// ID names the run (state dirs, cgroups); [a-z0-9-] only.
 	ID string
@@ -24,7 +24,7 @@ type Container struct {
 	// Handover, if not nil, makes the container warm (a backend whose
 	// Traits say Warm): Prepare starts its program at once, as the
 	// Handover's argv, with its end of the channel; the caller waits for
-	// its Ready; and Run hands over through it instead of letting the
+	// its Ready; and Exec hands over through it instead of letting the
 	// program start. Prepare takes it: the Prepared closes it.
 	Handover *Handover
 }
@@ -43,7 +43,7 @@ type Outcome struct {
 }
 
 // Backend runs containers, in two steps: Prepare sets a container up as far
-// as the backend can ahead of its program, and the Prepared's Run runs the
+// as the backend can ahead of its program, and the Prepared's Exec runs the
 // program. The caller never needs to know which backend it holds: what
 // differs between them for the set-up around a container is in Traits.
 type Backend interface {
@@ -72,18 +72,18 @@ type Leftovers interface {
 
 // Prepared is a container set up by Prepare, whose program has not run.
 type Prepared interface {
-	// Run starts the program, feeds it stdin and waits for it to end or
+	// Exec starts the program, feeds it stdin and waits for it to end or
 	// for the timeout (or ctx) to kill the sandbox; output, if not nil,
 	// gets the kept output as it arrives. It returns an error only when
 	// the program could not be run or observed (wrapping ErrNotStarted
 	// when it never started); the program's own failure is in the
 	// Outcome. It may be called once.
-	Run(ctx context.Context, stdin []byte, timeout time.Duration, outputLimit int64, output OutputFunc) (*Outcome, error)
-	// Ready reports whether Run can still start the program: it was not
+	Exec(ctx context.Context, stdin []byte, timeout time.Duration, outputLimit int64, output OutputFunc) (*Outcome, error)
+	// Ready reports whether Exec can still start the program: it was not
 	// run, and what waits for it is still there.
 	Ready() bool
-	// Destroy removes everything Prepare and Run made; it may be called
-	// once, after Run or instead of it.
+	// Destroy removes everything Prepare and Exec made; it may be called
+	// once, after Exec or instead of it.
 	Destroy() error
 }
 
@@ -107,7 +107,7 @@ type Traits struct {
 	Spec spec.SpecOpt
 }
 
-// ErrNotStarted is wrapped by a Prepared's Run error when the program could
+// ErrNotStarted is wrapped by a Prepared's Exec error when the program could
 // not be started at all (what waited for it was gone).
 var ErrNotStarted = errors.New("program not started")
 

@@ -75,7 +75,7 @@ func (b *Backend) cgroupParent() string {
 
 // Prepared is a container whose init has done all of its set-up
 // (namespaces, cgroup, mounts, pivot_root) and waits to exec the program.
-// Its program runs once, by Run; Destroy removes it, run or not.
+// Its program runs once, by Exec; Destroy removes it, run or not.
 type Prepared struct {
 	stateDir string
 	ctr      *libcontainer.Container
@@ -195,7 +195,7 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 			p.initFD = fd
 		}
 	}
-	// The cgroup exists from Start on and the program waits for Run: its
+	// The cgroup exists from Start on and the program waits for Exec: its
 	// socket buffers are capped before it can open a socket.
 	if m := c.Spec.Linux.Resources.Memory; m != nil && m.Limit != nil && !cgroup.Unified() {
 		st, err := ctr.State()
@@ -222,7 +222,7 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 func (p *Prepared) ID() string { return p.ctr.ID() }
 
 // Ready reports whether the init still waits to exec the program: it has
-// not ended (one poll of its pidfd; only Run lets it go on to the exec).
+// not ended (one poll of its pidfd; only Exec lets it go on to the exec).
 // Without a pidfd libcontainer's status is read, as runc does: its
 // freezer and the init's stat file.
 func (p *Prepared) Ready() bool {
@@ -236,10 +236,10 @@ func (p *Prepared) Ready() bool {
 	return err == nil && st == libcontainer.Created
 }
 
-// Run lets the program exec, feeds it stdin, and waits for it to end or for
+// Exec lets the program exec, feeds it stdin, and waits for it to end or for
 // the timeout (or ctx) to kill the sandbox; output, if not nil, gets the
 // kept output as it arrives. It may be called once.
-func (p *Prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration, outputLimit int64, output backend.OutputFunc) (out *backend.Outcome, err error) {
+func (p *Prepared) Exec(ctx context.Context, stdin []byte, timeout time.Duration, outputLimit int64, output backend.OutputFunc) (out *backend.Outcome, err error) {
 	if p.reaped {
 		return nil, errors.New("container already ran")
 	}

@@ -5,7 +5,7 @@
 // re-executes the binary as the container's init process.
 //
 // The backend never leaves a process, cgroup or state directory behind once
-// Run returns. libcontainer creates and destroys the container's cgroup
+// Destroy returns. libcontainer creates and destroys the container's cgroup
 // with its own manager; the backend kills what runs in it, reads its usage
 // and removes what is left of it through runtime/cgroup.
 //

@@ -112,7 +112,7 @@ const startWait = 5 * time.Second
 
 // prepared is a sandbox booted by `runsc create` in its own cgroup, with its
 // container created and its stdio wired, whose program waits for `runsc
-// start`. Its program runs once, by Run; Destroy removes it, run or not.
+// start`. Its program runs once, by Exec; Destroy removes it, run or not.
 type prepared struct {
 	b      *Backend
 	id     string
@@ -297,12 +297,12 @@ type exit struct {
 	err    error // no status: the sandbox could not be waited for
 }
 
-// Run starts the program (`runsc start`), feeds it stdin and waits for the
+// Exec starts the program (`runsc start`), feeds it stdin and waits for the
 // sandbox, which ends with the program, to end or for the timeout (or ctx)
 // to kill it; output, if not nil, gets the kept output as it arrives. The
 // timeout runs from the start on, as with libcontainer, whose exec is
 // bounded apart; so is the start, by startWait. It may be called once.
-func (p *prepared) Run(ctx context.Context, stdin []byte, timeout time.Duration, outputLimit int64, output backend.OutputFunc) (*backend.Outcome, error) {
+func (p *prepared) Exec(ctx context.Context, stdin []byte, timeout time.Duration, outputLimit int64, output backend.OutputFunc) (*backend.Outcome, error) {
 	if p.ran {
 		return nil, errors.New("container already ran")
 	}
@@ -378,7 +378,7 @@ func (p *prepared) wait() exit {
 
 // kill ends a run that must stop now: every process in the cgroup (the
 // sandbox and its gofer) is killed. It returns once the sandbox has been
-// reaped, or after killGrace (the kill failed; Run reports that) with
+// reaped, or after killGrace (the kill failed; Exec reports that) with
 // SIGKILL's status, as a program that the kill ended reads.
 func (p *prepared) kill(ended <-chan exit) exit {
 	_ = p.killAll()

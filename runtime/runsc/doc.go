@@ -9,7 +9,7 @@
 //
 // A run has the backend's two steps: Prepare boots the sandbox and creates
 // its container (`runsc create`, which hands the program's stdio to the
-// sandbox), so that a pool can hold it; Run starts the program (`runsc
+// sandbox), so that a pool can hold it; Exec starts the program (`runsc
 // start`) and waits for its exit status (`runsc wait`), killing everything
 // in the cgroup at the timeout. Destroy removes the sandbox (`runsc delete
 // --force`), the cgroup, the bundle and runsc's state. A created sandbox

@@ -191,7 +191,7 @@ func battery(t *testing.T, rt string, pooled, warm bool, allow []string) {
 			}
 		}
 	}
-	res := r.Run(context.Background(), plan)
+	res := r.Run(context.Background(), plan, runapi.Hooks{})
 	if pooled {
 		if st := pool.Stats(); st.Hits != 1 || warm && st.Warm[plan.Image] != runapi.WarmOK {
 			t.Errorf("the probes did not run in a pooled sandbox (warm: %v): %+v", warm, st)

@@ -85,7 +85,7 @@ func TestCancelledBeforeTheProgramStarts(t *testing.T) {
 		plan := loadPlan(t, cfg, "print('ran')", map[string]any{"runtime": rt})
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		res := r.Run(ctx, plan)
+		res := r.Run(ctx, plan, runapi.Hooks{})
 		if !strings.Contains(res.Error, "run cancelled before the program started") || res.Stdout != "" {
 			t.Errorf("error %q stdout %q; want the run cancelled before its program", res.Error, res.Stdout)
 		}
@@ -109,7 +109,7 @@ func TestCancelledDuringSetup(t *testing.T) {
 		}
 		plan := loadPlan(t, cfg, "import time; print('ran', flush=True); time.sleep(1)", map[string]any{"runtime": rt})
 		var setup time.Duration
-		res := r.RunWith(context.Background(), plan, runapi.Hooks{Setup: func(_ bool, d time.Duration) { setup = d }})
+		res := r.Run(context.Background(), plan, runapi.Hooks{Setup: func(_ bool, d time.Duration) { setup = d }})
 		if res.Error != "" || res.Stdout != "ran\n" {
 			t.Fatalf("uncancelled run: error %q stdout %q", res.Error, res.Stdout)
 		}
@@ -117,7 +117,7 @@ func TestCancelledDuringSetup(t *testing.T) {
 		for i := range steps + 2 {
 			d := setup * time.Duration(i) / steps
 			ctx, cancel := context.WithTimeout(context.Background(), d)
-			res := r.Run(ctx, plan)
+			res := r.Run(ctx, plan, runapi.Hooks{})
 			cancel()
 			switch {
 			case strings.Contains(res.Error, "run cancelled before the program started"):

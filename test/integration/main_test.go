@@ -19,6 +19,7 @@ import (
 	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/runtime/runc"
@@ -166,7 +167,7 @@ func runOnly(t testing.TB, cfg *config.Config, log *audit.Log, taskJSON string) 
 		t.Errorf("runner.New: %v", err)
 		return &result.Result{}
 	}
-	return r.Run(context.Background(), plan)
+	return r.Run(context.Background(), plan, runapi.Hooks{})
 }
 
 // pyTask returns a task JSON that runs python code with extra top-level

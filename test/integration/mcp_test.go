@@ -45,7 +45,7 @@ func inProcessMCP(t *testing.T, cfg *config.Config, log *audit.Log) *mcp.ClientS
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := server.New(cfg, r.RunWith, nil)
+	api := server.New(cfg, r.Run, nil)
 	api.Sessions = r.Sessions()
 	s := mcpserver.New(cfg, api.RunTask, t.Logf)
 	s.AddSessions(api.Sessions)

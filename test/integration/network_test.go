@@ -19,6 +19,7 @@ import (
 	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/proxy"
@@ -411,6 +412,7 @@ print(json.dumps(out))
 					t.Errorf("abstract socket: %q; want Connection refused", got["abstract"])
 				}
 			})
+
 		})
 	}
 }
@@ -459,7 +461,7 @@ print(json.dumps({"gw": gw, "hello": fetch("https://internet.test/hello"), "othe
 				t.Error(err)
 				return
 			}
-			results[i] = r.Run(context.Background(), plan)
+			results[i] = r.Run(context.Background(), plan, runapi.Hooks{})
 		})
 	}
 	wg.Wait()

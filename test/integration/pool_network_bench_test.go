@@ -49,10 +49,11 @@ func BenchmarkAllowlistRun(b *testing.B) {
 	run := func(r *runner.Runner) time.Duration {
 		start := time.Now()
 		var took time.Duration
-		res := r.RunWith(context.Background(), plan, runapi.Hooks{
+		res := r.Run(context.Background(), plan, runapi.Hooks{
 			Result: func(*result.Result) { took = time.Since(start) },
 			Setup:  func(_ bool, d time.Duration) { setups = append(setups, d) },
 		})
+
 		if res.Error != "" || res.Stdout != "45\n" {
 			b.Fatalf("run: %+v", res)
 		}

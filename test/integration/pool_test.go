@@ -20,6 +20,7 @@ import (
 	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/test/testenv"
@@ -101,7 +102,7 @@ func waitReady(t testing.TB, pool *runner.Pool, ref string, n int) {
 func (p *pooled) run(taskJSON string, wantHit bool) *result.Result {
 	p.t.Helper()
 	before := p.pool.Stats().Hits
-	res := p.r.Run(context.Background(), p.plan(taskJSON))
+	res := p.r.Run(context.Background(), p.plan(taskJSON), runapi.Hooks{})
 	if res.Error != "" {
 		p.t.Fatalf("run failed: %s", res.Error)
 	}
@@ -156,6 +157,7 @@ print("x" * 5000)`, map[string]any{
 				t.Fatalf("duration %d ms for a 500ms timeout", res.DurationMS)
 			}
 		})
+
 	}
 }
 
@@ -186,6 +188,7 @@ print(os.getuid())`, nil), true)
 				t.Fatalf("uids %q and %q; want two distinct sandbox uids", uid, lines[2])
 			}
 		})
+
 	}
 }
 
@@ -308,7 +311,7 @@ func TestPoolSkipsSandboxesOfARemovedImage(t *testing.T) {
 	run := func(wantHit bool) {
 		t.Helper()
 		before := pool.Stats().Hits
-		res := r.Run(context.Background(), plan())
+		res := r.Run(context.Background(), plan(), runapi.Hooks{})
 		if res.Error != "" || res.ExitCode != 0 || res.StdoutBytes < 1000 {
 			t.Fatalf("run: exit %d, %d bytes of stdout, error %q, stderr %q", res.ExitCode, res.StdoutBytes, res.Error, res.Stderr)
 		}
@@ -427,7 +430,7 @@ func (p *pooled) sleepers(n, secs int) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
-			res := p.r.Run(context.Background(), p.plan(fmt.Sprintf(`{"image":%q,"command":["sleep","%d"],"limits":{"timeout":"30s"}}`, busyboxImage, secs)))
+			res := p.r.Run(context.Background(), p.plan(fmt.Sprintf(`{"image":%q,"command":["sleep","%d"],"limits":{"timeout":"30s"}}`, busyboxImage, secs)), runapi.Hooks{})
 			if res.Error != "" || res.ExitCode != 0 {
 				p.t.Errorf("sleeper: exit %d, %s", res.ExitCode, res.Error)
 			}
@@ -593,6 +596,7 @@ func TestUsageIsTheProgramsOwn(t *testing.T) {
 			t.Logf("burned %v of CPU in the pooled sandbox's cgroup before its run", burned)
 			check("pooled", p.run(taskJSON, true), burned)
 		})
+
 	}
 }
 

@@ -43,7 +43,7 @@ func holdRun(t *testing.T, r *runner.Runner, plan *task.Plan, marker string) *he
 	seen := make(chan struct{})
 	var once sync.Once
 	go func() {
-		h.done <- r.RunWith(ctx, plan, runapi.Hooks{Output: func(stream string, data []byte) {
+		h.done <- r.Run(ctx, plan, runapi.Hooks{Output: func(stream string, data []byte) {
 			if stream != "stdout" {
 				return
 			}
@@ -54,6 +54,7 @@ func holdRun(t *testing.T, r *runner.Runner, plan *task.Plan, marker string) *he
 			}
 			mu.Unlock()
 		}})
+
 	}()
 	select {
 	case <-seen:
@@ -191,7 +192,7 @@ func TestRunUIDsExhausted(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := holdRun(t, r, loadPlan(t, cfg, "print('up', flush=True)\nimport time\ntime.sleep(60)", map[string]any{"limits": map[string]any{"timeout": "60s"}}), "up")
-	res := r.Run(context.Background(), loadPlan(t, cfg, "print(1)", nil))
+	res := r.Run(context.Background(), loadPlan(t, cfg, "print(1)", nil), runapi.Hooks{})
 	if !strings.Contains(res.Error, "run_uids") || !strings.Contains(res.Error, "every id of the range is in use") {
 		t.Errorf("run with no free uid: error %q", res.Error)
 	}
@@ -199,7 +200,7 @@ func TestRunUIDsExhausted(t *testing.T) {
 		t.Errorf("the refused run left:\n  %s", strings.Join(leaks, "\n  "))
 	}
 	a.end()
-	mustOK(t, r.Run(context.Background(), loadPlan(t, cfg, idsLine, nil)))
+	mustOK(t, r.Run(context.Background(), loadPlan(t, cfg, idsLine, nil), runapi.Hooks{}))
 	assertNoLeaks(t)
 }
 
@@ -227,7 +228,7 @@ func TestRunUIDsTwoStateDirs(t *testing.T) {
 	if uid := parseIDs(t, a.out); uid != 3000000000 {
 		t.Fatalf("run A ran as %d", uid)
 	}
-	res := rB.Run(context.Background(), loadPlan(t, &cfgB, idsLine, nil))
+	res := rB.Run(context.Background(), loadPlan(t, &cfgB, idsLine, nil), runapi.Hooks{})
 	if !strings.Contains(res.Error, "run_uids") || !strings.Contains(res.Error, "every id of the range is in use") {
 		t.Errorf("run of the second state dir while the first holds the range's one id: exit %d, error %q, stdout %q",
 			res.ExitCode, res.Error, res.Stdout)
@@ -239,7 +240,7 @@ func TestRunUIDsTwoStateDirs(t *testing.T) {
 		t.Errorf("the first state dir's reservations after the second's gc: %v", held)
 	}
 	a.end()
-	res = rB.Run(context.Background(), loadPlan(t, &cfgB, idsLine, nil))
+	res = rB.Run(context.Background(), loadPlan(t, &cfgB, idsLine, nil), runapi.Hooks{})
 	mustOK(t, res)
 	if uid := parseIDs(t, res.Stdout); uid != 3000000000 {
 		t.Errorf("run B ran as %d", uid)
@@ -319,7 +320,7 @@ func TestRunUIDsOwnUserLimits(t *testing.T) {
 	if n == 0 || e != "EMFILE" || q == 0 || qe != "EMFILE" {
 		t.Fatalf("run A did not exhaust its limits: %q", a.out)
 	}
-	b := r.Run(context.Background(), loadPlan(t, cfg, idsLine+tryOne, map[string]any{"session": "b"}))
+	b := r.Run(context.Background(), loadPlan(t, cfg, idsLine+tryOne, map[string]any{"session": "b"}), runapi.Hooks{})
 	resA := a.end()
 	mustOK(t, b)
 	if !strings.Contains(b.Stdout, "inotify ok\nmqueue ok\n") {
@@ -460,7 +461,7 @@ except OSError:
 `
 		// Twice: what the first run saw is not left in the image.
 		for range 2 {
-			res := r.Run(context.Background(), loadPlan(t, cfg, code, nil))
+			res := r.Run(context.Background(), loadPlan(t, cfg, code, nil), runapi.Hooks{})
 			if res.Error != "" || res.ExitCode != 0 {
 				t.Fatalf("run: %+v", res)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
 )
@@ -33,7 +34,7 @@ func benchRun(b *testing.B, keep bool) {
 	}
 	b.ResetTimer()
 	for range b.N {
-		if res := r.Run(context.Background(), plan); res.Error != "" || res.Stdout != "45\n" {
+		if res := r.Run(context.Background(), plan, runapi.Hooks{}); res.Error != "" || res.Stdout != "45\n" {
 			b.Fatalf("run: %+v", res)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/session"
 	"github.com/agentrun/agentrun/internal/task"
@@ -63,7 +64,7 @@ func runSession(t testing.TB, r *runner.Runner, cfg *config.Config, id, code str
 	if err != nil {
 		t.Fatalf("task.Load: %v", err)
 	}
-	return r.Run(context.Background(), plan)
+	return r.Run(context.Background(), plan, runapi.Hooks{})
 }
 
 func mustOK(t testing.TB, res *result.Result) {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/proxy/proxytest"
@@ -200,7 +201,7 @@ func TestSoak(t *testing.T) {
 		if err != nil {
 			t.Fatalf("warm-up %s: %v", kind.name, err)
 		}
-		res := r.Run(context.Background(), plan)
+		res := r.Run(context.Background(), plan, runapi.Hooks{})
 		if res.Error != "" {
 			t.Fatalf("warm-up %s: %s", kind.name, res.Error)
 		}
@@ -265,7 +266,7 @@ func TestSoak(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), soakRunDeadline)
 		t0 := time.Now()
-		res := r.Run(ctx, plan)
+		res := r.Run(ctx, plan, runapi.Hooks{})
 		took := time.Since(t0)
 		cancel()
 		switch {

@@ -12,6 +12,7 @@ import (
 	"github.com/agentrun/agentrun/image/imagetest"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
 )
@@ -55,7 +56,8 @@ func TestStoreCapNeverRemovesImagesInUse(t *testing.T) {
 	go func() {
 		done <- r.Run(context.Background(), plan(pyTask(
 			"import time\ntime.sleep(3)\nprint(len(open('/usr/bin/python3','rb').read()) > 0)",
-			map[string]any{"image": pyRef, "limits": map[string]any{"timeout": "20s"}})))
+			map[string]any{"image": pyRef, "limits": map[string]any{"timeout": "20s"}})), runapi.Hooks{})
+
 	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for len(storeList(t, cfg.StoreDir)) < 2 {
@@ -67,7 +69,7 @@ func TestStoreCapNeverRemovesImagesInUse(t *testing.T) {
 	// A third image comes in, under a cap that none fits.
 	archive := filepath.Join(t.TempDir(), "busybox.tar")
 	imagetest.WriteDockerArchive(t, archive, "example/busybox:1", strings.TrimPrefix(busyboxImage, "dir:"))
-	third := r.Run(context.Background(), plan(echo45("docker-archive:"+archive)))
+	third := r.Run(context.Background(), plan(echo45("docker-archive:"+archive)), runapi.Hooks{})
 	if third.Error != "" || third.Stdout != "45\n" {
 		t.Fatalf("third image: error %q stdout %q", third.Error, third.Stdout)
 	}
@@ -83,7 +85,7 @@ func TestStoreCapNeverRemovesImagesInUse(t *testing.T) {
 		t.Fatalf("store lists %v; want the pooled and the running image kept", refs)
 	}
 	before := pool.Stats().Hits
-	if res := r.Run(context.Background(), plan(echo45(pooledRef))); res.Error != "" || res.Stdout != "45\n" || pool.Stats().Hits != before+1 {
+	if res := r.Run(context.Background(), plan(echo45(pooledRef)), runapi.Hooks{}); res.Error != "" || res.Stdout != "45\n" || pool.Stats().Hits != before+1 {
 		t.Fatalf("pooled run after the prune: error %q stdout %q hits %d -> %d", res.Error, res.Stdout, before, pool.Stats().Hits)
 	}
 

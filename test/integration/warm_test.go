@@ -116,6 +116,7 @@ func TestWarmRunsAsCold(t *testing.T) {
 			}
 			p.waitReady(2)
 		})
+
 	}
 }
 
@@ -230,7 +231,7 @@ func TestWarmLauncherKilledBeforeTake(t *testing.T) {
 	if n := killLaunchers(t); n != 1 {
 		t.Fatalf("killed %d launchers; want 1", n)
 	}
-	res := p.r.Run(context.Background(), p.plan(pyTask("print(6 * 7)", nil)))
+	res := p.r.Run(context.Background(), p.plan(pyTask("print(6 * 7)", nil)), runapi.Hooks{})
 	if res.Error != "" || res.Stdout != "42\n" {
 		t.Fatalf("run after the launcher's death: error %q, stdout %q", res.Error, res.Stdout)
 	}
@@ -370,5 +371,6 @@ func TestWarmHostileInterpreter(t *testing.T) {
 				t.Fatalf("exit %d, stdout %q, stderr %q; want %q", res.ExitCode, res.Stdout, res.Stderr, tc.stdout)
 			}
 		})
+
 	}
 }

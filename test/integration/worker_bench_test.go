@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/internal/worker"
@@ -35,7 +36,7 @@ func BenchmarkWorker(b *testing.B) {
 			b.Fatal(err)
 		}
 		for b.Loop() {
-			if res := r.Run(context.Background(), plan); res.Stdout != "45\n" {
+			if res := r.Run(context.Background(), plan, runapi.Hooks{}); res.Stdout != "45\n" {
 				b.Fatalf("%+v", res)
 			}
 		}
@@ -83,5 +84,6 @@ func BenchmarkWorker(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "tasks/s")
 		})
+
 	}
 }
