@@ -15,9 +15,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/docker/go-units"
+
 	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/config"
-	"github.com/docker/go-units"
 )
 
 // storeFlags are the flags every image command takes.

@@ -55,7 +55,7 @@ func cmdMCP(args []string, stderr io.Writer) int {
 	explicit := *serverAddr != ""
 	addr := *serverAddr
 	if !explicit {
-		addr = config.Default().Server.Listen
+		addr = config.Default().Server.Listen.String()
 	}
 	srv, ferr := forward(ctx, addr, logf)
 	// Only a server that is not there lets root run tasks here: one that

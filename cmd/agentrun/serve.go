@@ -44,10 +44,7 @@ func cmdServe(args []string, stderr io.Writer) int {
 // SIGTERM (NOTIFY_SOCKET).
 func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
 	logf := func(format string, args ...any) { fmt.Fprintf(stderr, "agentrun serve: "+format+"\n", args...) }
-	addr, err := config.ParseAddr(cfg.Server.Listen)
-	if err != nil {
-		return fmt.Errorf("server.listen: %w", err)
-	}
+	addr := cfg.Server.Listen
 	if addr.Network == "tcp" && cfg.Server.Token == "" {
 		return errors.New("server.listen is tcp: set server.token, which every request must then carry as a bearer token")
 	}

@@ -127,7 +127,7 @@ func reload(cur *config.Config, path string, api *server.Server, pool *runner.Po
 	if len(fixed) > 0 {
 		return nil, fmt.Errorf("%s changed, which takes a restart", strings.Join(fixed, ", "))
 	}
-	if addr, _ := config.ParseAddr(next.Server.Listen); addr.Network == "tcp" && next.Server.Token == "" {
+	if next.Server.Listen.Network == "tcp" && next.Server.Token == "" {
 		return nil, errors.New("server.listen is tcp: server.token may not be removed")
 	}
 	if err := checkWebhookSecret("server.approvals", next.Server.Approvals.WebhookSecretFile); err != nil {

@@ -7,7 +7,8 @@ import (
 )
 
 // Addr is a server address as server.listen and --server write it, parsed:
-// unix:///absolute/path.sock or tcp://host:port.
+// unix:///absolute/path.sock or tcp://host:port. server.listen is read
+// into one as the config is decoded.
 type Addr struct {
 	Network string // "unix" or "tcp"
 	Address string // the socket's path, or host:port
@@ -30,5 +31,27 @@ func ParseAddr(s string) (Addr, error) {
 	return Addr{}, fmt.Errorf("%q: want unix:///path/to.sock or tcp://host:port", s)
 }
 
+// MustAddr is ParseAddr of an address known to be good (a default's).
+func MustAddr(s string) Addr {
+	a, err := ParseAddr(s)
+	if err != nil {
+		panic(err)
+	}
+	return a
+}
+
 // String is the address as written.
 func (a Addr) String() string { return a.Network + "://" + a.Address }
+
+// UnmarshalText reads an address by ParseAddr's rules.
+func (a *Addr) UnmarshalText(b []byte) error {
+	v, err := ParseAddr(string(b))
+	if err != nil {
+		return err
+	}
+	*a = v
+	return nil
+}
+
+// MarshalText writes the address as String does.
+func (a Addr) MarshalText() ([]byte, error) { return []byte(a.String()), nil }

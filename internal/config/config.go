@@ -79,7 +79,7 @@ type Runsc struct {
 
 // Server configures `agentrun serve`.
 type Server struct {
-	Listen        string               `json:"listen"`         // unix:///abs/path or tcp://host:port
+	Listen        Addr                 `json:"listen"`         // unix:///abs/path or tcp://host:port
 	MaxConcurrent int                  `json:"max_concurrent"` // runs at once, >= 1
 	Queue         int                  `json:"queue"`          // runs waiting for a slot, >= 0
 	Quota         Quota                `json:"quota"`
@@ -318,7 +318,7 @@ func Default() *Config {
 		Runsc: Runsc{Path: "/usr/local/bin/runsc", Flags: []string{"--platform=systrap"}},
 		Init:  DefaultInit,
 		Server: Server{
-			Listen:        "unix:///run/agentrun/agentrun.sock",
+			Listen:        MustAddr("unix:///run/agentrun/agentrun.sock"),
 			MaxConcurrent: 8,
 			Queue:         64,
 			Quota:         Quota{RunsPerMinute: 60, Concurrent: 2},

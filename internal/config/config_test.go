@@ -241,7 +241,7 @@ func TestLoad(t *testing.T) {
 // socket while the state dir stays root's alone.
 func TestDefaultSocketOutsideStateDir(t *testing.T) {
 	d := Default()
-	dir := filepath.Dir(strings.TrimPrefix(d.Server.Listen, "unix://"))
+	dir := filepath.Dir(d.Server.Listen.Address)
 	if rel, err := filepath.Rel(d.StateDir, dir); err != nil || rel == "." || !strings.HasPrefix(rel, "..") {
 		t.Fatalf("socket dir %s is inside state_dir %s", dir, d.StateDir)
 	}

@@ -14,7 +14,8 @@ import (
 func TestTypedValues(t *testing.T) {
 	c, err := Parse([]byte(`{"limits": {"memory": "1.5g", "timeout": "1m30s"}, "policy": {"memory": "4GiB", "timeout": "2m"},
 		"network": {"approval_timeout": "2m", "allow_ranges": ["10.1.2.3/16"], "deny_ranges": ["fd00::/8"]},
-		"worker": {"ack_wait": "45s"}, "sessions": {"ttl": "2h", "max_bytes": "1g"}, "store_max_size": "500m"}`))
+		"worker": {"ack_wait": "45s"}, "sessions": {"ttl": "2h", "max_bytes": "1g"}, "store_max_size": "500m",
+		"server": {"listen": "tcp://127.0.0.1:7070", "token": "t"}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,6 +34,7 @@ func TestTypedValues(t *testing.T) {
 		{"sessions.ttl", c.Sessions.TTL.Duration(), 2 * time.Hour, c.Sessions.TTL.String(), "2h"},
 		{"sessions.max_bytes", c.Sessions.MaxBytes.Bytes(), int64(1 << 30), c.Sessions.MaxBytes.String(), "1g"},
 		{"store_max_size", c.StoreMax.Bytes(), int64(500 << 20), c.StoreMax.String(), "500m"},
+		{"server.listen", c.Server.Listen, Addr{Network: "tcp", Address: "127.0.0.1:7070"}, c.Server.Listen.String(), "tcp://127.0.0.1:7070"},
 	} {
 		if tc.got != tc.want || tc.text != tc.show {
 			t.Errorf("%s = %v (%q); want %v (%q)", tc.name, tc.got, tc.text, tc.want, tc.show)
@@ -57,6 +59,10 @@ func TestTypedValues(t *testing.T) {
 // range is refused at decode, naming its key and why.
 func TestTypedValueErrors(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
+		{`{"server": {"listen": "x"}}`, `server.listen: "x": want unix:///path/to.sock or tcp://host:port`},
+		{`{"server": {"listen": ""}}`, `server.listen: "": want unix:///path/to.sock`},
+		{`{"server": {"listen": "unix://run/a.sock"}}`, `server.listen: "unix://run/a.sock": socket path must be absolute`},
+		{`{"server": {"listen": "tcp://:"}}`, `server.listen: "tcp://:": want`},
 		{`{"limits": {"memory": "x"}}`, `limits.memory: invalid size "x": want a number with an optional unit k, m, g or t`},
 		{`{"limits": {"memory": 256}}`, `limits.memory: expected a string, got a number`},
 		{`{"limits": {"tmp_size": "-1m"}}`, `limits.tmp_size: invalid size "-1m": negative`},

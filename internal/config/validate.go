@@ -252,8 +252,8 @@ func (r Runsc) validate(runtime string) error {
 }
 
 func (s Server) validate() error {
-	if err := checkListen(s.Listen); err != nil {
-		return fieldErr("server.listen", err)
+	if s.Listen.Network == "" {
+		return fieldErr("server.listen", errors.New("required: unix:///path/to.sock or tcp://host:port"))
 	}
 	if s.MaxConcurrent < 1 {
 		return fieldErr("server.max_concurrent", fmt.Errorf("%d: must be at least 1", s.MaxConcurrent))
@@ -340,11 +340,6 @@ func (c *Config) validateWarm() error {
 }
 
 // checkListen accepts unix:///absolute/path and tcp://host:port.
-func checkListen(s string) error {
-	_, err := ParseAddr(s)
-	return err
-}
-
 func isCleanAbs(p string) bool {
 	return filepath.IsAbs(p) && filepath.Clean(p) == p && !strings.ContainsRune(p, 0)
 }

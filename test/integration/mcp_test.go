@@ -346,7 +346,7 @@ func mcpConfig(t *testing.T, auditPath string) string {
 // driven over the SDK's command transport.
 func TestMCPStdio(t *testing.T) {
 	// No flag but the config: root, and no server on the default socket.
-	if _, err := os.Stat(strings.TrimPrefix(config.Default().Server.Listen, "unix://")); err == nil {
+	if _, err := os.Stat(config.Default().Server.Listen.Address); err == nil {
 		t.Fatalf("a server's socket is at %s: this test needs none there", config.Default().Server.Listen)
 	}
 	cmd := exec.Command(agentrunBin(t), "mcp", "--config", mcpConfig(t, ""))
