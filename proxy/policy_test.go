@@ -10,8 +10,8 @@ func TestNewProxyRejectsBadPolicy(t *testing.T) {
 	for _, p := range []Policy{
 		{Allow: []string{"*"}},
 		{Allow: []string{"1.2.3.4"}},
-		{Hosts: map[string]string{"pypi.org": "not-an-ip"}},
-		{Hosts: map[string]string{"bad host": "1.2.3.4"}},
+		{Hosts: map[string]netip.Addr{"pypi.org": {}}},
+		{Hosts: map[string]netip.Addr{"bad host": netip.MustParseAddr("1.2.3.4")}},
 		{MaxBytes: -1},
 		{MaxConns: -1},
 	} {
@@ -19,7 +19,7 @@ func TestNewProxyRejectsBadPolicy(t *testing.T) {
 			t.Errorf("newProxy(%+v) = nil error; want an error", p)
 		}
 	}
-	px, err := newProxy(gw, Policy{Allow: []string{"pypi.org"}, Hosts: map[string]string{"PyPI.org.": "::ffff:1.2.3.4"}})
+	px, err := newProxy(gw, Policy{Allow: []string{"pypi.org"}, Hosts: map[string]netip.Addr{"PyPI.org.": netip.MustParseAddr("::ffff:1.2.3.4")}})
 	if err != nil {
 		t.Fatal(err)
 	}

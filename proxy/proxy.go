@@ -13,9 +13,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/miekg/dns"
+
 	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/netns"
-	"github.com/miekg/dns"
 )
 
 // Ports of the gateway's own listeners.
@@ -59,7 +60,7 @@ type Policy struct {
 	Allow []string
 	// Hosts maps names to fixed addresses, consulted before the resolver
 	// (like /etc/hosts). The address is still checked by netpolicy.CheckAddr.
-	Hosts map[string]string
+	Hosts map[string]netip.Addr
 	// AllowRanges opens ranges netpolicy.CheckAddr would refuse; DenyRanges adds
 	// refusals and wins over everything.
 	AllowRanges, DenyRanges []netip.Prefix
@@ -223,14 +224,13 @@ func (p *Proxy) setPolicy(pol Policy) error {
 		return fmt.Errorf("starting proxy: %w", err)
 	}
 	hosts := make(map[string]netip.Addr, len(pol.Hosts))
-	for name, ip := range pol.Hosts {
+	for name, a := range pol.Hosts {
 		h, ok := netpolicy.CanonicalName(name)
 		if !ok {
 			return fmt.Errorf("starting proxy: hosts entry %q: not a valid host name", name)
 		}
-		a, err := netip.ParseAddr(ip)
-		if err != nil {
-			return fmt.Errorf("starting proxy: hosts entry %q: %w", name, err)
+		if !a.IsValid() {
+			return fmt.Errorf("starting proxy: hosts entry %q: no address", name)
 		}
 		hosts[h] = a.Unmap()
 	}

@@ -20,9 +20,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
+
 	"github.com/agentrun/agentrun/netns"
 	"github.com/agentrun/agentrun/proxy/proxytest"
-	"github.com/miekg/dns"
 
 	"github.com/agentrun/agentrun/test/testenv"
 )
@@ -52,14 +53,14 @@ var subnets = func() *netns.Subnets {
 func policyFor(in *proxytest.Internet) Policy {
 	return Policy{
 		Allow: []string{"internet.test", "*.internet.test", "loop.test", "private.test", "metadata.test", "rebind.test", "mapped.test"},
-		Hosts: map[string]string{
-			"internet.test":     in.IP.String(),
-			"www.internet.test": in.IP.String(),
-			"big.internet.test": in.IP.String(),
-			"loop.test":         "127.0.0.1",
-			"private.test":      "10.0.0.1",
-			"metadata.test":     "169.254.169.254",
-			"mapped.test":       "::ffff:127.0.0.1",
+		Hosts: map[string]netip.Addr{
+			"internet.test":     in.IP,
+			"www.internet.test": in.IP,
+			"big.internet.test": in.IP,
+			"loop.test":         netip.MustParseAddr("127.0.0.1"),
+			"private.test":      netip.MustParseAddr("10.0.0.1"),
+			"metadata.test":     netip.MustParseAddr("169.254.169.254"),
+			"mapped.test":       netip.MustParseAddr("::ffff:127.0.0.1"),
 		},
 		AllowRanges: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")},
 		Resolver: func(ctx context.Context, host string) ([]netip.Addr, error) {
@@ -571,7 +572,7 @@ func TestProxyUpstreamFailures(t *testing.T) {
 	in := proxytest.NewInternet(t)
 	p := policyFor(in)
 	p.Allow = append(p.Allow, "internet.test:81", "silent.test", "nosuch.test")
-	p.Hosts["silent.test"] = in.Silent.String()
+	p.Hosts["silent.test"] = in.Silent
 	resolve := p.Resolver
 	p.Resolver = func(ctx context.Context, host string) ([]netip.Addr, error) {
 		if host == "nosuch.test" {

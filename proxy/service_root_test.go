@@ -45,7 +45,7 @@ func newServiceRun(t *testing.T, approve ApproveFunc, timeout time.Duration) (*r
 	}
 	p := Policy{
 		Allow:       []string{"www.internet.test"},
-		Hosts:       map[string]string{"api.internet.test": in.IP.String(), "www.internet.test": in.IP.String(), "plain.internet.test": in.IP.String()},
+		Hosts:       map[string]netip.Addr{"api.internet.test": in.IP, "www.internet.test": in.IP, "plain.internet.test": in.IP},
 		AllowRanges: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")},
 		Services: []netpolicy.Service{{
 			Name: "api", URL: "https://api.internet.test",
@@ -419,7 +419,7 @@ func benchRun(b *testing.B) (*run, *tls.Config, *tls.Config) {
 	os.WriteFile(secret, []byte("bench-token\n"), 0o600)
 	p := Policy{
 		Allow:       []string{"www.internet.test"},
-		Hosts:       map[string]string{"api.internet.test": in.IP.String(), "www.internet.test": in.IP.String()},
+		Hosts:       map[string]netip.Addr{"api.internet.test": in.IP, "www.internet.test": in.IP},
 		AllowRanges: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")},
 		Services: []netpolicy.Service{{Name: "api", URL: "https://api.internet.test",
 			Inject: []netpolicy.Inject{{Header: "Authorization", Prefix: "Bearer ", File: secret}},

@@ -33,9 +33,9 @@ type Policy struct {
 // instead of DNS) and address ranges allowed or denied beyond the built-in
 // refusal of loopback, private, link-local and similar addresses.
 type Network struct {
-	Hosts       map[string]string `json:"hosts"`
-	AllowRanges []netip.Prefix    `json:"allow_ranges"`
-	DenyRanges  []netip.Prefix    `json:"deny_ranges"`
+	Hosts       map[string]netip.Addr `json:"hosts"`
+	AllowRanges []netip.Prefix        `json:"allow_ranges"`
+	DenyRanges  []netip.Prefix        `json:"deny_ranges"`
 	// CAFiles are PEM files of extra roots that services' upstreams are
 	// verified against, beside the host's.
 	CAFiles []string `json:"ca_files"`
@@ -313,7 +313,7 @@ func Default() *Config {
 			"bash":    {"bash", "{file}"},
 			"sh":      {"sh", "{file}"},
 		},
-		Network: Network{Hosts: map[string]string{}, AllowRanges: []netip.Prefix{}, DenyRanges: []netip.Prefix{},
+		Network: Network{Hosts: map[string]netip.Addr{}, AllowRanges: []netip.Prefix{}, DenyRanges: []netip.Prefix{},
 			CAFiles: []string{}, Services: map[string]Service{}, ApprovalTimeout: MustDuration("60s")},
 		Runsc: Runsc{Path: "/usr/local/bin/runsc", Flags: []string{"--platform=systrap"}},
 		Init:  DefaultInit,

@@ -2,6 +2,7 @@ package config
 
 import (
 	"encoding/json"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -55,7 +56,7 @@ func TestParseMergesOverDefaults(t *testing.T) {
 	if c.Server.Quota != (Quota{RunsPerMinute: 60, Concurrent: 5}) || c.Server.MaxConcurrent != 8 || c.Server.Pool["python:3.12-slim"].Count != 2 {
 		t.Errorf("server not merged: %+v", c.Server)
 	}
-	if c.Env["MPLBACKEND"] != "Agg" || c.Network.Hosts["pypi.internal"] != "203.0.113.7" || c.StateDir != "/run/agentrun/state" {
+	if c.Env["MPLBACKEND"] != "Agg" || c.Network.Hosts["pypi.internal"] != netip.MustParseAddr("203.0.113.7") || c.StateDir != "/run/agentrun/state" {
 		t.Errorf("unexpected config: %+v", c)
 	}
 }
@@ -98,7 +99,9 @@ func TestParseErrors(t *testing.T) {
 		{`{"languages": {"x": []}}`, `languages["x"]: argv is empty`},
 		{`{"languages": {"x": ["a", ""]}}`, `languages["x"]: argv[1]`},
 		{`{"languages": {"a b": ["a"]}}`, `languages["a b"]: `},
-		{`{"network": {"hosts": {"pypi.internal": "not-an-ip"}}}`, `network.hosts["pypi.internal"]: `},
+		{`{"network": {"hosts": {"pypi.internal": "not-an-ip"}}}`, `network.hosts["pypi.internal"]: "not-an-ip" is not an IP address`},
+		{`{"network": {"hosts": {"pypi.internal": ""}}}`, `network.hosts["pypi.internal"]: "" is not an IP address`},
+		{`{"network": {"hosts": {"pypi.internal": 1}}}`, `network.hosts["pypi.internal"]: expected a string`},
 		{`{"network": {"hosts": {"bad_name": "1.2.3.4"}}}`, `network.hosts["bad_name"]: `},
 		{`{"network": {"allow_ranges": ["10.0.0.0"]}}`, `network.allow_ranges[0]: `},
 		{`{"network": {"deny_ranges": ["fd00::/8", "x"]}}`, `network.deny_ranges[1]: `},

@@ -94,10 +94,18 @@ func (w *walker) value(t reflect.Type, path string) error {
 		}
 		if err := reflect.New(t).Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(str)); err != nil {
 			reason := err.Error()
-			if t == reflect.TypeFor[netip.Prefix]() {
+			switch t {
+			case reflect.TypeFor[netip.Prefix]():
 				reason = fmt.Sprintf("%q is not a CIDR range (e.g. 10.0.0.0/8)", str)
+			case reflect.TypeFor[netip.Addr]():
+				reason = fmt.Sprintf("%q is not an IP address", str)
 			}
 			return &DecodeError{Path: path, Reason: reason}
+		}
+		if t == reflect.TypeFor[netip.Addr]() && str == "" {
+			// netip.Addr reads "" as no address, which a host entry
+			// never is.
+			return &DecodeError{Path: path, Reason: `"" is not an IP address`}
 		}
 		return nil
 	}

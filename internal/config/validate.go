@@ -155,8 +155,8 @@ func (n Network) validate() error {
 		if err := netpolicy.CheckHostname(host); err != nil {
 			return fieldErr(field, err)
 		}
-		if _, err := netip.ParseAddr(n.Hosts[host]); err != nil {
-			return fieldErr(field, fmt.Errorf("%q is not an IP address", n.Hosts[host]))
+		if !n.Hosts[host].IsValid() {
+			return fieldErr(field, errors.New("not an IP address"))
 		}
 	}
 	if len(n.CAFiles) > MaxCAFiles {

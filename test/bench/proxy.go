@@ -58,7 +58,7 @@ func proxyBench() (viaProxy, direct float64, err error) {
 	defer n.Close()
 	p, err := proxy.Start(n, proxy.Policy{
 		Allow:       []string{"bulk.test:" + strconv.Itoa(port)},
-		Hosts:       map[string]string{"bulk.test": "127.0.0.1"},
+		Hosts:       map[string]netip.Addr{"bulk.test": netip.MustParseAddr("127.0.0.1")},
 		AllowRanges: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 	})
 	if err != nil {

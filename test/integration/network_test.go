@@ -30,9 +30,9 @@ import (
 // opens the 198.18.0.0/15 range the fake host lives in.
 func netConfig(t testing.TB, in *proxytest.Internet) *config.Config {
 	cfg := testConfig(t)
-	cfg.Network.Hosts = map[string]string{
-		"internet.test": in.IP.String(), "www.internet.test": in.IP.String(),
-		"loop.test": "127.0.0.1", "private.test": "10.0.0.1", "metadata.test": "169.254.169.254",
+	cfg.Network.Hosts = map[string]netip.Addr{
+		"internet.test": in.IP, "www.internet.test": in.IP, "loop.test": netip.MustParseAddr("127.0.0.1"),
+		"private.test": netip.MustParseAddr("10.0.0.1"), "metadata.test": netip.MustParseAddr("169.254.169.254"),
 	}
 	cfg.Network.AllowRanges = []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")}
 	return cfg
@@ -182,7 +182,7 @@ func TestAllowedUpstreamFailures(t *testing.T) {
 	eachRuntime(t, func(t *testing.T, rt string) {
 		in := proxytest.NewInternet(t)
 		cfg := netConfigFor(t, in, rt)
-		cfg.Network.Hosts["silent.test"] = in.Silent.String()
+		cfg.Network.Hosts["silent.test"] = in.Silent
 		auditPath := filepath.Join(t.TempDir(), "audit.jsonl")
 		log, err := audit.Open(auditPath)
 		if err != nil {

@@ -33,7 +33,7 @@ func serviceConfig(t *testing.T, in *proxytest.Internet, rt string) (*config.Con
 		fmt.Fprintf(w, "api %s %s %s", r.Method, r.URL.EscapedPath(), b)
 	})
 	cfg := netConfigFor(t, in, rt)
-	cfg.Network.Hosts["api.internet.test"] = in.IP.String()
+	cfg.Network.Hosts["api.internet.test"] = in.IP
 	dir := t.TempDir()
 	ca, secret := filepath.Join(dir, "internet-ca.pem"), filepath.Join(dir, "api-token")
 	if err := os.WriteFile(ca, in.CAPEM, 0o644); err != nil {
