@@ -20,13 +20,16 @@ import (
 // error's own words. Anything else is the host's (unmarked, an upstream
 // that failed, an image of the config that cannot run): logged, and
 // answered without its detail. A *server.Refusal is the server's own
-// refusal of a task, already worded: refused.
+// refusal of a task, already worded: refused, unless its kind is the
+// host's, as when serve could not have the config's image, so that a
+// call forwarded to serve is answered as one run here.
 func (s *Server) toolError(tool, session string, err error) *mcp.CallToolResult {
+	kind := errkind.Of(err)
 	var ref *server.Refusal
-	if errors.As(err, &ref) {
+	if errors.As(err, &ref) && !hostKind(kind) {
 		return refused(tool, ref)
 	}
-	switch errkind.Of(err) {
+	switch kind {
 	case errkind.NotFound:
 		return errorResult(fmt.Sprintf("%s refused: no session %q; make one with %s", tool, session, NewSessionTool))
 	case errkind.Busy:
@@ -36,6 +39,13 @@ func (s *Server) toolError(tool, session string, err error) *mcp.CallToolResult 
 	}
 	s.logf("%s (session %s): %v", tool, session, err)
 	return hostFailure(tool, "")
+}
+
+// hostKind reports whether a failure of kind k is the host's, never the
+// model's to fix: unmarked, an upstream that failed, or an image (the
+// config's, for run_code) that cannot run.
+func hostKind(k errkind.Kind) bool {
+	return k == errkind.Unknown || k == errkind.Upstream || k == errkind.Unusable
 }
 
 // refused is the answer to a refused task: what is wrong, named as the

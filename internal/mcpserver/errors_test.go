@@ -88,6 +88,14 @@ func TestToolErrorAnswers(t *testing.T) {
 			"run_code refused: timeout: 5m exceeds policy maximum 60s"},
 		{ToolName, fmt.Errorf("asking: %w", &server.Refusal{Status: 429, Msg: "over the quota", RetryAfter: 1500 * time.Millisecond}),
 			"run_code refused: over the quota (try again in 2s)"},
+		// serve's answer when it could not have the config's image, as
+		// the forwarding client gets it: the host's, as a run here.
+		{ToolName, &server.Refusal{Status: 422, Field: "image", Msg: "the server refused the task (422): image reg/x: not found"},
+			"agentrun could not run the code because of a problem on the host, not in the code; the operator's log has the details."},
+		{ToolName, &server.Refusal{Status: 502, Field: "image", Msg: "the server refused the task (502): image reg/x: unreachable"},
+			"agentrun could not run the code because of a problem on the host, not in the code; the operator's log has the details."},
+		{ToolName, &server.Refusal{Status: 418, Msg: "the server refused the task (418): odd"},
+			"agentrun could not run the code because of a problem on the host, not in the code; the operator's log has the details."},
 	} {
 		sid := "ss-1"
 		if got := resultText(t, s.toolError(tc.tool, sid, tc.err)); !strings.HasPrefix(got, tc.want) {

@@ -57,6 +57,18 @@ type Refusal struct {
 
 func (r *Refusal) Error() string { return r.Msg }
 
+// Kind is the kind whose status the refusal has (errkind.Unknown for a
+// status no kind has), so that a refusal that crossed HTTP (Client) is
+// told apart as the one that did not.
+func (r *Refusal) Kind() errkind.Kind {
+	for _, k := range errkind.All() {
+		if httpStatus(k) == r.Status {
+			return k
+		}
+	}
+	return errkind.Unknown
+}
+
 // refusal is the refusal of err by its kind, or by def when it has none.
 func refusal(err error, def errkind.Kind, field string) *Refusal {
 	return &Refusal{Status: httpStatus(errkind.Or(err, def)), Field: field, Msg: err.Error()}

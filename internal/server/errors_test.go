@@ -132,3 +132,16 @@ func TestRefusals(t *testing.T) {
 		t.Errorf("tooLarge: %q", ref.Msg)
 	}
 }
+
+// A refusal's kind is the kind of its status, so that one that crossed
+// HTTP is told apart as the one that did not.
+func TestRefusalKind(t *testing.T) {
+	for _, k := range errkind.All() {
+		if got := (&Refusal{Status: httpStatus(k)}).Kind(); got != k {
+			t.Errorf("a refusal of status %d: kind %v; want %v", httpStatus(k), got, k)
+		}
+	}
+	if got := errkind.Of(fmt.Errorf("asking: %w", &Refusal{Status: 418})); got != errkind.Unknown {
+		t.Errorf("a refusal of status 418: kind %v; want unknown", got)
+	}
+}
