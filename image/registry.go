@@ -35,20 +35,58 @@ type Registries struct {
 	hosts map[string]bool // name.Registry.RegistryStr() forms: "host" or "host:port"
 }
 
-// NewRegistries parses registry hosts: "host", "host:port" or an IP
-// address with a port ("127.0.0.1:5000", "[::1]:5000"); "docker.io" is
-// Docker Hub. A host without a port is listed on ports 443 and 80.
-func NewRegistries(entries []string) (*Registries, error) {
+// NewRegistries lists registry hosts, each checked as it was read
+// (ParseRegistry). A host without a port is listed on ports 443 and 80.
+func NewRegistries(entries []Registry) *Registries {
 	r := &Registries{hosts: map[string]bool{}}
-	for i, e := range entries {
-		if err := CheckRegistry(e); err != nil {
-			return nil, fmt.Errorf("registries[%d]: %w", i, err)
-		}
-		reg, _ := name.NewRegistry(e, name.StrictValidation)
-		r.hosts[reg.RegistryStr()] = true
+	for _, e := range entries {
+		r.hosts[e.key] = true
 	}
-	return r, nil
+	return r
 }
+
+// Registry is one registry host entry, checked as it is read: "host",
+// "host:port" or an IP address with a port ("127.0.0.1:5000",
+// "[::1]:5000"); "docker.io" is Docker Hub. policy.registries is read
+// into them as the config is decoded.
+type Registry struct {
+	text string // as written
+	key  string // name.Registry.RegistryStr(): what pulls compare
+}
+
+// ParseRegistry checks one registry host entry (CheckRegistry).
+func ParseRegistry(s string) (Registry, error) {
+	if err := CheckRegistry(s); err != nil {
+		return Registry{}, err
+	}
+	reg, _ := name.NewRegistry(s, name.StrictValidation)
+	return Registry{text: s, key: reg.RegistryStr()}, nil
+}
+
+// MustParseRegistry is ParseRegistry of an entry known to be good.
+func MustParseRegistry(s string) Registry {
+	r, err := ParseRegistry(s)
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+// String is the entry as written.
+func (r Registry) String() string { return r.text }
+
+// UnmarshalText reads an entry by ParseRegistry's rules.
+func (r *Registry) UnmarshalText(b []byte) error {
+	v, err := ParseRegistry(string(b))
+	if err != nil {
+		return err
+	}
+	*r = v
+	return nil
+}
+
+// MarshalText writes the entry as it was written.
+func (r Registry) MarshalText() ([]byte, error) { return []byte(r.text), nil }
 
 // isHostname reports whether s is dot-separated labels of A-Z a-z 0-9 and
 // inner hyphens (checked byte by byte, package names: a regular expression
@@ -63,7 +101,7 @@ func isHostname(s string) bool {
 	return true
 }
 
-// CheckRegistry checks one registry host entry of NewRegistries.
+// CheckRegistry checks one registry host entry (ParseRegistry).
 func CheckRegistry(entry string) error {
 	bad := fmt.Errorf("%q: want a registry host name, host:port or ip:port", entry)
 	host, port := entry, ""

@@ -39,11 +39,15 @@ func acceptCounter(t *testing.T) (addr string, accepts *atomic.Int64) {
 
 func registries(t *testing.T, hosts ...string) *Registries {
 	t.Helper()
-	r, err := NewRegistries(hosts)
-	if err != nil {
-		t.Fatal(err)
+	var entries []Registry
+	for _, h := range hosts {
+		e, err := ParseRegistry(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, e)
 	}
-	return r
+	return NewRegistries(entries)
 }
 
 // A task's reference to a host service (a loopback port here) that the
@@ -252,11 +256,14 @@ func TestPathIsNotAReference(t *testing.T) {
 	}
 }
 
-func TestNewRegistriesRefusesBadEntries(t *testing.T) {
+func TestParseRegistryRefusesBadEntries(t *testing.T) {
 	for _, bad := range []string{"", "http://x", "a/b", "x@y", "a..b", "a:0", "a:x", "[::1]"} {
-		if _, err := NewRegistries([]string{bad}); err == nil {
+		if _, err := ParseRegistry(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+	if r := MustParseRegistry("docker.io"); r.String() != "docker.io" || r.key != "index.docker.io" {
+		t.Errorf("docker.io read as %q (%q); want it shown as written, listed as index.docker.io", r.String(), r.key)
 	}
 	r := registries(t, "docker.io", "127.0.0.1:5000", "reg.example", "[::1]:5000")
 	for _, ok := range [][2]string{{"index.docker.io", "443"}, {"127.0.0.1", "5000"}, {"reg.example", "80"}, {"::1", "5000"}} {

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 
+	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/uidpool"
 )
 
@@ -26,7 +27,7 @@ type Policy struct {
 	// server.pool's) and what the store already holds need no entry. A
 	// pull for a task never connects to a loopback, private, link-local
 	// or other non-global address of a host not listed here.
-	Registries []string `json:"registries,omitempty"`
+	Registries []image.Registry `json:"registries,omitempty"`
 }
 
 // Network configures the egress proxy: static host entries (name to IP, used

@@ -11,7 +11,6 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/uidpool"
@@ -121,11 +120,6 @@ func validateLimits(l Limits, p Policy) error {
 	for i, d := range p.LocalImages {
 		if !isCleanAbs(d) {
 			return fmt.Errorf("policy.local_images[%d]: %q must be an absolute, clean path", i, d)
-		}
-	}
-	for i, r := range p.Registries {
-		if err := image.CheckRegistry(r); err != nil {
-			return fmt.Errorf("policy.registries[%d]: %w", i, err)
 		}
 	}
 	if p.AllowNetwork == nil {

@@ -70,9 +70,7 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 		return nil, err
 	}
 	r.store.MaxTotal = cfg.StoreMax.Bytes()
-	if r.regs, err = image.NewRegistries(cfg.Policy.Registries); err != nil {
-		return nil, fmt.Errorf("policy.%w", err)
-	}
+	r.regs = image.NewRegistries(cfg.Policy.Registries)
 	r.own = map[string]bool{cfg.Image: true}
 	for ref := range cfg.Server.Pool {
 		r.own[ref] = true

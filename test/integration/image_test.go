@@ -224,7 +224,7 @@ func TestPullRegistryPython(t *testing.T) {
 			host := reg.start(t)
 			digest := imagetest.Push(t, host, "agentrun/python", "3", img)
 			cfg := storeConfig(t)
-			cfg.Policy.Registries = []string{host}
+			cfg.Policy.Registries = []image.Registry{image.MustParseRegistry(host)}
 			for _, ref := range []string{host + "/agentrun/python:3", host + "/agentrun/python@" + digest} {
 				res := runTaskWith(t, cfg, nil, pyTask("print(45)", map[string]any{"image": ref}))
 				if res.Stdout != "45\n" || res.ExitCode != 0 {
