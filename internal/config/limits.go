@@ -10,10 +10,11 @@ import (
 // config's "limits" (the defaults) and its "policy" (the maxima). An
 // absent limit is unset (a nil pointer, an unset Duration or Size).
 //
-// A limit is one field here and one in Resolved, a line of Resolve, its
-// default and maximum in Default, its row of LimitTable, and its place in
-// the sandbox (runner.SandboxSpec, or the run or its proxy), the pool's
-// shape key and the audit record.
+// A limit is a field here and one in Resolved, its row of LimitTable (its
+// default, maximum and minimum, whether it shapes a pooled sandbox), and
+// its place in the sandbox (runner.SandboxSpec, or the run or its proxy).
+// Its resolution, its check in a policy, the built-in config, the pool's
+// shape key, the audit record and the docs' table all follow the row.
 type Limits struct {
 	Timeout       Duration `json:"timeout,omitzero"`          // e.g. "5s"
 	Memory        Size     `json:"memory,omitzero"`           // e.g. "256m" (binary units: k,m,g; plain number = bytes)
@@ -71,12 +72,9 @@ func (l Limits) Resolve(def, max Limits) (Resolved, error) {
 	}
 	// Below these a sandbox cannot even start: say so, naming the field,
 	// rather than fail later in the kernel's words.
-	for _, m := range []struct {
-		name     string
-		val, min int64
-	}{{"memory", r.Memory, MinMemory}, {"tmp_size", r.TmpSize, MinTmpSize}, {"workspace_size", r.WorkspaceSize, MinWorkspaceSize}} {
-		if m.val < m.min {
-			return Resolved{}, &LimitError{Field: "limits." + m.name, Reason: fmt.Sprintf("%d bytes is below the minimum %d", m.val, m.min)}
+	for _, lim := range LimitTable {
+		if v := lim.Number(r); lim.Min > 0 && v < float64(lim.Min) {
+			return Resolved{}, &LimitError{Field: "limits." + lim.Name, Reason: fmt.Sprintf("%d bytes is below the minimum %d", int64(v), lim.Min)}
 		}
 	}
 	if r.TmpSize > r.Memory {
@@ -91,77 +89,179 @@ func (l Limits) Resolve(def, max Limits) (Resolved, error) {
 // pick takes each limit from l, else from def, and checks it against max.
 func (l Limits) pick(def, max Limits) (Resolved, error) {
 	var r Resolved
-	var err error
-	take(&err, &r.Timeout, "timeout", l.Timeout.ptr(), def.Timeout.ptr(), max.Timeout.ptr(), Duration.Duration, Duration.String)
-	take(&err, &r.Memory, "memory", l.Memory.ptr(), def.Memory.ptr(), max.Memory.ptr(), Size.Bytes, Size.String)
-	take(&err, &r.TmpSize, "tmp_size", l.TmpSize.ptr(), def.TmpSize.ptr(), max.TmpSize.ptr(), Size.Bytes, Size.String)
-	take(&err, &r.WorkspaceSize, "workspace_size", l.WorkspaceSize.ptr(), def.WorkspaceSize.ptr(), max.WorkspaceSize.ptr(), Size.Bytes, Size.String)
-	take(&err, &r.NetBytes, "net_bytes", l.NetBytes.ptr(), def.NetBytes.ptr(), max.NetBytes.ptr(), Size.Bytes, Size.String)
-	take(&err, &r.CPUs, "cpus", l.CPUs, def.CPUs, max.CPUs, same, formatFloat)
-	take(&err, &r.Pids, "pids", l.Pids, def.Pids, max.Pids, same, formatInt)
-	take(&err, &r.OutputBytes, "output_bytes", l.OutputBytes, def.OutputBytes, max.OutputBytes, same, formatInt)
-	take(&err, &r.NetConns, "net_connections", l.NetConns, def.NetConns, max.NetConns, same, formatInt)
-	return r, err
+	for _, lim := range LimitTable {
+		if err := lim.resolve(l, def, max, &r); err != nil {
+			return Resolved{}, err
+		}
+	}
+	return r, nil
 }
 
 // checkMaxima checks that every limit of a policy is set and above zero.
 func (l Limits) checkMaxima() error {
-	var err error
-	maxOf(&err, "timeout", l.Timeout.ptr(), Duration.Duration, Duration.String)
-	maxOf(&err, "memory", l.Memory.ptr(), Size.Bytes, Size.String)
-	maxOf(&err, "tmp_size", l.TmpSize.ptr(), Size.Bytes, Size.String)
-	maxOf(&err, "workspace_size", l.WorkspaceSize.ptr(), Size.Bytes, Size.String)
-	maxOf(&err, "net_bytes", l.NetBytes.ptr(), Size.Bytes, Size.String)
-	maxOf(&err, "cpus", l.CPUs, same, formatFloat)
-	maxOf(&err, "pids", l.Pids, same, formatInt)
-	maxOf(&err, "output_bytes", l.OutputBytes, same, formatInt)
-	maxOf(&err, "net_connections", l.NetConns, same, formatInt)
-	return err
+	for _, lim := range LimitTable {
+		if err := lim.checkMax(l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Limit is one resource limit, defined once: every use of a limit walks
+// LimitTable, so that a limit added to it is resolved, checked, defaulted,
+// kept in the pool's shape key and the audit record, and documented.
+type Limit struct {
+	// Name is the limit's key in a task's and the config's "limits", in
+	// "policy", and Resolved's JSON name.
+	Name string
+	// Min is the smallest value a sandbox can run with (0: any value
+	// above zero).
+	Min int64
+	// Shape: the set-up of a sandbox uses the limit (it is in the spec or
+	// sizes the workspace), so a pooled sandbox is made for one value of
+	// it; a limit only the run uses (its timeout, its output cap, the
+	// proxy's budgets) is not.
+	Shape bool
+	// Reaches says how the limit reaches the sandbox.
+	Reaches string
+	// AuditKey is its key in the audit record's limits: Name, or for a
+	// duration Name with "_ms" (the record holds milliseconds).
+	AuditKey string
+
+	// Text is the limit's value in l as a config writes it ("" unset).
+	Text func(l Limits) string
+	// Number is its value in r: bytes, cores, a count, or nanoseconds.
+	Number func(r Resolved) float64
+	// Audit is its value in r as the audit record holds it.
+	Audit func(r Resolved) float64
+
+	resolve  func(l, def, max Limits, r *Resolved) error
+	checkMax func(max Limits) error
+	defaults func(def, max *Limits)
+}
+
+// LimitTable is every resource limit, in the order of the docs' table
+// and of the checks.
+var LimitTable = []Limit{
+	durationLimit("timeout", func(l *Limits) *Duration { return &l.Timeout }, func(r *Resolved) *time.Duration { return &r.Timeout },
+		"5s", "60s", Limit{Reaches: "the run's wall-clock timer, which kills the sandbox"}),
+	sizeLimit("memory", func(l *Limits) *Size { return &l.Memory }, func(r *Resolved) *int64 { return &r.Memory },
+		"256m", "2g", Limit{Min: MinMemory, Shape: true, Reaches: "the memory cgroup (swap = memory), and the socket-buffer charge"}),
+	sizeLimit("tmp_size", func(l *Limits) *Size { return &l.TmpSize }, func(r *Resolved) *int64 { return &r.TmpSize },
+		"64m", "1g", Limit{Min: MinTmpSize, Shape: true, Reaches: "the size of the /tmp tmpfs, and RLIMIT_FSIZE"}),
+	sizeLimit("workspace_size", func(l *Limits) *Size { return &l.WorkspaceSize }, func(r *Resolved) *int64 { return &r.WorkspaceSize },
+		"64m", "1g", Limit{Min: MinWorkspaceSize, Shape: true, Reaches: "the size of the /workspace tmpfs, and RLIMIT_FSIZE"}),
+	sizeLimit("net_bytes", func(l *Limits) *Size { return &l.NetBytes }, func(r *Resolved) *int64 { return &r.NetBytes },
+		"64m", "1g", Limit{Reaches: "the proxy's byte budget per direction"}),
+	numberLimit("cpus", func(l *Limits) **float64 { return &l.CPUs }, func(r *Resolved) *float64 { return &r.CPUs },
+		0.5, 2, Limit{Shape: true, Reaches: "the cpu cgroup's quota"}),
+	numberLimit("pids", func(l *Limits) **int64 { return &l.Pids }, func(r *Resolved) *int64 { return &r.Pids },
+		64, 512, Limit{Shape: true, Reaches: "the pids cgroup (plus one for the sandbox's init)"}),
+	numberLimit("output_bytes", func(l *Limits) **int64 { return &l.OutputBytes }, func(r *Resolved) *int64 { return &r.OutputBytes },
+		65536, 1048576, Limit{Reaches: "the bytes kept of stdout and of stderr, each"}),
+	numberLimit("net_connections", func(l *Limits) **int64 { return &l.NetConns }, func(r *Resolved) *int64 { return &r.NetConns },
+		32, 256, Limit{Reaches: "the proxy's connections at once"}),
 }
 
 // number is what a limit resolves to.
 type number interface{ ~int64 | ~float64 }
 
-// take sets *out to the limit name's value: v's, else def's; it must be
-// above zero and at most max's. val and text read a T. It does nothing
-// once *err is set, and sets *err to a *LimitError.
-func take[T any, N number](err *error, out *N, name string, v, def, max *T, val func(T) N, text func(T) string) {
-	if *err != nil {
-		return
-	}
-	if v == nil {
-		v = def
-	}
-	switch {
-	case max == nil:
-		*err = &LimitError{Field: "policy." + name, Reason: "required"}
-	case v == nil:
-		*err = &LimitError{Field: "limits." + name, Reason: "required"}
-	case !(val(*v) > 0):
-		*err = &LimitError{Field: "limits." + name, Reason: text(*v) + " must be greater than zero"}
-	case val(*v) > val(*max):
-		*err = &LimitError{Field: "limits." + name, Reason: text(*v) + " exceeds policy maximum " + text(*max), Policy: true}
-	default:
-		*out = val(*v)
-	}
+// field is how one limit is read and written: T is its JSON form
+// (Duration, Size, float64, int64) and N its resolved number.
+type field[T any, N number] struct {
+	get  func(l Limits) *T // nil when unset
+	set  func(l *Limits, v T)
+	out  func(r *Resolved) *N
+	num  func(v T) N
+	text func(v T) string
 }
 
-// maxOf checks a policy's maximum as take checks a value.
-func maxOf[T any, N number](err *error, name string, max *T, val func(T) N, text func(T) string) {
-	switch {
-	case *err != nil:
-	case max == nil:
-		*err = &LimitError{Field: "policy." + name, Reason: "required"}
-	case !(val(*max) > 0):
-		*err = &LimitError{Field: "policy." + name, Reason: text(*max) + " must be greater than zero"}
-	}
+// durationLimit is the row of a limit written as a Duration.
+func durationLimit(name string, in func(*Limits) *Duration, out func(*Resolved) *time.Duration, def, max string, row Limit) Limit {
+	row.AuditKey = name + "_ms"
+	lim := newLimit(name, field[Duration, time.Duration]{
+		get: func(l Limits) *Duration { return in(&l).ptr() },
+		set: func(l *Limits, v Duration) { *in(l) = v },
+		out: out, num: Duration.Duration, text: Duration.String,
+	}, MustDuration(def), MustDuration(max), row)
+	lim.Audit = func(r Resolved) float64 { return float64(out(&r).Milliseconds()) }
+	return lim
 }
 
-func same[N number](n N) N { return n }
+// sizeLimit is the row of a limit written as a Size.
+func sizeLimit(name string, in func(*Limits) *Size, out func(*Resolved) *int64, def, max string, row Limit) Limit {
+	return newLimit(name, field[Size, int64]{
+		get: func(l Limits) *Size { return in(&l).ptr() },
+		set: func(l *Limits, v Size) { *in(l) = v },
+		out: out, num: Size.Bytes, text: Size.String,
+	}, MustSize(def), MustSize(max), row)
+}
 
-func formatInt(n int64) string { return strconv.FormatInt(n, 10) }
+// numberLimit is the row of a limit written as a JSON number.
+func numberLimit[N int64 | float64](name string, in func(*Limits) **N, out func(*Resolved) *N, def, max N, row Limit) Limit {
+	return newLimit(name, field[N, N]{
+		get:  func(l Limits) *N { return *in(&l) },
+		set:  func(l *Limits, v N) { *in(l) = &v },
+		out:  out,
+		num:  func(v N) N { return v },
+		text: formatNumber[N],
+	}, def, max, row)
+}
 
-func formatFloat(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+// newLimit fills row's functions from f, with def and max as the
+// built-in default and maximum.
+func newLimit[T any, N number](name string, f field[T, N], def, max T, row Limit) Limit {
+	row.Name = name
+	if row.AuditKey == "" {
+		row.AuditKey = name
+	}
+	row.Text = func(l Limits) string {
+		if v := f.get(l); v != nil {
+			return f.text(*v)
+		}
+		return ""
+	}
+	row.Number = func(r Resolved) float64 { return float64(*f.out(&r)) }
+	if row.Audit == nil {
+		row.Audit = row.Number
+	}
+	row.resolve = func(l, dl, ml Limits, r *Resolved) error {
+		v, m := f.get(l), f.get(ml)
+		if v == nil {
+			v = f.get(dl)
+		}
+		switch {
+		case m == nil:
+			return &LimitError{Field: "policy." + name, Reason: "required"}
+		case v == nil:
+			return &LimitError{Field: "limits." + name, Reason: "required"}
+		case !(f.num(*v) > 0):
+			return &LimitError{Field: "limits." + name, Reason: f.text(*v) + " must be greater than zero"}
+		case f.num(*v) > f.num(*m):
+			return &LimitError{Field: "limits." + name, Reason: f.text(*v) + " exceeds policy maximum " + f.text(*m), Policy: true}
+		}
+		*f.out(r) = f.num(*v)
+		return nil
+	}
+	row.checkMax = func(ml Limits) error {
+		switch m := f.get(ml); {
+		case m == nil:
+			return &LimitError{Field: "policy." + name, Reason: "required"}
+		case !(f.num(*m) > 0):
+			return &LimitError{Field: "policy." + name, Reason: f.text(*m) + " must be greater than zero"}
+		}
+		return nil
+	}
+	row.defaults = func(dl, ml *Limits) { f.set(dl, def); f.set(ml, max) }
+	return row
+}
+
+func formatNumber[N int64 | float64](v N) string {
+	if x, ok := any(v).(float64); ok {
+		return strconv.FormatFloat(x, 'g', -1, 64)
+	}
+	return strconv.FormatInt(int64(v), 10)
+}
 
 // ptr is d, or nil when unset.
 func (d Duration) ptr() *Duration {
@@ -179,63 +279,11 @@ func (s Size) ptr() *Size {
 	return &s
 }
 
-// Limit describes one resource limit for the docs and the tests that
-// check each limit reaches the sandbox: the values themselves are
-// Limits' and Resolved's fields.
-type Limit struct {
-	// Name is the limit's key in a task's and the config's "limits", in
-	// "policy", and Resolved's JSON name.
-	Name string
-	// Text is the limit's value in l as a config writes it ("" unset).
-	Text func(l Limits) string
-	// Min is the smallest value a sandbox can run with (0: any value
-	// above zero).
-	Min int64
-	// Shape: the set-up of a sandbox uses the limit (it is in the spec or
-	// sizes the workspace), so a pooled sandbox is made for one value of
-	// it; a limit only the run uses (its timeout, its output cap, the
-	// proxy's budgets) is not.
-	Shape bool
-	// Reaches says how the limit reaches the sandbox.
-	Reaches string
-}
-
-// LimitTable is every resource limit, in the order of the docs' table.
-var LimitTable = []Limit{
-	{Name: "timeout", Text: func(l Limits) string { return l.Timeout.String() },
-		Reaches: "the run's wall-clock timer, which kills the sandbox"},
-	{Name: "memory", Text: func(l Limits) string { return l.Memory.String() }, Min: MinMemory, Shape: true,
-		Reaches: "the memory cgroup (swap = memory), and the socket-buffer charge"},
-	{Name: "tmp_size", Text: func(l Limits) string { return l.TmpSize.String() }, Min: MinTmpSize, Shape: true,
-		Reaches: "the size of the /tmp tmpfs, and RLIMIT_FSIZE"},
-	{Name: "workspace_size", Text: func(l Limits) string { return l.WorkspaceSize.String() }, Min: MinWorkspaceSize, Shape: true,
-		Reaches: "the size of the /workspace tmpfs, and RLIMIT_FSIZE"},
-	{Name: "net_bytes", Text: func(l Limits) string { return l.NetBytes.String() },
-		Reaches: "the proxy's byte budget per direction"},
-	{Name: "cpus", Text: func(l Limits) string { return optText(l.CPUs, formatFloat) }, Shape: true,
-		Reaches: "the cpu cgroup's quota"},
-	{Name: "pids", Text: func(l Limits) string { return optText(l.Pids, formatInt) }, Shape: true,
-		Reaches: "the pids cgroup (plus one for the sandbox's init)"},
-	{Name: "output_bytes", Text: func(l Limits) string { return optText(l.OutputBytes, formatInt) },
-		Reaches: "the bytes kept of stdout and of stderr, each"},
-	{Name: "net_connections", Text: func(l Limits) string { return optText(l.NetConns, formatInt) },
-		Reaches: "the proxy's connections at once"},
-}
-
-func optText[T any](v *T, text func(T) string) string {
-	if v == nil {
-		return ""
-	}
-	return text(*v)
-}
-
-// defaultLimits are the built-in limits and policy maxima.
+// defaultLimits are the built-in limits and policy maxima, from
+// LimitTable.
 func defaultLimits() (limits, maxima Limits) {
-	limits = Limits{Timeout: MustDuration("5s"), Memory: MustSize("256m"), TmpSize: MustSize("64m"),
-		WorkspaceSize: MustSize("64m"), NetBytes: MustSize("64m"),
-		CPUs: ptr(0.5), Pids: ptr[int64](64), OutputBytes: ptr[int64](65536), NetConns: ptr[int64](32)}
-	maxima = Limits{Timeout: MustDuration("60s"), Memory: MustSize("2g"), TmpSize: MustSize("1g"),
-		WorkspaceSize: MustSize("1g"), NetBytes: MustSize("1g"),
-		CPUs: ptr(2.0), Pids: ptr[int64](512), OutputBytes: ptr[int64](1048576), NetConns: ptr[int64](256)}
+	for _, lim := range LimitTable {
+		lim.defaults(&limits, &maxima)
+	}
 	return limits, maxima
 }

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/image"
+	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/task"
 )
@@ -533,15 +534,18 @@ func shapeKey(plan *task.Plan, img *image.Image) string {
 	if err := unix.Stat(img.Rootfs, &st); err != nil {
 		return ""
 	}
-	l := plan.Limits
-	limits := map[string]any{"memory": l.Memory, "tmp_size": l.TmpSize, "workspace_size": l.WorkspaceSize,
-		"cpus": l.CPUs, "pids": l.Pids}
+	limits := map[string]float64{}
+	for _, lim := range config.LimitTable {
+		if lim.Shape {
+			limits[lim.Name] = lim.Number(plan.Limits)
+		}
+	}
 	b, _ := json.Marshal(struct {
 		Image, Digest, Rootfs, Runtime string
 		RootDev, RootIno               uint64
 		Argv                           []string
 		Env                            map[string]string
-		Limits                         map[string]any
+		Limits                         map[string]float64
 		Network                        bool
 	}{plan.Image, img.Digest, img.Rootfs, plan.Runtime, st.Dev, st.Ino, plan.Argv, plan.Env, limits, len(plan.Allow) > 0})
 	sum := sha256.Sum256(b)

@@ -599,18 +599,11 @@ func fillRecord(rec *audit.Record, res *result.Result) {
 // under its name (a duration in milliseconds, under its name and "_ms"),
 // and the network the run was allowed.
 func auditLimits(p *task.Plan) audit.Limits {
-	l := p.Limits
-	return audit.Limits{Values: map[string]float64{
-		"timeout_ms":      float64(l.Timeout.Milliseconds()),
-		"memory":          float64(l.Memory),
-		"tmp_size":        float64(l.TmpSize),
-		"workspace_size":  float64(l.WorkspaceSize),
-		"net_bytes":       float64(l.NetBytes),
-		"cpus":            l.CPUs,
-		"pids":            float64(l.Pids),
-		"output_bytes":    float64(l.OutputBytes),
-		"net_connections": float64(l.NetConns),
-	}, NetworkAllow: p.Allow, NetworkServices: p.Services}
+	values := make(map[string]float64, len(config.LimitTable))
+	for _, lim := range config.LimitTable {
+		values[lim.AuditKey] = lim.Audit(p.Limits)
+	}
+	return audit.Limits{Values: values, NetworkAllow: p.Allow, NetworkServices: p.Services}
 }
 
 // newID returns a fresh run id, "ar-" and 16 hex digits.

@@ -20,8 +20,8 @@ func jsonName(f reflect.StructField) string {
 // name, a row of config.LimitTable, and resolves from the task's own
 // field to Limits' own: a task asking for the policy's maximum of one
 // limit gets it there, and every other limit keeps its default. A limit
-// added to one struct and not to the rest, or wired to another's field
-// in Resolve, fails here.
+// added to one struct and not to the rest, or whose row of
+// config.LimitTable reads or writes another's field, fails here.
 func TestEveryLimitResolvesToItsField(t *testing.T) {
 	cfg := config.Default()
 	def, err := resolveLimits(config.Limits{}, cfg)
