@@ -58,7 +58,13 @@ type Pool struct {
 	r *Runner
 	// setup makes one sandbox for plan: the runner's set-up, without
 	// files; warm, if not nil, is the argv of a warm sandbox's launcher.
-	setup func(plan *task.Plan, img *image.Image, warm []string) (*sandbox, error)
+	// It stops once ctx is done.
+	setup func(ctx context.Context, plan *task.Plan, img *image.Image, warm []string) (*sandbox, error)
+	// fills is the fills' context: Close cancels it, so that it need not
+	// wait for a slow set-up (a runsc create, a warm interpreter's
+	// imports) to end.
+	fillCtx    context.Context
+	cancelFill context.CancelFunc
 
 	mu     sync.Mutex
 	sizes  map[string]int      // image ref -> sandboxes kept ready
@@ -121,12 +127,12 @@ const fillRetry = time.Second
 // use it; call it before r's first run. Close stops it and destroys what
 // it holds.
 func (r *Runner) NewPool(sizes map[string]int) *Pool {
+	fillCtx, cancelFill := context.WithCancel(context.Background())
 	p := &Pool{r: r, sizes: map[string]int{}, shapes: map[string]*shape{}, recent: map[string][]string{},
-		setup: func(plan *task.Plan, img *image.Image, warm []string) (*sandbox, error) {
-			// Not a run's: nothing cancels it but the sandbox's own
-			// bounds; Close waits for it.
-			return r.setup(context.Background(), poolRequest(plan, img, warm))
+		setup: func(ctx context.Context, plan *task.Plan, img *image.Image, warm []string) (*sandbox, error) {
+			return r.setup(ctx, poolRequest(plan, img, warm))
 		},
+		fillCtx: fillCtx, cancelFill: cancelFill,
 		warm: map[string]warmSetting{}, cold: map[string]string{},
 		hits: map[string]int64{}, misses: map[string]int64{}, cpus: runtime.NumCPU(),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
@@ -398,13 +404,19 @@ func (p *Pool) next() *shape {
 // make sets up one sandbox of shape s and keeps it ready, unless s is no
 // longer kept or already full (a resize, a new shape, Close).
 func (p *Pool) make(s *shape) {
-	sb, err := p.setup(s.plan, s.img, s.warm)
+	sb, err := p.setup(p.fillCtx, s.plan, s.img, s.warm)
 	p.mu.Lock()
 	s.filling--
 	p.filling--
-	p.err = err
+	closing := p.fillCtx.Err() != nil
+	if !closing {
+		p.err = err
+	}
 	var we *warmError
 	switch {
+	case closing:
+		// Closed while it was made: neither kept nor a failure of the
+		// image's.
 	case errors.As(err, &we) && s.warm != nil:
 		// The image's warm sandboxes fail: plain ones from now on, at
 		// once (no retry delay: nothing is wrong with those).
@@ -478,8 +490,8 @@ func (p *Pool) Stats() runapi.PoolStats {
 	return st
 }
 
-// Close stops filling and destroys every ready sandbox. Runs go on without
-// the pool.
+// Close stops filling (cancelling the fills going on) and destroys every
+// ready sandbox. Runs go on without the pool.
 func (p *Pool) Close() error {
 	p.mu.Lock()
 	if p.closed {
@@ -487,6 +499,7 @@ func (p *Pool) Close() error {
 		return nil
 	}
 	p.closed = true
+	p.cancelFill()
 	var all []*sandbox
 	for _, s := range p.shapes {
 		all = append(all, s.ready...)

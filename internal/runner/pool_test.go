@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"sync"
@@ -51,14 +52,21 @@ type fakeSetup struct {
 	destroyed atomic.Int64
 	// warmErr, if set, is the failure of every warm sandbox.
 	warmErr error
+	// hang, if set, makes every set-up wait for its context to end, and
+	// fail then as a warm sandbox's launcher would.
+	hang bool
 }
 
-func (f *fakeSetup) setup(plan *task.Plan, img *image.Image, warm []string) (*sandbox, error) {
+func (f *fakeSetup) setup(ctx context.Context, plan *task.Plan, img *image.Image, warm []string) (*sandbox, error) {
 	f.mu.Lock()
 	f.plans = append(f.plans, plan)
 	f.warm = append(f.warm, warm)
-	err := f.warmErr
+	err, hang := f.warmErr, f.hang
 	f.mu.Unlock()
+	if hang {
+		<-ctx.Done()
+		return nil, &warmError{fmt.Errorf("waiting for the launcher: %w", ctx.Err())}
+	}
 	if warm != nil && err != nil {
 		return nil, &warmError{err}
 	}
@@ -529,4 +537,39 @@ func limitField(l *task.Limits, name string) reflect.Value {
 		}
 	}
 	panic("task.Limits has no limit " + name)
+}
+
+// Close cancels the fills going on instead of waiting for them to end,
+// and a fill it cancels is neither kept nor taken for a failure of the
+// image's (a warm image does not go cold, the pool has no error).
+func TestPoolCloseCancelsFills(t *testing.T) {
+	r := &Runner{backends: map[string]backend.Backend{config.RuntimeLibcontainer: fakeBackend{poolable: true, warm: true}}}
+	p := r.NewPool(map[string]int{testImage: 2})
+	f := &fakeSetup{hang: true}
+	p.setup = f.setup
+	cfg := config.Default()
+	cfg.Server.Pool = map[string]config.PoolEntry{testImage: {Count: 2, Warm: &config.Warm{Language: "python"}}}
+	p.SetWarm(cfg)
+	img := &image.Image{Ref: testImage, Digest: "sha256:0123", Rootfs: t.TempDir()}
+	p.take(testPlan(), img, nil)
+	p.ran(testPlan())
+	for deadline := time.Now().Add(10 * time.Second); p.Stats().Filling == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the pool started no fill")
+		}
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close waited for a fill that only its cancellation ends")
+	}
+	st := p.Stats()
+	if st.LastErr != "" || st.Warm[testImage] != runapi.WarmOK || st.Ready[testImage] != 0 {
+		t.Errorf("after Close: %+v; want no error, the image still warm, nothing ready", st)
+	}
 }
