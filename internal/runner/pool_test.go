@@ -38,7 +38,7 @@ func (fakeBackend) Cleanup(string) error   { return nil }
 
 type fakePrepared struct{ ready atomic.Bool }
 
-func (f *fakePrepared) Exec(context.Context, []byte, time.Duration, int64, backend.OutputFunc) (*backend.Outcome, error) {
+func (f *fakePrepared) Exec(context.Context, backend.Program) (*backend.Outcome, error) {
 	return nil, errors.New("not run here")
 }
 func (f *fakePrepared) Ready() bool    { return f.ready.Load() }

@@ -322,7 +322,7 @@ func (r *Runner) sandbox(ctx context.Context, p *task.Plan, img *image.Image, re
 
 // execute runs the program of sb to its end and collects its files.
 func (r *Runner) execute(ctx context.Context, p *task.Plan, sb *sandbox, res *result.Result, output runapi.OutputFunc) (err error) {
-	out, err := sb.prep.Exec(ctx, p.Stdin, p.Limits.Timeout, p.Limits.OutputBytes, backend.OutputFunc(output))
+	out, err := sb.prep.Exec(ctx, backend.Program{Stdin: p.Stdin, Timeout: p.Limits.Timeout, OutputLimit: p.Limits.OutputBytes, Output: backend.OutputFunc(output)})
 	if out != nil {
 		fillOutcome(res, out)
 	}

@@ -15,7 +15,7 @@ import (
 
 // Container is what a backend's Prepare sets up: a validated spec under
 // its run's id. What the program gets when it runs (stdin, the timeout,
-// the output cap) is the Prepared's Exec's.
+// the output cap) is Exec's Program.
 type Container struct {
 	// ID names the run (state dirs, cgroups); [a-z0-9-] only.
 	ID string
@@ -27,6 +27,20 @@ type Container struct {
 	// its Ready; and Exec hands over through it instead of letting the
 	// program start. Prepare takes it: the Prepared closes it.
 	Handover *Handover
+}
+
+// Program is what a Prepared's Exec gives the program: its input, and the
+// run's wall-clock and output bounds.
+type Program struct {
+	// Stdin is fed to the program, then its stdin is closed.
+	Stdin []byte
+	// Timeout bounds the program's wall-clock time; the whole sandbox is
+	// killed then.
+	Timeout time.Duration
+	// OutputLimit caps the bytes kept of stdout and of stderr, each.
+	OutputLimit int64
+	// Output, if not nil, gets the kept output as it arrives.
+	Output OutputFunc
 }
 
 // Outcome is what a finished run produced.
@@ -72,13 +86,12 @@ type Leftovers interface {
 
 // Prepared is a container set up by Prepare, whose program has not run.
 type Prepared interface {
-	// Exec starts the program, feeds it stdin and waits for it to end or
-	// for the timeout (or ctx) to kill the sandbox; output, if not nil,
-	// gets the kept output as it arrives. It returns an error only when
-	// the program could not be run or observed (wrapping ErrNotStarted
-	// when it never started); the program's own failure is in the
-	// Outcome. It may be called once.
-	Exec(ctx context.Context, stdin []byte, timeout time.Duration, outputLimit int64, output OutputFunc) (*Outcome, error)
+	// Exec starts the program, feeds it prog's stdin and waits for it to
+	// end or for prog's timeout (or ctx) to kill the sandbox. It returns
+	// an error only when the program could not be run or observed
+	// (wrapping ErrNotStarted when it never started); the program's own
+	// failure is in the Outcome. It may be called once.
+	Exec(ctx context.Context, prog Program) (*Outcome, error)
 	// Ready reports whether Exec can still start the program: it was not
 	// run, and what waits for it is still there.
 	Ready() bool

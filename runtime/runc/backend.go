@@ -239,7 +239,8 @@ func (p *Prepared) Ready() bool {
 // Exec lets the program exec, feeds it stdin, and waits for it to end or for
 // the timeout (or ctx) to kill the sandbox; output, if not nil, gets the
 // kept output as it arrives. It may be called once.
-func (p *Prepared) Exec(ctx context.Context, stdin []byte, timeout time.Duration, outputLimit int64, output backend.OutputFunc) (out *backend.Outcome, err error) {
+func (p *Prepared) Exec(ctx context.Context, prog backend.Program) (out *backend.Outcome, err error) {
+	stdin, timeout, outputLimit, output := prog.Stdin, prog.Timeout, prog.OutputLimit, prog.Output
 	if p.reaped {
 		return nil, errors.New("container already ran")
 	}

@@ -6,10 +6,11 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/agentrun/agentrun/internal/state"
-	"github.com/agentrun/agentrun/runtime/cgroup"
 	"github.com/opencontainers/runc/libcontainer"
 	"golang.org/x/sys/unix"
+
+	"github.com/agentrun/agentrun/internal/state"
+	"github.com/agentrun/agentrun/runtime/cgroup"
 )
 
 // IDs lists the containers that have state under the backend's state dir.

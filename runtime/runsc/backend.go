@@ -302,7 +302,8 @@ type exit struct {
 // to kill it; output, if not nil, gets the kept output as it arrives. The
 // timeout runs from the start on, as with libcontainer, whose exec is
 // bounded apart; so is the start, by startWait. It may be called once.
-func (p *prepared) Exec(ctx context.Context, stdin []byte, timeout time.Duration, outputLimit int64, output backend.OutputFunc) (*backend.Outcome, error) {
+func (p *prepared) Exec(ctx context.Context, prog backend.Program) (*backend.Outcome, error) {
+	stdin, timeout, outputLimit, output := prog.Stdin, prog.Timeout, prog.OutputLimit, prog.Output
 	if p.ran {
 		return nil, errors.New("container already ran")
 	}

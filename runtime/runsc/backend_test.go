@@ -145,7 +145,7 @@ func (f *fixture) runIn(c *backend.Container, o runOpts) (out *backend.Outcome, 
 			err = derr
 		}
 	}()
-	return p.Exec(context.Background(), []byte(o.stdin), o.timeout, o.limit, nil)
+	return p.Exec(context.Background(), backend.Program{Stdin: []byte(o.stdin), Timeout: o.timeout, OutputLimit: o.limit})
 }
 
 // run runs python code and checks that the run left nothing behind.
@@ -380,11 +380,11 @@ func TestCancel(t *testing.T) {
 	defer cancel()
 	var once sync.Once
 	start := time.Now()
-	out, err := p.Exec(ctx, nil, time.Minute, 1000, func(stream string, data []byte) {
+	out, err := p.Exec(ctx, backend.Program{Timeout: time.Minute, OutputLimit: 1000, Output: func(stream string, data []byte) {
 		if stream == "stdout" && strings.Contains(string(data), "started") {
 			once.Do(func() { go cancelAfterStart(c.ID, cancel) })
 		}
-	})
+	}})
 
 	if err == nil || !strings.Contains(err.Error(), "run cancelled") || out == nil || string(out.Stdout.Data) != "started\n" {
 		t.Fatalf("got %+v, %v", out, err)

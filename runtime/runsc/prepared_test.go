@@ -85,7 +85,7 @@ print("x" * 5000)`)
 	if err := os.WriteFile(filepath.Join(ws, "task.txt"), []byte("hello "), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := p.Exec(context.Background(), []byte("world"), 20*time.Second, 100, nil)
+	out, err := p.Exec(context.Background(), backend.Program{Stdin: []byte("world"), Timeout: 20 * time.Second, OutputLimit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ print("x" * 5000)`)
 	if p.Ready() {
 		t.Error("Ready after Run")
 	}
-	if _, err := p.Exec(context.Background(), nil, time.Second, 100, nil); err == nil {
+	if _, err := p.Exec(context.Background(), backend.Program{Timeout: time.Second, OutputLimit: 100}); err == nil {
 		t.Error("a second Run succeeded")
 	}
 }
@@ -144,7 +144,7 @@ func TestPreparedSandboxKilled(t *testing.T) {
 			t.Fatal("Ready 5s after the sandbox was killed")
 		}
 	}
-	out, err := p.Exec(context.Background(), nil, 20*time.Second, 100, nil)
+	out, err := p.Exec(context.Background(), backend.Program{Timeout: 20 * time.Second, OutputLimit: 100})
 	if !errors.Is(err, backend.ErrNotStarted) || out != nil {
 		t.Fatalf("Run of a killed sandbox: %+v, %v; want ErrNotStarted", out, err)
 	}
@@ -161,7 +161,7 @@ func TestPreparedSandboxStopped(t *testing.T) {
 		unix.Kill(pid, unix.SIGSTOP)
 	}
 	start := time.Now()
-	out, err := p.Exec(context.Background(), nil, 60*time.Second, 100, nil)
+	out, err := p.Exec(context.Background(), backend.Program{Timeout: 60 * time.Second, OutputLimit: 100})
 	if !errors.Is(err, backend.ErrNotStarted) || out != nil {
 		t.Fatalf("Run of a stopped sandbox: %+v, %v; want ErrNotStarted", out, err)
 	}
