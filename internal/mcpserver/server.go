@@ -44,12 +44,13 @@ const (
 	SessionIdle = 30 * time.Minute
 )
 
-// RunFunc runs a task (task.json bytes) and returns its result, whose
+// TaskFunc runs a task (task.json bytes) and returns its result, whose
 // Error is set when agentrun could not run it; or a *server.Refusal when
 // the task was refused (bad task, above policy, over quota, busy); or
 // another error when the run could not even be asked for.
-// server.Server.RunTask is one.
-type RunFunc func(ctx context.Context, taskJSON []byte) (*result.Result, error)
+// server.Server.RunTask is one. (The runner's own runapi.Func takes a
+// plan already loaded; this takes the model's task as serve does.)
+type TaskFunc func(ctx context.Context, taskJSON []byte) (*result.Result, error)
 
 // Args are run_code's arguments.
 type Args struct {
@@ -68,7 +69,7 @@ type Args struct {
 // Server is the MCP server of one agentrun door. Create it with New.
 type Server struct {
 	mcp      *mcp.Server
-	run      RunFunc
+	run      TaskFunc
 	logf     func(format string, args ...any)
 	fallback string // the session of a transport without session ids (stdio)
 
@@ -87,7 +88,7 @@ type Server struct {
 // New returns the MCP server that runs code with run, describing cfg's
 // languages and policy to the model. logf gets the host-side failures the
 // model is not told about.
-func New(cfg *config.Config, run RunFunc, logf func(format string, args ...any)) *Server {
+func New(cfg *config.Config, run TaskFunc, logf func(format string, args ...any)) *Server {
 	s := newServer(logf, "agentrun runs code in single-use, locked-down Linux sandboxes: "+
 		"no network unless asked for, no secrets, bounded time, memory and output.")
 	s.run = run
