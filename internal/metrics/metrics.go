@@ -13,6 +13,7 @@
 //	agentrun_approvals_held                     requests held for a decision on the server now
 //	agentrun_approvals_decided_total{channel,outcome}  decisions: api or page; approved or denied
 //	agentrun_approvals_timed_out_total          held requests denied at approval_timeout
+//	agentrun_token_guesses_refused_total        requests refused uncompared: their source guessed server.token wrong too often
 //	go_*, process_*                             the Go runtime and the process
 //
 // It is written here on the standard library, with no package-level
@@ -83,6 +84,7 @@ type Metrics struct {
 	runTime, setupTime   *histograms
 	decided              *counters
 	timedOut             atomic.Uint64
+	guessesRefused       atomic.Uint64
 }
 
 // Channels an approval is decided by, the values of the channel label.
@@ -183,6 +185,10 @@ func (m *Metrics) ApprovalDecided(channel string, approved bool) {
 // ApprovalTimedOut counts a held request that no one decided in time.
 func (m *Metrics) ApprovalTimedOut() { m.timedOut.Add(1) }
 
+// GuessRefused counts a request carrying a token refused without
+// comparing it, its source having guessed the token wrong too often.
+func (m *Metrics) GuessRefused() { m.guessesRefused.Add(1) }
+
 // WritePrometheus writes every series in the Prometheus text format.
 func (m *Metrics) WritePrometheus(w io.Writer) {
 	var b strings.Builder
@@ -218,6 +224,7 @@ func (m *Metrics) WritePrometheus(w io.Writer) {
 	}
 	m.decided.write(&b)
 	single(&b, "agentrun_approvals_timed_out_total", "counter", "Held requests denied at the approval timeout, no one having decided.", float64(m.timedOut.Load()))
+	single(&b, "agentrun_token_guesses_refused_total", "counter", "Requests carrying server.token refused without comparing it, their source having got it wrong too often.", float64(m.guessesRefused.Load()))
 	writeRuntime(&b, m.started)
 	io.WriteString(w, b.String())
 }

@@ -61,6 +61,7 @@ type Server struct {
 	hook      *approvals.Webhook // started at first use
 	hookOnce  sync.Once
 	ui        uiSessions
+	guesses   guesses // of server.token, on the API and the page
 
 	// Logf, when set, gets what goes wrong after a client was answered.
 	Logf func(format string, args ...any)
@@ -180,7 +181,8 @@ func (s *Server) Handle(pattern string, h http.Handler) {
 
 // auth refuses a browser's cross-site request to change anything (a
 // method other than GET, HEAD and OPTIONS, on every path) and requires the
-// bearer token when one is configured. With no token, serve behind a
+// bearer token when one is configured, under the throttle of wrong
+// tokens (guesses). With no token, serve behind a
 // reverse proxy would otherwise take a form that another site posts from
 // the operator's browser as the operator's own: a run, a session's file.
 func (s *Server) auth(next http.Handler) http.Handler {
@@ -193,13 +195,31 @@ func (s *Server) auth(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		want := []byte("Bearer " + token)
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		ok, wait := s.bearer(r, token)
+		if wait > 0 {
+			s.tooManyGuesses(w, wait)
+			return
+		}
+		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="agentrun"`)
 			writeError(w, http.StatusUnauthorized, "", "missing or wrong bearer token")
 			return
 		}
 		next.ServeHTTP(w, r)
+	})
+}
+
+// bearer says whether r's Authorization header is the bearer token,
+// under the throttle of wrong tokens (see guesses): wait > 0 when r's
+// source has no guess left and the header was not compared. No header is
+// no guess.
+func (s *Server) bearer(r *http.Request, token string) (ok bool, wait time.Duration) {
+	got := r.Header.Get("Authorization")
+	if got == "" {
+		return false, 0
+	}
+	return s.guesses.try(r, func() bool {
+		return subtle.ConstantTimeCompare([]byte(got), []byte("Bearer "+token)) == 1
 	})
 }
 
@@ -465,7 +485,7 @@ func writeRefusal(w http.ResponseWriter, err error) {
 		ref = refusal(err, errkind.Unknown, "")
 	}
 	if ref.RetryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(max(1, int((ref.RetryAfter+time.Second-1)/time.Second))))
+		w.Header().Set("Retry-After", retryAfter(ref.RetryAfter))
 	}
 	writeError(w, ref.Status, ref.Field, ref.Msg)
 }

@@ -148,15 +148,19 @@ func (s *Server) routeUI(mux *http.ServeMux) {
 
 // uiAuth is how r is authenticated: by the bearer token (or none being
 // configured), or by the session of its cookie (sid). ok false: neither.
-func (s *Server) uiAuth(r *http.Request) (sid string, bearer, ok bool) {
+// wait > 0: r carries a bearer header and its source has no guess left
+// (see guesses); r is then neither, whatever its cookie.
+func (s *Server) uiAuth(r *http.Request) (sid string, bearer, ok bool, wait time.Duration) {
 	token := s.cfg.Load().Server.Token
-	if token == "" || subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+token)) == 1 {
+	if token == "" {
 		bearer = true
+	} else if bearer, wait = s.bearer(r, token); wait > 0 {
+		return "", false, false, wait
 	}
 	if c, err := r.Cookie(uiCookie); err == nil && s.ui.valid(c.Value, token) {
 		sid = c.Value
 	}
-	return sid, bearer, bearer || sid != ""
+	return sid, bearer, bearer || sid != "", 0
 }
 
 // uiHeaders are every page answer's: no caching, no framing, no script
@@ -189,7 +193,11 @@ func (s *Server) uiPage(w http.ResponseWriter, r *http.Request) {
 	if !s.uiEnabled(w) {
 		return
 	}
-	sid, bearer, ok := s.uiAuth(r)
+	sid, bearer, ok, wait := s.uiAuth(r)
+	if wait > 0 {
+		s.uiTooManyGuesses(w, wait)
+		return
+	}
 	if !ok {
 		s.uiRender(w, http.StatusOK, "login.html", map[string]string{})
 		return
@@ -236,12 +244,28 @@ func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4096)
 	token := s.cfg.Load().Server.Token
-	if subtle.ConstantTimeCompare([]byte(r.PostFormValue("token")), []byte(token)) != 1 {
+	got := r.PostFormValue("token")
+	ok := got == token
+	if token != "" && got != "" { // an empty field is no guess
+		var wait time.Duration
+		if ok, wait = s.guesses.try(r, func() bool { return subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1 }); wait > 0 {
+			s.uiTooManyGuesses(w, wait)
+			return
+		}
+	}
+	if !ok {
 		s.uiRender(w, http.StatusUnauthorized, "login.html", map[string]string{"Error": "Wrong token."})
 		return
 	}
 	s.setUICookie(w, r, s.ui.create(token))
 	http.Redirect(w, r, uiPage, http.StatusSeeOther)
+}
+
+// uiTooManyGuesses answers 429 with the login form and why.
+func (s *Server) uiTooManyGuesses(w http.ResponseWriter, wait time.Duration) {
+	s.metrics.GuessRefused()
+	w.Header().Set("Retry-After", retryAfter(wait))
+	s.uiRender(w, http.StatusTooManyRequests, "login.html", map[string]string{"Error": guessMessage(wait)})
 }
 
 // uiHeld is a held request as the page gets it: the hold and the
@@ -261,7 +285,10 @@ func (s *Server) uiList(w http.ResponseWriter, r *http.Request) {
 	if !s.uiEnabled(w) {
 		return
 	}
-	if _, _, ok := s.uiAuth(r); !ok {
+	if _, _, ok, wait := s.uiAuth(r); wait > 0 {
+		s.tooManyGuesses(w, wait)
+		return
+	} else if !ok {
 		writeError(w, http.StatusUnauthorized, "", "log in at "+uiPage)
 		return
 	}
@@ -284,7 +311,11 @@ func (s *Server) uiDecide(w http.ResponseWriter, r *http.Request) {
 	if !s.uiEnabled(w) {
 		return
 	}
-	sid, bearer, ok := s.uiAuth(r)
+	sid, bearer, ok, wait := s.uiAuth(r)
+	if wait > 0 {
+		s.tooManyGuesses(w, wait)
+		return
+	}
 	if !ok {
 		writeError(w, http.StatusUnauthorized, "", "log in at "+uiPage)
 		return

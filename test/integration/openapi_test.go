@@ -285,6 +285,7 @@ func TestServeOpenAPI(t *testing.T) {
 	}
 
 	mcpAnswers(t, s)
+	guessAnswers(t, s, doc) // last: this address cannot use the token after
 
 	// Every operation and status, but for those that cannot be made here.
 	unreached := map[string]string{
@@ -326,6 +327,43 @@ func TestServeOpenAPI(t *testing.T) {
 	}
 	s.stop()
 	assertNoLeaks(t)
+}
+
+// guessAnswers gets the token wrong from this address until it is
+// throttled, then sends a wrong token to every operation that may answer
+// 429 for it: each answers 429 with Retry-After, as the document says.
+func guessAnswers(t *testing.T, s *served, doc *openapitest.Doc) {
+	t.Helper()
+	token := s.token
+	s.token = "wrong-guess"
+	defer func() { s.token = token }()
+	for i := 0; ; i++ {
+		resp, b := s.request("GET", "/healthz", nil, nil, false)
+		if resp.StatusCode == 429 {
+			break
+		}
+		if resp.StatusCode != 401 || i == 100 {
+			t.Fatalf("wrong token %d: %d %.200s; want 401 until 429", i+1, resp.StatusCode, b)
+		}
+	}
+	for _, op := range doc.Operations() {
+		method, path, _ := strings.Cut(op, " ")
+		if !slices.Contains(doc.Responses(op), op+" 429") {
+			continue
+		}
+		path = strings.NewReplacer("{run}", "ar-1", "{id}", "x", "{path}", "a.txt").Replace(path)
+		var body io.Reader
+		var hdr map[string]string
+		if path == "/ui/login" {
+			s.token = "" // the form's token is the guess
+			body, hdr = strings.NewReader("token=wrong-guess"), map[string]string{"Content-Type": "application/x-www-form-urlencoded"}
+		}
+		resp, b := s.request(method, path, body, hdr, false)
+		s.token = "wrong-guess"
+		if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("%s %s, throttled: %d, Retry-After %q, %.200s; want 429 with Retry-After", method, path, resp.StatusCode, resp.Header.Get("Retry-After"), b)
+		}
+	}
 }
 
 // waitServeRunning waits until s has n runs going on.

@@ -1,0 +1,231 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentrun/agentrun/internal/config"
+)
+
+// guessServer is a server with token t0k and the page on, whose throttle
+// of wrong tokens runs on a clock the test moves (advance).
+func guessServer(t *testing.T) (srv *Server, ts *httptest.Server, advance func(time.Duration)) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Image = "dir:/nonexistent"
+	cfg.Policy.LocalImages = []string{"/nonexistent"}
+	cfg.Server.Token = "t0k"
+	cfg.Server.Approvals.Page = true
+	srv = New(cfg, okRun, nil)
+	var now atomic.Int64
+	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	srv.guesses.now = func() time.Time { return time.Unix(0, now.Load()) }
+	ts = httptest.NewUnstartedServer(nil)
+	ts.Config = srv.HTTPServer()
+	ts.Start()
+	t.Cleanup(ts.Close)
+	return srv, ts, func(d time.Duration) { now.Add(int64(d)) }
+}
+
+// call sends method path with the Authorization header auth (none when
+// "") or the form, and returns the answer with its body.
+func call(t *testing.T, ts *httptest.Server, method, path, auth string, form url.Values) (*http.Response, string) {
+	t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, _ := http.NewRequest(method, ts.URL+path, body)
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+// wantStatus checks an answer's status, and a 429's Retry-After.
+func wantStatus(t *testing.T, what string, resp *http.Response, body string, want int) {
+	t.Helper()
+	if resp.StatusCode != want {
+		t.Fatalf("%s: %d %s; want %d", what, resp.StatusCode, body, want)
+	}
+	if want == http.StatusTooManyRequests && resp.Header.Get("Retry-After") != "2" {
+		t.Errorf("%s: Retry-After %q; want 2", what, resp.Header.Get("Retry-After"))
+	}
+}
+
+func TestGuessesThrottled(t *testing.T) {
+	srv, ts, advance := guessServer(t)
+	get := func(auth string) (*http.Response, string) { return call(t, ts, "GET", "/healthz", auth, nil) }
+	// A right token costs nothing, however often.
+	for range 3 * guessBurst {
+		resp, body := get("Bearer t0k")
+		wantStatus(t, "right token", resp, body, 200)
+	}
+	// No header is no guess.
+	for range 3 * guessBurst {
+		resp, body := get("")
+		wantStatus(t, "no header", resp, body, 401)
+	}
+	for i := range guessBurst {
+		resp, body := get("Bearer nope")
+		wantStatus(t, fmt.Sprintf("wrong token %d", i+1), resp, body, 401)
+	}
+	resp, body := get("Bearer nope")
+	wantStatus(t, "wrong token past the burst", resp, body, 429)
+	var e APIError
+	if json.Unmarshal([]byte(body), &e) != nil || !strings.HasPrefix(e.Error, "too many wrong tokens") {
+		t.Errorf("429's body %s", body)
+	}
+	// The right token is not compared now.
+	resp, body = get("Bearer t0k")
+	wantStatus(t, "right token while throttled", resp, body, 429)
+	resp, body = get("")
+	wantStatus(t, "no header while throttled", resp, body, 401)
+	// One more guess per guessEvery.
+	advance(guessEvery)
+	resp, body = get("Bearer nope")
+	wantStatus(t, "wrong token a period later", resp, body, 401)
+	resp, body = get("Bearer t0k")
+	wantStatus(t, "right token after it", resp, body, 429)
+	advance(guessEvery)
+	resp, body = get("Bearer t0k")
+	wantStatus(t, "right token a period later", resp, body, 200)
+	resp, body = get("Bearer nope") // the right one left the guess
+	wantStatus(t, "wrong token after the right one", resp, body, 401)
+	resp, body = get("Bearer nope")
+	wantStatus(t, "wrong token once more", resp, body, 429)
+
+	var b strings.Builder
+	srv.metrics.WritePrometheus(&b)
+	if !strings.Contains(b.String(), "\nagentrun_token_guesses_refused_total 4\n") {
+		t.Errorf("metrics:\n%s", b.String())
+	}
+}
+
+// TestGuessesOnThePage: the page's bearer header and its login form
+// count in the same throttle as the API's header; the form past it gets
+// the login form again with why, and an empty form is no guess.
+func TestGuessesOnThePage(t *testing.T) {
+	_, ts, _ := guessServer(t)
+	for i := range guessBurst / 2 {
+		resp, body := call(t, ts, "GET", "/v1/openapi.json", "Bearer nope", nil)
+		wantStatus(t, fmt.Sprintf("API, wrong token %d", i+1), resp, body, 401)
+		resp, body = call(t, ts, "POST", "/ui/login", "", url.Values{"token": {"nope"}})
+		wantStatus(t, fmt.Sprintf("login, wrong token %d", i+1), resp, body, 401)
+	}
+	resp, body := call(t, ts, "POST", "/ui/login", "", url.Values{"token": {""}})
+	wantStatus(t, "login, empty token", resp, body, 401)
+	resp, body = call(t, ts, "POST", "/ui/login", "", url.Values{"token": {"t0k"}})
+	wantStatus(t, "login, right token while throttled", resp, body, 429)
+	if !strings.Contains(body, `name="token"`) || !strings.Contains(body, "too many wrong tokens") {
+		t.Errorf("login's 429 is not the form with why: %s", body)
+	}
+	for _, path := range []string{uiJSON, uiPage} {
+		resp, body = call(t, ts, "GET", path, "Bearer t0k", nil)
+		wantStatus(t, path+", right bearer while throttled", resp, body, 429)
+		resp, body = call(t, ts, "GET", path, "", nil)
+		if resp.StatusCode == 429 {
+			t.Errorf("%s without a token: 429", path)
+		}
+	}
+}
+
+func TestGuessSource(t *testing.T) {
+	for addr, want := range map[string]string{
+		"192.0.2.7:4000":              "192.0.2.7",
+		"[::ffff:192.0.2.7]:4000":     "192.0.2.7",
+		"[2001:db8:1:2:3:4:5:6]:4000": "2001:db8:1:2::/64",
+		"[2001:db8:1:2::9]:1":         "2001:db8:1:2::/64",
+		"[fe80::1%eth0]:1":            "fe80::/64",
+		"@":                           unixSource,
+		"":                            unixSource,
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = addr
+		if got := guessSource(r); got != want {
+			t.Errorf("source of %q: %q; want %q", addr, got, want)
+		}
+	}
+}
+
+// guessFrom makes one wrong (or right) guess from addr.
+func guessFrom(g *guesses, addr string, right bool) (ok bool, wait time.Duration) {
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = addr
+	return g.try(r, func() bool { return right })
+}
+
+func TestGuessSourcesApart(t *testing.T) {
+	now := time.Now()
+	g := &guesses{now: func() time.Time { return now }}
+	for range guessBurst {
+		guessFrom(g, "[2001:db8::1]:1", false)
+	}
+	for _, addr := range []string{"[2001:db8::2]:1", "[2001:db8::1]:2"} {
+		if _, wait := guessFrom(g, addr, false); wait <= 0 {
+			t.Errorf("%s, in the same /64, was not throttled", addr)
+		}
+	}
+	for _, addr := range []string{"[2001:db8:0:1::1]:1", "192.0.2.1:1", "@"} {
+		if ok, wait := guessFrom(g, addr, true); !ok || wait > 0 {
+			t.Errorf("%s, another source: ok %v, wait %v", addr, ok, wait)
+		}
+	}
+}
+
+// TestGuessSourcesBounded: past maxGuessSources, new sources share the
+// overflow limiter until the remembered ones are full again.
+func TestGuessSourcesBounded(t *testing.T) {
+	now := time.Now()
+	g := &guesses{now: func() time.Time { return now }}
+	addr := func(i int) string { return fmt.Sprintf("10.%d.%d.%d:1", i>>16&255, i>>8&255, i&255) }
+	for i := range maxGuessSources {
+		guessFrom(g, addr(i), false)
+	}
+	// A right token from a new source is not remembered.
+	guessFrom(g, "192.0.2.1:1", true)
+	if len(g.sources) != maxGuessSources {
+		t.Fatalf("%d sources; want %d", len(g.sources), maxGuessSources)
+	}
+	// New sources share one limiter.
+	for i := range guessBurst {
+		if _, wait := guessFrom(g, addr(maxGuessSources+i), false); wait > 0 {
+			t.Fatalf("overflow guess %d throttled", i+1)
+		}
+	}
+	if _, wait := guessFrom(g, addr(maxGuessSources+guessBurst), false); wait <= 0 {
+		t.Error("new sources past the table were not throttled together")
+	}
+	if len(g.sources) > maxGuessSources {
+		t.Errorf("%d sources remembered, more than %d", len(g.sources), maxGuessSources)
+	}
+	// The remembered ones are throttled on their own still.
+	if _, wait := guessFrom(g, addr(0), false); wait > 0 {
+		t.Error("a remembered source was throttled with the overflow")
+	}
+	// Once they are full again, they go and a new source has its own.
+	now = now.Add(guessBurst * guessEvery)
+	if _, wait := guessFrom(g, addr(maxGuessSources+guessBurst+1), false); wait > 0 {
+		t.Error("a new source was throttled after the table emptied")
+	}
+	if len(g.sources) != 1 {
+		t.Errorf("%d sources after the sweep; want 1", len(g.sources))
+	}
+}
