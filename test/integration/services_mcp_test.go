@@ -117,7 +117,7 @@ func TestMCPElicitApproval(t *testing.T) {
 	auditPath := filepath.Join(t.TempDir(), "audit.jsonl")
 	cfg["audit"] = auditPath
 	delete(cfg, "server")
-	cmd := exec.Command(agentrunBin(t), "mcp", "--config", writeConfig(t, cfg))
+	cmd := exec.Command(agentrunBin(t), "mcp", "--local", "--config", writeConfig(t, cfg))
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	cmd.Stderr = os.Stderr
 	e := &elicitor{}
@@ -184,7 +184,7 @@ func TestMCPElicitShownEscaped(t *testing.T) {
 	in := proxytest.NewInternet(t)
 	cfg, _ := serviceServeConfig(t, in, "20s")
 	delete(cfg, "server")
-	cmd := exec.Command(agentrunBin(t), "mcp", "--config", writeConfig(t, cfg))
+	cmd := exec.Command(agentrunBin(t), "mcp", "--local", "--config", writeConfig(t, cfg))
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	cmd.Stderr = os.Stderr
 	e := &elicitor{approve: true}
