@@ -333,7 +333,7 @@ func (c *Config) validateWarm() error {
 	return nil
 }
 
-// checkListen accepts unix:///absolute/path and tcp://host:port.
+// isCleanAbs reports whether p is an absolute, clean path without a NUL.
 func isCleanAbs(p string) bool {
 	return filepath.IsAbs(p) && filepath.Clean(p) == p && !strings.ContainsRune(p, 0)
 }
