@@ -128,9 +128,15 @@ func retryAfter(d time.Duration) string {
 
 // tooManyGuesses answers 429 to a request whose source has no guess left.
 func (s *Server) tooManyGuesses(w http.ResponseWriter, wait time.Duration) {
+	s.refuseGuess(w, wait)
+	writeError(w, http.StatusTooManyRequests, "", guessMessage(wait))
+}
+
+// refuseGuess counts a refusal of the throttle and says when to guess
+// again; the caller writes the 429.
+func (s *Server) refuseGuess(w http.ResponseWriter, wait time.Duration) {
 	s.metrics.GuessRefused()
 	w.Header().Set("Retry-After", retryAfter(wait))
-	writeError(w, http.StatusTooManyRequests, "", guessMessage(wait))
 }
 
 // guessMessage says why a token was not even compared.

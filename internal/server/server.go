@@ -210,17 +210,20 @@ func (s *Server) auth(next http.Handler) http.Handler {
 }
 
 // bearer says whether r's Authorization header is the bearer token,
-// under the throttle of wrong tokens (see guesses): wait > 0 when r's
-// source has no guess left and the header was not compared. No header is
-// no guess.
+// under the throttle of wrong tokens (checkToken).
 func (s *Server) bearer(r *http.Request, token string) (ok bool, wait time.Duration) {
-	got := r.Header.Get("Authorization")
+	return s.checkToken(r, r.Header.Get("Authorization"), "Bearer "+token)
+}
+
+// checkToken says whether got, what r carries for the token (a bearer
+// header, the login form's field), is want, under the throttle of wrong
+// tokens (see guesses): wait > 0 when r's source has no guess left and
+// got was not compared. An empty got is no guess.
+func (s *Server) checkToken(r *http.Request, got, want string) (ok bool, wait time.Duration) {
 	if got == "" {
 		return false, 0
 	}
-	return s.guesses.try(r, func() bool {
-		return subtle.ConstantTimeCompare([]byte(got), []byte("Bearer "+token)) == 1
-	})
+	return s.guesses.try(r, func() bool { return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 })
 }
 
 // crossSite refuses a browser's cross-site request (told by its

@@ -245,10 +245,10 @@ func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 4096)
 	token := s.cfg.Load().Server.Token
 	got := r.PostFormValue("token")
-	ok := got == token
-	if token != "" && got != "" { // an empty field is no guess
+	ok := got == token // with no token set, an empty field
+	if token != "" {
 		var wait time.Duration
-		if ok, wait = s.guesses.try(r, func() bool { return subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1 }); wait > 0 {
+		if ok, wait = s.checkToken(r, got, token); wait > 0 {
 			s.uiTooManyGuesses(w, wait)
 			return
 		}
@@ -263,8 +263,7 @@ func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request) {
 
 // uiTooManyGuesses answers 429 with the login form and why.
 func (s *Server) uiTooManyGuesses(w http.ResponseWriter, wait time.Duration) {
-	s.metrics.GuessRefused()
-	w.Header().Set("Retry-After", retryAfter(wait))
+	s.refuseGuess(w, wait)
 	s.uiRender(w, http.StatusTooManyRequests, "login.html", map[string]string{"Error": guessMessage(wait)})
 }
 
