@@ -26,19 +26,18 @@ import (
 func (s *Server) toolError(tool, session string, err error) *mcp.CallToolResult {
 	kind := errkind.Of(err)
 	var ref *server.Refusal
-	if errors.As(err, &ref) && !hostKind(kind) {
+	switch {
+	case hostKind(kind):
+		s.logf("%s (session %s): %v", tool, session, err)
+		return hostFailure(tool, "")
+	case errors.As(err, &ref):
 		return refused(tool, ref)
-	}
-	switch kind {
-	case errkind.NotFound:
+	case kind == errkind.NotFound:
 		return errorResult(fmt.Sprintf("%s refused: no session %q; make one with %s", tool, session, NewSessionTool))
-	case errkind.Busy:
+	case kind == errkind.Busy:
 		return errorResult(fmt.Sprintf("%s refused: session %s is busy (a run or file access of it is in progress); try again when it ends", tool, session))
-	case errkind.Invalid, errkind.Policy, errkind.Timeout, errkind.TooLarge, errkind.Quota, errkind.Unavailable, errkind.Full:
-		return errorResult(tool + " refused: " + err.Error())
 	}
-	s.logf("%s (session %s): %v", tool, session, err)
-	return hostFailure(tool, "")
+	return errorResult(tool + " refused: " + err.Error())
 }
 
 // hostKind reports whether a failure of kind k is the host's, never the
