@@ -1,0 +1,123 @@
+// Package hostaddr tells whether an address is the host's own: one that
+// the kernel of agentrun's network namespace delivers to itself, so that a
+// connection to it reaches the host's own listeners (serve, a NATS
+// server, anything bound to 0.0.0.0).
+//
+// The host's own addresses are the local routes of that namespace (its
+// routing table "local": every address of every interface, loopback, the
+// veths' and any local range), and always 127.0.0.0/8 and ::1. They are
+// read from the kernel when asked, at most once a second (Refresh), so
+// that an address added to an interface is the host's within a second.
+package hostaddr
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Refresh is how long a read of the host's local routes is used before
+// the next check reads them again.
+const Refresh = time.Second
+
+// maxRoutes bounds the local routes kept from one read.
+const maxRoutes = 1 << 16
+
+// always are the host's whatever the routing table says.
+var always = []netip.Prefix{
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("::1/128"),
+}
+
+// Set is the host's own addresses, read again once Refresh has passed.
+// Its zero value is ready; Own is safe for concurrent use.
+type Set struct {
+	mu     sync.Mutex
+	read   time.Time
+	local  []netip.Prefix
+	err    error
+	lister func() ([]netip.Prefix, error) // nil: localRoutes
+}
+
+// host is the Set of agentrun's own namespace, shared by every check.
+var host Set
+
+// Own reports whether ip is one of the host's own addresses (see the
+// package doc). When the kernel's routes cannot be read it returns an
+// error, which a caller takes for a refusal.
+func Own(ip netip.Addr) (bool, error) { return host.Own(ip) }
+
+// Own reports whether ip is one of s's addresses.
+func (s *Set) Own(ip netip.Addr) (bool, error) {
+	ip = ip.Unmap()
+	for _, p := range always {
+		if p.Contains(ip) {
+			return true, nil
+		}
+	}
+	local, err := s.routes()
+	if err != nil {
+		return false, err
+	}
+	for _, p := range local {
+		if p.Contains(ip) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// routes returns the local routes, read again when the last read is older
+// than Refresh.
+func (s *Set) routes() ([]netip.Prefix, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.read.IsZero() && time.Since(s.read) < Refresh {
+		return s.local, s.err
+	}
+	list := s.lister
+	if list == nil {
+		list = localRoutes
+	}
+	s.local, s.err = list()
+	s.read = time.Now()
+	return s.local, s.err
+}
+
+// localRoutes reads the destinations of the local routing table's local
+// routes (RTN_LOCAL), IPv4 and IPv6.
+func localRoutes() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	var over bool
+	filter := &netlink.Route{Table: unix.RT_TABLE_LOCAL}
+	err := netlink.RouteListFilteredIter(netlink.FAMILY_ALL, filter, netlink.RT_FILTER_TABLE, func(r netlink.Route) bool {
+		if r.Type != unix.RTN_LOCAL || r.Dst == nil {
+			return true
+		}
+		if len(out) >= maxRoutes {
+			over = true
+			return false
+		}
+		a, ok := netip.AddrFromSlice(r.Dst.IP)
+		if !ok {
+			return true
+		}
+		bits, _ := r.Dst.Mask.Size()
+		if p, err := a.Unmap().Prefix(bits); err == nil {
+			out = append(out, p)
+		}
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the host's local routes: %w", err)
+	}
+	if over {
+		return nil, errors.New("reading the host's local routes: more than 65536")
+	}
+	return out, nil
+}
