@@ -87,3 +87,55 @@ func containsAddr(ps []netip.Prefix, ip netip.Addr) bool {
 	}
 	return false
 }
+
+// Dest is what the exact address and port an egress dials may be: the
+// ranges of CheckAddr, and never one of the host's own addresses (Own
+// says which: loopback, every interface's), unless HostPorts lists that
+// address and port exactly. An address of DenyRanges is always refused.
+type Dest struct {
+	AllowRanges, DenyRanges []netip.Prefix
+	// HostPorts are the host's own address:port pairs the operator lets
+	// egress reach (network.host_ports); each also passes the ranges.
+	HostPorts []netip.AddrPort
+	// Own reports whether an address is the host's own; an error refuses.
+	Own func(netip.Addr) (bool, error)
+}
+
+// ReasonHostOwn starts the refusal of an address of the host itself.
+const ReasonHostOwn = "host's own address"
+
+// Check returns nil if ap may be dialled, or why not.
+func (d Dest) Check(ap netip.AddrPort) error {
+	ip := ap.Addr().Unmap()
+	if !ip.IsValid() {
+		return fmt.Errorf("invalid address")
+	}
+	if ip.Zone() != "" {
+		return fmt.Errorf("address %s is not globally routable", ip)
+	}
+	if containsAddr(d.DenyRanges, ip) {
+		return fmt.Errorf("address %s is in deny_ranges", ip)
+	}
+	if d.listed(netip.AddrPortFrom(ip, ap.Port())) {
+		return nil
+	}
+	own, err := d.Own(ip)
+	if err != nil {
+		return fmt.Errorf("address %s: %s unknown: %w", ip, ReasonHostOwn, err)
+	}
+	if own {
+		return fmt.Errorf("%s %s (network.host_ports does not list %s)", ReasonHostOwn, ip, netip.AddrPortFrom(ip, ap.Port()))
+	}
+	return CheckAddr(ip, d.AllowRanges, d.DenyRanges)
+}
+
+// listed reports whether HostPorts holds ap (IPv4-mapped entries as
+// their IPv4 form).
+func (d Dest) listed(ap netip.AddrPort) bool {
+	for _, hp := range d.HostPorts {
+		if hp.Port() == ap.Port() && hp.Addr().Unmap() == ap.Addr() {
+			return true
+		}
+	}
+	return false
+}

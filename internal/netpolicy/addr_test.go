@@ -66,3 +66,28 @@ func TestCheckAddrRanges(t *testing.T) {
 		t.Errorf("deny ::ffff:1.2.3.0/120 refused 1.2.4.4: %v", err)
 	}
 }
+
+// The host's own addresses are refused whatever the ranges say, unless
+// host_ports lists that exact address and port; deny_ranges still wins.
+func TestDestHostOwn(t *testing.T) {
+	own := netip.MustParseAddr("198.18.0.1")
+	d := Dest{
+		AllowRanges: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")},
+		HostPorts:   []netip.AddrPort{netip.MustParseAddrPort("198.18.0.1:4222")},
+		Own:         func(a netip.Addr) (bool, error) { return a == own || a.IsLoopback(), nil },
+	}
+	for _, s := range []string{"198.18.0.1:80", "[::ffff:198.18.0.1]:80", "127.0.0.1:4222"} {
+		if err := d.Check(netip.MustParseAddrPort(s)); err == nil || !strings.Contains(err.Error(), ReasonHostOwn) {
+			t.Errorf("Check(%s) = %v; want %q", s, err, ReasonHostOwn)
+		}
+	}
+	for _, s := range []string{"198.18.0.1:4222", "[::ffff:198.18.0.1]:4222", "198.18.0.2:80"} {
+		if err := d.Check(netip.MustParseAddrPort(s)); err != nil {
+			t.Errorf("Check(%s) = %v; want nil", s, err)
+		}
+	}
+	d.DenyRanges = []netip.Prefix{netip.MustParsePrefix("198.18.0.1/32")}
+	if err := d.Check(netip.MustParseAddrPort("198.18.0.1:4222")); err == nil {
+		t.Error("deny_ranges did not win over host_ports")
+	}
+}
