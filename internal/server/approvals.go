@@ -232,9 +232,9 @@ func approverFrom(ctx context.Context) Approver {
 
 // Decision is the body of POST /v1/runs/RUN/approvals/ID. By, optional,
 // names who decides (a webhook's receiver passes its user's name): the
-// decision is recorded as "operator (BY)"; without it, "operator (serve
-// API)", or "operator (webhook)" for a request that only the webhook
-// announced.
+// decision is recorded as "operator (serve API: BY)" (apiByName), never as
+// a channel's own label; without it, "operator (serve API)", or "operator
+// (webhook)" for a request that only the webhook announced.
 type Decision struct {
 	Approve *bool  `json:"approve"`
 	By      string `json:"by,omitempty"`
@@ -242,6 +242,13 @@ type Decision struct {
 
 // maxBy bounds Decision.By.
 const maxBy = 64
+
+// apiByName is how a decision the API's caller names by is recorded:
+// under the API's label, so that "by": "page" or "webhook" is never told
+// for a decision of the page's or of the label the webhook's decisions
+// get without a name ("operator (page)", "operator (webhook)"). The name
+// is escaped (untrusted.Text).
+func apiByName(by string) string { return "operator (serve API: " + untrusted.Text(by) + ")" }
 
 func (s *Server) postApproval(w http.ResponseWriter, r *http.Request) {
 	run, id := r.PathValue("run"), r.PathValue("id")
@@ -258,7 +265,7 @@ func (s *Server) postApproval(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "by", fmt.Sprintf("by is longer than %d bytes", maxBy))
 			return
 		}
-		by = "operator (" + untrusted.Text(d.By) + ")"
+		by = apiByName(d.By)
 	}
 	if !s.approvals.decide(run, id, *d.Approve, by, metrics.ChannelAPI) {
 		writeError(w, http.StatusNotFound, "", fmt.Sprintf("no approval %q of run %q is waiting: it was decided, timed out, or its request ended", id, run))

@@ -156,7 +156,7 @@ func TestWebhookUnattended(t *testing.T) {
 	if code := decideAPI(t, ts.URL, h.Run, h.ID, `{"approve": false, "by": "alice\u202e"}`); code != 200 {
 		t.Errorf("deny: %d", code)
 	}
-	if r := <-res; r.Stdout != `denied operator (alice\u202e)` {
+	if r := <-res; r.Stdout != `denied operator (serve API: alice\u202e)` {
 		t.Errorf("run answered %q", r.Stdout)
 	}
 	m := metricsText(t, ts.URL)
@@ -351,7 +351,45 @@ func TestApprovalsCrossSite(t *testing.T) {
 	if code := decideAPI(t, ts.URL, h.Run, h.ID, `{"approve":false,"by":"test"}`); code != 200 {
 		t.Errorf("the API's own decision: %d; want 200 (the request still held)", code)
 	}
-	if r := <-res; r.Stdout != "denied operator (test)" {
+	if r := <-res; r.Stdout != "denied operator (serve API: test)" {
 		t.Errorf("run answered %q", r.Stdout)
+	}
+}
+
+// TestApprovalByKeptApartFromChannels: a name given through the API is
+// recorded under the API's label, so that it never reads as a channel's
+// own ("by": "page" is not the page's decision, "webhook" not the
+// webhook's label); the page's decision keeps its own.
+func TestApprovalByKeptApartFromChannels(t *testing.T) {
+	ts := testServer(t, func(c *config.Config) { c.Server.Approvals.Page = true }, holdingRun(time.Minute))
+	decide := func(body string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			code := decideAPI(t, ts.URL, "ar-held", "ap-0123", body)
+			if code == 200 {
+				return
+			}
+			if code != 404 || time.Now().After(deadline) {
+				t.Fatalf("decide %s: %d", body, code)
+			}
+		}
+	}
+	for by, want := range map[string]string{
+		"page":      "approved operator (serve API: page)",
+		"webhook":   "approved operator (serve API: webhook)",
+		"serve API": "approved operator (serve API: serve API)",
+		"nats":      "approved operator (serve API: nats)",
+		"alice":     "approved operator (serve API: alice)",
+	} {
+		res := postRun(t, ts.URL, "", "x")
+		decide(fmt.Sprintf(`{"approve": true, "by": %q}`, by))
+		if r := <-res; r == nil || r.Stdout != want {
+			t.Errorf("by %q: run answered %+v; want %q", by, r, want)
+		}
+	}
+	res := postRun(t, ts.URL, "", "x")
+	decide(`{"approve": false}`)
+	if r := <-res; r == nil || r.Stdout != "denied operator (serve API)" {
+		t.Errorf("no by: run answered %+v", r)
 	}
 }

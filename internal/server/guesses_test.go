@@ -229,3 +229,52 @@ func TestGuessSourcesBounded(t *testing.T) {
 		t.Errorf("%d sources after the sweep; want 1", len(g.sources))
 	}
 }
+
+// TestBearerSchemeAnyCase: the Bearer scheme is case-insensitive (RFC
+// 9110 §11.1), on every path that reads the header: the API, /metrics,
+// /mcp and the page. A right token so spelled is no wrong guess, however
+// often; a wrong one is.
+func TestBearerSchemeAnyCase(t *testing.T) {
+	cfg := config.Default()
+	cfg.Image = "dir:/nonexistent"
+	cfg.Policy.LocalImages = []string{"/nonexistent"}
+	cfg.Server.Token = "t0k"
+	cfg.Server.Approvals.Page = true
+	srv := New(cfg, okRun, nil)
+	srv.Handle("/mcp", http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	ts := httptest.NewUnstartedServer(nil)
+	ts.Config = srv.HTTPServer()
+	ts.Start()
+	t.Cleanup(ts.Close)
+	for _, path := range []string{"/healthz", "/metrics", "/v1/openapi.json", "/mcp", uiJSON, uiPage} {
+		for range guessBurst {
+			for _, auth := range []string{"bearer t0k", "BEARER t0k", "BeArEr t0k", "bearer  t0k"} {
+				resp, body := call(t, ts, "GET", path, auth, nil)
+				wantStatus(t, path+" with "+auth, resp, body, 200)
+			}
+		}
+	}
+	resp, body := call(t, ts, "GET", "/healthz", "bearer nope", nil)
+	wantStatus(t, "a wrong token in lower case", resp, body, 401)
+	resp, body = call(t, ts, "GET", "/healthz", "Basic t0k", nil)
+	wantStatus(t, "another scheme", resp, body, 401)
+}
+
+func TestBearerCredentials(t *testing.T) {
+	for h, want := range map[string]string{
+		"":              "",
+		"bearer x":      "Bearer x",
+		"Bearer x":      "Bearer x",
+		"bEaReR   x":    "Bearer x",
+		"Basic x":       "Basic x",
+		"Bearerx":       "Bearerx",
+		"bearer":        "bearer",
+		"Bearer x y":    "Bearer x y",
+		"Bearer\tx":     "Bearer\tx",
+		"Negotiate abc": "Negotiate abc",
+	} {
+		if got := bearerCredentials(h); got != want {
+			t.Errorf("bearerCredentials(%q) = %q; want %q", h, got, want)
+		}
+	}
+}

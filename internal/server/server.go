@@ -212,7 +212,21 @@ func (s *Server) auth(next http.Handler) http.Handler {
 // bearer says whether r's Authorization header is the bearer token,
 // under the throttle of wrong tokens (checkToken).
 func (s *Server) bearer(r *http.Request, token string) (ok bool, wait time.Duration) {
-	return s.checkToken(r, r.Header.Get("Authorization"), "Bearer "+token)
+	return s.checkToken(r, bearerCredentials(r.Header.Get("Authorization")), "Bearer "+token)
+}
+
+// bearerCredentials is an Authorization header h with its scheme spelled
+// "Bearer" when it is that scheme in any case, and the spaces after it
+// one: RFC 9110 (§11.1, §11.4) makes the scheme case-insensitive and
+// allows more than one space, so "bearer TOKEN" is the same credential.
+// Another scheme is left as it is, a wrong token (a guess), and "" stays
+// "" (no guess).
+func bearerCredentials(h string) string {
+	scheme, cred, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return h
+	}
+	return "Bearer " + strings.TrimLeft(cred, " ")
 }
 
 // checkToken says whether got, what r carries for the token (a bearer

@@ -127,11 +127,10 @@ func (s *Store) Create() (_ string, err error) {
 	if len(ids) >= s.max {
 		return "", fmt.Errorf("%w: %d, the maximum (sessions.max)", ErrFull, len(ids))
 	}
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	id, err := newID()
+	if err != nil {
 		return "", err
 	}
-	id := "ss-" + hex.EncodeToString(b[:])
 	// Made under a name gc knows as unfinished, then renamed into place.
 	tmp := s.path(".new-" + id)
 	if err := os.Mkdir(tmp, 0o700); err != nil {
@@ -181,6 +180,15 @@ func (s *Store) Create() (_ string, err error) {
 		return "", fmt.Errorf("creating session: %w", err)
 	}
 	return id, nil
+}
+
+// newID is a new session id: "ss-" and 128 random bits in hex.
+func newID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("making a session id: %w", err)
+	}
+	return "ss-" + hex.EncodeToString(b[:]), nil
 }
 
 // mkfs formats img as ext4 with its root owned by uid:gid. The inode
@@ -318,10 +326,21 @@ func (s *Store) Lock(id string) (*Lease, error) {
 // Mount is refused (ErrBusy) while the disk is still held after that:
 // mounting the file system twice would corrupt it.
 func (l *Lease) Mount(dir string) error {
-	img := l.s.path(l.ID, "disk.img")
 	if err := clearMountPoint(dir); err != nil {
 		return err
 	}
+	if err := l.settle(); err != nil {
+		return err
+	}
+	return mountImage(l.s.path(l.ID, "disk.img"), dir)
+}
+
+// settle waits for no loop device to hold the session's disk, having what
+// dead runs left removed (OnDeadRuns) when one still does after a short
+// wait: ErrBusy while one still does after that. The disk is then the
+// lease's alone, to mount or to copy.
+func (l *Lease) settle() error {
+	img := l.s.path(l.ID, "disk.img")
 	if !detached(img, detachWait) {
 		if l.s.reclaim == nil {
 			return fmt.Errorf("%w: %s: its disk is still mounted by a run that is ending or died (agentrun gc removes what a dead run left)", ErrBusy, l.ID)
@@ -333,7 +352,7 @@ func (l *Lease) Mount(dir string) error {
 			return fmt.Errorf("%w: %s: its disk is still mounted by a run that is ending, or by one of another state_dir that died (agentrun gc with that config removes what it left)", ErrBusy, l.ID)
 		}
 	}
-	return mountImage(img, dir)
+	return nil
 }
 
 // detached waits at most wait for no loop device to hold img, and reports

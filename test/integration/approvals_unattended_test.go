@@ -140,7 +140,7 @@ func TestServeWebhookApprovals(t *testing.T) {
 		t.Errorf("deny: %d", resp.StatusCode)
 	}
 	r = <-res
-	if r.Stdout != "403 agentrun: denied by the operator\n" || approvalsOf(r) != "denied by operator (alice)" {
+	if r.Stdout != "403 agentrun: denied by the operator\n" || approvalsOf(r) != "denied by operator (serve API: alice)" {
 		t.Errorf("denied run: stdout %q, decisions %q", r.Stdout, approvalsOf(r))
 	}
 	_, m := s.do("GET", "/metrics", "")
@@ -151,7 +151,7 @@ func TestServeWebhookApprovals(t *testing.T) {
 		}
 	}
 	s.stop()
-	if got := auditDecisions(t, auditPath); got != "approved by operator (webhook); denied by operator (alice)" {
+	if got := auditDecisions(t, auditPath); got != "approved by operator (webhook); denied by operator (serve API: alice)" {
 		t.Errorf("audit decisions: %s", got)
 	}
 	if got := up.Got(); len(got) != 1 {

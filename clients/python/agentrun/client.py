@@ -233,7 +233,8 @@ class Client:
     def approve(self, run, approval_id, approve, by=None):
         """Decides a request of run held for approval (the approval
         event's run and approval["id"]); by, at most 64 bytes, names who
-        decided in the result and the audit record ("operator (BY)")."""
+        decided in the result and the audit record ("operator (serve API:
+        BY)")."""
         path = "/v1/runs/%s/approvals/%s" % (_quote(run), _quote(approval_id))
         decision = {"approve": bool(approve)}
         if by is not None:
