@@ -258,6 +258,9 @@ func (s *Service) Origin() string {
 // path whose segments carry ";" parameters must match the rule both with
 // and without them, as servers that drop them read it.
 func (s *Service) Match(method, rawPath string) (*Rule, string) {
+	if EchoMethod(method) {
+		return nil, "method " + untrusted.Text(method) + " echoes the request (the injected credential included) back: refused to every service"
+	}
 	segs, reason := CleanPath(rawPath)
 	if reason != "" {
 		return nil, reason
@@ -275,6 +278,13 @@ func (s *Service) Match(method, rawPath string) (*Rule, string) {
 		}
 	}
 	return nil, "no rule of service " + s.Name + " allows " + untrusted.Text(method) + " " + untrusted.Cut(untrusted.Text(rawPath), MaxReasonPath)
+}
+
+// EchoMethod reports whether m is TRACE or TRACK in any case: a server
+// answers them with the request it got, the injected headers included, so
+// they are refused to every service whatever its rules say ("*" included).
+func EchoMethod(m string) bool {
+	return strings.EqualFold(m, "TRACE") || strings.EqualFold(m, "TRACK")
 }
 
 func methodIn(m string, ms []string) bool {
@@ -303,6 +313,9 @@ func CleanPath(raw string) ([]string, string) {
 	if len(raw) > 4096 {
 		return nil, "path longer than 4096 bytes"
 	}
+	if strings.Contains(raw, "#") {
+		return nil, "path has a # (RFC 3986 readers end the path there)"
+	}
 	if raw == "/" {
 		return []string{}, ""
 	}
@@ -317,12 +330,18 @@ func CleanPath(raw string) ([]string, string) {
 		if encodedSeparator(seg) {
 			return nil, "path has an encoded slash, backslash or NUL"
 		}
+		if encodedDelimiter(seg) {
+			return nil, "path has an encoded # or ? (a server that decodes it reads a shorter path)"
+		}
 		dec, err := url.PathUnescape(seg)
 		if err != nil {
 			return nil, "path has a bad percent escape"
 		}
 		if encodedSeparator(dec) {
 			return nil, "path has a slash, backslash or NUL encoded twice"
+		}
+		if encodedDelimiter(dec) {
+			return nil, "path has a # or ? encoded twice"
 		}
 		if !utf8.ValidString(dec) {
 			return nil, "path has invalid UTF-8 once decoded (an overlong or broken encoding)"
@@ -348,6 +367,12 @@ func CleanPath(raw string) ([]string, string) {
 func encodedSeparator(s string) bool {
 	lower := strings.ToLower(s)
 	return strings.Contains(lower, "%2f") || strings.Contains(lower, "%5c") || strings.Contains(lower, "%00")
+}
+
+// encodedDelimiter reports whether s holds a percent-encoded "#" or "?".
+func encodedDelimiter(s string) bool {
+	lower := strings.ToLower(s)
+	return strings.Contains(lower, "%23") || strings.Contains(lower, "%3f")
 }
 
 // compatibilityForm says why the decoded segment dec is refused because a

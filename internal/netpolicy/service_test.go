@@ -55,6 +55,20 @@ func TestServiceRules(t *testing.T) {
 		{"GET", "/repos/a%zz", -1},
 		{"GET", "repos/a", -1},
 		{"GET", "/repos/a%0ab", -1},
+		// Methods that echo the credential back, whatever the rules say.
+		{"TRACE", "/status", -1},
+		{"trace", "/status", -1},
+		{"TRACK", "/status", -1},
+		{"Track", "/v3/meta", -1},
+		// Fragment and query delimiters, raw or encoded once or twice.
+		{"POST", "/repos/a/b#/issues", -1},
+		{"GET", "/repos/a#b", -1},
+		{"POST", "/repos/a/b%23/issues", -1},
+		{"POST", "/repos/a/b%3F/issues", -1},
+		{"POST", "/repos/a/b%3f/issues", -1},
+		{"POST", "/repos/a/b%2523/issues", -1},
+		{"POST", "/repos/a/b%253F/issues", -1},
+		{"POST", "/repos/a/b%253f/issues", -1},
 		{"GET", "/" + strings.Repeat("a/", 200) + "b", -1},
 		// Dot segments as servers that drop ";" parameters (Tomcat,
 		// Jetty, Spring) or decode twice read them, and overlong UTF-8
