@@ -197,7 +197,7 @@ func (p *Proxy) serveService(c net.Conn, br *bufio.Reader, svc *netpolicy.Servic
 // upstream's, or the proxy's own refusal.
 func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *netpolicy.Service) *http.Response {
 	rawPath, rawQuery, _ := strings.Cut(req.RequestURI, "?")
-	rec := netpolicy.ServiceRequest{Service: svc.Name, Method: untrusted.Text(req.Method), Path: untrusted.Text(rawPath)}
+	rec := netpolicy.ServiceRequest{Service: svc.Name, Method: untrusted.Text(req.Method), Path: untrusted.Text(rawPath + queryPart(rawQuery))}
 	deny := func(status int, reason string) *http.Response {
 		rec.Reason = reason
 		p.ledger.request(rec)
@@ -215,7 +215,7 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *ne
 			return deny(http.StatusForbidden, "request names another host than the service")
 		}
 		rawPath, rawQuery = u.EscapedPath(), u.RawQuery
-		rec.Path = untrusted.Text(rawPath)
+		rec.Path = untrusted.Text(rawPath + queryPart(rawQuery))
 	}
 	shownURL := untrusted.Text(svc.Origin() + rawPath + queryPart(rawQuery))
 	if len(shownURL) > MaxURLBytes {
@@ -228,6 +228,11 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *ne
 	}
 	if req.Method == http.MethodConnect {
 		return deny(http.StatusForbidden, "CONNECT inside a service connection")
+	}
+	if strings.Contains(req.RequestURI, "#") {
+		// RFC 3986 readers end the path at "#": the rule would be matched
+		// on more than the service reads.
+		return deny(http.StatusForbidden, "request target has a # (a fragment is never sent)")
 	}
 	if h := overrideHeader(req.Header); h != "" {
 		return deny(http.StatusForbidden, "header "+h+" would have the service act on another method or path than the one matched and shown")

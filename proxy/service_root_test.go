@@ -53,6 +53,7 @@ func newServiceRun(t *testing.T, approve ApproveFunc, timeout time.Duration) (*r
 			Rules: []netpolicy.Rule{
 				{Methods: []string{"GET"}, Paths: []string{"/api/read/**"}},
 				{Methods: []string{"POST"}, Paths: []string{"/api/write/*"}, Approve: true},
+				{Methods: []string{"*"}, Paths: []string{"/api/any/**"}},
 			},
 		}, {
 			Name: "plain", URL: "http://plain.internet.test",
@@ -600,6 +601,52 @@ func TestServiceApprovalTakenAtTimeout(t *testing.T) {
 	recs := r.px.Report().Approvals
 	if len(recs) != 1 || !recs[0].Approved || !recs[0].Taken || recs[0].By != "operator (late)" {
 		t.Errorf("approval records = %+v; want one approved by operator (late), taken", recs)
+	}
+}
+
+// TRACE and TRACK, which a server answers with the request it got (the
+// injected credential included), are refused whatever the rules say, "*"
+// included; so is a "#" anywhere in the target, or a "#" or "?" encoded
+// once or twice in the path, which a server reads as a shorter path than
+// the one matched. The record holds the path with its query.
+func TestServiceEchoMethodsAndDelimiters(t *testing.T) {
+	r, rc := newServiceRun(t, func(ctx context.Context, a Approval) Decision {
+		t.Errorf("asked about %s %s", a.Method, a.URL)
+		return Decision{By: "test operator"}
+	}, 5*time.Second)
+	if code, body := r.rawService("DELETE /api/any/x?a=1&b=%22 HTTP/1.1"); code != 200 {
+		t.Fatalf("DELETE under a \"*\" rule: %d %q; want 200", code, body)
+	}
+	rep := r.px.Report()
+	if got := rep.Requests[len(rep.Requests)-1]; got.Path != "/api/any/x?a=1&b=%22" || !got.Allowed {
+		t.Errorf("request with a query recorded as %+v; want its path with the query", got)
+	}
+	for _, tc := range []struct{ line, reason string }{
+		{"TRACE /api/any/x HTTP/1.1", "echoes the request"},
+		{"trace /api/any/x HTTP/1.1", "echoes the request"},
+		{"TRACK /api/any/x HTTP/1.1", "echoes the request"},
+		{"TrAcK /api/read/x HTTP/1.1", "echoes the request"},
+		{"GET /api/read/x#/y HTTP/1.1", "#"},
+		{"GET /api/read/x?q=1#y HTTP/1.1", "#"},
+		{"GET /api/read/x%23/y HTTP/1.1", "encoded # or ?"},
+		{"GET /api/read/x%3f/y HTTP/1.1", "encoded # or ?"},
+		{"GET /api/read/x%3F/y HTTP/1.1", "encoded # or ?"},
+		{"GET /api/read/x%2523/y HTTP/1.1", "encoded twice"},
+		{"GET /api/read/x%253F/y HTTP/1.1", "encoded twice"},
+		{"GET /api/read/x%253f/y HTTP/1.1", "encoded twice"},
+	} {
+		before := len(rc.Got())
+		code, body := r.rawService(tc.line)
+		if code != 403 || !strings.Contains(body, tc.reason) || strings.Contains(strings.TrimSuffix(body, "\n"), "\n") {
+			t.Errorf("%s: %d %q; want 403 saying %q in one line", tc.line, code, body, tc.reason)
+		}
+		if n := len(rc.Got()); n != before {
+			t.Errorf("%s: sent upstream", tc.line)
+		}
+		rep := r.px.Report()
+		if got := rep.Requests[len(rep.Requests)-1]; got.Allowed || !strings.Contains(got.Reason, tc.reason) {
+			t.Errorf("%s recorded as %+v", tc.line, got)
+		}
 	}
 }
 
