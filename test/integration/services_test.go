@@ -304,3 +304,39 @@ func TestServicePathSpellings(t *testing.T) {
 		}
 	}
 }
+
+// TRACE and TRACK from inside a sandbox are refused before the upstream,
+// whose answer would echo the injected credential back, on a path a rule
+// allows.
+func TestServiceTraceRefused(t *testing.T) {
+	in := proxytest.NewInternet(t)
+	cfg, up := serviceConfig(t, in, "libcontainer")
+	code := fetchPy + `
+for m in ["TRACE", "track", "GET"]:
+    try:
+        r = urllib.request.urlopen(urllib.request.Request("https://api.internet.test/api/read/ok", method=m), timeout=10)
+        print("%d %s" % (r.status, r.read().decode()))
+    except urllib.error.HTTPError as e:
+        print("%d %s" % (e.code, e.read().decode().strip()))
+`
+	b, _ := json.Marshal(map[string]any{"code": code, "network": map[string]any{"services": []string{"api"}}, "limits": map[string]any{"timeout": "60s"}})
+	res := runTaskWith(t, cfg, nil, string(b))
+	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("stdout %q (stderr %q)", res.Stdout, res.Stderr)
+	}
+	for i, m := range []string{"TRACE", "track"} {
+		if want := "403 agentrun: request to api.internet.test:443 denied: method " + m + " echoes the request"; !strings.HasPrefix(lines[i], want) {
+			t.Errorf("%s: %q; want %q...", m, lines[i], want)
+		}
+	}
+	if lines[2] != "200 api GET /api/read/ok" {
+		t.Errorf("the control, GET /api/read/ok: %q", lines[2])
+	}
+	if got := up.Got(); len(got) != 1 {
+		t.Errorf("upstream got %d requests with the credential; want 1 (the control)", len(got))
+	}
+	if len(res.Network.Requests) != 3 || res.Network.Requests[0].Allowed || res.Network.Requests[1].Allowed {
+		t.Errorf("requests recorded as %+v; want TRACE and track refused", res.Network.Requests)
+	}
+}
