@@ -571,7 +571,11 @@ func (p *Proxy) ResolvConf() []byte {
 }
 
 // Hosts is the sandbox's /etc/hosts: localhost only.
-func (p *Proxy) Hosts() []byte {
+func (p *Proxy) Hosts() []byte { return LocalHosts() }
+
+// LocalHosts is the /etc/hosts of every run: localhost on the loopback,
+// IPv4 and IPv6.
+func LocalHosts() []byte {
 	return []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
 }
 

@@ -35,7 +35,13 @@ import (
 func (r *Runner) network(req request, rootfs, dir string, sb *sandbox) ([]spec.SpecOpt, error) {
 	p := req.plan
 	if len(p.Allow) == 0 && len(p.Services) == 0 {
-		return nil, nil
+		// No network: the loopback alone, which /etc/hosts still names
+		// (the image's is an empty mount point).
+		hosts, err := writeEtc(dir, &sb.undo, "hosts", proxy.LocalHosts())
+		if err != nil {
+			return nil, fmt.Errorf("writing hosts: %w", err)
+		}
+		return []spec.SpecOpt{spec.WithReadonlyFile(hosts, "/etc/hosts")}, nil
 	}
 	var pol proxy.Policy
 	if !req.pooled {

@@ -21,7 +21,8 @@ import (
 // The program says once that it is ready (or why it failed); at the run's
 // start agentrun says "go", the program acknowledges, agentrun closes its
 // end, and the program, having read that close, closes its own before it
-// goes on. Nothing is ever read from the channel after the hand-over: what
+// goes on. After a failed hand-over agentrun's end is closed only once the
+// sandbox is killed, so the program never goes on. Nothing is ever read from the channel after the hand-over: what
 // the program writes to it later reaches no one.
 //
 // Every message is a line of at most handoverLine bytes; anything else
@@ -95,9 +96,14 @@ func (h *Handover) Ready(wait time.Duration) error {
 // Go hands the sandbox over to the program: it sends "go", waits at most
 // wait (or ctx) for the acknowledgement, and closes agentrun's end, which
 // the program waits for before it runs the task. An error means the
-// program did not take the hand-over; the channel is closed either way.
+// program did not take the hand-over, and the channel stays open: an "ok"
+// just past the wait must not be answered by the close that lets the
+// task's code run, so the caller kills the sandbox first and closes the
+// channel (Close) after.
 func (h *Handover) Go(ctx context.Context, wait time.Duration) error {
-	defer h.Close()
+	if h.conn == nil {
+		return errors.New("handing over: the hand-over channel is closed")
+	}
 	_ = h.conn.SetWriteDeadline(time.Now().Add(wait))
 	if _, err := h.conn.Write([]byte("go\n")); err != nil {
 		return fmt.Errorf("handing over: %w", err)
@@ -109,6 +115,7 @@ func (h *Handover) Go(ctx context.Context, wait time.Duration) error {
 	if line != "ok" {
 		return fmt.Errorf("handing over: the warm program said %q, not ok", line)
 	}
+	h.Close()
 	return nil
 }
 

@@ -2,9 +2,12 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // program plays the program's end of h: it writes say, answers "go" with
@@ -108,5 +111,50 @@ func TestHandoverRefusesWhatIsNotReady(t *testing.T) {
 	cancel()
 	if err := h.Go(ctx, 5*time.Second); err == nil {
 		t.Error("Go with a cancelled context and no answer = nil")
+	}
+}
+
+// TestHandoverLateOK: a Go that timed out leaves agentrun's end open, so
+// that an "ok" past the wait never meets the close the program waits for
+// before it runs the task; the program reads its end-of-file only once
+// the caller (having killed the sandbox) closes the channel.
+func TestHandoverLateOK(t *testing.T) {
+	h, err := NewHandover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	child, _ := h.Child(3, nil)
+	f := child
+	h.child = nil // the program's
+	defer f.Close()
+	if err := h.Go(context.Background(), 10*time.Millisecond); err == nil || !strings.Contains(err.Error(), "no answer") {
+		t.Fatalf("Go with a silent program = %v; want no answer", err)
+	}
+	// The program's late "ok", then its wait for agentrun's close, polled
+	// once: data or would-block, never the end.
+	if _, err := f.Write([]byte("ok\n")); err != nil {
+		t.Fatalf("the program's late ok: %v", err)
+	}
+	fd := int(f.Fd())
+	if err := unix.SetNonblock(fd, true); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 16)
+	n, err := unix.Read(fd, b)
+	if string(b[:max(n, 0)]) != "go\n" {
+		t.Fatalf("the program read %q, %v; want go", b[:max(n, 0)], err)
+	}
+	n, err = unix.Read(fd, b)
+	if n == 0 && err == nil {
+		t.Fatal("after a failed Go the program read the end of the channel: its task's code would run")
+	}
+	if !errors.Is(err, unix.EAGAIN) {
+		t.Fatalf("the program's read after a failed Go = %d, %v; want would-block", n, err)
+	}
+	// Closed with the late "ok" unread: the end, or its reset.
+	h.Close()
+	if n, err := unix.Read(fd, b); (err == nil && n != 0) || (err != nil && !errors.Is(err, unix.ECONNRESET)) {
+		t.Fatalf("the program's read after Close = %d, %v; want the end", n, err)
 	}
 }

@@ -250,8 +250,13 @@ func (p *Prepared) Exec(ctx context.Context, prog backend.Program) (out *backend
 	start := time.Now()
 	waitOutput := p.stdio.Serve(stdin, outputLimit, output)
 	if err := p.start(ctx); err != nil {
-		// The pipes reach EOF once the init is gone.
+		// The pipes reach EOF once the init is gone; a warm program's
+		// channel is closed only then, so that it never runs the task.
 		p.kill(p.wait())
+		if p.handover != nil {
+			p.handover.Close()
+			p.handover = nil
+		}
 		waitOutput()
 		return nil, fmt.Errorf("%w: %w", backend.ErrNotStarted, err)
 	}
@@ -272,11 +277,16 @@ func (p *Prepared) Exec(ctx context.Context, prog backend.Program) (out *backend
 }
 
 // start lets the program go on: the init's exec, or a warm program's
-// hand-over.
+// hand-over. A failed hand-over leaves the channel open (p.handover) for
+// the caller to close only once it has killed the sandbox: closing it
+// first would let a late "ok" run the task's code.
 func (p *Prepared) start(ctx context.Context) error {
 	if h := p.handover; h != nil {
+		if err := h.Go(ctx, execWait); err != nil {
+			return err
+		}
 		p.handover = nil
-		return h.Go(ctx, execWait)
+		return nil
 	}
 	return p.exec(ctx)
 }
