@@ -22,8 +22,9 @@ import (
 // start agentrun says "go", the program acknowledges, agentrun closes its
 // end, and the program, having read that close, closes its own before it
 // goes on. After a failed hand-over agentrun's end is closed only once the
-// sandbox is killed, so the program never goes on. Nothing is ever read from the channel after the hand-over: what
-// the program writes to it later reaches no one.
+// sandbox is killed, so the program never goes on. Nothing is ever read
+// from the channel after the hand-over: what the program writes to it
+// later reaches no one.
 //
 // Every message is a line of at most handoverLine bytes; anything else
 // from the program (it runs image code) is a failure, never trusted.
