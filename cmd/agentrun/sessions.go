@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strconv"
+	"syscall"
 	"time"
 	"unicode"
 
@@ -23,6 +26,7 @@ const sessionsUsage = `usage: agentrun sessions [--config F] [--json] <command>
   files ID         list the files of session ID
   cat ID PATH      print file PATH of session ID
   put ID PATH      write stdin to file PATH of session ID
+  fork ID N        make N sessions (1 to 64), each a copy of session ID; print their ids
 `
 
 // cmdSessions manages kept session workspaces.
@@ -35,7 +39,7 @@ func cmdSessions(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if !ok {
 		return 2
 	}
-	want := map[string]int{"new": 1, "ls": 1, "rm": 2, "files": 2, "cat": 3, "put": 3}
+	want := map[string]int{"new": 1, "ls": 1, "rm": 2, "files": 2, "cat": 3, "put": 3, "fork": 3}
 	if len(pos) == 0 || want[pos[0]] != len(pos) {
 		fmt.Fprint(stderr, sessionsUsage)
 		return 2
@@ -109,6 +113,25 @@ func cmdSessions(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "put":
 		if err = st.WriteFile(pos[1], pos[2], stdin); err == nil {
 			return 0
+		}
+	case "fork":
+		n, convErr := strconv.Atoi(pos[2])
+		if convErr != nil {
+			fmt.Fprintf(stderr, "agentrun sessions fork: count %q is not a number\n", pos[2])
+			return 2
+		}
+		// Interrupted, a fork rolls back: no copy is left.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		var f *session.Forked
+		if f, err = st.Fork(ctx, pos[1], n); err == nil {
+			out = f
+			if !*asJSON {
+				for _, id := range f.IDs {
+					fmt.Fprintln(stdout, id)
+				}
+				return 0
+			}
 		}
 	}
 	if err != nil {

@@ -18,6 +18,7 @@ const (
 	ListFilesTool  = "list_files"
 	ReadFileTool   = "read_file"
 	WriteFileTool  = "write_file"
+	ForkTool       = "fork_session"
 )
 
 // SessionArgs are list_files' arguments.
@@ -39,13 +40,24 @@ type WriteArgs struct {
 	Content string `json:"content" jsonschema:"the file's text, at most 16 MiB; it replaces what was there"`
 }
 
+// ForkArgs are fork_session's arguments.
+type ForkArgs struct {
+	Session string `json:"session" jsonschema:"a kept session's id, from new_session"`
+	Count   int    `json:"count" jsonschema:"how many copies to make, 1 to 64"`
+}
+
+// ForkOutput is fork_session's structuredContent.
+type ForkOutput struct {
+	Sessions []string `json:"sessions"`
+}
+
 // NewSessionOutput is new_session's structuredContent.
 type NewSessionOutput struct {
 	Session string `json:"session"`
 }
 
 // AddSessions adds the kept-session tools on store: new_session,
-// list_files, read_file and write_file. run_code's session argument needs
+// list_files, read_file, write_file and fork_session. run_code's session argument needs
 // no store here: the run's own door (server.Server.RunTask, whose
 // Sessions should be store too) refuses an unknown or busy session.
 // The file tools go through store, which binds every name to the
@@ -129,6 +141,20 @@ func (s *Server) AddSessions(store *session.Store) {
 		}
 		text := fmt.Sprintf("wrote %d bytes to %s", len(a.Content), a.Path)
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil, nil
+	}))
+	mcp.AddTool(s.mcp, &mcp.Tool{
+		Name:  ForkTool,
+		Title: "Copy a kept workspace N ways",
+		Description: fmt.Sprintf("Make count new kept sessions (1 to %d), each a copy of the session's /workspace, "+
+			"independent from then on: to try several ways on from one point.", session.MaxFork),
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(false)},
+	}, tracked(s, func(ctx context.Context, _ *mcp.CallToolRequest, a ForkArgs) (*mcp.CallToolResult, ForkOutput, error) {
+		f, err := store.Fork(ctx, a.Session, a.Count)
+		if err != nil {
+			return s.toolError(ForkTool, a.Session, err), ForkOutput{}, nil
+		}
+		text := "sessions " + strings.Join(f.IDs, " ")
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, ForkOutput{Sessions: f.IDs}, nil
 	}))
 }
 

@@ -57,6 +57,9 @@ var goSchemas = map[string]struct {
 	"PageHeld":       {reflect.TypeFor[server.UIList]().Field(0).Type.Elem(), false},
 	"PageDecided":    {reflect.TypeFor[server.Decided](), false},
 	"WebhookHold":    {reflect.TypeFor[approvals.Hold](), false},
+	"ForkRequest":    {reflect.TypeFor[server.ForkRequest](), true},
+	"ForkAnswer":     {reflect.TypeFor[server.ForkAnswer](), false},
+	"ForkedSession":  {reflect.TypeFor[server.ForkedSession](), false},
 }
 
 // handWritten are the document's schemas of no Go type: formats, and

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 
@@ -22,6 +24,56 @@ func (s *Server) routeSessions(mux *http.ServeMux) {
 	mux.HandleFunc("/v1/sessions", only(s.postSession, http.MethodPost))
 	mux.HandleFunc("/v1/sessions/{id}", only(s.session, http.MethodGet, http.MethodDelete))
 	mux.HandleFunc("/v1/sessions/{id}/files/{path...}", only(s.sessionFile, http.MethodGet, http.MethodPut))
+	mux.HandleFunc("/v1/sessions/{id}/fork", only(s.forkSession, http.MethodPost))
+}
+
+// ForkRequest is the body of POST /v1/sessions/ID/fork.
+type ForkRequest struct {
+	Count *int `json:"count"`
+}
+
+// ForkAnswer is the answer of a fork: the new sessions, in order, and
+// how their files were copied ("reflink": blocks shared with the source;
+// "copy": the data copied).
+type ForkAnswer struct {
+	Sessions []ForkedSession `json:"sessions"`
+	Copy     string          `json:"copy"`
+}
+
+// ForkedSession is one session a fork made.
+type ForkedSession struct {
+	ID string `json:"id"`
+}
+
+// maxForkBody bounds the body of a fork request.
+const maxForkBody = 1024
+
+func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) {
+	if s.Sessions == nil {
+		writeError(w, http.StatusNotFound, "", "sessions are not available on this server")
+		return
+	}
+	var req ForkRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxForkBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil || req.Count == nil {
+		writeError(w, http.StatusBadRequest, "count", fmt.Sprintf(`want {"count": N}, N from 1 to %d`, session.MaxFork))
+		return
+	}
+	f, err := s.Sessions.Fork(r.Context(), r.PathValue("id"), *req.Count)
+	if err != nil {
+		if errors.Is(err, session.ErrBadCount) {
+			writeError(w, http.StatusBadRequest, "count", err.Error())
+			return
+		}
+		writeSessionError(w, err)
+		return
+	}
+	a := ForkAnswer{Sessions: make([]ForkedSession, len(f.IDs)), Copy: string(f.Mode)}
+	for i, id := range f.IDs {
+		a.Sessions[i] = ForkedSession{ID: id}
+	}
+	writeJSON(w, http.StatusCreated, a)
 }
 
 func (s *Server) postSession(w http.ResponseWriter, r *http.Request) {

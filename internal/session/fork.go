@@ -25,9 +25,9 @@ var (
 // Forked is what a fork made: the new sessions' ids, how their files were
 // copied, and the bytes it copied (0 where every block is shared).
 type Forked struct {
-	IDs    []string
-	Mode   CopyMode
-	Copied int64
+	IDs    []string `json:"ids"`
+	Mode   CopyMode `json:"copy"`
+	Copied int64    `json:"copied_bytes"`
 }
 
 // forkHook, when set (by tests), runs after the i-th copy is made; an

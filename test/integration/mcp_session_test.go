@@ -18,7 +18,7 @@ import (
 )
 
 // mcpAllTools are the tools of the MCP server as serve mounts it.
-const mcpAllTools = "list_files,new_session,read_file,run_code,write_file"
+const mcpAllTools = "fork_session,list_files,new_session,read_file,run_code,write_file"
 
 // mcpTools lists the server's tools.
 func mcpTools(t *testing.T, cs *mcp.ClientSession) []*mcp.Tool {
@@ -114,7 +114,7 @@ func TestMCPSessions(t *testing.T) {
 	}
 	for name, want := range map[string][]string{
 		"new_session": nil, "list_files": {"session"}, "read_file": {"session", "path"},
-		"write_file": {"session", "path", "content"},
+		"write_file": {"session", "path", "content"}, "fork_session": {"session", "count"},
 	} {
 		tool := mcpTool(t, cs, name)
 		b, _ := json.Marshal(tool.InputSchema)
@@ -178,14 +178,36 @@ open("big", "wb").write(b"a" * (17 << 20))`})
 		t.Errorf("list_files of out: %q", txt)
 	}
 
+	// fork_session copies the files; the copy is a session of its own.
+	res = callTool(t, cs, "fork_session", map[string]any{"session": id, "count": 1})
+	var forked struct{ Sessions []string }
+	b, _ = json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(b, &forked); res.IsError || err != nil || len(forked.Sessions) != 1 || forked.Sessions[0] == id {
+		t.Fatalf("fork_session: %v %q %s", res.IsError, answerText(t, res), b)
+	}
+	copyID := forked.Sessions[0]
+	if res := callTool(t, cs, "read_file", map[string]any{"session": copyID, "path": "out/result.txt"}); res.IsError || answerText(t, res) != "from the run" {
+		t.Errorf("read_file of the fork: %v %q", res.IsError, answerText(t, res))
+	}
+	if res := callTool(t, cs, "write_file", map[string]any{"session": copyID, "path": "out/result.txt", "content": "the fork's"}); res.IsError {
+		t.Errorf("write_file to the fork: %q", answerText(t, res))
+	}
+	if res := callTool(t, cs, "read_file", map[string]any{"session": id, "path": "out/result.txt"}); answerText(t, res) != "from the run" {
+		t.Errorf("the source after a write to its fork: %q", answerText(t, res))
+	}
+	if res := callTool(t, cs, "fork_session", map[string]any{"session": id, "count": 65}); !res.IsError || !strings.Contains(answerText(t, res), "count") {
+		t.Errorf("fork_session of 65: %v %q", res.IsError, answerText(t, res))
+	}
+
 	// Refusals: an unknown session, a bad path, a file over the cap, a
 	// malformed id.
 	forged := "ss-0123456789abcdef0123456789abcdef"
 	for tool, args := range map[string]map[string]any{
-		"list_files": {"session": forged},
-		"read_file":  {"session": forged, "path": "a"},
-		"write_file": {"session": forged, "path": "a", "content": "x"},
-		"run_code":   {"session": forged, "code": "print(1)"},
+		"list_files":   {"session": forged},
+		"read_file":    {"session": forged, "path": "a"},
+		"write_file":   {"session": forged, "path": "a", "content": "x"},
+		"fork_session": {"session": forged, "count": 1},
+		"run_code":     {"session": forged, "code": "print(1)"},
 	} {
 		res := callTool(t, cs, tool, args)
 		if txt := answerText(t, res); !res.IsError || !strings.Contains(txt, tool+" refused") || !strings.Contains(txt, forged) {

@@ -214,6 +214,9 @@ func TestServeOpenAPI(t *testing.T) {
 	expect("DELETE", nobody, "", 404)
 	expect("GET", nobody+"/files/a.txt", "", 404)
 	expect("PUT", nobody+"/files/a.txt", "x", 404)
+	expect("POST", nobody+"/fork", `{"count": 1}`, 404)
+	expect("POST", sess+"/fork", `{"count": 0}`, 400)
+	expect("POST", sess+"/fork", `{"count": 1}`, 507) // sessions.max is 2
 
 	// Busy: a run holds the session; a second run, the listing, the files
 	// and DELETE are refused; with a second slow run both run slots are
@@ -236,6 +239,7 @@ func TestServeOpenAPI(t *testing.T) {
 	expect("GET", sess+"/files/in/a.txt", "", 409)
 	expect("PUT", sess+"/files/in/a.txt", "x", 409)
 	expect("DELETE", sess, "", 409)
+	expect("POST", sess+"/fork", `{"count": 1}`, 409)
 	slow("busy", false)
 	waitServeRunning(t, s, 2)
 	if resp, _ := s.request("POST", "/v1/runs", strings.NewReader(task("refused", nil)), nil, false); resp.StatusCode != 503 {
@@ -243,6 +247,14 @@ func TestServeOpenAPI(t *testing.T) {
 	}
 	wg.Wait()
 	expect("DELETE", sess, "", 204)
+	var forked server.ForkAnswer
+	if err := json.Unmarshal(expect("POST", "/v1/sessions/"+ids[1]+"/fork", `{"count": 1}`, 201), &forked); err != nil {
+		t.Error(err)
+	} else if len(forked.Sessions) != 1 || forked.Sessions[0].ID == ids[1] {
+		t.Errorf("fork made %+v", forked)
+	} else {
+		expect("GET", "/v1/sessions/"+forked.Sessions[0].ID, "", 200)
+	}
 
 	// Approvals: a held request is approved through the API; a second
 	// answer finds nothing waiting; a bad body is refused.
@@ -278,7 +290,7 @@ func TestServeOpenAPI(t *testing.T) {
 	// Every path that changes anything refuses a browser's cross-site
 	// request, token or not.
 	for _, op := range [][2]string{{"POST", "/v1/runs"}, {"POST", "/v1/sessions"}, {"DELETE", "/v1/sessions/s-none"},
-		{"PUT", "/v1/sessions/s-none/files/a"}, {"POST", "/mcp"}, {"DELETE", "/mcp"}} {
+		{"PUT", "/v1/sessions/s-none/files/a"}, {"POST", "/v1/sessions/s-none/fork"}, {"POST", "/mcp"}, {"DELETE", "/mcp"}} {
 		if resp, b := s.request(op[0], op[1], strings.NewReader(`{"code": "print(1)"}`), crossSite, false); resp.StatusCode != 403 {
 			t.Errorf("cross-site %s %s: %d %.200s; want 403", op[0], op[1], resp.StatusCode, b)
 		}
@@ -294,6 +306,7 @@ func TestServeOpenAPI(t *testing.T) {
 		"POST /v1/sessions 500":                  "a host failure",
 		"GET /v1/sessions/{id} 500":              "a host failure",
 		"DELETE /v1/sessions/{id} 500":           "a host failure",
+		"POST /v1/sessions/{id}/fork 500":        "a host failure",
 		"GET /v1/sessions/{id}/files/{path} 413": "a 16 MiB file in a session takes a run to write",
 		"GET /v1/sessions/{id}/files/{path} 500": "a host failure",
 		"PUT /v1/sessions/{id}/files/{path} 500": "a host failure",

@@ -203,6 +203,24 @@ func TestSessionSurvivesReboot(t *testing.T) {
 		t.Errorf("run after the reboot: %s", out)
 	}
 
+	// A fork's copies hold the files, each its own.
+	copies := strings.Fields(agentrun("", "sessions", "fork", id, "2"))
+	if len(copies) != 2 || copies[0] == id || copies[1] == copies[0] {
+		t.Fatalf("sessions fork %s 2: %q", id, copies)
+	}
+	for _, c := range copies {
+		if got := agentrun("", "sessions", "cat", c, "data/kept.txt"); got != "before the reboot" {
+			t.Errorf("sessions cat of fork %s: %q", c, got)
+		}
+	}
+	agentrun("changed", "sessions", "put", copies[0], "up.txt")
+	if got := agentrun("", "sessions", "cat", id, "up.txt"); got != "uploaded" {
+		t.Errorf("the source after a write to its fork: %q", got)
+	}
+	for _, c := range copies {
+		agentrun("", "sessions", "rm", c)
+	}
+
 	// The TTL counts from the last use, which the store keeps.
 	agentrun("", "gc")
 	if ls := agentrun("", "sessions", "ls"); !strings.Contains(ls, id) {

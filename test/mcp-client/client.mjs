@@ -35,7 +35,7 @@ await client.connect(transport);
 
 const { tools } = await client.listTools();
 const names = tools.map((t) => t.name).sort().join(",");
-check(names === "list_files,new_session,read_file,run_code,write_file", "tools/list", names);
+check(names === "fork_session,list_files,new_session,read_file,run_code,write_file", "tools/list", names);
 const schema = tools.find((t) => t.name === "run_code").inputSchema;
 check(schema.properties.language.enum.includes("python"), "language enum", schema.properties.language);
 check(schema.required.includes("code"), "required", schema.required);

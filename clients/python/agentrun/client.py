@@ -340,6 +340,13 @@ class Sessions:
         """Removes the session and its files."""
         self._c._json_call("DELETE", "/v1/sessions/" + _quote(session_id))
 
+    def fork(self, session_id, count):
+        """Makes count new sessions (1 to 64), each a copy of the session's
+        files (and state), independent from then on; returns their ids."""
+        body = json.dumps({"count": count}).encode()
+        res = self._c._json_call("POST", "/v1/sessions/%s/fork" % _quote(session_id), body, "application/json")
+        return [s["id"] for s in res["sessions"]]
+
     @staticmethod
     def _path(session_id, path):
         return "/v1/sessions/%s/files/%s" % (_quote(session_id), _quote(path))

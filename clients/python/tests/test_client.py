@@ -252,8 +252,27 @@ class ServeTest(unittest.TestCase):
             self.assertEqual(s.get(sid)["id"], sid)
             self.refused(400, s.read, sid, "../etc/passwd")
             self.refused(400, s.read, sid, "missing.txt")
+            copies = s.fork(sid, 2)
+            try:
+                self.assertEqual(len(set(copies) | {sid}), 3, copies)
+                for c in copies:
+                    self.assertEqual(s.read(c, "in/a.txt"), b"from the client")
+                    self.assertEqual(s.read(c, "out.txt"), b"from the run")
+                # Independent from then on: a copy's run changes only that copy.
+                r = self.c.run(code="open('out.txt', 'w').write('copy 0')", session=copies[0], keep_workspace=True)
+                self.assertEqual(r["exit_code"], 0, r)
+                self.assertEqual(s.read(copies[0], "out.txt"), b"copy 0")
+                self.assertEqual(s.read(copies[1], "out.txt"), b"from the run")
+                self.assertEqual(s.read(sid, "out.txt"), b"from the run")
+                e = self.refused(400, s.fork, sid, 65)
+                self.assertEqual(e.field, "count")
+                self.refused(400, s.fork, sid, 0)
+            finally:
+                for c in copies:
+                    s.delete(c)
         finally:
             s.delete(sid)
+        self.refused(404, s.fork, sid, 1)
         self.refused(404, s.read, sid, "in/a.txt")
         self.refused(404, s.files, sid)
         self.refused(404, s.delete, sid)
