@@ -115,6 +115,10 @@ func main() {
 		warmReport(os.Stdout, warmBench(work))
 		return
 	}
+	if *forkOnly {
+		forkReport(os.Stdout, forkBench(work, rootfs))
+		return
+	}
 
 	bundle, err := runcBundle(work, rootfs, task)
 	if err != nil {
@@ -175,8 +179,10 @@ func main() {
 	via, direct, perr := proxyBench()
 	nb := netBench{via: via, direct: direct, err: perr}
 	ws := warmBench(work)
+	fb := forkBench(work, rootfs)
 	report(os.Stdout, cs, load, pulls, nb, gobench)
 	warmReport(os.Stdout, ws)
+	forkReport(os.Stdout, fb)
 	kept := keptSections(*out)
 	f, err := os.Create(*out)
 	if err != nil {
@@ -185,6 +191,7 @@ func main() {
 	defer f.Close()
 	report(f, cs, load, pulls, nb, gobench)
 	warmReport(f, ws)
+	forkReport(f, fb)
 	io.WriteString(f, kept)
 }
 
