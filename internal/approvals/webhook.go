@@ -12,9 +12,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -173,7 +175,7 @@ func (w *Webhook) send() {
 			return
 		case j := <-w.queue:
 			if err := w.deliver(ctx, j.t, j.h); err != nil {
-				w.Logf("approval %s of run %s: webhook %s: %v", j.h.ID, j.h.Run, j.t.URL, err)
+				w.Logf("approval %s of run %s: webhook %s: %v", j.h.ID, j.h.Run, Redact(j.t.URL), err)
 			}
 		}
 	}
@@ -218,14 +220,14 @@ func (w *Webhook) post(ctx context.Context, t Target, body []byte) error {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return redactErr(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "agentrun")
 	req.Header.Set(SignatureHeader, Sign([]byte(secret), body))
 	resp, err := w.client.Do(req)
 	if err != nil {
-		return err
+		return redactErr(err)
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
@@ -236,16 +238,38 @@ func (w *Webhook) post(ctx context.Context, t Target, body []byte) error {
 }
 
 // CheckURL accepts an http or https URL with a host and no fragment, the
-// form of a webhook.
+// form of a webhook. Its errors show the URL as Redact does.
 func CheckURL(s string) error {
 	req, err := http.NewRequest(http.MethodPost, s, nil)
 	switch {
 	case err != nil:
-		return fmt.Errorf("%q is not a URL", s)
+		return errors.New("not a URL")
 	case req.URL.Scheme != "http" && req.URL.Scheme != "https":
-		return fmt.Errorf("%q: want an http:// or https:// URL", s)
+		return fmt.Errorf("%s: want an http:// or https:// URL", Redact(s))
 	case req.URL.Host == "" || req.URL.Fragment != "" || strings.ContainsAny(s, " \t\r\n"):
-		return fmt.Errorf("%q: want a URL with a host and no fragment", s)
+		return fmt.Errorf("%s: want a URL with a host and no fragment", Redact(s))
 	}
 	return nil
+}
+
+// Redact is the webhook URL s as logs and errors show it: its scheme and
+// host (with the port) and "/…", never its path, query or user info, any
+// of which may carry a secret of the receiver's; "…" alone when s has no
+// host to show.
+func Redact(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme == "" || u.Host == "" || strings.ContainsAny(u.Host, "@/?# \t\r\n") {
+		return "…"
+	}
+	return u.Scheme + "://" + u.Host + "/…"
+}
+
+// redactErr is err, an error of net/http's, with the URL a *url.Error
+// names whole shown as Redact does.
+func redactErr(err error) error {
+	ue, ok := err.(*url.Error)
+	if !ok {
+		return err
+	}
+	return &url.Error{Op: ue.Op, URL: Redact(ue.URL), Err: redactErr(ue.Err)}
 }

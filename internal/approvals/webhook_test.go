@@ -163,3 +163,63 @@ func TestHoldSaysWhenTheBodyIsCut(t *testing.T) {
 		}
 	}
 }
+
+// TestWebhookLogsNoSecretOfTheURL: a webhook's path, query and user info
+// may carry a secret; a hold given up on is logged with the URL's scheme
+// and host only, whether the webhook answered badly or could not be
+// reached (net/http's errors name the URL whole).
+func TestWebhookLogsNoSecretOfTheURL(t *testing.T) {
+	fast(t)
+	attempts = 1
+	file := secretFile(t, "k")
+	answers := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no", http.StatusInternalServerError)
+	}))
+	defer answers.Close()
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	for name, base := range map[string]string{"answers 500": answers.URL, "unreachable": gone.URL} {
+		t.Run(name, func(t *testing.T) {
+			host := strings.TrimPrefix(base, "http://")
+			hook := "http://hookuser:hookpass@" + host + "/hooks/pathsecret?token=querysecret"
+			w := NewWebhook()
+			defer w.Close()
+			lines := make(chan string, 8)
+			w.Logf = func(format string, args ...any) { lines <- fmt.Sprintf(format, args...) }
+			w.Send(Target{URL: hook, SecretFile: file}, Hold{ID: "ap-4", Run: "ar-4", ExpiresAt: time.Now().Add(time.Minute)})
+			var line string
+			select {
+			case line = <-lines:
+			case <-time.After(30 * time.Second):
+				t.Fatal("not given up on")
+			}
+			if !strings.Contains(line, "webhook http://"+host+"/…: ") {
+				t.Errorf("logged %q; want the webhook as http://%s/…", line, host)
+			}
+			for _, secret := range []string{"pathsecret", "querysecret", "hookuser", "hookpass", "/hooks"} {
+				if strings.Contains(line, secret) {
+					t.Errorf("logged %q: it shows %q of the webhook's URL", line, secret)
+				}
+			}
+		})
+	}
+}
+
+func TestRedact(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://hooks.internal/agentrun/s3cret?key=k": "https://hooks.internal/…",
+		"http://u:p@127.0.0.1:9000/h":                  "http://127.0.0.1:9000/…",
+		"http://[::1]:8080":                            "http://[::1]:8080/…",
+		"/relative/s3cret":                             "…",
+		"::not a url s3cret":                           "…",
+	} {
+		if got := Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q; want %q", in, got, want)
+		}
+	}
+	for _, bad := range []string{"ftp://x/s3cret", "https://x/s3cret#frag", "https://x/s3cret\n"} {
+		if err := CheckURL(bad); err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("CheckURL(%q) = %v; want an error that does not show the path", bad, err)
+		}
+	}
+}

@@ -43,6 +43,7 @@ type Runner struct {
 	regs        *image.Registries // where a task's own image may come from
 	own         map[string]bool   // the config's images: not bound by regs
 	pool        *Pool             // nil without a pool
+	init        string            // the init's copy in BinDir (stageBinary)
 	sessions    *session.Store
 	uids        *uidpool.Range // each sandbox's own host uid and gid
 
@@ -63,6 +64,9 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 		return nil, fmt.Errorf("%w (apt-get install tini, or set config key init)", err)
 	}
 	var err error
+	if r.init, err = stageBinary(cfg.Init, "init"); err != nil {
+		return nil, fmt.Errorf("the sandbox's init: %w", err)
+	}
 	if err = os.MkdirAll(r.runsDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating state dir: %w", err)
 	}
@@ -93,6 +97,11 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	lc.CgroupParent = cfg.CgroupParent
 	if lc.SeccompHelper, err = SeccompHelper(cfg); err != nil {
 		return nil, err
+	}
+	if lc.SeccompHelper != "" {
+		if lc.SeccompHelper, err = stageBinary(lc.SeccompHelper, runc.SeccompHelper); err != nil {
+			return nil, fmt.Errorf("the seccomp helper: %w", err)
+		}
 	}
 	r.backends[config.RuntimeLibcontainer] = lc
 	// runsc is optional: a run that asks for it gets the reason it is
@@ -496,7 +505,7 @@ func (r *Runner) setup(ctx context.Context, req request) (_ *sandbox, err error)
 	if err != nil {
 		return nil, err
 	}
-	opts := append(SandboxSpec(p, traits.CgroupParent+"/"+id, r.cfg.Init, sb.ws.Dir, wsSize), netOpts...)
+	opts := append(SandboxSpec(p, traits.CgroupParent+"/"+id, r.init, sb.ws.Dir, wsSize), netOpts...)
 	opts = append(opts, idOpts...)
 	if traits.Spec != nil {
 		opts = append(opts, traits.Spec)
