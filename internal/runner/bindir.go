@@ -150,9 +150,38 @@ func copyInto(dir, bin, name string) (string, error) {
 	if same, err := sameCopy(out, data); err != nil || same {
 		return out, err
 	}
-	tmp, err := os.CreateTemp(dir, ".tmp-"+name+"-")
+	err = writeCopy(dir, name, out, data)
+	if errors.Is(err, unix.ENOSPC) {
+		// Full of the copies of earlier builds: those go (a sandbox that
+		// binds one keeps it until it ends; an agentrun that staged one
+		// copies it again), and this one is tried again.
+		pruneCopies(dir, out)
+		err = writeCopy(dir, name, out, data)
+	}
 	if err != nil {
 		return "", fmt.Errorf("copying %s into %s: %w", bin, dir, err)
+	}
+	return out, nil
+}
+
+// pruneCopies removes every file of dir but keep.
+func pruneCopies(dir, keep string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if p := filepath.Join(dir, e.Name()); p != keep && e.Type().IsRegular() {
+			os.Remove(p)
+		}
+	}
+}
+
+// writeCopy writes data as out, aside first and then renamed into place.
+func writeCopy(dir, name, out string, data []byte) error {
+	tmp, err := os.CreateTemp(dir, ".tmp-"+name+"-")
+	if err != nil {
+		return err
 	}
 	defer os.Remove(tmp.Name())
 	_, err = tmp.Write(data)
@@ -165,10 +194,7 @@ func copyInto(dir, bin, name string) (string, error) {
 	if err == nil {
 		err = os.Rename(tmp.Name(), out)
 	}
-	if err != nil {
-		return "", fmt.Errorf("copying %s into %s: %w", bin, dir, err)
-	}
-	return out, nil
+	return err
 }
 
 // sameCopy reports whether path is a copy of data: a regular file of

@@ -5,6 +5,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentrun/agentrun/test/testenv"
 )
 
 // TestCopyIntoNamesByContent checks that a binary's copy is named by its
@@ -46,5 +50,41 @@ func TestCopyIntoNamesByContent(t *testing.T) {
 	os.Chmod(second, 0o555)
 	if _, err := copyInto(dir, bin, "init"); err == nil || !strings.Contains(err.Error(), "content differs") {
 		t.Errorf("copyInto over a changed copy: %v; want its content refused", err)
+	}
+}
+
+// TestCopyIntoPrunesWhenFull: a tmpfs full of other builds' copies makes
+// room for this one by removing them, never failing the runner.
+func TestCopyIntoPrunesWhenFull(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := t.TempDir()
+	if err := unix.Mount("agentrun-test", dir, "tmpfs", 0, "size=64k"); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(dir, unix.MNT_DETACH)
+	src := t.TempDir()
+	var old []string
+	for i := range 3 {
+		bin := filepath.Join(src, "old")
+		os.WriteFile(bin, append([]byte{byte(i)}, make([]byte, 12<<10)...), 0o755)
+		p, err := copyInto(dir, bin, "init")
+		if err != nil {
+			t.Fatalf("copy %d: %v", i, err)
+		}
+		old = append(old, p)
+	}
+	bin := filepath.Join(src, "new")
+	os.WriteFile(bin, append([]byte("new"), make([]byte, 36<<10)...), 0o755)
+	p, err := copyInto(dir, bin, "init")
+	if err != nil {
+		t.Fatalf("copyInto a full dir: %v", err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range old {
+		if _, err := os.Stat(o); err == nil {
+			t.Errorf("%s kept in a full dir", o)
+		}
 	}
 }
