@@ -114,13 +114,10 @@ def _write_stderr(text):
             pass
 
 
-def _unraisable(e, obj):
-    """Reports e, raised by obj at the interpreter's end, as its
-    PyErr_WriteUnraisable does: through sys.unraisablehook (the default
-    one where there is none), and a hook that fails through the default
-    one, as "Exception ignored in sys.unraisablehook"."""
-    # The hook's argument is of the interpreter's own type, which Python
-    # names nowhere: one caught from a report made here.
+def _hook_args():
+    """The type of sys.unraisablehook's argument, which Python names
+    nowhere: that of one caught from a report made here; None if none
+    came."""
     caught = []
     hook = sys.__dict__.get("unraisablehook", _MISSING)
     sys.unraisablehook = caught.append
@@ -132,29 +129,73 @@ def _unraisable(e, obj):
     Probe()
     if hook is _MISSING:
         del sys.unraisablehook
-        hook = None
     else:
         sys.unraisablehook = hook
-    if not caught:
-        return
-    args = type(caught[0])
-    tb = _own(e.__traceback__)
-    e.__traceback__ = tb
+    return type(caught[0]) if caught else None
+
+
+def _call_unraisablehook(hook, args):
+    """Calls hook (sys.unraisablehook, or None for the default) with args
+    as the interpreter does: a hook that fails is reported through the
+    default one, as "Exception ignored in sys.unraisablehook"."""
     if hook is None:
         hook = _default_unraisablehook
     failure = None
     try:
-        hook(args((type(e), e, tb, None, obj)))
-    except BaseException as e2:
-        failure = e2
+        hook(args)
+    except BaseException as e:
+        failure = e
     if failure is not None:
         tb = _own(failure.__traceback__)
         failure.__traceback__ = tb
         msg = "Exception ignored in sys.unraisablehook"
         try:
-            _default_unraisablehook(args((type(failure), failure, tb, msg, hook)))
+            _default_unraisablehook(type(args)((type(failure), failure, tb, msg, hook)))
         except BaseException:
             pass
+
+
+def _unraisable(e, obj):
+    """Reports e, raised by obj at the interpreter's end, as its
+    PyErr_WriteUnraisable does: through sys.unraisablehook, without this
+    launcher's frames."""
+    args = _hook_args()
+    if args is None:
+        return
+    tb = _own(e.__traceback__)
+    e.__traceback__ = tb
+    _call_unraisablehook(sys.__dict__.get("unraisablehook"), args((type(e), e, tb, None, obj)))
+
+
+def _run_exitfuncs():
+    """Runs the atexit handlers as the interpreter's end does, with no
+    frame under them: the report of an exception that a handler in C
+    raises names no frame of this launcher, where the interpreter would
+    name the one that called them."""
+    import atexit
+
+    if not atexit._ncallbacks():
+        return
+    hook = sys.__dict__.get("unraisablehook", _MISSING)
+
+    def report(args):
+        tb = _own(args.exc_traceback)
+        if args.exc_value is not None:
+            args.exc_value.__traceback__ = tb
+        args = type(args)((args.exc_type, args.exc_value, tb, args.err_msg, args.object))
+        _call_unraisablehook(None if hook is _MISSING else hook, args)
+
+    sys.unraisablehook = report
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    # A handler's own hook stays.
+    if sys.__dict__.get("unraisablehook") is report:
+        if hook is _MISSING:
+            del sys.unraisablehook
+        else:
+            sys.unraisablehook = hook
 
 
 def _flush_std():
@@ -201,12 +242,7 @@ def _exit(status, interrupted=False):
         if failure is not None:
             _unraisable(failure, threading)
             del failure
-    import atexit
-
-    try:
-        atexit._run_exitfuncs()
-    except BaseException:
-        pass
+    _run_exitfuncs()
     ok = _flush_std()
     # The teardown puts the original streams back and flushes them again:
     # what the program wrote to them before it replaced them comes out.

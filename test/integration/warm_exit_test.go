@@ -58,9 +58,13 @@ var warmExitCases = []struct{ name, code string }{
 	{"hook-exits-keyboard", "import sys\ndef h(t, v, tb):\n    sys.exit('from hook')\nsys.excepthook = h\nraise KeyboardInterrupt"},
 	{"last-vars", "import sys, atexit\natexit.register(lambda: print(sys.last_type.__name__, sys.last_value, sys.last_traceback.tb_frame.f_code.co_filename))\nraise LookupError('l')"},
 	// The end after the code: atexit handlers see no exception being
-	// handled; an exception in the threads' join is reported, not lost.
+	// handled, and the report of one's exception names no frame under it;
+	// an exception in the threads' join is reported, not lost.
 	{"atexit-after-exit", "import atexit, sys\natexit.register(lambda: print(sys.exc_info()))\nsys.exit(4)"},
 	{"atexit-after-raise", "import atexit, sys\natexit.register(lambda: print(sys.exc_info()))\n1/0"},
+	{"atexit-c-raises", "import atexit, os\natexit.register(os.remove, '/nonexistent')"},
+	{"atexit-c-raises-hook", "import atexit, os, sys\nsys.unraisablehook = lambda a: print('hook', a.exc_type.__name__, a.exc_traceback, a.err_msg, a.object, file=sys.stderr)\natexit.register(os.remove, '/nonexistent')"},
+	{"atexit-exits", "import atexit, sys\natexit.register(sys.exit, 5)"},
 	{"join-interrupted", `import _thread, sys, threading, time
 main = threading.main_thread().ident
 def f():
