@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/hostaddr"
 	"github.com/agentrun/agentrun/proxy/proxytest"
 	"github.com/agentrun/agentrun/test/testenv"
 )
@@ -73,6 +74,15 @@ func TestProxyHostOwn(t *testing.T) {
 	veth := hostListener(t, in.HostIP, accepted)
 	loop := hostListener(t, netip.MustParseAddr("127.0.0.1"), accepted)
 	self := map[string]netip.AddrPort{"hostself.test": veth, "loopself.test": loop}
+	// The proxy reads the host's addresses at most once per Refresh:
+	// wait until the new veth's is among them.
+	deadline := time.Now().Add(10 * hostaddr.Refresh)
+	for own, _ := hostaddr.Own(in.HostIP); !own; own, _ = hostaddr.Own(in.HostIP) {
+		if time.Now().After(deadline) {
+			t.Fatalf("hostaddr.Own(%s) is not true: the host end of a veth", in.HostIP)
+		}
+		time.Sleep(hostaddr.Refresh / 10)
+	}
 
 	t.Run("refused", func(t *testing.T) {
 		r := startRun(t, in, hostOwnPolicy(in, veth, loop))
