@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/agentrun/agentrun/internal/hostaddr"
+	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/server"
 	"github.com/agentrun/agentrun/proxy/proxytest"
 )
 
@@ -117,4 +120,58 @@ func TestHostOwnAddressRefused(t *testing.T) {
 			t.Errorf("with host_ports the host's servers got %d requests; want 4", n)
 		}
 	})
+}
+
+// guessPy asks serve's /healthz, through the sandbox's proxy, with a
+// wrong token 15 times and prints each status.
+const guessPy = `
+import urllib.request, urllib.error
+codes = []
+for i in range(15):
+    req = urllib.request.Request("http://serve.test:%d/healthz", headers={"Authorization": "Bearer wrong%%d" %% i})
+    try:
+        codes.append(urllib.request.urlopen(req, timeout=10).status)
+    except urllib.error.HTTPError as e:
+        codes.append(e.code)
+    except Exception as e:
+        codes.append(type(e).__name__)
+print(" ".join(str(c) for c in codes))
+`
+
+// TestServeThrottleKeepsSandboxApart: with serve's own address listed
+// in network.host_ports, a sandbox that guesses the token through its
+// proxy runs out of guesses (429) in a bucket of its own: the operator's
+// clients at the same address (127.0.0.1) still have theirs, a wrong
+// token getting 401 and the right one 200, not 429.
+func TestServeThrottleKeepsSandboxApart(t *testing.T) {
+	port := freePort(t)
+	cfg := serveConfig(map[string]any{"listen": fmt.Sprintf("tcp://127.0.0.1:%d", port), "token": "s3cret"},
+		map[string]any{"local_images": []string{*imagesDir}})
+	cfg["network"] = map[string]any{"hosts": map[string]string{"serve.test": "127.0.0.1"},
+		"host_ports": []string{fmt.Sprintf("127.0.0.1:%d", port)}}
+	s := startServeWith(t, cfg)
+
+	b, _ := json.Marshal(map[string]any{"code": fmt.Sprintf(guessPy, port),
+		"network": map[string]any{"allow": []string{fmt.Sprintf("serve.test:%d", port)}}, "limits": map[string]any{"timeout": "30s"}})
+	var res result.Result
+	if resp := s.post(string(b), &res); resp.StatusCode != 200 || res.ExitCode != 0 {
+		t.Fatalf("run: status %d, %+v", resp.StatusCode, res)
+	}
+	codes := strings.Fields(res.Stdout)
+	if len(codes) != 15 || codes[0] != "401" || codes[14] != "429" {
+		t.Fatalf("the sandbox's wrong tokens got %q; want 401 first and 429 once out of guesses (stderr %q)", res.Stdout, res.Stderr)
+	}
+
+	s.token = "wrong"
+	var apiErr server.APIError
+	if code := s.get("/healthz", &apiErr); code != 401 {
+		t.Errorf("the operator's wrong token after the sandbox's guesses: %d %+v; want 401", code, apiErr)
+	}
+	s.token = "s3cret"
+	var h server.Health
+	if code := s.get("/healthz", &h); code != 200 {
+		t.Errorf("the operator's token after the sandbox's guesses: %d; want 200", code)
+	}
+	s.stop()
+	assertNoLeaks(t)
 }
