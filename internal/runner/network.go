@@ -129,8 +129,7 @@ func (r *Runner) policy(p *task.Plan, approve proxy.ApproveFunc) (proxy.Policy, 
 	}
 	return proxy.Policy{
 		Allow: p.Allow, Hosts: r.cfg.Network.Hosts,
-		AllowRanges: r.cfg.Network.AllowRanges, DenyRanges: r.cfg.Network.DenyRanges,
-		HostPorts: r.cfg.Network.HostPorts,
+		AllowRanges: r.cfg.Network.AllowRanges, DenyRanges: r.cfg.Network.DenyRanges, HostPorts: r.cfg.Network.HostPorts,
 		MaxBytes: p.Limits.NetBytes, MaxConns: int(p.Limits.NetConns),
 		Services: services, UpstreamRoots: roots, Approve: approve, ApprovalTimeout: timeout,
 	}, nil
