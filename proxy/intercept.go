@@ -459,7 +459,7 @@ func (p *Proxy) Held() int {
 }
 
 // newUpstream is the transport of requests to services: it dials through
-// connect (allowlist and address checks, byte limits, the connection cap)
+// connectService (allowlist and address checks, byte limits, the connection cap)
 // and verifies the upstream against roots (nil: the host's).
 func (p *Proxy) newUpstream() *http.Transport {
 	return &http.Transport{
@@ -472,7 +472,7 @@ func (p *Proxy) newUpstream() *http.Transport {
 			if err != nil {
 				return nil, err
 			}
-			return p.connect(target{host, n})
+			return p.connectService(target{host, n})
 		},
 		TLSClientConfig:        &tls.Config{RootCAs: p.policy.UpstreamRoots, MinVersion: tls.VersionTLS12},
 		TLSHandshakeTimeout:    connectTimeout,

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/agentrun/agentrun/internal/hostaddr"
 	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/netns"
 )
@@ -59,11 +61,18 @@ type Policy struct {
 	// Allow holds allowlist entries (see ParseAllow).
 	Allow []string
 	// Hosts maps names to fixed addresses, consulted before the resolver
-	// (like /etc/hosts). The address is still checked by netpolicy.CheckAddr.
+	// (like /etc/hosts). The address is still checked (netpolicy.Dest).
 	Hosts map[string]netip.Addr
 	// AllowRanges opens ranges netpolicy.CheckAddr would refuse; DenyRanges adds
 	// refusals and wins over everything.
 	AllowRanges, DenyRanges []netip.Prefix
+	// HostPorts are the host's own address:port pairs a connection may
+	// reach (network.host_ports). Every other address the host owns is
+	// refused, whatever the ranges, except to a service's upstream.
+	HostPorts []netip.AddrPort
+	// Own reports whether an address is the host's own, asked when a
+	// connection is dialled; nil means hostaddr.Own.
+	Own func(netip.Addr) (bool, error)
 	// MaxBytes caps the bytes of a run in each direction, over all its
 	// connections; a connection that crosses it is cut. 0 means no cap.
 	MaxBytes int64
@@ -267,6 +276,15 @@ func (p *Proxy) setPolicy(pol Policy) error {
 	if dial == nil {
 		d := &net.Dialer{}
 		dial = d.DialContext
+	}
+	if pol.Own == nil {
+		pol.Own = hostaddr.Own
+	}
+	pol.HostPorts = slices.Clone(pol.HostPorts)
+	for i, hp := range pol.HostPorts {
+		if !hp.Addr().IsValid() || hp.Port() == 0 {
+			return fmt.Errorf("starting proxy: host_ports entry %d (%s): not an address and port", i, hp)
+		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -5,9 +5,11 @@
 //
 // The host's own addresses are the local routes of that namespace (its
 // routing table "local": every address of every interface, loopback, the
-// veths' and any local range), and always 127.0.0.0/8 and ::1. They are
-// read from the kernel when asked, at most once a second (Refresh), so
-// that an address added to an interface is the host's within a second.
+// veths' and any local range), and always 127.0.0.0/8, ::1 and the
+// unspecified addresses 0.0.0.0 and ::, to which Linux connects as the
+// host itself. The routes are read from the kernel when asked, at most
+// once a second (Refresh), so that an address added to an interface is
+// the host's within a second.
 package hostaddr
 
 import (
@@ -28,10 +30,13 @@ const Refresh = time.Second
 // maxRoutes bounds the local routes kept from one read.
 const maxRoutes = 1 << 16
 
-// always are the host's whatever the routing table says.
+// always are the host's whatever the routing table says: loopback, and
+// the unspecified addresses, which Linux connects to as the host's own.
 var always = []netip.Prefix{
 	netip.MustParsePrefix("127.0.0.0/8"),
 	netip.MustParsePrefix("::1/128"),
+	netip.MustParsePrefix("0.0.0.0/32"),
+	netip.MustParsePrefix("::/128"),
 }
 
 // Set is the host's own addresses, read again once Refresh has passed.

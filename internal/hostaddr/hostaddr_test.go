@@ -27,7 +27,7 @@ func TestOwnInterfaceAddrs(t *testing.T) {
 			t.Errorf("Own(%s) = %v, %v; want true: an interface's address", ip, own, err)
 		}
 	}
-	for _, s := range []string{"127.0.0.1", "127.8.9.10", "::1", "::ffff:127.0.0.1"} {
+	for _, s := range []string{"127.0.0.1", "127.8.9.10", "::1", "::ffff:127.0.0.1", "0.0.0.0", "::", "::ffff:0.0.0.0"} {
 		if own, err := Own(netip.MustParseAddr(s)); err != nil || !own {
 			t.Errorf("Own(%s) = %v, %v; want true", s, own, err)
 		}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/agentrun/agentrun/proxy"
 )
 
 // The throttle of wrong tokens (server.token guessed as a bearer header,
@@ -15,7 +18,8 @@ import (
 // source may get the token wrong guessBurst times, then once per
 // guessEvery. A source is the client's IP address, an IPv6 one by its
 // /64; every client of the unix socket is one source, and so is every
-// client behind one reverse proxy. A source with no guess left has its
+// client behind one reverse proxy, and every sandbox's connection through
+// its run's proxy (egressSource). A source with no guess left has its
 // requests that carry a token refused (429, Retry-After) before the token
 // is compared, so a right guess made then is not told apart from a wrong
 // one; a right token never costs a guess, and a request with no token is
@@ -42,6 +46,15 @@ const (
 // unixSource is the one source of every client of the unix socket (and
 // of any connection whose address is not an IP address).
 const unixSource = "unix"
+
+// egressSource is the one source of every connection that a run's proxy
+// of this process dialled for its sandbox (serve's own address listed in
+// network.host_ports): whatever address it comes from, a sandbox's guess
+// never costs the operator's clients at that address theirs.
+const egressSource = "sandbox egress"
+
+// isEgress is proxy.IsEgress; a test may replace it.
+var isEgress = proxy.IsEgress
 
 // guesses is the throttle; its zero value is ready. It is safe for
 // concurrent use.
@@ -75,6 +88,9 @@ func guessSource(r *http.Request) (src, prefix string) {
 	ap, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
 		return unixSource, unixSource
+	}
+	if local, ok := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr); ok && isEgress(ap, local.AddrPort()) {
+		return egressSource, egressSource
 	}
 	a := ap.Addr().Unmap()
 	if a.Is4() {

@@ -1,11 +1,14 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -187,6 +190,40 @@ func TestGuessSourcesApart(t *testing.T) {
 		if ok, wait := guessFrom(g, addr, true); !ok || wait > 0 {
 			t.Errorf("%s, another source: ok %v, wait %v", addr, ok, wait)
 		}
+	}
+}
+
+// TestGuessSourceEgress: a connection a run's proxy dialled (the client
+// and server ends proxy.IsEgress knows) is the sandboxes' one source, not
+// its address's: a sandbox out of guesses leaves the operator's clients
+// at that address theirs.
+func TestGuessSourceEgress(t *testing.T) {
+	sandbox := netip.MustParseAddrPort("127.0.0.1:40000")
+	serve := netip.MustParseAddrPort("127.0.0.1:7070")
+	defer func(f func(netip.AddrPort, netip.AddrPort) bool) { isEgress = f }(isEgress)
+	isEgress = func(client, server netip.AddrPort) bool { return client == sandbox && server == serve }
+	from := func(client netip.AddrPort) *http.Request {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = client.String()
+		return r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, net.TCPAddrFromAddrPort(serve)))
+	}
+	operator := netip.MustParseAddrPort("127.0.0.1:40001")
+	if got, _ := guessSource(from(sandbox)); got != egressSource {
+		t.Errorf("source of the sandbox's connection: %q; want %q", got, egressSource)
+	}
+	if got, _ := guessSource(from(operator)); got != "127.0.0.1" {
+		t.Errorf("source of the operator's connection: %q; want 127.0.0.1", got)
+	}
+	now := time.Now()
+	g := &guesses{now: func() time.Time { return now }}
+	for range guessBurst + 1 {
+		g.try(from(sandbox), func() bool { return false })
+	}
+	if _, wait := g.try(from(sandbox), func() bool { return true }); wait <= 0 {
+		t.Error("the sandbox's guesses were not throttled")
+	}
+	if ok, wait := g.try(from(operator), func() bool { return true }); !ok || wait > 0 {
+		t.Errorf("the operator at the same address after the sandbox's guesses: ok %v, wait %v; want ok", ok, wait)
 	}
 }
 
