@@ -36,7 +36,7 @@ var (
 	out      = flag.String("out", "docs/bench.md", "markdown report")
 	allow    = flag.String("allow", "example.test", "allowlist entry for the allowlist contender")
 	keepWork = flag.Bool("keep-work", false, "keep the work dir (the bundle, configs and tasks the contenders ran) and log its path, to rerun a contender by hand")
-	coldOnly = flag.Bool("cold-only", false, "measure the floor, both runc CLIs and a cold agentrun run only, and print them (docs/bench.md is not written)")
+	coldOnly = flag.Bool("cold-only", false, "measure the floor, the kernel floor, both runc CLIs and a cold agentrun run only, and print them (docs/bench.md is not written)")
 )
 
 func envOr(k, def string) string {
@@ -243,9 +243,10 @@ func measure(cs []*contender) {
 	}
 }
 
-// coldReport measures the floor, both runc CLIs and a cold agentrun run
-// alone (-cold-only), interleaved, and prints their medians and agentrun's
-// ratio to each runc.
+// coldReport measures the floor, the kernel floor, both runc CLIs and a
+// cold agentrun run alone (-cold-only), interleaved, and prints their
+// medians and CPU per run, agentrun's ratio to the kernel floor and to each
+// runc, and its gap to the kernel floor.
 func coldReport(w io.Writer, all []*contender) {
 	var cs []*contender
 	for _, c := range all {
