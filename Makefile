@@ -4,7 +4,7 @@
 #   make test     install what is missing, build, run the whole suite (as root)
 #   make install  install bin/agentrun to $(PREFIX)/bin, the systemd units and a config
 #   make deb      build the Debian package (bin/agentrun_VERSION_ARCH.deb)
-#   make bench    measure against bare chroot, runc and bwrap (docs/bench.md)
+#   make bench    measure against bare chroot, the kernel floor, runc and bwrap (docs/bench.md)
 #   make soak     1,000 mixed runs, checking nothing accumulates
 #   make vm-test  the cgroup suites in a QEMU machine on pure cgroup v2 (test/vm/run.sh)
 
@@ -151,7 +151,8 @@ test: deps vet unit integration fuzz
 vm-test: deps images
 	GO=$(GO) test/vm/run.sh
 
-# bench compares agentrun with bare chroot, runc (Debian's, and one built
+# bench compares agentrun with bare chroot, the kernel floor (test/bench/floor/floor.c,
+# built by the bench with $$CC or cc), runc (Debian's, and one built
 # at the libcontainer version agentrun links: test/runc.sh) and bwrap, and measures
 # throughput under load, and warm interpreters on the python-data image;
 # writes docs/bench.md. BENCH_FLAGS adds flags (-baseline OLD_BINARY,
