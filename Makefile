@@ -142,7 +142,7 @@ fuzz:
 	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzUnpack$$' -fuzztime $(call fuzztime,6000x) -fuzzminimizetime 100x ./image/unpack
 	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzParseRequest$$' -fuzztime $(call fuzztime,100000x) -fuzzminimizetime 200x ./proxy
 
-test: deps vet unit integration fuzz
+test: deps vet images unit integration fuzz
 
 # vm-test runs runtime/cgroup's tests, the integration tests on limits,
 # pools and tear-down, and the escape battery, on libcontainer, in a

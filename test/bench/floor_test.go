@@ -56,6 +56,10 @@ func TestFloorSandbox(t *testing.T) {
 		}
 		t.Skip("needs root (cgroups, namespaces, mounts)")
 	}
+	rootfs := filepath.Join(*images, "python", "rootfs")
+	if _, err := os.Stat(filepath.Join(rootfs, "usr", "bin", "python3")); err != nil {
+		t.Fatalf("the python test image is missing (make images): %v", err)
+	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "floor")
 	if out, err := exec.Command(envOr("CC", "cc"), "-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o", bin, "floor/floor.c").CombinedOutput(); err != nil {
