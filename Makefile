@@ -49,7 +49,7 @@ COMMIT        := $(shell git rev-parse HEAD 2>/dev/null)$(shell git status --por
 LDFLAGS       := -X main.version=$(VERSION) -X 'main.commit=$(COMMIT)' -X main.runscVersion=$(RUNSC_VERSION)
 UNITS         := agentrun.socket agentrun.service agentrun@.service agentrun-worker.service
 
-.PHONY: all build install deb deps images runsc mcp-client approvals-page openapi-validator demo test unit integration fuzz vet bench soak vm-test clean
+.PHONY: all build install deb deps images runsc mcp-client approvals-page openapi-validator ts-client demo test unit integration fuzz vet bench soak vm-test clean
 
 all: build
 
@@ -125,9 +125,15 @@ approvals-page: deps
 openapi-validator: deps
 	cd test/openapi-validator && npm ci --no-audit --no-fund
 
+# ts-client installs the TypeScript client's compiler, openapi-typescript
+# and the frameworks its adapters are tested against (clients/typescript,
+# from its package-lock.json), and builds it.
+ts-client: deps
+	cd clients/typescript && npm ci --no-audit --no-fund && npm run build
+
 # integration: real sandboxes on both runtimes, one package at a time (each
 # checks that the host is left clean, which a concurrent package would spoil).
-integration: build images runsc mcp-client approvals-page openapi-validator
+integration: build images runsc mcp-client approvals-page openapi-validator ts-client
 	AGENTRUN_BIN=$(abspath $(BIN)) $(GO) test -tags $(TAGS) -count=1 -p 1 -timeout 20m ./runtime/runsc/ ./test/...
 
 # fuzz runs each fuzz target briefly: a count of inputs, about 10 s of
