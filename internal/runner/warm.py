@@ -13,7 +13,9 @@
 # traceback, exit status and atexit handlers. It imports nothing that the
 # interpreter's own start does not: the task sees sys.modules as a cold
 # run's, plus the preloaded modules. It ends the interpreter as its exit
-# does, without the teardown of every module (_exit).
+# does, without the teardown of every module (_exit). Values and figures
+# are shown by agentrun's run launcher (run.py, mounted at VALUES), as in a
+# cold run.
 import os
 import sys
 
@@ -88,6 +90,19 @@ def _prepare():
     return source, path, main.__dict__
 
 
+VALUES = "/dev/agentrun-run.py"
+
+
+def _values():
+    """The run launcher's namespace (run.py), started: its program() makes
+    the code's last expression show its value."""
+    ns = {"__name__": "agentrun_run", "__file__": VALUES}
+    with open(VALUES, "rb") as f:
+        exec(compile(f.read(), VALUES, "exec"), ns)
+    ns["start"]()
+    return ns
+
+
 def _exit(status):
     """Ends the interpreter as its own exit does what a program can see
     (non-daemon threads joined, atexit handlers run, output flushed), but
@@ -113,8 +128,9 @@ def _exit(status):
 
 
 _source, _path, _globals = _prepare()
+_program = _values()["program"]
 try:
-    exec(compile(_source, _path, "exec"), _globals)
+    exec(compile(_program(compile(_source, _path, "exec", 0x400)), _path, "exec"), _globals)
 except SystemExit as e:
     # As the interpreter reads one: None is 0, an int its status, anything
     # else is printed and is 1.

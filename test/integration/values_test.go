@@ -1,0 +1,193 @@
+package integration
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/agentrun/agentrun/internal/result"
+)
+
+// fakePyplot is a matplotlib.pyplot with what agentrun's launcher uses
+// of it (figure, get_fignums, close, show, a figure's savefig): the test
+// images have no matplotlib. A figure's PNG is a PNG signature and its
+// number; the real show fails, so that only the launcher's may run.
+const fakePyplot = `import os
+_figs = {}
+class Figure:
+    def __init__(self, num):
+        self.num = num
+    def savefig(self, f, format=None):
+        assert format == "png", format
+        f.write(b"\x89PNG\r\n\x1a\n" + b"fig%d" % self.num)
+    def __repr__(self):
+        return "<Figure %d>" % self.num
+def figure(num=None):
+    if num is None:
+        num = max(_figs, default=0) + 1
+    return _figs.setdefault(num, Figure(num))
+def get_fignums():
+    return sorted(_figs)
+def close(which):
+    _figs.clear()
+def show():
+    raise RuntimeError("the real show ran")
+`
+
+// withFakeMatplotlib is extra with the fake matplotlib package among the
+// task's files.
+func withFakeMatplotlib(extra map[string]any) map[string]any {
+	m := map[string]any{"files": map[string]any{
+		"matplotlib/__init__.py": map[string]string{"content": ""},
+		"matplotlib/pyplot.py":   map[string]string{"content": fakePyplot},
+	}}
+	for k, v := range extra {
+		m[k] = v
+	}
+	return m
+}
+
+func png(s string) string { return base64.StdEncoding.EncodeToString([]byte("\x89PNG\r\n\x1a\n" + s)) }
+
+type bundle = map[string]string
+
+// valueCase is a Python program and the values its result must show.
+type valueCase struct {
+	code    string
+	extra   map[string]any
+	stdout  string
+	value   bundle
+	display []bundle
+	dropped int
+}
+
+const richClass = `class Rich:
+    def __repr__(self): return "Rich()"
+    def _repr_html_(self): return "<b>rich</b>"
+    def _repr_markdown_(self): return "**rich**"
+    def _repr_png_(self): return b"\x89PNG\r\n\x1a\nrich"
+    def _repr_json_(self): return {"a": [1, 2]}
+    def _repr_latex_(self): raise ValueError("no latex")
+class Bundled:
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {"text/plain": "bundled", "image/svg+xml": "<svg/>", "x/unknown": "dropped"}
+`
+
+// hostileChannel writes into the display channel what no launcher writes.
+const hostileChannel = `import os
+with open("/dev/agentrun-display/bundles", "ab") as f:
+    f.write(b"not json\n")
+    f.write(b'{"display": {"text/plain": 5}}\n')
+    f.write(b'{"display": {"x/evil": "a"}}\n')
+    f.write(b'{"value": {"image/png": "!!!"}}\n')
+    f.write(b'{"display": {}, "value": {}}\n')
+    f.write(b'[1, 2]\n')
+    f.write(b'{"display": {"text/plain": "ok"}}\n')
+    f.write(b"\xff\xfe\x00\n")
+    f.write(b'{"display": {"text/plain": "cut')
+print("wrote")
+`
+
+var valueCases = map[string]valueCase{
+	"int":       {code: "x = 6\nx * 7", value: bundle{"text/plain": "42"}},
+	"str":       {code: "'a' + 'b'", value: bundle{"text/plain": "'ab'"}},
+	"none":      {code: "print('hi')", stdout: "hi\n"},
+	"none-expr": {code: "None"},
+	"no-expr":   {code: "x = 1"},
+	"rich": {code: richClass + "Rich()", value: bundle{"text/plain": "Rich()", "text/html": "<b>rich</b>",
+		"text/markdown": "**rich**", "image/png": png("rich"), "application/json": `{"a": [1, 2]}`}},
+	"mimebundle": {code: richClass + "Bundled()", value: bundle{"text/plain": "bundled", "image/svg+xml": "<svg/>"}},
+	"display-order": {code: richClass + "display(1)\nprint('between')\ndisplay('two', Rich())\n3",
+		stdout: "between\n", value: bundle{"text/plain": "3"},
+		display: []bundle{{"text/plain": "1"}, {"text/plain": "'two'"}, {"text/plain": "Rich()", "text/html": "<b>rich</b>",
+			"text/markdown": "**rich**", "image/png": png("rich"), "application/json": `{"a": [1, 2]}`}}},
+	// A figure shown comes when shown (and is closed); one left open, at
+	// the end; matplotlib gets Agg without asking, and is not imported
+	// unless the program does.
+	"figures": {code: "import os, sys\nprint(os.environ['MPLBACKEND'], 'matplotlib' in sys.modules)\nimport matplotlib.pyplot as plt\n" +
+		"plt.figure()\ndisplay('between')\nplt.show()\nplt.figure()\nplt.figure()\n'end'",
+		extra: withFakeMatplotlib(nil), stdout: "Agg False\n", value: bundle{"text/plain": "'end'"},
+		display: []bundle{{"text/plain": "'between'"}, {"text/plain": "<Figure 1>", "image/png": png("fig1")},
+			{"text/plain": "<Figure 1>", "image/png": png("fig1")}, {"text/plain": "<Figure 2>", "image/png": png("fig2")}}},
+	"figure-value": {code: "import matplotlib.pyplot as plt\nplt.figure()", extra: withFakeMatplotlib(nil),
+		value: bundle{"text/plain": "<Figure 1>", "image/png": png("fig1")}},
+	"mplbackend-kept": {code: "import os\nos.environ['MPLBACKEND']", extra: map[string]any{"env": map[string]string{"MPLBACKEND": "svg"}},
+		value: bundle{"text/plain": "'svg'"}},
+	"cap-16": {code: "for i in range(20):\n    display(i)", dropped: 4,
+		display: func() []bundle {
+			var b []bundle
+			for i := range 16 {
+				b = append(b, bundle{"text/plain": itoa(i)})
+			}
+			return b
+		}()},
+	// output_bytes 4000: the value, then the first display fit; the
+	// second is dropped, the third fits in what is left.
+	"size-drop": {code: "display('x' * 3000)\ndisplay('y' * 3000)\ndisplay('z')\n'ok'",
+		extra: map[string]any{"limits": map[string]any{"output_bytes": 4000}}, value: bundle{"text/plain": "'ok'"}, dropped: 1,
+		display: []bundle{{"text/plain": "'" + strings.Repeat("x", 3000) + "'"}, {"text/plain": "'z'"}}},
+	"hostile": {code: hostileChannel, stdout: "wrote\n", dropped: 8, display: []bundle{{"text/plain": "ok"}}},
+	"symlink": {code: "import os\nos.symlink('/etc/shadow', '/dev/agentrun-display/bundles')\ndisplay(1)\n2"},
+	"fifo":    {code: "import os\nos.mkfifo('/dev/agentrun-display/bundles')\ndisplay(1)\nprint('made')", stdout: "made\n"},
+	"raises":  {code: "display(1)\nraise ValueError('x')", display: []bundle{{"text/plain": "1"}}},
+	"exit":     {code: "import sys\ndisplay(1)\nsys.exit(3)\n4", display: []bundle{{"text/plain": "1"}}},
+}
+
+func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
+
+// checkValues runs each case with run and checks its values.
+func checkValues(t *testing.T, run func(t *testing.T, taskJSON string) *result.Result) {
+	for name, c := range valueCases {
+		t.Run(name, func(t *testing.T) {
+			res := run(t, pyTask(c.code, c.extra))
+			if res.Error != "" {
+				t.Fatalf("run failed: %s", res.Error)
+			}
+			if res.Stdout != c.stdout {
+				t.Errorf("stdout %q; want %q (stderr %q)", res.Stdout, c.stdout, res.Stderr)
+			}
+			if !reflect.DeepEqual(res.Value, c.value) {
+				t.Errorf("value %q; want %q (stderr %q)", res.Value, c.value, res.Stderr)
+			}
+			if !reflect.DeepEqual(res.Display, c.display) {
+				t.Errorf("display %q; want %q (stderr %q)", res.Display, c.display, res.Stderr)
+			}
+			if res.DisplayDropped != c.dropped {
+				t.Errorf("display_dropped %d; want %d", res.DisplayDropped, c.dropped)
+			}
+			if _, err := json.Marshal(res); err != nil {
+				t.Errorf("result does not encode: %v", err)
+			}
+		})
+	}
+}
+
+// TestValuesCold: a cold run's last expression's value, its displays and
+// figures come back as MIME bundles, bounded, on both runtimes; what a
+// program writes into the channel itself is checked and dropped.
+func TestValuesCold(t *testing.T) {
+	eachRuntime(t, func(t *testing.T, rt string) {
+		checkValues(t, func(t *testing.T, taskJSON string) *result.Result { return runIn(t, rt, taskJSON) })
+	})
+}
+
+// TestValuesPooled: the same from a pooled sandbox.
+func TestValuesPooled(t *testing.T) {
+	p := newPooled(t, 1, pyTask("pass", nil))
+	checkValues(t, func(t *testing.T, taskJSON string) *result.Result {
+		p.waitReady(1)
+		return p.run(taskJSON, !strings.Contains(taskJSON, `"env"`))
+	})
+}
+
+// TestValuesWarm: the same from a warm sandbox, whose launcher runs the
+// code through the run launcher.
+func TestValuesWarm(t *testing.T) {
+	p := newWarm(t, pythonImage, 1, nil, pyTask("pass", nil), true)
+	checkValues(t, func(t *testing.T, taskJSON string) *result.Result {
+		p.waitReady(1)
+		return p.run(taskJSON, !strings.Contains(taskJSON, `"env"`))
+	})
+}
