@@ -191,3 +191,55 @@ func TestValuesWarm(t *testing.T) {
 		return p.run(taskJSON, !strings.Contains(taskJSON, `"env"`))
 	})
 }
+
+// TestValuesLauncherRunsAsPlain: code run through the run launcher gives
+// what the interpreter run on the file itself gives (a command on a file
+// of another name, which no launcher runs): exit status, signal, output
+// and tracebacks, for each of the warm cases.
+func TestValuesLauncherRunsAsPlain(t *testing.T) {
+	extra := map[string]any{"stdin": "some input\n", "env": map[string]string{"PROBE": "yes"},
+		"limits": map[string]any{"output_bytes": 4000}}
+	for name, code := range warmCases {
+		t.Run(name, func(t *testing.T) {
+			withFiles := func(files map[string]any) map[string]any {
+				m := map[string]any{"files": files}
+				for k, v := range extra {
+					m[k] = v
+				}
+				return m
+			}
+			data := map[string]string{"content": "data"}
+			viaLauncher := runIn(t, "libcontainer", pyTask(code, withFiles(map[string]any{"data.txt": data})))
+			plainTask := withFiles(map[string]any{"data.txt": data, "plain.py": map[string]string{"content": code}})
+			plainTask["command"] = []string{"python3", "-u", "/workspace/plain.py"}
+			b, _ := json.Marshal(plainTask)
+			plain := runIn(t, "libcontainer", string(b))
+			plain.Stdout = strings.ReplaceAll(plain.Stdout, "plain.py", "main.py")
+			plain.Stderr = strings.ReplaceAll(plain.Stderr, "plain.py", "main.py")
+			if name == "probe" {
+				// What the launcher adds: the modules it imports, its
+				// matplotlib default.
+				for _, r := range []*result.Result{plain, viaLauncher} {
+					r.Stdout = probeLine(r.Stdout, "modules")
+					r.Stdout = strings.ReplaceAll(r.Stdout, "'MPLBACKEND', ", "")
+				}
+			}
+			plain.StdoutBytes, plain.StderrBytes = int64(len(plain.Stdout)), int64(len(plain.Stderr))
+			viaLauncher.StdoutBytes, viaLauncher.StderrBytes = int64(len(viaLauncher.Stdout)), int64(len(viaLauncher.Stderr))
+			if diff := outcomeDiff(plain, viaLauncher); diff != "" {
+				t.Errorf("the launcher's run differs from the plain one:\n%s", diff)
+			}
+		})
+	}
+}
+
+// probeLine is out without its line that starts with word.
+func probeLine(out, word string) string {
+	var keep []string
+	for _, l := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(l, word+" ") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
