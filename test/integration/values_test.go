@@ -3,11 +3,15 @@ package integration
 import (
 	"encoding/base64"
 	"encoding/json"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/server"
 )
 
 // fakePyplot is a matplotlib.pyplot with what agentrun's launcher uses
@@ -242,4 +246,77 @@ func probeLine(out, word string) string {
 		}
 	}
 	return strings.Join(keep, "\n")
+}
+
+// valuesDoorCode displays a rich object and a figure-like PNG, then ends
+// with 42.
+const valuesDoorCode = richClass + "display('first', Rich())\n6 * 7"
+
+// TestValuesStream: a streamed run sends each display bundle as a
+// "display" event, in order, before the result, which has them too.
+func TestValuesStream(t *testing.T) {
+	s := startServe(t, map[string]any{"listen": "unix://" + filepath.Join(t.TempDir(), "u.sock")})
+	body, _ := json.Marshal(map[string]any{"code": valuesDoorCode})
+	_, b := s.do("POST", "/v1/runs?stream=1", string(body))
+	var kinds []string
+	var shown []bundle
+	var res *result.Result
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var ev server.Event
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		kinds = append(kinds, ev.Event)
+		switch ev.Event {
+		case "display":
+			shown = append(shown, ev.Display)
+		case "result":
+			res = ev.Result
+		}
+	}
+	if got := strings.Join(kinds, ","); got != "display,display,result" {
+		t.Errorf("events %s; want two displays, then the result", got)
+	}
+	if res == nil || res.Value["text/plain"] != "42" || !reflect.DeepEqual(res.Display, shown) || len(shown) != 2 ||
+		shown[0]["text/plain"] != "'first'" || shown[1]["text/html"] != "<b>rich</b>" {
+		t.Errorf("displays %q, result %+v", shown, res)
+	}
+	s.stop()
+}
+
+// TestValuesMCP: run_code's answer gives a display's PNG as image content
+// and its texts and the value as text content.
+func TestValuesMCP(t *testing.T) {
+	cs := inProcessMCP(t, testConfig(t), nil)
+	res := call(t, cs, map[string]any{"code": valuesDoorCode})
+	if res.IsError {
+		t.Fatalf("answer: %q", answerText(t, res))
+	}
+	var texts []string
+	var images int
+	for _, c := range res.Content[1:] {
+		switch c := c.(type) {
+		case *mcp.TextContent:
+			texts = append(texts, c.Text)
+		case *mcp.ImageContent:
+			images++
+			if c.MIMEType != "image/png" || string(c.Data) != "\x89PNG\r\n\x1a\nrich" {
+				t.Errorf("image %s %q", c.MIMEType, c.Data)
+			}
+		}
+	}
+	all := strings.Join(texts, "\n--\n")
+	for _, want := range []string{"display 1 (text/plain):\n'first'", "display 2 (text/html):\n<b>rich</b>",
+		"display 2 (text/markdown):\n**rich**", "value (text/plain):\n42"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("texts %q lack %q", all, want)
+		}
+	}
+	if images != 1 {
+		t.Errorf("%d images; want 1", images)
+	}
+	if out := structured(t, res); out.Value["text/plain"] != "42" || len(out.Display) != 2 {
+		t.Errorf("structured value %q display %d", out.Value, len(out.Display))
+	}
+	assertNoLeaks(t)
 }
