@@ -320,3 +320,13 @@ func TestValuesMCP(t *testing.T) {
 	}
 	assertNoLeaks(t)
 }
+
+// TestValuesPandas: a pandas frame as the last expression gives its
+// text/html table beside its text.
+func TestValuesPandas(t *testing.T) {
+	img := pythonData(t)
+	res := runIn(t, "libcontainer", pyTask("import pandas as pd\npd.DataFrame({'a': [1, 2]})", map[string]any{"image": img}))
+	if res.Error != "" || !strings.Contains(res.Value["text/html"], "<table") || !strings.Contains(res.Value["text/plain"], "a") {
+		t.Errorf("value %q, stderr %q, error %q", res.Value, res.Stderr, res.Error)
+	}
+}
