@@ -338,6 +338,7 @@ func (r *Runner) execute(ctx context.Context, p *task.Plan, sb *sandbox, res *re
 	if err != nil {
 		return err
 	}
+	readValues(sb.display, p.Limits.OutputBytes, res)
 	if len(p.Collect) > 0 {
 		if res.Files, res.Collect, err = sb.ws.Collect(p.Collect, workspace.Limits{}); err != nil {
 			return err
@@ -357,10 +358,13 @@ type sandbox struct {
 	refill *shape
 	uid    int // the host uid and gid its processes run as: its own
 	ws     *workspace.Workspace
-	spec   *specs.Spec
-	proxy  *proxy.Proxy // its egress proxy, nil without network
-	prep   backend.Prepared
-	undo   cleanup.Cleanup
+	// display is the host path of its display directory, where a Python
+	// run's values are shown (values.go); "" without one.
+	display string
+	spec    *specs.Spec
+	proxy   *proxy.Proxy // its egress proxy, nil without network
+	prep    backend.Prepared
+	undo    cleanup.Cleanup
 	// settle ends what the run used once its program has ended and fills
 	// the result with what it recorded (the proxy's report); it runs
 	// before the result is final.
@@ -509,6 +513,17 @@ func (r *Runner) setup(ctx context.Context, req request) (_ *sandbox, err error)
 	opts = append(opts, idOpts...)
 	if traits.Spec != nil {
 		opts = append(opts, traits.Spec)
+	}
+	if argv := launcherArgv(p); argv != nil || req.warm != nil {
+		valueOpts, display, err := values(dir, sb.uid, &sb.undo)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, valueOpts...)
+		if argv != nil {
+			opts = append(opts, spec.WithArgs(argv...))
+		}
+		sb.display = display
 	}
 	var handover *backend.Handover
 	if req.warm != nil {

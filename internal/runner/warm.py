@@ -20,6 +20,8 @@
 # passes through in a cold run) gets as SystemExit(VALUE) made from it, so
 # that sys.exit(()) and sys.exit((3,)) read as SystemExit() and
 # SystemExit(3), and an exception with a code attribute as SystemExit(it).
+# Values and figures are shown by agentrun's run launcher (run.py, mounted
+# at VALUES), as in a cold run.
 import os
 import sys
 
@@ -92,6 +94,19 @@ def _prepare():
     with open(path, "rb") as f:
         source = f.read()
     return source, path, main.__dict__
+
+
+VALUES = "/dev/agentrun-run.py"
+
+
+def _values():
+    """The run launcher's namespace (run.py), started: its program() makes
+    the code's last expression show its value."""
+    ns = {"__name__": "agentrun_run", "__file__": VALUES}
+    with open(VALUES, "rb") as f:
+        exec(compile(f.read(), VALUES, "exec"), ns)
+    ns["start"]()
+    return ns
 
 
 def _own(tb):
@@ -327,9 +342,10 @@ _default_unraisablehook = sys.__unraisablehook__
 _modules = sys.modules
 _MISSING = object()
 _source, _path, _globals = _prepare()
+_program = _values()["program"]
 _error = None
 try:
-    exec(compile(_source, _path, "exec"), _globals)
+    exec(compile(_program(compile(_source, _path, "exec", 0x400)), _path, "exec"), _globals)
 except BaseException as e:
     _error = e
     del e
