@@ -291,6 +291,249 @@ def program(tree):
 _ONLY_AST = 0x400  # ast.PyCF_ONLY_AST, without importing ast
 
 
+# The interpreter's end, as CPython's C code does it (_Py_HandleSystemExit,
+# _PyErr_PrintEx, Py_FinalizeEx), for warm.py's runs and, on an uncaught
+# exception, for this launcher's own. The interpreter's own hooks and
+# modules, whatever the task makes of sys's names.
+_display = sys.__excepthook__
+_default_unraisablehook = sys.__unraisablehook__
+_modules = sys.modules
+_MISSING = object()
+
+# launchers are the globals of the launchers' frames, left out of a
+# reported traceback: this file's, and warm.py's, which adds its own.
+launchers = [globals()]
+
+
+def _own(tb):
+    """tb without its first entries that are a launcher's frames (this
+    file's, and warm.py's: launchers): the interpreter reports an exception
+    from the task's frames only."""
+    while tb is not None and any(tb.tb_frame.f_globals is g for g in launchers):
+        tb = tb.tb_next
+    return tb
+
+
+def _write_stderr(text):
+    """Writes text as the interpreter's PySys_WriteStderr does: to
+    sys.stderr, or to descriptor 2 where there is none or it fails."""
+    try:
+        sys.stderr.write(text)
+    except BaseException:
+        try:
+            os.write(2, text.encode("utf-8", "backslashreplace"))
+        except OSError:
+            pass
+
+
+def _hook_args():
+    """The type of sys.unraisablehook's argument, which Python names
+    nowhere: that of one caught from a report made here; None if none
+    came."""
+    caught = []
+    hook = sys.__dict__.get("unraisablehook", _MISSING)
+    sys.unraisablehook = caught.append
+
+    class Probe:
+        def __del__(self):
+            raise ValueError
+
+    Probe()
+    if hook is _MISSING:
+        del sys.unraisablehook
+    else:
+        sys.unraisablehook = hook
+    return type(caught[0]) if caught else None
+
+
+def _call_unraisablehook(hook, args):
+    """Calls hook (sys.unraisablehook, or None for the default) with args
+    as the interpreter does: a hook that fails is reported through the
+    default one, as "Exception ignored in sys.unraisablehook"."""
+    if hook is None:
+        hook = _default_unraisablehook
+    failure = None
+    try:
+        hook(args)
+    except BaseException as e:
+        failure = e
+    if failure is not None:
+        tb = _own(failure.__traceback__)
+        failure.__traceback__ = tb
+        msg = "Exception ignored in sys.unraisablehook"
+        try:
+            _default_unraisablehook(type(args)((type(failure), failure, tb, msg, hook)))
+        except BaseException:
+            pass
+
+
+def _unraisable(e, obj):
+    """Reports e, raised by obj at the interpreter's end, as its
+    PyErr_WriteUnraisable does: through sys.unraisablehook, without this
+    launcher's frames."""
+    args = _hook_args()
+    if args is None:
+        return
+    tb = _own(e.__traceback__)
+    e.__traceback__ = tb
+    _call_unraisablehook(sys.__dict__.get("unraisablehook"), args((type(e), e, tb, None, obj)))
+
+
+def _run_exitfuncs():
+    """Runs the atexit handlers as the interpreter's end does, with no
+    frame under them: the report of an exception that a handler in C
+    raises names no frame of this launcher, where the interpreter would
+    name the one that called them."""
+    import atexit
+
+    if not atexit._ncallbacks():
+        return
+    hook = sys.__dict__.get("unraisablehook", _MISSING)
+
+    def report(args):
+        tb = _own(args.exc_traceback)
+        if args.exc_value is not None:
+            args.exc_value.__traceback__ = tb
+        args = type(args)((args.exc_type, args.exc_value, tb, args.err_msg, args.object))
+        _call_unraisablehook(None if hook is _MISSING else hook, args)
+
+    sys.unraisablehook = report
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    # A handler's own hook stays.
+    if sys.__dict__.get("unraisablehook") is report:
+        if hook is _MISSING:
+            del sys.unraisablehook
+        else:
+            sys.unraisablehook = hook
+
+
+def _flush_std():
+    """Flushes sys.stdout and sys.stderr as the interpreter's end does
+    (flush_std_files): one that is None, missing or closed is left alone;
+    False if a flush failed, reported for stdout as unraisable."""
+    ok = True
+    for name in ("stdout", "stderr"):
+        f = sys.__dict__.get(name)
+        if f is None:
+            continue
+        try:
+            closed = bool(f.closed)
+        except BaseException:
+            closed = False
+        if closed:
+            continue
+        failure = None
+        try:
+            f.flush()
+        except BaseException as e:
+            failure = e
+        if failure is not None:
+            ok = False
+            if name == "stdout":
+                _unraisable(failure, f)
+            del failure
+    return ok
+
+
+def end(status, interrupted=False):
+    """Ends the interpreter as its own end does what a program can see
+    (Py_FinalizeEx: non-daemon threads joined, atexit handlers run, output
+    flushed, 120 if that fails; 130 after an uncaught KeyboardInterrupt),
+    but without tearing every module down: the preloads' teardown (pandas')
+    would cost the run tens of milliseconds of CPU after its code ended."""
+    threading = _modules.get("threading")
+    if threading is not None:
+        failure = None
+        try:
+            threading._shutdown()
+        except BaseException as e:
+            failure = e
+        if failure is not None:
+            _unraisable(failure, threading)
+            del failure
+    _run_exitfuncs()
+    ok = _flush_std()
+    # The teardown puts the original streams back and flushes them again:
+    # what the program wrote to them before it replaced them comes out.
+    for name in ("stdout", "stderr"):
+        sys.__dict__[name] = sys.__dict__.get("__" + name + "__")
+    ok = _flush_std() and ok
+    if not ok:
+        status = 120
+    if interrupted:
+        status = 130  # the interpreter's SIGINT ending, under the init
+    os._exit(status)
+
+
+def exit_status(e):
+    """The exit status of SystemExit e, as the interpreter reads it
+    (_Py_HandleSystemExit): its code None is 0; an int (a bool, an int's
+    subclass: its value) is that status as C's exit reads a C long, 255
+    beyond one; anything else, or e itself where its code cannot be read,
+    is printed to stderr with a newline, and is 1."""
+    value = e
+    try:
+        value = e.code
+    except BaseException:
+        pass
+    if value is None:
+        return 0
+    if issubclass(type(value), int):
+        n = int.__index__(value)
+        return n & 0xFF if -sys.maxsize - 1 <= n <= sys.maxsize else 255
+    stderr = sys.__dict__.get("stderr")
+    try:
+        if stderr is not None:
+            write = stderr.write
+            write(str(value))
+        else:
+            # No sys.stderr: the C library's, as PyObject_Print writes it.
+            os.write(2, str(value).encode("utf-8", "backslashreplace"))
+    except BaseException:
+        pass
+    _write_stderr("\n")
+    return 1
+
+
+def report(e, finish):
+    """Reports e, uncaught, as the interpreter does (_PyErr_PrintEx):
+    without the launchers' frames, in sys.last_*, through sys.excepthook
+    called with no exception being handled; a hook that raises SystemExit
+    ends the run with its status, one that raises anything else is
+    reported with the original exception. The run then ends through
+    finish(status, interrupted): status 1, interrupted for a
+    KeyboardInterrupt itself (not a subclass)."""
+    tb = _own(e.__traceback__)
+    e.__traceback__ = tb
+    sys.last_type, sys.last_value, sys.last_traceback = type(e), e, tb
+    hook = sys.__dict__.get("excepthook", _MISSING)
+    failure = None
+    if hook is _MISSING:
+        _write_stderr("sys.excepthook is missing\n")
+        _display(type(e), e, tb)
+    else:
+        try:
+            hook(type(e), e, tb)
+        except BaseException as e2:
+            failure = e2
+    if issubclass(type(failure), SystemExit):
+        finish(exit_status(failure), False)
+    if failure is not None:
+        tb2 = _own(failure.__traceback__)
+        failure.__traceback__ = tb2
+        _write_stderr("Error in sys.excepthook:\n")
+        _display(type(failure), failure, tb2)
+        _write_stderr("\nOriginal exception was:\n")
+        _display(type(e), e, tb)
+        del failure, tb2
+    interrupted = type(e) is KeyboardInterrupt
+    del e, tb
+    finish(1, interrupted)
+
+
 def _main():
     """Runs sys.argv[1] as `python3 FILE` runs it."""
     path = sys.argv[1]
@@ -313,29 +556,26 @@ def _main():
     return source, path, main.__dict__
 
 
+def _cold_end(status, interrupted):
+    """Ends a cold run after an uncaught exception: through the
+    interpreter's own end (SystemExit with the status, raised where no
+    exception is being handled); after a KeyboardInterrupt, as the
+    interpreter's SIGINT ending reads under the sandbox's init (end)."""
+    if interrupted:
+        end(status, True)
+    raise SystemExit(status)
+
+
 if __name__ == "__main__":
     _source, _path, _globals = _main()
     start()
-    _status = None
+    _error = None
     try:
         exec(compile(program(compile(_source, _path, "exec", _ONLY_AST)), _path, "exec"), _globals)
     except SystemExit:
         raise
     except BaseException as e:
-        # As the interpreter reports an uncaught exception: without this
-        # launcher's frame, through sys.excepthook; then it exits as the
-        # interpreter does, 1 (130 for KeyboardInterrupt, as its SIGINT
-        # ending reads under the sandbox's init).
-        tb = e.__traceback__
-        if tb is not None and tb.tb_frame.f_code is sys._getframe().f_code:
-            tb = tb.tb_next
-        e.__traceback__ = tb
-        sys.last_type, sys.last_value, sys.last_traceback = type(e), e, tb
-        try:
-            sys.excepthook(type(e), e, tb)
-        except BaseException:
-            pass
-        _status = 130 if isinstance(e, KeyboardInterrupt) else 1
-        del e, tb
-    if _status is not None:
-        raise SystemExit(_status)
+        _error = e
+        del e
+    if _error is not None:
+        report(_error, _cold_end)

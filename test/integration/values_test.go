@@ -136,7 +136,7 @@ var valueCases = map[string]valueCase{
 	"symlink": {code: "import os\nos.symlink('/etc/shadow', '/dev/agentrun-display/bundles')\ndisplay(1)\n2"},
 	"fifo":    {code: "import os\nos.mkfifo('/dev/agentrun-display/bundles')\ndisplay(1)\nprint('made')", stdout: "made\n"},
 	"raises":  {code: "display(1)\nraise ValueError('x')", display: []bundle{{"text/plain": "1"}}},
-	"exit":     {code: "import sys\ndisplay(1)\nsys.exit(3)\n4", display: []bundle{{"text/plain": "1"}}},
+	"exit":    {code: "import sys\ndisplay(1)\nsys.exit(3)\n4", display: []bundle{{"text/plain": "1"}}},
 }
 
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }

@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/agentrun/agentrun/internal/runapi"
@@ -91,6 +93,28 @@ func TestWarmExitsAsCold(t *testing.T) {
 				t.Errorf("warm run differs from the cold one:\n%s", diff)
 			}
 			p.waitReady(2)
+		})
+	}
+}
+
+// TestColdLauncherExitsAsPlain: through agentrun's run launcher (run.py,
+// which every cold run of Python code goes through), each way a program
+// ends gives the exit status, stdout and stderr of python3 run on the file
+// itself.
+func TestColdLauncherExitsAsPlain(t *testing.T) {
+	for _, tc := range warmExitCases {
+		t.Run(tc.name, func(t *testing.T) {
+			viaLauncher := runOnly(t, testConfig(t), nil, pyTask(tc.code, nil))
+			b, _ := json.Marshal(map[string]any{"command": []string{"python3", "/workspace/plain.py"},
+				"files": map[string]any{"plain.py": map[string]string{"content": tc.code}}})
+			plain := runOnly(t, testConfig(t), nil, string(b))
+			plain.Stdout = strings.ReplaceAll(plain.Stdout, "plain.py", "main.py")
+			plain.Stderr = strings.ReplaceAll(plain.Stderr, "plain.py", "main.py")
+			plain.StdoutBytes, plain.StderrBytes = int64(len(plain.Stdout)), int64(len(plain.Stderr))
+			viaLauncher.StdoutBytes, viaLauncher.StderrBytes = int64(len(viaLauncher.Stdout)), int64(len(viaLauncher.Stderr))
+			if diff := outcomeDiff(plain, viaLauncher); diff != "" {
+				t.Errorf("the launcher's run differs from the plain one:\n%s", diff)
+			}
 		})
 	}
 }
