@@ -39,6 +39,10 @@ const (
 	// untrusted.Text): a longer one is refused with 403 before anyone is
 	// asked, since it could not be shown whole.
 	MaxURLBytes = 2 << 10
+	// MaxFormBytes bounds the form body of a request to a service that
+	// the proxy reads for a "_method" parameter before anything is sent:
+	// a longer one is refused.
+	MaxFormBytes = bufSize
 	// maxMethodBytes bounds a request's method the same way.
 	maxMethodBytes = 64
 	// maxReasonPath bounds the path quoted in a refusal's reason.
@@ -241,18 +245,40 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *ne
 	if rule == nil {
 		return deny(http.StatusForbidden, reason)
 	}
-	body := req.Body
-	if rule.Approve {
-		start, err := io.ReadAll(io.LimitReader(req.Body, bodyExcerpt+1))
+	var body io.ReadCloser = req.Body
+	overrides := netpolicy.MethodOverrides(rawQuery)
+	if formBody(req.Header) {
+		start, err := io.ReadAll(io.LimitReader(body, MaxFormBytes+1))
 		if err != nil {
 			return deny(http.StatusBadRequest, "request body unreadable")
 		}
-		body = struct {
-			io.Reader
-			io.Closer
-		}{io.MultiReader(bytes.NewReader(start), req.Body), req.Body}
+		if len(start) > MaxFormBytes {
+			return deny(http.StatusForbidden, fmt.Sprintf("form body longer than %d bytes: its %s parameter cannot be checked", MaxFormBytes, netpolicy.MethodParam))
+		}
+		body = replay(start, body)
+		overrides = append(overrides, netpolicy.MethodOverrides(string(start))...)
+	}
+	approve := rule.Approve
+	shownMethod := rec.Method
+	for _, m := range overrides {
+		if len(m) > maxMethodBytes {
+			return deny(http.StatusForbidden, fmt.Sprintf("%s longer than %d bytes", netpolicy.MethodParam, maxMethodBytes))
+		}
+		r, reason := svc.Match(m, rawPath)
+		if r == nil {
+			return deny(http.StatusForbidden, netpolicy.MethodParam+"="+untrusted.Text(m)+" would have the service act on another method: "+reason)
+		}
+		approve = approve || r.Approve
+		shownMethod += " (" + netpolicy.MethodParam + "=" + untrusted.Text(m) + ")"
+	}
+	if approve {
+		start, err := io.ReadAll(io.LimitReader(body, bodyExcerpt+1))
+		if err != nil {
+			return deny(http.StatusBadRequest, "request body unreadable")
+		}
+		body = replay(start, body)
 		excerpt := start[:min(len(start), bodyExcerpt)]
-		a := Approval{Service: svc.Name, Method: rec.Method, URL: shownURL,
+		a := Approval{Service: svc.Name, Method: shownMethod, URL: shownURL,
 			BodyExcerpt: untrusted.Text(string(excerpt)), BodyCut: len(start) > bodyExcerpt}
 		d := p.approve(ctx, a)
 		rec.Approval = d.ID
@@ -311,6 +337,24 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *ne
 	rec.Allowed, rec.Status = true, resp.StatusCode
 	p.ledger.request(rec)
 	return resp
+}
+
+// replay is body with start, already read from it, put back in front.
+func replay(start []byte, body io.ReadCloser) io.ReadCloser {
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(start), body), body}
+}
+
+// formBody reports whether a server may read a request with header h as
+// a form whose fields hold a "_method": its Content-Type is
+// application/x-www-form-urlencoded, or it has none (Rack reads a POST
+// without one as a form).
+func formBody(h http.Header) bool {
+	mt, _, _ := strings.Cut(h.Get("Content-Type"), ";")
+	mt = strings.ToLower(strings.TrimSpace(mt))
+	return mt == "" || mt == "application/x-www-form-urlencoded"
 }
 
 // upstreamReason names a failure of a service's upstream in a few words:

@@ -733,3 +733,85 @@ func TestServiceApprovalRecordedPastTheBound(t *testing.T) {
 		t.Errorf("%d approvals recorded; want %d", n, maxDenied+2)
 	}
 }
+
+// A "_method" parameter, in the query or in a form body, counts as the
+// method a server acts on: refused unless a rule allows that method for
+// the path too, and shown to the approver. A form body too long to be
+// checked is refused.
+func TestServiceMethodParam(t *testing.T) {
+	asks := make(chan Approval, 8)
+	r, rc := newServiceRun(t, func(ctx context.Context, a Approval) Decision {
+		asks <- a
+		return Decision{Approved: true, By: "test operator"}
+	}, 5*time.Second)
+	c := r.serviceClient()
+	send := func(method, path, ctype, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, "https://api.internet.test"+path, strings.NewReader(body))
+		if ctype != "" {
+			req.Header.Set("Content-Type", ctype)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	const form = "application/x-www-form-urlencoded"
+	for _, tc := range []struct{ method, path, ctype, body string }{
+		{"GET", "/api/read/x?_method=DELETE", "", ""},
+		{"GET", "/api/read/x?a=1&%5Fmethod=delete", "", ""},
+		{"GET", "/api/read/x?_METHOD=Put", "", ""},
+		{"GET", "/api/read/x?%255Fmethod=DELETE", "", ""},
+		{"POST", "/api/write/x?_method=DELETE", "text/plain", "x"},
+		{"POST", "/api/write/x", form, "a=1&_method=DELETE"},
+		{"POST", "/api/write/x", "Application/X-WWW-Form-Urlencoded; charset=utf-8", "%5FMethod=PATCH"},
+		{"POST", "/api/write/x", "", "_method=PUT"},
+		{"POST", "/api/write/x", form, "_method=TRACE"},
+	} {
+		before := len(rc.Got())
+		code, body := send(tc.method, tc.path, tc.ctype, tc.body)
+		if code != 403 || !strings.Contains(body, "_method=") {
+			t.Errorf("%s %s %q: %d %q; want 403 naming _method", tc.method, tc.path, tc.body, code, body)
+		}
+		if len(rc.Got()) != before {
+			t.Errorf("%s %s %q: sent upstream", tc.method, tc.path, tc.body)
+		}
+		rep := r.px.Report()
+		if got := rep.Requests[len(rep.Requests)-1]; got.Allowed || !strings.Contains(got.Reason, "_method=") {
+			t.Errorf("%s %s %q recorded as %+v", tc.method, tc.path, tc.body, got)
+		}
+	}
+	long := "a=" + strings.Repeat("x", MaxFormBytes) + "&_method=DELETE"
+	if code, body := send("POST", "/api/write/x", form, long); code != 403 || !strings.Contains(body, "form body longer than") {
+		t.Errorf("form body of %d bytes: %d %.200q; want 403", len(long), code, body)
+	}
+	select {
+	case a := <-asks:
+		t.Errorf("asked about %s %s", a.Method, a.URL)
+	default:
+	}
+	if n := len(rc.Got()); n != 0 {
+		t.Fatalf("upstream got %d requests; want none", n)
+	}
+
+	// A method the rules allow passes, its body whole; a _method outside
+	// a form is not one.
+	if code, body := send("POST", "/api/any/x", form, "_method=DELETE&b=2"); code != 200 || body != `api POST /api/any/x body="_method=DELETE&b=2"` {
+		t.Errorf("_method a rule allows: %d %q; want 200 with the body sent whole", code, body)
+	}
+	if code, body := send("POST", "/api/write/x", "application/json", `{"_method":"DELETE"}`); code != 200 {
+		t.Errorf("JSON body naming _method: %d %q; want 200", code, body)
+	}
+	if a := <-asks; a.Method != "POST" {
+		t.Errorf("approval of a JSON body shows method %q; want POST", a.Method)
+	}
+	if code, body := send("POST", "/api/write/x?_method=post", "text/plain", "x"); code != 200 {
+		t.Errorf("_method=post to a POST rule: %d %q; want 200", code, body)
+	}
+	if a := <-asks; a.Method != "POST (_method=POST)" {
+		t.Errorf("approval shows method %q; want POST (_method=POST)", a.Method)
+	}
+}
