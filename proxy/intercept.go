@@ -110,6 +110,7 @@ type ApproveFunc func(ctx context.Context, a Approval) Decision
 const (
 	reasonOperator   = "denied by the operator"
 	reasonTooManyApp = "too many requests waiting for approval"
+	reasonAbandoned  = "request abandoned"
 )
 
 // prefixConn reads through r, which holds bytes already read from Conn.
@@ -163,7 +164,7 @@ func (p *Proxy) serveService(c net.Conn, br *bufio.Reader, svc *netpolicy.Servic
 	var once sync.Once
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			resp := p.serviceRoundTrip(r.Context(), r, svc)
+			resp := p.serviceRoundTrip(r.Context(), r, svc, c)
 			defer resp.Body.Close()
 			h := w.Header()
 			for k, v := range resp.Header {
@@ -196,10 +197,12 @@ func (p *Proxy) serveService(c net.Conn, br *bufio.Reader, svc *netpolicy.Servic
 	}
 }
 
-// serviceRoundTrip decides req to svc and, when it passes, sends it
-// upstream with the injected headers. It always returns a response: the
-// upstream's, or the proxy's own refusal.
-func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *netpolicy.Service) *http.Response {
+// serviceRoundTrip decides req to svc, which came on the client
+// connection client, and, when it passes, sends it upstream with the
+// injected headers. It always returns a response: the upstream's, or the
+// proxy's own refusal. A request held for approval is withdrawn when the
+// client hangs up: the approver's context ends, and it is never sent.
+func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *netpolicy.Service, client net.Conn) *http.Response {
 	rawPath, rawQuery, _ := strings.Cut(req.RequestURI, "?")
 	rec := netpolicy.ServiceRequest{Service: svc.Name, Method: untrusted.Text(req.Method), Path: untrusted.Text(rawPath + queryPart(rawQuery))}
 	deny := func(status int, reason string) *http.Response {
@@ -280,8 +283,17 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *ne
 		excerpt := start[:min(len(start), bodyExcerpt)]
 		a := Approval{Service: svc.Name, Method: shownMethod, URL: shownURL,
 			BodyExcerpt: untrusted.Text(string(excerpt)), BodyCut: len(start) > bodyExcerpt}
-		d := p.approve(ctx, a)
+		hctx, stop := untilHangup(ctx, client)
+		d := p.approve(hctx, a)
+		gone := errors.Is(context.Cause(hctx), errHungUp) || ctx.Err() != nil
+		stop()
 		rec.Approval = d.ID
+		if gone {
+			// Nobody waits for the answer: not sent, even when approved.
+			rec.Reason = reasonAbandoned
+			p.ledger.request(rec)
+			return textResponse(req, http.StatusForbidden, "agentrun: "+reasonAbandoned, "X-Agentrun-Denied")
+		}
 		if !d.Approved {
 			return deny(http.StatusForbidden, reasonOperator)
 		}
@@ -367,7 +379,7 @@ func upstreamReason(err error) string {
 	case errors.As(err, &ce), errors.As(err, &ue), errors.As(err, &he):
 		return "upstream certificate not trusted"
 	case errors.Is(err, context.Canceled):
-		return "request abandoned"
+		return reasonAbandoned
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, syscall.ETIMEDOUT):
 		return "upstream timed out"
 	case errors.Is(err, errByteLimit):
@@ -471,7 +483,7 @@ func (p *Proxy) approve(ctx context.Context, a Approval) netpolicy.ApprovalRecor
 		case !d.Taken && errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:
 			rec.By = "timeout"
 		case !d.Taken && actx.Err() != nil:
-			rec.By = "request abandoned"
+			rec.By = reasonAbandoned
 		default:
 			rec.Approved, rec.By, rec.Taken = d.Approved, printable(d.By), d.Taken
 			if rec.By == "" {

@@ -58,7 +58,10 @@ func newServiceRun(t *testing.T, approve ApproveFunc, timeout time.Duration) (*r
 		}, {
 			Name: "plain", URL: "http://plain.internet.test",
 			Inject: []netpolicy.Inject{{Header: "Authorization", Prefix: "Token ", File: secret}},
-			Rules:  []netpolicy.Rule{{Methods: []string{"GET"}, Paths: []string{"/api/**"}}},
+			Rules: []netpolicy.Rule{
+				{Methods: []string{"GET"}, Paths: []string{"/api/**"}},
+				{Methods: []string{"POST"}, Paths: []string{"/api/write/*"}, Approve: true},
+			},
 		}},
 		UpstreamRoots:   in.Roots,
 		Approve:         approve,
@@ -813,5 +816,109 @@ func TestServiceMethodParam(t *testing.T) {
 	}
 	if a := <-asks; a.Method != "POST (_method=POST)" {
 		t.Errorf("approval shows method %q; want POST (_method=POST)", a.Method)
+	}
+}
+
+// A held request whose client hangs up is withdrawn at once, on every
+// path to the service (plain HTTP through the proxy or transparently,
+// TLS through CONNECT or transparently), also with most of its body
+// unread: the approver's context ends, an approval that comes after
+// sends nothing, and the run's record says it was abandoned.
+func TestServiceApprovalWithdrawnOnHangup(t *testing.T) {
+	type ask struct {
+		a     Approval
+		ended <-chan struct{}
+	}
+	asks := make(chan ask, 1)
+	answers := make(chan bool, 1)
+	r, rc := newServiceRun(t, func(ctx context.Context, a Approval) Decision {
+		asks <- ask{a, ctx.Done()}
+		select {
+		case ok := <-answers:
+			return Decision{Approved: ok, By: "test operator", Taken: true}
+		case <-ctx.Done():
+			return Decision{}
+		}
+	}, time.Minute)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(r.px.CACert())
+	body := strings.Repeat("b", 64<<10) // past the excerpt and the socket's first reads
+	dialGW := func(port string) net.Conn {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, err := r.dial(ctx, "tcp4", net.JoinHostPort(r.gw, port))
+		if err != nil {
+			t.Fatalf("dialing the gateway's :%s: %v", port, err)
+		}
+		return c
+	}
+	tlsTo := func(c net.Conn) net.Conn {
+		return tls.Client(c, &tls.Config{RootCAs: pool, ServerName: "api.internet.test"})
+	}
+	for _, tc := range []struct {
+		name string
+		open func() net.Conn
+		line string
+		host string
+	}{
+		{"plain http through the proxy", func() net.Conn { return dialGW("3128") },
+			"POST http://plain.internet.test/api/write/x HTTP/1.1", "plain.internet.test"},
+		{"plain http transparently", func() net.Conn { return dialGW("80") },
+			"POST /api/write/x HTTP/1.1", "plain.internet.test"},
+		{"tls through CONNECT", func() net.Conn {
+			_, _, c := r.connect("api.internet.test:443")
+			if c == nil {
+				t.Fatal("CONNECT api.internet.test:443 refused")
+			}
+			c.SetDeadline(time.Time{})
+			return tlsTo(c)
+		}, "POST /api/write/x HTTP/1.1", "api.internet.test"},
+		{"tls transparently", func() net.Conn { return tlsTo(dialGW("443")) },
+			"POST /api/write/x HTTP/1.1", "api.internet.test"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(rc.Got())
+			c := tc.open()
+			go fmt.Fprintf(c, "%s\r\nHost: %s\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n%s", tc.line, tc.host, len(body), body)
+			var got ask
+			select {
+			case got = <-asks:
+			case <-time.After(10 * time.Second):
+				c.Close()
+				t.Fatal("the request was never held")
+			}
+			c.Close()
+			select {
+			case <-got.ended:
+			case <-time.After(10 * time.Second):
+				t.Errorf("approver still asked 10 s after the client hung up")
+			}
+			answers <- true // comes too late: nothing is sent
+			// The request's record is the last written once it is done.
+			recorded := func() bool {
+				reqs := r.px.Report().Requests
+				return len(reqs) > 0 && reqs[len(reqs)-1].Approval == got.a.ID
+			}
+			for deadline := time.Now().Add(10 * time.Second); !recorded() && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if h := r.px.Held(); h != 0 || !recorded() {
+				t.Fatalf("held = %d, request recorded %v after the client went; want 0, true", h, recorded())
+			}
+			select {
+			case <-answers:
+			default:
+			}
+			if n := len(rc.Got()); n != before {
+				t.Errorf("upstream got %d requests after the client hung up; want none", n-before)
+			}
+			rep := r.px.Report()
+			if last := rep.Approvals[len(rep.Approvals)-1]; last.ID != got.a.ID || last.Approved || last.By != "request abandoned" {
+				t.Errorf("approval record = %+v; want abandoned", last)
+			}
+			if last := rep.Requests[len(rep.Requests)-1]; last.Approval != got.a.ID || last.Allowed || last.Reason != "request abandoned" {
+				t.Errorf("request record = %+v; want abandoned", last)
+			}
+		})
 	}
 }
