@@ -27,8 +27,13 @@ import (
 
 const (
 	// maxHeld bounds the requests of one run held for approval at once;
-	// more are denied at once.
-	maxHeld = 16
+	// more are refused at once.
+	maxHeld = 8
+	// heldEvery is the sustained rate at which a run may hold requests
+	// for approval, past a burst of maxHeld: one more each heldEvery.
+	// More are refused at once, so that a program that holds and abandons
+	// requests in a loop cannot keep its approvers' channels busy.
+	heldEvery = time.Second
 	// DefaultApprovalTimeout is how long a held request waits for a
 	// decision when the policy names no time.
 	DefaultApprovalTimeout = 60 * time.Second
@@ -108,9 +113,10 @@ type ApproveFunc func(ctx context.Context, a Approval) Decision
 
 // Reasons of service refusals (after "denied: ").
 const (
-	reasonOperator   = "denied by the operator"
-	reasonTooManyApp = "too many requests waiting for approval"
-	reasonAbandoned  = "request abandoned"
+	reasonOperator    = "denied by the operator"
+	reasonTooManyApp  = "too many requests waiting for approval (at most 8 at once)"
+	reasonTooOftenApp = "requests held for approval too often (at most 8, then 1 a second)"
+	reasonAbandoned   = "request abandoned"
 )
 
 // prefixConn reads through r, which holds bytes already read from Conn.
@@ -288,6 +294,9 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *ne
 		gone := errors.Is(context.Cause(hctx), errHungUp) || ctx.Err() != nil
 		stop()
 		rec.Approval = d.ID
+		if d.By == reasonTooManyApp || d.By == reasonTooOftenApp {
+			return deny(http.StatusForbidden, d.By)
+		}
 		if gone {
 			// Nobody waits for the answer: not sent, even when approved.
 			rec.Reason = reasonAbandoned
@@ -458,13 +467,16 @@ func (p *Proxy) approve(ctx context.Context, a Approval) netpolicy.ApprovalRecor
 	rec := netpolicy.ApprovalRecord{ID: a.ID, Service: a.Service, Method: a.Method, URL: a.URL}
 	p.mu.Lock()
 	full := p.held >= maxHeld
-	if !full {
+	often := !full && !p.heldRate.Allow()
+	if !full && !often {
 		p.held++
 	}
 	p.mu.Unlock()
 	switch {
 	case full:
 		rec.By = reasonTooManyApp
+	case often:
+		rec.By = reasonTooOftenApp
 	case p.policy.Approve == nil:
 		p.releaseHeld()
 		rec.By = "no way to ask"

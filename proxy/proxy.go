@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"golang.org/x/time/rate"
 
 	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/netns"
@@ -126,7 +127,8 @@ type Proxy struct {
 	upstreams int                   // open upstream connections
 	clients   int                   // open connections from the sandbox
 
-	held int // requests waiting for approval
+	held     int           // requests waiting for approval
+	heldRate *rate.Limiter // of requests held for approval
 
 	// ledger is what Report returns, under a lock of its own.
 	ledger ledger
@@ -210,8 +212,9 @@ func (p *Proxy) Bind(pol Policy) error {
 // listeners.
 func unbound(gw netip.Addr) *Proxy {
 	px := &Proxy{
-		gw:    gw,
-		conns: make(map[net.Conn]struct{}),
+		gw:       gw,
+		conns:    make(map[net.Conn]struct{}),
+		heldRate: rate.NewLimiter(rate.Every(heldEvery), maxHeld),
 	}
 	px.ctx, px.cancel = context.WithCancel(context.Background())
 	return px

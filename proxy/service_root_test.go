@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/proxy/proxytest"
 	"github.com/agentrun/agentrun/test/testenv"
@@ -707,6 +709,7 @@ func TestServiceApprovalRecordedPastTheBound(t *testing.T) {
 		return Decision{By: "too many calls waiting"}
 	}
 	r, _ := newServiceRun(t, approve, 5*time.Second)
+	r.px.unlimitHeldRate()
 	c := r.serviceClient()
 	post := func(p string) {
 		resp, err := c.Post("https://api.internet.test/api/write/"+p, "text/plain", strings.NewReader("x"))
@@ -920,5 +923,96 @@ func TestServiceApprovalWithdrawnOnHangup(t *testing.T) {
 				t.Errorf("request record = %+v; want abandoned", last)
 			}
 		})
+	}
+}
+
+// unlimitHeldRate lifts the bound on how often p's run may hold requests
+// (not the one on how many at once), for a test that floods the approver.
+func (p *Proxy) unlimitHeldRate() {
+	p.mu.Lock()
+	p.heldRate = rate.NewLimiter(rate.Inf, 0)
+	p.mu.Unlock()
+}
+
+// A run holds at most maxHeld requests at once, and past a burst of as
+// many, one more each heldEvery: more are refused at once with 403 and a
+// reason that says which bound, recorded, and never reach the approver.
+func TestServiceHeldBounds(t *testing.T) {
+	asks := make(chan Approval, 2*maxHeld)
+	r, rc := newServiceRun(t, func(ctx context.Context, a Approval) Decision {
+		asks <- a
+		<-ctx.Done()
+		return Decision{}
+	}, time.Minute)
+	c := r.serviceClient()
+	post := func(path string) (int, string) {
+		resp, err := c.Post("https://api.internet.test/api/write/"+path, "text/plain", strings.NewReader("x"))
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(b))
+	}
+	wantRefused := func(path, reason string) {
+		t.Helper()
+		code, body := post(path)
+		if code != 403 || !strings.Contains(body, "denied: "+reason) {
+			t.Errorf("POST %s: %d %q; want 403 saying %q", path, code, body, reason)
+		}
+		rep := r.px.Report()
+		if got := rep.Requests[len(rep.Requests)-1]; got.Allowed || got.Reason != reason || !strings.HasSuffix(got.Path, path) {
+			t.Errorf("POST %s recorded as %+v; want refused: %s", path, got, reason)
+		}
+		if got := rep.Approvals[len(rep.Approvals)-1]; got.By != reason || !strings.HasSuffix(got.URL, path) {
+			t.Errorf("POST %s's approval recorded as %+v; want by %q", path, got, reason)
+		}
+	}
+	// With maxHeld held, one more is refused; those held stay held.
+	done := make(chan struct{}, maxHeld)
+	for i := range maxHeld {
+		go func() { post(fmt.Sprintf("held-%d", i)); done <- struct{}{} }()
+	}
+	for range maxHeld {
+		select {
+		case <-asks:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("only %d requests held; want %d", r.px.Held(), maxHeld)
+		}
+	}
+	wantRefused("one-too-many", reasonTooManyApp)
+	select {
+	case a := <-asks:
+		t.Errorf("asked about %s past the bound", a.URL)
+	default:
+	}
+	if h := r.px.Held(); h != maxHeld {
+		t.Errorf("held = %d; want %d", h, maxHeld)
+	}
+	if n := len(rc.Got()); n != 0 {
+		t.Errorf("upstream got %d requests; want none", n)
+	}
+	r.px.Close() // ends the held ones
+	for range maxHeld {
+		<-done
+	}
+
+	// How often: a limiter of two, then one an hour.
+	r2, rc2 := newServiceRun(t, func(ctx context.Context, a Approval) Decision {
+		return Decision{By: "test operator", Taken: true}
+	}, time.Minute)
+	r2.px.mu.Lock()
+	r2.px.heldRate = rate.NewLimiter(rate.Every(time.Hour), 2)
+	r2.px.mu.Unlock()
+	r = r2
+	c = r.serviceClient()
+	for _, p := range []string{"first", "second"} {
+		if code, body := post(p); code != 403 || body != "agentrun: denied by the operator" {
+			t.Errorf("POST %s: %d %q; want asked and denied by the operator", p, code, body)
+		}
+	}
+	wantRefused("third", reasonTooOftenApp)
+	if n := len(rc2.Got()); n != 0 {
+		t.Errorf("upstream got %d requests; want none", n)
 	}
 }
