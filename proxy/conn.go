@@ -465,7 +465,7 @@ func (p *Proxy) forwardHTTP(c net.Conn, req *http.Request, up net.Conn, t target
 // serveOne answers one plain-HTTP request already read from c to svc, then
 // closes, as forwardHTTP does.
 func (p *Proxy) serveOne(c net.Conn, req *http.Request, svc *netpolicy.Service) {
-	resp := p.serviceRoundTrip(p.ctx, req, svc)
+	resp := p.serviceRoundTrip(p.ctx, req, svc, c)
 	defer resp.Body.Close()
 	for _, h := range netpolicy.HopHeaders {
 		resp.Header.Del(h)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"golang.org/x/time/rate"
 
 	"github.com/agentrun/agentrun/internal/hostaddr"
 	"github.com/agentrun/agentrun/internal/netpolicy"
@@ -135,7 +136,8 @@ type Proxy struct {
 	upstreams int                   // open upstream connections
 	clients   int                   // open connections from the sandbox
 
-	held int // requests waiting for approval
+	held     int           // requests waiting for approval
+	heldRate *rate.Limiter // of requests held for approval
 
 	// ledger is what Report returns, under a lock of its own.
 	ledger ledger
@@ -219,8 +221,9 @@ func (p *Proxy) Bind(pol Policy) error {
 // listeners.
 func unbound(gw netip.Addr) *Proxy {
 	px := &Proxy{
-		gw:    gw,
-		conns: make(map[net.Conn]struct{}),
+		gw:       gw,
+		conns:    make(map[net.Conn]struct{}),
+		heldRate: rate.NewLimiter(rate.Every(heldEvery), maxHeld),
 	}
 	px.ctx, px.cancel = context.WithCancel(context.Background())
 	return px
