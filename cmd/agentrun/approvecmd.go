@@ -30,7 +30,7 @@ func cmdApprove(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "config file whose worker section names NATS (default "+config.DefaultPath+")")
 	natsURL := fs.String("nats", os.Getenv("AGENTRUN_NATS"), "NATS server URL(s), comma-separated, instead of the config's worker.nats (also $AGENTRUN_NATS)")
-	by := fs.String("by", "", "who decides, recorded as \"operator (NAME)\" (default: \"operator (nats)\")")
+	by := fs.String("by", "", "who decides, recorded as \"operator (nats: NAME)\" (default: \"operator (nats)\")")
 	if err := fs.Parse(args); err != nil {
 		return 125
 	}

@@ -91,6 +91,11 @@ type Server struct {
 	Pool          map[string]PoolEntry `json:"pool"` // image -> sandboxes kept ready
 	Token         string               `json:"token,omitempty"`
 	Approvals     Approvals            `json:"approvals"`
+	// Hosts are more names (or IP addresses) a request's Host and Origin
+	// may give the server, besides localhost, loopback addresses, the
+	// listen address and, on a unix socket, "agentrun": the names it is
+	// reached by through a reverse proxy or from another machine.
+	Hosts []string `json:"hosts"`
 }
 
 // Approvals configures how serve asks a human about requests held for

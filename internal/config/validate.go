@@ -293,7 +293,33 @@ func (s Server) validate() error {
 	if strings.ContainsFunc(s.Token, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
 		return fieldErr("server.token", errors.New("contains whitespace or control characters"))
 	}
+	if len(s.Hosts) > MaxServerHosts {
+		return fieldErr("server.hosts", fmt.Errorf("%d names, more than the maximum %d", len(s.Hosts), MaxServerHosts))
+	}
+	for i, h := range s.Hosts {
+		if err := checkServerHost(h); err != nil {
+			return fieldErr(fmt.Sprintf("server.hosts[%d]", i), err)
+		}
+	}
 	return checkWebhook("server.approvals", s.Approvals.Webhook, s.Approvals.WebhookSecretFile)
+}
+
+// MaxServerHosts bounds server.hosts.
+const MaxServerHosts = 64
+
+// checkServerHost checks an entry of server.hosts: a host name or an IP
+// address alone, as a Host header names the server without its port.
+func checkServerHost(h string) error {
+	if a, err := netip.ParseAddr(h); err == nil {
+		if a.Zone() != "" {
+			return fmt.Errorf("%q: an IP address with a zone; want it without", h)
+		}
+		return nil
+	}
+	if err := netpolicy.CheckHostname(h); err != nil {
+		return fmt.Errorf("want a host name or an IP address, without scheme, port or wildcard: %w", err)
+	}
+	return nil
 }
 
 // checkWebhook checks a webhook's URL and its secret file, which go

@@ -64,3 +64,32 @@ func TestApprovalsWebhook(t *testing.T) {
 		}
 	}
 }
+
+// TestServerHosts: server.hosts are host names or IP addresses alone,
+// each refused naming its index when it is anything else.
+func TestServerHosts(t *testing.T) {
+	c, err := Parse([]byte(`{"server": {"hosts": ["agentrun.example.com", "Runner-1", "192.0.2.7", "2001:db8::1"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(c.Server.Hosts, " "); got != "agentrun.example.com Runner-1 192.0.2.7 2001:db8::1" {
+		t.Errorf("server.hosts: %s", got)
+	}
+	many := `"h"` + strings.Repeat(`, "h"`, MaxServerHosts)
+	for _, tc := range []struct{ doc, want string }{
+		{`{"server": {"hosts": ["a.example:8443"]}}`, `server.hosts[0]: want a host name or an IP address, without scheme, port or wildcard`},
+		{`{"server": {"hosts": ["ok.example", "https://a.example"]}}`, `server.hosts[1]: want a host name`},
+		{`{"server": {"hosts": ["*.example.com"]}}`, `server.hosts[0]: want a host name`},
+		{`{"server": {"hosts": [""]}}`, `server.hosts[0]: want a host name`},
+		{`{"server": {"hosts": ["a.example."]}}`, `server.hosts[0]: want a host name`},
+		{`{"server": {"hosts": ["[::1]"]}}`, `server.hosts[0]: want a host name`},
+		{`{"server": {"hosts": ["fe80::1%eth0"]}}`, `server.hosts[0]: "fe80::1%eth0": an IP address with a zone`},
+		{`{"server": {"hosts": "a.example"}}`, `server.hosts`},
+		{`{"server": {"hosts": [` + many + `]}}`, `server.hosts: 65 names, more than the maximum 64`},
+	} {
+		_, err := Parse([]byte(tc.doc))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%.60s: error %v, want one containing %q", tc.doc, err, tc.want)
+		}
+	}
+}

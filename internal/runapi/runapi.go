@@ -41,10 +41,12 @@ type Hooks struct {
 	// Result gets the result as soon as it is final: every field filled
 	// (output, usage, collected files, network decisions), before the
 	// sandbox is torn down, so that a server can answer while the
-	// tear-down goes on. A failure of the tear-down or of the audit log
-	// comes after that: it is in the result the Func returns and in the
-	// audit record only. A run with a kept workspace gets it after the
-	// tear-down instead, once the session is free for its next run.
+	// tear-down goes on. The run's audit record is written before it (a
+	// failure to write it is in the result's Error). A failure of the
+	// tear-down comes after that: it is in the result the Func returns
+	// only, not in the audit record. A run with a kept workspace gets it
+	// after the tear-down instead, once the session is free for its next
+	// run.
 	Result func(*result.Result)
 }
 

@@ -168,24 +168,54 @@ func (r *Runner) Run(ctx context.Context, p *task.Plan, hooks runapi.Hooks) *res
 	rec := &audit.Record{Time: time.Now().UTC(), Session: p.Session, TaskHash: p.TaskHash,
 		Image: p.Image, Runtime: p.Runtime, Limits: auditLimits(p)}
 
-	if err := r.runInSandbox(ctx, p, res, hooks); err != nil {
-		res.Error, res.Err = err.Error(), err
-		var ie *image.Error
-		if errors.As(err, &ie) {
-			// A registry's words and where it led stay on the host.
-			res.Error, rec.Detail = ie.Summary(), err.Error()
-			if rec.Detail != res.Error {
-				fmt.Fprintf(os.Stderr, "agentrun: run %s: %s\n", res.ID, rec.Detail)
+	// The audit record is written once, as soon as the result is final:
+	// before the door answers from hooks.Result, so that what was
+	// answered is on the log even if agentrun dies in the tear-down that
+	// follows. A failure of that tear-down is in the result returned,
+	// not in the record.
+	var written bool
+	var auditErr error
+	record := func(final *result.Result) {
+		if !written {
+			written = true
+			fillRecord(rec, final)
+			if r.audit != nil {
+				auditErr = r.audit.Write(rec)
 			}
 		}
-	}
-	fillRecord(rec, res)
-	if r.audit != nil {
-		if err := r.audit.Write(rec); err != nil && res.Error == "" {
-			res.Error = err.Error()
+		if auditErr != nil && final.Error == "" {
+			final.Error = auditErr.Error()
 		}
 	}
+	inner := hooks
+	inner.Result = func(final *result.Result) {
+		if final.Err != nil {
+			failed(final, rec, final.Err)
+		}
+		record(final)
+		if hooks.Result != nil {
+			hooks.Result(final)
+		}
+	}
+	if err := r.runInSandbox(ctx, p, res, inner); err != nil {
+		failed(res, rec, err)
+	}
+	record(res)
 	return res
+}
+
+// failed sets res's error to err, and rec's detail to what of it stays
+// on the host: a registry's words and where it led (an image error's
+// result says only its summary).
+func failed(res *result.Result, rec *audit.Record, err error) {
+	res.Error, res.Err = err.Error(), err
+	var ie *image.Error
+	if errors.As(err, &ie) {
+		if rec.Detail == "" && err.Error() != ie.Summary() {
+			fmt.Fprintf(os.Stderr, "agentrun: run %s: %s\n", res.ID, err.Error())
+		}
+		res.Error, rec.Detail = ie.Summary(), err.Error()
+	}
 }
 
 // runInSandbox runs p in a sandbox from the pool, or in one set up for it

@@ -34,6 +34,7 @@ func NewClient(addr, token string) (*Client, error) {
 	}
 	switch a.Network {
 	case "unix":
+		// The Host "agentrun": serve's name on its unix socket.
 		c.base = "http://agentrun"
 		c.http = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", a.Address)

@@ -372,6 +372,35 @@ func TestOpenAPIServed(t *testing.T) {
 			t.Errorf("%s %s: %d %s; want %d", c.method, c.path, code, b, c.want)
 		}
 	}
+	// A foreign Host, and a foreign Origin, on paths the document lists.
+	for _, c := range []struct{ method, path, host, origin string }{
+		{"GET", "/healthz", "evil.example", ""},
+		{"POST", "/v1/runs", "evil.example", "http://evil.example"},
+		{"GET", "/metrics", "", "http://evil.example"},
+		{"POST", "/v1/runs", "", "http://evil.example"},
+	} {
+		req, _ := http.NewRequest(c.method, ts.URL+c.path, nil)
+		req.Header.Set("Authorization", right)
+		if c.host != "" {
+			req.Host = c.host
+		}
+		if c.origin != "" {
+			req.Header.Set("Origin", c.origin)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		want := map[bool]int{true: 421, false: 403}[c.host != ""]
+		if resp.StatusCode != want {
+			t.Errorf("%s %s with Host %q, Origin %q: %d; want %d", c.method, c.path, c.host, c.origin, resp.StatusCode, want)
+		}
+		if err := d.Check(c.method, c.path, resp.StatusCode, resp.Header, b); err != nil {
+			t.Error(err)
+		}
+	}
 	// Wrong tokens, until this address is refused without comparing.
 	code := 401
 	for i := 0; code == 401 && i < 100; i++ {
@@ -380,7 +409,8 @@ func TestOpenAPIServed(t *testing.T) {
 	if code != 429 {
 		t.Errorf("wrong tokens: %d; want 429 in the end", code)
 	}
-	if !d.Seen("GET /v1/openapi.json", "401") || !d.Seen("GET /healthz", "200") || !d.Seen("GET /healthz", "429") {
+	if !d.Seen("GET /v1/openapi.json", "401") || !d.Seen("GET /healthz", "200") || !d.Seen("GET /healthz", "429") ||
+		!d.Seen("GET /healthz", "421") || !d.Seen("GET /metrics", "403") {
 		t.Error("answers not recorded as seen")
 	}
 }

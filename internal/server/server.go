@@ -107,8 +107,8 @@ func New(cfg *config.Config, run runapi.Func, pool func() runapi.PoolStats) *Ser
 }
 
 // Reload makes cfg the config of the runs admitted from now on: its task
-// defaults and policy, server.max_concurrent, server.queue, server.quota
-// and server.token. Runs going on keep theirs; they do not count against
+// defaults and policy, server.max_concurrent, server.queue, server.quota,
+// server.token and server.hosts. Runs going on keep theirs; they do not count against
 // a new max_concurrent. cfg must be valid.
 func (s *Server) Reload(cfg *config.Config) {
 	old := s.cfg.Load()
@@ -179,15 +179,16 @@ func (s *Server) Handle(pattern string, h http.Handler) {
 	s.extra[pattern] = h
 }
 
-// auth refuses a browser's cross-site request to change anything (a
-// method other than GET, HEAD and OPTIONS, on every path) and requires the
-// bearer token when one is configured, under the throttle of wrong
-// tokens (guesses). With no token, serve behind a
+// auth refuses a request whose Host or Origin is not a name of this
+// server (refuseForeignHost), a browser's cross-site request to change
+// anything (a method other than GET, HEAD and OPTIONS, on every path),
+// and requires the bearer token when one is configured, under the
+// throttle of wrong tokens (guesses). With no token, serve behind a
 // reverse proxy would otherwise take a form that another site posts from
 // the operator's browser as the operator's own: a run, a session's file.
 func (s *Server) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if refuseCrossSite(w, r) {
+		if s.refuseForeignHost(w, r) || refuseCrossSite(w, r) {
 			return
 		}
 		token := s.cfg.Load().Server.Token

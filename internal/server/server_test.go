@@ -433,7 +433,7 @@ func TestAPIClientNotReading(t *testing.T) {
 	}
 	defer conn.Close()
 	body := `{"code": "x"}`
-	fmt.Fprintf(conn, "POST /v1/runs?stream=1 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	fmt.Fprintf(conn, "POST /v1/runs?stream=1 HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	// Never read. The run starts, and its slot must come free.
 	running := func() int64 {
 		var h Health
@@ -545,7 +545,7 @@ func TestAPIBodyDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	fmt.Fprintf(conn, "POST /v1/runs HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"code\": ")
+	fmt.Fprintf(conn, "POST /v1/runs HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000\r\n\r\n{\"code\": ")
 	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	b, _ := io.ReadAll(conn)
 	if !strings.HasPrefix(string(b), "HTTP/1.1 408") || !strings.Contains(string(b), "not sent within") {

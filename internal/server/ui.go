@@ -164,13 +164,16 @@ func (s *Server) uiAuth(r *http.Request) (sid string, bearer, ok bool, wait time
 }
 
 // uiHeaders are every page answer's: no caching, no framing, no script
-// but the page's own file.
+// but the page's own file, no referrer sent to another origin. The
+// page's own requests keep theirs: under "no-referrer" a browser sends
+// its form's and its script's POSTs with "Origin: null", which serve
+// refuses as a foreign origin (refuseForeignHost).
 func uiHeaders(w http.ResponseWriter) {
 	h := w.Header()
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'none'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 }
 

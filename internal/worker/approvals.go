@@ -26,7 +26,7 @@ import (
 // Decision is the message that decides a held request.
 type Decision struct {
 	Approve bool   `json:"approve"`
-	By      string `json:"by,omitempty"` // who decides; recorded as "operator (BY)"
+	By      string `json:"by,omitempty"` // who decides; recorded as "operator (nats: BY)" (natsBy)
 }
 
 // DecisionReply is the holding worker's answer to a Decision: the run
@@ -42,6 +42,28 @@ type DecisionReply struct {
 // maxBy bounds Decision.By.
 const maxBy = 64
 
+// decisionOf is the decision a Decision message data takes.
+func decisionOf(data []byte) (proxy.Decision, error) {
+	var d Decision
+	if err := json.Unmarshal(data, &d); err != nil || len(d.By) > maxBy {
+		return proxy.Decision{}, fmt.Errorf(`want {"approve": true|false, "by": NAME of at most %d bytes}`, maxBy)
+	}
+	return proxy.Decision{Approved: d.Approve, By: natsBy(d.By), Taken: true}, nil
+}
+
+// natsBy is how a decision that came over NATS naming by is recorded:
+// "operator (nats: BY)", or "operator (nats)" without a name. The name
+// is the operator's own words and is kept under the channel's label, so
+// that it never reads as a channel's ("--by page" is not "operator
+// (page)", the approvals page's label), the shape serve's API gives a
+// name ("operator (serve API: BY)"). It is escaped as untrusted text.
+func natsBy(by string) string {
+	if by == "" {
+		return "operator (nats)"
+	}
+	return "operator (nats: " + untrusted.Text(by) + ")"
+}
+
 // DecisionSubject is the subject on which approval id is decided.
 func DecisionSubject(prefix, id string) string { return prefix + "." + id }
 
@@ -56,20 +78,16 @@ func (w *Worker) approver(session string) func(context.Context, string, proxy.Ap
 	return func(ctx context.Context, run string, a proxy.Approval) proxy.Decision {
 		var slot decisionSlot
 		sub, err := w.nc.Subscribe(DecisionSubject(ac.Subject, a.ID), func(m *nats.Msg) {
-			var d Decision
-			if err := json.Unmarshal(m.Data, &d); err != nil || len(d.By) > maxBy {
-				reply(m, DecisionReply{Error: fmt.Sprintf(`want {"approve": true|false, "by": NAME of at most %d bytes}`, maxBy)})
+			d, err := decisionOf(m.Data)
+			if err != nil {
+				reply(m, DecisionReply{Error: err.Error()})
 				return
 			}
-			by := "operator (nats)"
-			if d.By != "" {
-				by = "operator (" + untrusted.Text(d.By) + ")"
-			}
-			if !slot.take(proxy.Decision{Approved: d.Approve, By: by, Taken: true}) {
+			if !slot.take(d) {
 				reply(m, DecisionReply{Run: run, Error: "no longer held: it was decided, timed out, or its request ended"})
 				return
 			}
-			reply(m, DecisionReply{Run: run, Approved: d.Approve, By: by})
+			reply(m, DecisionReply{Run: run, Approved: d.Approved, By: d.By})
 		})
 		if err != nil {
 			w.Logf("approval %s of run %s: subscribing to its decisions: %v: denied", a.ID, run, err)

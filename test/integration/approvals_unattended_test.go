@@ -194,18 +194,18 @@ func TestWorkerApprovals(t *testing.T) {
 	}
 	b.publish("task-deny", approvalTask(2, "body 2"))
 	h = nextHold(t, holds)
-	if out, code := approve(h.ID, "no", "--by", "bob"); code != 0 || !strings.Contains(out, "denied by operator (bob)") {
+	if out, code := approve(h.ID, "no", "--by", "bob"); code != 0 || !strings.Contains(out, "denied by operator (nats: bob)") {
 		t.Errorf("agentrun approve no: %d %s", code, out)
 	}
 	res := b.results([]string{"task-approve", "task-deny"}, 60*time.Second)
 	if r := res["task-approve"]; r.Stdout != "200 api POST /api/write/1 body 1\n" || approvalsOf(r) != "approved by operator (nats)" {
 		t.Errorf("approved task: stdout %q, decisions %q (stderr %q)", r.Stdout, approvalsOf(r), r.Stderr)
 	}
-	if r := res["task-deny"]; r.Stdout != "403 agentrun: denied by the operator\n" || approvalsOf(r) != "denied by operator (bob)" {
+	if r := res["task-deny"]; r.Stdout != "403 agentrun: denied by the operator\n" || approvalsOf(r) != "denied by operator (nats: bob)" {
 		t.Errorf("denied task: stdout %q, decisions %q", r.Stdout, approvalsOf(r))
 	}
 	w.stop()
-	if got := auditDecisions(t, w.audit); got != "approved by operator (nats); denied by operator (bob)" {
+	if got := auditDecisions(t, w.audit); got != "approved by operator (nats); denied by operator (nats: bob)" {
 		t.Errorf("audit decisions: %s", got)
 	}
 	if got := up.Got(); len(got) != 1 {

@@ -58,6 +58,10 @@ func (s *served) request(method, path string, body io.Reader, hdr map[string]str
 		req.Header.Set("Authorization", "Bearer "+s.token)
 	}
 	for k, v := range hdr {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
 		req.Header.Set(k, v)
 	}
 	resp, err := s.client.Do(req)
@@ -164,6 +168,24 @@ func TestServeOpenAPI(t *testing.T) {
 		expect(method, path, "", 401)
 	}
 	s.token = "0pen-api"
+	// A name that is not this server's, as Host (a rebound name, or a
+	// reverse proxy passing it on) or as Origin, on every path, the page's
+	// included, with the token: 421 and 403.
+	for _, op := range doc.Operations() {
+		method, path, _ := strings.Cut(op, " ")
+		path = strings.NewReplacer("{run}", "ar-1", "{id}", "x", "{path}", "a.txt").Replace(path)
+		for _, c := range []struct {
+			hdr  map[string]string
+			want int
+		}{
+			{map[string]string{"Host": "rebound.example", "Origin": "http://rebound.example"}, 421},
+			{map[string]string{"Origin": "http://rebound.example"}, 403},
+		} {
+			if resp, b := s.request(method, path, nil, c.hdr, method == "HEAD"); resp.StatusCode != c.want {
+				t.Errorf("%s %s with %v: %d %.200s; want %d", method, path, c.hdr, resp.StatusCode, b, c.want)
+			}
+		}
+	}
 	expect("GET", "/v1/nothing", "", 404)
 	expect("DELETE", "/v1/runs", "", 405)
 
@@ -404,7 +426,7 @@ func tooBig(t *testing.T, s *served, doc *openapitest.Doc) {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(30 * time.Second))
-	fmt.Fprintf(c, "POST /v1/runs HTTP/1.1\r\nHost: agentrun\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", s.token, 64<<20)
+	fmt.Fprintf(c, "POST /v1/runs HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", s.token, 64<<20)
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
 		t.Fatal(err)

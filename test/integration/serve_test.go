@@ -763,7 +763,7 @@ func TestServeBodiesBoundedByRunSlots(t *testing.T) {
 			}
 			defer c.Close()
 			body := head + pad + tail
-			fmt.Fprintf(c, "POST /v1/runs HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", len(body))
+			fmt.Fprintf(c, "POST /v1/runs HTTP/1.1\r\nHost: agentrun\r\nContent-Length: %d\r\n\r\n", len(body))
 			// All but the last bytes, a pause, then the rest.
 			if _, err := io.WriteString(c, body[:len(body)-8]); err != nil {
 				statuses <- err.Error()
@@ -795,7 +795,7 @@ func TestServeBodiesBoundedByRunSlots(t *testing.T) {
 	}
 	defer c.Close()
 	start := time.Now()
-	io.WriteString(c, "POST /v1/runs HTTP/1.1\r\nHost: x\r\n")
+	io.WriteString(c, "POST /v1/runs HTTP/1.1\r\nHost: agentrun\r\n")
 	for time.Since(start) < 30*time.Second {
 		if _, err := io.WriteString(c, "X"); err != nil {
 			break

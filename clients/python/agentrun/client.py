@@ -71,7 +71,8 @@ class TransportError(Error):
 
 
 class _UnixConnection(http.client.HTTPConnection):
-    """HTTP over a unix socket."""
+    """HTTP over a unix socket, as Host "agentrun": a name serve takes
+    as its own there (it refuses a Host that is not one of its names)."""
 
     def __init__(self, path, timeout):
         super().__init__("agentrun", timeout=timeout)

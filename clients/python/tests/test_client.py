@@ -12,7 +12,9 @@ POSTs to AGENTRUN_TEST_SERVICE_URL are held for approval.
 
 import json
 import os
+import shutil
 import socket
+import tempfile
 import threading
 import time
 import unittest
@@ -85,6 +87,38 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(agentrun.TransportError) as cm:
             c.health()
         self.assertIsNone(cm.exception.status)
+
+    def test_unix_socket_host(self):
+        # serve takes only its own names as Host; on the unix socket the
+        # client's is "agentrun".
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        path = os.path.join(d, "a.sock")
+        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.addCleanup(ls.close)
+        ls.bind(path)
+        ls.listen(1)
+        heads = []
+
+        def serve():
+            conn, _ = ls.accept()
+            with conn:
+                conn.settimeout(10)
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    b = conn.recv(65536)
+                    if not b:
+                        break
+                    head += b
+                heads.append(head)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+
+        t = threading.Thread(target=serve, daemon=True)
+        t.start()
+        self.assertEqual(agentrun.Client("unix://" + path, timeout=5).health(), {})
+        t.join(10)
+        hosts = [l for l in heads[0].split(b"\r\n") if l.lower().startswith(b"host:")]
+        self.assertEqual(hosts, [b"Host: agentrun"])
 
     def test_file_names_are_one_segment(self):
         self.assertEqual(agentrun.Sessions._path("ss-1", "../a/b.txt"),
