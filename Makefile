@@ -4,7 +4,7 @@
 #   make test     install what is missing, build, run the whole suite (as root)
 #   make install  install bin/agentrun to $(PREFIX)/bin, the systemd units and a config
 #   make deb      build the Debian package (bin/agentrun_VERSION_ARCH.deb)
-#   make bench    measure against bare chroot, runc and bwrap (docs/bench.md)
+#   make bench    measure against bare chroot, the kernel floor, runc and bwrap (docs/bench.md)
 #   make soak     1,000 mixed runs, checking nothing accumulates
 #   make vm-test  the cgroup suites in a QEMU machine on pure cgroup v2 (test/vm/run.sh)
 
@@ -49,7 +49,7 @@ COMMIT        := $(shell git rev-parse HEAD 2>/dev/null)$(shell git status --por
 LDFLAGS       := -X main.version=$(VERSION) -X 'main.commit=$(COMMIT)' -X main.runscVersion=$(RUNSC_VERSION)
 UNITS         := agentrun.socket agentrun.service agentrun@.service agentrun-worker.service
 
-.PHONY: all build install deb deps images runsc mcp-client approvals-page openapi-validator demo test unit integration fuzz vet bench soak vm-test clean
+.PHONY: all build install deb deps images runsc mcp-client approvals-page openapi-validator ts-client demo test unit integration fuzz vet bench soak vm-test clean
 
 all: build
 
@@ -125,9 +125,15 @@ approvals-page: deps
 openapi-validator: deps
 	cd test/openapi-validator && npm ci --no-audit --no-fund
 
+# ts-client installs the TypeScript client's compiler, openapi-typescript
+# and the frameworks its adapters are tested against (clients/typescript,
+# from its package-lock.json), and builds it.
+ts-client: deps
+	cd clients/typescript && npm ci --no-audit --no-fund && npm run build
+
 # integration: real sandboxes on both runtimes, one package at a time (each
 # checks that the host is left clean, which a concurrent package would spoil).
-integration: build images runsc mcp-client approvals-page openapi-validator
+integration: build images runsc mcp-client approvals-page openapi-validator ts-client
 	AGENTRUN_BIN=$(abspath $(BIN)) $(GO) test -tags $(TAGS) -count=1 -p 1 -timeout 20m ./runtime/runsc/ ./test/...
 
 # fuzz runs each fuzz target briefly: a count of inputs, about 10 s of
@@ -142,7 +148,7 @@ fuzz:
 	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzUnpack$$' -fuzztime $(call fuzztime,6000x) -fuzzminimizetime 100x ./image/unpack
 	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzParseRequest$$' -fuzztime $(call fuzztime,100000x) -fuzzminimizetime 200x ./proxy
 
-test: deps vet unit integration fuzz
+test: deps vet images unit integration fuzz
 
 # vm-test runs runtime/cgroup's tests, the integration tests on limits,
 # pools and tear-down, and the escape battery, on libcontainer, in a
@@ -151,7 +157,8 @@ test: deps vet unit integration fuzz
 vm-test: deps images
 	GO=$(GO) test/vm/run.sh
 
-# bench compares agentrun with bare chroot, runc (Debian's, and one built
+# bench compares agentrun with bare chroot, the kernel floor (test/bench/floor/floor.c,
+# built by the bench with $$CC or cc), runc (Debian's, and one built
 # at the libcontainer version agentrun links: test/runc.sh) and bwrap, and measures
 # throughput under load, and warm interpreters on the python-data image;
 # writes docs/bench.md. BENCH_FLAGS adds flags (-baseline OLD_BINARY,

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/names"
+	"github.com/agentrun/agentrun/internal/hostaddr"
 	"github.com/agentrun/agentrun/internal/netpolicy"
 )
 
@@ -27,7 +28,8 @@ import (
 // actually dialled: a host that is not listed must be at a globally
 // routable address, never at a loopback, private, link-local (cloud
 // metadata), CGNAT, unique-local or otherwise reserved one
-// (netpolicy.CheckAddr).
+// (netpolicy.CheckAddr), nor one of the host's own (hostaddr: its public
+// address too).
 // A listed host may be anywhere: listing it is the operator's say-so.
 // Such pulls never use the environment's HTTP proxy, which would dial in
 // their place.
@@ -166,7 +168,7 @@ func (r *Registries) dialer(registry string) func(ctx context.Context, network, 
 		var errs []error
 		for _, ip := range ips {
 			if !listed {
-				if err := netpolicy.CheckAddr(ip, nil, nil); err != nil {
+				if err := (netpolicy.Dest{Own: hostaddr.Own}).Check(netip.AddrPortFrom(ip, uint16(port))); err != nil {
 					errs = append(errs, fmt.Errorf("dialing %s (%s): %w", addr, ip, &PolicyError{Registry: registry, AtConnect: true}))
 					continue
 				}

@@ -3,22 +3,33 @@ package image
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
 
 	"github.com/agentrun/agentrun/image/imagetest"
 	"github.com/agentrun/agentrun/internal/errkind"
+	"github.com/agentrun/agentrun/test/testenv"
 )
 
 // acceptCounter listens on 127.0.0.1 and counts the connections made to
 // it, closing each at once.
 func acceptCounter(t *testing.T) (addr string, accepts *atomic.Int64) {
+	return acceptCounterAt(t, "127.0.0.1")
+}
+
+// acceptCounterAt is acceptCounter on ip.
+func acceptCounterAt(t *testing.T, ip string) (addr string, accepts *atomic.Int64) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,6 +166,59 @@ func TestRedirectToUnlistedAddressRefusedAtDial(t *testing.T) {
 	if accepts.Load() == 0 {
 		t.Error("the unrestricted pull never dialled the redirect: the test proves nothing")
 	}
+}
+
+// A redirect to the host's own address is refused at dial even when the
+// address is a public one, which the ranges alone let through: an
+// address of a veth of the test's own, 1.2.3.4, while the test runs.
+func TestRedirectToHostsOwnPublicAddressRefused(t *testing.T) {
+	testenv.RequireRoot(t)
+	name := fmt.Sprintf("arim%d", os.Getpid()%100000)
+	link := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}
+	if err := netlink.LinkAdd(link); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { netlink.LinkDel(link) })
+	if err := netlink.LinkSetUp(link); err != nil {
+		t.Fatal(err)
+	}
+	own := "1.2.3.4"
+	if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP(own).To4(), Mask: net.CIDRMask(32, 32)}}); err != nil {
+		t.Fatal(err)
+	}
+	// Listening there succeeds only once the address is the host's.
+	var target string
+	var accepts *atomic.Int64
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if ln, err := net.Listen("tcp", own+":0"); err == nil {
+			ln.Close()
+			target, accepts = acceptCounterAt(t, own)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the veth's address never became the host's")
+		}
+	}
+	e := newEnv(t)
+	host := imagetest.RegistryWith(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
+				http.Redirect(w, r, "http://"+target+"/internal/admin", http.StatusTemporaryRedirect)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	imagetest.PushDir(t, host, "test/app", "v1", sampleRootfs(t))
+	_, err := e.store.Get(context.Background(), host+"/test/app:v1", PullOptions{Registries: registries(t, host)})
+	var pe *PolicyError
+	if !errors.As(err, &pe) || !pe.AtConnect {
+		t.Fatalf("err = %v; want a PolicyError at connect time", err)
+	}
+	if n := accepts.Load(); n != 0 {
+		t.Errorf("%d connections reached the host's own address", n)
+	}
+	e.checkNothingPublished(t)
 }
 
 // What a registry sends with an error (a 404 page, say) and how a

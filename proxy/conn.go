@@ -224,10 +224,31 @@ func dialReason(errs error) string {
 	return "connection failed"
 }
 
-// connect resolves t, checks every candidate address and dials the first
-// one that passes, by IP: nothing is resolved again later. Refusals are
-// recorded and returned as *denial, failures as *egressError.
+// connect dials t for the sandbox (see dialChecked): an address of the
+// host's own passes only as an exact entry of the policy's HostPorts.
 func (p *Proxy) connect(t target) (net.Conn, error) {
+	return p.dialChecked(t, netpolicy.Dest{
+		AllowRanges: p.policy.AllowRanges, DenyRanges: p.policy.DenyRanges,
+		HostPorts: p.policy.HostPorts, Own: p.policy.Own,
+	})
+}
+
+// connectService dials the upstream of a service, whose host and port
+// the operator named (the program never chooses where it goes): the
+// ranges and HostPorts apply, and the host's own addresses are not
+// refused.
+func (p *Proxy) connectService(t target) (net.Conn, error) {
+	return p.dialChecked(t, netpolicy.Dest{
+		AllowRanges: p.policy.AllowRanges, DenyRanges: p.policy.DenyRanges,
+		HostPorts: p.policy.HostPorts, Own: func(netip.Addr) (bool, error) { return false, nil },
+	})
+}
+
+// dialChecked resolves t, checks every candidate address and port with
+// dest, when the dial happens, and dials the first one that passes, by
+// IP: nothing is resolved again later. Refusals are recorded and returned
+// as *denial, failures as *egressError.
+func (p *Proxy) dialChecked(t target, dest netpolicy.Dest) (net.Conn, error) {
 	if !p.allow.Match(t.host, t.port) {
 		return nil, &denial{t.host, t.port, reasonNotAllowed}
 	}
@@ -261,7 +282,7 @@ func (p *Proxy) connect(t target) (net.Conn, error) {
 	var ok []netip.Addr
 	var refusal error
 	for _, a := range addrs {
-		if err := netpolicy.CheckAddr(a, p.policy.AllowRanges, p.policy.DenyRanges); err != nil {
+		if err := dest.Check(netip.AddrPortFrom(a, uint16(t.port))); err != nil {
 			if refusal == nil {
 				refusal = err
 			}
@@ -296,6 +317,7 @@ func (p *Proxy) connect(t target) (net.Conn, error) {
 		release = false
 		st.conns.Add(1)
 		mc := &meteredConn{Conn: c, p: p, st: st, t: t}
+		mc.key, mc.registered = registerEgress(c)
 		if !p.track(mc) {
 			return nil, &egressError{t, "proxy closed", errors.New("run ending")}
 		}
@@ -443,7 +465,7 @@ func (p *Proxy) forwardHTTP(c net.Conn, req *http.Request, up net.Conn, t target
 // serveOne answers one plain-HTTP request already read from c to svc, then
 // closes, as forwardHTTP does.
 func (p *Proxy) serveOne(c net.Conn, req *http.Request, svc *netpolicy.Service) {
-	resp := p.serviceRoundTrip(p.ctx, req, svc)
+	resp := p.serviceRoundTrip(p.ctx, req, svc, c)
 	defer resp.Body.Close()
 	for _, h := range netpolicy.HopHeaders {
 		resp.Header.Del(h)
@@ -494,10 +516,12 @@ var errByteLimit = errors.New("agentrun: byte limit reached")
 // run's limits and the report.
 type meteredConn struct {
 	net.Conn
-	p      *Proxy
-	st     *hostStats
-	t      target
-	closed atomic.Bool
+	p          *Proxy
+	st         *hostStats
+	t          target
+	key        egressKey // its two ends, while registered (IsEgress)
+	registered bool
+	closed     atomic.Bool
 }
 
 func (m *meteredConn) Read(b []byte) (int, error) {
@@ -536,6 +560,9 @@ func (m *meteredConn) Close() error {
 		return nil
 	}
 	m.p.releaseUpstream()
+	if m.registered {
+		unregisterEgress(m.key)
+	}
 	return m.Conn.Close()
 }
 

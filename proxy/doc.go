@@ -5,7 +5,9 @@
 // the report's records are internal/netpolicy's; the proxy enforces them.
 //
 // It never dials a host not on the allowlist, never dials an address that
-// netpolicy.CheckAddr refuses, and never forwards a DNS query. A proxy
+// netpolicy.CheckAddr refuses, never dials the host's own addresses
+// (internal/hostaddr) but the address:port pairs of Policy.HostPorts and
+// services' upstreams, and never forwards a DNS query. A proxy
 // opened ahead of its run (Open) reaches nothing until Bind gives it that
 // run's policy, once.
 package proxy

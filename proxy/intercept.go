@@ -27,8 +27,13 @@ import (
 
 const (
 	// maxHeld bounds the requests of one run held for approval at once;
-	// more are denied at once.
-	maxHeld = 16
+	// more are refused at once.
+	maxHeld = 8
+	// heldEvery is the sustained rate at which a run may hold requests
+	// for approval, past a burst of maxHeld: one more each heldEvery.
+	// More are refused at once, so that a program that holds and abandons
+	// requests in a loop cannot keep its approvers' channels busy.
+	heldEvery = time.Second
 	// DefaultApprovalTimeout is how long a held request waits for a
 	// decision when the policy names no time.
 	DefaultApprovalTimeout = 60 * time.Second
@@ -39,6 +44,10 @@ const (
 	// untrusted.Text): a longer one is refused with 403 before anyone is
 	// asked, since it could not be shown whole.
 	MaxURLBytes = 2 << 10
+	// MaxFormBytes bounds the form body of a request to a service that
+	// the proxy reads for a "_method" parameter before anything is sent:
+	// a longer one is refused.
+	MaxFormBytes = bufSize
 	// maxMethodBytes bounds a request's method the same way.
 	maxMethodBytes = 64
 	// maxReasonPath bounds the path quoted in a refusal's reason.
@@ -104,8 +113,10 @@ type ApproveFunc func(ctx context.Context, a Approval) Decision
 
 // Reasons of service refusals (after "denied: ").
 const (
-	reasonOperator   = "denied by the operator"
-	reasonTooManyApp = "too many requests waiting for approval"
+	reasonOperator    = "denied by the operator"
+	reasonTooManyApp  = "too many requests waiting for approval (at most 8 at once)"
+	reasonTooOftenApp = "requests held for approval too often (at most 8, then 1 a second)"
+	reasonAbandoned   = "request abandoned"
 )
 
 // prefixConn reads through r, which holds bytes already read from Conn.
@@ -159,7 +170,7 @@ func (p *Proxy) serveService(c net.Conn, br *bufio.Reader, svc *netpolicy.Servic
 	var once sync.Once
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			resp := p.serviceRoundTrip(r.Context(), r, svc)
+			resp := p.serviceRoundTrip(r.Context(), r, svc, c)
 			defer resp.Body.Close()
 			h := w.Header()
 			for k, v := range resp.Header {
@@ -192,10 +203,12 @@ func (p *Proxy) serveService(c net.Conn, br *bufio.Reader, svc *netpolicy.Servic
 	}
 }
 
-// serviceRoundTrip decides req to svc and, when it passes, sends it
-// upstream with the injected headers. It always returns a response: the
-// upstream's, or the proxy's own refusal.
-func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *netpolicy.Service) *http.Response {
+// serviceRoundTrip decides req to svc, which came on the client
+// connection client, and, when it passes, sends it upstream with the
+// injected headers. It always returns a response: the upstream's, or the
+// proxy's own refusal. A request held for approval is withdrawn when the
+// client hangs up: the approver's context ends, and it is never sent.
+func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *netpolicy.Service, client net.Conn) *http.Response {
 	rawPath, rawQuery, _ := strings.Cut(req.RequestURI, "?")
 	rec := netpolicy.ServiceRequest{Service: svc.Name, Method: untrusted.Text(req.Method), Path: untrusted.Text(rawPath + queryPart(rawQuery))}
 	deny := func(status int, reason string) *http.Response {
@@ -241,21 +254,55 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *ne
 	if rule == nil {
 		return deny(http.StatusForbidden, reason)
 	}
-	body := req.Body
-	if rule.Approve {
-		start, err := io.ReadAll(io.LimitReader(req.Body, bodyExcerpt+1))
+	var body io.ReadCloser = req.Body
+	overrides := netpolicy.MethodOverrides(rawQuery)
+	if formBody(req.Header) {
+		start, err := io.ReadAll(io.LimitReader(body, MaxFormBytes+1))
 		if err != nil {
 			return deny(http.StatusBadRequest, "request body unreadable")
 		}
-		body = struct {
-			io.Reader
-			io.Closer
-		}{io.MultiReader(bytes.NewReader(start), req.Body), req.Body}
+		if len(start) > MaxFormBytes {
+			return deny(http.StatusForbidden, fmt.Sprintf("form body longer than %d bytes: its %s parameter cannot be checked", MaxFormBytes, netpolicy.MethodParam))
+		}
+		body = replay(start, body)
+		overrides = append(overrides, netpolicy.MethodOverrides(string(start))...)
+	}
+	approve := rule.Approve
+	shownMethod := rec.Method
+	for _, m := range overrides {
+		if len(m) > maxMethodBytes {
+			return deny(http.StatusForbidden, fmt.Sprintf("%s longer than %d bytes", netpolicy.MethodParam, maxMethodBytes))
+		}
+		r, reason := svc.Match(m, rawPath)
+		if r == nil {
+			return deny(http.StatusForbidden, netpolicy.MethodParam+"="+untrusted.Text(m)+" would have the service act on another method: "+reason)
+		}
+		approve = approve || r.Approve
+		shownMethod += " (" + netpolicy.MethodParam + "=" + untrusted.Text(m) + ")"
+	}
+	if approve {
+		start, err := io.ReadAll(io.LimitReader(body, bodyExcerpt+1))
+		if err != nil {
+			return deny(http.StatusBadRequest, "request body unreadable")
+		}
+		body = replay(start, body)
 		excerpt := start[:min(len(start), bodyExcerpt)]
-		a := Approval{Service: svc.Name, Method: rec.Method, URL: shownURL,
+		a := Approval{Service: svc.Name, Method: shownMethod, URL: shownURL,
 			BodyExcerpt: untrusted.Text(string(excerpt)), BodyCut: len(start) > bodyExcerpt}
-		d := p.approve(ctx, a)
+		hctx, stop := untilHangup(ctx, client)
+		d := p.approve(hctx, a)
+		gone := errors.Is(context.Cause(hctx), errHungUp) || ctx.Err() != nil
+		stop()
 		rec.Approval = d.ID
+		if d.By == reasonTooManyApp || d.By == reasonTooOftenApp {
+			return deny(http.StatusForbidden, d.By)
+		}
+		if gone {
+			// Nobody waits for the answer: not sent, even when approved.
+			rec.Reason = reasonAbandoned
+			p.ledger.request(rec)
+			return textResponse(req, http.StatusForbidden, "agentrun: "+reasonAbandoned, "X-Agentrun-Denied")
+		}
 		if !d.Approved {
 			return deny(http.StatusForbidden, reasonOperator)
 		}
@@ -313,6 +360,24 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *ne
 	return resp
 }
 
+// replay is body with start, already read from it, put back in front.
+func replay(start []byte, body io.ReadCloser) io.ReadCloser {
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(start), body), body}
+}
+
+// formBody reports whether a server may read a request with header h as
+// a form whose fields hold a "_method": its Content-Type is
+// application/x-www-form-urlencoded, or it has none (Rack reads a POST
+// without one as a form).
+func formBody(h http.Header) bool {
+	mt, _, _ := strings.Cut(h.Get("Content-Type"), ";")
+	mt = strings.ToLower(strings.TrimSpace(mt))
+	return mt == "" || mt == "application/x-www-form-urlencoded"
+}
+
 // upstreamReason names a failure of a service's upstream in a few words:
 // the detail may carry the upstream's words, which stay out.
 func upstreamReason(err error) string {
@@ -323,7 +388,7 @@ func upstreamReason(err error) string {
 	case errors.As(err, &ce), errors.As(err, &ue), errors.As(err, &he):
 		return "upstream certificate not trusted"
 	case errors.Is(err, context.Canceled):
-		return "request abandoned"
+		return reasonAbandoned
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, syscall.ETIMEDOUT):
 		return "upstream timed out"
 	case errors.Is(err, errByteLimit):
@@ -402,13 +467,16 @@ func (p *Proxy) approve(ctx context.Context, a Approval) netpolicy.ApprovalRecor
 	rec := netpolicy.ApprovalRecord{ID: a.ID, Service: a.Service, Method: a.Method, URL: a.URL}
 	p.mu.Lock()
 	full := p.held >= maxHeld
-	if !full {
+	often := !full && !p.heldRate.Allow()
+	if !full && !often {
 		p.held++
 	}
 	p.mu.Unlock()
 	switch {
 	case full:
 		rec.By = reasonTooManyApp
+	case often:
+		rec.By = reasonTooOftenApp
 	case p.policy.Approve == nil:
 		p.releaseHeld()
 		rec.By = "no way to ask"
@@ -427,7 +495,7 @@ func (p *Proxy) approve(ctx context.Context, a Approval) netpolicy.ApprovalRecor
 		case !d.Taken && errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:
 			rec.By = "timeout"
 		case !d.Taken && actx.Err() != nil:
-			rec.By = "request abandoned"
+			rec.By = reasonAbandoned
 		default:
 			rec.Approved, rec.By, rec.Taken = d.Approved, printable(d.By), d.Taken
 			if rec.By == "" {
@@ -459,7 +527,7 @@ func (p *Proxy) Held() int {
 }
 
 // newUpstream is the transport of requests to services: it dials through
-// connect (allowlist and address checks, byte limits, the connection cap)
+// connectService (allowlist and address checks, byte limits, the connection cap)
 // and verifies the upstream against roots (nil: the host's).
 func (p *Proxy) newUpstream() *http.Transport {
 	return &http.Transport{
@@ -472,7 +540,7 @@ func (p *Proxy) newUpstream() *http.Transport {
 			if err != nil {
 				return nil, err
 			}
-			return p.connect(target{host, n})
+			return p.connectService(target{host, n})
 		},
 		TLSClientConfig:        &tls.Config{RootCAs: p.policy.UpstreamRoots, MinVersion: tls.VersionTLS12},
 		TLSHandshakeTimeout:    connectTimeout,

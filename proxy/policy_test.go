@@ -1,8 +1,15 @@
 package proxy
 
 import (
+	"context"
+	"errors"
+	"net"
 	"net/netip"
+	"strings"
+	"sync"
 	"testing"
+
+	"github.com/agentrun/agentrun/internal/netpolicy"
 )
 
 func TestNewProxyRejectsBadPolicy(t *testing.T) {
@@ -14,6 +21,8 @@ func TestNewProxyRejectsBadPolicy(t *testing.T) {
 		{Hosts: map[string]netip.Addr{"bad host": netip.MustParseAddr("1.2.3.4")}},
 		{MaxBytes: -1},
 		{MaxConns: -1},
+		{HostPorts: []netip.AddrPort{{}}},
+		{HostPorts: []netip.AddrPort{netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 0)}},
 	} {
 		if _, err := newProxy(gw, p); err == nil {
 			t.Errorf("newProxy(%+v) = nil error; want an error", p)
@@ -46,4 +55,91 @@ func newProxy(gw netip.Addr, p Policy) (*Proxy, error) {
 	}
 	px.bound.Store(true)
 	return px, nil
+}
+
+// The host's own addresses (Policy.Own, asked at each dial) are refused
+// as a denial whatever the ranges, unless HostPorts lists the exact
+// address and port; a service's upstream, which the operator named, is
+// dialled whatever Own says.
+func TestProxyRefusesHostOwn(t *testing.T) {
+	self := netip.MustParseAddr("203.0.113.9")
+	var mu sync.Mutex
+	owned := map[netip.Addr]bool{self: true}
+	var dialled []string
+	pol := Policy{
+		Allow:       []string{"self.test:8080", "self.test:4222", "moved.test"},
+		Hosts:       map[string]netip.Addr{"self.test": self, "moved.test": netip.MustParseAddr("203.0.113.10")},
+		AllowRanges: []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")},
+		HostPorts:   []netip.AddrPort{netip.AddrPortFrom(self, 4222)},
+		Own: func(a netip.Addr) (bool, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if a == netip.MustParseAddr("203.0.113.11") {
+				return false, errors.New("no routes")
+			}
+			return owned[a], nil
+		},
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			mu.Lock()
+			dialled = append(dialled, addr)
+			mu.Unlock()
+			a, b := net.Pipe()
+			b.Close()
+			return a, nil
+		},
+	}
+	px, err := newProxy(netip.MustParseAddr("10.200.0.1"), pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	refused := func(host string, port int, want string) {
+		t.Helper()
+		c, err := px.connect(target{host, port})
+		var d *denial
+		if !errors.As(err, &d) || !strings.Contains(d.reason, want) {
+			if c != nil {
+				c.Close()
+			}
+			t.Errorf("connect(%s:%d) = %v; want a denial %q", host, port, err, want)
+		}
+	}
+	allowed := func(connect func(target) (net.Conn, error), host string, port int, addr string) {
+		t.Helper()
+		mu.Lock()
+		dialled = nil
+		mu.Unlock()
+		c, err := connect(target{host, port})
+		if err != nil {
+			t.Errorf("connect(%s:%d) = %v; want dialled", host, port, err)
+			return
+		}
+		c.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(dialled) != 1 || dialled[0] != addr {
+			t.Errorf("connect(%s:%d) dialled %v; want [%s]", host, port, dialled, addr)
+		}
+	}
+	refused("self.test", 8080, netpolicy.ReasonHostOwn+" 203.0.113.9 (network.host_ports does not list 203.0.113.9:8080)")
+	allowed(px.connect, "self.test", 4222, "203.0.113.9:4222")
+	allowed(px.connect, "moved.test", 443, "203.0.113.10:443")
+	allowed(px.connectService, "self.test", 8080, "203.0.113.9:8080")
+
+	// Own is asked when the dial happens: an address that becomes the
+	// host's is refused from then on, one that stops being it passes.
+	mu.Lock()
+	owned[netip.MustParseAddr("203.0.113.10")], owned[self] = true, false
+	mu.Unlock()
+	refused("moved.test", 443, netpolicy.ReasonHostOwn+" 203.0.113.10")
+	allowed(px.connect, "self.test", 8080, "203.0.113.9:8080")
+
+	// An unknown answer refuses.
+	px.hosts["moved.test"] = netip.MustParseAddr("203.0.113.11")
+	refused("moved.test", 443, netpolicy.ReasonHostOwn+" unknown")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(dialled) != 1 {
+		t.Errorf("refusals dialled %v", dialled)
+	}
 }

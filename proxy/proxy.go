@@ -8,13 +8,16 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
+	"golang.org/x/time/rate"
 
+	"github.com/agentrun/agentrun/internal/hostaddr"
 	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/netns"
 )
@@ -59,11 +62,18 @@ type Policy struct {
 	// Allow holds allowlist entries (see ParseAllow).
 	Allow []string
 	// Hosts maps names to fixed addresses, consulted before the resolver
-	// (like /etc/hosts). The address is still checked by netpolicy.CheckAddr.
+	// (like /etc/hosts). The address is still checked (netpolicy.Dest).
 	Hosts map[string]netip.Addr
 	// AllowRanges opens ranges netpolicy.CheckAddr would refuse; DenyRanges adds
 	// refusals and wins over everything.
 	AllowRanges, DenyRanges []netip.Prefix
+	// HostPorts are the host's own address:port pairs a connection may
+	// reach (network.host_ports). Every other address the host owns is
+	// refused, whatever the ranges, except to a service's upstream.
+	HostPorts []netip.AddrPort
+	// Own reports whether an address is the host's own, asked when a
+	// connection is dialled; nil means hostaddr.Own.
+	Own func(netip.Addr) (bool, error)
 	// MaxBytes caps the bytes of a run in each direction, over all its
 	// connections; a connection that crosses it is cut. 0 means no cap.
 	MaxBytes int64
@@ -126,7 +136,8 @@ type Proxy struct {
 	upstreams int                   // open upstream connections
 	clients   int                   // open connections from the sandbox
 
-	held int // requests waiting for approval
+	held     int           // requests waiting for approval
+	heldRate *rate.Limiter // of requests held for approval
 
 	// ledger is what Report returns, under a lock of its own.
 	ledger ledger
@@ -210,8 +221,9 @@ func (p *Proxy) Bind(pol Policy) error {
 // listeners.
 func unbound(gw netip.Addr) *Proxy {
 	px := &Proxy{
-		gw:    gw,
-		conns: make(map[net.Conn]struct{}),
+		gw:       gw,
+		conns:    make(map[net.Conn]struct{}),
+		heldRate: rate.NewLimiter(rate.Every(heldEvery), maxHeld),
 	}
 	px.ctx, px.cancel = context.WithCancel(context.Background())
 	return px
@@ -267,6 +279,15 @@ func (p *Proxy) setPolicy(pol Policy) error {
 	if dial == nil {
 		d := &net.Dialer{}
 		dial = d.DialContext
+	}
+	if pol.Own == nil {
+		pol.Own = hostaddr.Own
+	}
+	pol.HostPorts = slices.Clone(pol.HostPorts)
+	for i, hp := range pol.HostPorts {
+		if !hp.Addr().IsValid() || hp.Port() == 0 {
+			return fmt.Errorf("starting proxy: host_ports entry %d (%s): not an address and port", i, hp)
+		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/proxy/proxytest"
 	"github.com/agentrun/agentrun/test/testenv"
@@ -58,7 +60,10 @@ func newServiceRun(t *testing.T, approve ApproveFunc, timeout time.Duration) (*r
 		}, {
 			Name: "plain", URL: "http://plain.internet.test",
 			Inject: []netpolicy.Inject{{Header: "Authorization", Prefix: "Token ", File: secret}},
-			Rules:  []netpolicy.Rule{{Methods: []string{"GET"}, Paths: []string{"/api/**"}}},
+			Rules: []netpolicy.Rule{
+				{Methods: []string{"GET"}, Paths: []string{"/api/**"}},
+				{Methods: []string{"POST"}, Paths: []string{"/api/write/*"}, Approve: true},
+			},
 		}},
 		UpstreamRoots:   in.Roots,
 		Approve:         approve,
@@ -704,6 +709,7 @@ func TestServiceApprovalRecordedPastTheBound(t *testing.T) {
 		return Decision{By: "too many calls waiting"}
 	}
 	r, _ := newServiceRun(t, approve, 5*time.Second)
+	r.px.unlimitHeldRate()
 	c := r.serviceClient()
 	post := func(p string) {
 		resp, err := c.Post("https://api.internet.test/api/write/"+p, "text/plain", strings.NewReader("x"))
@@ -731,5 +737,282 @@ func TestServiceApprovalRecordedPastTheBound(t *testing.T) {
 	}
 	if n := len(r.px.Report().Approvals); n != maxDenied+2 {
 		t.Errorf("%d approvals recorded; want %d", n, maxDenied+2)
+	}
+}
+
+// A "_method" parameter, in the query or in a form body, counts as the
+// method a server acts on: refused unless a rule allows that method for
+// the path too, and shown to the approver. A form body too long to be
+// checked is refused.
+func TestServiceMethodParam(t *testing.T) {
+	asks := make(chan Approval, 8)
+	r, rc := newServiceRun(t, func(ctx context.Context, a Approval) Decision {
+		asks <- a
+		return Decision{Approved: true, By: "test operator"}
+	}, 5*time.Second)
+	c := r.serviceClient()
+	send := func(method, path, ctype, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, "https://api.internet.test"+path, strings.NewReader(body))
+		if ctype != "" {
+			req.Header.Set("Content-Type", ctype)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	const form = "application/x-www-form-urlencoded"
+	for _, tc := range []struct{ method, path, ctype, body string }{
+		{"GET", "/api/read/x?_method=DELETE", "", ""},
+		{"GET", "/api/read/x?a=1&%5Fmethod=delete", "", ""},
+		{"GET", "/api/read/x?_METHOD=Put", "", ""},
+		{"GET", "/api/read/x?%255Fmethod=DELETE", "", ""},
+		{"POST", "/api/write/x?_method=DELETE", "text/plain", "x"},
+		{"POST", "/api/write/x", form, "a=1&_method=DELETE"},
+		{"POST", "/api/write/x", "Application/X-WWW-Form-Urlencoded; charset=utf-8", "%5FMethod=PATCH"},
+		{"POST", "/api/write/x", "", "_method=PUT"},
+		{"POST", "/api/write/x", form, "_method=TRACE"},
+	} {
+		before := len(rc.Got())
+		code, body := send(tc.method, tc.path, tc.ctype, tc.body)
+		if code != 403 || !strings.Contains(body, "_method=") {
+			t.Errorf("%s %s %q: %d %q; want 403 naming _method", tc.method, tc.path, tc.body, code, body)
+		}
+		if len(rc.Got()) != before {
+			t.Errorf("%s %s %q: sent upstream", tc.method, tc.path, tc.body)
+		}
+		rep := r.px.Report()
+		if got := rep.Requests[len(rep.Requests)-1]; got.Allowed || !strings.Contains(got.Reason, "_method=") {
+			t.Errorf("%s %s %q recorded as %+v", tc.method, tc.path, tc.body, got)
+		}
+	}
+	long := "a=" + strings.Repeat("x", MaxFormBytes) + "&_method=DELETE"
+	if code, body := send("POST", "/api/write/x", form, long); code != 403 || !strings.Contains(body, "form body longer than") {
+		t.Errorf("form body of %d bytes: %d %.200q; want 403", len(long), code, body)
+	}
+	select {
+	case a := <-asks:
+		t.Errorf("asked about %s %s", a.Method, a.URL)
+	default:
+	}
+	if n := len(rc.Got()); n != 0 {
+		t.Fatalf("upstream got %d requests; want none", n)
+	}
+
+	// A method the rules allow passes, its body whole; a _method outside
+	// a form is not one.
+	if code, body := send("POST", "/api/any/x", form, "_method=DELETE&b=2"); code != 200 || body != `api POST /api/any/x body="_method=DELETE&b=2"` {
+		t.Errorf("_method a rule allows: %d %q; want 200 with the body sent whole", code, body)
+	}
+	if code, body := send("POST", "/api/write/x", "application/json", `{"_method":"DELETE"}`); code != 200 {
+		t.Errorf("JSON body naming _method: %d %q; want 200", code, body)
+	}
+	if a := <-asks; a.Method != "POST" {
+		t.Errorf("approval of a JSON body shows method %q; want POST", a.Method)
+	}
+	if code, body := send("POST", "/api/write/x?_method=post", "text/plain", "x"); code != 200 {
+		t.Errorf("_method=post to a POST rule: %d %q; want 200", code, body)
+	}
+	if a := <-asks; a.Method != "POST (_method=POST)" {
+		t.Errorf("approval shows method %q; want POST (_method=POST)", a.Method)
+	}
+}
+
+// A held request whose client hangs up is withdrawn at once, on every
+// path to the service (plain HTTP through the proxy or transparently,
+// TLS through CONNECT or transparently), also with most of its body
+// unread: the approver's context ends, an approval that comes after
+// sends nothing, and the run's record says it was abandoned.
+func TestServiceApprovalWithdrawnOnHangup(t *testing.T) {
+	type ask struct {
+		a     Approval
+		ended <-chan struct{}
+	}
+	asks := make(chan ask, 1)
+	answers := make(chan bool, 1)
+	r, rc := newServiceRun(t, func(ctx context.Context, a Approval) Decision {
+		asks <- ask{a, ctx.Done()}
+		select {
+		case ok := <-answers:
+			return Decision{Approved: ok, By: "test operator", Taken: true}
+		case <-ctx.Done():
+			return Decision{}
+		}
+	}, time.Minute)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(r.px.CACert())
+	body := strings.Repeat("b", 64<<10) // past the excerpt and the socket's first reads
+	dialGW := func(port string) net.Conn {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, err := r.dial(ctx, "tcp4", net.JoinHostPort(r.gw, port))
+		if err != nil {
+			t.Fatalf("dialing the gateway's :%s: %v", port, err)
+		}
+		return c
+	}
+	tlsTo := func(c net.Conn) net.Conn {
+		return tls.Client(c, &tls.Config{RootCAs: pool, ServerName: "api.internet.test"})
+	}
+	for _, tc := range []struct {
+		name string
+		open func() net.Conn
+		line string
+		host string
+	}{
+		{"plain http through the proxy", func() net.Conn { return dialGW("3128") },
+			"POST http://plain.internet.test/api/write/x HTTP/1.1", "plain.internet.test"},
+		{"plain http transparently", func() net.Conn { return dialGW("80") },
+			"POST /api/write/x HTTP/1.1", "plain.internet.test"},
+		{"tls through CONNECT", func() net.Conn {
+			_, _, c := r.connect("api.internet.test:443")
+			if c == nil {
+				t.Fatal("CONNECT api.internet.test:443 refused")
+			}
+			c.SetDeadline(time.Time{})
+			return tlsTo(c)
+		}, "POST /api/write/x HTTP/1.1", "api.internet.test"},
+		{"tls transparently", func() net.Conn { return tlsTo(dialGW("443")) },
+			"POST /api/write/x HTTP/1.1", "api.internet.test"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(rc.Got())
+			c := tc.open()
+			go fmt.Fprintf(c, "%s\r\nHost: %s\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n%s", tc.line, tc.host, len(body), body)
+			var got ask
+			select {
+			case got = <-asks:
+			case <-time.After(10 * time.Second):
+				c.Close()
+				t.Fatal("the request was never held")
+			}
+			c.Close()
+			select {
+			case <-got.ended:
+			case <-time.After(10 * time.Second):
+				t.Errorf("approver still asked 10 s after the client hung up")
+			}
+			answers <- true // comes too late: nothing is sent
+			// The request's record is the last written once it is done.
+			recorded := func() bool {
+				reqs := r.px.Report().Requests
+				return len(reqs) > 0 && reqs[len(reqs)-1].Approval == got.a.ID
+			}
+			for deadline := time.Now().Add(10 * time.Second); !recorded() && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if h := r.px.Held(); h != 0 || !recorded() {
+				t.Fatalf("held = %d, request recorded %v after the client went; want 0, true", h, recorded())
+			}
+			select {
+			case <-answers:
+			default:
+			}
+			if n := len(rc.Got()); n != before {
+				t.Errorf("upstream got %d requests after the client hung up; want none", n-before)
+			}
+			rep := r.px.Report()
+			if last := rep.Approvals[len(rep.Approvals)-1]; last.ID != got.a.ID || last.Approved || last.By != "request abandoned" {
+				t.Errorf("approval record = %+v; want abandoned", last)
+			}
+			if last := rep.Requests[len(rep.Requests)-1]; last.Approval != got.a.ID || last.Allowed || last.Reason != "request abandoned" {
+				t.Errorf("request record = %+v; want abandoned", last)
+			}
+		})
+	}
+}
+
+// unlimitHeldRate lifts the bound on how often p's run may hold requests
+// (not the one on how many at once), for a test that floods the approver.
+func (p *Proxy) unlimitHeldRate() {
+	p.mu.Lock()
+	p.heldRate = rate.NewLimiter(rate.Inf, 0)
+	p.mu.Unlock()
+}
+
+// A run holds at most maxHeld requests at once, and past a burst of as
+// many, one more each heldEvery: more are refused at once with 403 and a
+// reason that says which bound, recorded, and never reach the approver.
+func TestServiceHeldBounds(t *testing.T) {
+	asks := make(chan Approval, 2*maxHeld)
+	r, rc := newServiceRun(t, func(ctx context.Context, a Approval) Decision {
+		asks <- a
+		<-ctx.Done()
+		return Decision{}
+	}, time.Minute)
+	c := r.serviceClient()
+	post := func(path string) (int, string) {
+		resp, err := c.Post("https://api.internet.test/api/write/"+path, "text/plain", strings.NewReader("x"))
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(b))
+	}
+	wantRefused := func(path, reason string) {
+		t.Helper()
+		code, body := post(path)
+		if code != 403 || !strings.Contains(body, "denied: "+reason) {
+			t.Errorf("POST %s: %d %q; want 403 saying %q", path, code, body, reason)
+		}
+		rep := r.px.Report()
+		if got := rep.Requests[len(rep.Requests)-1]; got.Allowed || got.Reason != reason || !strings.HasSuffix(got.Path, path) {
+			t.Errorf("POST %s recorded as %+v; want refused: %s", path, got, reason)
+		}
+		if got := rep.Approvals[len(rep.Approvals)-1]; got.By != reason || !strings.HasSuffix(got.URL, path) {
+			t.Errorf("POST %s's approval recorded as %+v; want by %q", path, got, reason)
+		}
+	}
+	// With maxHeld held, one more is refused; those held stay held.
+	done := make(chan struct{}, maxHeld)
+	for i := range maxHeld {
+		go func() { post(fmt.Sprintf("held-%d", i)); done <- struct{}{} }()
+	}
+	for range maxHeld {
+		select {
+		case <-asks:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("only %d requests held; want %d", r.px.Held(), maxHeld)
+		}
+	}
+	wantRefused("one-too-many", reasonTooManyApp)
+	select {
+	case a := <-asks:
+		t.Errorf("asked about %s past the bound", a.URL)
+	default:
+	}
+	if h := r.px.Held(); h != maxHeld {
+		t.Errorf("held = %d; want %d", h, maxHeld)
+	}
+	if n := len(rc.Got()); n != 0 {
+		t.Errorf("upstream got %d requests; want none", n)
+	}
+	r.px.Close() // ends the held ones
+	for range maxHeld {
+		<-done
+	}
+
+	// How often: a limiter of two, then one an hour.
+	r2, rc2 := newServiceRun(t, func(ctx context.Context, a Approval) Decision {
+		return Decision{By: "test operator", Taken: true}
+	}, time.Minute)
+	r2.px.mu.Lock()
+	r2.px.heldRate = rate.NewLimiter(rate.Every(time.Hour), 2)
+	r2.px.mu.Unlock()
+	r = r2
+	c = r.serviceClient()
+	for _, p := range []string{"first", "second"} {
+		if code, body := post(p); code != 403 || body != "agentrun: denied by the operator" {
+			t.Errorf("POST %s: %d %q; want asked and denied by the operator", p, code, body)
+		}
+	}
+	wantRefused("third", reasonTooOftenApp)
+	if n := len(rc2.Got()); n != 0 {
+		t.Errorf("upstream got %d requests; want none", n)
 	}
 }

@@ -12,9 +12,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -87,11 +89,14 @@ var (
 	backoff = time.Second
 )
 
-// queueSize bounds the holds waiting to be sent; senders is how many are
-// sent at once, so that one slow webhook delays the others only when that
-// many are slow.
+// queueSize bounds the holds waiting to be sent, runQueue those of one
+// run: the holds of runs are sent in turn, one of each run at a time, so
+// that a run that holds many requests delays only its own. senders is how
+// many are sent at once, so that one slow webhook delays the others only
+// when that many are slow.
 const (
 	queueSize = 256
+	runQueue  = 16
 	senders   = 4
 )
 
@@ -99,17 +104,26 @@ const (
 // it with NewWebhook; Close stops it.
 type Webhook struct {
 	client *http.Client
-	queue  chan job
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	once   sync.Once
 	// Logf gets each hold given up on and why; set before the first Send.
 	Logf func(format string, args ...any)
+
+	// work holds a token for each hold queued (at most, once holds
+	// withdrawn are dropped): a sender takes one, then the next hold.
+	work chan struct{}
+
+	mu     sync.Mutex
+	queues map[string][]job // by run, oldest first; a run is here while in turn
+	turn   []string         // the runs with holds queued (or none left), next first
+	queued int              // holds in queues
 }
 
 type job struct {
-	t Target
-	h Hold
+	ctx context.Context // ends when the request is no longer held
+	t   Target
+	h   Hold
 }
 
 // NewWebhook starts the senders.
@@ -123,9 +137,10 @@ func NewWebhook() *Webhook {
 				TLSHandshakeTimeout: attemptTimeout, ResponseHeaderTimeout: attemptTimeout,
 				IdleConnTimeout: time.Minute},
 		},
-		queue: make(chan job, queueSize),
-		stop:  make(chan struct{}),
-		Logf:  func(string, ...any) {},
+		work:   make(chan struct{}, queueSize),
+		queues: map[string][]job{},
+		stop:   make(chan struct{}),
+		Logf:   func(string, ...any) {},
 	}
 	for range senders {
 		w.wg.Add(1)
@@ -134,21 +149,109 @@ func NewWebhook() *Webhook {
 	return w
 }
 
-// Send queues h for t and returns at once; false when the queue is full
-// (the hold is not announced, and waits for its timeout all the same).
-func (w *Webhook) Send(t Target, h Hold) bool {
+// Send queues h for t and returns at once; false when the queue is full,
+// or h's run has runQueue holds queued already (the hold is not
+// announced, and waits for its timeout all the same). ctx is the hold's:
+// once it ends (the request was decided, timed out or withdrawn) h is
+// dropped from the queue, or its sending cut short.
+func (w *Webhook) Send(ctx context.Context, t Target, h Hold) bool {
 	select {
 	case <-w.stop:
 		return false
 	default:
 	}
-	select {
-	case w.queue <- job{t, h}:
-		return true
-	default:
-		w.Logf("approval %s of run %s: webhook queue full (%d): not announced", h.ID, h.Run, queueSize)
+	w.mu.Lock()
+	q, inTurn := w.queues[h.Run]
+	if inTurn {
+		q = w.live(q)
+		w.queues[h.Run] = q
+	}
+	full := ""
+	switch {
+	case len(q) >= runQueue:
+		full = fmt.Sprintf("its run's share of the webhook queue full (%d)", runQueue)
+	case w.queued >= queueSize:
+		w.dropWithdrawn()
+		if w.queued >= queueSize {
+			full = fmt.Sprintf("webhook queue full (%d)", queueSize)
+		}
+	}
+	if full != "" {
+		w.mu.Unlock()
+		w.Logf("approval %s of run %s: %s: not announced", h.ID, h.Run, full)
 		return false
 	}
+	if _, inTurn = w.queues[h.Run]; !inTurn { // or dropped just now, with none left
+		w.turn = append(w.turn, h.Run)
+		q = nil
+	}
+	w.queues[h.Run] = append(q, job{ctx, t, h})
+	w.queued++
+	w.mu.Unlock()
+	select {
+	case w.work <- struct{}{}:
+	default: // as many tokens as holds queued already
+	}
+	return true
+}
+
+// live returns q, a run's queue, without the holds withdrawn. Under mu.
+func (w *Webhook) live(q []job) []job {
+	kept := q[:0]
+	for _, j := range q {
+		if j.ctx.Err() == nil {
+			kept = append(kept, j)
+		}
+	}
+	w.queued -= len(q) - len(kept)
+	clear(q[len(kept):])
+	return kept
+}
+
+// dropWithdrawn drops every hold withdrawn from the queues, and the runs
+// left with none from the turn. Under mu.
+func (w *Webhook) dropWithdrawn() {
+	turn := w.turn[:0]
+	for _, run := range w.turn {
+		kept := w.live(w.queues[run])
+		if len(kept) == 0 {
+			delete(w.queues, run)
+			continue
+		}
+		w.queues[run] = kept
+		turn = append(turn, run)
+	}
+	clear(w.turn[len(turn):])
+	w.turn = turn
+}
+
+// next takes the oldest hold of the run whose turn it is, skipping the
+// holds withdrawn; false when none waits.
+func (w *Webhook) next() (job, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for len(w.turn) > 0 {
+		run := w.turn[0]
+		w.turn = w.turn[1:]
+		q := w.queues[run]
+		if len(q) == 0 {
+			delete(w.queues, run)
+			continue
+		}
+		j := q[0]
+		q[0] = job{}
+		if q = q[1:]; len(q) > 0 {
+			w.queues[run] = q
+			w.turn = append(w.turn, run)
+		} else {
+			delete(w.queues, run)
+		}
+		w.queued--
+		if j.ctx.Err() == nil {
+			return j, true
+		}
+	}
+	return job{}, false
 }
 
 // Close stops the senders: what is being sent is cut short, what waits in
@@ -171,10 +274,20 @@ func (w *Webhook) send() {
 		select {
 		case <-w.stop:
 			return
-		case j := <-w.queue:
-			if err := w.deliver(ctx, j.t, j.h); err != nil {
-				w.Logf("approval %s of run %s: webhook %s: %v", j.h.ID, j.h.Run, j.t.URL, err)
+		case <-w.work:
+		}
+		for {
+			j, ok := w.next()
+			if !ok {
+				break
 			}
+			jctx, jcancel := context.WithCancel(ctx)
+			stop := context.AfterFunc(j.ctx, jcancel)
+			if err := w.deliver(jctx, j.t, j.h); err != nil {
+				w.Logf("approval %s of run %s: webhook %s: %v", j.h.ID, j.h.Run, Redact(j.t.URL), err)
+			}
+			stop()
+			jcancel()
 		}
 	}
 }
@@ -218,14 +331,14 @@ func (w *Webhook) post(ctx context.Context, t Target, body []byte) error {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return redactErr(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "agentrun")
 	req.Header.Set(SignatureHeader, Sign([]byte(secret), body))
 	resp, err := w.client.Do(req)
 	if err != nil {
-		return err
+		return redactErr(err)
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
@@ -236,16 +349,38 @@ func (w *Webhook) post(ctx context.Context, t Target, body []byte) error {
 }
 
 // CheckURL accepts an http or https URL with a host and no fragment, the
-// form of a webhook.
+// form of a webhook. Its errors show the URL as Redact does.
 func CheckURL(s string) error {
 	req, err := http.NewRequest(http.MethodPost, s, nil)
 	switch {
 	case err != nil:
-		return fmt.Errorf("%q is not a URL", s)
+		return errors.New("not a URL")
 	case req.URL.Scheme != "http" && req.URL.Scheme != "https":
-		return fmt.Errorf("%q: want an http:// or https:// URL", s)
+		return fmt.Errorf("%s: want an http:// or https:// URL", Redact(s))
 	case req.URL.Host == "" || req.URL.Fragment != "" || strings.ContainsAny(s, " \t\r\n"):
-		return fmt.Errorf("%q: want a URL with a host and no fragment", s)
+		return fmt.Errorf("%s: want a URL with a host and no fragment", Redact(s))
 	}
 	return nil
+}
+
+// Redact is the webhook URL s as logs and errors show it: its scheme and
+// host (with the port) and "/…", never its path, query or user info, any
+// of which may carry a secret of the receiver's; "…" alone when s has no
+// host to show.
+func Redact(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme == "" || u.Host == "" || strings.ContainsAny(u.Host, "@/?# \t\r\n") {
+		return "…"
+	}
+	return u.Scheme + "://" + u.Host + "/…"
+}
+
+// redactErr is err, an error of net/http's, with the URL a *url.Error
+// names whole shown as Redact does.
+func redactErr(err error) error {
+	ue, ok := err.(*url.Error)
+	if !ok {
+		return err
+	}
+	return &url.Error{Op: ue.Op, URL: Redact(ue.URL), Err: redactErr(ue.Err)}
 }

@@ -60,7 +60,7 @@ func TestWebhookSignsAndRetries(t *testing.T) {
 	defer w.Close()
 	h := Hold{Run: "ar-1", ID: "ap-1", Service: "api", Method: "POST", URL: "https://x/y", BodyExcerpt: `\x1b[2J`,
 		Session: "s", ExpiresAt: time.Now().Add(time.Minute)}
-	if !w.Send(Target{URL: ts.URL, SecretFile: file}, h) {
+	if !w.Send(context.Background(), Target{URL: ts.URL, SecretFile: file}, h) {
 		t.Fatal("Send refused")
 	}
 	select {
@@ -95,7 +95,7 @@ func TestWebhookNoRedirect(t *testing.T) {
 	w := NewWebhook()
 	defer w.Close()
 	gaveUp := logged(w)
-	w.Send(Target{URL: hook.URL, SecretFile: file}, Hold{ID: "ap-2", ExpiresAt: time.Now().Add(time.Minute)})
+	w.Send(context.Background(), Target{URL: hook.URL, SecretFile: file}, Hold{ID: "ap-2", ExpiresAt: time.Now().Add(time.Minute)})
 	waitFor(t, gaveUp)
 	if tries.Load() != int32(attempts) || followed.Load() != 0 {
 		t.Errorf("%d attempts, %d followed redirects; want %d and 0", tries.Load(), followed.Load(), attempts)
@@ -116,7 +116,7 @@ func TestWebhookSecretFileMustBeRoots(t *testing.T) {
 	w := NewWebhook()
 	defer w.Close()
 	gaveUp := logged(w)
-	w.Send(Target{URL: hook.URL, SecretFile: file}, Hold{ID: "ap-3", ExpiresAt: time.Now().Add(time.Minute)})
+	w.Send(context.Background(), Target{URL: hook.URL, SecretFile: file}, Hold{ID: "ap-3", ExpiresAt: time.Now().Add(time.Minute)})
 	waitFor(t, gaveUp)
 	if hits.Load() != 0 {
 		t.Errorf("the webhook got %d posts signed with a secret others can read", hits.Load())
@@ -161,5 +161,158 @@ func TestHoldSaysWhenTheBodyIsCut(t *testing.T) {
 		if want := fmt.Sprintf(`"body_cut":%v`, cut); err != nil || !strings.Contains(string(b), want) {
 			t.Errorf("hold of a body cut %v: %s; want %s", cut, b, want)
 		}
+	}
+}
+
+// TestWebhookLogsNoSecretOfTheURL: a webhook's path, query and user info
+// may carry a secret; a hold given up on is logged with the URL's scheme
+// and host only, whether the webhook answered badly or could not be
+// reached (net/http's errors name the URL whole).
+func TestWebhookLogsNoSecretOfTheURL(t *testing.T) {
+	fast(t)
+	attempts = 1
+	file := secretFile(t, "k")
+	answers := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no", http.StatusInternalServerError)
+	}))
+	defer answers.Close()
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	for name, base := range map[string]string{"answers 500": answers.URL, "unreachable": gone.URL} {
+		t.Run(name, func(t *testing.T) {
+			host := strings.TrimPrefix(base, "http://")
+			hook := "http://hookuser:hookpass@" + host + "/hooks/pathsecret?token=querysecret"
+			w := NewWebhook()
+			defer w.Close()
+			lines := make(chan string, 8)
+			w.Logf = func(format string, args ...any) { lines <- fmt.Sprintf(format, args...) }
+			w.Send(context.Background(), Target{URL: hook, SecretFile: file}, Hold{ID: "ap-4", Run: "ar-4", ExpiresAt: time.Now().Add(time.Minute)})
+			var line string
+			select {
+			case line = <-lines:
+			case <-time.After(30 * time.Second):
+				t.Fatal("not given up on")
+			}
+			if !strings.Contains(line, "webhook http://"+host+"/…: ") {
+				t.Errorf("logged %q; want the webhook as http://%s/…", line, host)
+			}
+			for _, secret := range []string{"pathsecret", "querysecret", "hookuser", "hookpass", "/hooks"} {
+				if strings.Contains(line, secret) {
+					t.Errorf("logged %q: it shows %q of the webhook's URL", line, secret)
+				}
+			}
+		})
+	}
+}
+
+func TestRedact(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://hooks.internal/agentrun/s3cret?key=k": "https://hooks.internal/…",
+		"http://u:p@127.0.0.1:9000/h":                  "http://127.0.0.1:9000/…",
+		"http://[::1]:8080":                            "http://[::1]:8080/…",
+		"/relative/s3cret":                             "…",
+		"::not a url s3cret":                           "…",
+	} {
+		if got := Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q; want %q", in, got, want)
+		}
+	}
+	for _, bad := range []string{"ftp://x/s3cret", "https://x/s3cret#frag", "https://x/s3cret\n"} {
+		if err := CheckURL(bad); err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("CheckURL(%q) = %v; want an error that does not show the path", bad, err)
+		}
+	}
+}
+
+// A run that holds requests in a flood, faster than the webhook takes
+// them, delays only its own: another run's hold is announced in its turn,
+// while the flood's past its share of the queue are refused.
+func TestWebhookFairShare(t *testing.T) {
+	fast(t)
+	file := secretFile(t, "s3cret")
+	other := make(chan Hold, 1)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var h Hold
+		json.NewDecoder(r.Body).Decode(&h)
+		if h.Run == "ar-flood" {
+			time.Sleep(50 * time.Millisecond) // a webhook slower than the flood
+			return
+		}
+		other <- h
+	}))
+	defer ts.Close()
+	w := NewWebhook()
+	defer w.Close()
+	tgt := Target{URL: ts.URL, SecretFile: file}
+	ctx := context.Background()
+	sent := 0
+	for i := range 2 * queueSize {
+		if w.Send(ctx, tgt, Hold{Run: "ar-flood", ID: fmt.Sprintf("ap-%d", i), ExpiresAt: time.Now().Add(time.Minute)}) {
+			sent++
+		}
+	}
+	if sent > runQueue+senders {
+		t.Errorf("flooding run queued %d holds; want at most its share, %d (and %d being sent)", sent, runQueue, senders)
+	}
+	if !w.Send(ctx, tgt, Hold{Run: "ar-other", ID: "ap-other", ExpiresAt: time.Now().Add(time.Minute)}) {
+		t.Fatal("another run's hold refused while one run floods")
+	}
+	select {
+	case h := <-other:
+		if h.ID != "ap-other" {
+			t.Errorf("announced %+v; want ap-other", h)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("another run's hold not announced while one run floods")
+	}
+}
+
+// A hold withdrawn (decided, timed out, its client gone) before a sender
+// takes it is never announced.
+func TestWebhookSkipsWithdrawn(t *testing.T) {
+	fast(t)
+	file := secretFile(t, "s3cret")
+	gate := make(chan struct{})
+	got := make(chan string, 16)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var h Hold
+		json.NewDecoder(r.Body).Decode(&h)
+		got <- h.ID
+		if strings.HasPrefix(h.ID, "ap-busy") {
+			<-gate
+		}
+	}))
+	defer ts.Close()
+	w := NewWebhook()
+	defer w.Close()
+	tgt := Target{URL: ts.URL, SecretFile: file}
+	hold := func(ctx context.Context, run, id string) {
+		if !w.Send(ctx, tgt, Hold{Run: run, ID: id, ExpiresAt: time.Now().Add(time.Minute)}) {
+			t.Fatalf("Send %s refused", id)
+		}
+	}
+	// Every sender busy, then a hold withdrawn while it waits.
+	for i := range senders {
+		hold(context.Background(), fmt.Sprintf("ar-%d", i), fmt.Sprintf("ap-busy-%d", i))
+		<-got
+	}
+	withdrawn, cancel := context.WithCancel(context.Background())
+	hold(withdrawn, "ar-x", "ap-withdrawn")
+	hold(context.Background(), "ar-x", "ap-live")
+	cancel()
+	close(gate)
+	select {
+	case id := <-got:
+		if id != "ap-live" {
+			t.Errorf("announced %s; want ap-live only", id)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("ap-live not announced")
+	}
+	w.Close()
+	ts.Close()
+	close(got)
+	for id := range got {
+		t.Errorf("announced %s too", id)
 	}
 }

@@ -37,6 +37,10 @@ type Network struct {
 	Hosts       map[string]netip.Addr `json:"hosts"`
 	AllowRanges []netip.Prefix        `json:"allow_ranges"`
 	DenyRanges  []netip.Prefix        `json:"deny_ranges"`
+	// HostPorts are the host's own addresses and ports ("127.0.0.1:4222")
+	// that sandboxes may reach through the proxy; every other address of
+	// the host (loopback, any interface's) is refused whatever the ranges.
+	HostPorts []netip.AddrPort `json:"host_ports"`
 	// CAFiles are PEM files of extra roots that services' upstreams are
 	// verified against, beside the host's.
 	CAFiles []string `json:"ca_files"`
@@ -330,7 +334,7 @@ func Default() *Config {
 			"sh":      {"sh", "{file}"},
 		},
 		Network: Network{Hosts: map[string]netip.Addr{}, AllowRanges: []netip.Prefix{}, DenyRanges: []netip.Prefix{},
-			CAFiles: []string{}, Services: map[string]Service{}, ApprovalTimeout: MustDuration("60s")},
+			HostPorts: []netip.AddrPort{}, CAFiles: []string{}, Services: map[string]Service{}, ApprovalTimeout: MustDuration("60s")},
 		Runsc: Runsc{Path: "/usr/local/bin/runsc", Flags: []string{"--platform=systrap"}},
 		Init:  DefaultInit,
 		Server: Server{

@@ -86,7 +86,8 @@ func (w *walker) value(t reflect.Type, path string) error {
 		return &DecodeError{Path: path, Reason: fmt.Sprintf("expected %s, got %s", want, kindOf(tok))}
 	}
 	if reflect.PointerTo(t).Implements(textUnmarshaler) {
-		// A value read from a string (Duration, Size, netip.Prefix): read
+		// A value read from a string (Duration, Size, netip.Prefix,
+		// netip.AddrPort): read
 		// it here, so that its error names the key.
 		str, ok := tok.(string)
 		if !ok {
@@ -99,6 +100,8 @@ func (w *walker) value(t reflect.Type, path string) error {
 				reason = fmt.Sprintf("%q is not a CIDR range (e.g. 10.0.0.0/8)", str)
 			case reflect.TypeFor[netip.Addr]():
 				reason = fmt.Sprintf("%q is not an IP address", str)
+			case reflect.TypeFor[netip.AddrPort]():
+				reason = fmt.Sprintf("%q is not an address and port (e.g. 127.0.0.1:4222 or [::1]:4222)", str)
 			}
 			return &DecodeError{Path: path, Reason: reason}
 		}

@@ -13,7 +13,8 @@ import (
 // decode, into their typed fields, and shown as they were written.
 func TestTypedValues(t *testing.T) {
 	c, err := Parse([]byte(`{"limits": {"memory": "1.5g", "timeout": "1m30s"}, "policy": {"memory": "4GiB", "timeout": "2m"},
-		"network": {"approval_timeout": "2m", "allow_ranges": ["10.1.2.3/16"], "deny_ranges": ["fd00::/8"]},
+		"network": {"approval_timeout": "2m", "allow_ranges": ["10.1.2.3/16"], "deny_ranges": ["fd00::/8"],
+			"host_ports": ["127.0.0.1:4222", "[::ffff:10.0.0.5]:80", "[fd00::1]:8080"]},
 		"worker": {"ack_wait": "45s"}, "sessions": {"ttl": "2h", "max_bytes": "1g"}, "store_max_size": "500m",
 		"server": {"listen": "tcp://127.0.0.1:7070", "token": "t"}}`))
 	if err != nil {
@@ -30,6 +31,8 @@ func TestTypedValues(t *testing.T) {
 		{"policy.timeout", c.Policy.Timeout.Duration(), 2 * time.Minute, c.Policy.Timeout.String(), "2m"},
 		{"network.approval_timeout", c.Network.ApprovalTimeout.Duration(), 2 * time.Minute, c.Network.ApprovalTimeout.String(), "2m"},
 		{"network.allow_ranges", c.Network.AllowRanges[0], netip.MustParsePrefix("10.1.2.3/16"), c.Network.AllowRanges[0].String(), "10.1.2.3/16"},
+		{"network.host_ports", c.Network.HostPorts[0], netip.MustParseAddrPort("127.0.0.1:4222"), c.Network.HostPorts[0].String(), "127.0.0.1:4222"},
+		{"network.host_ports[2]", c.Network.HostPorts[2], netip.MustParseAddrPort("[fd00::1]:8080"), c.Network.HostPorts[2].String(), "[fd00::1]:8080"},
 		{"worker.ack_wait", c.Worker.AckWait.Duration(), 45 * time.Second, c.Worker.AckWait.String(), "45s"},
 		{"sessions.ttl", c.Sessions.TTL.Duration(), 2 * time.Hour, c.Sessions.TTL.String(), "2h"},
 		{"sessions.max_bytes", c.Sessions.MaxBytes.Bytes(), int64(1 << 30), c.Sessions.MaxBytes.String(), "1g"},
@@ -81,6 +84,16 @@ func TestTypedValueErrors(t *testing.T) {
 		{`{"network": {"allow_ranges": ["10.0.0.0/8", "10.0.0.0/33"]}}`, `network.allow_ranges[1]: "10.0.0.0/33" is not a CIDR range`},
 		{`{"network": {"allow_ranges": [null]}}`, `network.allow_ranges[0]: null is not a CIDR range`},
 		{`{"network": {"allow_ranges": [8]}}`, `network.allow_ranges[0]: expected a string, got a number`},
+		{`{"network": {"host_ports": ["127.0.0.1"]}}`, `network.host_ports[0]: "127.0.0.1" is not an address and port (e.g. 127.0.0.1:4222 or [::1]:4222)`},
+		{`{"network": {"host_ports": ["127.0.0.1:4222", "::1:80"]}}`, `network.host_ports[1]: "::1:80" is not an address and port`},
+		{`{"network": {"host_ports": ["localhost:80"]}}`, `network.host_ports[0]: "localhost:80" is not an address and port`},
+		{`{"network": {"host_ports": ["127.0.0.1:65536"]}}`, `network.host_ports[0]: "127.0.0.1:65536" is not an address and port`},
+		{`{"network": {"host_ports": [4222]}}`, `network.host_ports[0]: expected a string, got a number`},
+		{`{"network": {"host_ports": [null]}}`, `network.host_ports[0]: null is not an address and port`},
+		{`{"network": {"host_ports": ["127.0.0.1:0"]}}`, `network.host_ports[0]: 127.0.0.1:0: port 0 is no port`},
+		{`{"network": {"host_ports": ["0.0.0.0:80"]}}`, `network.host_ports[0]: 0.0.0.0:80: name one address of the host, not the unspecified address`},
+		{`{"network": {"host_ports": ["[::]:80"]}}`, `network.host_ports[0]: [::]:80: name one address`},
+		{`{"network": {"host_ports": ["[fe80::1%eth0]:80"]}}`, `network.host_ports[0]: [fe80::1%eth0]:80: an address with a zone is never dialled`},
 		{`{"worker": {"ack_wait": "0s"}}`, `worker.ack_wait: invalid duration "0s": must be greater than zero`},
 		{`{"worker": {"ack_wait": "500ms"}}`, `worker.ack_wait: 500ms: must be at least 1s`},
 		{`{"worker": {"result_ttl": ""}}`, `worker.result_ttl: required`},
@@ -101,7 +114,7 @@ func TestTypedValueErrors(t *testing.T) {
 // its durations and sizes written as they were read; unset limits are
 // left out.
 func TestTypedValuesRoundTrip(t *testing.T) {
-	c, err := Parse([]byte(`{"limits": {"memory": "1.5g"}, "network": {"allow_ranges": ["10.1.2.3/16"]}, "sessions": {"ttl": "90m"}}`))
+	c, err := Parse([]byte(`{"limits": {"memory": "1.5g"}, "network": {"allow_ranges": ["10.1.2.3/16"], "host_ports": ["[::1]:4222"]}, "sessions": {"ttl": "90m"}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +122,7 @@ func TestTypedValuesRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"memory":"1.5g"`, `"timeout":"60s"`, `"allow_ranges":["10.1.2.3/16"]`, `"ttl":"90m"`, `"store_max_size":"20g"`} {
+	for _, want := range []string{`"memory":"1.5g"`, `"timeout":"60s"`, `"allow_ranges":["10.1.2.3/16"]`, `"host_ports":["[::1]:4222"]`, `"ttl":"90m"`, `"store_max_size":"20g"`} {
 		if !strings.Contains(string(data), want) {
 			t.Errorf("%s lacks %s", data, want)
 		}

@@ -207,6 +207,27 @@ func (n Network) validate() error {
 			}
 		}
 	}
+	for i, hp := range n.HostPorts {
+		if err := checkHostPort(hp); err != nil {
+			return fieldErr(fmt.Sprintf("network.host_ports[%d]", i), err)
+		}
+	}
+	return nil
+}
+
+// checkHostPort checks an entry of network.host_ports: one address (no
+// zone, not unspecified) and a port other than 0.
+func checkHostPort(hp netip.AddrPort) error {
+	switch a := hp.Addr(); {
+	case !a.IsValid(): // null: the decoder has checked the rest
+		return errors.New("null is not an address and port (e.g. 127.0.0.1:4222)")
+	case a.Zone() != "":
+		return fmt.Errorf("%s: an address with a zone is never dialled", hp)
+	case a.Unmap().IsUnspecified():
+		return fmt.Errorf("%s: name one address of the host, not the unspecified address", hp)
+	case hp.Port() == 0:
+		return fmt.Errorf("%s: port 0 is no port", hp)
+	}
 	return nil
 }
 

@@ -36,6 +36,7 @@ const (
 	OK   Status = "ok"
 	Warn Status = "warn" // runs work, but something is missing or degraded
 	Fail Status = "FAIL" // runs would fail
+	Info Status = "info" // the host's own state, for the operator to judge: never a warning or failure
 )
 
 // Check is one line of the report.
@@ -49,7 +50,7 @@ type Check struct {
 // Run performs every check against the host and cfg.
 func Run(ctx context.Context, cfg *config.Config) []Check {
 	checks := []func(*config.Config) Check{
-		checkRoot, checkKernel, checkCgroups, checkSeccomp, checkFilesystems,
+		checkRoot, checkKernel, checkUserns, checkBPF, checkIOUring, checkModules, checkCgroups, checkSeccomp, checkFilesystems,
 		checkNamespaces, checkRunsc, checkInit, checkSeccompHelper, checkStateDir, checkBinarySeal, checkStoreDir, checkRunUIDs, checkClock,
 		func(cfg *config.Config) Check { return checkImage(ctx, cfg) },
 	}
@@ -79,7 +80,7 @@ func Print(w io.Writer, checks []Check) error {
 	fmt.Fprintln(tw, "CHECK\tSTATUS\tDETAIL")
 	for _, c := range checks {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, c.Status, c.Detail)
-		if c.Status != OK && c.Fix != "" {
+		if c.Status != OK && c.Status != Info && c.Fix != "" {
 			fmt.Fprintf(tw, "\t\tfix: %s\n", c.Fix)
 		}
 	}

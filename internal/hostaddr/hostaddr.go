@@ -5,9 +5,14 @@
 //
 // The host's own addresses are the local routes of that namespace (its
 // routing table "local": every address of every interface, loopback, the
-// veths' and any local range), and always 127.0.0.0/8 and ::1. They are
-// read from the kernel when asked, at most once a second (Refresh), so
-// that an address added to an interface is the host's within a second.
+// veths' and any local range), and always 127.0.0.0/8, ::1 and the
+// unspecified addresses 0.0.0.0 and ::, to which Linux connects as the
+// host itself. The routes are read from the kernel when asked and kept
+// while the kernel announces no change of a route (a subscription to its
+// route notifications, which every added or removed address makes), so
+// an address added to an interface is the host's as soon as the kernel
+// says so; without the subscription (it failed, or the kernel dropped
+// notifications) a read is kept at most a second (Refresh).
 package hostaddr
 
 import (
@@ -22,26 +27,36 @@ import (
 )
 
 // Refresh is how long a read of the host's local routes is used before
-// the next check reads them again.
+// the next check reads them again when no subscription keeps it current.
 const Refresh = time.Second
 
 // maxRoutes bounds the local routes kept from one read.
 const maxRoutes = 1 << 16
 
-// always are the host's whatever the routing table says.
+// always are the host's whatever the routing table says: loopback, and
+// the unspecified addresses, which Linux connects to as the host's own.
 var always = []netip.Prefix{
 	netip.MustParsePrefix("127.0.0.0/8"),
 	netip.MustParsePrefix("::1/128"),
+	netip.MustParsePrefix("0.0.0.0/32"),
+	netip.MustParsePrefix("::/128"),
 }
 
-// Set is the host's own addresses, read again once Refresh has passed.
-// Its zero value is ready; Own is safe for concurrent use.
+// Set is the host's own addresses, read again when the kernel announces
+// a change of its routes, or once Refresh has passed without a
+// subscription. Its zero value is ready; Own is safe for concurrent use.
 type Set struct {
 	mu     sync.Mutex
 	read   time.Time
 	local  []netip.Prefix
 	err    error
 	lister func() ([]netip.Prefix, error) // nil: localRoutes
+	// watch subscribes to route changes, calling changed on each and
+	// ended when the subscription ends; nil: subscribe.
+	watch    func(changed, ended func()) error
+	refresh  time.Duration // how long a read lasts watched; 0: forever
+	watching bool          // a subscription is on
+	tried    bool          // a subscription was tried since the last ended
 }
 
 // host is the Set of agentrun's own namespace, shared by every check.
@@ -77,8 +92,23 @@ func (s *Set) Own(ip netip.Addr) (bool, error) {
 func (s *Set) routes() ([]netip.Prefix, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.read.IsZero() && time.Since(s.read) < Refresh {
-		return s.local, s.err
+	if !s.tried {
+		// Subscribed before the read, so that no change falls between.
+		s.tried = true
+		watch := s.watch
+		if watch == nil {
+			watch = subscribe
+		}
+		if err := watch(s.changed, s.ended); err == nil {
+			s.watching = true
+		}
+		s.read = time.Time{}
+	}
+	if !s.read.IsZero() {
+		age := time.Since(s.read)
+		if s.watching && (s.refresh == 0 || age < s.refresh) || !s.watching && age < Refresh {
+			return s.local, s.err
+		}
 	}
 	list := s.lister
 	if list == nil {
@@ -87,6 +117,46 @@ func (s *Set) routes() ([]netip.Prefix, error) {
 	s.local, s.err = list()
 	s.read = time.Now()
 	return s.local, s.err
+}
+
+// changed marks the last read out of date.
+func (s *Set) changed() {
+	s.mu.Lock()
+	s.read = time.Time{}
+	s.mu.Unlock()
+}
+
+// ended marks the subscription gone: reads last Refresh, and the next
+// check subscribes again.
+func (s *Set) ended() {
+	s.mu.Lock()
+	s.watching, s.tried, s.read = false, false, time.Time{}
+	s.mu.Unlock()
+}
+
+// subscribe subscribes to the kernel's route notifications of this
+// namespace (IPv4 and IPv6; adding or removing an address adds or removes
+// its local route), calling changed on each and ended when the
+// subscription fails or the kernel drops notifications.
+func subscribe(changed, ended func()) error {
+	ch := make(chan netlink.RouteUpdate, 256)
+	done := make(chan struct{})
+	var once sync.Once
+	stop := func() { once.Do(func() { close(done); ended() }) }
+	err := netlink.RouteSubscribeWithOptions(ch, done, netlink.RouteSubscribeOptions{
+		// Not under the caller's lock: on a goroutine of its own.
+		ErrorCallback: func(error) { go func() { changed(); stop() }() },
+	})
+	if err != nil {
+		return fmt.Errorf("subscribing to route changes: %w", err)
+	}
+	go func() {
+		for range ch {
+			changed()
+		}
+		stop()
+	}()
+	return nil
 }
 
 // localRoutes reads the destinations of the local routing table's local

@@ -97,7 +97,35 @@ func answer(res *result.Result) (*mcp.CallToolResult, *Output) {
 		t := content[0].(*mcp.TextContent)
 		t.Text += "\ncollected files: " + strings.Join(notes, "; ")
 	}
+	for i, b := range res.Display {
+		content = append(content, bundleContent(fmt.Sprintf("display %d", i+1), b)...)
+	}
+	if res.Value != nil {
+		content = append(content, bundleContent("value", res.Value)...)
+	}
 	return &mcp.CallToolResult{Content: content}, out
+}
+
+// bundleTexts are the text MIME types of a bundle given to the model, in
+// the order given.
+var bundleTexts = []string{"text/plain", "text/markdown", "text/html", "text/latex", "image/svg+xml", "application/json"}
+
+// bundleContent is the content of a MIME bundle of the result's display
+// or value, called what: its images as image content, each text as text
+// content headed by what and its MIME type.
+func bundleContent(what string, b result.Bundle) []mcp.Content {
+	var content []mcp.Content
+	for _, mime := range bundleTexts {
+		if v, ok := b[mime]; ok {
+			content = append(content, &mcp.TextContent{Text: fmt.Sprintf("%s (%s):\n%s", what, mime, v)})
+		}
+	}
+	for _, mime := range []string{"image/png", "image/jpeg"} {
+		if data, err := base64.StdEncoding.DecodeString(b[mime]); err == nil && len(data) > 0 {
+			content = append(content, &mcp.ImageContent{Data: data, MIMEType: mime})
+		}
+	}
+	return content
 }
 
 // fileType is the file's MIME type: sniffed from its bytes for images,

@@ -44,11 +44,24 @@ type Result struct {
 	Network         Network         `json:"network"`
 	Files           map[string]File `json:"files"`
 	Collect         *Collect        `json:"collect,omitempty"`
-	Error           string          `json:"error"`
+	// Value is the MIME bundle of a Python run's last expression's value
+	// (none for None), and Display those of each object it displayed
+	// (display(obj), a matplotlib figure shown or left open), in order, at
+	// most 16: MIME type -> data, images as base64. DisplayDropped counts
+	// the bundles left out: past the output cap or past 16, or not bundles.
+	Value          Bundle   `json:"value,omitempty"`
+	Display        []Bundle `json:"display,omitempty"`
+	DisplayDropped int      `json:"display_dropped,omitempty"`
+	Error          string   `json:"error"`
 	// Err is the error behind Error, for callers in the same process
 	// (errors.Is, errors.As); it is never encoded.
 	Err error `json:"-"`
 }
+
+// Bundle is a MIME bundle, as a notebook shows an object: MIME type ->
+// data (text/plain, text/html, text/markdown, text/latex, image/svg+xml,
+// application/json as JSON text, image/png and image/jpeg as base64).
+type Bundle = map[string]string
 
 // Network lists the run's egress decisions, as agentrun's proxy and DNS
 // server recorded them, and the allowed destinations it could not reach:

@@ -121,7 +121,7 @@ func bind(sb *sandbox, pol proxy.Policy, res *result.Result) error {
 }
 
 // policy is what the proxy lets p reach: its allowlist and services, under
-// the config's hosts, ranges and the run's network limits.
+// the config's hosts, ranges, host_ports and the run's network limits.
 func (r *Runner) policy(p *task.Plan, approve proxy.ApproveFunc) (proxy.Policy, error) {
 	services, roots, timeout, err := r.services(p)
 	if err != nil {
@@ -129,7 +129,7 @@ func (r *Runner) policy(p *task.Plan, approve proxy.ApproveFunc) (proxy.Policy, 
 	}
 	return proxy.Policy{
 		Allow: p.Allow, Hosts: r.cfg.Network.Hosts,
-		AllowRanges: r.cfg.Network.AllowRanges, DenyRanges: r.cfg.Network.DenyRanges,
+		AllowRanges: r.cfg.Network.AllowRanges, DenyRanges: r.cfg.Network.DenyRanges, HostPorts: r.cfg.Network.HostPorts,
 		MaxBytes: p.Limits.NetBytes, MaxConns: int(p.Limits.NetConns),
 		Services: services, UpstreamRoots: roots, Approve: approve, ApprovalTimeout: timeout,
 	}, nil

@@ -43,6 +43,7 @@ type Runner struct {
 	regs        *image.Registries // where a task's own image may come from
 	own         map[string]bool   // the config's images: not bound by regs
 	pool        *Pool             // nil without a pool
+	init        string            // the init's copy in BinDir (stageBinary)
 	sessions    *session.Store
 	uids        *uidpool.Range // each sandbox's own host uid and gid
 
@@ -63,6 +64,9 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 		return nil, fmt.Errorf("%w (apt-get install tini, or set config key init)", err)
 	}
 	var err error
+	if r.init, err = stageBinary(cfg.Init, "init"); err != nil {
+		return nil, fmt.Errorf("the sandbox's init: %w", err)
+	}
 	if err = os.MkdirAll(r.runsDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating state dir: %w", err)
 	}
@@ -93,6 +97,11 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	lc.CgroupParent = cfg.CgroupParent
 	if lc.SeccompHelper, err = SeccompHelper(cfg); err != nil {
 		return nil, err
+	}
+	if lc.SeccompHelper != "" {
+		if lc.SeccompHelper, err = stageBinary(lc.SeccompHelper, runc.SeccompHelper); err != nil {
+			return nil, fmt.Errorf("the seccomp helper: %w", err)
+		}
 	}
 	r.backends[config.RuntimeLibcontainer] = lc
 	// runsc is optional: a run that asks for it gets the reason it is
@@ -329,6 +338,7 @@ func (r *Runner) execute(ctx context.Context, p *task.Plan, sb *sandbox, res *re
 	if err != nil {
 		return err
 	}
+	readValues(sb.display, p.Limits.OutputBytes, res)
 	if len(p.Collect) > 0 {
 		if res.Files, res.Collect, err = sb.ws.Collect(p.Collect, workspace.Limits{}); err != nil {
 			return err
@@ -348,10 +358,13 @@ type sandbox struct {
 	refill *shape
 	uid    int // the host uid and gid its processes run as: its own
 	ws     *workspace.Workspace
-	spec   *specs.Spec
-	proxy  *proxy.Proxy // its egress proxy, nil without network
-	prep   backend.Prepared
-	undo   cleanup.Cleanup
+	// display is the host path of its display directory, where a Python
+	// run's values are shown (values.go); "" without one.
+	display string
+	spec    *specs.Spec
+	proxy   *proxy.Proxy // its egress proxy, nil without network
+	prep    backend.Prepared
+	undo    cleanup.Cleanup
 	// settle ends what the run used once its program has ended and fills
 	// the result with what it recorded (the proxy's report); it runs
 	// before the result is final.
@@ -496,10 +509,21 @@ func (r *Runner) setup(ctx context.Context, req request) (_ *sandbox, err error)
 	if err != nil {
 		return nil, err
 	}
-	opts := append(SandboxSpec(p, traits.CgroupParent+"/"+id, r.cfg.Init, sb.ws.Dir, wsSize), netOpts...)
+	opts := append(SandboxSpec(p, traits.CgroupParent+"/"+id, r.init, sb.ws.Dir, wsSize), netOpts...)
 	opts = append(opts, idOpts...)
 	if traits.Spec != nil {
 		opts = append(opts, traits.Spec)
+	}
+	if argv := launcherArgv(p); argv != nil || req.warm != nil {
+		valueOpts, display, err := values(dir, sb.uid, &sb.undo)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, valueOpts...)
+		if argv != nil {
+			opts = append(opts, spec.WithArgs(argv...))
+		}
+		sb.display = display
 	}
 	var handover *backend.Handover
 	if req.warm != nil {

@@ -12,8 +12,16 @@
 # way `python3 FILE` runs it: the task's own code, argv, sys.path[0],
 # traceback, exit status and atexit handlers. It imports nothing that the
 # interpreter's own start does not: the task sees sys.modules as a cold
-# run's, plus the preloaded modules. It ends the interpreter as its exit
-# does, without the teardown of every module (_exit).
+# run's, plus the preloaded modules. It reads a SystemExit, reports an
+# uncaught exception and ends the interpreter as CPython's own C code does
+# (_exit_status, _report, _exit), without the teardown of every module.
+# One thing it cannot see: sys.exit(VALUE) hands the interpreter VALUE
+# itself, which an except clause (this launcher's, or any the exception
+# passes through in a cold run) gets as SystemExit(VALUE) made from it, so
+# that sys.exit(()) and sys.exit((3,)) read as SystemExit() and
+# SystemExit(3), and an exception with a code attribute as SystemExit(it).
+# Values and figures are shown by agentrun's run launcher (run.py, mounted
+# at VALUES), as in a cold run.
 import os
 import sys
 
@@ -88,61 +96,36 @@ def _prepare():
     return source, path, main.__dict__
 
 
-def _exit(status):
-    """Ends the interpreter as its own exit does what a program can see
-    (non-daemon threads joined, atexit handlers run, output flushed), but
-    without tearing every module down: the preloads' teardown (pandas')
-    would cost the run tens of milliseconds of CPU after its code ended."""
-    threading = sys.modules.get("threading")
-    if threading is not None:
-        try:
-            threading._shutdown()
-        except BaseException:
-            pass
-    import atexit
-
-    atexit._run_exitfuncs()
-    for f in (sys.stdout, sys.stderr):
-        try:
-            if f is not None:
-                f.flush()
-        except BaseException:
-            if status == 0:
-                status = 120
-    os._exit(status & 0xFF)
+VALUES = "/dev/agentrun-run.py"
 
 
+def _values():
+    """The run launcher's namespace (run.py), started: its program() makes
+    the code's last expression show its value."""
+    ns = {"__name__": "agentrun_run", "__file__": VALUES}
+    with open(VALUES, "rb") as f:
+        exec(compile(f.read(), VALUES, "exec"), ns)
+    ns["start"]()
+    return ns
+
+
+# The interpreter's own ending, in run.py (end, exit_status, report).
 _source, _path, _globals = _prepare()
+_run = _values()
+_run["launchers"].append(globals())
+_program, _end, _exit_status, _report = _run["program"], _run["end"], _run["exit_status"], _run["report"]
+_error = None
 try:
-    exec(compile(_source, _path, "exec"), _globals)
-except SystemExit as e:
-    # As the interpreter reads one: None is 0, an int its status, anything
-    # else is printed and is 1.
-    code = e.code
-    del e
-    if code is None:
-        _exit(0)
-    if isinstance(code, int):
-        _exit(code)
-    try:
-        sys.stderr.write(str(code) + "\n")
-    except BaseException:
-        pass
-    _exit(1)
+    exec(compile(_program(compile(_source, _path, "exec", 0x400)), _path, "exec"), _globals)
 except BaseException as e:
-    # As the interpreter reports an uncaught exception: without this
-    # launcher's frame, through sys.excepthook, status 1 (130 for
-    # KeyboardInterrupt, as its SIGINT ending reads under the sandbox's init).
-    tb = e.__traceback__
-    if tb is not None and tb.tb_frame.f_code is sys._getframe().f_code:
-        tb = tb.tb_next
-    e.__traceback__ = tb
-    sys.last_type, sys.last_value, sys.last_traceback = type(e), e, tb
-    try:
-        sys.excepthook(type(e), e, tb)
-    except BaseException:
-        pass
-    status = 130 if isinstance(e, KeyboardInterrupt) else 1
-    del e, tb
-    _exit(status)
-_exit(0)
+    _error = e
+    del e
+# What follows runs with no exception being handled, as the interpreter's
+# end: the task's excepthook and atexit handlers see none.
+if _error is None:
+    _end(0)
+if issubclass(type(_error), SystemExit):
+    _status = _exit_status(_error)
+    del _error
+    _end(_status)
+_report(_error, _end)

@@ -61,8 +61,9 @@ type heldSet struct {
 }
 
 // ask registers h, announces it (send: the run's stream, hook: the
-// webhook; each may be nil) and waits for the decision, or for ctx to end.
-func (a *heldSet) ask(ctx context.Context, h *held, send func(Event), hook func(approvals.Hold), ap proxy.Approval) proxy.Decision {
+// webhook, until ctx ends; each may be nil) and waits for the decision,
+// or for ctx to end.
+func (a *heldSet) ask(ctx context.Context, h *held, send func(Event), hook func(context.Context, approvals.Hold), ap proxy.Approval) proxy.Decision {
 	key := h.hold.Run + "/" + h.hold.ID
 	h.ch = make(chan decision, 1)
 	a.mu.Lock()
@@ -84,7 +85,7 @@ func (a *heldSet) ask(ctx context.Context, h *held, send func(Event), hook func(
 		send(Event{Event: "approval", Run: h.hold.Run, Approval: &ap})
 	}
 	if hook != nil {
-		hook(h.hold)
+		hook(ctx, h.hold)
 	}
 	taken := func(d decision) proxy.Decision {
 		a.metrics.ApprovalDecided(d.channel, d.ok)
@@ -177,13 +178,13 @@ func (s *Server) approver(cfg *config.Config, session string, send func(Event)) 
 		return nil
 	}
 	apiBy := "operator (serve API)"
-	var hook func(approvals.Hold)
+	var hook func(context.Context, approvals.Hold)
 	if ac.Webhook != "" {
 		if send == nil {
 			apiBy = "operator (webhook)"
 		}
 		target := approvals.Target{URL: ac.Webhook, SecretFile: ac.WebhookSecretFile}
-		hook = func(h approvals.Hold) { s.webhook().Send(target, h) }
+		hook = func(ctx context.Context, h approvals.Hold) { s.webhook().Send(ctx, target, h) }
 	}
 	return func(ctx context.Context, run string, ap proxy.Approval) proxy.Decision {
 		h := &held{hold: approvals.NewHold(ctx, run, session, ap), apiBy: apiBy}

@@ -296,7 +296,7 @@ func TestApprovalTakenWhileTimingOut(t *testing.T) {
 	for i := range 32 {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
 		h := &held{hold: approvals.Hold{Run: "ar-x", ID: fmt.Sprintf("ap-%d", i)}}
-		hook := func(hd approvals.Hold) {
+		hook := func(_ context.Context, hd approvals.Hold) {
 			if !a.decide(hd.Run, hd.ID, true, "operator (x)", metrics.ChannelAPI) {
 				t.Errorf("decide %s: not taken", hd.ID)
 			}

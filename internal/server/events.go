@@ -14,8 +14,9 @@ import (
 
 // Event is one line of a streamed answer (POST /v1/runs?stream=1): output
 // as the program writes it ("stdout", "stderr", with Data), requests held
-// for a decision ("approval", with Run and Approval), then the result
-// ("result", with Result), last. Data is cut only between UTF-8
+// for a decision ("approval", with Run and Approval), each bundle of the
+// result's display ("display", with Display), sent once the run has ended,
+// then the result ("result", with Result), last. Data is cut only between UTF-8
 // characters; output that is not UTF-8 comes with its exact bytes in
 // DataBase64 as well (Data then has U+FFFD for each bad byte).
 type Event struct {
@@ -23,6 +24,8 @@ type Event struct {
 	Data       string         `json:"data,omitempty"`
 	DataBase64 string         `json:"data_base64,omitempty"`
 	Result     *result.Result `json:"result,omitempty"`
+	// Display is one MIME bundle of the result's Display, in its order.
+	Display map[string]string `json:"display,omitempty"`
 	// Run and Approval: a request of run Run to a service is held until
 	// POST /v1/runs/RUN/approvals/ID decides ("approval"). Approval's
 	// method, url and body_excerpt are the program's text, escaped (see

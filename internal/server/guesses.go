@@ -1,6 +1,7 @@
 package server
 
 import (
+	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/agentrun/agentrun/proxy"
 )
 
 // The throttle of wrong tokens (server.token guessed as a bearer header,
@@ -15,52 +18,89 @@ import (
 // source may get the token wrong guessBurst times, then once per
 // guessEvery. A source is the client's IP address, an IPv6 one by its
 // /64; every client of the unix socket is one source, and so is every
-// client behind one reverse proxy. A source with no guess left has its
+// client behind one reverse proxy, and every sandbox's connection through
+// its run's proxy (egressSource). A source with no guess left has its
 // requests that carry a token refused (429, Retry-After) before the token
 // is compared, so a right guess made then is not told apart from a wrong
 // one; a right token never costs a guess, and a request with no token is
 // no guess at all.
 //
-// At most maxGuessSources sources are remembered. When a new one comes
-// and the table is full, the sources whose limiters are full again (they
-// have not guessed for a while) are dropped; if none is, the new source
-// shares one overflow limiter with every other source not remembered, so
-// that many addresses guessing at once slow each other (and an operator
-// coming from a new address then) rather than grow the table.
+// At most maxGuessSources sources are remembered, and at most
+// maxGuessSourcesPerPrefix of one prefix: an IPv4 /24, an IPv6 /48 (a
+// site's, or one host's whole allocation). Past its share, a prefix's new
+// sources share one overflow limiter of that prefix's own, so that one
+// prefix's many addresses slow each other and never the table's other
+// sources. When a new source comes and the table (or its prefix's share)
+// is full, the sources whose limiters are full again (they have not
+// guessed for a while) are dropped; if the table is full still, the new
+// source shares one overflow limiter with every other source not
+// remembered, so that many prefixes guessing at once slow each other (and
+// an operator coming from a new address then) rather than grow the table.
 const (
-	guessBurst      = 10
-	guessEvery      = 2 * time.Second
-	maxGuessSources = 4096
+	guessBurst               = 10
+	guessEvery               = 2 * time.Second
+	maxGuessSources          = 4096
+	maxGuessSourcesPerPrefix = 64
 )
 
 // unixSource is the one source of every client of the unix socket (and
 // of any connection whose address is not an IP address).
 const unixSource = "unix"
 
+// egressSource is the one source of every connection that a run's proxy
+// of this process dialled for its sandbox (serve's own address listed in
+// network.host_ports): whatever address it comes from, a sandbox's guess
+// never costs the operator's clients at that address theirs.
+const egressSource = "sandbox egress"
+
+// isEgress is proxy.IsEgress; a test may replace it.
+var isEgress = proxy.IsEgress
+
 // guesses is the throttle; its zero value is ready. It is safe for
 // concurrent use.
 type guesses struct {
 	mu        sync.Mutex
 	now       func() time.Time // time.Now when nil; set by the tests
-	sources   map[string]*rate.Limiter
+	sources   map[string]guessEntry
+	prefixes  map[string]*guessPrefix
 	overflow  *rate.Limiter
 	lastSweep time.Time
 }
 
+// guessEntry is a remembered source: its limiter and its prefix.
+type guessEntry struct {
+	lim    *rate.Limiter
+	prefix string
+}
+
+// guessPrefix is a prefix of remembered sources: how many, and the
+// limiter its sources past maxGuessSourcesPerPrefix share (nil until one
+// comes).
+type guessPrefix struct {
+	n        int
+	overflow *rate.Limiter
+}
+
 func newGuessLimiter() *rate.Limiter { return rate.NewLimiter(rate.Every(guessEvery), guessBurst) }
 
-// guessSource is the source r comes from.
-func guessSource(r *http.Request) string {
+// guessSource is the source r comes from and the prefix it is counted in.
+func guessSource(r *http.Request) (src, prefix string) {
 	ap, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
-		return unixSource
+		return unixSource, unixSource
+	}
+	if local, ok := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr); ok && isEgress(ap, local.AddrPort()) {
+		return egressSource, egressSource
 	}
 	a := ap.Addr().Unmap()
 	if a.Is4() {
-		return a.String()
+		p, _ := a.Prefix(24)
+		return a.String(), p.String()
 	}
-	p, _ := a.WithZone("").Prefix(64)
-	return p.String()
+	a = a.WithZone("")
+	src64, _ := a.Prefix(64)
+	p, _ := a.Prefix(48)
+	return src64.String(), p.String()
 }
 
 // try checks a token r carries with right, which says whether it is the
@@ -68,13 +108,13 @@ func guessSource(r *http.Request) string {
 // and it may guess again after wait. Otherwise ok is right's answer, and
 // a wrong token cost the source a guess.
 func (g *guesses) try(r *http.Request, right func() bool) (ok bool, wait time.Duration) {
-	src := guessSource(r)
+	src, prefix := guessSource(r)
 	g.mu.Lock()
 	now := time.Now()
 	if g.now != nil {
 		now = g.now()
 	}
-	lim := g.limiter(src, now)
+	lim := g.limiter(src, prefix, now)
 	if t := lim.TokensAt(now); t < 1 {
 		g.mu.Unlock()
 		return false, time.Duration((1 - t) * float64(guessEvery))
@@ -87,37 +127,76 @@ func (g *guesses) try(r *http.Request, right func() bool) (ok bool, wait time.Du
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	res.CancelAt(now) // a right token costs nothing
-	if lim != g.overflow && lim.TokensAt(now) >= guessBurst {
-		delete(g.sources, src)
+	if e, ok := g.sources[src]; ok && e.lim == lim && lim.TokensAt(now) >= guessBurst {
+		g.forget(src, e)
 	}
 	return true, 0
 }
 
-// limiter is src's limiter, made if need be; g.mu is held.
-func (g *guesses) limiter(src string, now time.Time) *rate.Limiter {
-	if lim := g.sources[src]; lim != nil {
-		return lim
+// limiter is src's limiter, made if need be, or the overflow limiter of
+// its prefix or of the table; g.mu is held.
+func (g *guesses) limiter(src, prefix string, now time.Time) *rate.Limiter {
+	if e, ok := g.sources[src]; ok {
+		return e.lim
 	}
 	if g.sources == nil {
-		g.sources = map[string]*rate.Limiter{}
+		g.sources, g.prefixes = map[string]guessEntry{}, map[string]*guessPrefix{}
 		g.overflow = newGuessLimiter()
 	}
 	// A sweep of the whole table at most once per guessEvery, which is
 	// as often as a limiter can have become full again.
-	if len(g.sources) >= maxGuessSources && now.Sub(g.lastSweep) >= guessEvery {
+	p := g.prefixes[prefix]
+	full := len(g.sources) >= maxGuessSources || len(g.prefixes) >= maxGuessSources ||
+		(p != nil && p.n >= maxGuessSourcesPerPrefix)
+	if full && now.Sub(g.lastSweep) >= guessEvery {
 		g.lastSweep = now
-		for s, lim := range g.sources {
-			if lim.TokensAt(now) >= guessBurst {
-				delete(g.sources, s)
-			}
-		}
+		g.sweep(now)
+		p = g.prefixes[prefix]
 	}
-	if len(g.sources) >= maxGuessSources {
+	if p != nil && p.n >= maxGuessSourcesPerPrefix {
+		if p.overflow == nil {
+			p.overflow = newGuessLimiter()
+		}
+		return p.overflow
+	}
+	if len(g.sources) >= maxGuessSources || (p == nil && len(g.prefixes) >= maxGuessSources) {
 		return g.overflow
 	}
+	if p == nil {
+		p = &guessPrefix{}
+		g.prefixes[prefix] = p
+	}
 	lim := newGuessLimiter()
-	g.sources[src] = lim
+	g.sources[src] = guessEntry{lim: lim, prefix: prefix}
+	p.n++
 	return lim
+}
+
+// sweep drops the sources whose limiters are full again, and the
+// prefixes left with no source and no guess of their overflow's spent;
+// g.mu is held.
+func (g *guesses) sweep(now time.Time) {
+	for s, e := range g.sources {
+		if e.lim.TokensAt(now) >= guessBurst {
+			g.forget(s, e)
+		}
+	}
+	for name, p := range g.prefixes {
+		if p.n == 0 && (p.overflow == nil || p.overflow.TokensAt(now) >= guessBurst) {
+			delete(g.prefixes, name)
+		}
+	}
+}
+
+// forget drops the remembered source src, e; its prefix goes with its
+// last source unless its overflow has guesses spent. g.mu is held.
+func (g *guesses) forget(src string, e guessEntry) {
+	delete(g.sources, src)
+	if p := g.prefixes[e.prefix]; p != nil {
+		if p.n--; p.n == 0 && p.overflow == nil {
+			delete(g.prefixes, e.prefix)
+		}
+	}
 }
 
 // retryAfter is d as a Retry-After header says it: whole seconds, at

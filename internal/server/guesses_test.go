@@ -1,11 +1,14 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -148,19 +151,19 @@ func TestGuessesOnThePage(t *testing.T) {
 }
 
 func TestGuessSource(t *testing.T) {
-	for addr, want := range map[string]string{
-		"192.0.2.7:4000":              "192.0.2.7",
-		"[::ffff:192.0.2.7]:4000":     "192.0.2.7",
-		"[2001:db8:1:2:3:4:5:6]:4000": "2001:db8:1:2::/64",
-		"[2001:db8:1:2::9]:1":         "2001:db8:1:2::/64",
-		"[fe80::1%eth0]:1":            "fe80::/64",
-		"@":                           unixSource,
-		"":                            unixSource,
+	for addr, want := range map[string][2]string{
+		"192.0.2.7:4000":              {"192.0.2.7", "192.0.2.0/24"},
+		"[::ffff:192.0.2.7]:4000":     {"192.0.2.7", "192.0.2.0/24"},
+		"[2001:db8:1:2:3:4:5:6]:4000": {"2001:db8:1:2::/64", "2001:db8:1::/48"},
+		"[2001:db8:1:2::9]:1":         {"2001:db8:1:2::/64", "2001:db8:1::/48"},
+		"[fe80::1%eth0]:1":            {"fe80::/64", "fe80::/48"},
+		"@":                           {unixSource, unixSource},
+		"":                            {unixSource, unixSource},
 	} {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.RemoteAddr = addr
-		if got := guessSource(r); got != want {
-			t.Errorf("source of %q: %q; want %q", addr, got, want)
+		if src, prefix := guessSource(r); src != want[0] || prefix != want[1] {
+			t.Errorf("source of %q: %q in %q; want %q in %q", addr, src, prefix, want[0], want[1])
 		}
 	}
 }
@@ -190,12 +193,47 @@ func TestGuessSourcesApart(t *testing.T) {
 	}
 }
 
+// TestGuessSourceEgress: a connection a run's proxy dialled (the client
+// and server ends proxy.IsEgress knows) is the sandboxes' one source, not
+// its address's: a sandbox out of guesses leaves the operator's clients
+// at that address theirs.
+func TestGuessSourceEgress(t *testing.T) {
+	sandbox := netip.MustParseAddrPort("127.0.0.1:40000")
+	serve := netip.MustParseAddrPort("127.0.0.1:7070")
+	defer func(f func(netip.AddrPort, netip.AddrPort) bool) { isEgress = f }(isEgress)
+	isEgress = func(client, server netip.AddrPort) bool { return client == sandbox && server == serve }
+	from := func(client netip.AddrPort) *http.Request {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = client.String()
+		return r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, net.TCPAddrFromAddrPort(serve)))
+	}
+	operator := netip.MustParseAddrPort("127.0.0.1:40001")
+	if got, _ := guessSource(from(sandbox)); got != egressSource {
+		t.Errorf("source of the sandbox's connection: %q; want %q", got, egressSource)
+	}
+	if got, _ := guessSource(from(operator)); got != "127.0.0.1" {
+		t.Errorf("source of the operator's connection: %q; want 127.0.0.1", got)
+	}
+	now := time.Now()
+	g := &guesses{now: func() time.Time { return now }}
+	for range guessBurst + 1 {
+		g.try(from(sandbox), func() bool { return false })
+	}
+	if _, wait := g.try(from(sandbox), func() bool { return true }); wait <= 0 {
+		t.Error("the sandbox's guesses were not throttled")
+	}
+	if ok, wait := g.try(from(operator), func() bool { return true }); !ok || wait > 0 {
+		t.Errorf("the operator at the same address after the sandbox's guesses: ok %v, wait %v; want ok", ok, wait)
+	}
+}
+
 // TestGuessSourcesBounded: past maxGuessSources, new sources share the
 // overflow limiter until the remembered ones are full again.
 func TestGuessSourcesBounded(t *testing.T) {
 	now := time.Now()
 	g := &guesses{now: func() time.Time { return now }}
-	addr := func(i int) string { return fmt.Sprintf("10.%d.%d.%d:1", i>>16&255, i>>8&255, i&255) }
+	// Each in a /24 of its own: no prefix's share is reached.
+	addr := func(i int) string { return fmt.Sprintf("10.%d.%d.1:1", i>>8&255, i&255) }
 	for i := range maxGuessSources {
 		guessFrom(g, addr(i), false)
 	}
@@ -276,5 +314,61 @@ func TestBearerCredentials(t *testing.T) {
 		if got := bearerCredentials(h); got != want {
 			t.Errorf("bearerCredentials(%q) = %q; want %q", h, got, want)
 		}
+	}
+}
+
+// TestGuessPrefixFloodStaysInItsShare: more /64s of one /48 guessing
+// than the table holds (a /52 alone fills it) fill no more than their prefix's share of the table and, past
+// it, share their prefix's own overflow limiter; a client of another
+// prefix still gets a limiter of its own, not one the flood spent.
+func TestGuessPrefixFloodStaysInItsShare(t *testing.T) {
+	now := time.Now()
+	g := &guesses{now: func() time.Time { return now }}
+	flood := func(i int) string { return fmt.Sprintf("[2001:db8:0:%x::1]:1", i) } // in 2001:db8::/48
+	for i := range maxGuessSources + 100 {
+		for range guessBurst + 1 {
+			guessFrom(g, flood(i), false)
+		}
+	}
+	if len(g.sources) > maxGuessSourcesPerPrefix {
+		t.Errorf("one /48 holds %d sources of the table; want at most %d", len(g.sources), maxGuessSourcesPerPrefix)
+	}
+	if _, wait := guessFrom(g, flood(maxGuessSources+200), false); wait <= 0 {
+		t.Error("a new /64 of the flooding /48 was not throttled with the rest of the flood")
+	}
+	for _, addr := range []string{"[2001:db8:1::1]:1", "[2001:db9::1]:1", "192.0.2.1:1", "@"} {
+		for i := range guessBurst {
+			if _, wait := guessFrom(g, addr, false); wait > 0 {
+				t.Fatalf("%s, another prefix: wrong guess %d throttled by the flood (wait %v)", addr, i+1, wait)
+			}
+		}
+		if _, wait := guessFrom(g, addr, false); wait <= 0 {
+			t.Errorf("%s was not throttled after %d wrong guesses", addr, guessBurst)
+		}
+	}
+	// Once the flood's limiters are full again, its prefix is forgotten.
+	now = now.Add(guessBurst * guessEvery)
+	if _, wait := guessFrom(g, "[2001:db8:0:ffff::1]:1", false); wait > 0 {
+		t.Error("a new /64 of the flood's prefix was throttled after the flood was over")
+	}
+	if p := g.prefixes["2001:db8::/48"]; p == nil || p.n != 1 {
+		t.Errorf("the flood's prefix after the sweep: %+v; want 1 source", p)
+	}
+}
+
+// TestGuessPrefixIPv4Share: an IPv4 /24 has the same share.
+func TestGuessPrefixIPv4Share(t *testing.T) {
+	now := time.Now()
+	g := &guesses{now: func() time.Time { return now }}
+	for i := range 256 {
+		for range guessBurst + 1 {
+			guessFrom(g, fmt.Sprintf("198.51.100.%d:1", i), false)
+		}
+	}
+	if len(g.sources) != maxGuessSourcesPerPrefix {
+		t.Errorf("one /24 holds %d sources; want its share, %d", len(g.sources), maxGuessSourcesPerPrefix)
+	}
+	if ok, wait := guessFrom(g, "198.51.101.1:1", true); !ok || wait > 0 {
+		t.Errorf("another /24: ok %v, wait %v", ok, wait)
 	}
 }

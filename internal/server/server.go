@@ -333,6 +333,9 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 		hooks.Approve = s.approver(cfg, plan.Session, ev.send)
 		answer = func(res *result.Result) {
 			out.flush()
+			for _, b := range res.Display {
+				ev.send(Event{Event: "display", Display: b})
+			}
 			ev.send(Event{Event: "result", Result: res})
 			ev.close()
 		}

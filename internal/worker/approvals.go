@@ -79,7 +79,7 @@ func (w *Worker) approver(session string) func(context.Context, string, proxy.Ap
 		// Listening before the announcement: a decision never comes
 		// before the subscription.
 		_ = w.nc.FlushTimeout(5 * time.Second)
-		w.hook.Send(target, approvals.NewHold(ctx, run, session, a))
+		w.hook.Send(ctx, target, approvals.NewHold(ctx, run, session, a))
 		return slot.wait(ctx)
 	}
 }

@@ -26,7 +26,9 @@ var DeniedSyscalls = []string{
 var namespaceSyscalls = []string{"unshare", "setns", "mount", "umount2", "pivot_root", "fsopen", "open_tree", "move_mount"}
 
 // defaultSeccomp is Docker's default profile as it applies to a process with
-// no capabilities, minus DeniedSyscalls. It is computed once per process.
+// no capabilities, minus DeniedSyscalls, with the kernel surface's own
+// rules for socket, socketpair, ioctl and setsockopt (surfaceRules) instead
+// of Docker's. It is computed once per process.
 var defaultSeccomp = sync.OnceValues(func() (*specs.LinuxSeccomp, error) {
 	// The profile's conditional rules depend on the bounding set: evaluate
 	// them against the sandbox's (empty) one.
@@ -37,17 +39,15 @@ var defaultSeccomp = sync.OnceValues(func() (*specs.LinuxSeccomp, error) {
 	}
 	var rules []specs.LinuxSyscall
 	for _, r := range prof.Syscalls {
-		if r.Action == specs.ActAllow {
-			r.Names = slices.DeleteFunc(slices.Clone(r.Names), func(n string) bool {
-				return slices.Contains(DeniedSyscalls, n)
-			})
-			if len(r.Names) == 0 {
-				continue
-			}
+		r.Names = slices.DeleteFunc(slices.Clone(r.Names), func(n string) bool {
+			return (r.Action == specs.ActAllow && slices.Contains(DeniedSyscalls, n)) || slices.Contains(surfaceSyscalls, n)
+		})
+		if len(r.Names) == 0 {
+			continue
 		}
 		rules = append(rules, r)
 	}
-	prof.Syscalls = rules
+	prof.Syscalls = append(rules, surfaceRules()...)
 	// Only the native ABI: a sandbox runs no 32-bit or x32 binaries, and a
 	// syscall through another ABI then meets the filter's bad-arch action
 	// (the thread is killed) instead of a second copy of every rule. The
@@ -61,13 +61,20 @@ var defaultSeccomp = sync.OnceValues(func() (*specs.LinuxSeccomp, error) {
 	return prof, nil
 })
 
-// checkSeccomp refuses a filter that allows any syscall by default or that
-// allows a denied or namespace syscall without argument conditions.
+// checkSeccomp refuses a filter that allows any syscall by default, that
+// allows a denied or namespace syscall without argument conditions, or that
+// has an unconditional rule for a kernel-surface syscall (which would wipe
+// its conditional rules in libseccomp).
 func checkSeccomp(p *specs.LinuxSeccomp) error {
 	if p.DefaultAction == specs.ActAllow || p.DefaultAction == specs.ActLog {
 		return fmt.Errorf("seccomp default action %q allows unknown syscalls", p.DefaultAction)
 	}
 	for _, r := range p.Syscalls {
+		for _, n := range r.Names {
+			if slices.Contains(surfaceSyscalls, n) && len(r.Args) == 0 {
+				return fmt.Errorf("seccomp has an unconditional rule for %s, which overrides its argument rules", n)
+			}
+		}
 		if r.Action != specs.ActAllow && r.Action != specs.ActLog {
 			continue
 		}
@@ -84,7 +91,8 @@ func checkSeccomp(p *specs.LinuxSeccomp) error {
 }
 
 // WithSeccomp installs the sandbox's seccomp filter: Docker's default profile
-// for a process without capabilities, with DeniedSyscalls removed.
+// for a process without capabilities, with DeniedSyscalls removed and the
+// kernel surface's allowlist (surface.go).
 func WithSeccomp() SpecOpt {
 	return func(s *specs.Spec) error {
 		p, err := defaultSeccomp()

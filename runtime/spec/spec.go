@@ -304,6 +304,21 @@ func WithReadonlyFile(src, dest string) SpecOpt {
 	}
 }
 
+// WithWritableDir bind-mounts the host directory src at dest, writable,
+// without exec, setuid or devices.
+func WithWritableDir(src, dest string) SpecOpt {
+	return func(s *specs.Spec) error {
+		if src == "" || src[0] != '/' || dest == "" || dest[0] != '/' {
+			return fmt.Errorf("bind %q -> %q: paths must be absolute", src, dest)
+		}
+		s.Mounts = append(s.Mounts, specs.Mount{
+			Destination: dest, Type: "bind", Source: src,
+			Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"},
+		})
+		return nil
+	}
+}
+
 // WithNetworkNamespace joins the network namespace at path (agentrun's own
 // sandbox namespace, held by an fd) instead of a new empty one.
 func WithNetworkNamespace(path string) SpecOpt {

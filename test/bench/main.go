@@ -36,7 +36,7 @@ var (
 	out      = flag.String("out", "docs/bench.md", "markdown report")
 	allow    = flag.String("allow", "example.test", "allowlist entry for the allowlist contender")
 	keepWork = flag.Bool("keep-work", false, "keep the work dir (the bundle, configs and tasks the contenders ran) and log its path, to rerun a contender by hand")
-	coldOnly = flag.Bool("cold-only", false, "measure the floor, both runc CLIs and a cold agentrun run only, and print them (docs/bench.md is not written)")
+	coldOnly = flag.Bool("cold-only", false, "measure the floor, the kernel floor, both runc CLIs and a cold agentrun run only, and print them (docs/bench.md is not written)")
 )
 
 func envOr(k, def string) string {
@@ -66,8 +66,11 @@ type contender struct {
 	note string
 	cmd  func(i int) *exec.Cmd
 	// call runs once and returns the time it took and the program's stdout.
-	call   func(i int) (time.Duration, string, error)
-	times  []time.Duration
+	call  func(i int) (time.Duration, string, error)
+	times []time.Duration
+	// cpu is the user+sys time of each run of cmd and of the processes it
+	// waited for, down the tree (RUSAGE_CHILDREN); none for a call.
+	cpu    []time.Duration
 	rss    int64 // peak RSS of the measured process, KiB
 	rssErr error
 	err    string
@@ -128,6 +131,7 @@ func main() {
 	cs := []*contender{
 		{name: "bare chroot python3", note: "the floor: no isolation at all",
 			cmd: func(int) *exec.Cmd { return exec.Command("chroot", rootfs, "python3", "-c", "print(45)") }},
+		floorContender(work, rootfs, cfg, task),
 		{name: runcName, note: "Debian's runc " + version("runc", "--version") + ", the same hardened spec as agentrun",
 			cmd: func(i int) *exec.Cmd {
 				return exec.Command("runc", "--root", filepath.Join(work, "runc-state"), "run", "--bundle", bundle, fmt.Sprintf("bench-%d", i))
@@ -239,36 +243,45 @@ func measure(cs []*contender) {
 	}
 }
 
-// coldReport measures the floor, both runc CLIs and a cold agentrun run
-// alone (-cold-only), interleaved, and prints their medians and agentrun's
-// ratio to each runc.
+// coldReport measures the floor, the kernel floor, both runc CLIs and a
+// cold agentrun run alone (-cold-only), interleaved, and prints their
+// medians and CPU per run, agentrun's ratio to the kernel floor and to each
+// runc, and its gap to the kernel floor.
 func coldReport(w io.Writer, all []*contender) {
 	var cs []*contender
 	for _, c := range all {
-		if c.name == "bare chroot python3" || c.name == runcName || c.name == runcLCName || c.name == coldName {
+		if c.name == "bare chroot python3" || c.name == floorName || c.name == runcName || c.name == runcLCName || c.name == coldName {
 			cs = append(cs, c)
 		}
 	}
 	measure(cs)
-	fmt.Fprintf(w, "%d runs each, interleaved:\n\n| contender | median | p90 |\n|---|---|---|\n", *n)
+	fmt.Fprintf(w, "%d runs each, interleaved; CPU: user+sys per run of the command and the processes it waited for, median:\n\n| contender | median | p90 | CPU/run |\n|---|---|---|---|\n", *n)
 	byName := map[string]time.Duration{}
 	for _, c := range cs {
 		if c.err != "" {
-			fmt.Fprintf(w, "| %s | not measured: %s | |\n", c.name, c.err)
+			fmt.Fprintf(w, "| %s | not measured: %s | | |\n", c.name, c.err)
 			continue
 		}
 		byName[c.name] = median(c.times)
-		fmt.Fprintf(w, "| %s | %s | %s |\n", c.name, ms(median(c.times)), ms(pct(c.times, 0.9)))
+		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", c.name, ms(median(c.times)), ms(pct(c.times, 0.9)), cpuPerRun(c))
 	}
 	if cold, ok := byName[coldName]; ok {
-		for _, r := range []string{runcName, runcLCName} {
+		for _, r := range []string{floorName, runcName, runcLCName} {
 			if d, ok := byName[r]; ok {
 				fmt.Fprintf(w, "\n%s against %s: %.2f×", coldName, r, float64(cold)/float64(d))
 			}
 		}
 		fmt.Fprintln(w)
+		if f := find(cs, floorName); f.err == "" && len(f.cpu) > 0 {
+			c := find(cs, coldName)
+			fmt.Fprintf(w, "\n%s above %s: %+.1f ms median, %+.1f ms CPU per run\n", coldName, floorName,
+				msf(cold-median(f.times)), msf(median(c.cpu)-median(f.cpu)))
+		}
 	}
 }
+
+// msf is d in milliseconds.
+func msf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // runcLCContender is runc's CLI at the libcontainer version agentrun
 // links (-runc-libcontainer), on the same bundle as Debian's runc: the
@@ -418,9 +431,11 @@ func runOnce(c *contender, i int, record bool) error {
 	cmd.Stdout = &stdout
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
+	cpu0 := childrenCPU()
 	start := time.Now()
 	err := cmd.Run()
 	el := time.Since(start)
+	cpu := childrenCPU() - cpu0
 	if err != nil {
 		return fmt.Errorf("%v: %s", err, firstLine(stderr.String()+stdout.String()))
 	}
@@ -435,8 +450,18 @@ func runOnce(c *contender, i int, record bool) error {
 	}
 	if record {
 		c.times = append(c.times, el)
+		c.cpu = append(c.cpu, cpu)
 	}
 	return nil
+}
+
+// cpuPerRun is the median CPU per run of c, or "–" for a call, whose
+// work is done by another process (serve, mcp).
+func cpuPerRun(c *contender) string {
+	if len(c.cpu) == 0 {
+		return "–"
+	}
+	return ms(median(c.cpu))
 }
 
 // peakRSS runs cmd once under GNU time and returns the peak RSS (KiB) of
@@ -511,21 +536,22 @@ func report(w io.Writer, cs []*contender, load []*loadSubject, pulls []*contende
 	floor := median(cs[0].times)
 	fmt.Fprintf(w, "# agentrun benchmark\n\n")
 	fmt.Fprintf(w, "`make bench` on %s. The same `print(45)` task on the python test image, %d runs per contender, interleaved; wall time of the whole command.\n\n", machine(), *n)
-	fmt.Fprintln(w, "| contender | median | p90 | max | median / floor | peak RSS | note |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| contender | median | p90 | max | median / floor | CPU/run | peak RSS | note |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	for _, c := range cs {
 		if c.err != "" {
-			fmt.Fprintf(w, "| %s | – | – | – | – | – | not measured: %s |\n", c.name, strings.ReplaceAll(firstLine(c.err), "|", "/"))
+			fmt.Fprintf(w, "| %s | – | – | – | – | – | – | not measured: %s |\n", c.name, strings.ReplaceAll(firstLine(c.err), "|", "/"))
 			continue
 		}
 		rss := "–"
 		if c.rssErr == nil && c.rss > 0 {
 			rss = fmt.Sprintf("%.1f MiB", float64(c.rss)/1024)
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %.2f× | %s | %s |\n", c.name, ms(median(c.times)), ms(pct(c.times, 0.9)),
-			ms(slices.Max(c.times)), float64(median(c.times))/float64(floor), rss, c.note)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %.2f× | %s | %s | %s |\n", c.name, ms(median(c.times)), ms(pct(c.times, 0.9)),
+			ms(slices.Max(c.times)), float64(median(c.times))/float64(floor), cpuPerRun(c), rss, c.note)
 	}
 	mcpLine(w, cs)
+	fmt.Fprintf(w, "\nCPU/run: user+sys of the command and of the processes it waited for, down the tree (getrusage RUSAGE_CHILDREN before and after each run), median; none for the calls to serve or mcp, whose work is the server's (see the load section).\n")
 	fmt.Fprintf(w, "\nPeak RSS: GNU time's maximum resident set of the command and the children it waited for (one extra run); for serve, the server process's own VmHWM after the runs above.\n")
 	if nb.err != nil {
 		fmt.Fprintf(w, "\nProxy throughput: not measured: %v\n", nb.err)

@@ -57,9 +57,9 @@ func proxyBench() (viaProxy, direct float64, err error) {
 	}
 	defer n.Close()
 	p, err := proxy.Start(n, proxy.Policy{
-		Allow:       []string{"bulk.test:" + strconv.Itoa(port)},
-		Hosts:       map[string]netip.Addr{"bulk.test": netip.MustParseAddr("127.0.0.1")},
-		AllowRanges: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		Allow:     []string{"bulk.test:" + strconv.Itoa(port)},
+		Hosts:     map[string]netip.Addr{"bulk.test": netip.MustParseAddr("127.0.0.1")},
+		HostPorts: []netip.AddrPort{netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(port))},
 	})
 	if err != nil {
 		return 0, 0, err

@@ -288,6 +288,10 @@ func judge(t *testing.T, p Probe, e expectation) {
 		t.Errorf("NOT BLOCKED (item %d, %s): %s: %s", p.Item, p.Name, p.Errno, p.Detail)
 		return
 	}
+	if e.Exact && !slices.Contains(e.Errnos, p.Errno) {
+		t.Errorf("blocked with %q; want one of %v (item %d, %s)", p.Errno, e.Errnos, p.Item, p.Name)
+		return
+	}
 	if len(e.Errnos) > 0 && !slices.Contains(e.Errnos, p.Errno) {
 		t.Logf("note: blocked with %q; this runtime is known to give %v", p.Errno, e.Errnos)
 	}

@@ -15,7 +15,7 @@ func TestDoctor(t *testing.T) {
 	if err != nil {
 		t.Fatalf("doctor on this host: %v\n%s", err, out)
 	}
-	for _, check := range []string{"root", "kernel", "cgroups", "seccomp", "filesystems", "namespaces", "runsc", "seccomp helper", "state dir", "binary seal", "store dir", "run uids", "clock", "image"} {
+	for _, check := range []string{"root", "kernel", "user namespaces", "unprivileged bpf", "io_uring", "modules", "cgroups", "seccomp", "filesystems", "namespaces", "runsc", "seccomp helper", "state dir", "binary seal", "store dir", "run uids", "clock", "image"} {
 		if !strings.Contains(string(out), "\n"+check+" ") {
 			t.Errorf("doctor output lacks the %q check:\n%s", check, out)
 		}

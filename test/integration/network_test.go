@@ -157,7 +157,8 @@ except OSError as e:
 		check(1, "NXDOMAIN", "")
 		check(2, "403", "ip literal")
 		check(3, "URLError", "403")
-		for i := 4; i <= 6; i++ {
+		check(4, "403", "host's own address 127.0.0.1") // loopback is the host's before it is a range
+		for i := 5; i <= 6; i++ {
 			check(i, "403", "not globally routable")
 		}
 		check(7, "OSError", "unreachable")

@@ -306,9 +306,10 @@ print("done")`
 }
 
 // fakePython is an image's python3 that misuses the hand-over channel as
-// its preload argument says; run cold, it prints its code file.
+// its preload argument says; run cold, it prints its code file (its last
+// argument, after agentrun's run launcher).
 const fakePython = `#!/bin/sh
-if [ "$2" != ` + "/dev/agentrun-warm.py" + ` ]; then cat "$2"; exit 0; fi
+if [ "$2" != ` + "/dev/agentrun-warm.py" + ` ]; then for f; do :; done; cat "$f"; exit 0; fi
 fd=$3
 case $4 in
 close) eval "exec $fd>&-"; exit 0 ;;

@@ -110,6 +110,9 @@ func main() {
 		case "-x32":
 			x32Child(os.Args[2:])
 			return
+		case "-ioctl":
+			ioctlChild(os.Args[2:])
+			return
 		case "-forkbomb":
 			forkBombChild(os.Args[2:])
 			return
@@ -184,6 +187,7 @@ func allProbes(o *Options) []probeDef {
 	ps = append(ps, syscallProbes()...)
 	ps = append(ps, abiProbes()...)
 	ps = append(ps, socketProbes()...)
+	ps = append(ps, surfaceProbes()...)
 	ps = append(ps, netProbes(o)...)
 	ps = append(ps, resourceProbes(o)...)
 	return ps

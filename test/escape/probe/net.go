@@ -58,13 +58,15 @@ func socketProbes() []probeDef {
 		socketProbe("socket-vsock", "socket(AF_VSOCK) (reaches the hypervisor host)", unix.AF_VSOCK, unix.SOCK_STREAM, 0, false),
 		socketProbe("socket-alg", "socket(AF_ALG)", unix.AF_ALG, unix.SOCK_SEQPACKET, 0, false),
 		socketProbe("socket-key", "socket(AF_KEY)", unix.AF_KEY, unix.SOCK_RAW, 2, false),
-		// Families Docker's profile allows; whether they exist depends on the
-		// kernel. Recorded as attack surface only.
-		socketProbe("socket-bluetooth", "socket(AF_BLUETOOTH) (kernel attack surface)", unix.AF_BLUETOOTH, unix.SOCK_RAW, 0, true),
-		socketProbe("socket-can", "socket(AF_CAN) (kernel attack surface)", unix.AF_CAN, unix.SOCK_RAW, 1, true),
-		socketProbe("socket-tipc", "socket(AF_TIPC) (kernel attack surface)", unix.AF_TIPC, unix.SOCK_RDM, 0, true),
-		socketProbe("socket-rds", "socket(AF_RDS) (kernel attack surface)", unix.AF_RDS, unix.SOCK_SEQPACKET, 0, true),
-		socketProbe("socket-xdp", "socket(AF_XDP) (kernel attack surface)", unix.AF_XDP, unix.SOCK_RAW, 0, true),
+		// Families Docker's profile allows and the kernel surface's
+		// allowlist refuses (surface.go has the rest).
+		socketProbe("socket-bluetooth", "socket(AF_BLUETOOTH)", unix.AF_BLUETOOTH, unix.SOCK_RAW, 0, false),
+		socketProbe("socket-can", "socket(AF_CAN)", unix.AF_CAN, unix.SOCK_RAW, 1, false),
+		socketProbe("socket-tipc", "socket(AF_TIPC)", unix.AF_TIPC, unix.SOCK_RDM, 0, false),
+		socketProbe("socket-rds", "socket(AF_RDS)", unix.AF_RDS, unix.SOCK_SEQPACKET, 0, false),
+		socketProbe("socket-xdp", "socket(AF_XDP)", unix.AF_XDP, unix.SOCK_RAW, 0, false),
+		// AF_INET is allowed: whether a ping socket is, is the host's
+		// net.ipv4.ping_group_range. Recorded as attack surface only.
 		socketProbe("socket-inet-ping", "ICMP ping socket (kernel attack surface)", unix.AF_INET, unix.SOCK_DGRAM, unix.IPPROTO_ICMP, true),
 	}
 }

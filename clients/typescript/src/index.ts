@@ -1,0 +1,550 @@
+/**
+ * The client of agentrun serve's HTTP API (internal/server/openapi.json).
+ *
+ * Node's own modules only; Node 18 or later. Every call is bounded by a
+ * timeout; a refusal throws AgentrunError with the server's status, the
+ * task field at fault and, for 429 and 503, when to try again. Nothing is
+ * retried unless the client is asked to (`retries`).
+ *
+ * @module
+ */
+
+import * as http from "node:http";
+import * as https from "node:https";
+import type { components } from "./openapi.js";
+
+type Schemas = components["schemas"];
+
+/** task.json, as the server reads it. */
+export type Task = Schemas["Task"];
+/** The outcome of one run. */
+export type Result = Schemas["Result"];
+/** One line of a streamed run. */
+export type Event = Schemas["Event"];
+/** A request to a service held for a decision. */
+export type HeldRequest = Schemas["HeldRequest"];
+/** GET /healthz. */
+export type Health = Schemas["Health"];
+/** A kept session and its files. */
+export type SessionInfo = Schemas["SessionInfo"];
+/** One file of a kept session. */
+export type SessionFile = Schemas["SessionFile"];
+/** The answer of a fork: the new sessions, in order, and how their files were copied. */
+export type ForkAnswer = Schemas["ForkAnswer"];
+/** An input file as task.json spells it. */
+export type TaskFile = Schemas["TaskFile"];
+
+/** The address a client uses when given none and $AGENTRUN_SERVER is unset. */
+export const DEFAULT_ADDRESS = "unix:///run/agentrun/agentrun.sock";
+
+// Bounds on what is read from the server: a result (collected files
+// included, base64) and one line of a stream.
+const MAX_ANSWER = 256 << 20;
+const MAX_LINE = 64 << 20;
+// The longest Retry-After (seconds) a retry waits.
+const MAX_RETRY_WAIT = 30;
+
+const TASK_FIELDS = new Set([
+  "id", "session", "keep_workspace", "image", "language", "code", "command",
+  "stdin", "files", "collect", "env", "limits", "network", "runtime", "timeout",
+]);
+
+/**
+ * A task for {@link Client.run} and {@link Client.stream}: task.json's
+ * fields, with two conveniences. A `files` value may be text (a string),
+ * bytes (a Uint8Array, sent as base64) or task.json's own `{content}` or
+ * `{content_base64}`; `timeout` is `limits.timeout` ("5s", or seconds as a
+ * number).
+ */
+export type RunTask = Omit<Task, "files"> & {
+  files?: Record<string, string | Uint8Array | TaskFile> | null;
+  timeout?: string | number;
+};
+
+/**
+ * A refusal or failure of a call.
+ *
+ * `status`: the HTTP status (undefined when no answer came: see
+ * {@link TransportError}); `field`: the task field at fault, as task.json
+ * spells it ("limits.memory", "image", "session"); `retryAfter`: seconds
+ * after which to try again (429, 503); `result`: the run's result when the
+ * server sent one (a run agentrun could not run: status 500, its `error`
+ * says why).
+ */
+export class AgentrunError extends Error {
+  readonly status?: number;
+  readonly field?: string;
+  readonly retryAfter?: number;
+  readonly result?: Result;
+
+  constructor(message: string, init: { status?: number; field?: string; retryAfter?: number; result?: Result } = {}) {
+    super(message);
+    this.name = "AgentrunError";
+    this.status = init.status;
+    this.field = init.field;
+    this.retryAfter = init.retryAfter;
+    this.result = init.result;
+  }
+
+  override toString(): string {
+    const parts: string[] = [];
+    if (this.status !== undefined) parts.push(String(this.status));
+    if (this.field) parts.push(this.field + ":");
+    parts.push(this.message);
+    return `${this.name}: ${parts.join(" ")}`;
+  }
+}
+
+/**
+ * No whole answer: the server could not be reached, did not answer within
+ * the timeout, or cut its answer (a stream without its result).
+ */
+export class TransportError extends AgentrunError {
+  constructor(message: string) {
+    super(message);
+    this.name = "TransportError";
+  }
+}
+
+/** Options of a {@link Client}. */
+export interface ClientOptions {
+  /** The server's bearer token; by default $AGENTRUN_TOKEN. */
+  token?: string;
+  /** Milliseconds an ordinary call may take, answer included (30 000). */
+  timeoutMs?: number;
+  /** Milliseconds a run may take to answer, and a stream to end (600 000). */
+  runTimeoutMs?: number;
+  /**
+   * Times a run refused with 429 or 503 is sent again, after the server's
+   * Retry-After (at most 30 s); 0, the default: never. Both refusals come
+   * before a run starts, so a retry never runs a task twice.
+   */
+  retries?: number;
+}
+
+/** Options of one {@link Client.stream}. */
+export interface StreamOptions {
+  /**
+   * Decides each request held for approval as it comes: true approves it,
+   * false denies it, undefined or null leaves it to another channel (the
+   * webhook, the approvals page, {@link Client.approve}) or its timeout.
+   */
+  onApproval?: (request: HeldRequest & { run: string }) => boolean | null | undefined | Promise<boolean | null | undefined>;
+  /** Milliseconds the whole stream may take; by default the client's runTimeoutMs. */
+  timeoutMs?: number;
+}
+
+/** An answer: its status, headers and body, unread. */
+interface Answer {
+  status: number;
+  headers: http.IncomingHttpHeaders;
+  body: http.IncomingMessage;
+  /** Ends the call: its timer and its connection. */
+  close(): void;
+}
+
+/** A client of agentrun serve. */
+export class Client {
+  readonly address: string;
+  readonly sessions: Sessions;
+  /** Milliseconds an ordinary call may take. */
+  readonly timeoutMs: number;
+  private readonly token?: string;
+  private readonly runTimeoutMs: number;
+  private readonly retries: number;
+  private readonly socketPath?: string;
+  private readonly url?: URL;
+
+  /**
+   * @param address "unix:///path/to.sock", "http://host:port" or
+   * "https://..."; by default $AGENTRUN_SERVER, else
+   * unix:///run/agentrun/agentrun.sock.
+   */
+  constructor(address?: string, options: ClientOptions = {}) {
+    address = address || process.env.AGENTRUN_SERVER || DEFAULT_ADDRESS;
+    this.address = address;
+    this.token = options.token ?? (process.env.AGENTRUN_TOKEN || undefined);
+    this.timeoutMs = positive("timeoutMs", options.timeoutMs ?? 30_000);
+    this.runTimeoutMs = positive("runTimeoutMs", options.runTimeoutMs ?? 600_000);
+    this.retries = options.retries ?? 0;
+    if (!Number.isInteger(this.retries) || this.retries < 0) {
+      throw new TypeError(`retries ${options.retries}: want a whole number, 0 or more`);
+    }
+    let u: URL;
+    try {
+      u = new URL(address);
+    } catch {
+      throw new TypeError(`address ${JSON.stringify(address)}: want unix:///path, http://host:port or https://host:port`);
+    }
+    if (u.protocol === "unix:") {
+      this.socketPath = decodeURIComponent(u.pathname) || u.host;
+      if (!this.socketPath) throw new TypeError(`address ${JSON.stringify(address)}: no socket path`);
+    } else if (u.protocol === "http:" || u.protocol === "https:") {
+      this.url = u;
+    } else {
+      throw new TypeError(`address ${JSON.stringify(address)}: want unix:///path, http://host:port or https://host:port`);
+    }
+    this.sessions = new Sessions(this);
+  }
+
+  // --- runs ---
+
+  /**
+   * Runs a task and returns its result: stdout, stderr, exit_code,
+   * timed_out, ... The program's own failure is a result; a task the
+   * server refuses, or one agentrun could not run (status 500, with
+   * `result`), throws AgentrunError.
+   */
+  async run(task: RunTask, options: { timeoutMs?: number } = {}): Promise<Result> {
+    const body = Buffer.from(JSON.stringify(toTask(task)));
+    const { status, headers, data } = await this.call("POST", "/v1/runs", body, "application/json",
+      options.timeoutMs ?? this.runTimeoutMs, true);
+    const res = parseJSON(status, data);
+    if (status === 200) return res as Result;
+    throw refusal(status, headers, res);
+  }
+
+  /**
+   * Runs a task and yields its events as they come: `stdout` and `stderr`
+   * with `data`, `approval` with `run` and `approval` (a request held for
+   * a decision, given to `onApproval`), and last `result`. A stream cut
+   * before its result throws TransportError; a run agentrun could not run
+   * throws AgentrunError (status 500, with `result`). Leaving the loop
+   * early closes the connection.
+   */
+  async *stream(task: RunTask, options: StreamOptions = {}): AsyncGenerator<Event, void, undefined> {
+    const body = Buffer.from(JSON.stringify(toTask(task)));
+    const limit = options.timeoutMs ?? this.runTimeoutMs;
+    const ans = await this.open("POST", "/v1/runs?stream=1", body, "application/json", limit, true);
+    try {
+      if (ans.status !== 200) {
+        const data = await readAll(ans.body);
+        throw refusal(ans.status, ans.headers, parseJSON(ans.status, data));
+      }
+      for await (const line of lines(ans.body)) {
+        let ev: Event;
+        try {
+          ev = JSON.parse(line.toString("utf8")) as Event;
+        } catch {
+          throw new TransportError(`stream line is not JSON: ${JSON.stringify(line.subarray(0, 100).toString())}`);
+        }
+        if (ev.event === "approval" && options.onApproval && ev.approval && ev.run) {
+          const ok = await options.onApproval({ ...ev.approval, run: ev.run });
+          if (ok !== undefined && ok !== null) {
+            try {
+              await this.approve(ev.run, ev.approval.id, Boolean(ok));
+            } catch (e) {
+              // Too late: it timed out or its request ended, as the
+              // result's network.approvals will say.
+              if (!(e instanceof AgentrunError) || e.status !== 404) throw e;
+            }
+          }
+        }
+        if (ev.event === "result") {
+          if (ev.result?.error) {
+            throw new AgentrunError(ev.result.error, { status: 500, result: ev.result });
+          }
+          yield ev;
+          return;
+        }
+        yield ev;
+      }
+      throw new TransportError("stream ended before the result");
+    } finally {
+      ans.close();
+    }
+  }
+
+  /**
+   * Decides a request of run held for approval (the approval event's `run`
+   * and `approval.id`); `by`, at most 64 bytes, names who decided in the
+   * result and the audit record ("operator (serve API: BY)").
+   */
+  async approve(run: string, approvalId: string, approve: boolean, by?: string): Promise<Schemas["DecisionTaken"]> {
+    const decision: Schemas["Decision"] = { approve };
+    if (by !== undefined) decision.by = by;
+    return (await this.jsonCall("POST", `/v1/runs/${quote(run)}/approvals/${quote(approvalId)}`,
+      Buffer.from(JSON.stringify(decision)), "application/json")) as Schemas["DecisionTaken"];
+  }
+
+  // --- the server ---
+
+  /** GET /healthz: runs going on and waiting, and the warm pool. */
+  async health(): Promise<Health> {
+    return (await this.jsonCall("GET", "/healthz")) as Health;
+  }
+
+  /** The OpenAPI document of the server's API. */
+  async openapi(): Promise<Record<string, unknown>> {
+    return (await this.jsonCall("GET", "/v1/openapi.json")) as Record<string, unknown>;
+  }
+
+  // --- plumbing ---
+
+  /** @internal A call whose answer is JSON (or nothing, 204). */
+  async jsonCall(method: string, path: string, body?: Buffer, ctype?: string): Promise<unknown> {
+    const { status, headers, data } = await this.call(method, path, body, ctype, this.timeoutMs);
+    if (status === 204) return undefined;
+    const res = parseJSON(status, data);
+    if (status === 200 || status === 201) return res;
+    throw refusal(status, headers, res);
+  }
+
+  /** @internal Sends a request and reads its whole answer. */
+  async call(method: string, path: string, body: Buffer | undefined, ctype: string | undefined, timeoutMs: number,
+    retry = false): Promise<{ status: number; headers: http.IncomingHttpHeaders; data: Buffer }> {
+    const ans = await this.open(method, path, body, ctype, timeoutMs, retry);
+    try {
+      return { status: ans.status, headers: ans.headers, data: await readAll(ans.body) };
+    } finally {
+      ans.close();
+    }
+  }
+
+  /** Sends a request, retrying a 429 or 503 when asked; the answer's body is unread. */
+  private async open(method: string, path: string, body: Buffer | undefined, ctype: string | undefined,
+    timeoutMs: number, retry: boolean): Promise<Answer> {
+    for (let attempt = 0; ; attempt++) {
+      const ans = await this.send(method, path, body, ctype, timeoutMs);
+      const wait = retryAfter(ans.headers);
+      if (retry && attempt < this.retries && (ans.status === 429 || ans.status === 503) &&
+        wait !== undefined && wait <= MAX_RETRY_WAIT) {
+        ans.close();
+        await new Promise((r) => setTimeout(r, wait * 1000));
+        continue;
+      }
+      return ans;
+    }
+  }
+
+  /** One request on a connection of its own, ended at timeoutMs whatever it is doing. */
+  private send(method: string, path: string, body: Buffer | undefined, ctype: string | undefined,
+    timeoutMs: number): Promise<Answer> {
+    const headers: Record<string, string> = { Accept: "application/json" };
+    if (this.token) headers.Authorization = "Bearer " + this.token;
+    if (ctype) headers["Content-Type"] = ctype;
+    if (body) headers["Content-Length"] = String(body.length);
+    let opts: http.RequestOptions;
+    let mod: typeof http | typeof https = http;
+    if (this.socketPath !== undefined) {
+      headers.Host = "agentrun";
+      opts = { socketPath: this.socketPath, path, method, headers, agent: false };
+    } else {
+      const u = this.url!;
+      mod = u.protocol === "https:" ? https : http;
+      opts = {
+        protocol: u.protocol, hostname: u.hostname.replace(/^\[|\]$/g, ""), port: u.port || undefined,
+        path: u.pathname.replace(/\/+$/, "") + path, method, headers, agent: false,
+      };
+    }
+    const what = `${method} ${path} on ${this.address}`;
+    return new Promise<Answer>((resolve, reject) => {
+      let res: http.IncomingMessage | undefined;
+      const req = mod.request(opts);
+      const timer = setTimeout(() => {
+        const err = new TransportError(`${what}: no whole answer within ${timeoutMs / 1000} s`);
+        if (res) res.destroy(err);
+        req.destroy(err);
+      }, timeoutMs);
+      const close = () => {
+        clearTimeout(timer);
+        req.destroy();
+        res?.destroy();
+      };
+      req.on("error", (e) => {
+        close();
+        reject(e instanceof TransportError ? e : new TransportError(`${what}: ${why(e)}`));
+      });
+      req.on("response", (r) => {
+        res = r;
+        resolve({ status: r.statusCode ?? 0, headers: r.headers, body: r, close });
+      });
+      req.end(body);
+    });
+  }
+}
+
+/**
+ * Kept sessions: a /workspace that outlives a run ({@link Client.sessions}).
+ * A run uses one with `session: id, keep_workspace: true`.
+ */
+export class Sessions {
+  constructor(private readonly c: Client) {}
+
+  /** Makes a session and returns its id (a capability: keep it). */
+  async create(): Promise<string> {
+    return ((await this.c.jsonCall("POST", "/v1/sessions")) as Schemas["NewSession"]).id;
+  }
+
+  /** The session (created, last_used, max_bytes, busy, ...) and its files. */
+  async get(id: string): Promise<SessionInfo> {
+    return (await this.c.jsonCall("GET", "/v1/sessions/" + quote(id))) as SessionInfo;
+  }
+
+  /** The session's files: name (workspace-relative), type, size, mtime. */
+  async files(id: string): Promise<SessionFile[]> {
+    return (await this.get(id)).files ?? [];
+  }
+
+  /** The bytes of the session's file path (relative to /workspace). */
+  async read(id: string, path: string): Promise<Buffer> {
+    const { status, headers, data } = await this.c.call("GET", filePath(id, path), undefined, undefined,
+      this.c.timeoutMs);
+    if (status === 200) return data;
+    throw refusal(status, headers, parseJSON(status, data));
+  }
+
+  /** Writes data (bytes, or a string as UTF-8) as the session's file path. */
+  async write(id: string, path: string, data: string | Uint8Array): Promise<void> {
+    const body = typeof data === "string" ? Buffer.from(data, "utf8") : Buffer.from(data);
+    await this.c.jsonCall("PUT", filePath(id, path), body, "application/octet-stream");
+  }
+
+  /** Removes the session and its files. */
+  async delete(id: string): Promise<void> {
+    await this.c.jsonCall("DELETE", "/v1/sessions/" + quote(id));
+  }
+
+  /**
+   * Makes count new sessions (1 to 64), each a copy of the session's files,
+   * independent from then on; the answer lists them in order and says how
+   * the files were copied ("reflink" or "copy").
+   */
+  async fork(id: string, count: number): Promise<ForkAnswer & { sessions: Schemas["ForkedSession"][] }> {
+    const res = (await this.c.jsonCall("POST", `/v1/sessions/${quote(id)}/fork`,
+      Buffer.from(JSON.stringify({ count })), "application/json")) as ForkAnswer;
+    return { ...res, sessions: res.sessions ?? [] };
+  }
+}
+
+/** task.json from a RunTask; an unknown field is a TypeError before anything is sent. */
+export function toTask(fields: RunTask): Task {
+  const unknown = Object.keys(fields).filter((k) => !TASK_FIELDS.has(k)).sort();
+  if (unknown.length) throw new TypeError(`unknown task field(s): ${unknown.join(", ")}`);
+  const { timeout, files, ...rest } = fields;
+  const task: Task = {};
+  for (const [k, v] of Object.entries(rest)) {
+    if (v !== undefined && v !== null) (task as Record<string, unknown>)[k] = v;
+  }
+  if (files) {
+    const out: Record<string, TaskFile> = {};
+    for (const [name, v] of Object.entries(files)) {
+      if (typeof v === "string") out[name] = { content: v };
+      else if (v instanceof Uint8Array) out[name] = { content_base64: Buffer.from(v).toString("base64") };
+      else out[name] = v;
+    }
+    task.files = out;
+  }
+  if (timeout !== undefined && timeout !== null) {
+    const t = typeof timeout === "number" ? `${timeout}s` : timeout;
+    task.limits = { ...(task.limits ?? {}), timeout: t };
+  }
+  return task;
+}
+
+/**
+ * A session file's name as one path segment: slashes and dots escaped, so
+ * that no part of it is read as a dot segment before the server checks it.
+ */
+export function quote(segment: string): string {
+  return encodeURIComponent(segment).replace(/[.!'()*]/g, (c) => "%" + c.charCodeAt(0).toString(16).toUpperCase());
+}
+
+function filePath(id: string, path: string): string {
+  return `/v1/sessions/${quote(id)}/files/${quote(path)}`;
+}
+
+function positive(name: string, v: number): number {
+  if (!(typeof v === "number" && v > 0 && Number.isFinite(v))) {
+    throw new TypeError(`${name} ${v}: want a number of milliseconds above 0`);
+  }
+  return v;
+}
+
+/** The whole body, at most MAX_ANSWER bytes. */
+async function readAll(body: http.IncomingMessage): Promise<Buffer> {
+  const length = Number(body.headers["content-length"]);
+  if (length > MAX_ANSWER) throw new TransportError(`answer of ${length} bytes, more than ${MAX_ANSWER}`);
+  const chunks: Buffer[] = [];
+  let n = 0;
+  try {
+    for await (const chunk of body) {
+      n += (chunk as Buffer).length;
+      if (n > MAX_ANSWER) throw new TransportError(`answer larger than ${MAX_ANSWER} bytes`);
+      chunks.push(chunk as Buffer);
+    }
+  } catch (e) {
+    throw e instanceof TransportError ? e : new TransportError(`answer cut: ${why(e)}`);
+  }
+  // Node ends a body cut short of its length or its last chunk with an
+  // "aborted" error, above; complete is its own word for it.
+  if (!body.complete) throw new TransportError("answer cut before its end");
+  return Buffer.concat(chunks);
+}
+
+/** The lines of a stream, each at most MAX_LINE bytes and ended by "\n". */
+async function* lines(body: http.IncomingMessage): AsyncGenerator<Buffer> {
+  let held: Buffer[] = [];
+  let heldLen = 0;
+  try {
+    for await (const c of body) {
+      let chunk = c as Buffer;
+      for (let i = chunk.indexOf(10); i >= 0; i = chunk.indexOf(10)) {
+        held.push(chunk.subarray(0, i));
+        const line = Buffer.concat(held);
+        held = [];
+        heldLen = 0;
+        chunk = chunk.subarray(i + 1);
+        if (line.length > MAX_LINE) throw new TransportError(`stream line of ${line.length} bytes, more than ${MAX_LINE}`);
+        yield line;
+      }
+      if (chunk.length) {
+        held.push(chunk);
+        heldLen += chunk.length;
+        if (heldLen > MAX_LINE) throw new TransportError(`stream line longer than ${MAX_LINE} bytes`);
+      }
+    }
+  } catch (e) {
+    throw e instanceof TransportError ? e : new TransportError(`stream cut before the result: ${why(e)}`);
+  }
+  if (heldLen) throw new TransportError(`stream cut before the result: a line of ${heldLen} bytes without its end`);
+}
+
+function parseJSON(status: number, data: Buffer): unknown {
+  if (!data.length) return {};
+  try {
+    return JSON.parse(data.toString("utf8"));
+  } catch {
+    throw new AgentrunError(`answer is not JSON: ${JSON.stringify(data.subarray(0, 200).toString())}`, { status });
+  }
+}
+
+/**
+ * The AgentrunError of a refusal: the API's {"error", "field"}, or a
+ * result with its error (500: agentrun could not run the task).
+ */
+function refusal(status: number, headers: http.IncomingHttpHeaders, body: unknown): AgentrunError {
+  const b = (body && typeof body === "object" ? body : {}) as Record<string, unknown>;
+  const wait = retryAfter(headers);
+  if ("exit_code" in b && "id" in b) {
+    return new AgentrunError(String(b.error || "run failed"), { status, retryAfter: wait, result: b as unknown as Result });
+  }
+  return new AgentrunError(typeof b.error === "string" && b.error ? b.error : `HTTP ${status}`, {
+    status, field: typeof b.field === "string" && b.field ? b.field : undefined, retryAfter: wait,
+  });
+}
+
+function retryAfter(headers: http.IncomingHttpHeaders): number | undefined {
+  const v = headers["retry-after"];
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  return Number.isFinite(n) && String(v).trim() !== "" ? n : undefined;
+}
+
+function why(e: unknown): string {
+  if (e instanceof Error) {
+    const code = (e as NodeJS.ErrnoException).code;
+    return code && !e.message.includes(code) ? `${code}: ${e.message}` : e.message || e.name;
+  }
+  return String(e);
+}
