@@ -217,6 +217,21 @@ type Sessions struct {
 	TTL      Duration `json:"ttl"`       // idle time after which gc removes a session
 	Max      int      `json:"max"`       // sessions on this host at once
 	MaxBytes Size     `json:"max_bytes"` // size cap of each session's /workspace
+	// StateMaxBytes caps a session's saved state (keep_state): a state
+	// past it is not kept, and the previous one stays. Unset, it is
+	// DefaultStateBytes or MaxBytes, the smaller (StateBytes).
+	StateMaxBytes Size `json:"state_max_bytes"`
+}
+
+// DefaultStateBytes is sessions.state_max_bytes when the config sets none.
+const DefaultStateBytes = 64 << 20
+
+// StateBytes is the cap on a session's saved state.
+func (s Sessions) StateBytes() int64 {
+	if n := s.StateMaxBytes.Bytes(); n > 0 {
+		return n
+	}
+	return min(DefaultStateBytes, s.MaxBytes.Bytes())
 }
 
 // RunUIDs is the range of host ids that sandboxes run as: each sandbox

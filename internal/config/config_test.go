@@ -134,6 +134,8 @@ func TestParseErrors(t *testing.T) {
 		{`{"sessions": {"max_bytes": "1m"}}`, "sessions.max_bytes: "},
 		{`{"sessions": {"max_bytes": "1t"}}`, "sessions.max_bytes: "},
 		{`{"sessions": {"max_bytes": "lots"}}`, "sessions.max_bytes: "},
+		{`{"sessions": {"state_max_bytes": "100k"}}`, "sessions.state_max_bytes: "},
+		{`{"sessions": {"max_bytes": "32m", "state_max_bytes": "64m"}}`, "sessions.state_max_bytes: "},
 		{`{"sessions": {"size": "1g"}}`, `unknown field "sessions.size"`},
 		{`{"store_dir": "var/lib"}`, "store_dir: "},
 		{`{"state_dir": "/run/../x"}`, "state_dir: "},

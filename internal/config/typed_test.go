@@ -138,3 +138,24 @@ func TestTypedValuesRoundTrip(t *testing.T) {
 		t.Errorf("Limits with pids only: %s; want the others left out", b)
 	}
 }
+
+// TestStateBytes: sessions.state_max_bytes is 64m, or max_bytes when that
+// is smaller, unless the config sets it.
+func TestStateBytes(t *testing.T) {
+	for _, c := range []struct {
+		json string
+		want int64
+	}{
+		{`{}`, 64 << 20},
+		{`{"sessions": {"max_bytes": "32m"}}`, 32 << 20},
+		{`{"sessions": {"state_max_bytes": "8m"}}`, 8 << 20},
+	} {
+		cfg, err := Parse([]byte(c.json))
+		if err != nil {
+			t.Fatalf("%s: %v", c.json, err)
+		}
+		if got := cfg.Sessions.StateBytes(); got != c.want {
+			t.Errorf("%s: %d; want %d", c.json, got, c.want)
+		}
+	}
+}

@@ -411,6 +411,9 @@ func (s Sessions) validate() error {
 	if n := s.MaxBytes.Bytes(); n < MinSessionBytes || n > MaxSessionBytes {
 		return fieldErr("sessions.max_bytes", fmt.Errorf("%q: must be between 16m and 64g", s.MaxBytes))
 	}
+	if n := s.StateMaxBytes.Bytes(); n != 0 && (n < 1<<20 || n > s.MaxBytes.Bytes()) {
+		return fieldErr("sessions.state_max_bytes", fmt.Errorf("%q: must be between 1m and sessions.max_bytes (%s)", s.StateMaxBytes, s.MaxBytes))
+	}
 	return nil
 }
 

@@ -64,6 +64,8 @@ type Args struct {
 	NetworkServices []string `json:"network_services,omitempty"`
 	Timeout         string   `json:"timeout,omitempty"`
 	Session         string   `json:"session,omitempty"`
+	// ResetState clears the session's state before the run.
+	ResetState bool `json:"reset_state,omitempty"`
 }
 
 // Server is the MCP server of one agentrun door. Create it with New.
@@ -80,6 +82,10 @@ type Server struct {
 
 	held heldCalls[proxy.Approval, proxy.Decision, callResult] // runs waiting for their client's decision on a held request
 
+	// stateful are the languages whose runs in a kept session keep their
+	// state (Python's), "" the default language when it is one of them.
+	stateful map[string]bool
+
 	mu    sync.Mutex
 	ended map[*mcp.ServerSession]chan struct{}        // closed when the session ends
 	live  map[string]map[*context.CancelFunc]struct{} // the calls going on, by session id
@@ -92,6 +98,13 @@ func New(cfg *config.Config, run TaskFunc, logf func(format string, args ...any)
 	s := newServer(logf, "agentrun runs code in single-use, locked-down Linux sandboxes: "+
 		"no network unless asked for, no secrets, bounded time, memory and output.")
 	s.run = run
+	s.stateful = map[string]bool{}
+	for name := range cfg.Languages {
+		if task.IsPython(&task.Plan{CodeFile: task.CodeFileName(name), Argv: cfg.Languages[name]}) {
+			s.stateful[name] = true
+		}
+	}
+	s.stateful[""] = s.stateful[cfg.Language]
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:         ToolName,
 		Title:        "Run code in a sandbox",
@@ -278,7 +291,7 @@ func (s *Server) runCode(ctx context.Context, req *mcp.CallToolRequest, args Arg
 			session = session[:task.MaxSessionLen]
 		}
 	}
-	taskJSON, err := json.Marshal(toTask(args, session))
+	taskJSON, err := json.Marshal(toTask(args, session, s.stateful[args.Language]))
 	if err != nil {
 		return nil, nil, fmt.Errorf("encoding the task: %w", err)
 	}
@@ -312,6 +325,8 @@ func (s *Server) runCode(ctx context.Context, req *mcp.CallToolRequest, args Arg
 type taskJSON struct {
 	Session  string               `json:"session"`
 	Keep     bool                 `json:"keep_workspace,omitempty"`
+	State    bool                 `json:"keep_state,omitempty"`
+	Reset    bool                 `json:"reset_state,omitempty"`
 	Language string               `json:"language,omitempty"`
 	Code     string               `json:"code"`
 	Stdin    string               `json:"stdin,omitempty"`
@@ -323,8 +338,11 @@ type taskJSON struct {
 	} `json:"limits,omitempty"`
 }
 
-func toTask(a Args, session string) taskJSON {
-	t := taskJSON{Session: session, Keep: a.Session != "", Language: a.Language, Code: a.Code, Stdin: a.Stdin, Collect: a.Collect}
+// toTask is the task of call a, under session; a run in a kept session of
+// a stateful language keeps its state.
+func toTask(a Args, session string, stateful bool) taskJSON {
+	t := taskJSON{Session: session, Keep: a.Session != "", Language: a.Language, Code: a.Code, Stdin: a.Stdin, Collect: a.Collect,
+		State: a.Session != "" && stateful, Reset: a.ResetState}
 	if len(a.Files) > 0 {
 		t.Files = make(map[string]task.File, len(a.Files))
 		for name, content := range a.Files {
@@ -421,7 +439,10 @@ func inputSchema(cfg *config.Config) *jsonschema.Schema {
 			"network_services": services(cfg),
 			"session": {Type: "string", Pattern: `^ss-[0-9a-f]{32}$`,
 				Description: "A kept session's id (from new_session): the run's /workspace is that session's, kept after the run, " +
-					"with files and the code file written over it. Absent: a fresh /workspace, gone after the run."},
+					"with files and the code file written over it; Python code there also starts with the globals the session's last Python run left " +
+					"(variables, functions, classes, imports), as in a notebook, and leaves its own. Absent: a fresh /workspace, gone after the run."},
+			"reset_state": {Type: "boolean",
+				Description: "With session: forget the session's Python globals before this run (its files stay)."},
 			"timeout": {Type: "string", Pattern: `^[0-9]+(\.[0-9]+)?(ms|s|m|h)([0-9]+(\.[0-9]+)?(ms|s|m))*$`,
 				Description: fmt.Sprintf("Wall-clock limit, a duration such as \"10s\" or \"1m\": %s by default, at most %s.",
 					cfg.Limits.Timeout, cfg.Policy.Timeout)},

@@ -52,10 +52,26 @@ type Result struct {
 	Value          Bundle   `json:"value,omitempty"`
 	Display        []Bundle `json:"display,omitempty"`
 	DisplayDropped int      `json:"display_dropped,omitempty"`
-	Error          string   `json:"error"`
+	// State is what a run with keep_state left of its globals for the
+	// next run (its launcher's own report: the program's words).
+	State *State `json:"state,omitempty"`
+	Error string `json:"error"`
 	// Err is the error behind Error, for callers in the same process
 	// (errors.Is, errors.As); it is never encoded.
 	Err error `json:"-"`
+}
+
+// State is a stateful run's report on its state: the globals kept and
+// those dropped, with why, and the bytes of the state. Saved is false
+// when the state was not kept (Reason says why: past
+// sessions.state_max_bytes, or the run never reached its end), and then
+// the session's previous state stays.
+type State struct {
+	Kept    []string          `json:"kept"`
+	Dropped map[string]string `json:"dropped"`
+	Bytes   int64             `json:"bytes"`
+	Saved   bool              `json:"saved"`
+	Reason  string            `json:"reason,omitempty"`
 }
 
 // Bundle is a MIME bundle, as a notebook shows an object: MIME type ->

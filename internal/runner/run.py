@@ -556,6 +556,77 @@ def _main():
     return source, path, main.__dict__
 
 
+# The state of a run with keep_state (state.go): the request agentrun put
+# in the display directory, state.py's module, the report written back.
+STATE_REQUEST = "/dev/agentrun-display/state-request"
+STATE_REPORT = "/dev/agentrun-display/state"
+STATE_MODULE = "/dev/agentrun-state.py"
+
+
+def state_begin(main):
+    """Reads agentrun's state request: None for a run without state.
+    Otherwise it removes the state (reset) or restores it into namespace
+    main (keep), and returns what state_end needs."""
+    try:
+        with open(STATE_REQUEST, "rb") as f:
+            fields = dict(kv.split("=", 1) for kv in f.read(4096).decode().split())
+        keep, reset, limit, path = fields["keep"] == "1", fields["reset"] == "1", int(fields["max"]), fields["file"]
+    except (OSError, ValueError, KeyError):
+        return None
+    mod = type(sys)("agentrun_state")
+    mod.__file__ = STATE_MODULE
+    try:
+        with open(STATE_MODULE, "rb") as f:
+            exec(compile(f.read(), STATE_MODULE, "exec"), mod.__dict__)
+    except BaseException as e:
+        return {"keep": False, "error": "the state module failed: %s: %s" % (type(e).__name__, e)}
+    sys.modules["agentrun_state"] = mod
+    dropped = {}
+    if reset:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            dropped["*"] = "the state could not be removed: %s" % e
+    elif keep:
+        try:
+            dropped = mod.load(main, path)
+        except BaseException as e:
+            if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                raise
+            dropped = {"*": "the state could not be restored: %s: %s" % (type(e).__name__, e)}
+    return {"keep": keep, "mod": mod, "limit": limit, "path": path, "dropped": dropped}
+
+
+def state_end(st, main):
+    """Saves the state of namespace main (a run with keep_state) and writes
+    the report agentrun reads; never fails the run."""
+    if st is None or not st["keep"]:
+        return
+    try:
+        rep = st["mod"].dump(main, st["path"], st["limit"])
+        for name, why in st["dropped"].items():
+            rep["dropped"].setdefault(name, why)
+    except BaseException as e:
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        rep = {"kept": [], "dropped": dict(st["dropped"]), "bytes": 0, "saved": False,
+               "reason": "the state could not be saved (%s: %s): the previous one stays" % (type(e).__name__, e)}
+    try:
+        import json
+
+        data = json.dumps(rep, default=str).encode()
+        fd = os.open(STATE_REPORT, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            while data:
+                data = data[os.write(fd, data):]
+        finally:
+            os.close(fd)
+    except BaseException:
+        pass
+
+
 def _cold_end(status, interrupted):
     """Ends a cold run after an uncaught exception: through the
     interpreter's own end (SystemExit with the status, raised where no
@@ -569,13 +640,16 @@ def _cold_end(status, interrupted):
 if __name__ == "__main__":
     _source, _path, _globals = _main()
     start()
+    _state = state_begin(_globals)
     _error = None
     try:
         exec(compile(program(compile(_source, _path, "exec", _ONLY_AST)), _path, "exec"), _globals)
     except SystemExit:
+        state_end(_state, _globals)
         raise
     except BaseException as e:
         _error = e
         del e
+    state_end(_state, _globals)
     if _error is not None:
         report(_error, _cold_end)

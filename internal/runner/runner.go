@@ -369,6 +369,9 @@ func (r *Runner) execute(ctx context.Context, p *task.Plan, sb *sandbox, res *re
 		return err
 	}
 	readValues(sb.display, p.Limits.OutputBytes, res)
+	if p.KeepState {
+		res.State = readState(sb.display)
+	}
 	if len(p.Collect) > 0 {
 		if res.Files, res.Collect, err = sb.ws.Collect(p.Collect, workspace.Limits{}); err != nil {
 			return err
@@ -545,7 +548,7 @@ func (r *Runner) setup(ctx context.Context, req request) (_ *sandbox, err error)
 		opts = append(opts, traits.Spec)
 	}
 	if argv := launcherArgv(p); argv != nil || req.warm != nil {
-		valueOpts, display, err := values(dir, sb.uid, &sb.undo)
+		valueOpts, display, err := values(dir, sb.uid, newStateRequest(p, r.cfg), &sb.undo)
 		if err != nil {
 			return nil, err
 		}

@@ -92,7 +92,7 @@ func launcherArgv(p *task.Plan) []string {
 // tmpfs, and the display directory, a tmpfs of maxDisplayChannel owned
 // by uid at dir/display. It returns their spec options and the display
 // directory's host path.
-func values(dir string, uid int, undo *cleanup.Cleanup) ([]spec.SpecOpt, string, error) {
+func values(dir string, uid int, st *stateRequest, undo *cleanup.Cleanup) ([]spec.SpecOpt, string, error) {
 	launcher, err := writeEtc(dir, undo, runLauncherName, runLauncher)
 	if err != nil {
 		return nil, "", fmt.Errorf("writing the run launcher: %w", err)
@@ -111,7 +111,15 @@ func values(dir string, uid int, undo *cleanup.Cleanup) ([]spec.SpecOpt, string,
 		}
 		return nil
 	})
-	return []spec.SpecOpt{spec.WithReadonlyFile(launcher, RunLauncherPath), spec.WithWritableDir(display, DisplayDir)}, display, nil
+	specOpts := []spec.SpecOpt{spec.WithReadonlyFile(launcher, RunLauncherPath), spec.WithWritableDir(display, DisplayDir)}
+	if st != nil {
+		stateOpt, err := st.write(dir, display, undo)
+		if err != nil {
+			return nil, "", err
+		}
+		specOpts = append(specOpts, stateOpt)
+	}
+	return specOpts, display, nil
 }
 
 // readValues fills res's Value, Display and DisplayDropped from what the
@@ -182,6 +190,11 @@ func readValues(dir string, budget int64, res *result.Result) {
 // at most maxDisplayChannel bytes (over says it held more). A file that
 // is not there, or not one to read, reads as empty.
 func readChannel(name string) (data []byte, over bool) {
+	return readChannelAt(name, maxDisplayChannel)
+}
+
+// readChannelAt is readChannel with a bound of max bytes.
+func readChannelAt(name string, max int64) (data []byte, over bool) {
 	fd, err := unix.Open(name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, false
@@ -191,7 +204,7 @@ func readChannel(name string) (data []byte, over bool) {
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		return nil, false
 	}
-	data, err = readAtMost(f, "the display channel", maxDisplayChannel)
+	data, err = readAtMost(f, "the display channel", max)
 	if err != nil {
 		// Larger than the tmpfs can be, or unreadable: what was read of
 		// it is not kept.

@@ -58,6 +58,7 @@ var goSchemas = map[string]struct {
 	"PageDecided":    {reflect.TypeFor[server.Decided](), false},
 	"WebhookHold":    {reflect.TypeFor[approvals.Hold](), false},
 	"ForkRequest":    {reflect.TypeFor[server.ForkRequest](), true},
+	"State":          {reflect.TypeFor[result.State](), false},
 	"ForkAnswer":     {reflect.TypeFor[server.ForkAnswer](), false},
 	"ForkedSession":  {reflect.TypeFor[server.ForkedSession](), false},
 }

@@ -60,7 +60,8 @@ func (t *Task) Resolve(cfg *config.Config) (*Plan, error) {
 	if cfg == nil {
 		return nil, errors.New("task: resolve: nil config")
 	}
-	p := &Plan{ID: t.ID, Session: t.Session, Image: t.Image, Runtime: t.Runtime, KeepWorkspace: t.KeepWorkspace}
+	p := &Plan{ID: t.ID, Session: t.Session, Image: t.Image, Runtime: t.Runtime,
+		KeepWorkspace: t.KeepWorkspace || t.KeepState || t.ResetState, KeepState: t.KeepState, ResetState: t.ResetState}
 	if t.ID != "" {
 		if err := CheckID(t.ID); err != nil {
 			return nil, errorf("id", "%v", err)
@@ -68,6 +69,13 @@ func (t *Task) Resolve(cfg *config.Config) (*Plan, error) {
 	}
 	if len(p.Session) > MaxSessionLen || !names.Only(p.Session, "._:-") {
 		return nil, errorf("session", "must be at most %d characters of A-Z a-z 0-9 . _ : -", MaxSessionLen)
+	}
+	if (p.KeepState || p.ResetState) && !IsKeptSessionID(p.Session) {
+		field := "keep_state"
+		if !p.KeepState {
+			field = "reset_state"
+		}
+		return nil, errorf(field, "needs the id of a session made by `agentrun sessions new` (ss- and 32 hex digits) in session, not %q", p.Session)
 	}
 	if p.KeepWorkspace && !IsKeptSessionID(p.Session) {
 		// Only ids that agentrun sessions new made have a kept workspace;
@@ -92,6 +100,9 @@ func (t *Task) Resolve(cfg *config.Config) (*Plan, error) {
 	}
 	if err := t.resolveProgram(p, cfg); err != nil {
 		return nil, err
+	}
+	if p.KeepState && !IsPython(p) {
+		return nil, errorf("keep_state", "a state is kept for Python code only (code in a language whose interpreter is python)")
 	}
 	lim, err := resolveLimits(t.Limits, cfg)
 	if err != nil {
@@ -261,3 +272,9 @@ func mergeEnv(base, task map[string]string) (map[string]string, error) {
 // CheckRelPath returns why name is not a clean relative path inside the
 // workspace (no "..", no absolute path, bounded length), or "" if it is.
 func CheckRelPath(name string) string { return checkRelPath(name) }
+
+// IsPython reports whether p runs code in Python: a code file main.py run
+// by an interpreter named python (python3, python3.11, ...).
+func IsPython(p *Plan) bool {
+	return p.CodeFile == CodeFileName("python") && len(p.Argv) > 0 && strings.HasPrefix(path.Base(p.Argv[0]), "python")
+}

@@ -31,18 +31,23 @@ type Task struct {
 	ID      string `json:"id"`
 	Session string `json:"session"`
 	// KeepWorkspace: the run gets session Session's kept /workspace.
-	KeepWorkspace bool              `json:"keep_workspace"`
-	Image         string            `json:"image"`
-	Language      string            `json:"language"`
-	Code          string            `json:"code"`
-	Command       []string          `json:"command"`
-	Stdin         string            `json:"stdin"`
-	Files         map[string]File   `json:"files"`
-	Collect       []string          `json:"collect"`
-	Env           map[string]string `json:"env"`
-	Limits        config.Limits     `json:"limits"`
-	Network       Network           `json:"network"`
-	Runtime       string            `json:"runtime"`
+	KeepWorkspace bool `json:"keep_workspace"`
+	// KeepState: the run starts with the globals the session's previous
+	// stateful run left, and leaves its own (implies KeepWorkspace).
+	KeepState bool `json:"keep_state"`
+	// ResetState: the session's state is cleared before the run.
+	ResetState bool              `json:"reset_state"`
+	Image      string            `json:"image"`
+	Language   string            `json:"language"`
+	Code       string            `json:"code"`
+	Command    []string          `json:"command"`
+	Stdin      string            `json:"stdin"`
+	Files      map[string]File   `json:"files"`
+	Collect    []string          `json:"collect"`
+	Env        map[string]string `json:"env"`
+	Limits     config.Limits     `json:"limits"`
+	Network    Network           `json:"network"`
+	Runtime    string            `json:"runtime"`
 }
 
 // Limits are resolved, typed limits: sizes in bytes.
@@ -55,8 +60,13 @@ type Plan struct {
 	// KeepWorkspace: /workspace is session Session's kept disk, not a
 	// fresh tmpfs.
 	KeepWorkspace bool
-	Image         string
-	Runtime       string
+	// KeepState: the run restores and saves the session's state (Python
+	// globals, serialised in the sandbox only); implies KeepWorkspace.
+	KeepState bool
+	// ResetState: the session's state is removed before the run.
+	ResetState bool
+	Image      string
+	Runtime    string
 	// Argv is the program argv; with code, "{file}" in the language argv is
 	// replaced by "/workspace/"+CodeFile.
 	Argv []string

@@ -167,6 +167,24 @@ var errorCases = []struct {
 			*c.Policy.AllowNetwork = false
 		}},
 	{name: "services not a list", json: `{"code":"x","network":{"services":"gh"}}`, field: "network.services"},
+	{name: "keep_state without a kept session", json: `{"code":"x","session":"mine","keep_state":true}`, field: "keep_state"},
+	{name: "reset_state without a kept session", json: `{"code":"x","reset_state":true}`, field: "reset_state"},
+	{name: "keep_state of a command", json: `{"command":["python3","-c","x"],"session":"ss-0123456789abcdef0123456789abcdef","keep_state":true}`, field: "keep_state"},
+	{name: "keep_state of bash", json: `{"code":"x","language":"bash","session":"ss-0123456789abcdef0123456789abcdef","keep_state":true}`, field: "keep_state"},
+}
+
+// TestKeepStateKeepsWorkspace: keep_state (and reset_state) imply
+// keep_workspace.
+func TestKeepStateKeepsWorkspace(t *testing.T) {
+	for _, f := range []string{"keep_state", "reset_state"} {
+		p, err := Load([]byte(`{"code":"x","session":"ss-0123456789abcdef0123456789abcdef","`+f+`":true}`), config.Default())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !p.KeepWorkspace || p.KeepState != (f == "keep_state") || p.ResetState != (f == "reset_state") {
+			t.Errorf("%s: plan keeps workspace %v, state %v, resets %v", f, p.KeepWorkspace, p.KeepState, p.ResetState)
+		}
+	}
 }
 
 func TestErrors(t *testing.T) {

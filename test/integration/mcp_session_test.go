@@ -178,6 +178,17 @@ open("big", "wb").write(b"a" * (17 << 20))`})
 		t.Errorf("list_files of out: %q", txt)
 	}
 
+	// Python runs in a session keep their globals; reset_state clears them.
+	if res := call(t, cs, map[string]any{"session": id, "code": "kept = 41"}); res.IsError {
+		t.Fatalf("run_code kept = 41: %q", answerText(t, res))
+	}
+	if res := call(t, cs, map[string]any{"session": id, "code": "kept + 1"}); res.IsError || !strings.Contains(allText(res), "42") {
+		t.Errorf("run_code kept + 1 in the session: %v %q", res.IsError, allText(res))
+	}
+	if res := call(t, cs, map[string]any{"session": id, "code": "print('kept' in globals())", "reset_state": true}); res.IsError || structured(t, res).Stdout != "False\n" {
+		t.Errorf("run_code with reset_state: %v %q", res.IsError, answerText(t, res))
+	}
+
 	// fork_session copies the files; the copy is a session of its own.
 	res = callTool(t, cs, "fork_session", map[string]any{"session": id, "count": 1})
 	var forked struct{ Sessions []string }
@@ -288,4 +299,15 @@ func TestMCPSessionFull(t *testing.T) {
 		t.Errorf("the file that did not fit was kept: %q", answerText(t, res))
 	}
 	assertNoLeaks(t)
+}
+
+// allText is the text of every text content of an answer, a line each.
+func allText(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text + "\n")
+		}
+	}
+	return b.String()
 }

@@ -13,7 +13,7 @@ through agentrun serve's API. Standard library only (Python 3.9+).
 Refusals raise agentrun.Error (status, field, message, retry_after).
 """
 
-from .client import DEFAULT_ADDRESS, Client, Error, Sessions, TransportError
+from .client import DEFAULT_ADDRESS, Client, Context, Error, Sessions, TransportError
 
 __version__ = "0.1.0"
-__all__ = ["Client", "Sessions", "Error", "TransportError", "DEFAULT_ADDRESS"]
+__all__ = ["Client", "Context", "Sessions", "Error", "TransportError", "DEFAULT_ADDRESS"]

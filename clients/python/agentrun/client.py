@@ -26,7 +26,7 @@ _MAX_LINE = 64 << 20
 _MAX_RETRY_WAIT = 30.0
 
 _TASK_FIELDS = frozenset([
-    "id", "session", "keep_workspace", "image", "language", "code", "command",
+    "id", "session", "keep_workspace", "keep_state", "reset_state", "image", "language", "code", "command",
     "stdin", "files", "collect", "env", "limits", "network", "runtime",
 ])
 
@@ -175,6 +175,13 @@ class Client:
             return res
         raise _refusal(status, headers, res)
 
+    def context(self, session_id=None):
+        """A notebook-like context: a kept session whose Python globals
+        carry from one run to the next (keep_state), each run still a
+        fresh sandbox. Without session_id it makes a session; close()
+        (or leaving a with block) removes what it made."""
+        return Context(self, session_id)
+
     def stream(self, on_approval=None, request_timeout=None, **task):
         """Runs a task and yields its events as dicts as they come:
         {"event": "stdout"|"stderr", "data": ...}, {"event": "approval",
@@ -303,6 +310,53 @@ class Client:
         if self._https:
             return http.client.HTTPSConnection(self._host, timeout=timeout)
         return http.client.HTTPConnection(self._host, timeout=timeout)
+
+
+class Context:
+    """State kept between runs of one kept session (Client.context): each
+    run starts with the globals the previous one left (values, functions,
+    classes, imports), in a fresh sandbox.
+
+        with c.context() as ctx:
+            ctx.run("x = 1")
+            ctx.run("x + 1")["value"]["text/plain"]   # "2"
+    """
+
+    def __init__(self, client, session_id=None):
+        self._c = client
+        self._made = session_id is None
+        self.id = client.sessions.new() if session_id is None else session_id
+
+    def run(self, code, **task):
+        """Runs code (Python) with the context's state; the result as
+        Client.run gives it, its "state" saying what was kept."""
+        return self._c.run(code=code, session=self.id, keep_state=True, **task)
+
+    def stream(self, code, on_approval=None, **task):
+        """Client.stream of code with the context's state."""
+        return self._c.stream(on_approval=on_approval, code=code, session=self.id, keep_state=True, **task)
+
+    def reset(self):
+        """Clears the state: the next run starts with no globals (the
+        session's files stay)."""
+        self._c.run(code="pass", session=self.id, reset_state=True)
+
+    def fork(self, count):
+        """count new contexts (1 to 64), each a copy of this one's state and
+        files, independent from then on."""
+        return [Context(self._c, sid) for sid in self._c.sessions.fork(self.id, count)]
+
+    def close(self):
+        """Removes the session, its files and state."""
+        self._c.sessions.delete(self.id)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self._made:
+            self.close()
+        return False
 
 
 class Sessions:

@@ -313,6 +313,26 @@ class ServeTest(unittest.TestCase):
         e = self.refused(404, self.c.run, code="print(1)", session=sid, keep_workspace=True)
         self.assertEqual(e.field, "session")
 
+    def test_context(self):
+        # At most 3 runs a session here (the quota): the forks run the rest.
+        with self.c.context() as ctx:
+            self.assertTrue(ctx.id.startswith("ss-"), ctx.id)
+            r = ctx.run("x = 1\ndef f(v): return v + x")
+            self.assertTrue(r["state"]["saved"], r)
+            self.assertIn("f", r["state"]["kept"])
+            self.assertEqual(ctx.run("f(x)")["value"]["text/plain"], "2")
+            forks = ctx.fork(2)
+            try:
+                forks[0].run("x = 10")
+                self.assertEqual(forks[0].run("f(x)")["value"]["text/plain"], "20")
+                self.assertEqual(ctx.run("f(x)")["value"]["text/plain"], "2")
+                forks[1].reset()
+                self.assertEqual(forks[1].run("print('x' in globals())")["stdout"], "False\n")
+            finally:
+                for f in forks:
+                    f.close()
+        self.refused(404, self.c.sessions.get, ctx.id)
+
     def test_refusals(self):
         e = self.refused(400, self.c.run, code="print(1)", limits={"memory": "lots"}, session=self.session())
         self.assertEqual(e.field, "limits.memory")

@@ -1,0 +1,143 @@
+package runner
+
+import (
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"unicode/utf8"
+
+	"github.com/agentrun/agentrun/internal/cleanup"
+	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/task"
+	"github.com/agentrun/agentrun/runtime/spec"
+)
+
+// A run with keep_state starts with the globals of __main__ that the
+// session's previous stateful run left and leaves its own (spec §11).
+// The state is the program's bytes and stays inside the sandbox: the run
+// launcher (run.py) restores it before the code runs and saves it after,
+// with state.py (mounted read-only at StatePath), as the file StateFile of
+// the session's own disk, so that it is the session's data: counted in
+// its size, forked and removed with it. agentrun never reads it; it tells
+// the launcher what to do (a request file in the display directory) and
+// reads back the launcher's report (StateReport there), bounded and
+// checked, as the program's words.
+
+//go:embed state.py
+var stateModule []byte
+
+// StatePath is where state.py is mounted in a stateful run's sandbox.
+const StatePath = "/dev/agentrun-state.py"
+
+const stateModuleName = "agentrun-state.py"
+
+// StateFile is the state's file in the session's workspace.
+const StateFile = spec.WorkspaceDir + "/.agentrun/state"
+
+// The request to the launcher and its report, in the display directory.
+const (
+	stateRequestFile = "state-request"
+	stateReportFile  = "state"
+)
+
+// maxStateReport bounds the report agentrun reads; maxStateNames and
+// maxStateText bound what of it the result keeps.
+const (
+	maxStateReport = 1 << 20
+	maxStateNames  = 1000
+	maxStateText   = 300
+)
+
+// stateRequest is what a run asks of its launcher about the state.
+type stateRequest struct {
+	keep, reset bool
+	maxBytes    int64
+}
+
+// newStateRequest is p's request, or nil for a run without state.
+func newStateRequest(p *task.Plan, cfg *config.Config) *stateRequest {
+	if !p.KeepState && !p.ResetState {
+		return nil
+	}
+	return &stateRequest{keep: p.KeepState, reset: p.ResetState, maxBytes: cfg.Sessions.StateBytes()}
+}
+
+// write puts the request into the display directory display (read-only
+// to the sandbox, root's) and state.py into the run's etc tmpfs; it
+// returns the spec option that mounts state.py.
+func (q *stateRequest) write(dir, display string, undo *cleanup.Cleanup) (spec.SpecOpt, error) {
+	module, err := writeEtc(dir, undo, stateModuleName, stateModule)
+	if err != nil {
+		return nil, fmt.Errorf("writing the state module: %w", err)
+	}
+	b := func(v bool) int {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	line := fmt.Sprintf("keep=%d reset=%d max=%d file=%s\n", b(q.keep), b(q.reset), q.maxBytes, StateFile)
+	if err := os.WriteFile(filepath.Join(display, stateRequestFile), []byte(line), 0o444); err != nil {
+		return nil, fmt.Errorf("writing the state request: %w", err)
+	}
+	return spec.WithReadonlyFile(module, StatePath), nil
+}
+
+// notSaved is the report of a stateful run that left none: it never
+// reached its end.
+const notSaved = "the run did not reach its end (killed, timed out, out of memory, or os._exit): the previous state stays"
+
+// readState reads the launcher's report from display (a host path): what
+// the result says of the state. Anything but a report, or none, reads as
+// not saved.
+func readState(display string) *result.State {
+	st := &result.State{Kept: []string{}, Dropped: map[string]string{}, Reason: notSaved}
+	if display == "" {
+		return st
+	}
+	data, over := readChannelAt(filepath.Join(display, stateReportFile), maxStateReport)
+	if over || len(data) == 0 {
+		return st
+	}
+	var rep struct {
+		Kept    []string          `json:"kept"`
+		Dropped map[string]string `json:"dropped"`
+		Bytes   int64             `json:"bytes"`
+		Saved   bool              `json:"saved"`
+		Reason  string            `json:"reason"`
+	}
+	if err := json.Unmarshal(data, &rep); err != nil || rep.Bytes < 0 {
+		st.Reason = "the launcher's report on the state is unreadable: the previous state stays"
+		return st
+	}
+	for _, n := range rep.Kept {
+		if len(st.Kept) < maxStateNames {
+			st.Kept = append(st.Kept, text(n))
+		}
+	}
+	for n, why := range rep.Dropped {
+		if len(st.Dropped) < maxStateNames {
+			st.Dropped[text(n)] = text(why)
+		}
+	}
+	st.Bytes, st.Saved, st.Reason = rep.Bytes, rep.Saved, text(rep.Reason)
+	return st
+}
+
+// text is s cut to maxStateText bytes of valid UTF-8.
+func text(s string) string {
+	if !utf8.ValidString(s) {
+		s = string([]rune(s))
+	}
+	if len(s) <= maxStateText {
+		return s
+	}
+	cut := maxStateText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}

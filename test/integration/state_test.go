@@ -1,0 +1,156 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/result"
+)
+
+// TestStateCarriesGlobals: a kept session's globals carry from one call to
+// the next, each call a fresh sandbox: numbers, containers, instances,
+// functions, lambdas, closures and classes by value, imports by name;
+// what cannot carry (an open file, a generator, a lock) is named and never
+// fails the call; no process, thread or /tmp file of a call is in the
+// next; reset_state clears the state and the files stay. On both
+// runtimes.
+func TestStateCarriesGlobals(t *testing.T) {
+	for _, rt := range runtimes {
+		t.Run(rt, func(t *testing.T) {
+			cfg := sessionCfg(t, rt, "64m")
+			r, id := newSession(t, cfg)
+			run := func(code string, extra map[string]any) *result.Result {
+				m := map[string]any{"keep_state": true}
+				for k, v := range extra {
+					m[k] = v
+				}
+				res := runSession(t, r, cfg, id, code, m)
+				mustOK(t, res)
+				return res
+			}
+			res := run(`import json as js
+import threading, subprocess
+x = 41
+data = {"a": [1, 2, 3]}
+alias = data
+def add(a, b=1): return a + b + x
+square = lambda v: v * v
+def counter():
+    n = 0
+    def inc():
+        nonlocal n
+        n += 1
+        return n
+    return inc
+c = counter(); c(); c()
+class P:
+    def __init__(self, v): self.v = v
+    def twice(self): return P(self.v * 2)
+p = P(5)
+fh = open("/etc/hostname")
+gen = (i for i in range(3))
+lock = threading.Lock()
+open("/tmp/scratch", "w").write("x")
+child = subprocess.Popen(["sleep", "60"])
+x`, nil)
+			st := res.State
+			if st == nil || !st.Saved || st.Bytes <= 0 {
+				t.Fatalf("state after call 1: %+v", st)
+			}
+			for _, name := range []string{"x", "js", "add", "square", "c", "P", "p", "data"} {
+				if !slices.Contains(st.Kept, name) {
+					t.Errorf("state kept %v: no %s", st.Kept, name)
+				}
+			}
+			for _, name := range []string{"fh", "gen", "lock"} {
+				if why := st.Dropped[name]; !strings.Contains(why, "cannot be serialised") {
+					t.Errorf("dropped %s: %q", name, why)
+				}
+			}
+			if res.Value["text/plain"] != "41" {
+				t.Errorf("value of call 1: %v", res.Value)
+			}
+
+			res = run(`import os
+alias["a"].append(4)
+assert data["a"] == [1, 2, 3, 4], "shared objects stay shared"
+assert not os.path.exists("/tmp/scratch"), "a /tmp file of the last call"
+assert not [p for p in os.listdir("/proc") if p.isdigit() and "sleep" in open("/proc/%s/cmdline" % p).read()], "a process of the last call"
+assert "fh" not in globals() and "gen" not in globals()
+(add(1), square(4), c(), p.twice().v, js.dumps([1]))`, nil)
+			if got := res.Value["text/plain"]; got != "(43, 16, 3, 10, '[1]')" {
+				t.Errorf("call 2's value: %q, stderr %s", got, res.Stderr)
+			}
+
+			run("pass", map[string]any{"reset_state": true, "keep_state": false})
+			res = run(`print("x" in globals(), os.path.exists("/workspace/main.py") if "os" in globals() else "no os")`, nil)
+			if res.Stdout != "False no os\n" {
+				t.Errorf("after reset_state: %q", res.Stdout)
+			}
+		})
+	}
+	assertNoLeaks(t)
+}
+
+// TestStateFailedCallKeepsThePrevious: a call killed by its timeout, one
+// that leaves through os._exit and one whose state is past
+// sessions.state_max_bytes keep the previous state; an exception keeps
+// what the call had done, as a notebook does.
+func TestStateFailedCallKeepsThePrevious(t *testing.T) {
+	cfg := sessionCfg(t, "libcontainer", "64m")
+	cfg.Sessions.StateMaxBytes = config.MustSize("1m")
+	r, id := newSession(t, cfg)
+	run := func(code string, extra map[string]any) *result.Result {
+		m := map[string]any{"keep_state": true}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return runSession(t, r, cfg, id, code, m)
+	}
+	mustOK(t, run("n = 1", nil))
+	if res := run("n = 2\nimport time\ntime.sleep(60)", map[string]any{"limits": map[string]any{"timeout": "1s"}}); !res.TimedOut || res.State == nil || res.State.Saved {
+		t.Errorf("timed-out call: timed out %v, state %+v", res.TimedOut, res.State)
+	}
+	if res := run("n = 3\nimport os\nos._exit(0)", nil); res.State == nil || res.State.Saved {
+		t.Errorf("os._exit call: state %+v", res.State)
+	}
+	if res := run("n = 4\nbig = b'x' * (2 << 20)", nil); res.State == nil || res.State.Saved || !strings.Contains(res.State.Reason, "state_max_bytes") {
+		t.Errorf("call past the cap: state %+v", res.State)
+	}
+	if res := run("print(n)", nil); res.Stdout != "1\n" {
+		t.Errorf("after the failed calls n is %q; want the first call's 1", res.Stdout)
+	}
+	if res := run("n = 5\nraise ValueError('boom')", nil); res.ExitCode != 1 || res.State == nil || !res.State.Saved {
+		t.Errorf("call that raised: exit %d, state %+v", res.ExitCode, res.State)
+	}
+	if res := run("print(n)", nil); res.Stdout != "5\n" {
+		t.Errorf("after the call that raised n is %q; want 5", res.Stdout)
+	}
+}
+
+// TestStateHostileRestoresInSandbox: a state whose restore runs a command
+// (a __reduce__) runs it only inside the next call's sandbox: the host
+// never reads a state.
+func TestStateHostileRestoresInSandbox(t *testing.T) {
+	cfg := sessionCfg(t, "libcontainer", "64m")
+	r, id := newSession(t, cfg)
+	marker := filepath.Join(t.TempDir(), "ran-on-host")
+	res := runSession(t, r, cfg, id, `import os
+class Evil:
+    def __reduce__(self):
+        return (os.system, ("touch `+marker+` /tmp/ran-in-sandbox; echo restored in $(id -u)",))
+evil = Evil()`, map[string]any{"keep_state": true})
+	mustOK(t, res)
+	res = runSession(t, r, cfg, id, `import os
+print(os.path.exists("/tmp/ran-in-sandbox"))`, map[string]any{"keep_state": true})
+	if !strings.Contains(res.Stdout, "restored in ") || !strings.HasSuffix(res.Stdout, "True\n") || strings.Contains(res.Stdout, "restored in 0\n") {
+		t.Errorf("the restore's command: %q", res.Stdout)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the state's command ran on the host")
+	}
+}
