@@ -122,6 +122,10 @@ func main() {
 		forkReport(os.Stdout, forkBench(work, rootfs))
 		return
 	}
+	if *stateOnly {
+		stateReport(os.Stdout, stateBench(work))
+		return
+	}
 
 	bundle, err := runcBundle(work, rootfs, task)
 	if err != nil {
@@ -184,9 +188,11 @@ func main() {
 	nb := netBench{via: via, direct: direct, err: perr}
 	ws := warmBench(work)
 	fb := forkBench(work, rootfs)
+	sb := stateBench(work)
 	report(os.Stdout, cs, load, pulls, nb, gobench)
 	warmReport(os.Stdout, ws)
 	forkReport(os.Stdout, fb)
+	stateReport(os.Stdout, sb)
 	kept := keptSections(*out)
 	f, err := os.Create(*out)
 	if err != nil {
@@ -196,6 +202,7 @@ func main() {
 	report(f, cs, load, pulls, nb, gobench)
 	warmReport(f, ws)
 	forkReport(f, fb)
+	stateReport(f, sb)
 	io.WriteString(f, kept)
 }
 
