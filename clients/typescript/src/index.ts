@@ -33,6 +33,8 @@ export type SessionFile = Schemas["SessionFile"];
 export type ForkAnswer = Schemas["ForkAnswer"];
 /** An input file as task.json spells it. */
 export type TaskFile = Schemas["TaskFile"];
+/** A stateful run's report on the state it left: kept, dropped, bytes, saved, reason. */
+export type State = Schemas["State"];
 
 /** The address a client uses when given none and $AGENTRUN_SERVER is unset. */
 export const DEFAULT_ADDRESS = "unix:///run/agentrun/agentrun.sock";
@@ -45,7 +47,7 @@ const MAX_LINE = 64 << 20;
 const MAX_RETRY_WAIT = 30;
 
 const TASK_FIELDS = new Set([
-  "id", "session", "keep_workspace", "image", "language", "code", "command",
+  "id", "session", "keep_workspace", "keep_state", "reset_state", "image", "language", "code", "command",
   "stdin", "files", "collect", "env", "limits", "network", "runtime", "timeout",
 ]);
 
@@ -267,6 +269,18 @@ export class Client {
       Buffer.from(JSON.stringify(decision)), "application/json")) as Schemas["DecisionTaken"];
   }
 
+  /**
+   * A notebook-like context: a kept session whose Python globals carry
+   * from one run to the next (keep_state), each run still a fresh
+   * sandbox. Without sessionId it makes a session; close() removes the
+   * session, and `await using` removes it at the end of its block when
+   * the context made it.
+   */
+  async context(sessionId?: string): Promise<Context> {
+    if (sessionId !== undefined) return new Context(this, sessionId, false);
+    return new Context(this, await this.sessions.create(), true);
+  }
+
   // --- the server ---
 
   /** GET /healthz: runs going on and waiting, and the warm pool. */
@@ -414,6 +428,70 @@ export class Sessions {
     const res = (await this.c.jsonCall("POST", `/v1/sessions/${quote(id)}/fork`,
       Buffer.from(JSON.stringify({ count })), "application/json")) as ForkAnswer;
     return { ...res, sessions: res.sessions ?? [] };
+  }
+}
+
+/** A task of a {@link Context}: a RunTask without the fields the context sets. */
+export type ContextTask = Omit<RunTask, "code" | "session" | "keep_state" | "reset_state">;
+
+/**
+ * State kept between runs of one kept session ({@link Client.context}):
+ * each run starts with the globals the previous one left (values,
+ * functions, classes, imports), in a fresh sandbox.
+ *
+ *     await using ctx = await c.context();
+ *     await ctx.run("x = 1");
+ *     (await ctx.run("x + 1")).value?.["text/plain"];   // "2"
+ */
+export class Context {
+  /** The session's id (a capability). */
+  readonly id: string;
+  private readonly c: Client;
+  private readonly made: boolean;
+
+  /** @internal Use {@link Client.context}. */
+  constructor(client: Client, id: string, made: boolean) {
+    this.c = client;
+    this.id = id;
+    this.made = made;
+  }
+
+  /**
+   * Runs code (Python) with the context's state; the result as
+   * {@link Client.run} gives it, its `state` saying what was kept.
+   */
+  run(code: string, task: ContextTask = {}, options: { timeoutMs?: number } = {}): Promise<Result> {
+    return this.c.run({ ...task, code, session: this.id, keep_state: true }, options);
+  }
+
+  /** {@link Client.stream} of code with the context's state. */
+  stream(code: string, task: ContextTask = {}, options: StreamOptions = {}): AsyncGenerator<Event, void, undefined> {
+    return this.c.stream({ ...task, code, session: this.id, keep_state: true }, options);
+  }
+
+  /** Clears the state: the next run starts with no globals (the session's files stay). */
+  async reset(): Promise<void> {
+    await this.c.run({ code: "pass", session: this.id, reset_state: true });
+  }
+
+  /**
+   * count new contexts (1 to 64), each a copy of this one's state and
+   * files, independent from then on. Neither this one's close() nor the
+   * end of a block removes them: close each.
+   */
+  async fork(count: number): Promise<Context[]> {
+    const res = await this.c.sessions.fork(this.id, count);
+    return res.sessions.map((s) => new Context(this.c, s.id, false));
+  }
+
+  /** Removes the session, its files and state. */
+  async close(): Promise<void> {
+    await this.c.sessions.delete(this.id);
+  }
+
+  /** The end of an `await using` block: close() when the context made the session. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    if (this.made) await this.close();
   }
 }
 

@@ -435,6 +435,10 @@ export interface components {
             session?: string;
             /** @description `/workspace` is the kept workspace of session `session`. */
             keep_workspace?: boolean;
+            /** @description The run starts with the Python globals the session's previous stateful run left, and leaves its own (values, functions, classes by value, modules by name); implies `keep_workspace`. Python code only. */
+            keep_state?: boolean;
+            /** @description The session's state is removed before the run (with `keep_state`, the run then leaves its own); implies `keep_workspace`. */
+            reset_state?: boolean;
             /** @description A registry reference (`python:3.12-slim`, `host:port/name@sha256:...`), `oci:/layout[:tag]`, `docker-archive:/file.tar` or `dir:/path`, as the config's policy allows. */
             image?: string;
             /** @description A language of the config (`python`, `node`, `bash`, `sh`), which runs `code`. */
@@ -462,6 +466,10 @@ export interface components {
              * @enum {string}
              */
             runtime?: "" | "libcontainer" | "runsc";
+        };
+        /** @description A MIME bundle: MIME type to data, among text/plain, text/html, text/markdown, text/latex, image/svg+xml, application/json (as JSON text), image/png and image/jpeg (as base64). */
+        Bundle: {
+            [key: string]: string;
         };
         /** @description The outcome of one run. */
         Result: {
@@ -498,6 +506,13 @@ export interface components {
                 [key: string]: components["schemas"]["CollectedFile"];
             } | null;
             collect?: components["schemas"]["Collect"];
+            /** @description The MIME bundle of a Python run's last expression's value, as a notebook shows it; absent when there is none (no final expression, or None). */
+            value?: components["schemas"]["Bundle"];
+            /** @description The MIME bundles of what a Python run displayed, in order: each display(obj) and each matplotlib figure shown (plt.show()) or still open at the end; at most 16. */
+            display?: components["schemas"]["Bundle"][];
+            /** @description How many bundles were left out: past the output cap (limits.output_bytes, for all bundles together), past 16, or not valid bundles. */
+            display_dropped?: number;
+            state?: components["schemas"]["State"];
             /** @description Why agentrun could not run the task; empty when it ran. */
             error: string;
         };
@@ -584,16 +599,17 @@ export interface components {
             /** @description The body is longer than the excerpt. */
             body_cut?: boolean;
         };
-        /** @description One line of a streamed answer: `stdout` and `stderr` with `data` as the program writes (cut only between UTF-8 characters; with `data_base64` too when the bytes are not UTF-8), `approval` with `run` and `approval` for a request held for a decision, and `result`, last, with `result`. */
+        /** @description One line of a streamed answer: `stdout` and `stderr` with `data` as the program writes (cut only between UTF-8 characters; with `data_base64` too when the bytes are not UTF-8), `approval` with `run` and `approval` for a request held for a decision, `display` with `display`, a bundle of the result's display, each sent as the run ends before the result, and `result`, last, with `result`. */
         Event: {
             /** @enum {string} */
-            event: "stdout" | "stderr" | "approval" | "result";
+            event: "stdout" | "stderr" | "approval" | "display" | "result";
             data?: string;
             data_base64?: string;
             result?: components["schemas"]["Result"];
             run?: string;
             approval?: components["schemas"]["HeldRequest"];
-        } & (unknown & unknown & unknown);
+            display?: components["schemas"]["Bundle"];
+        } & (unknown & unknown & unknown & unknown);
         Decision: {
             approve: boolean;
             /** @description Who decides, recorded as `operator (serve API: BY)` (escaped), apart from the channels' own labels such as `operator (page)`; without it, `operator (serve API)`, or `operator (webhook)` for a request only the webhook announced. */
@@ -727,6 +743,21 @@ export interface components {
              */
             copy: "reflink" | "copy";
         };
+        /** @description A stateful run's report on the state it left (the launcher's, inside the sandbox: the program's words). */
+        State: {
+            /** @description The globals kept. */
+            kept: string[] | null;
+            /** @description The globals left out, each with why (`*`: a part of the state that could not be restored). */
+            dropped: {
+                [key: string]: string;
+            } | null;
+            /** @description The state's size. */
+            bytes: number;
+            /** @description Whether the state was kept; when not, the session's previous state stays. */
+            saved: boolean;
+            /** @description Why the state was not kept. */
+            reason?: string;
+        };
     };
     responses: {
         /** @description Missing or wrong bearer token. */
@@ -749,8 +780,26 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description A browser's cross-site request (its `Sec-Fetch-Site` or `Origin` header says so), whatever it carries: every method but GET, HEAD and OPTIONS, on every path, with or without a token. */
+        /** @description A browser's cross-site request (its `Sec-Fetch-Site` or `Origin` header says so), whatever it carries: every method but GET, HEAD and OPTIONS, on every path, with or without a token; or an `Origin` whose host is not a name of this server (see `MisdirectedHost`), whatever the method. */
         CrossSite: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description An `Origin` whose host is not a name of this server (localhost, a loopback address, the listen address, `agentrun` on the unix socket, or one of `server.hosts`): a page of another origin, whatever the method. */
+        ForeignOrigin: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description A `Host` that is not a name of this server (localhost or a loopback address with any port, the listen address or the address the request came to, `agentrun` on the unix socket, or one of `server.hosts`): a page whose own name was made to resolve here (DNS rebinding), or a reverse proxy passing on a name `server.hosts` does not list. On every path, before the token is looked at. */
+        MisdirectedHost: {
             headers: {
                 [name: string]: unknown;
             };
@@ -923,7 +972,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
-            /** @description Above the config's policy (`field` names the limit or `network`), or an image from a registry `policy.registries` does not list (`field` is `image`); or a browser's cross-site request (its `Sec-Fetch-Site` or `Origin` header says so), whatever it carries. */
+            /** @description Above the config's policy (`field` names the limit or `network`), or an image from a registry `policy.registries` does not list (`field` is `image`); or a browser's cross-site request (its `Sec-Fetch-Site` or `Origin` header says so), whatever it carries; or an `Origin` whose host is not a name of this server (see `ForeignOrigin`). */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -968,6 +1017,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            421: components["responses"]["MisdirectedHost"];
             /** @description An image that cannot run: not found, unauthorized, wrong platform, too large or unsafe (`field` is `image`, the run id in `error`). */
             422: {
                 headers: {
@@ -1046,6 +1096,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            421: components["responses"]["MisdirectedHost"];
             429: components["responses"]["TooManyGuesses"];
         };
     };
@@ -1070,6 +1121,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["CrossSite"];
             404: components["responses"]["NoSessions"];
+            421: components["responses"]["MisdirectedHost"];
             429: components["responses"]["TooManyGuesses"];
             500: components["responses"]["HostError"];
             /** @description `sessions.max` sessions exist already. */
@@ -1105,8 +1157,10 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["ForeignOrigin"];
             404: components["responses"]["NoSuchSession"];
             409: components["responses"]["SessionBusy"];
+            421: components["responses"]["MisdirectedHost"];
             429: components["responses"]["TooManyGuesses"];
             500: components["responses"]["HostError"];
         };
@@ -1134,6 +1188,7 @@ export interface operations {
             403: components["responses"]["CrossSite"];
             404: components["responses"]["NoSuchSession"];
             409: components["responses"]["SessionBusy"];
+            421: components["responses"]["MisdirectedHost"];
             429: components["responses"]["TooManyGuesses"];
             500: components["responses"]["HostError"];
         };
@@ -1222,9 +1277,11 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["ForeignOrigin"];
             404: components["responses"]["NoSuchSession"];
             409: components["responses"]["SessionBusy"];
             413: components["responses"]["FileTooLarge"];
+            421: components["responses"]["MisdirectedHost"];
             429: components["responses"]["TooManyGuesses"];
             500: components["responses"]["HostError"];
         };
@@ -1268,6 +1325,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            421: components["responses"]["MisdirectedHost"];
             429: components["responses"]["TooManyGuesses"];
             500: components["responses"]["HostError"];
         };
@@ -1291,6 +1349,8 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["ForeignOrigin"];
+            421: components["responses"]["MisdirectedHost"];
             429: components["responses"]["TooManyGuesses"];
         };
     };
@@ -1317,6 +1377,8 @@ export interface operations {
                 };
                 content?: never;
             };
+            403: components["responses"]["ForeignOrigin"];
+            421: components["responses"]["MisdirectedHost"];
             429: components["responses"]["TooManyGuesses"];
         };
     };
@@ -1339,6 +1401,8 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["ForeignOrigin"];
+            421: components["responses"]["MisdirectedHost"];
             429: components["responses"]["TooManyGuesses"];
         };
     };
@@ -1365,6 +1429,8 @@ export interface operations {
                 };
                 content?: never;
             };
+            403: components["responses"]["ForeignOrigin"];
+            421: components["responses"]["MisdirectedHost"];
             429: components["responses"]["TooManyGuesses"];
         };
     };
@@ -1387,6 +1453,8 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["ForeignOrigin"];
+            421: components["responses"]["MisdirectedHost"];
             429: components["responses"]["TooManyGuesses"];
         };
     };
@@ -1410,9 +1478,11 @@ export interface operations {
             };
             400: components["responses"]["MCPError"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["ForeignOrigin"];
             404: components["responses"]["MCPError"];
             405: components["responses"]["MCPError"];
             406: components["responses"]["MCPError"];
+            421: components["responses"]["MisdirectedHost"];
             429: components["responses"]["TooManyGuesses"];
         };
     };
@@ -1452,6 +1522,7 @@ export interface operations {
             404: components["responses"]["MCPError"];
             406: components["responses"]["MCPError"];
             415: components["responses"]["MCPError"];
+            421: components["responses"]["MisdirectedHost"];
             429: components["responses"]["TooManyGuesses"];
         };
     };
@@ -1475,6 +1546,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["CrossSite"];
             404: components["responses"]["MCPError"];
+            421: components["responses"]["MisdirectedHost"];
             429: components["responses"]["TooManyGuesses"];
         };
     };
@@ -1497,7 +1569,9 @@ export interface operations {
                     "text/html": string;
                 };
             };
+            403: components["responses"]["ForeignOrigin"];
             404: components["responses"]["PageOff"];
+            421: components["responses"]["MisdirectedHost"];
             /** @description This address got `server.token` wrong too often (`TooManyGuesses`): the login form again, with when to try again; the token was not compared. */
             429: {
                 headers: {
@@ -1527,6 +1601,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            403: components["responses"]["ForeignOrigin"];
             /** @description The page is off (no body). */
             404: {
                 headers: {
@@ -1534,6 +1609,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            421: components["responses"]["MisdirectedHost"];
             /** @description This address got `server.token` wrong too often (`TooManyGuesses`): the login form again, with when to try again; the token was not compared. */
             429: {
                 headers: {
@@ -1573,7 +1649,9 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            403: components["responses"]["ForeignOrigin"];
             404: components["responses"]["PageOff"];
+            421: components["responses"]["MisdirectedHost"];
             429: components["responses"]["TooManyGuesses"];
         };
     };
@@ -1595,7 +1673,9 @@ export interface operations {
                     "text/javascript": string;
                 };
             };
+            403: components["responses"]["ForeignOrigin"];
             404: components["responses"]["PageOff"];
+            421: components["responses"]["MisdirectedHost"];
         };
     };
     approvalsPageJSHead: {
@@ -1614,6 +1694,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            403: components["responses"]["ForeignOrigin"];
             /** @description The page is off (no body). */
             404: {
                 headers: {
@@ -1621,6 +1702,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            421: components["responses"]["MisdirectedHost"];
         };
     };
     approvalsPageCSS: {
@@ -1641,7 +1723,9 @@ export interface operations {
                     "text/css": string;
                 };
             };
+            403: components["responses"]["ForeignOrigin"];
             404: components["responses"]["PageOff"];
+            421: components["responses"]["MisdirectedHost"];
         };
     };
     approvalsPageCSSHead: {
@@ -1660,6 +1744,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            403: components["responses"]["ForeignOrigin"];
             /** @description The page is off (no body). */
             404: {
                 headers: {
@@ -1667,6 +1752,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            421: components["responses"]["MisdirectedHost"];
         };
     };
     approvalsLogin: {
@@ -1704,6 +1790,7 @@ export interface operations {
             };
             403: components["responses"]["CrossSite"];
             404: components["responses"]["PageOff"];
+            421: components["responses"]["MisdirectedHost"];
             /** @description This address got `server.token` wrong too often (`TooManyGuesses`): the login form again, with when to try again; the token was not compared. */
             429: {
                 headers: {
@@ -1762,7 +1849,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description A cookie session without its CSRF token, or a request with no bearer header where no token is set and no CSRF token (`field` is `csrf`); a browser's cross-site request, whatever it carries. */
+            /** @description A cookie session without its CSRF token, or a request with no bearer header where no token is set and no CSRF token (`field` is `csrf`); a browser's cross-site request, whatever it carries; or an `Origin` whose host is not a name of this server (see `ForeignOrigin`). */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1780,6 +1867,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            421: components["responses"]["MisdirectedHost"];
             429: components["responses"]["TooManyGuesses"];
         };
     };

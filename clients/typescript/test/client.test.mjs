@@ -230,6 +230,46 @@ describe("serve", { skip: !ADDRESS && "no agentrun serve (AGENTRUN_TEST_ADDRESS)
     assert.equal(e.field, "session");
   });
 
+  test("contexts", async () => {
+    // Each session has its own 3 runs a minute: the forks give more.
+    const ctx = await c.context();
+    assert.match(ctx.id, /^ss-/);
+    let r = await ctx.run("x = 1");
+    assert.equal(r.exit_code, 0, r.stderr);
+    assert.equal(r.state.saved, true, JSON.stringify(r.state));
+    assert.ok(r.state.kept.includes("x"), JSON.stringify(r.state));
+    r = await ctx.run("x + 1");
+    assert.equal(r.value?.["text/plain"], "2", JSON.stringify(r));
+    const [a, b] = await ctx.fork(2);
+    try {
+      assert.equal(new Set([ctx.id, a.id, b.id]).size, 3);
+      // A fork starts with the state; its change stays its own.
+      r = await a.run("x = x + 10");
+      assert.equal(r.exit_code, 0, r.stderr);
+      const events = [];
+      for await (const ev of a.stream("print(x)", { timeout: "30s" })) events.push(ev);
+      assert.equal(events.filter((e) => e.event === "stdout").map((e) => e.data).join(""), "11\n");
+      assert.ok(events.at(-1).result.state.kept.includes("x"), JSON.stringify(events.at(-1)));
+      r = await ctx.run("x");
+      assert.equal(r.value?.["text/plain"], "1", JSON.stringify(r));
+      // reset: the next run starts with no globals; what cannot carry is named.
+      await b.reset();
+      r = await b.run("fh = open('/dev/null')\ny = 2\n'x' in globals()");
+      assert.equal(r.value?.["text/plain"], "False", JSON.stringify(r));
+      assert.deepEqual(r.state.kept, ["y"], JSON.stringify(r.state));
+      assert.ok(r.state.dropped.fh, JSON.stringify(r.state));
+      // A context of a session it did not make leaves it at the end of a block.
+      await (await c.context(b.id))[Symbol.asyncDispose]();
+      assert.equal((await c.sessions.get(b.id)).id, b.id);
+    } finally {
+      await a.close();
+      await b.close();
+    }
+    await refused(404, () => c.sessions.get(a.id));
+    await ctx[Symbol.asyncDispose]();
+    await refused(404, () => c.sessions.get(ctx.id));
+  });
+
   test("refusals", async () => {
     let e = await refused(400, () => c.run({ code: "print(1)", limits: { memory: "lots" }, session: session() }));
     assert.equal(e.field, "limits.memory");
