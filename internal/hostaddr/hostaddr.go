@@ -67,6 +67,12 @@ var host Set
 // error, which a caller takes for a refusal.
 func Own(ip netip.Addr) (bool, error) { return host.Own(ip) }
 
+// Watch starts, if it is not on, the subscription that keeps the host's
+// addresses current, as the first check does: it lives as long as the
+// process (a netlink socket and two goroutines). A leak check starts it
+// before it counts.
+func Watch() { host.routes() }
+
 // Own reports whether ip is one of s's addresses.
 func (s *Set) Own(ip netip.Addr) (bool, error) {
 	ip = ip.Unmap()

@@ -22,6 +22,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrun/agentrun/internal/hostaddr"
 	"github.com/agentrun/agentrun/internal/uidpool"
 )
 
@@ -304,6 +305,9 @@ type Snapshot struct {
 // goroutines.
 func TakeSnapshot(t testing.TB) Snapshot {
 	t.Helper()
+	// The watch of the host's addresses, which the first proxy dial or
+	// image pull starts, lives as long as the process: counted before.
+	hostaddr.Watch()
 	links, err := netlink.LinkList()
 	if err != nil {
 		t.Fatalf("listing host links: %v", err)
