@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/agentrun/agentrun/internal/netpolicy"
+	"github.com/agentrun/agentrun/internal/secret"
 	"github.com/agentrun/agentrun/internal/untrusted"
 )
 
@@ -38,7 +39,7 @@ const (
 	// decision when the policy names no time.
 	DefaultApprovalTimeout = 60 * time.Second
 	// bodyExcerpt is how much of a held request's body the approver sees.
-	bodyExcerpt = 1024
+	bodyExcerpt = netpolicy.BodyExcerptBytes
 	// MaxURLBytes bounds the URL of a request to a service as it is shown
 	// and recorded (scheme, host, path and query, escaped by
 	// untrusted.Text): a longer one is refused with 403 before anyone is
@@ -55,61 +56,6 @@ const (
 	// idleTimeout closes an intercepted connection idle this long.
 	idleTimeout = 30 * time.Second
 )
-
-// Approval is a request held until someone decides: what the approver is
-// shown.
-//
-// Method, URL and BodyExcerpt are the program's bytes, already escaped by
-// untrusted.Text: no control character (newline included), no
-// bidirectional or zero-width format character and no invalid UTF-8, each
-// written as a visible escape (\n, \x1b, \u202e). They are safe to show
-// as text as they are, and every channel shows the same text: a channel
-// must not quote or escape them again, and labels them as the program's
-// own words (as Describe does). URL is whole (origin, path and query, at
-// most MaxURLBytes).
-type Approval struct {
-	ID          string `json:"id"`
-	Service     string `json:"service"`
-	Method      string `json:"method"`
-	URL         string `json:"url"`
-	BodyExcerpt string `json:"body_excerpt"`
-	// BodyCut is set when the body is longer than the excerpt, which
-	// then holds its first bytes only.
-	BodyCut bool `json:"body_cut,omitempty"`
-}
-
-// Describe is the held request for a human, in lines that each end in a
-// newline, the program's words labelled as its own: which service it asks
-// to send to, then the method and URL, then the body (its start when
-// BodyCut). Every channel that asks a human shows this text.
-func (a Approval) Describe() string {
-	body := "  body: none\n"
-	switch {
-	case a.BodyCut:
-		body = fmt.Sprintf("  body, its first %d bytes: %s\n", bodyExcerpt, a.BodyExcerpt)
-	case a.BodyExcerpt != "":
-		body = "  body: " + a.BodyExcerpt + "\n"
-	}
-	return "the sandboxed program asks to send this request to service " + a.Service +
-		" (as the program wrote it, escaped: \\n, \\x1b, \\u202e stand for its own bytes):\n" +
-		"  " + a.Method + " " + a.URL + "\n" + body
-}
-
-// Decision is an approver's answer and who or what gave it.
-type Decision struct {
-	Approved bool
-	By       string // such as "operator (serve)", "mcp client", "terminal"
-	// Taken says that whoever decided was told, before ctx ended, that the
-	// decision was taken (serve's API and page answer 200, a worker
-	// replies over NATS): it counts even when the approver returns after
-	// ctx ended, so that the record says what the decider was told.
-	Taken bool
-}
-
-// ApproveFunc asks for a decision on a held request. It must return when
-// ctx ends (the approval timed out, or the request was abandoned); its
-// answer then no longer counts, unless it is Taken.
-type ApproveFunc func(ctx context.Context, a Approval) Decision
 
 // Reasons of service refusals (after "denied: ").
 const (
@@ -287,7 +233,7 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *ne
 		}
 		body = replay(start, body)
 		excerpt := start[:min(len(start), bodyExcerpt)]
-		a := Approval{Service: svc.Name, Method: shownMethod, URL: shownURL,
+		a := netpolicy.Approval{Service: svc.Name, Method: shownMethod, URL: shownURL,
 			BodyExcerpt: untrusted.Text(string(excerpt)), BodyCut: len(start) > bodyExcerpt}
 		hctx, stop := untilHangup(ctx, client)
 		d := p.approve(hctx, a)
@@ -321,7 +267,7 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *ne
 		out.Host = svc.Host()
 	}
 	for _, in := range svc.Inject {
-		v, err := ReadSecret(in.File)
+		v, err := secret.Read(in.File)
 		if err != nil {
 			rec.Reason = "credential " + in.Header + " unavailable"
 			p.ledger.request(rec)
@@ -460,7 +406,7 @@ func textResponse(req *http.Request, status int, msg, header string) *http.Respo
 // approve holds a request until the policy's approver decides, the
 // approval times out, or ctx (the request, or the run) ends. It records
 // the decision.
-func (p *Proxy) approve(ctx context.Context, a Approval) netpolicy.ApprovalRecord {
+func (p *Proxy) approve(ctx context.Context, a netpolicy.Approval) netpolicy.ApprovalRecord {
 	var idb [8]byte
 	rand.Read(idb[:])
 	a.ID = "ap-" + hex.EncodeToString(idb[:])

@@ -96,7 +96,7 @@ type Policy struct {
 	UpstreamRoots *x509.CertPool
 	// Approve decides requests that a rule with Approve holds; nil denies
 	// them all ("no way to ask").
-	Approve ApproveFunc
+	Approve netpolicy.ApproveFunc
 	// ApprovalTimeout is how long a held request waits for a decision
 	// before it is denied; 0 means DefaultApprovalTimeout.
 	ApprovalTimeout time.Duration

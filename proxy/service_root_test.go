@@ -29,7 +29,7 @@ import (
 
 const testSecret = "s3cret-0123456789abcdef"
 
-func newServiceRun(t *testing.T, approve ApproveFunc, timeout time.Duration) (*run, *proxytest.HeaderLog) {
+func newServiceRun(t *testing.T, approve netpolicy.ApproveFunc, timeout time.Duration) (*run, *proxytest.HeaderLog) {
 	t.Helper()
 	testenv.RequireRoot(t)
 	in := proxytest.NewInternet(t)
@@ -266,15 +266,15 @@ func TestServiceBlindTunnelAndCA(t *testing.T) {
 }
 
 func TestServiceApproval(t *testing.T) {
-	asks := make(chan Approval, 8)
+	asks := make(chan netpolicy.Approval, 8)
 	answers := make(chan bool, 8)
-	approve := func(ctx context.Context, a Approval) Decision {
+	approve := func(ctx context.Context, a netpolicy.Approval) netpolicy.Decision {
 		asks <- a
 		select {
 		case ok := <-answers:
-			return Decision{Approved: ok, By: "test operator"}
+			return netpolicy.Decision{Approved: ok, By: "test operator"}
 		case <-ctx.Done():
-			return Decision{}
+			return netpolicy.Decision{}
 		}
 	}
 	r, rc := newServiceRun(t, approve, 2*time.Second)
@@ -376,44 +376,6 @@ func TestServiceApproval(t *testing.T) {
 	})
 	_ = net.ErrClosed
 }
-func TestReadSecret(t *testing.T) {
-	testenv.RequireRoot(t)
-	dir := t.TempDir()
-	write := func(name, data string, mode os.FileMode) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(data), mode); err != nil {
-			t.Fatal(err)
-		}
-		os.Chmod(p, mode)
-		return p
-	}
-	if v, err := ReadSecret(write("ok", "s3cret\n", 0o600)); err != nil || v != "s3cret" {
-		t.Errorf("ReadSecret(ok) = %q, %v", v, err)
-	}
-	for name, tc := range map[string]struct {
-		data string
-		mode os.FileMode
-		want string
-	}{
-		"world": {"s3cret", 0o644, "root's alone"},
-		"group": {"s3cret", 0o640, "root's alone"},
-		"big":   {strings.Repeat("x", netpolicy.MaxSecretBytes+1), 0o600, "larger than"},
-		"crlf":  {"a\r\nb", 0o600, "line break"},
-		"empty": {"\n", 0o600, "empty"},
-	} {
-		_, err := ReadSecret(write(name, tc.data, tc.mode))
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("ReadSecret(%s) = %v; want %q", name, err, tc.want)
-		}
-		if err != nil && strings.Contains(err.Error(), "s3cret") {
-			t.Errorf("ReadSecret(%s) error holds the secret: %v", name, err)
-		}
-	}
-	os.Symlink(filepath.Join(dir, "ok"), filepath.Join(dir, "link"))
-	if _, err := ReadSecret(filepath.Join(dir, "link")); err == nil {
-		t.Errorf("ReadSecret(symlink) = nil error; want a refusal")
-	}
-}
 
 // benchRun is a run with service "api" and blind access to
 // www.internet.test, both served by the same fake upstream.
@@ -500,10 +462,10 @@ const hostileBody = "{\"title\":\"hi\"}\n\nApprove this request?\n\x1b[2J\x1b[H\
 // URL is shown and recorded whole, one too long to show is refused before
 // anyone is asked, and the upstream gets the request as sent.
 func TestServiceApprovalShown(t *testing.T) {
-	asks := make(chan Approval, 8)
-	approve := func(ctx context.Context, a Approval) Decision {
+	asks := make(chan netpolicy.Approval, 8)
+	approve := func(ctx context.Context, a netpolicy.Approval) netpolicy.Decision {
 		asks <- a
-		return Decision{Approved: true, By: "test operator"}
+		return netpolicy.Decision{Approved: true, By: "test operator"}
 	}
 	r, _ := newServiceRun(t, approve, 5*time.Second)
 	c := r.serviceClient()
@@ -517,7 +479,7 @@ func TestServiceApprovalShown(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	showable := func(a Approval) {
+	showable := func(a netpolicy.Approval) {
 		t.Helper()
 		for name, v := range map[string]string{"method": a.Method, "url": a.URL, "body_excerpt": a.BodyExcerpt} {
 			if bad := proxytest.Unshowable(v); bad != "" {
@@ -589,9 +551,9 @@ func TestServiceApprovalShown(t *testing.T) {
 // approval's time ran out before the approver returned it: the request
 // is sent and recorded as decided, never as timed out.
 func TestServiceApprovalTakenAtTimeout(t *testing.T) {
-	approve := func(ctx context.Context, a Approval) Decision {
+	approve := func(ctx context.Context, a netpolicy.Approval) netpolicy.Decision {
 		<-ctx.Done() // taken at the last moment, returned just after
-		return Decision{Approved: true, By: "operator (late)", Taken: true}
+		return netpolicy.Decision{Approved: true, By: "operator (late)", Taken: true}
 	}
 	r, rc := newServiceRun(t, approve, 200*time.Millisecond)
 	resp, err := r.serviceClient().Post("https://api.internet.test/api/write/x", "text/plain", strings.NewReader("p"))
@@ -615,9 +577,9 @@ func TestServiceApprovalTakenAtTimeout(t *testing.T) {
 // once or twice in the path, which a server reads as a shorter path than
 // the one matched. The record holds the path with its query.
 func TestServiceEchoMethodsAndDelimiters(t *testing.T) {
-	r, rc := newServiceRun(t, func(ctx context.Context, a Approval) Decision {
+	r, rc := newServiceRun(t, func(ctx context.Context, a netpolicy.Approval) netpolicy.Decision {
 		t.Errorf("asked about %s %s", a.Method, a.URL)
-		return Decision{By: "test operator"}
+		return netpolicy.Decision{By: "test operator"}
 	}, 5*time.Second)
 	if code, body := r.rawService("DELETE /api/any/x?a=1&b=%22 HTTP/1.1"); code != 200 {
 		t.Fatalf("DELETE under a \"*\" rule: %d %q; want 200", code, body)
@@ -659,10 +621,10 @@ func TestServiceEchoMethodsAndDelimiters(t *testing.T) {
 // refused before any rule or approver sees the request: the method and
 // path matched and shown are the ones the service acts on.
 func TestServiceOverrideHeaders(t *testing.T) {
-	asks := make(chan Approval, 8)
-	r, rc := newServiceRun(t, func(ctx context.Context, a Approval) Decision {
+	asks := make(chan netpolicy.Approval, 8)
+	r, rc := newServiceRun(t, func(ctx context.Context, a netpolicy.Approval) netpolicy.Decision {
 		asks <- a
-		return Decision{Approved: true, By: "test operator"}
+		return netpolicy.Decision{Approved: true, By: "test operator"}
 	}, 5*time.Second)
 	c := r.serviceClient()
 	for _, tc := range []struct{ method, path, header, value string }{
@@ -699,14 +661,14 @@ func TestServiceOverrideHeaders(t *testing.T) {
 // once cannot keep out of it a request let through, nor a decision a
 // person took.
 func TestServiceApprovalRecordedPastTheBound(t *testing.T) {
-	approve := func(ctx context.Context, a Approval) Decision {
+	approve := func(ctx context.Context, a netpolicy.Approval) netpolicy.Decision {
 		switch {
 		case strings.HasSuffix(a.URL, "/let-through"):
-			return Decision{Approved: true, By: "operator (alice)", Taken: true}
+			return netpolicy.Decision{Approved: true, By: "operator (alice)", Taken: true}
 		case strings.HasSuffix(a.URL, "/refused"):
-			return Decision{By: "operator (bob)", Taken: true}
+			return netpolicy.Decision{By: "operator (bob)", Taken: true}
 		}
-		return Decision{By: "too many calls waiting"}
+		return netpolicy.Decision{By: "too many calls waiting"}
 	}
 	r, _ := newServiceRun(t, approve, 5*time.Second)
 	r.px.unlimitHeldRate()
@@ -745,10 +707,10 @@ func TestServiceApprovalRecordedPastTheBound(t *testing.T) {
 // the path too, and shown to the approver. A form body too long to be
 // checked is refused.
 func TestServiceMethodParam(t *testing.T) {
-	asks := make(chan Approval, 8)
-	r, rc := newServiceRun(t, func(ctx context.Context, a Approval) Decision {
+	asks := make(chan netpolicy.Approval, 8)
+	r, rc := newServiceRun(t, func(ctx context.Context, a netpolicy.Approval) netpolicy.Decision {
 		asks <- a
-		return Decision{Approved: true, By: "test operator"}
+		return netpolicy.Decision{Approved: true, By: "test operator"}
 	}, 5*time.Second)
 	c := r.serviceClient()
 	send := func(method, path, ctype, body string) (int, string) {
@@ -829,18 +791,18 @@ func TestServiceMethodParam(t *testing.T) {
 // sends nothing, and the run's record says it was abandoned.
 func TestServiceApprovalWithdrawnOnHangup(t *testing.T) {
 	type ask struct {
-		a     Approval
+		a     netpolicy.Approval
 		ended <-chan struct{}
 	}
 	asks := make(chan ask, 1)
 	answers := make(chan bool, 1)
-	r, rc := newServiceRun(t, func(ctx context.Context, a Approval) Decision {
+	r, rc := newServiceRun(t, func(ctx context.Context, a netpolicy.Approval) netpolicy.Decision {
 		asks <- ask{a, ctx.Done()}
 		select {
 		case ok := <-answers:
-			return Decision{Approved: ok, By: "test operator", Taken: true}
+			return netpolicy.Decision{Approved: ok, By: "test operator", Taken: true}
 		case <-ctx.Done():
-			return Decision{}
+			return netpolicy.Decision{}
 		}
 	}, time.Minute)
 	pool := x509.NewCertPool()
@@ -938,11 +900,11 @@ func (p *Proxy) unlimitHeldRate() {
 // many, one more each heldEvery: more are refused at once with 403 and a
 // reason that says which bound, recorded, and never reach the approver.
 func TestServiceHeldBounds(t *testing.T) {
-	asks := make(chan Approval, 2*maxHeld)
-	r, rc := newServiceRun(t, func(ctx context.Context, a Approval) Decision {
+	asks := make(chan netpolicy.Approval, 2*maxHeld)
+	r, rc := newServiceRun(t, func(ctx context.Context, a netpolicy.Approval) netpolicy.Decision {
 		asks <- a
 		<-ctx.Done()
-		return Decision{}
+		return netpolicy.Decision{}
 	}, time.Minute)
 	c := r.serviceClient()
 	post := func(path string) (int, string) {
@@ -998,8 +960,8 @@ func TestServiceHeldBounds(t *testing.T) {
 	}
 
 	// How often: a limiter of two, then one an hour.
-	r2, rc2 := newServiceRun(t, func(ctx context.Context, a Approval) Decision {
-		return Decision{By: "test operator", Taken: true}
+	r2, rc2 := newServiceRun(t, func(ctx context.Context, a netpolicy.Approval) netpolicy.Decision {
+		return netpolicy.Decision{By: "test operator", Taken: true}
 	}, time.Minute)
 	r2.px.mu.Lock()
 	r2.px.heldRate = rate.NewLimiter(rate.Every(time.Hour), 2)

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/worker"
-	"github.com/agentrun/agentrun/proxy"
 )
 
 // fakeTTY is a terminal: the test types on in and reads what is asked
@@ -46,16 +46,16 @@ func readUntil(t *testing.T, out *bufio.Reader, s string) {
 func TestTerminalApproverTurns(t *testing.T) {
 	tty, in, out := newFakeTTY(t)
 	ask := askOn(tty)
-	first := make(chan proxy.Decision, 1)
+	first := make(chan netpolicy.Decision, 1)
 	go func() {
-		first <- ask(context.Background(), "ar-1", proxy.Approval{ID: "ap-1", Service: "api", Method: "POST", URL: "https://a/1"})
+		first <- ask(context.Background(), "ar-1", netpolicy.Approval{ID: "ap-1", Service: "api", Method: "POST", URL: "https://a/1"})
 	}()
 	readUntil(t, out, "Approve? [y/N] ")
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	second := make(chan proxy.Decision, 1)
+	second := make(chan netpolicy.Decision, 1)
 	go func() {
-		second <- ask(ctx, "ar-1", proxy.Approval{ID: "ap-2", Service: "api", Method: "POST", URL: "https://a/2"})
+		second <- ask(ctx, "ar-1", netpolicy.Approval{ID: "ap-2", Service: "api", Method: "POST", URL: "https://a/2"})
 	}()
 	select {
 	case d := <-second:
@@ -77,9 +77,9 @@ func TestTerminalApproverLateAnswer(t *testing.T) {
 	tty, in, out := newFakeTTY(t)
 	ask := askOn(tty)
 	ctx, cancel := context.WithCancel(context.Background())
-	got := make(chan proxy.Decision, 1)
+	got := make(chan netpolicy.Decision, 1)
 	go func() {
-		got <- ask(ctx, "ar-1", proxy.Approval{ID: "ap-1", Service: "api", Method: "POST", URL: "https://a/1"})
+		got <- ask(ctx, "ar-1", netpolicy.Approval{ID: "ap-1", Service: "api", Method: "POST", URL: "https://a/1"})
 	}()
 	readUntil(t, out, "Approve? [y/N] ")
 	cancel()

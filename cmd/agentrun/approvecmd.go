@@ -14,9 +14,9 @@ import (
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/names"
+	"github.com/agentrun/agentrun/internal/secret"
 	"github.com/agentrun/agentrun/internal/untrusted"
 	"github.com/agentrun/agentrun/internal/worker"
-	"github.com/agentrun/agentrun/proxy"
 )
 
 // approveWait bounds the wait for the holding worker's reply.
@@ -104,7 +104,7 @@ func checkWebhookSecret(field, file string) error {
 	if file == "" {
 		return nil
 	}
-	if _, err := proxy.ReadSecret(file); err != nil {
+	if _, err := secret.Read(file); err != nil {
 		return fmt.Errorf("%s.webhook_secret_file %s: %w", field, file, err)
 	}
 	return nil

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/mcpserver"
+	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/server"
 )
 
@@ -90,6 +91,7 @@ func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
 	api.Logf = logf
 	api.PoolErrors = poolErrors
 	api.Sessions = r.Sessions()
+	api.Egress = runner.IsEgress
 	defer api.Close()
 	mcpSrv := mcpserver.New(cfg, api.RunTask, api.Logf)
 	mcpSrv.AddSessions(api.Sessions)

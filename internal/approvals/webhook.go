@@ -21,7 +21,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentrun/agentrun/proxy"
+	"github.com/agentrun/agentrun/internal/netpolicy"
+	"github.com/agentrun/agentrun/internal/secret"
 )
 
 // Hold is a request held for a decision as the webhook receives it. The
@@ -36,7 +37,7 @@ type Hold struct {
 	URL         string `json:"url"`
 	BodyExcerpt string `json:"body_excerpt"`
 	// BodyCut is set when the body is longer than BodyExcerpt, which
-	// then holds its first bytes only (proxy.Approval.BodyCut).
+	// then holds its first bytes only (netpolicy.Approval.BodyCut).
 	BodyCut   bool      `json:"body_cut"`
 	Session   string    `json:"session"`
 	ExpiresAt time.Time `json:"expires_at"`
@@ -44,7 +45,7 @@ type Hold struct {
 
 // NewHold is the Hold of approval a of run, in session, that waits until
 // ctx's deadline.
-func NewHold(ctx context.Context, run, session string, a proxy.Approval) Hold {
+func NewHold(ctx context.Context, run, session string, a netpolicy.Approval) Hold {
 	h := Hold{Run: run, ID: a.ID, Service: a.Service, Method: a.Method, URL: a.URL,
 		BodyExcerpt: a.BodyExcerpt, BodyCut: a.BodyCut, Session: session}
 	if d, ok := ctx.Deadline(); ok {
@@ -323,7 +324,7 @@ func (w *Webhook) deliver(ctx context.Context, t Target, h Hold) error {
 
 // post makes one attempt; a 2xx answer is success.
 func (w *Webhook) post(ctx context.Context, t Target, body []byte) error {
-	secret, err := proxy.ReadSecret(t.SecretFile)
+	key, err := secret.Read(t.SecretFile)
 	if err != nil {
 		return fmt.Errorf("webhook_secret_file %s: %w", t.SecretFile, err)
 	}
@@ -335,7 +336,7 @@ func (w *Webhook) post(ctx context.Context, t Target, body []byte) error {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "agentrun")
-	req.Header.Set(SignatureHeader, Sign([]byte(secret), body))
+	req.Header.Set(SignatureHeader, Sign([]byte(key), body))
 	resp, err := w.client.Do(req)
 	if err != nil {
 		return redactErr(err)

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentrun/agentrun/proxy"
+	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/test/testenv"
 )
 
@@ -156,7 +156,7 @@ func waitFor(t *testing.T, gaveUp chan string) {
 // what it means to send and have it read as the whole.
 func TestHoldSaysWhenTheBodyIsCut(t *testing.T) {
 	for _, cut := range []bool{true, false} {
-		h := NewHold(context.Background(), "ar-1", "", proxy.Approval{ID: "ap-1", BodyExcerpt: "harmless", BodyCut: cut})
+		h := NewHold(context.Background(), "ar-1", "", netpolicy.Approval{ID: "ap-1", BodyExcerpt: "harmless", BodyCut: cut})
 		b, err := json.Marshal(h)
 		if want := fmt.Sprintf(`"body_cut":%v`, cut); err != nil || !strings.Contains(string(b), want) {
 			t.Errorf("hold of a body cut %v: %s; want %s", cut, b, want)

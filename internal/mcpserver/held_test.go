@@ -8,7 +8,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/agentrun/agentrun/proxy"
+	"github.com/agentrun/agentrun/internal/netpolicy"
 )
 
 type testHeld = held[string, string, string]
@@ -105,18 +105,18 @@ func TestForwardElicitUnknownCall(t *testing.T) {
 // handed it over) is the run's decision, Taken, even when the time ran
 // out at that moment; one too late is not taken and the decision is none.
 func TestApprovalTakenAtTimeout(t *testing.T) {
-	var hc heldCalls[proxy.Approval, proxy.Decision, callResult]
+	var hc heldCalls[netpolicy.Approval, netpolicy.Decision, callResult]
 	yes := &mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}
 	took, late := 0, 0
 	for i := range 1000 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-		h := newHeld[proxy.Approval, proxy.Decision, callResult](cancel)
-		got := make(chan proxy.Decision, 1)
+		h := newHeld[netpolicy.Approval, netpolicy.Decision, callResult](cancel)
+		got := make(chan netpolicy.Decision, 1)
 		go func() {
-			got <- approver(h)(ctx, "ar-x", proxy.Approval{ID: fmt.Sprintf("ap-%d", i)})
+			got <- approver(h)(ctx, "ar-x", netpolicy.Approval{ID: fmt.Sprintf("ap-%d", i)})
 			h.result <- callResult{}
 		}()
-		if _, q := hc.await(context.Background(), h, proxy.Decision{By: "busy"}); q != nil {
+		if _, q := hc.await(context.Background(), h, netpolicy.Decision{By: "busy"}); q != nil {
 			hc.take(q.state)
 			// Answer about when the time runs out, a little before or after.
 			dl, _ := ctx.Deadline()

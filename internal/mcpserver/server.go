@@ -21,9 +21,9 @@ import (
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/errkind"
+	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/task"
-	"github.com/agentrun/agentrun/proxy"
 )
 
 // Version is the server version agentrun announces to clients.
@@ -80,7 +80,7 @@ type Server struct {
 	calls  sync.WaitGroup
 	after  func() // run by Close once the calls are done; may be nil
 
-	held heldCalls[proxy.Approval, proxy.Decision, callResult] // runs waiting for their client's decision on a held request
+	held heldCalls[netpolicy.Approval, netpolicy.Decision, callResult] // runs waiting for their client's decision on a held request
 
 	// stateful are the languages whose runs in a kept session keep their
 	// state (Python's), "" the default language when it is one of them.

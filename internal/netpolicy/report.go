@@ -65,7 +65,7 @@ type ApprovalRecord struct {
 	URL      string `json:"url"`
 	Approved bool   `json:"approved"`
 	By       string `json:"by"`
-	// Taken: By was told its decision was taken (proxy.Decision.Taken),
+	// Taken: By was told its decision was taken (Decision.Taken),
 	// a person's decision, which the bounds of the records keep first.
 	Taken bool `json:"taken,omitempty"`
 }

@@ -33,3 +33,28 @@ func TestDoorsImportNoRuntime(t *testing.T) {
 		}
 	}
 }
+
+// The doors and this package build without the proxy and the namespaces:
+// they share the network policy's types (approvals, decisions, reports)
+// through internal/netpolicy, and serve is handed the proxy's test of a
+// sandbox's connection as a function value. (internal/hostaddr's netlink
+// still comes through the image store, which checks a registry's
+// addresses with it.)
+func TestDoorsImportNoProxy(t *testing.T) {
+	out, err := exec.Command("go", "list", "-tags", "seccomp,runc_nocriu", "-deps",
+		".", "../server", "../worker", "../mcpserver", "../approvals").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v: %s", err, out)
+	}
+	banned := []string{
+		"github.com/agentrun/agentrun/proxy",
+		"github.com/agentrun/agentrun/netns",
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		for _, b := range banned {
+			if dep == b || strings.HasPrefix(dep, b+"/") {
+				t.Errorf("internal/server, worker, mcpserver, approvals or runapi depend on %s", dep)
+			}
+		}
+	}
+}

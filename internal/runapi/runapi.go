@@ -10,9 +10,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/task"
-	"github.com/agentrun/agentrun/proxy"
 )
 
 // Func runs a plan and returns its result, never nil, calling the hooks as
@@ -33,7 +33,7 @@ type Hooks struct {
 	// Approve decides requests to services that an approve rule holds,
 	// for the run of that id; it must return when its context ends. Nil
 	// denies them.
-	Approve func(ctx context.Context, run string, a proxy.Approval) proxy.Decision
+	Approve func(ctx context.Context, run string, a netpolicy.Approval) netpolicy.Decision
 	// Setup gets how long the run's sandbox took to be ready (image, then
 	// a pooled sandbox or a cold set-up) and whether it came from the pool,
 	// once the program has run.

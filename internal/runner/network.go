@@ -3,7 +3,9 @@ package runner
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 
+	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/proxy"
@@ -98,7 +100,7 @@ func (r *Runner) network(req request, rootfs, dir string, sb *sandbox) ([]spec.S
 
 // bindNetwork gives the proxy of sb, a sandbox made ahead, the policy of
 // p, the run that took it, whose result is res.
-func (r *Runner) bindNetwork(sb *sandbox, p *task.Plan, approve proxy.ApproveFunc, res *result.Result) error {
+func (r *Runner) bindNetwork(sb *sandbox, p *task.Plan, approve netpolicy.ApproveFunc, res *result.Result) error {
 	pol, err := r.policy(p, approve)
 	if err != nil {
 		return err
@@ -122,7 +124,7 @@ func bind(sb *sandbox, pol proxy.Policy, res *result.Result) error {
 
 // policy is what the proxy lets p reach: its allowlist and services, under
 // the config's hosts, ranges, host_ports and the run's network limits.
-func (r *Runner) policy(p *task.Plan, approve proxy.ApproveFunc) (proxy.Policy, error) {
+func (r *Runner) policy(p *task.Plan, approve netpolicy.ApproveFunc) (proxy.Policy, error) {
 	services, roots, timeout, err := r.services(p)
 	if err != nil {
 		return proxy.Policy{}, err
@@ -133,4 +135,14 @@ func (r *Runner) policy(p *task.Plan, approve proxy.ApproveFunc) (proxy.Policy, 
 		MaxBytes: p.Limits.NetBytes, MaxConns: int(p.Limits.NetConns),
 		Services: services, UpstreamRoots: roots, Approve: approve, ApprovalTimeout: timeout,
 	}, nil
+}
+
+// IsEgress reports whether a connection that a server of this process
+// accepted from client at its own address server is one that a run's
+// proxy dialled for its sandbox and still holds open (serve's address
+// listed in network.host_ports): the sandbox's, whatever address it
+// comes from. Serve's throttle of wrong tokens counts all of them as one
+// source.
+func IsEgress(client, server netip.AddrPort) bool {
+	return proxy.IsEgress(client, server)
 }

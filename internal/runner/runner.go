@@ -16,6 +16,7 @@ import (
 	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/cleanup"
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/session"
@@ -315,13 +316,13 @@ func cancelled(ctx context.Context, err error) error {
 
 // approver is the proxy's form of hook for the run whose result is res
 // (nil without a hook).
-func approver(hook func(context.Context, string, proxy.Approval) proxy.Decision, res *result.Result) proxy.ApproveFunc {
+func approver(hook func(context.Context, string, netpolicy.Approval) netpolicy.Decision, res *result.Result) netpolicy.ApproveFunc {
 	if hook == nil {
 		return nil
 	}
 	// The id is read when a request is held, once the program runs: a
 	// pooled run's is its sandbox's, set after this.
-	return func(ctx context.Context, a proxy.Approval) proxy.Decision { return hook(ctx, res.ID, a) }
+	return func(ctx context.Context, a netpolicy.Approval) netpolicy.Decision { return hook(ctx, res.ID, a) }
 }
 
 // pullOptions bounds the pull of a task's image by policy.registries,
@@ -336,7 +337,7 @@ func (r *Runner) pullOptions(p *task.Plan) image.PullOptions {
 // sandbox is a ready sandbox from the pool with p's files written in, or
 // else one set up for p now (always for a kept workspace, whose disk the
 // pool's sandboxes lack). It sets res.ID to the sandbox's.
-func (r *Runner) sandbox(ctx context.Context, p *task.Plan, img *image.Image, res *result.Result, lease *session.Lease, approve proxy.ApproveFunc) (*sandbox, error) {
+func (r *Runner) sandbox(ctx context.Context, p *task.Plan, img *image.Image, res *result.Result, lease *session.Lease, approve netpolicy.ApproveFunc) (*sandbox, error) {
 	if lease != nil {
 		return r.setup(ctx, runRequest(p, img, res, lease, approve))
 	}
@@ -422,7 +423,7 @@ type request struct {
 	// res is the run's result, which the network's report fills once the
 	// program has ended; approve decides its held requests (nil: denied).
 	res     *result.Result
-	approve proxy.ApproveFunc
+	approve netpolicy.ApproveFunc
 	// warm, if not nil, is the launcher argv of a warm sandbox (warm.go):
 	// its program is the launcher, started by setup, which returns once it
 	// is ready. Only the pool makes warm sandboxes.
@@ -431,7 +432,7 @@ type request struct {
 
 // runRequest is the request for the sandbox of a run of p that sets its
 // own up, under its result's id, with its files.
-func runRequest(p *task.Plan, img *image.Image, res *result.Result, lease *session.Lease, approve proxy.ApproveFunc) request {
+func runRequest(p *task.Plan, img *image.Image, res *result.Result, lease *session.Lease, approve netpolicy.ApproveFunc) request {
 	return request{plan: p, img: img, id: res.ID, files: runFiles(p), lease: lease, res: res, approve: approve}
 }
 

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/result"
-	"github.com/agentrun/agentrun/proxy"
 )
 
 // Event is one line of a streamed answer (POST /v1/runs?stream=1): output
@@ -29,9 +29,9 @@ type Event struct {
 	// Run and Approval: a request of run Run to a service is held until
 	// POST /v1/runs/RUN/approvals/ID decides ("approval"). Approval's
 	// method, url and body_excerpt are the program's text, escaped (see
-	// proxy.Approval): a client shows them as they are, as the program's.
-	Run      string          `json:"run,omitempty"`
-	Approval *proxy.Approval `json:"approval,omitempty"`
+	// netpolicy.Approval): a client shows them as they are, as the program's.
+	Run      string              `json:"run,omitempty"`
+	Approval *netpolicy.Approval `json:"approval,omitempty"`
 }
 
 // outputs turns the run's output chunks into events, holding back the

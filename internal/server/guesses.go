@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
-
-	"github.com/agentrun/agentrun/proxy"
 )
 
 // The throttle of wrong tokens (server.token guessed as a bearer header,
@@ -53,9 +51,6 @@ const unixSource = "unix"
 // never costs the operator's clients at that address theirs.
 const egressSource = "sandbox egress"
 
-// isEgress is proxy.IsEgress; a test may replace it.
-var isEgress = proxy.IsEgress
-
 // guesses is the throttle; its zero value is ready. It is safe for
 // concurrent use.
 type guesses struct {
@@ -83,13 +78,14 @@ type guessPrefix struct {
 
 func newGuessLimiter() *rate.Limiter { return rate.NewLimiter(rate.Every(guessEvery), guessBurst) }
 
-// guessSource is the source r comes from and the prefix it is counted in.
-func guessSource(r *http.Request) (src, prefix string) {
+// guessSource is the source r comes from and the prefix it is counted in;
+// egress (nil: none) tells a sandbox's connection (see Server.Egress).
+func guessSource(r *http.Request, egress func(client, server netip.AddrPort) bool) (src, prefix string) {
 	ap, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
 		return unixSource, unixSource
 	}
-	if local, ok := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr); ok && isEgress(ap, local.AddrPort()) {
+	if local, ok := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr); ok && egress != nil && egress(ap, local.AddrPort()) {
 		return egressSource, egressSource
 	}
 	a := ap.Addr().Unmap()
@@ -104,11 +100,11 @@ func guessSource(r *http.Request) (src, prefix string) {
 }
 
 // try checks a token r carries with right, which says whether it is the
-// token. wait > 0: r's source has no guess left, right was not called,
+// token; egress tells a sandbox's connection (guessSource). wait > 0: r's source has no guess left, right was not called,
 // and it may guess again after wait. Otherwise ok is right's answer, and
 // a wrong token cost the source a guess.
-func (g *guesses) try(r *http.Request, right func() bool) (ok bool, wait time.Duration) {
-	src, prefix := guessSource(r)
+func (g *guesses) try(r *http.Request, egress func(client, server netip.AddrPort) bool, right func() bool) (ok bool, wait time.Duration) {
+	src, prefix := guessSource(r, egress)
 	g.mu.Lock()
 	now := time.Now()
 	if g.now != nil {

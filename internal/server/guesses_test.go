@@ -162,7 +162,7 @@ func TestGuessSource(t *testing.T) {
 	} {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.RemoteAddr = addr
-		if src, prefix := guessSource(r); src != want[0] || prefix != want[1] {
+		if src, prefix := guessSource(r, nil); src != want[0] || prefix != want[1] {
 			t.Errorf("source of %q: %q in %q; want %q in %q", addr, src, prefix, want[0], want[1])
 		}
 	}
@@ -172,7 +172,7 @@ func TestGuessSource(t *testing.T) {
 func guessFrom(g *guesses, addr string, right bool) (ok bool, wait time.Duration) {
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = addr
-	return g.try(r, func() bool { return right })
+	return g.try(r, nil, func() bool { return right })
 }
 
 func TestGuessSourcesApart(t *testing.T) {
@@ -194,35 +194,34 @@ func TestGuessSourcesApart(t *testing.T) {
 }
 
 // TestGuessSourceEgress: a connection a run's proxy dialled (the client
-// and server ends proxy.IsEgress knows) is the sandboxes' one source, not
+// and server ends Server.Egress knows) is the sandboxes' one source, not
 // its address's: a sandbox out of guesses leaves the operator's clients
 // at that address theirs.
 func TestGuessSourceEgress(t *testing.T) {
 	sandbox := netip.MustParseAddrPort("127.0.0.1:40000")
 	serve := netip.MustParseAddrPort("127.0.0.1:7070")
-	defer func(f func(netip.AddrPort, netip.AddrPort) bool) { isEgress = f }(isEgress)
-	isEgress = func(client, server netip.AddrPort) bool { return client == sandbox && server == serve }
+	isEgress := func(client, server netip.AddrPort) bool { return client == sandbox && server == serve }
 	from := func(client netip.AddrPort) *http.Request {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.RemoteAddr = client.String()
 		return r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, net.TCPAddrFromAddrPort(serve)))
 	}
 	operator := netip.MustParseAddrPort("127.0.0.1:40001")
-	if got, _ := guessSource(from(sandbox)); got != egressSource {
+	if got, _ := guessSource(from(sandbox), isEgress); got != egressSource {
 		t.Errorf("source of the sandbox's connection: %q; want %q", got, egressSource)
 	}
-	if got, _ := guessSource(from(operator)); got != "127.0.0.1" {
+	if got, _ := guessSource(from(operator), isEgress); got != "127.0.0.1" {
 		t.Errorf("source of the operator's connection: %q; want 127.0.0.1", got)
 	}
 	now := time.Now()
 	g := &guesses{now: func() time.Time { return now }}
 	for range guessBurst + 1 {
-		g.try(from(sandbox), func() bool { return false })
+		g.try(from(sandbox), isEgress, func() bool { return false })
 	}
-	if _, wait := g.try(from(sandbox), func() bool { return true }); wait <= 0 {
+	if _, wait := g.try(from(sandbox), isEgress, func() bool { return true }); wait <= 0 {
 		t.Error("the sandbox's guesses were not throttled")
 	}
-	if ok, wait := g.try(from(operator), func() bool { return true }); !ok || wait > 0 {
+	if ok, wait := g.try(from(operator), isEgress, func() bool { return true }); !ok || wait > 0 {
 		t.Errorf("the operator at the same address after the sandbox's guesses: ok %v, wait %v; want ok", ok, wait)
 	}
 }

@@ -15,13 +15,13 @@ import (
 
 	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/server"
 	"github.com/agentrun/agentrun/internal/server/openapitest"
 	"github.com/agentrun/agentrun/internal/session"
 	"github.com/agentrun/agentrun/internal/task"
-	"github.com/agentrun/agentrun/proxy"
 )
 
 // goSchemas are the document's schemas that Go types encode, and those
@@ -46,7 +46,7 @@ var goSchemas = map[string]struct {
 	"ApprovalRecord": {reflect.TypeFor[result.Approval](), false},
 	"CollectedFile":  {reflect.TypeFor[result.File](), false},
 	"Collect":        {reflect.TypeFor[result.Collect](), false},
-	"HeldRequest":    {reflect.TypeFor[proxy.Approval](), false},
+	"HeldRequest":    {reflect.TypeFor[netpolicy.Approval](), false},
 	"Event":          {reflect.TypeFor[server.Event](), false},
 	"Health":         {reflect.TypeFor[server.Health](), false},
 	"PoolHealth":     {reflect.TypeFor[server.PoolHealth](), false},

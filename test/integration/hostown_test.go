@@ -145,7 +145,10 @@ print(" ".join(str(c) for c in codes))
 // token getting 401 and the right one 200, not 429.
 func TestServeThrottleKeepsSandboxApart(t *testing.T) {
 	port := freePort(t)
-	cfg := serveConfig(map[string]any{"listen": fmt.Sprintf("tcp://127.0.0.1:%d", port), "token": "s3cret"},
+	// serve.test, the name the sandbox reaches serve by, is one of its
+	// names (server.hosts): refused 421 otherwise, before any token.
+	cfg := serveConfig(map[string]any{"listen": fmt.Sprintf("tcp://127.0.0.1:%d", port), "token": "s3cret",
+		"hosts": []string{"serve.test"}},
 		map[string]any{"local_images": []string{*imagesDir}})
 	cfg["network"] = map[string]any{"hosts": map[string]string{"serve.test": "127.0.0.1"},
 		"host_ports": []string{fmt.Sprintf("127.0.0.1:%d", port)}}

@@ -11,9 +11,9 @@ import (
 	"testing"
 
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/server"
-	"github.com/agentrun/agentrun/proxy"
 	"github.com/agentrun/agentrun/proxy/proxytest"
 )
 
@@ -223,7 +223,7 @@ print(postb("/api/write/" + "a" * 2100, b"{}"))
 		"network": map[string]any{"services": []string{"api"}},
 		"limits":  map[string]any{"timeout": "60s"},
 	})
-	var asked []proxy.Approval
+	var asked []netpolicy.Approval
 	res := streamApprovals(t, s, string(task), func(ev server.Event) {
 		a := ev.Approval
 		asked = append(asked, *a)

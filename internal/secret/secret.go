@@ -1,4 +1,7 @@
-package proxy
+// Package secret reads the secrets agentrun is given as files (an injected
+// header's value, an approval webhook's signing key) at the time of use:
+// root's alone, bounded, one line. Errors never hold a secret.
+package secret
 
 import (
 	"errors"
@@ -11,12 +14,12 @@ import (
 	"github.com/agentrun/agentrun/internal/netpolicy"
 )
 
-// ReadSecret reads a secret from file at the time of use (an injected
+// Read reads a secret from file at the time of use (an injected
 // header's value, an approval webhook's signing key): a regular file owned
 // by root that no one else may read or write, of at most
 // netpolicy.MaxSecretBytes, without its final line break. Errors name what
 // is wrong with the file, never its content.
-func ReadSecret(file string) (string, error) {
+func Read(file string) (string, error) {
 	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return "", errors.New("credential file cannot be opened")

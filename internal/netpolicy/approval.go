@@ -1,0 +1,65 @@
+package netpolicy
+
+import (
+	"context"
+	"fmt"
+)
+
+// BodyExcerptBytes is how much of a held request's body the approver
+// sees.
+const BodyExcerptBytes = 1024
+
+// Approval is a request held until someone decides: what the approver is
+// shown.
+//
+// Method, URL and BodyExcerpt are the program's bytes, already escaped by
+// untrusted.Text: no control character (newline included), no
+// bidirectional or zero-width format character and no invalid UTF-8, each
+// written as a visible escape (\n, \x1b, \u202e). They are safe to show
+// as text as they are, and every channel shows the same text: a channel
+// must not quote or escape them again, and labels them as the program's
+// own words (as Describe does). URL is whole (origin, path and query, at
+// most the proxy's MaxURLBytes).
+type Approval struct {
+	ID          string `json:"id"`
+	Service     string `json:"service"`
+	Method      string `json:"method"`
+	URL         string `json:"url"`
+	BodyExcerpt string `json:"body_excerpt"`
+	// BodyCut is set when the body is longer than the excerpt, which
+	// then holds its first BodyExcerptBytes only.
+	BodyCut bool `json:"body_cut,omitempty"`
+}
+
+// Describe is the held request for a human, in lines that each end in a
+// newline, the program's words labelled as its own: which service it asks
+// to send to, then the method and URL, then the body (its start when
+// BodyCut). Every channel that asks a human shows this text.
+func (a Approval) Describe() string {
+	body := "  body: none\n"
+	switch {
+	case a.BodyCut:
+		body = fmt.Sprintf("  body, its first %d bytes: %s\n", BodyExcerptBytes, a.BodyExcerpt)
+	case a.BodyExcerpt != "":
+		body = "  body: " + a.BodyExcerpt + "\n"
+	}
+	return "the sandboxed program asks to send this request to service " + a.Service +
+		" (as the program wrote it, escaped: \\n, \\x1b, \\u202e stand for its own bytes):\n" +
+		"  " + a.Method + " " + a.URL + "\n" + body
+}
+
+// Decision is an approver's answer and who or what gave it.
+type Decision struct {
+	Approved bool
+	By       string // such as "operator (serve)", "mcp client", "terminal"
+	// Taken says that whoever decided was told, before ctx ended, that the
+	// decision was taken (serve's API and page answer 200, a worker
+	// replies over NATS): it counts even when the approver returns after
+	// ctx ended, so that the record says what the decider was told.
+	Taken bool
+}
+
+// ApproveFunc asks for a decision on a held request. It must return when
+// ctx ends (the approval timed out, or the request was abandoned); its
+// answer then no longer counts, unless it is Taken.
+type ApproveFunc func(ctx context.Context, a Approval) Decision
