@@ -192,6 +192,11 @@ def dump(main, path, max_bytes):
     if size > max_bytes:
         report["reason"] = "state of %d bytes, more than sessions.state_max_bytes (%d): not kept, the previous one stays" % (size, max_bytes)
         return report
+    report["saved"] = True
+    if _same(path, body):
+        # What was restored, unchanged: not written again.
+        return report
+    report["saved"] = False
     d = os.path.dirname(path)
     os.makedirs(d, exist_ok=True)
     tmp = path + ".tmp"
@@ -203,6 +208,23 @@ def dump(main, path, max_bytes):
     os.replace(tmp, path)
     report["saved"] = True
     return report
+
+
+def _same(path, body):
+    """Whether the state file at path holds exactly MAGIC and body."""
+    try:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size != len(MAGIC) + len(body) or f.read(len(MAGIC)) != MAGIC:
+                return False
+            view, at = memoryview(body), 0
+            while at < len(body):
+                chunk = f.read(1 << 20)
+                if not chunk or view[at:at + len(chunk)] != chunk:
+                    return False
+                at += len(chunk)
+            return True
+    except OSError:
+        return False
 
 
 def load(main, path):

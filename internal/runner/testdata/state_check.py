@@ -60,6 +60,13 @@ assert "fh" not in globals() and "gen" not in globals() and "lock" not in global
 assert list(dq) == [1,2]
 print("call 2 ok", p, P.k)
 ''', "<c2>", "exec"), g2)
+# An unchanged state is not written again.
+m.dump(g2, path, 1 << 20)
+ino = os.stat(path).st_ino
+g3 = {"__name__": "__main__", "__builtins__": __builtins__}
+m.load(g3, path)
+r3 = m.dump(g3, path, 1 << 20)
+assert r3["saved"] and os.stat(path).st_ino == ino, "an unchanged state was written again"
 r = m.dump(g2, path, 100)
 assert not r["saved"] and "reason" in r, r
 assert os.path.getsize(path) > 100, "the cap replaced the previous state"
