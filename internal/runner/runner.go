@@ -47,6 +47,10 @@ type Runner struct {
 	sessions    *session.Store
 	uids        *uidpool.Range // each sandbox's own host uid and gid
 
+	// Logf, when set, gets what the result does not say: a registry's
+	// words behind an image error's summary. Set it before the first run.
+	Logf func(format string, args ...any)
+
 	// leftovers is what gc cleans with, by runtime name: every backend,
 	// and for a runtime not available now, what can still remove its
 	// runs that an agentrun which had it left behind.
@@ -190,7 +194,7 @@ func (r *Runner) Run(ctx context.Context, p *task.Plan, hooks runapi.Hooks) *res
 	inner := hooks
 	inner.Result = func(final *result.Result) {
 		if final.Err != nil {
-			failed(final, rec, final.Err)
+			r.failed(final, rec, final.Err)
 		}
 		record(final)
 		if hooks.Result != nil {
@@ -198,7 +202,7 @@ func (r *Runner) Run(ctx context.Context, p *task.Plan, hooks runapi.Hooks) *res
 		}
 	}
 	if err := r.runInSandbox(ctx, p, res, inner); err != nil {
-		failed(res, rec, err)
+		r.failed(res, rec, err)
 	}
 	record(res)
 	return res
@@ -206,13 +210,13 @@ func (r *Runner) Run(ctx context.Context, p *task.Plan, hooks runapi.Hooks) *res
 
 // failed sets res's error to err, and rec's detail to what of it stays
 // on the host: a registry's words and where it led (an image error's
-// result says only its summary).
-func failed(res *result.Result, rec *audit.Record, err error) {
+// result says only its summary), which Logf gets too.
+func (r *Runner) failed(res *result.Result, rec *audit.Record, err error) {
 	res.Error, res.Err = err.Error(), err
 	var ie *image.Error
 	if errors.As(err, &ie) {
-		if rec.Detail == "" && err.Error() != ie.Summary() {
-			fmt.Fprintf(os.Stderr, "agentrun: run %s: %s\n", res.ID, err.Error())
+		if rec.Detail == "" && err.Error() != ie.Summary() && r.Logf != nil {
+			r.Logf("run %s: %s", res.ID, err.Error())
 		}
 		res.Error, rec.Detail = ie.Summary(), err.Error()
 	}
