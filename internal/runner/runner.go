@@ -480,10 +480,11 @@ func (r *Runner) setup(ctx context.Context, req request) (_ *sandbox, err error)
 		s.mountRootfs,  // a private overlay if need be; the program is there
 		s.network,      // its namespaces and proxy, or the loopback alone
 		s.workspace,    // a fresh one, or the kept session's disk
-		s.identity,     // passwd, group and hostname of its uid
+		s.identity,     // passwd and group naming its uid
 		s.values,       // the run launcher's display dir and state
 		s.warmLauncher, // a warm sandbox's launcher and its handover
 		s.buildSpec,    // composed and validated
+		// The container, up to its program's exec.
 		func() error { return s.prepare(ctx) },
 	} {
 		if err := step(); err != nil {
