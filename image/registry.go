@@ -65,15 +65,6 @@ func ParseRegistry(s string) (Registry, error) {
 	return Registry{text: s, key: reg.RegistryStr()}, nil
 }
 
-// MustParseRegistry is ParseRegistry of an entry known to be good.
-func MustParseRegistry(s string) Registry {
-	r, err := ParseRegistry(s)
-	if err != nil {
-		panic(err)
-	}
-	return r
-}
-
 // String is the entry as written.
 func (r Registry) String() string { return r.text }
 

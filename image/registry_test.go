@@ -48,6 +48,16 @@ func acceptCounterAt(t *testing.T, ip string) (addr string, accepts *atomic.Int6
 	return ln.Addr().String(), accepts
 }
 
+// mustParseRegistry is ParseRegistry of an entry known to be good.
+func mustParseRegistry(t *testing.T, s string) Registry {
+	t.Helper()
+	r, err := ParseRegistry(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 func registries(t *testing.T, hosts ...string) *Registries {
 	t.Helper()
 	var entries []Registry
@@ -326,7 +336,7 @@ func TestParseRegistryRefusesBadEntries(t *testing.T) {
 			t.Errorf("%q accepted", bad)
 		}
 	}
-	if r := MustParseRegistry("docker.io"); r.String() != "docker.io" || r.key != "index.docker.io" {
+	if r := mustParseRegistry(t, "docker.io"); r.String() != "docker.io" || r.key != "index.docker.io" {
 		t.Errorf("docker.io read as %q (%q); want it shown as written, listed as index.docker.io", r.String(), r.key)
 	}
 	r := registries(t, "docker.io", "127.0.0.1:5000", "reg.example", "[::1]:5000")

@@ -21,9 +21,6 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
-// DefaultDir is where the store lives unless configured otherwise.
-const DefaultDir = "/var/lib/agentrun"
-
 // Store is the content-addressed image store under a directory: verified
 // blobs, one unpacked rootfs per manifest digest, and an index of
 // references. Several Stores, in one process or several, may share a

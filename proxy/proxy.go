@@ -40,12 +40,6 @@ const (
 	// the cap is closed as soon as it is accepted.
 	clientSlack      = 32
 	unlimitedClients = 256
-
-	// ClientConnBytes bounds what agentrun holds for one client connection:
-	// its head buffer (bufSize), the copy buffer of a tunnel, the stacks of
-	// its two goroutines and the kernel's socket buffers in the gateway
-	// namespace are well under it; netns caps the last.
-	ClientConnBytes = 4 * bufSize
 )
 
 // MaxClients is the number of connections from the sandbox to the

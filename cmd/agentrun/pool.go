@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/agentrun/agentrun/internal/config"
@@ -36,15 +37,16 @@ func poolSeeds(cfg *config.Config) (map[string]*task.Plan, error) {
 // reload and worker share it. A pool image that policy refuses is an
 // error. One that cannot be had now (a registry down) does not stop the
 // caller: the pool goes on without sandboxes for it, the reason is logged
-// and returned by image, and runs of that image pull it as usual.
-func seedPool(cfg *config.Config, pool *runner.Pool, logf func(string, ...any)) (map[string]string, error) {
+// and returned by image, and runs of that image pull it as usual. ctx
+// bounds the pulls.
+func seedPool(ctx context.Context, cfg *config.Config, pool *runner.Pool, logf func(string, ...any)) (map[string]string, error) {
 	seeds, err := poolSeeds(cfg)
 	if err != nil {
 		return nil, err
 	}
 	failed := map[string]string{}
 	for ref, seed := range seeds {
-		if err := pool.Seed(seed); err != nil {
+		if err := pool.Seed(ctx, seed); err != nil {
 			logf("server.pool[%q]: %v; going on without it", ref, err)
 			failed[ref] = err.Error()
 		}

@@ -8,7 +8,8 @@ import (
 
 // openRunner opens the audit log at auditPath and a runner on cfg, then
 // removes what dead runs left (a gc failure is logged with logf, not
-// fatal). closeLog closes the log once the runner is done.
+// fatal); the runner logs with logf too. closeLog closes the log once the
+// runner is done.
 func openRunner(cfg *config.Config, auditPath string, logf func(string, ...any)) (r *runner.Runner, closeLog func() error, err error) {
 	log, err := audit.Open(auditPath)
 	if err != nil {
@@ -18,6 +19,7 @@ func openRunner(cfg *config.Config, auditPath string, logf func(string, ...any))
 		log.Close()
 		return nil, nil, err
 	}
+	r.Logf = logf
 	if _, err := r.GC(); err != nil {
 		logf("gc: %v", err)
 	}

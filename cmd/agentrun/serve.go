@@ -73,13 +73,14 @@ func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
 
 	// The pool is there even when the config sizes none: a reload may.
 	pool := r.NewPool(cfg.Server.PoolSizes())
+	r.UsePool(pool)
 	defer func() {
 		if err := pool.Close(); err != nil {
 			logf("%v", err)
 		}
 	}()
 	pool.SetWarm(cfg)
-	poolErrors, err := seedPool(cfg, pool, logf)
+	poolErrors, err := seedPool(context.Background(), cfg, pool, logf)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -139,7 +140,7 @@ func reload(cur *config.Config, path string, api *server.Server, pool *runner.Po
 	api.Reload(next)
 	pool.Resize(next.Server.PoolSizes())
 	pool.SetWarm(next)
-	failed, _ := seedPool(next, pool, func(string, ...any) {})
+	failed, _ := seedPool(context.Background(), next, pool, func(string, ...any) {})
 	if len(failed) > 0 {
 		return next, fmt.Errorf("applied, but the pool cannot fill: %v", failed)
 	}

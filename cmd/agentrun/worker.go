@@ -52,13 +52,14 @@ func runWorker(cfg *config.Config, stderr io.Writer) error {
 	w.Logf = func(format string, args ...any) { fmt.Fprintf(stderr, "agentrun worker: "+format+"\n", args...) }
 
 	pool := r.NewPool(cfg.Server.PoolSizes())
+	r.UsePool(pool)
 	defer func() {
 		if err := pool.Close(); err != nil {
 			w.Logf("%v", err)
 		}
 	}()
 	pool.SetWarm(cfg)
-	if _, err := seedPool(cfg, pool, w.Logf); err != nil {
+	if _, err := seedPool(stop, cfg, pool, w.Logf); err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "agentrun worker: taking tasks from stream %s (%s), %d slots\n", cfg.Worker.Stream, cfg.Worker.Subject, w.Slots())

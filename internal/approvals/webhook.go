@@ -65,12 +65,6 @@ func Sign(secret, body []byte) string {
 	return "sha256=" + hex.EncodeToString(m.Sum(nil))
 }
 
-// Verify says whether sig is Sign(secret, body), in constant time: what a
-// receiver checks before it believes a body.
-func Verify(secret, body []byte, sig string) bool {
-	return hmac.Equal([]byte(sig), []byte(Sign(secret, body)))
-}
-
 // Target is where holds are sent: the webhook's URL (http or https) and
 // the root-only file of its secret (read at each send, as a service's
 // credentials are, so that it can be replaced).

@@ -122,10 +122,10 @@ func count(keys []string, key string) int {
 // fillRetry is how long the pool waits after a failure to fill.
 const fillRetry = time.Second
 
-// NewPool starts a pool that keeps sizes[ref] sandboxes ready for image
-// ref (once it knows a shape for it: from Seed or from a run), and makes r
-// use it; call it before r's first run. Close stops it and destroys what
-// it holds.
+// NewPool starts a pool that keeps sizes[ref] sandboxes of r ready for
+// image ref (once it knows a shape for it: from Seed or from a run); r's
+// runs take them once UsePool gives it to r. Close stops it and destroys
+// what it holds.
 func (r *Runner) NewPool(sizes map[string]int) *Pool {
 	fillCtx, cancelFill := context.WithCancel(context.Background())
 	p := &Pool{r: r, sizes: map[string]int{}, shapes: map[string]*shape{}, recent: map[string][]string{},
@@ -141,15 +141,24 @@ func (r *Runner) NewPool(sizes map[string]int) *Pool {
 			p.sizes[ref] = n
 		}
 	}
-	r.pool = p
 	go p.fill()
 	return p
 }
 
+// UsePool makes r's runs take their sandboxes from p, one of r's own
+// (NewPool), when it has one ready; call it before r's first run.
+func (r *Runner) UsePool(p *Pool) {
+	if p.r != r {
+		panic("runner: UsePool of another runner's pool")
+	}
+	r.pool = p
+}
+
 // Seed makes plan's shape the one kept ready for its image, as if it had
 // just run. It is an error if the pool does not keep that image or the
-// plan could never be served from a pool.
-func (p *Pool) Seed(plan *task.Plan) error {
+// plan could never be served from a pool. ctx bounds the pull of its
+// image.
+func (p *Pool) Seed(ctx context.Context, plan *task.Plan) error {
 	p.mu.Lock()
 	size := p.sizes[plan.Image]
 	p.mu.Unlock()
@@ -159,7 +168,7 @@ func (p *Pool) Seed(plan *task.Plan) error {
 	if !p.poolable(plan) {
 		return fmt.Errorf("image %q: a task with services or runtime %q never runs from the pool", plan.Image, plan.Runtime)
 	}
-	img, err := p.r.store.Get(context.Background(), plan.Image, image.PullOptions{})
+	img, err := p.r.store.Get(ctx, plan.Image, image.PullOptions{})
 	if err != nil {
 		return err // an *image.Error, which names the image
 	}

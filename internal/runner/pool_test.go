@@ -343,7 +343,7 @@ func TestPoolServesOnlyWhatItCanHold(t *testing.T) {
 		}
 		p.ran(plan)
 	}
-	if err := p.Seed(netPlan); err == nil {
+	if err := p.Seed(context.Background(), netPlan); err == nil {
 		t.Error("Seed of a task with services was accepted")
 	}
 	time.Sleep(10 * time.Millisecond) // a filler woken by mistake would call the set-up now

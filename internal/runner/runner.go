@@ -48,6 +48,10 @@ type Runner struct {
 	sessions    *session.Store
 	uids        *uidpool.Range // each sandbox's own host uid and gid
 
+	// Logf, when set, gets what the result does not say: a registry's
+	// words behind an image error's summary. Set it before the first run.
+	Logf func(format string, args ...any)
+
 	// leftovers is what gc cleans with, by runtime name: every backend,
 	// and for a runtime not available now, what can still remove its
 	// runs that an agentrun which had it left behind.
@@ -191,7 +195,7 @@ func (r *Runner) Run(ctx context.Context, p *task.Plan, hooks runapi.Hooks) *res
 	inner := hooks
 	inner.Result = func(final *result.Result) {
 		if final.Err != nil {
-			failed(final, rec, final.Err)
+			r.failed(final, rec, final.Err)
 		}
 		record(final)
 		if hooks.Result != nil {
@@ -199,7 +203,7 @@ func (r *Runner) Run(ctx context.Context, p *task.Plan, hooks runapi.Hooks) *res
 		}
 	}
 	if err := r.runInSandbox(ctx, p, res, inner); err != nil {
-		failed(res, rec, err)
+		r.failed(res, rec, err)
 	}
 	record(res)
 	return res
@@ -207,13 +211,13 @@ func (r *Runner) Run(ctx context.Context, p *task.Plan, hooks runapi.Hooks) *res
 
 // failed sets res's error to err, and rec's detail to what of it stays
 // on the host: a registry's words and where it led (an image error's
-// result says only its summary).
-func failed(res *result.Result, rec *audit.Record, err error) {
+// result says only its summary), which Logf gets too.
+func (r *Runner) failed(res *result.Result, rec *audit.Record, err error) {
 	res.Error, res.Err = err.Error(), err
 	var ie *image.Error
 	if errors.As(err, &ie) {
-		if rec.Detail == "" && err.Error() != ie.Summary() {
-			fmt.Fprintf(os.Stderr, "agentrun: run %s: %s\n", res.ID, err.Error())
+		if rec.Detail == "" && err.Error() != ie.Summary() && r.Logf != nil {
+			r.Logf("run %s: %s", res.ID, err.Error())
 		}
 		res.Error, rec.Detail = ie.Summary(), err.Error()
 	}
@@ -247,7 +251,8 @@ func (r *Runner) runInSandbox(ctx context.Context, p *task.Plan, res *result.Res
 
 	r.pool.begin()
 	defer r.pool.ran(p)
-	sb, err := r.sandbox(ctx, p, img, res, lease, approver(hooks.Approve, res))
+	req := runRequest(p, img, res, lease, approver(hooks.Approve, res))
+	sb, err := r.sandbox(ctx, req)
 	if err != nil {
 		return cancelled(ctx, err)
 	}
@@ -261,8 +266,9 @@ func (r *Runner) runInSandbox(ctx context.Context, p *task.Plan, res *result.Res
 			return errors.Join(err, cerr)
 		}
 		res.ID = newID()
+		req.id = res.ID
 		again := time.Now()
-		if sb, err = r.setup(ctx, runRequest(p, img, res, nil, approver(hooks.Approve, res))); err != nil {
+		if sb, err = r.setup(ctx, req); err != nil {
 			return cancelled(ctx, err)
 		}
 		setup = time.Since(again)
@@ -334,12 +340,12 @@ func (r *Runner) pullOptions(p *task.Plan) image.PullOptions {
 	return image.PullOptions{Registries: r.regs}
 }
 
-// sandbox is a ready sandbox from the pool with p's files written in, or
-// else one set up for p now (always for a kept workspace, whose disk the
-// pool's sandboxes lack). It sets res.ID to the sandbox's.
-func (r *Runner) sandbox(ctx context.Context, p *task.Plan, img *image.Image, res *result.Result, lease *session.Lease, approve netpolicy.ApproveFunc) (*sandbox, error) {
-	if lease != nil {
-		return r.setup(ctx, runRequest(p, img, res, lease, approve))
+// sandbox is a ready sandbox from the pool with req's files written in,
+// or else one set up for req now (always for a kept workspace, whose disk
+// the pool's sandboxes lack). It sets the result's ID to the sandbox's.
+func (r *Runner) sandbox(ctx context.Context, req request) (*sandbox, error) {
+	if req.lease != nil {
+		return r.setup(ctx, req)
 	}
 	// A pooled sandbox's proxy has denied everything since it was made: it
 	// gets this run's policy, and no other, as the run takes it.
@@ -347,17 +353,17 @@ func (r *Runner) sandbox(ctx context.Context, p *task.Plan, img *image.Image, re
 		if sb.proxy == nil {
 			return nil
 		}
-		return r.bindNetwork(sb, p, approve, res)
+		return r.bindNetwork(sb, req.plan, req.approve, req.res)
 	}
-	if sb := r.pool.take(p, img, claim); sb != nil {
-		res.ID = sb.id
-		if err := sb.ws.Write(runFiles(p), sb.uid, sb.uid); err != nil {
+	if sb := r.pool.take(req.plan, req.img, claim); sb != nil {
+		req.res.ID = sb.id
+		if err := sb.ws.Write(req.files, sb.uid, sb.uid); err != nil {
 			r.pool.ended(sb)
 			return nil, errors.Join(err, sb.undo.Clean())
 		}
 		return sb, nil
 	}
-	return r.setup(ctx, runRequest(p, img, res, nil, approve))
+	return r.setup(ctx, req)
 }
 
 // execute runs the program of sb to its end and collects its files.
@@ -444,157 +450,250 @@ func poolRequest(p *task.Plan, img *image.Image, warm []string) request {
 
 // setup makes the sandbox that req asks for. It is the setup order of one
 // run: every step that makes something on the host pushes its undo, and
-// on error everything made is undone. ctx is the run's (Background for
-// the pool's): once it is cancelled, the backend's Prepare stops. A
-// *warmError is the failure of a warm sandbox's launcher.
+// on error everything made is undone. ctx is the run's (the pool's fill
+// context for a pooled one, which Close cancels): once it is cancelled,
+// the backend's Prepare stops. A *warmError is the failure of a warm
+// sandbox's launcher.
 func (r *Runner) setup(ctx context.Context, req request) (_ *sandbox, err error) {
 	if req.pooled == (req.res != nil) {
 		return nil, errors.New("a sandbox is set up for a run, with its result, or for the pool, without one")
 	}
-	p, img, id, lease := req.plan, req.img, req.id, req.lease
-	be := r.backends[p.Runtime]
+	be := r.backends[req.plan.Runtime]
 	if be == nil {
-		return nil, fmt.Errorf("runtime %q is not available", p.Runtime)
+		return nil, fmt.Errorf("runtime %q is not available", req.plan.Runtime)
 	}
-	traits := be.Traits()
-	sb := &sandbox{id: id}
+	s := &sandboxSetup{r: r, req: req, be: be, traits: be.Traits(), sb: &sandbox{id: req.id}}
 	defer func() {
-		if err != nil {
-			if cerr := sb.undo.Clean(); cerr != nil {
-				err = errors.Join(err, fmt.Errorf("cleaning up: %w", cerr))
-			}
+		if err == nil {
+			return
+		}
+		if s.handover != nil {
+			s.handover.Close() // Prepare closes it on its own errors
+		}
+		if cerr := s.sb.undo.Clean(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("cleaning up: %w", cerr))
 		}
 	}()
-
-	dir, lock, err := r.register(id)
-	if err != nil {
-		return nil, err
+	for _, step := range []func() error{
+		s.register,     // the run dir and its lock
+		s.takeUID,      // the sandbox's own host uid and gid
+		s.holdImage,    // the image stays in the store
+		s.mountRootfs,  // a private overlay if need be; the program is there
+		s.network,      // its namespaces and proxy, or the loopback alone
+		s.workspace,    // a fresh one, or the kept session's disk
+		s.identity,     // passwd and group naming its uid
+		s.values,       // the run launcher's display dir and state
+		s.warmLauncher, // a warm sandbox's launcher and its handover
+		s.buildSpec,    // composed and validated
+		// The container, up to its program's exec.
+		func() error { return s.prepare(ctx) },
+	} {
+		if err := step(); err != nil {
+			return nil, err
+		}
 	}
-	sb.undo.Add(lock.Close) // last: the run is live until everything else is gone
-	sb.undo.Add(func() error { return os.RemoveAll(dir) })
+	return s.sb, nil
+}
 
-	// Its own uid and gid, so that no other run shares its per-user
-	// kernel limits; given back once all else is gone but the run dir,
-	// whose lock keeps gc off it until then.
-	// The reservation names the run dir: its state dir's gc is the one
-	// that may reclaim it.
-	uid, err := r.uids.Take(dir)
+// sandboxSetup is one sandbox being set up: what setup's steps share. Each
+// step adds what it makes to sb.undo, and what the spec needs of it to
+// the fields below.
+type sandboxSetup struct {
+	r      *Runner
+	req    request
+	be     backend.Backend
+	traits backend.Traits
+	sb     *sandbox
+
+	dir    string // the run dir
+	rootfs string // the image's rootfs, or the run's overlay of it
+	wsSize int64  // the workspace's size, which /tmp's file size limit follows
+	// netOpts, idOpts and launchOpts are the spec options of the
+	// network, the identity files and the launchers, in that order after
+	// SandboxSpec's and the backend's own.
+	netOpts, idOpts, launchOpts []spec.SpecOpt
+	// handover, for a warm sandbox, is where its launcher says it is
+	// ready.
+	handover *backend.Handover
+}
+
+// register makes the run dir and takes its lock.
+func (s *sandboxSetup) register() error {
+	dir, lock, err := s.r.register(s.req.id)
 	if err != nil {
-		return nil, fmt.Errorf("run_uids: %w", err)
+		return err
 	}
-	sb.uid = int(uid)
-	sb.undo.Add(func() error { return r.uids.Free(uid, dir) })
+	s.dir = dir
+	s.sb.undo.Add(lock.Close) // last: the run is live until everything else is gone
+	s.sb.undo.Add(func() error { return os.RemoveAll(dir) })
+	return nil
+}
 
-	// The image stays in the store while the sandbox lives (a pooled one
-	// outlives the Get that found its image).
-	release, err := r.store.Hold(img)
+// takeUID gives the sandbox its own uid and gid, so that no other run
+// shares its per-user kernel limits; given back once all else is gone
+// but the run dir, whose lock keeps gc off it until then. The reservation
+// names the run dir: its state dir's gc is the one that may reclaim it.
+func (s *sandboxSetup) takeUID() error {
+	uid, err := s.r.uids.Take(s.dir)
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("run_uids: %w", err)
 	}
-	sb.undo.Add(release)
+	s.sb.uid = int(uid)
+	s.sb.undo.Add(func() error { return s.r.uids.Free(uid, s.dir) })
+	return nil
+}
 
-	rootfs := img.Rootfs
-	// A store image has its mount points; a dir: image may lack them, and
-	// then the run gets a private overlay so that nothing is created in it.
-	// So does every run of a backend that writes to its rootfs (runsc's
-	// gofer makes the init's mount point, /dev/init, in the root
-	// filesystem itself, not in the sandbox's /dev). A run with services gets one too,
-	// for the mount points of its CA.
-	if !image.HasMountpoints(rootfs) || traits.PrivateRootfs || len(p.Services) > 0 {
-		ov, err := mountOverlay(img.Rootfs, dir)
+// holdImage keeps the image in the store while the sandbox lives (a
+// pooled one outlives the Get that found its image).
+func (s *sandboxSetup) holdImage() error {
+	release, err := s.r.store.Hold(s.req.img)
+	if err != nil {
+		return err
+	}
+	s.sb.undo.Add(release)
+	return nil
+}
+
+// mountRootfs picks the sandbox's rootfs and checks that its program is
+// there. A store image has its mount points; a dir: image may lack them,
+// and then the run gets a private overlay so that nothing is created in
+// it. So does every run of a backend that writes to its rootfs (runsc's
+// gofer makes the init's mount point, /dev/init, in the root filesystem
+// itself, not in the sandbox's /dev). A run with services gets one too,
+// for the mount points of its CA.
+func (s *sandboxSetup) mountRootfs() error {
+	p, img := s.req.plan, s.req.img
+	s.rootfs = img.Rootfs
+	if !image.HasMountpoints(s.rootfs) || s.traits.PrivateRootfs || len(p.Services) > 0 {
+		ov, err := mountOverlay(img.Rootfs, s.dir)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		sb.undo.Add(ov.unmount)
-		rootfs = ov.merged
+		s.sb.undo.Add(ov.unmount)
+		s.rootfs = ov.merged
 	}
+	return checkProgram(s.rootfs, p.Argv[0])
+}
 
-	if err := checkProgram(rootfs, p.Argv[0]); err != nil {
-		return nil, err
-	}
-	netOpts, err := r.network(req, rootfs, dir, sb)
-	if err != nil {
-		return nil, err
-	}
+// network sets up the sandbox's network (Runner.network).
+func (s *sandboxSetup) network() (err error) {
+	s.netOpts, err = s.r.network(s.req, s.rootfs, s.dir, s.sb)
+	return err
+}
 
-	wsSize := p.Limits.WorkspaceSize
-	if lease != nil {
-		wsSize = r.sessions.MaxBytes()
-		wsDir := filepath.Join(dir, "workspace")
-		if err := lease.Mount(wsDir); err != nil {
-			return nil, err
+// workspace makes the sandbox's workspace with the request's files: a
+// fresh size-capped one, or the kept session's disk, mounted in the run
+// dir.
+func (s *sandboxSetup) workspace() error {
+	p, sb := s.req.plan, s.sb
+	wsDir := filepath.Join(s.dir, "workspace")
+	s.wsSize = p.Limits.WorkspaceSize
+	if s.req.lease == nil {
+		ws, err := workspace.Create(wsDir, p.Limits.WorkspaceSize, sb.uid, sb.uid, s.req.files)
+		if err != nil {
+			return err
 		}
-		// The disk keeps one owner, the sandbox user of the store, which
-		// the run sees as its own uid through an id-mapped mount.
-		if sb.ws, err = workspace.Adopt(wsDir, spec.UID, spec.GID, req.files); err != nil {
-			return nil, err
-		}
+		sb.ws = ws
 		sb.undo.Add(sb.ws.Close)
-		if err := uidpool.Remap(wsDir, spec.UID, uid); err != nil {
-			return nil, err
-		}
-	} else if sb.ws, err = workspace.Create(filepath.Join(dir, "workspace"), p.Limits.WorkspaceSize, sb.uid, sb.uid, req.files); err != nil {
-		return nil, err
-	} else {
-		sb.undo.Add(sb.ws.Close)
+		return nil
 	}
-
-	idOpts, err := identity(rootfs, dir, sb.uid, &sb.undo)
+	s.wsSize = s.r.sessions.MaxBytes()
+	if err := s.req.lease.Mount(wsDir); err != nil {
+		return err
+	}
+	// The disk keeps one owner, the sandbox user of the store, which
+	// the run sees as its own uid through an id-mapped mount.
+	ws, err := workspace.Adopt(wsDir, spec.UID, spec.GID, s.req.files)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	opts := append(SandboxSpec(p, traits.CgroupParent+"/"+id, r.init, sb.ws.Dir, wsSize), netOpts...)
-	opts = append(opts, idOpts...)
-	if traits.Spec != nil {
-		opts = append(opts, traits.Spec)
+	sb.ws = ws
+	sb.undo.Add(sb.ws.Close)
+	return uidpool.Remap(wsDir, spec.UID, uint32(sb.uid))
+}
+
+// identity writes the sandbox's identity files (identity).
+func (s *sandboxSetup) identity() (err error) {
+	s.idOpts, err = identity(s.rootfs, s.dir, s.sb.uid, &s.sb.undo)
+	return err
+}
+
+// values gives a run of agentrun's run launcher, and a warm sandbox, its
+// display dir and state (values.go); the run launcher becomes the
+// program.
+func (s *sandboxSetup) values() error {
+	p := s.req.plan
+	argv := launcherArgv(p)
+	if argv == nil && s.req.warm == nil {
+		return nil
 	}
-	if argv := launcherArgv(p); argv != nil || req.warm != nil {
-		valueOpts, display, err := values(dir, sb.uid, newStateRequest(p, r.cfg), &sb.undo)
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, valueOpts...)
-		if argv != nil {
-			opts = append(opts, spec.WithArgs(argv...))
-		}
-		sb.display = display
+	valueOpts, display, err := values(s.dir, s.sb.uid, newStateRequest(p, s.r.cfg), &s.sb.undo)
+	if err != nil {
+		return err
 	}
-	var handover *backend.Handover
-	if req.warm != nil {
-		// From the run's etc tmpfs, as the identity files: the
-		// sandbox's mountinfo names no host path.
-		path, err := writeEtc(dir, &sb.undo, launcherName, launcher)
-		if err != nil {
-			return nil, fmt.Errorf("writing the warm launcher: %w", err)
-		}
-		if handover, err = backend.NewHandover(); err != nil {
-			return nil, err
-		}
-		defer func() {
-			if err != nil {
-				handover.Close() // Prepare closes it on its own errors
-			}
-		}()
-		opts = append(opts, spec.WithArgs(req.warm...), spec.WithReadonlyFile(path, LauncherPath))
+	s.launchOpts = append(s.launchOpts, valueOpts...)
+	if argv != nil {
+		s.launchOpts = append(s.launchOpts, spec.WithArgs(argv...))
 	}
-	if sb.spec, err = spec.New(rootfs, opts...); err != nil {
-		return nil, fmt.Errorf("building spec: %w", err)
+	s.sb.display = display
+	return nil
+}
+
+// warmLauncher makes a warm sandbox's program its launcher (warm.go),
+// which says on the handover when it is ready.
+func (s *sandboxSetup) warmLauncher() error {
+	if s.req.warm == nil {
+		return nil
 	}
-	sb.spec.Process.User = specs.User{UID: uid, GID: uid}
+	// From the run's etc tmpfs, as the identity files: the sandbox's
+	// mountinfo names no host path.
+	path, err := writeEtc(s.dir, &s.sb.undo, launcherName, launcher)
+	if err != nil {
+		return fmt.Errorf("writing the warm launcher: %w", err)
+	}
+	if s.handover, err = backend.NewHandover(); err != nil {
+		return err
+	}
+	s.launchOpts = append(s.launchOpts, spec.WithArgs(s.req.warm...), spec.WithReadonlyFile(path, LauncherPath))
+	return nil
+}
+
+// buildSpec composes the sandbox's spec, run as its own uid and gid, and
+// validates it.
+func (s *sandboxSetup) buildSpec() error {
+	p, sb := s.req.plan, s.sb
+	opts := append(SandboxSpec(p, s.traits.CgroupParent+"/"+sb.id, s.r.init, sb.ws.Dir, s.wsSize), s.netOpts...)
+	opts = append(opts, s.idOpts...)
+	if s.traits.Spec != nil {
+		opts = append(opts, s.traits.Spec)
+	}
+	opts = append(opts, s.launchOpts...)
+	opts = append(opts, spec.WithUser(uint32(sb.uid), uint32(sb.uid)))
+	var err error
+	if sb.spec, err = spec.New(s.rootfs, opts...); err != nil {
+		return fmt.Errorf("building spec: %w", err)
+	}
 	if err := spec.Validate(sb.spec); err != nil {
-		return nil, fmt.Errorf("spec refused: %w", err)
+		return fmt.Errorf("spec refused: %w", err)
 	}
+	return nil
+}
 
-	if sb.prep, err = be.Prepare(ctx, &backend.Container{ID: id, Spec: sb.spec, Handover: handover}); err != nil {
-		return nil, err
+// prepare creates the container, up to just before its program's exec;
+// a warm sandbox's returns once its launcher is ready.
+func (s *sandboxSetup) prepare(ctx context.Context) error {
+	sb := s.sb
+	var err error
+	if sb.prep, err = s.be.Prepare(ctx, &backend.Container{ID: sb.id, Spec: sb.spec, Handover: s.handover}); err != nil {
+		return err
 	}
 	sb.undo.Add(sb.prep.Destroy)
-	if handover != nil {
-		if err := handover.Ready(warmReadyWait); err != nil {
-			return nil, &warmError{err}
+	if s.handover != nil {
+		if err := s.handover.Ready(warmReadyWait); err != nil {
+			return &warmError{err}
 		}
 	}
-	return sb, nil
+	return nil
 }
 
 // SandboxSpec is what p's sandbox spec is made of, besides its network

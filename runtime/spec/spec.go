@@ -156,6 +156,19 @@ func WithArgs(argv ...string) SpecOpt {
 	}
 }
 
+// WithUser runs the program as host uid and gid (the sandbox's own,
+// internal/uidpool), with no supplementary groups, in place of UID and
+// GID. Root is refused.
+func WithUser(uid, gid uint32) SpecOpt {
+	return func(s *specs.Spec) error {
+		if uid == 0 || gid == 0 {
+			return fmt.Errorf("user %d:%d: the program may not run as root", uid, gid)
+		}
+		s.Process.User = specs.User{UID: uid, GID: gid}
+		return nil
+	}
+}
+
 // InitPath is where the sandbox's init is mounted: in the sandbox's own
 // /dev tmpfs, so that no image needs a mount point for it.
 const InitPath = "/dev/init"

@@ -102,6 +102,10 @@ func TestOptions(t *testing.T) {
 		{"env", WithEnv(map[string]string{"B": "2", "A": "1"}), func(s *specs.Spec) string {
 			return diff(strings.Join(s.Process.Env, " "), "PATH="+DefaultPath+" HOME=/tmp A=1 B=2")
 		}},
+		{"user", WithUser(100000, 100001), func(s *specs.Spec) string {
+			u := s.Process.User
+			return diff(u.UID, uint32(100000)) + diff(u.GID, uint32(100001)) + diff(len(u.AdditionalGids), 0)
+		}},
 		{"cgroups path", WithCgroupsPath("/agentrun/x"), func(s *specs.Spec) string { return diff(s.Linux.CgroupsPath, "/agentrun/x") }},
 		{"memory", WithMemory(1 << 20), func(s *specs.Spec) string {
 			m := s.Linux.Resources.Memory
@@ -177,6 +181,8 @@ func TestOptionErrors(t *testing.T) {
 		"relative ws":     WithWorkspace("ws"),
 		"relative bind":   WithReadonlyFile("a", "/b"),
 		"relative netns":  WithNetworkNamespace("ns"),
+		"root uid":        WithUser(0, 100000),
+		"root gid":        WithUser(100000, 0),
 	} {
 		if _, err := New("/r", opt); err == nil {
 			t.Errorf("%s: New succeeded; want an error", name)

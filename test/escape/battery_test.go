@@ -180,8 +180,9 @@ func battery(t *testing.T, rt string, pooled, warm bool, allow []string) {
 	var pool *runner.Pool
 	if pooled {
 		pool = r.NewPool(map[string]int{plan.Image: 1})
+		r.UsePool(pool)
 		pool.SetWarm(cfg)
-		if err := pool.Seed(plan); err != nil {
+		if err := pool.Seed(context.Background(), plan); err != nil {
 			t.Fatalf("seeding the pool: %v", err)
 		}
 		for deadline := time.Now().Add(60 * time.Second); pool.Stats().Ready[plan.Image] < 1; time.Sleep(10 * time.Millisecond) {

@@ -135,6 +135,16 @@ func assertStoreEmpty(t testing.TB, dir string) {
 
 func hexOf(digest string) string { return strings.TrimPrefix(digest, "sha256:") }
 
+// mustParseRegistry is image.ParseRegistry of an entry known to be good.
+func mustParseRegistry(t testing.TB, s string) image.Registry {
+	t.Helper()
+	r, err := image.ParseRegistry(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // startDistribution runs Debian's docker-registry (distribution 2.8) on a
 // free loopback port with its storage in a temp dir, and returns its
 // host:port. It is stopped at cleanup. The package's own service and
@@ -224,7 +234,7 @@ func TestPullRegistryPython(t *testing.T) {
 			host := reg.start(t)
 			digest := imagetest.Push(t, host, "agentrun/python", "3", img)
 			cfg := storeConfig(t)
-			cfg.Policy.Registries = []image.Registry{image.MustParseRegistry(host)}
+			cfg.Policy.Registries = []image.Registry{mustParseRegistry(t, host)}
 			for _, ref := range []string{host + "/agentrun/python:3", host + "/agentrun/python@" + digest} {
 				res := runTaskWith(t, cfg, nil, pyTask("print(45)", map[string]any{"image": ref}))
 				if res.Stdout != "45\n" || res.ExitCode != 0 {

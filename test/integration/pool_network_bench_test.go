@@ -34,12 +34,13 @@ func BenchmarkAllowlistRun(b *testing.B) {
 		b.Fatal(err)
 	}
 	pool := pooledR.NewPool(map[string]int{pythonImage: 1})
+	pooledR.UsePool(pool)
 	defer pool.Close()
 	plan, err := task.Load([]byte(pyTask("print(45)", map[string]any{"network": map[string]any{"allow": []string{"internet.test"}}})), cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := pool.Seed(plan); err != nil {
+	if err := pool.Seed(context.Background(), plan); err != nil {
 		b.Fatal(err)
 	}
 	ready := func() { waitReady(b, pool, pythonImage, 1) }

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -192,9 +193,10 @@ func TestPoolAllowlistLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := r.NewPool(map[string]int{pythonImage: 2})
+	r.UsePool(pool)
 	p := &pooled{t: t, cfg: cfg, r: r, pool: pool}
 	taskJSON := netTask(in, allowProbePy, "internet.test")
-	if err := pool.Seed(p.plan(taskJSON)); err != nil {
+	if err := pool.Seed(context.Background(), p.plan(taskJSON)); err != nil {
 		t.Fatal(err)
 	}
 	p.waitReady(2)

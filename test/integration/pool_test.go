@@ -53,6 +53,7 @@ func newPooledCfg(t *testing.T, cfg *config.Config, seedTask string) *pooled {
 		t.Fatal(err)
 	}
 	p := &pooled{t: t, cfg: cfg, r: r, pool: r.NewPool(cfg.Server.PoolSizes())}
+	r.UsePool(p.pool)
 	p.pool.SetWarm(cfg)
 	t.Cleanup(func() {
 		if err := p.pool.Close(); err != nil {
@@ -60,7 +61,7 @@ func newPooledCfg(t *testing.T, cfg *config.Config, seedTask string) *pooled {
 		}
 		assertNoLeaks(t)
 	})
-	if err := p.pool.Seed(p.plan(seedTask)); err != nil {
+	if err := p.pool.Seed(context.Background(), p.plan(seedTask)); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -267,12 +268,12 @@ func TestPoolFollowsTaskShape(t *testing.T) {
 	p.cfg.Network.Services = map[string]config.Service{"api": {URL: "https://api.example.com",
 		Rules: []config.ServiceRule{{Methods: []string{"GET"}, Paths: []string{"/**"}}}}}
 	for _, extra := range []map[string]any{{"network": map[string]any{"services": []string{"api"}}}} {
-		err := p.pool.Seed(p.plan(pyTask("pass", extra)))
+		err := p.pool.Seed(context.Background(), p.plan(pyTask("pass", extra)))
 		if err == nil || !strings.Contains(err.Error(), "never runs from the pool") {
 			t.Errorf("Seed(%v) = %v; want a refusal", extra, err)
 		}
 	}
-	if err := p.pool.Seed(p.plan(pyTask("pass", map[string]any{"image": busyboxImage}))); err == nil {
+	if err := p.pool.Seed(context.Background(), p.plan(pyTask("pass", map[string]any{"image": busyboxImage}))); err == nil {
 		t.Error("Seed of an image the pool does not keep succeeded")
 	}
 }
@@ -288,6 +289,7 @@ func TestPoolSkipsSandboxesOfARemovedImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := r.NewPool(map[string]int{ref: 1})
+	r.UsePool(pool)
 	t.Cleanup(func() {
 		if err := pool.Close(); err != nil {
 			t.Errorf("closing pool: %v", err)
@@ -301,7 +303,7 @@ func TestPoolSkipsSandboxesOfARemovedImage(t *testing.T) {
 		}
 		return p
 	}
-	if err := pool.Seed(plan()); err != nil {
+	if err := pool.Seed(context.Background(), plan()); err != nil {
 		t.Fatal(err)
 	}
 	waitPool := func() {
@@ -506,6 +508,7 @@ func TestPoolFillsInParallel(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := r.NewPool(map[string]int{pythonImage: 2})
+	r.UsePool(pool)
 	t.Cleanup(func() {
 		if err := pool.Close(); err != nil {
 			t.Errorf("closing pool: %v", err)
@@ -516,7 +519,7 @@ func TestPoolFillsInParallel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pool.Seed(plan); err != nil {
+	if err := pool.Seed(context.Background(), plan); err != nil {
 		t.Fatal(err)
 	}
 	want, most := min(2, goruntime.NumCPU()), 0

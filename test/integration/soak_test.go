@@ -222,6 +222,7 @@ func TestSoak(t *testing.T) {
 	// A warm pool serves what it can of the mix (the kinds of the default
 	// shape); it is closed before the host is checked.
 	pool := r.NewPool(map[string]int{cfg.Image: 2})
+	r.UsePool(pool)
 	poolClosed := false
 	defer func() {
 		if !poolClosed {
@@ -232,7 +233,7 @@ func TestSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pool.Seed(seed); err != nil {
+	if err := pool.Seed(context.Background(), seed); err != nil {
 		t.Fatal(err)
 	}
 	// Full before the first run: at the soak's concurrency the runs

@@ -31,6 +31,7 @@ func TestStoreCapNeverRemovesImagesInUse(t *testing.T) {
 	}
 	pooledRef := "oci:" + busyboxLayout() + ":latest"
 	pool := r.NewPool(map[string]int{pooledRef: 1})
+	r.UsePool(pool)
 	t.Cleanup(func() {
 		if err := pool.Close(); err != nil {
 			t.Errorf("closing pool: %v", err)
@@ -45,7 +46,7 @@ func TestStoreCapNeverRemovesImagesInUse(t *testing.T) {
 		}
 		return p
 	}
-	if err := pool.Seed(plan(echo45(pooledRef))); err != nil {
+	if err := pool.Seed(context.Background(), plan(echo45(pooledRef))); err != nil {
 		t.Fatal(err)
 	}
 	waitReady(t, pool, pooledRef, 1)
