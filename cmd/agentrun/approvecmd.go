@@ -16,7 +16,6 @@ import (
 	"github.com/agentrun/agentrun/internal/names"
 	"github.com/agentrun/agentrun/internal/untrusted"
 	"github.com/agentrun/agentrun/internal/worker"
-	"github.com/agentrun/agentrun/proxy"
 )
 
 // approveWait bounds the wait for the holding worker's reply.
@@ -96,16 +95,4 @@ func printReply(stdout, stderr io.Writer, id string, r worker.DecisionReply) int
 	}
 	fmt.Fprintf(stdout, "approval %s of run %s: %s by %s\n", id, untrusted.Text(r.Run), what, untrusted.Text(r.By))
 	return 0
-}
-
-// checkWebhookSecret reads an approvals webhook's secret file, when one is
-// configured, as each send will: root's alone, not empty.
-func checkWebhookSecret(field, file string) error {
-	if file == "" {
-		return nil
-	}
-	if _, err := proxy.ReadSecret(file); err != nil {
-		return fmt.Errorf("%s.webhook_secret_file %s: %w", field, file, err)
-	}
-	return nil
 }
