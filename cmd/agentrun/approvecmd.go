@@ -14,7 +14,6 @@ import (
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/names"
-	"github.com/agentrun/agentrun/internal/secret"
 	"github.com/agentrun/agentrun/internal/untrusted"
 	"github.com/agentrun/agentrun/internal/worker"
 )
@@ -96,16 +95,4 @@ func printReply(stdout, stderr io.Writer, id string, r worker.DecisionReply) int
 	}
 	fmt.Fprintf(stdout, "approval %s of run %s: %s by %s\n", id, untrusted.Text(r.Run), what, untrusted.Text(r.By))
 	return 0
-}
-
-// checkWebhookSecret reads an approvals webhook's secret file, when one is
-// configured, as each send will: root's alone, not empty.
-func checkWebhookSecret(field, file string) error {
-	if file == "" {
-		return nil
-	}
-	if _, err := secret.Read(file); err != nil {
-		return fmt.Errorf("%s.webhook_secret_file %s: %w", field, file, err)
-	}
-	return nil
 }

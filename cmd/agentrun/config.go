@@ -29,3 +29,13 @@ func loadConfig(name string, args []string, stderr io.Writer) (cfg *config.Confi
 	}
 	return cfg, 0
 }
+
+// configPath is the --config of serve's args ("" for the default), which
+// loadConfig has already parsed.
+func configPath(args []string) string {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	p := fs.String("config", "", "")
+	_ = fs.Parse(args)
+	return *p
+}

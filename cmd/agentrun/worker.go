@@ -9,7 +9,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/worker"
 )
 
@@ -30,7 +32,7 @@ func cmdWorker(args []string, stderr io.Writer) int {
 // policy's longest timeout) and empties the warm pool.
 func runWorker(cfg *config.Config, stderr io.Writer) error {
 	logf := func(format string, args ...any) { fmt.Fprintf(stderr, "agentrun worker: "+format+"\n", args...) }
-	if err := checkWebhookSecret("worker.approvals", cfg.Worker.Approvals.WebhookSecretFile); err != nil {
+	if err := approvals.CheckSecret("worker.approvals", cfg.Worker.Approvals.WebhookSecretFile); err != nil {
 		return err
 	}
 	r, closeLog, err := openRunner(cfg, cfg.Audit, logf)
@@ -59,7 +61,7 @@ func runWorker(cfg *config.Config, stderr io.Writer) error {
 		}
 	}()
 	pool.SetWarm(cfg)
-	if _, err := seedPool(stop, cfg, pool, w.Logf); err != nil {
+	if _, err := runapi.SeedPool(stop, cfg, pool, w.Logf); err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "agentrun worker: taking tasks from stream %s (%s), %d slots\n", cfg.Worker.Stream, cfg.Worker.Subject, w.Slots())

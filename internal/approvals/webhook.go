@@ -379,3 +379,16 @@ func redactErr(err error) error {
 	}
 	return &url.Error{Op: ue.Op, URL: Redact(ue.URL), Err: redactErr(ue.Err)}
 }
+
+// CheckSecret reads a webhook's secret file, when one is configured, as
+// each send will: root's alone, not empty. field is the config section
+// it is set in ("server.approvals", "worker.approvals").
+func CheckSecret(field, file string) error {
+	if file == "" {
+		return nil
+	}
+	if _, err := secret.Read(file); err != nil {
+		return fmt.Errorf("%s.webhook_secret_file %s: %w", field, file, err)
+	}
+	return nil
+}

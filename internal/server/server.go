@@ -275,44 +275,15 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cfg := s.cfg.Load() // the whole request is under one config
-	if r.ContentLength > task.MaxTaskBytes {
-		s.metrics.Refused(cfg.Runtime, "")
-		writeRefusal(w, tooLarge(r.ContentLength))
-		return
-	}
 	// The run slot comes first: only requests holding one read their
 	// bodies, so the bodies in memory are at most max_concurrent.
-	adm, err := s.admit(r.Context(), cfg)
+	t, err := s.admit(r.Context(), cfg, r.ContentLength, func() ([]byte, error) { return readBody(w, r) }, true)
 	if err != nil {
-		writeRefusal(w, s.admitRefusal(cfg.Runtime, err))
+		writeRefusal(w, err)
 		return
 	}
-	defer adm.done()
-	data, err := readBody(w, r)
-	if err != nil {
-		writeError(w, statusOf(err), "", err.Error())
-		return
-	}
-	plan, err := s.load(r.Context(), data, cfg)
-	data = nil // the plan holds what is needed
-	if err != nil {
-		s.metrics.Refused(cfg.Runtime, "")
-		writeRefusal(w, taskRefusal(err))
-		return
-	}
-
-	// The cheap refusals first: a kept session that does not exist (or
-	// is busy) takes no quota entry.
-	if err := s.checkSession(plan); err != nil {
-		writeRefusal(w, refusal(err, errkind.Unknown, "session"))
-		return
-	}
-	release, retry, err := s.quotas.acquire(plan.Session)
-	if err != nil {
-		writeRefusal(w, s.quotaRefusal(plan, err, retry))
-		return
-	}
-	defer release()
+	defer t.done()
+	plan, release, adm := t.plan, t.release, t.slot
 
 	// The answer goes out as soon as the result is final. The session's
 	// quota is given back before it, so that the client's next run is not
@@ -470,28 +441,14 @@ func (s *Server) admitRefusal(runtime string, err error) *Refusal {
 // result (Error set when agentrun could not run it), or a *Refusal.
 func (s *Server) RunTask(ctx context.Context, data []byte) (*result.Result, error) {
 	cfg := s.cfg.Load()
-	if len(data) > task.MaxTaskBytes {
-		s.metrics.Refused(cfg.Runtime, "")
-		return nil, tooLarge(int64(len(data)))
-	}
-	plan, err := s.load(ctx, data, cfg)
+	// The task is in memory already: the refusals that cost nothing come
+	// before the wait for a run slot.
+	t, err := s.admit(ctx, cfg, int64(len(data)), func() ([]byte, error) { return data, nil }, false)
 	if err != nil {
-		s.metrics.Refused(cfg.Runtime, "")
-		return nil, taskRefusal(err)
+		return nil, err
 	}
-	if err := s.checkSession(plan); err != nil {
-		return nil, refusal(err, errkind.Unknown, "session")
-	}
-	release, retry, err := s.quotas.acquire(plan.Session)
-	if err != nil {
-		return nil, s.quotaRefusal(plan, err, retry)
-	}
-	defer release()
-	adm, err := s.admit(ctx, cfg)
-	if err != nil {
-		return nil, s.admitRefusal(plan.Runtime, err)
-	}
-	defer adm.done()
+	defer t.done()
+	plan, adm := t.plan, t.slot
 	s.running.Add(1)
 	defer s.running.Add(-1)
 	admitted, pooled := time.Now(), false
@@ -567,10 +524,90 @@ func (a *admission) done() {
 	}
 }
 
-// admit takes a run slot, waiting in the queue when all are taken. It
+// ticket is an admitted task: its plan, its session's quota entry and
+// its hold on a run slot.
+type ticket struct {
+	plan    *task.Plan
+	release func() // gives the quota entry back; again is nothing
+	slot    *admission
+}
+
+// done gives back what t holds: the quota entry, then the slot.
+func (t *ticket) done() {
+	if t.release != nil {
+		t.release()
+	}
+	if t.slot != nil {
+		t.slot.done()
+	}
+}
+
+// admit admits the task that read reads, of size bytes (-1 when not
+// known), for both doors (POST /v1/runs, RunTask), or refuses it with a
+// *Refusal: too large (413), no run slot (503: the queue full, the client
+// gone), a task that does not load (400, 403), its kept session unknown
+// or busy (404, 409), over its session's quota (429); an error of read is
+// its own. The metrics count each refusal but a session's. With
+// slotFirst (a request's body still to be read) the run slot is taken
+// before read; otherwise (a task in memory) after the quota, so that no
+// refusal waits in the queue first. The ticket's done gives back what it
+// holds.
+func (s *Server) admit(ctx context.Context, cfg *config.Config, size int64, read func() ([]byte, error), slotFirst bool) (_ *ticket, err error) {
+	if size > task.MaxTaskBytes {
+		s.metrics.Refused(cfg.Runtime, "")
+		return nil, tooLarge(size)
+	}
+	t := &ticket{}
+	defer func() {
+		if err != nil {
+			t.done()
+		}
+	}()
+	if slotFirst {
+		if t.slot, err = s.slotFor(ctx, cfg, cfg.Runtime); err != nil {
+			return nil, err
+		}
+	}
+	data, err := read()
+	if err != nil {
+		return nil, err
+	}
+	if t.plan, err = s.load(ctx, data, cfg); err != nil {
+		s.metrics.Refused(cfg.Runtime, "")
+		return nil, taskRefusal(err)
+	}
+	// The cheap refusals first: a kept session that does not exist (or
+	// is busy) takes no quota entry.
+	if err := s.checkSession(t.plan); err != nil {
+		return nil, refusal(err, errkind.Unknown, "session")
+	}
+	release, retry, err := s.quotas.acquire(t.plan.Session)
+	if err != nil {
+		return nil, s.quotaRefusal(t.plan, err, retry)
+	}
+	t.release = release
+	if !slotFirst {
+		if t.slot, err = s.slotFor(ctx, cfg, t.plan.Runtime); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// slotFor takes a run slot (takeSlot) for a run of runtime, or is the
+// refusal (admitRefusal) of one that got none.
+func (s *Server) slotFor(ctx context.Context, cfg *config.Config, runtime string) (*admission, error) {
+	adm, err := s.takeSlot(ctx, cfg)
+	if err != nil {
+		return nil, s.admitRefusal(runtime, err)
+	}
+	return adm, nil
+}
+
+// takeSlot takes a run slot, waiting in the queue when all are taken. It
 // fails at once when the queue is full, or when ctx ends while waiting.
 // The slot is freed by the admission's done.
-func (s *Server) admit(ctx context.Context, cfg *config.Config) (*admission, error) {
+func (s *Server) takeSlot(ctx context.Context, cfg *config.Config) (*admission, error) {
 	slots := *s.slots.Load()
 	adm := &admission{slots: slots, teardowns: *s.teardowns.Load(), slot: true}
 	select {

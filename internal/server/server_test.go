@@ -864,3 +864,29 @@ func send(t *testing.T, method, url, ctype, body string, hdr map[string]string) 
 	resp.Body.Close()
 	return resp.StatusCode
 }
+
+// TestAdmitOrders: with every run slot taken and no queue, a task over
+// its session's quota is refused as such (429) by RunTask, whose task is
+// in memory and checked before the wait for a slot, while POST /v1/runs,
+// which reads a body only once it holds a slot, answers 503.
+func TestAdmitOrders(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	cfg := config.Default()
+	cfg.Image = "dir:/nonexistent"
+	cfg.Policy.LocalImages = []string{"/nonexistent"}
+	cfg.Server.MaxConcurrent, cfg.Server.Queue, cfg.Server.Quota.Concurrent = 1, 0, 1
+	s := New(cfg, busyRun(release), nil)
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	go s.RunTask(context.Background(), []byte(`{"code": "x", "session": "s"}`))
+	waitRunning(t, ts.URL, 1)
+
+	_, err := s.RunTask(context.Background(), []byte(`{"code": "x", "session": "s"}`))
+	if ref, ok := err.(*Refusal); !ok || ref.Status != http.StatusTooManyRequests {
+		t.Errorf("RunTask over the quota with the slots taken: %v, want a 429 refusal", err)
+	}
+	if code := send(t, http.MethodPost, ts.URL+"/v1/runs", "application/json", `{"code": "x", "session": "s"}`, nil); code != http.StatusServiceUnavailable {
+		t.Errorf("POST /v1/runs over the quota with the slots taken: %d, want 503", code)
+	}
+}
