@@ -1231,6 +1231,7 @@ export interface operations {
             403: components["responses"]["CrossSite"];
             404: components["responses"]["NoSuchSession"];
             409: components["responses"]["SessionBusy"];
+            421: components["responses"]["MisdirectedHost"];
             429: components["responses"]["TooManyGuesses"];
             500: components["responses"]["HostError"];
             /** @description The copies would pass `sessions.max`, or the store has no room for them. */
