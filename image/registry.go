@@ -16,7 +16,6 @@ import (
 
 	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/names"
-	"github.com/agentrun/agentrun/internal/hostaddr"
 	"github.com/agentrun/agentrun/internal/netpolicy"
 )
 
@@ -28,19 +27,25 @@ import (
 // actually dialled: a host that is not listed must be at a globally
 // routable address, never at a loopback, private, link-local (cloud
 // metadata), CGNAT, unique-local or otherwise reserved one
-// (netpolicy.CheckAddr), nor one of the host's own (hostaddr: its public
-// address too).
+// (netpolicy.CheckAddr), nor one of the host's own (NewRegistries' own:
+// its public address too).
 // A listed host may be anywhere: listing it is the operator's say-so.
 // Such pulls never use the environment's HTTP proxy, which would dial in
 // their place.
 type Registries struct {
 	hosts map[string]bool // name.Registry.RegistryStr() forms: "host" or "host:port"
+	own   func(netip.Addr) (bool, error)
 }
 
 // NewRegistries lists registry hosts, each checked as it was read
 // (ParseRegistry). A host without a port is listed on ports 443 and 80.
-func NewRegistries(entries []Registry) *Registries {
-	r := &Registries{hosts: map[string]bool{}}
+// own says whether an address is the host's own (hostaddr.Own; an error
+// refuses), which an unlisted host's never is.
+func NewRegistries(entries []Registry, own func(netip.Addr) (bool, error)) *Registries {
+	if own == nil {
+		own = func(netip.Addr) (bool, error) { return false, errors.New("no check of the host's own addresses") }
+	}
+	r := &Registries{hosts: map[string]bool{}, own: own}
 	for _, e := range entries {
 		r.hosts[e.key] = true
 	}
@@ -159,7 +164,7 @@ func (r *Registries) dialer(registry string) func(ctx context.Context, network, 
 		var errs []error
 		for _, ip := range ips {
 			if !listed {
-				if err := (netpolicy.Dest{Own: hostaddr.Own}).Check(netip.AddrPortFrom(ip, uint16(port))); err != nil {
+				if err := (netpolicy.Dest{Own: r.own}).Check(netip.AddrPortFrom(ip, uint16(port))); err != nil {
 					errs = append(errs, fmt.Errorf("dialing %s (%s): %w", addr, ip, &PolicyError{Registry: registry, AtConnect: true}))
 					continue
 				}

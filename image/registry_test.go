@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentrun/agentrun/image/imagetest"
 	"github.com/agentrun/agentrun/internal/errkind"
+	"github.com/agentrun/agentrun/internal/hostaddr"
 	"github.com/agentrun/agentrun/test/testenv"
 )
 
@@ -68,7 +69,7 @@ func registries(t *testing.T, hosts ...string) *Registries {
 		}
 		entries = append(entries, e)
 	}
-	return NewRegistries(entries)
+	return NewRegistries(entries, hostaddr.Own)
 }
 
 // A task's reference to a host service (a loopback port here) that the

@@ -37,9 +37,9 @@ func TestDoorsImportNoRuntime(t *testing.T) {
 // The doors and this package build without the proxy and the namespaces:
 // they share the network policy's types (approvals, decisions, reports)
 // through internal/netpolicy, and serve is handed the proxy's test of a
-// sandbox's connection as a function value. (internal/hostaddr's netlink
-// still comes through the image store, which checks a registry's
-// addresses with it.)
+// sandbox's connection as a function value; the image store is handed
+// internal/hostaddr's check of the host's addresses by the runner, so no
+// door links netlink either.
 func TestDoorsImportNoProxy(t *testing.T) {
 	out, err := exec.Command("go", "list", "-tags", "seccomp,runc_nocriu", "-deps",
 		".", "../server", "../worker", "../mcpserver", "../approvals").CombinedOutput()
@@ -49,6 +49,7 @@ func TestDoorsImportNoProxy(t *testing.T) {
 	banned := []string{
 		"github.com/agentrun/agentrun/proxy",
 		"github.com/agentrun/agentrun/netns",
+		"github.com/vishvananda/netlink",
 	}
 	for _, dep := range strings.Fields(string(out)) {
 		for _, b := range banned {

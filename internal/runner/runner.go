@@ -16,6 +16,7 @@ import (
 	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/cleanup"
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/hostaddr"
 	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
@@ -79,7 +80,7 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 		return nil, err
 	}
 	r.store.MaxTotal = cfg.StoreMax.Bytes()
-	r.regs = image.NewRegistries(cfg.Policy.Registries)
+	r.regs = image.NewRegistries(cfg.Policy.Registries, hostaddr.Own)
 	r.own = map[string]bool{cfg.Image: true}
 	for ref := range cfg.Server.Pool {
 		r.own[ref] = true
