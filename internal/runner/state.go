@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"unicode/utf8"
 
 	"github.com/agentrun/agentrun/internal/cleanup"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/task"
+	"github.com/agentrun/agentrun/internal/untrusted"
 	"github.com/agentrun/agentrun/runtime/spec"
 )
 
@@ -127,17 +127,6 @@ func readState(display string) *result.State {
 	return st
 }
 
-// text is s cut to maxStateText bytes of valid UTF-8.
-func text(s string) string {
-	if !utf8.ValidString(s) {
-		s = string([]rune(s))
-	}
-	if len(s) <= maxStateText {
-		return s
-	}
-	cut := maxStateText
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
+// text is the program's s as the result shows it: escaped, cut past
+// maxStateText bytes.
+func text(s string) string { return untrusted.Cut(untrusted.Text(s), maxStateText) }

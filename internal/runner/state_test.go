@@ -1,7 +1,11 @@
 package runner
 
 import (
+	"encoding/json"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -18,5 +22,61 @@ func TestStateModule(t *testing.T) {
 	out, err := exec.Command(py, "testdata/state_check.py", "state.py").CombinedOutput()
 	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "ok") {
 		t.Fatalf("state_check.py: %v\n%s", err, out)
+	}
+}
+
+// TestReadStateBounded: the launcher's report is the program's words:
+// agentrun keeps at most maxStateNames names, each text escaped and cut,
+// and a report past maxStateReport, not JSON, or not a regular file reads
+// as a state not saved.
+func TestReadStateBounded(t *testing.T) {
+	dir := t.TempDir()
+	report := filepath.Join(dir, stateReportFile)
+	write := func(v any) {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(report, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var kept []string
+	dropped := map[string]string{}
+	for i := range 2 * maxStateNames {
+		kept = append(kept, fmt.Sprintf("n%d", i))
+		dropped[fmt.Sprintf("d%d", i)] = "x"
+	}
+	long := "\x1b[31mred\u202e" + strings.Repeat("y", 4*maxStateText)
+	dropped[long] = long
+	write(map[string]any{"kept": kept, "dropped": dropped, "bytes": 7, "saved": true, "reason": long})
+	st := readState(dir)
+	if len(st.Kept) != maxStateNames || len(st.Dropped) != maxStateNames || !st.Saved || st.Bytes != 7 {
+		t.Errorf("kept %d, dropped %d, saved %v, bytes %d; want %d names each", len(st.Kept), len(st.Dropped), st.Saved, st.Bytes, maxStateNames)
+	}
+	if strings.ContainsAny(st.Reason, "\x1b\u202e") || len(st.Reason) > maxStateText+200 || !strings.Contains(st.Reason, `\x1b`) {
+		t.Errorf("reason not escaped and cut: %q", st.Reason)
+	}
+
+	for name, data := range map[string][]byte{
+		"not JSON":  []byte("{kept"),
+		"too large": append([]byte(`{"kept": ["`), make([]byte, maxStateReport)...),
+		"negative":  []byte(`{"bytes": -1, "saved": true}`),
+	} {
+		if err := os.WriteFile(report, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if st := readState(dir); st.Saved || st.Reason == "" {
+			t.Errorf("%s: %+v; want not saved, with a reason", name, st)
+		}
+	}
+	os.Remove(report)
+	target := filepath.Join(dir, "elsewhere")
+	os.WriteFile(target, []byte(`{"kept": [], "dropped": {}, "bytes": 1, "saved": true}`), 0o600)
+	if err := os.Symlink(target, report); err != nil {
+		t.Fatal(err)
+	}
+	if st := readState(dir); st.Saved {
+		t.Errorf("a report through a symlink was read: %+v", st)
 	}
 }
