@@ -7,7 +7,8 @@
 #
 # and runs FILE as __main__ the way `python3 FILE` runs it (argv,
 # sys.path[0], __file__, tracebacks, exit status); a warm run's launcher
-# (warm.py) executes this file's source for start() and program().
+# (warm.py) executes this file's source for as_main(), start(), program()
+# and the interpreter's end (end, exit_status, report).
 #
 # start() sets the run up: a display(obj) builtin, matplotlib's Agg
 # backend (MPLBACKEND, unless set), a hook on matplotlib.pyplot's show
@@ -534,15 +535,19 @@ def report(e, finish):
     finish(1, interrupted)
 
 
-def _main():
-    """Runs sys.argv[1] as `python3 FILE` runs it."""
-    path = sys.argv[1]
-    del sys.argv[0]
+def as_main(argv, launcher, extra):
+    """Makes argv[0] the program as `python3 FILE ARG...` makes it:
+    sys.argv is argv, sys.path[0] the file's directory, sys.orig_argv
+    without launcher's file and its extra arguments, and a new __main__
+    module for the file; returns the file's source, its path and the
+    module's namespace. This launcher's and warm.py's."""
+    path = argv[0]
+    sys.argv[:] = argv
     sys.path[0] = os.path.dirname(os.path.realpath(path))
     orig = getattr(sys, "orig_argv", None)
-    if orig is not None and __file__ in orig:
-        i = orig.index(__file__)
-        sys.orig_argv = orig[:i] + orig[i + 1:]
+    if orig is not None and launcher in orig:
+        i = orig.index(launcher)
+        sys.orig_argv = orig[:i] + orig[i + 1 + extra:]
     own = sys.modules["__main__"]
     main = type(sys)("__main__")
     main.__loader__ = type(own.__loader__)("__main__", path)
@@ -638,7 +643,7 @@ def _cold_end(status, interrupted):
 
 
 if __name__ == "__main__":
-    _source, _path, _globals = _main()
+    _source, _path, _globals = as_main(sys.argv[1:], __file__, 0)
     start()
     _state = state_begin(_globals)
     _error = None

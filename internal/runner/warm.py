@@ -14,7 +14,8 @@
 # interpreter's own start does not: the task sees sys.modules as a cold
 # run's, plus the preloaded modules. It reads a SystemExit, reports an
 # uncaught exception and ends the interpreter as CPython's own C code does
-# (_exit_status, _report, _exit), without the teardown of every module.
+# (run.py's exit_status, report and end), without the teardown of every
+# module.
 # One thing it cannot see: sys.exit(VALUE) hands the interpreter VALUE
 # itself, which an except clause (this launcher's, or any the exception
 # passes through in a cold run) gets as SystemExit(VALUE) made from it, so
@@ -74,44 +75,28 @@ def _prepare():
     if os.read(fd, 1) != b"":
         os._exit(1)
     os.close(fd)
-
-    path = argv[0]
-    sys.argv[:] = argv
-    sys.path[0] = os.path.dirname(os.path.realpath(path))
-    orig = getattr(sys, "orig_argv", None)
-    if orig is not None:
-        i = orig.index(__file__) if __file__ in orig else -1
-        if i >= 0:
-            sys.orig_argv = orig[:i] + orig[i + 3:]
-    own = sys.modules["__main__"]
-    main = type(sys)("__main__")
-    main.__loader__ = type(own.__loader__)("__main__", path)
-    main.__annotations__ = {}
-    main.__builtins__ = own.__builtins__
-    main.__file__ = path
-    main.__cached__ = None
-    sys.modules["__main__"] = main
-    with open(path, "rb") as f:
-        source = f.read()
-    return source, path, main.__dict__
+    return argv
 
 
 VALUES = "/dev/agentrun-run.py"
 
 
 def _values():
-    """The run launcher's namespace (run.py), started: its program() makes
-    the code's last expression show its value."""
+    """The run launcher's namespace (run.py): as_main() makes the task's
+    file __main__, start() sets the run up, program() makes the code's last
+    expression show its value."""
     ns = {"__name__": "agentrun_run", "__file__": VALUES}
     with open(VALUES, "rb") as f:
         exec(compile(f.read(), VALUES, "exec"), ns)
-    ns["start"]()
     return ns
 
 
 # The interpreter's own ending, in run.py (end, exit_status, report).
-_source, _path, _globals = _prepare()
+_argv = _prepare()
 _run = _values()
+# This launcher's file and its two arguments (FD, PRELOAD) are not the task's.
+_source, _path, _globals = _run["as_main"](_argv, __file__, 2)
+_run["start"]()
 _run["launchers"].append(globals())
 _program, _end, _exit_status, _report = _run["program"], _run["end"], _run["exit_status"], _run["report"]
 _error = None
