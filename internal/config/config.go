@@ -267,8 +267,12 @@ type Config struct {
 	Policy    Policy              `json:"policy"`
 	Languages map[string][]string `json:"languages"` // language -> argv; "{file}" is replaced by the code file's path
 	Network   Network             `json:"network"`
-	Runsc     Runsc               `json:"runsc"`
-	Init      string              `json:"init"` // the sandbox's init: a static binary (tini-static)
+	// Tools are the MCP tool servers a task may name (spec §13), and
+	// ToolLimits the bounds of a run's calls to them.
+	Tools      Tools      `json:"tools"`
+	ToolLimits ToolLimits `json:"tool_limits"`
+	Runsc      Runsc      `json:"runsc"`
+	Init       string     `json:"init"` // the sandbox's init: a static binary (tini-static)
 	// SeccompHelper is agentrun-seccomp, which loads a libcontainer
 	// sandbox's seccomp filter compiled once per process instead of in
 	// each container's init; "" looks beside the agentrun binary, then in

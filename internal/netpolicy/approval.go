@@ -29,13 +29,35 @@ type Approval struct {
 	// BodyCut is set when the body is longer than the excerpt, which
 	// then holds its first BodyExcerptBytes only.
 	BodyCut bool `json:"body_cut,omitempty"`
+
+	// Kind is "" for a held HTTP request and KindTool for a held tool
+	// call (spec §13): then Service is the tool server's name, Tool the
+	// tool's name and Arguments the call's arguments as JSON, both the
+	// program's bytes escaped as above and whole (a call whose arguments
+	// are longer than MaxArgumentsShown is refused before anyone is
+	// asked); Method, URL and BodyExcerpt are empty.
+	Kind      string `json:"kind,omitempty"`
+	Tool      string `json:"tool,omitempty"`
+	Arguments string `json:"arguments,omitempty"`
 }
+
+// KindTool is the Kind of a held tool call.
+const KindTool = "tool"
+
+// MaxArgumentsShown is the longest escaped arguments of a held tool call
+// shown to a human; a longer call is refused before asking.
+const MaxArgumentsShown = 4096
 
 // Describe is the held request for a human, in lines that each end in a
 // newline, the program's words labelled as its own: which service it asks
 // to send to, then the method and URL, then the body (its start when
 // BodyCut). Every channel that asks a human shows this text.
 func (a Approval) Describe() string {
+	if a.Kind == KindTool {
+		return "the sandboxed program asks to call tool " + a.Tool + " of tool server " + a.Service +
+			" (as the program wrote it, escaped: \\n, \\x1b, \\u202e stand for its own bytes):\n" +
+			"  arguments: " + a.Arguments + "\n"
+	}
 	body := "  body: none\n"
 	switch {
 	case a.BodyCut:

@@ -55,6 +55,9 @@ type Result struct {
 	// State is what a run with keep_state left of its globals for the
 	// next run (its launcher's own report: the program's words).
 	State *State `json:"state,omitempty"`
+	// Tools are the run's calls to tool servers (spec §13); nil when the
+	// task names none.
+	Tools *Tools `json:"tools,omitempty"`
 	Error string `json:"error"`
 	// Err is the error behind Error, for callers in the same process
 	// (errors.Is, errors.As); it is never encoded.
@@ -165,4 +168,28 @@ func raw(s, b64 string) []byte {
 type Collect struct {
 	Unmatched []string `json:"unmatched"`
 	Cut       string   `json:"cut,omitempty"`
+}
+
+// Tools is what a run's program asked of its tool servers.
+type Tools struct {
+	Calls []ToolCall `json:"calls"`
+	// Dropped counts calls past the record's bound, not listed.
+	Dropped int `json:"dropped,omitempty"`
+}
+
+// ToolCall is one call the program made through the broker: never its
+// arguments or result, only the SHA-256 of the arguments as sent.
+type ToolCall struct {
+	Server string `json:"server"`
+	Tool   string `json:"tool"` // escaped as the program's words (untrusted.Text), cut
+	// Allowed: a rule allowed it and, if held, a human approved it.
+	Allowed bool `json:"allowed"`
+	// Reason says why a call was refused or failed (a rule, a bound, a
+	// denial, the server's failure); "" for a call that was answered.
+	Reason          string `json:"reason,omitempty"`
+	Approval        string `json:"approval,omitempty"` // id of the held call's approval
+	By              string `json:"by,omitempty"`       // who decided a held call
+	DurationMS      int64  `json:"duration_ms"`
+	IsError         bool   `json:"is_error"` // the server answered with isError
+	ArgumentsSHA256 string `json:"arguments_sha256"`
 }

@@ -66,3 +66,29 @@ func checkServices(names []string, cfg *config.Config) ([]string, error) {
 	}
 	return out, nil
 }
+
+// checkTools checks tools: names of the config's tool servers,
+// deduplicated. Tools are reached through agentrun's broker, not the
+// network, so a policy without network still allows them.
+func checkTools(names []string, cfg *config.Config) ([]string, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	if len(names) > config.MaxTools {
+		return nil, errorf("tools", "%d entries, more than the maximum %d", len(names), config.MaxTools)
+	}
+	var out []string
+	for i, n := range names {
+		if _, ok := cfg.Tools[n]; !ok {
+			known := slices.Sorted(maps.Keys(cfg.Tools))
+			if len(known) == 0 {
+				return nil, &Error{Field: fmt.Sprintf("tools[%d]", i), Reason: fmt.Sprintf("%q: the config declares no tools", n), Err: errkind.ErrPolicy}
+			}
+			return nil, &Error{Field: fmt.Sprintf("tools[%d]", i), Reason: fmt.Sprintf("%q is not a tool server of the config (known: %s)", n, strings.Join(known, ", ")), Err: errkind.ErrPolicy}
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}

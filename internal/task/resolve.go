@@ -124,6 +124,9 @@ func (t *Task) Resolve(cfg *config.Config) (*Plan, error) {
 	if p.Services, err = checkServices(t.Network.Services, cfg); err != nil {
 		return nil, err
 	}
+	if p.Tools, err = checkTools(t.Tools, cfg); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 

@@ -47,7 +47,10 @@ type Task struct {
 	Env        map[string]string `json:"env"`
 	Limits     config.Limits     `json:"limits"`
 	Network    Network           `json:"network"`
-	Runtime    string            `json:"runtime"`
+	// Tools names tool servers of the config's "tools" whose calls the
+	// program may make through the broker (spec §13).
+	Tools   []string `json:"tools"`
+	Runtime string   `json:"runtime"`
 }
 
 // Limits are resolved, typed limits: sizes in bytes.
@@ -81,6 +84,7 @@ type Plan struct {
 	Limits   Limits
 	Allow    []string // network allowlist: "name", "*.suffix", optional ":port"; lowercased, deduplicated
 	Services []string // names of the config's network.services the run may reach; deduplicated
+	Tools    []string // names of the config's tools the run may call; deduplicated
 	TaskHash string   // "sha256:" + hex of the raw task bytes; set by Load
 }
 
