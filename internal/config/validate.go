@@ -44,6 +44,9 @@ func (c *Config) Validate() error {
 	if err := c.Network.validate(); err != nil {
 		return err
 	}
+	if err := c.validateTools(); err != nil {
+		return err
+	}
 	if err := c.Runsc.validate(c.Runtime); err != nil {
 		return err
 	}

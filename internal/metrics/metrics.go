@@ -83,6 +83,7 @@ type Metrics struct {
 	runs, egress, quotas *counters
 	runTime, setupTime   *histograms
 	decided              *counters
+	toolCalls            *counters
 	timedOut             atomic.Uint64
 	guessesRefused       atomic.Uint64
 }
@@ -102,6 +103,7 @@ func New(g Gauges) *Metrics {
 		runTime:   newHistograms("agentrun_run_duration_seconds", "Time from a run's admission to its result."),
 		setupTime: newHistograms("agentrun_setup_seconds", "Time to a run's sandbox being ready: from the pool, or set up cold."),
 		decided:   newCounters("agentrun_approvals_decided_total", "Requests held for approval that an operator decided, by channel and outcome."),
+		toolCalls: newCounters("agentrun_tool_calls_total", "Calls of the runs' programs to tool servers, by server, tool and outcome (answered, refused, failed)."),
 	}
 	for _, c := range []string{ChannelAPI, ChannelPage} {
 		for _, o := range []string{"approved", "denied"} {
@@ -182,6 +184,26 @@ func (m *Metrics) ApprovalDecided(channel string, approved bool) {
 	m.decided.add(labels("channel", channel, "outcome", outcome), 1)
 }
 
+// MaxToolSeries bounds the series of agentrun_tool_calls_total: a
+// program names the tools it calls, so past this many the tool label of
+// a new series is "other".
+const MaxToolSeries = 1000
+
+// ToolCalled counts a run's call to a tool server: server is "-" for a
+// name the run does not have, tool "-" for a call no rule allowed (both
+// the program's words), outcome the broker's.
+func (m *Metrics) ToolCalled(server, tool, outcome string) {
+	l := labels("outcome", outcome, "server", server, "tool", tool)
+	m.toolCalls.mu.Lock()
+	_, seen := m.toolCalls.series[l]
+	full := len(m.toolCalls.series) >= MaxToolSeries
+	m.toolCalls.mu.Unlock()
+	if !seen && full {
+		l = labels("outcome", outcome, "server", server, "tool", "other")
+	}
+	m.toolCalls.add(l, 1)
+}
+
 // ApprovalTimedOut counts a held request that no one decided in time.
 func (m *Metrics) ApprovalTimedOut() { m.timedOut.Add(1) }
 
@@ -223,6 +245,7 @@ func (m *Metrics) WritePrometheus(w io.Writer) {
 		single(&b, "agentrun_approvals_held", "gauge", "Requests held for approval on the server now.", float64(m.gauges.Held()))
 	}
 	m.decided.write(&b)
+	m.toolCalls.write(&b)
 	single(&b, "agentrun_approvals_timed_out_total", "counter", "Held requests denied at the approval timeout, no one having decided.", float64(m.timedOut.Load()))
 	single(&b, "agentrun_token_guesses_refused_total", "counter", "Requests carrying server.token refused without comparing it, their source having got it wrong too often.", float64(m.guessesRefused.Load()))
 	writeRuntime(&b, m.started)

@@ -3,7 +3,13 @@ package netpolicy
 import (
 	"context"
 	"fmt"
+	"time"
 )
+
+// DefaultApprovalTimeout is how long a held request or tool call waits
+// for a decision when the config does not say (network.approval_timeout's
+// default; the proxy's own DefaultApprovalTimeout is the same).
+const DefaultApprovalTimeout = 60 * time.Second
 
 // BodyExcerptBytes is how much of a held request's body the approver
 // sees.

@@ -6,14 +6,22 @@
 // cgroup of its own, with the config's environment alone) or to a
 // streamable-HTTP server, bounds it, and records it (never its arguments
 // or result: their SHA-256).
+//
+// Every refusal and failure of a call is an answer to that call (HTTP
+// 4xx/5xx with {"error": "..."}); none ends the run.
 package toolbroker
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/metrics"
 	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/result"
 )
@@ -68,43 +76,265 @@ type Options struct {
 	// ask"). ApprovalTimeout bounds the wait (0: netpolicy's default).
 	Approve         netpolicy.ApproveFunc
 	ApprovalTimeout time.Duration
-	// CgroupParent is where each stdio server's cgroup is made.
+	// CgroupParent is where each stdio server's cgroup is made; "" makes
+	// none (a test's unprivileged servers: then only the process group is
+	// killed at Close).
 	CgroupParent string
 	// Shared holds the servers marked Shared, kept between runs; nil
 	// starts every server for this run alone.
 	Shared *Shared
+	// Metrics, if not nil, counts the calls by server, tool and outcome.
+	Metrics *metrics.Metrics
 	// Logf logs host-side failures (never arguments or results).
 	Logf func(format string, args ...any)
 }
 
-// Broker is one run's tool broker.
+// Bounds of a run's broker beyond Limits.
+const (
+	// MaxRecords is how many calls a run's record lists; Dropped counts
+	// the rest.
+	MaxRecords = 1000
+	// MaxListedTools is how many tools GET /v1/tools lists of one server,
+	// and MaxListBytes the most JSON it keeps of a server's list.
+	MaxListedTools = 1000
+	MaxListBytes   = 4 << 20
+	// maxToolName is how much of a tool's escaped name a record keeps.
+	maxToolName = 256
+	// closeWait bounds Close's wait for calls in flight to end once
+	// cancelled.
+	closeWait = 10 * time.Second
+)
+
+// Broker is one run's tool broker. It is safe for concurrent use.
 type Broker struct {
-	opts Options
+	opts    Options
+	limits  Limits
+	servers map[string]*runServer
+	order   []string // the servers' names, in Options' order
+	sem     chan struct{}
+
+	ctx    context.Context // ends at Close: every call in flight with it
+	cancel context.CancelFunc
+	calls  sync.WaitGroup
+
+	mu      sync.Mutex
+	closed  bool
+	made    int // calls counted against Limits.Calls
+	records []result.ToolCall
+	dropped int
+}
+
+// runServer is one server as this run sees it: its connection (its own,
+// or the Shared one) and its list, made once for the run.
+type runServer struct {
+	srv  Server
+	conn *conn
+	own  bool // the run's own: Close stops it
+
+	listOnce sync.Once
+	tools    []listedTool
+	listErr  error
 }
 
 // New makes the broker of one run; it starts nothing (a stdio server
 // starts at the run's first call to it, or at Start).
 func New(opts Options) (*Broker, error) {
-	return nil, errors.New("toolbroker: not built yet")
+	l, err := checkLimits(opts.Limits)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	b := &Broker{opts: opts, limits: l, servers: map[string]*runServer{}, sem: make(chan struct{}, l.Concurrent),
+		records: []result.ToolCall{}}
+	for _, s := range opts.Servers {
+		if err := checkServer(s); err != nil {
+			return nil, fmt.Errorf("tool server %q: %w", s.Name, err)
+		}
+		if _, dup := b.servers[s.Name]; dup {
+			return nil, fmt.Errorf("tool server %q: named twice", s.Name)
+		}
+		rs := &runServer{srv: s}
+		if s.Shared && len(s.Command) > 0 && opts.Shared != nil {
+			rs.conn = opts.Shared.conn(s, opts.CgroupParent, l, opts.Logf)
+		} else {
+			rs.conn, rs.own = newConn(s, cgroupPath(opts.CgroupParent, opts.Run, s.Name), l, opts.Logf), true
+		}
+		b.servers[s.Name] = rs
+		b.order = append(b.order, s.Name)
+	}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	return b, nil
+}
+
+// checkLimits refuses limits of zero or less: the caller passes
+// LimitsFromConfig's.
+func checkLimits(l Limits) (Limits, error) {
+	if l.Calls <= 0 || l.Concurrent <= 0 || l.ArgumentBytes <= 0 || l.ResultBytes <= 0 || l.CallTimeout <= 0 {
+		return l, fmt.Errorf("tool limits %+v: every bound must be above zero (LimitsFromConfig)", l)
+	}
+	return l, nil
+}
+
+// checkServer checks what the config's validation has: exactly one of
+// Command and URL, and never root for a stdio server.
+func checkServer(s Server) error {
+	switch {
+	case (len(s.Command) > 0) == (s.URL != ""):
+		return errors.New("want exactly one of command and url")
+	case len(s.Command) > 0 && (s.UID == 0 || s.GID == 0):
+		return errors.New("a stdio tool server never runs as root (uid or gid 0)")
+	}
+	return nil
 }
 
 // Start starts the run's stdio servers ahead of its first call (for a
-// pooled sandbox's run).
-func (b *Broker) Start(ctx context.Context) error { return errors.New("toolbroker: not built yet") }
+// pooled sandbox's run). It returns the first failure; a failed server
+// stays failed for the run.
+func (b *Broker) Start(ctx context.Context) error {
+	var errs []error
+	for _, name := range b.order {
+		rs := b.servers[name]
+		if len(rs.srv.Command) == 0 {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, b.limits.CallTimeout)
+		_, err := rs.conn.session(sctx)
+		cancel()
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // Handler serves the sandbox's requests: GET /v1/tools, POST /v1/call.
-func (b *Broker) Handler() http.Handler { return http.NotFoundHandler() }
+func (b *Broker) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/tools", b.serveTools)
+	mux.HandleFunc("POST /v1/call", b.serveCall)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not an endpoint of the tool broker: GET /v1/tools, POST /v1/call")
+	})
+	return mux
+}
 
 // Report is the run's calls so far.
-func (b *Broker) Report() *result.Tools { return &result.Tools{Calls: []result.ToolCall{}} }
+func (b *Broker) Report() *result.Tools {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return &result.Tools{Calls: append([]result.ToolCall{}, b.records...), Dropped: b.dropped}
+}
+
+// record adds a call to the run's record, within MaxRecords, and counts
+// it in the metrics.
+func (b *Broker) record(c result.ToolCall, outcome, toolLabel string) {
+	b.mu.Lock()
+	if len(b.records) < MaxRecords {
+		b.records = append(b.records, c)
+	} else {
+		b.dropped++
+	}
+	b.mu.Unlock()
+	if b.opts.Metrics != nil {
+		server := "-"
+		if _, ok := b.servers[c.Server]; ok {
+			server = c.Server
+		}
+		b.opts.Metrics.ToolCalled(server, toolLabel, outcome)
+	}
+}
 
 // Close stops the run's servers (every process of their cgroups) and
-// waits for calls in flight to end.
-func (b *Broker) Close() error { return nil }
+// waits for calls in flight to end: they are cancelled first, and the
+// wait is bounded.
+func (b *Broker) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	b.mu.Unlock()
+	b.cancel()
+	done := make(chan struct{})
+	go func() { b.calls.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(closeWait):
+		b.opts.Logf("toolbroker: run %s: calls still in flight %s after Close cancelled them", b.opts.Run, closeWait)
+	}
+	var errs []error
+	for _, name := range b.order {
+		if rs := b.servers[name]; rs.own {
+			if err := rs.conn.close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// newID is a fresh approval id, as the proxy makes them.
+func newID() string {
+	var idb [8]byte
+	rand.Read(idb[:])
+	return "ap-" + hex.EncodeToString(idb[:])
+}
 
 // Shared keeps the servers marked Shared between runs, for a runner's
-// lifetime.
-type Shared struct{}
+// lifetime. Its zero value is ready to use. A shared server sees every
+// run's calls (and what they leave in it): mark only servers that keep
+// nothing of one call for the next.
+type Shared struct {
+	mu     sync.Mutex
+	closed bool
+	conns  map[string]*conn // by sharedKey
+}
+
+// conn is the shared connection to s, made at first use (or again when
+// the last one failed to start or its config changed).
+func (sh *Shared) conn(s Server, parent string, l Limits, logf func(string, ...any)) *conn {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	key := sharedKey(s, l)
+	if c := sh.conns[key]; c != nil && !c.failed() && !sh.closed {
+		return c
+	}
+	if sh.conns == nil {
+		sh.conns = map[string]*conn{}
+	}
+	c := newConn(s, cgroupPath(parent, "shared", s.Name), l, logf)
+	if sh.closed {
+		c.fail(errors.New("the shared tool servers are stopped"))
+		return c
+	}
+	if old := sh.conns[key]; old != nil {
+		go old.close()
+	}
+	sh.conns[key] = c
+	return c
+}
+
+// sharedKey identifies a shared server by its whole config and the bound
+// of its frames, so that a changed config starts a new one.
+func sharedKey(s Server, l Limits) string {
+	return fmt.Sprintf("%#v|%d|%d", s, l.ResultBytes, l.CallTimeout)
+}
 
 // Close stops every shared server.
-func (s *Shared) Close() error { return nil }
+func (sh *Shared) Close() error {
+	sh.mu.Lock()
+	sh.closed = true
+	conns := sh.conns
+	sh.conns = nil
+	sh.mu.Unlock()
+	var errs []error
+	for _, c := range conns {
+		if err := c.close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

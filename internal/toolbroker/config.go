@@ -1,0 +1,93 @@
+package toolbroker
+
+import (
+	"fmt"
+	"os/user"
+	"sort"
+	"strconv"
+
+	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/netpolicy"
+)
+
+// ServersFromConfig is the servers of cfg's "tools" that names (a task's
+// tools) name, in that order. A user name is resolved through the host's
+// passwd now; "" is 65534:65534; root is refused.
+func ServersFromConfig(cfg *config.Config, names []string) ([]Server, error) {
+	out := make([]Server, 0, len(names))
+	for _, name := range names {
+		ts, ok := cfg.Tools[name]
+		if !ok {
+			return nil, fmt.Errorf("tools: %q is not a tool server of the config", name)
+		}
+		s, err := serverFromConfig(name, ts)
+		if err != nil {
+			return nil, fmt.Errorf("tools[%q]: %w", name, err)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// serverFromConfig is the broker's form of tools[name].
+func serverFromConfig(name string, ts config.ToolServer) (Server, error) {
+	s := Server{Name: name, Command: ts.Command, Shared: ts.Shared, URL: ts.URL}
+	for _, k := range sortedKeys(ts.Env) {
+		v := ts.Env[k]
+		s.Env = append(s.Env, EnvVar{Name: k, Value: v.Value, Prefix: v.Prefix, File: v.File})
+	}
+	for _, h := range sortedKeys(ts.Headers) {
+		s.Headers = append(s.Headers, netpolicy.Inject{Header: h, Prefix: ts.Headers[h].Prefix, File: ts.Headers[h].File})
+	}
+	for _, r := range ts.Rules {
+		s.Rules = append(s.Rules, Rule{Tools: r.Tools, Approve: r.Approve})
+	}
+	if len(ts.Command) > 0 {
+		uid, gid, err := resolveUser(ts.User)
+		if err != nil {
+			return Server{}, fmt.Errorf("user: %w", err)
+		}
+		s.UID, s.GID = uid, gid
+	}
+	return s, nil
+}
+
+// resolveUser is the ids of a stdio server's user (config.ParseToolUser):
+// a name through the host's passwd, never root's.
+func resolveUser(u string) (uid, gid uint32, err error) {
+	name, ids, err := config.ParseToolUser(u)
+	if err != nil {
+		return 0, 0, err
+	}
+	if name == "" {
+		return ids[0], ids[1], nil
+	}
+	pw, err := user.Lookup(name)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%q: %w", name, err)
+	}
+	for i, s := range []string{pw.Uid, pw.Gid} {
+		n, err := strconv.ParseUint(s, 10, 32)
+		if err != nil || n == 0 {
+			return 0, 0, fmt.Errorf("%q has id %s: a tool server never runs as root, nor as an id that is not a number", name, s)
+		}
+		ids[i] = uint32(n)
+	}
+	return ids[0], ids[1], nil
+}
+
+// LimitsFromConfig is cfg's tool_limits, the defaults in place of those
+// unset.
+func LimitsFromConfig(cfg *config.Config) Limits {
+	calls, concurrent, argBytes, resBytes, timeout := cfg.ToolLimits.Effective()
+	return Limits{Calls: calls, Concurrent: concurrent, ArgumentBytes: argBytes, ResultBytes: resBytes, CallTimeout: timeout}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
