@@ -129,8 +129,8 @@ func (c *conn) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	cs, err := client.Connect(ctx, t, nil)
 	if err != nil {
 		if c.proc != nil {
-			c.logf("toolbroker: tool server %s: stderr: %s", c.srv.Name, c.proc.stderrTail())
 			c.proc.stop(c.logf)
+			c.logf("toolbroker: tool server %s: stderr: %s", c.srv.Name, c.proc.stderrTail())
 			c.proc = nil
 		}
 		if ctx.Err() != nil {
