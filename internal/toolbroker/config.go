@@ -2,8 +2,9 @@ package toolbroker
 
 import (
 	"fmt"
+	"maps"
 	"os/user"
-	"sort"
+	"slices"
 	"strconv"
 
 	"github.com/agentrun/agentrun/internal/config"
@@ -32,11 +33,11 @@ func ServersFromConfig(cfg *config.Config, names []string) ([]Server, error) {
 // serverFromConfig is the broker's form of tools[name].
 func serverFromConfig(name string, ts config.ToolServer) (Server, error) {
 	s := Server{Name: name, Command: ts.Command, Shared: ts.Shared, URL: ts.URL}
-	for _, k := range sortedKeys(ts.Env) {
+	for _, k := range slices.Sorted(maps.Keys(ts.Env)) {
 		v := ts.Env[k]
 		s.Env = append(s.Env, EnvVar{Name: k, Value: v.Value, Prefix: v.Prefix, File: v.File})
 	}
-	for _, h := range sortedKeys(ts.Headers) {
+	for _, h := range slices.Sorted(maps.Keys(ts.Headers)) {
 		s.Headers = append(s.Headers, netpolicy.Inject{Header: h, Prefix: ts.Headers[h].Prefix, File: ts.Headers[h].File})
 	}
 	for _, r := range ts.Rules {
@@ -81,13 +82,4 @@ func resolveUser(u string) (uid, gid uint32, err error) {
 func LimitsFromConfig(cfg *config.Config) Limits {
 	calls, concurrent, argBytes, resBytes, timeout := cfg.ToolLimits.Effective()
 	return Limits{Calls: calls, Concurrent: concurrent, ArgumentBytes: argBytes, ResultBytes: resBytes, CallTimeout: timeout}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

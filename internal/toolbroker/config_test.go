@@ -1,0 +1,60 @@
+package toolbroker
+
+import (
+	"os/user"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentrun/agentrun/internal/config"
+)
+
+func TestServersFromConfig(t *testing.T) {
+	cfg, err := config.Parse([]byte(`{"tools": {
+		"gh": {"command": ["/bin/gh", "stdio"], "env": {"B": {"value": "2"}, "A": {"prefix": "x ", "file": "/s/a"}},
+		       "rules": [{"tools": ["get_*"]}, {"tools": ["create_*"], "approve": true}]},
+		"ids": {"command": ["/bin/x"], "user": "1000:1001", "shared": true, "rules": [{"tools": ["*"]}]},
+		"daemon": {"command": ["/bin/x"], "user": "daemon", "rules": [{"tools": ["*"]}]},
+		"docs": {"url": "https://mcp.example.com/mcp", "headers": {"Authorization": {"prefix": "Bearer ", "file": "/s/d"}}}},
+		"tool_limits": {"calls": 5, "call_timeout": "3s"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers, err := ServersFromConfig(cfg, []string{"docs", "gh", "ids"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, gh, ids := servers[0], servers[1], servers[2]
+	if docs.URL == "" || len(docs.Headers) != 1 || docs.Headers[0].Header != "Authorization" || docs.Headers[0].File != "/s/d" || docs.UID != 0 {
+		t.Errorf("docs = %+v", docs)
+	}
+	if gh.UID != 65534 || gh.GID != 65534 || len(gh.Env) != 2 || gh.Env[0] != (EnvVar{Name: "A", Prefix: "x ", File: "/s/a"}) || !gh.Rules[1].Approve {
+		t.Errorf("gh = %+v", gh)
+	}
+	if ids.UID != 1000 || ids.GID != 1001 || !ids.Shared {
+		t.Errorf("ids = %+v", ids)
+	}
+	if pw, err := user.Lookup("daemon"); err == nil {
+		s, err := ServersFromConfig(cfg, []string{"daemon"})
+		if err != nil || s[0].UID == 0 || pw.Uid != itoa(s[0].UID) {
+			t.Errorf("daemon = %+v, %v", s, err)
+		}
+	}
+	if _, err := ServersFromConfig(cfg, []string{"nope"}); err == nil || !strings.Contains(err.Error(), `"nope" is not a tool server`) {
+		t.Errorf("unknown: %v", err)
+	}
+	cfg.Tools["ghost"] = config.ToolServer{Command: []string{"/bin/x"}, User: "no-such-user-here"}
+	if _, err := ServersFromConfig(cfg, []string{"ghost"}); err == nil || !strings.Contains(err.Error(), `tools["ghost"]: user:`) {
+		t.Errorf("unknown user: %v", err)
+	}
+	if l := LimitsFromConfig(cfg); l != (Limits{Calls: 5, Concurrent: config.DefaultToolConcurrent, ArgumentBytes: config.DefaultToolArgBytes,
+		ResultBytes: config.DefaultToolResBytes, CallTimeout: 3 * time.Second}) {
+		t.Errorf("limits = %+v", l)
+	}
+	if _, err := New(Options{Servers: servers, Limits: Limits{}}); err == nil {
+		t.Error("New with zero limits: no error")
+	}
+}
+
+func itoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
