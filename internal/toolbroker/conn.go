@@ -58,7 +58,8 @@ type conn struct {
 	err     error
 	cs      *mcp.ClientSession
 	proc    *process
-	dead    atomic.Bool // the session ended
+	client  *http.Client // an HTTP server's
+	dead    atomic.Bool  // the session ended
 }
 
 func newConn(s Server, cgPath string, l Limits, logf func(string, ...any)) *conn {
@@ -104,7 +105,8 @@ func (c *conn) session(ctx context.Context) (*mcp.ClientSession, error) {
 		if c.err != nil {
 			c.logf("toolbroker: tool server %s: %v", c.srv.Name, c.err)
 		} else {
-			go func() { c.cs.Wait(); c.dead.Store(true) }()
+			cs := c.cs
+			go func() { cs.Wait(); c.dead.Store(true) }()
 		}
 	}
 	return c.cs, c.err
@@ -116,7 +118,8 @@ func (c *conn) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	client := mcp.NewClient(&mcp.Implementation{Name: "agentrun", Version: "1"}, nil)
 	var t mcp.Transport
 	if c.srv.URL != "" {
-		t = &mcp.StreamableClientTransport{Endpoint: c.srv.URL, HTTPClient: c.httpClient(), MaxRetries: -1,
+		c.client = c.httpClient()
+		t = &mcp.StreamableClientTransport{Endpoint: c.srv.URL, HTTPClient: c.client, MaxRetries: -1,
 			DisableStandaloneSSE: true, MaxEventSize: int(c.limit)}
 	} else {
 		p, err := startProcess(c.srv, c.cgPath, c.limit, &c.tooLarge)
@@ -162,6 +165,9 @@ func (c *conn) close() error {
 	if c.proc != nil {
 		err = c.proc.stop(c.logf)
 		c.proc = nil
+	}
+	if c.client != nil {
+		c.client.CloseIdleConnections()
 	}
 	return err
 }

@@ -99,6 +99,8 @@ func (b *Broker) serveTools(w http.ResponseWriter, r *http.Request) {
 // MaxListedTools and MaxListBytes.
 func (b *Broker) list(ctx context.Context, rs *runServer) ([]listedTool, error) {
 	rs.listOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(ctx, b.limits.CallTimeout)
+		defer cancel()
 		cs, err := rs.conn.session(ctx)
 		if err != nil {
 			rs.listErr = err
