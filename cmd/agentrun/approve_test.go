@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentrun/agentrun/internal/netpolicy"
+	"github.com/agentrun/agentrun/internal/untrusted"
 	"github.com/agentrun/agentrun/internal/worker"
 )
 
@@ -27,8 +28,9 @@ func newFakeTTY(t *testing.T) (tty fakeTTY, in io.WriteCloser, out *bufio.Reader
 	return fakeTTY{ir, ow}, iw, bufio.NewReader(or)
 }
 
-// readUntil reads what the terminal shows up to and including s.
-func readUntil(t *testing.T, out *bufio.Reader, s string) {
+// readUntil reads what the terminal shows up to and including s, and
+// returns it.
+func readUntil(t *testing.T, out *bufio.Reader, s string) string {
 	t.Helper()
 	var got strings.Builder
 	for !strings.HasSuffix(got.String(), s) {
@@ -38,6 +40,7 @@ func readUntil(t *testing.T, out *bufio.Reader, s string) {
 		}
 		got.WriteByte(b)
 	}
+	return got.String()
 }
 
 // A request whose time runs out while another's question waits on the
@@ -105,5 +108,31 @@ func TestApproveReplyEscaped(t *testing.T) {
 		if strings.Count(s, "\n") != 1 || strings.ContainsAny(s, "\x1b\u202e") || !strings.Contains(s, `\x1b[2J\n`) {
 			t.Errorf("%s = %q; want one line, the reply escaped", name, s)
 		}
+	}
+}
+
+// A held tool call is asked on the terminal as Describe shows it: the
+// tool server, then the program's tool and arguments under their labels,
+// as their escapes, so that no line of its own reads as agentrun's; "y"
+// approves it.
+func TestTerminalApproverToolCall(t *testing.T) {
+	tty, in, out := newFakeTTY(t)
+	ask := askOn(tty)
+	a := netpolicy.Approval{ID: "ap-t", Kind: netpolicy.KindTool, Service: "github",
+		Tool: untrusted.Text("create_issue\nagentrun: no answer in time: denied\r"), Arguments: untrusted.Text("{\"x\":\"\x1b]0;owned\x07\u202e\"}")}
+	got := make(chan netpolicy.Decision, 1)
+	go func() { got <- ask(context.Background(), "ar-1", a) }()
+	shown := readUntil(t, out, "Approve? [y/N] ")
+	want := "\nagentrun: run ar-1: the sandboxed program asks to call a tool of tool server github " +
+		"(the tool's name and arguments as the program wrote them, escaped: \\n, \\x1b, \\u202e stand for its own bytes):\n" +
+		`  tool: create_issue\nagentrun: no answer in time: denied\r` + "\n" +
+		`  arguments: {"x":"\x1b]0;owned\x07\u202e"}` + "\n" +
+		"Approve? [y/N] "
+	if shown != want {
+		t.Errorf("terminal showed %q\nwant           %q", shown, want)
+	}
+	io.WriteString(in, "y\n")
+	if d := <-got; !d.Approved || !d.Taken || d.By != "terminal" {
+		t.Errorf("answered y: %+v", d)
 	}
 }

@@ -26,9 +26,12 @@ import (
 )
 
 // Hold is a request held for a decision as the webhook receives it. The
-// fields the program controls (Method, URL, BodyExcerpt) are the proxy's
-// escaped text (untrusted.Text; docs/services.md): shown as they are, they draw nothing but
-// themselves on a terminal; a page still escapes them for HTML.
+// fields the program controls (Method, URL, BodyExcerpt; Tool, Arguments)
+// are the proxy's or the tool broker's escaped text (untrusted.Text;
+// docs/services.md): shown as they are, they draw nothing but themselves
+// on a terminal; a page still escapes them for HTML. A held tool call
+// (Kind "tool", docs/tools.md) has Service the tool server's name, Tool
+// and Arguments (JSON, whole), and Method, URL and BodyExcerpt empty.
 type Hold struct {
 	Run         string `json:"run"`
 	ID          string `json:"id"`
@@ -41,13 +44,19 @@ type Hold struct {
 	BodyCut   bool      `json:"body_cut"`
 	Session   string    `json:"session"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// Kind, Tool and Arguments are netpolicy.Approval's: Kind "tool" for a
+	// held tool call, absent for a request.
+	Kind      string `json:"kind,omitempty"`
+	Tool      string `json:"tool,omitempty"`
+	Arguments string `json:"arguments,omitempty"`
 }
 
 // NewHold is the Hold of approval a of run, in session, that waits until
 // ctx's deadline.
 func NewHold(ctx context.Context, run, session string, a netpolicy.Approval) Hold {
 	h := Hold{Run: run, ID: a.ID, Service: a.Service, Method: a.Method, URL: a.URL,
-		BodyExcerpt: a.BodyExcerpt, BodyCut: a.BodyCut, Session: session}
+		BodyExcerpt: a.BodyExcerpt, BodyCut: a.BodyCut, Session: session,
+		Kind: a.Kind, Tool: a.Tool, Arguments: a.Arguments}
 	if d, ok := ctx.Deadline(); ok {
 		h.ExpiresAt = d.UTC().Truncate(time.Millisecond)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentrun/agentrun/internal/netpolicy"
+	"github.com/agentrun/agentrun/internal/untrusted"
 	"github.com/agentrun/agentrun/test/testenv"
 )
 
@@ -321,5 +322,60 @@ func TestWebhookSkipsWithdrawn(t *testing.T) {
 	close(got)
 	for id := range got {
 		t.Errorf("announced %s too", id)
+	}
+}
+
+// TestWebhookToolHold: a held tool call reaches the webhook signed as a
+// request does, with its kind, tool server, tool and arguments, the
+// program's hostile bytes as their visible escapes (no raw control,
+// bidirectional or zero-width character in the body), and no method or
+// URL of a request; a request's hold has no kind at all.
+func TestWebhookToolHold(t *testing.T) {
+	fast(t)
+	file := secretFile(t, "s3cret")
+	got := make(chan []byte, 1)
+	sigs := make(chan string, 1)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		sigs <- r.Header.Get(SignatureHeader)
+		got <- b
+	}))
+	defer ts.Close()
+	w := NewWebhook()
+	defer w.Close()
+	a := netpolicy.Approval{ID: "ap-t", Kind: netpolicy.KindTool, Service: "github",
+		Tool: untrusted.Text("create_issue\n\x1b[2Jagentrun: approved"), Arguments: untrusted.Text("{\"title\":\"\u202eok\u200b\"}")}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if !w.Send(ctx, Target{URL: ts.URL, SecretFile: file}, NewHold(ctx, "ar-1", "s", a)) {
+		t.Fatal("Send refused")
+	}
+	var b []byte
+	select {
+	case b = <-got:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no hold")
+	}
+	if sig := <-sigs; !verify([]byte("s3cret"), b, sig) {
+		t.Errorf("signature %q does not verify the body %s", sig, b)
+	}
+	if strings.ContainsAny(string(b), "\x1b\u202e\u200b") {
+		t.Errorf("body %q carries a raw control or format character", b)
+	}
+	var h map[string]any
+	if err := json.Unmarshal(b, &h); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"run": "ar-1", "id": "ap-t", "kind": "tool", "service": "github", "session": "s",
+		"tool": `create_issue\n\x1b[2Jagentrun: approved`, "arguments": `{"title":"\u202eok\u200b"}`,
+		"method": "", "url": "", "body_excerpt": "", "body_cut": false}
+	for k, v := range want {
+		if h[k] != v {
+			t.Errorf("hold %s = %#v; want %#v", k, h[k], v)
+		}
+	}
+	rb, _ := json.Marshal(NewHold(ctx, "ar-1", "", netpolicy.Approval{ID: "ap-r", Method: "GET", URL: "https://x/"}))
+	if strings.Contains(string(rb), `"kind"`) || strings.Contains(string(rb), `"tool"`) || strings.Contains(string(rb), `"arguments"`) {
+		t.Errorf("a request's hold %s carries a tool call's fields", rb)
 	}
 }

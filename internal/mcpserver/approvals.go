@@ -86,18 +86,18 @@ func (s *Server) await(ctx context.Context, h *heldRun) (*result.Result, *heldRu
 }
 
 // inputRequired is the call's answer that asks the client to decide the
-// held request of the last await. The question carries the tag of a call
+// held request (or tool call) of the last await. The question carries the tag of a call
 // that a forwarding `agentrun mcp` made (forwardedCallKey), which tells it
 // which of its calls is asked.
 func inputRequired(h *heldRun, tag string) *mcp.CallToolResult {
 	a := h.pending.q
-	msg := "agentrun: " + a.Describe() + "Approve this request?"
+	msg := "agentrun: " + a.Describe() + "Approve this " + a.Noun() + "?"
 	return &mcp.CallToolResult{
 		InputRequests: mcp.InputRequestMap{a.ID: &mcp.ElicitParams{
 			Meta:    forwardedTag(tag),
 			Message: msg,
 			RequestedSchema: &jsonschema.Schema{Type: "object", Required: []string{"approve"},
-				Properties: map[string]*jsonschema.Schema{"approve": {Type: "boolean", Description: "true to let the request through"}}},
+				Properties: map[string]*jsonschema.Schema{"approve": {Type: "boolean", Description: "true to let the " + a.Noun() + " through"}}},
 		}},
 		RequestState: h.state,
 	}

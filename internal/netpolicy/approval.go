@@ -57,12 +57,19 @@ const MaxArgumentsShown = 4096
 // Describe is the held request for a human, in lines that each end in a
 // newline, the program's words labelled as its own: which service it asks
 // to send to, then the method and URL, then the body (its start when
-// BodyCut). Every channel that asks a human shows this text.
+// BodyCut); for a held tool call (KindTool), the tool server, then the
+// tool's name and the arguments, each on a line of its own under its label,
+// whole. Every channel that asks a human shows this text.
 func (a Approval) Describe() string {
 	if a.Kind == KindTool {
-		return "the sandboxed program asks to call tool " + a.Tool + " of tool server " + a.Service +
-			" (as the program wrote it, escaped: \\n, \\x1b, \\u202e stand for its own bytes):\n" +
-			"  arguments: " + a.Arguments + "\n"
+		args := a.Arguments
+		if args == "" {
+			args = "none"
+		}
+		return "the sandboxed program asks to call a tool of tool server " + a.Service +
+			" (the tool's name and arguments as the program wrote them, escaped: \\n, \\x1b, \\u202e stand for its own bytes):\n" +
+			"  tool: " + a.Tool + "\n" +
+			"  arguments: " + args + "\n"
 	}
 	body := "  body: none\n"
 	switch {
@@ -74,6 +81,15 @@ func (a Approval) Describe() string {
 	return "the sandboxed program asks to send this request to service " + a.Service +
 		" (as the program wrote it, escaped: \\n, \\x1b, \\u202e stand for its own bytes):\n" +
 		"  " + a.Method + " " + a.URL + "\n" + body
+}
+
+// Noun is what a's channel asks about: "tool call" for a held tool call,
+// "request" for a held request.
+func (a Approval) Noun() string {
+	if a.Kind == KindTool {
+		return "tool call"
+	}
+	return "request"
 }
 
 // Decision is an approver's answer and who or what gave it.

@@ -26,10 +26,12 @@ type Event struct {
 	Result     *result.Result `json:"result,omitempty"`
 	// Display is one MIME bundle of the result's Display, in its order.
 	Display map[string]string `json:"display,omitempty"`
-	// Run and Approval: a request of run Run to a service is held until
-	// POST /v1/runs/RUN/approvals/ID decides ("approval"). Approval's
-	// method, url and body_excerpt are the program's text, escaped (see
-	// netpolicy.Approval): a client shows them as they are, as the program's.
+	// Run and Approval: a request of run Run to a service, or a tool call
+	// (Approval.Kind "tool"), is held until POST /v1/runs/RUN/approvals/ID
+	// decides ("approval"). Approval's method, url and body_excerpt (a
+	// request), tool and arguments (a tool call) are the program's text,
+	// escaped (see netpolicy.Approval): a client shows them as they are,
+	// as the program's.
 	Run      string              `json:"run,omitempty"`
 	Approval *netpolicy.Approval `json:"approval,omitempty"`
 }

@@ -61,6 +61,8 @@ var goSchemas = map[string]struct {
 	"State":          {reflect.TypeFor[result.State](), false},
 	"ForkAnswer":     {reflect.TypeFor[server.ForkAnswer](), false},
 	"ForkedSession":  {reflect.TypeFor[server.ForkedSession](), false},
+	"Tools":          {reflect.TypeFor[result.Tools](), false},
+	"ToolCall":       {reflect.TypeFor[result.ToolCall](), false},
 }
 
 // handWritten are the document's schemas of no Go type: formats, and

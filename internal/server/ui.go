@@ -24,9 +24,10 @@ import (
 // as a bearer header, or through its login form, which sets a session
 // cookie (HttpOnly, SameSite=Strict); a decision posted with the cookie
 // carries the session's CSRF token. The program's text (method, URL,
-// body) is shown as text only: html/template escapes it on the server,
-// and the script sets it as textContent, never as markup. A strict
-// Content-Security-Policy allows no inline script at all.
+// body of a request; tool and arguments of a held tool call, shown with
+// its tool server instead) is shown as text only: html/template escapes
+// it on the server, and the script sets it as textContent, never as
+// markup. A strict Content-Security-Policy allows no inline script at all.
 
 //go:embed ui
 var uiFiles embed.FS

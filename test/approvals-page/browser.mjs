@@ -31,7 +31,8 @@ export function hold(id, url, body = "x") {
 
 // routePage serves the page's own files from the source tree
 // (internal/server/ui) to page at base, through Playwright's routing (no
-// server, no network): /ui/approvals.json lists state.held, and
+// server, no network): /ui/approvals.json lists state.held (and
+// state.recent, the last decisions, when given), and
 // /ui/decide appends "ID true|false" to state.decided and takes the
 // request off state.held.
 export async function routePage(page, state) {
@@ -47,7 +48,7 @@ export async function routePage(page, state) {
       case "/ui/approvals.css":
         return route.fulfill({ contentType: "text/css", body: file("approvals.css") });
       case "/ui/approvals.json":
-        return route.fulfill({ contentType: "application/json", body: JSON.stringify({ held: state.held, recent: [] }) });
+        return route.fulfill({ contentType: "application/json", body: JSON.stringify({ held: state.held, recent: state.recent || [] }) });
       case "/ui/decide": {
         const f = new URLSearchParams(req.postData());
         state.decided.push(f.get("id") + " " + f.get("approve"));

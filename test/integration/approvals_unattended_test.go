@@ -16,6 +16,7 @@ import (
 	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/server"
+	"github.com/agentrun/agentrun/internal/untrusted"
 	"github.com/agentrun/agentrun/proxy/proxytest"
 	"github.com/agentrun/agentrun/test/testenv"
 )
@@ -224,14 +225,7 @@ const hostileBody = "<script>window.__pwned=1</script><img src=x onerror=\"windo
 // buttons work once it stayed in place (test/approvals-page/shift.mjs,
 // the page's own files with scripted JSON).
 func TestApprovalsPageNoClickOnAMovedCard(t *testing.T) {
-	dir := approvalsPageDir(t)
-	cmd := exec.Command("node", filepath.Join(dir, "shift.mjs"))
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("node shift.mjs: %v\n%s\n%s", err, out, stderr.String())
-	}
+	out := pageScript(t, "shift.mjs")
 	var seen struct {
 		AfterMove    []string `json:"afterMove"`
 		AfterSettled []string `json:"afterSettled"`
@@ -246,6 +240,62 @@ func TestApprovalsPageNoClickOnAMovedCard(t *testing.T) {
 	if fmt.Sprint(seen.AfterSettled) != "[ap-harmful true]" || seen.Error != "" {
 		t.Errorf("the settled card's Approve decided %q (%s); want [ap-harmful true]", seen.AfterSettled, seen.Error)
 	}
+}
+
+// TestApprovalsPageToolCall: in headless Chromium, the approvals page
+// shows a held tool call as its tool server, then its tool and arguments
+// labelled as the program's and as inert text (markup in them makes no
+// element and runs no script; their escapes stay as they are), never a
+// request's method, URL or body; Approve decides it, and a last decision
+// on a tool call names its tool and tool server
+// (test/approvals-page/tool.mjs, the page's own files with scripted JSON).
+func TestApprovalsPageToolCall(t *testing.T) {
+	// As the broker escapes them (untrusted.Text): a line break, a
+	// bidirectional override and a terminal escape as their escapes.
+	tool := untrusted.Text("create_issue<img src=x onerror=\"window.__pwned=1\">\n\u202e")
+	args := untrusted.Text(`{"title":"<script>window.__pwned=1</script>","body":"` + "\x1b[2J\n" + `"}`)
+	out := pageScript(t, "tool.mjs", tool, args)
+	var seen struct {
+		Labels, Program, Values, Recent, Decided, Errors []string
+		Markup                                           int
+		Pwned                                            any
+	}
+	if err := json.Unmarshal(out, &seen); err != nil {
+		t.Fatalf("tool.mjs printed %s: %v", out, err)
+	}
+	wantLabels := "[Tool call to tool server Tool (the program's) Arguments, whole (the program's) Run]"
+	if fmt.Sprint(seen.Labels) != wantLabels {
+		t.Errorf("the card's labels %q; want %s", seen.Labels, wantLabels)
+	}
+	if len(seen.Program) != 2 || seen.Program[0] != tool || seen.Program[1] != args {
+		t.Errorf("the card shows the program's words %q; want exactly [%q %q]", seen.Program, tool, args)
+	}
+	if fmt.Sprint(seen.Values) != "[github ar-1]" {
+		t.Errorf("the card's own values %q; want [github ar-1]", seen.Values)
+	}
+	if seen.Markup != 0 || seen.Pwned != nil || len(seen.Errors) != 0 {
+		t.Errorf("the program's text made %d elements, __pwned %v, page errors %q", seen.Markup, seen.Pwned, seen.Errors)
+	}
+	if want := "2030-01-01T00:00:00Z: denied by timeout: tool " + tool + " of github (run ar-1)"; len(seen.Recent) != 1 || seen.Recent[0] != want {
+		t.Errorf("last decisions %q; want [%q]", seen.Recent, want)
+	}
+	if fmt.Sprint(seen.Decided) != "[ap-tool true]" {
+		t.Errorf("Approve decided %q; want [ap-tool true]", seen.Decided)
+	}
+}
+
+// pageScript runs the script name of test/approvals-page with args in
+// node and returns what it printed.
+func pageScript(t *testing.T, name string, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command("node", append([]string{filepath.Join(approvalsPageDir(t), name)}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node %s: %v\n%s\n%s", name, err, out, stderr.String())
+	}
+	return out
 }
 
 // approvalsPageDir is test/approvals-page with its node modules, once

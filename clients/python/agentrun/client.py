@@ -190,8 +190,11 @@ class Client:
 
         on_approval(approval) is called with each request held for a
         decision (id, service, method, url, body_excerpt, body_cut when the
-        excerpt is the body's start, and run): True approves it, False
-        denies it, None leaves it to another channel or the timeout. A stream cut before its result raises TransportError;
+        excerpt is the body's start, and run), or tool call (kind "tool",
+        service the tool server, tool, arguments as JSON text, run; method,
+        url and body_excerpt empty); the program's words come escaped:
+        True approves it, False denies it, None leaves it to another
+        channel or the timeout. A stream cut before its result raises TransportError;
         a run agentrun could not run raises Error (status 500, .result)."""
         body = json.dumps(_task(task)).encode()
         limit = request_timeout or self.run_timeout

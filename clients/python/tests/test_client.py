@@ -147,6 +147,35 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(agentrun.TransportError):
             list(agentrun.Client(s.address, timeout=5).stream(code="x"))
 
+    def test_stream_tool_approval(self):
+        # A held tool call comes to on_approval with its kind, tool
+        # server, tool and arguments (the program's, escaped), and the
+        # callback's True approves it through the API.
+        held = {"id": "ap-t", "kind": "tool", "service": "github", "tool": "create_issue\\n",
+                "arguments": '{"title":"\\u202ex"}', "method": "", "url": "", "body_excerpt": ""}
+        stream = (json.dumps({"event": "approval", "run": "ar-1", "approval": held}).encode() + b"\n" +
+                  json.dumps({"event": "result", "result": {"id": "ar-1", "error": ""}}).encode() + b"\n")
+
+        def answer(conn):
+            if s.requests[-1].startswith(b"POST /v1/runs?stream=1 "):
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n"
+                             b"Transfer-Encoding: chunked\r\n\r\n" + chunk(stream) + chunk(b""))
+                return
+            body = b'{"run": "ar-1", "id": "ap-t", "approved": true}'
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+        s = self.serve(answer)
+        asked = []
+
+        def decide(a):
+            asked.append(a)
+            return a.get("kind") == "tool"
+
+        events = list(agentrun.Client(s.address, timeout=5).stream(code="x", on_approval=decide))
+        self.assertEqual(asked, [dict(held, run="ar-1")])
+        self.assertEqual(events[-1]["event"], "result")
+        self.assertTrue(s.requests[-1].startswith(b"POST /v1/runs/ar-1/approvals/ap-t "), s.requests[-1])
+
     def test_short_answer_raises(self):
         def answer(conn):
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"id\": ")

@@ -21,7 +21,13 @@ export type Task = Schemas["Task"];
 export type Result = Schemas["Result"];
 /** One line of a streamed run. */
 export type Event = Schemas["Event"];
-/** A request to a service held for a decision. */
+/**
+ * A request to a service, or a tool call (`kind` "tool"), held for a
+ * decision. A request has `method`, `url` and `body_excerpt`; a tool call
+ * has `service` the tool server, `tool` and `arguments` (JSON, whole), and
+ * the request's fields empty. The program's words come escaped: show them
+ * as they are, as the program's.
+ */
 export type HeldRequest = Schemas["HeldRequest"];
 /** GET /healthz. */
 export type Health = Schemas["Health"];
@@ -127,9 +133,10 @@ export interface ClientOptions {
 /** Options of one {@link Client.stream}. */
 export interface StreamOptions {
   /**
-   * Decides each request held for approval as it comes: true approves it,
-   * false denies it, undefined or null leaves it to another channel (the
-   * webhook, the approvals page, {@link Client.approve}) or its timeout.
+   * Decides each request (or tool call, `kind` "tool") held for approval
+   * as it comes: true approves it, false denies it, undefined or null
+   * leaves it to another channel (the webhook, the approvals page,
+   * {@link Client.approve}) or its timeout.
    */
   onApproval?: (request: HeldRequest & { run: string }) => boolean | null | undefined | Promise<boolean | null | undefined>;
   /** Milliseconds the whole stream may take; by default the client's runTimeoutMs. */

@@ -461,6 +461,8 @@ export interface components {
             } | null;
             limits?: components["schemas"]["Limits"];
             network?: components["schemas"]["TaskNetwork"];
+            /** @description Tool servers of the config's `tools` whose tools the program may call through agentrun's broker (http://tools.agentrun, the `agentrun_tools` module; docs/tools.md). */
+            tools?: string[] | null;
             /**
              * @description `libcontainer` (the default) or `runsc` (gVisor).
              * @enum {string}
@@ -513,6 +515,7 @@ export interface components {
             /** @description How many bundles were left out: past the output cap (limits.output_bytes, for all bundles together), past 16, or not valid bundles. */
             display_dropped?: number;
             state?: components["schemas"]["State"];
+            tools?: components["schemas"]["Tools"];
             /** @description Why agentrun could not run the task; empty when it ran. */
             error: string;
         };
@@ -587,7 +590,7 @@ export interface components {
             unmatched: string[] | null;
             cut?: string;
         };
-        /** @description A request to a service held for a decision. `method`, `url` and `body_excerpt` are the program's: control, bidirectional and zero-width characters and bytes that are not UTF-8 come escaped (`\n`, `\x1b`, `\u202e`). */
+        /** @description A request to a service, or a tool call (`kind` `tool`), held for a decision. What the program controls is its text, escaped: `method`, `url` and `body_excerpt` of a request, `tool` and `arguments` of a tool call (whose `service` is the tool server, and `method`, `url` and `body_excerpt` empty). Control, bidirectional and zero-width characters and bytes that are not UTF-8 come escaped (`\n`, `\x1b`, `\u202e`). */
         HeldRequest: {
             id: string;
             service: string;
@@ -598,7 +601,16 @@ export interface components {
             body_excerpt: string;
             /** @description The body is longer than the excerpt. */
             body_cut?: boolean;
-        };
+            /**
+             * @description `tool` for a tool call held for a decision (docs/tools.md); absent for a request to a service.
+             * @enum {string}
+             */
+            kind?: "tool";
+            /** @description A held tool call's tool, as the program named it, escaped. */
+            tool?: string;
+            /** @description A held tool call's arguments as JSON, whole, escaped as the program's text (a call whose arguments are too long to show is refused before anyone is asked). */
+            arguments?: string;
+        } & unknown;
         /** @description One line of a streamed answer: `stdout` and `stderr` with `data` as the program writes (cut only between UTF-8 characters; with `data_base64` too when the bytes are not UTF-8), `approval` with `run` and `approval` for a request held for a decision, `display` with `display`, a bundle of the result's display, each sent as the run ends before the result, and `result`, last, with `result`. */
         Event: {
             /** @enum {string} */
@@ -679,7 +691,7 @@ export interface components {
             held: components["schemas"]["PageHeld"][] | null;
             recent: components["schemas"]["PageDecided"][] | null;
         };
-        /** @description A held request as the webhook announces it; `method`, `url` and `body_excerpt` are the program's, escaped. */
+        /** @description A held request or tool call as the webhook announces it; `method`, `url` and `body_excerpt` (a request), `tool` and `arguments` (a tool call, `kind` `tool`, its `service` the tool server) are the program's, escaped. */
         WebhookHold: {
             run: string;
             id: string;
@@ -692,7 +704,16 @@ export interface components {
             session: string;
             /** Format: date-time */
             expires_at: string;
-        };
+            /**
+             * @description `tool` for a tool call held for a decision (docs/tools.md); absent for a request to a service.
+             * @enum {string}
+             */
+            kind?: "tool";
+            /** @description A held tool call's tool, as the program named it, escaped. */
+            tool?: string;
+            /** @description A held tool call's arguments as JSON, whole, escaped as the program's text (a call whose arguments are too long to show is refused before anyone is asked). */
+            arguments?: string;
+        } & unknown;
         /** @description A held request on the page, with the milliseconds it has left. */
         PageHeld: {
             run: string;
@@ -707,7 +728,16 @@ export interface components {
             /** Format: date-time */
             expires_at: string;
             left_ms: number;
-        };
+            /**
+             * @description `tool` for a tool call held for a decision (docs/tools.md); absent for a request to a service.
+             * @enum {string}
+             */
+            kind?: "tool";
+            /** @description A held tool call's tool, as the program named it, escaped. */
+            tool?: string;
+            /** @description A held tool call's arguments as JSON, whole, escaped as the program's text (a call whose arguments are too long to show is refused before anyone is asked). */
+            arguments?: string;
+        } & unknown;
         /** @description A recent decision on the page. */
         PageDecided: {
             run: string;
@@ -725,7 +755,16 @@ export interface components {
             by: string;
             /** Format: date-time */
             at: string;
-        };
+            /**
+             * @description `tool` for a tool call held for a decision (docs/tools.md); absent for a request to a service.
+             * @enum {string}
+             */
+            kind?: "tool";
+            /** @description A held tool call's tool, as the program named it, escaped. */
+            tool?: string;
+            /** @description A held tool call's arguments as JSON, whole, escaped as the program's text (a call whose arguments are too long to show is refused before anyone is asked). */
+            arguments?: string;
+        } & unknown;
         /** @description How many copies to make. */
         ForkRequest: {
             /** @description The number of new sessions, 1 to 64. */
@@ -757,6 +796,31 @@ export interface components {
             saved: boolean;
             /** @description Why the state was not kept. */
             reason?: string;
+        };
+        /** @description The run's calls to tool servers, present when the task names any (docs/tools.md). */
+        Tools: {
+            calls: components["schemas"]["ToolCall"][] | null;
+            /** @description Calls past the record's bound, not listed. */
+            dropped?: number;
+        };
+        /** @description One call the program made through the broker: never its arguments or result, only the SHA-256 of the arguments as sent. */
+        ToolCall: {
+            server: string;
+            /** @description The tool, as the program named it, escaped. */
+            tool: string;
+            /** @description A rule allowed it and, if held, a human approved it. */
+            allowed: boolean;
+            /** @description Why the call was refused or failed (a rule, a bound, a denial, the server's failure). */
+            reason?: string;
+            /** @description The id of the held call's approval. */
+            approval?: string;
+            /** @description Who decided a held call. */
+            by?: string;
+            duration_ms: number;
+            /** @description The server answered with `isError`. */
+            is_error: boolean;
+            /** @description Hex SHA-256 of the arguments as sent. */
+            arguments_sha256: string;
         };
     };
     responses: {

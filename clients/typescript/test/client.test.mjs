@@ -84,6 +84,38 @@ describe("client", () => {
     assert.deepEqual(events, [{ event: "stdout", data: "a" }]);
   });
 
+  test("onApproval gets a held tool call's kind, tool server, tool and arguments, and decides it", async (t) => {
+    const held = { id: "ap-t", kind: "tool", service: "github", tool: "create_issue\\n", arguments: '{"title":"\\u202ex"}',
+      method: "", url: "", body_excerpt: "" };
+    const decided = [];
+    const s = await fakeServer((req, res) => {
+      let body = "";
+      req.on("data", (c) => (body += c));
+      req.on("end", () => {
+        if (req.url === "/v1/runs?stream=1") {
+          res.writeHead(200, { "Content-Type": "application/x-ndjson" });
+          res.write(JSON.stringify({ event: "approval", run: "ar-1", approval: held }) + "\n");
+          const wait = setInterval(() => {
+            if (decided.length === 0) return;
+            clearInterval(wait);
+            res.end(JSON.stringify({ event: "result", result: { id: "ar-1", error: "" } }) + "\n");
+          }, 10);
+          return;
+        }
+        decided.push([req.method, req.url, JSON.parse(body)]);
+        res.writeHead(200, { "Content-Type": "application/json" });
+        res.end(JSON.stringify({ run: "ar-1", id: "ap-t", approved: true }));
+      });
+    });
+    t.after(s.close);
+    const asked = [];
+    for await (const ev of new Client(s.url).stream({ code: "x" }, { onApproval: (a) => { asked.push(a); return a.kind === "tool"; } })) {
+      void ev;
+    }
+    assert.deepEqual(asked, [{ ...held, run: "ar-1" }]);
+    assert.deepEqual(decided, [["POST", "/v1/runs/ar-1/approvals/ap-t", { approve: true }]]);
+  });
+
   test("an answer shorter than its length throws", async (t) => {
     const s = await fakeServer((req, res) => {
       res.writeHead(200, { "Content-Type": "application/json", "Content-Length": "100" });

@@ -1,6 +1,8 @@
 // The approvals page: lists the held requests from /ui/approvals.json
-// every 1.5 s and posts Approve or Deny to /ui/decide with the session's
-// CSRF token. Every value from the server is set as textContent, never as
+// every 1.5 s (a held tool call, kind "tool", with its tool server, tool
+// and arguments instead of a method, URL and body) and posts Approve or
+// Deny to /ui/decide with the session's CSRF token. Every value from
+// the server is set as textContent, never as
 // markup: the program's text stays text.
 "use strict";
 (function () {
@@ -71,13 +73,20 @@
     const li = el("li");
     li.dataset.id = h.id;
     li.appendChild(el("span", "left"));
-    field(li, "Service", h.service, false);
-    field(li, "Method (the program's)", h.method, true);
-    field(li, "URL (the program's)", h.url, true);
-    if (h.body_cut) {
-      field(li, "Body, its start only: the rest is not shown (the program's)", h.body_excerpt, true);
+    if (h.kind === "tool") {
+      li.classList.add("tool");
+      field(li, "Tool call to tool server", h.service, false);
+      field(li, "Tool (the program's)", h.tool, true);
+      field(li, "Arguments, whole (the program's)", h.arguments === "" ? "(none)" : h.arguments, true);
     } else {
-      field(li, "Body, whole (the program's)", h.body_excerpt === "" ? "(empty)" : h.body_excerpt, true);
+      field(li, "Service", h.service, false);
+      field(li, "Method (the program's)", h.method, true);
+      field(li, "URL (the program's)", h.url, true);
+      if (h.body_cut) {
+        field(li, "Body, its start only: the rest is not shown (the program's)", h.body_excerpt, true);
+      } else {
+        field(li, "Body, whole (the program's)", h.body_excerpt === "" ? "(empty)" : h.body_excerpt, true);
+      }
     }
     field(li, "Run", h.run, false);
     if (h.session) field(li, "Session", h.session, false);
@@ -95,7 +104,8 @@
 
   function line(d) {
     const what = d.approved ? "approved" : "denied";
-    return el("li", null, d.at + ": " + what + " by " + d.by + ": " + d.method + " " + d.url + " (run " + d.run + ")");
+    const asked = d.kind === "tool" ? "tool " + d.tool + " of " + d.service : d.method + " " + d.url;
+    return el("li", null, d.at + ": " + what + " by " + d.by + ": " + asked + " (run " + d.run + ")");
   }
 
   async function refresh() {
@@ -126,7 +136,7 @@
     seen.forEach((li, key) => cards.set(key, li));
     held.replaceChildren(...seen.values());
     recent.replaceChildren(...j.recent.map(line));
-    status.textContent = j.held.length === 0 ? "No request is held." : j.held.length + " held.";
+    status.textContent = j.held.length === 0 ? "No request or tool call is held." : j.held.length + " held.";
   }
 
   refresh();
