@@ -258,7 +258,7 @@ func (r *Runner) runInSandbox(ctx context.Context, p *task.Plan, res *result.Res
 		return cancelled(ctx, err)
 	}
 	setup := time.Since(start)
-	err = r.execute(ctx, p, sb, res, hooks.Output)
+	err = r.execute(ctx, p, sb, res, hooks)
 	r.pool.ended(sb)
 	if sb.pooled && errors.Is(err, backend.ErrNotStarted) && ctx.Err() == nil {
 		// The pooled sandbox's init died as the run took it: run cold.
@@ -273,7 +273,7 @@ func (r *Runner) runInSandbox(ctx context.Context, p *task.Plan, res *result.Res
 			return cancelled(ctx, err)
 		}
 		setup = time.Since(again)
-		err = r.execute(ctx, p, sb, res, hooks.Output)
+		err = r.execute(ctx, p, sb, res, hooks)
 	}
 	if errors.Is(err, backend.ErrNotStarted) {
 		err = cancelled(ctx, err)
@@ -367,16 +367,20 @@ func (r *Runner) sandbox(ctx context.Context, req request) (*sandbox, error) {
 	return r.setup(ctx, req)
 }
 
-// execute runs the program of sb to its end and collects its files.
-func (r *Runner) execute(ctx context.Context, p *task.Plan, sb *sandbox, res *result.Result, output runapi.OutputFunc) (err error) {
-	out, err := sb.prep.Exec(ctx, backend.Program{Stdin: p.Stdin, Timeout: p.Limits.Timeout, OutputLimit: p.Limits.OutputBytes, Output: backend.OutputFunc(output)})
+// execute runs the program of sb to its end and collects its files;
+// hooks get its output and display bundles as they come.
+func (r *Runner) execute(ctx context.Context, p *task.Plan, sb *sandbox, res *result.Result, hooks runapi.Hooks) (err error) {
+	display := newDisplayReader(sb.display, p.Limits.OutputBytes, hooks.Display)
+	stop := display.watch()
+	out, err := sb.prep.Exec(ctx, backend.Program{Stdin: p.Stdin, Timeout: p.Limits.Timeout, OutputLimit: p.Limits.OutputBytes, Output: backend.OutputFunc(hooks.Output)})
+	stop()
 	if out != nil {
 		fillOutcome(res, out)
 	}
 	if err != nil {
 		return err
 	}
-	readValues(sb.display, p.Limits.OutputBytes, res)
+	display.finish(res)
 	if p.KeepState {
 		res.State = readState(sb.display)
 	}

@@ -253,10 +253,13 @@ func probeLine(out, word string) string {
 const valuesDoorCode = richClass + "display('first', Rich())\n6 * 7"
 
 // TestValuesStream: a streamed run sends each display bundle as a
-// "display" event, in order, before the result, which has them too.
+// "display" event as the program shows it, in order: before the output
+// the program writes a while after (it sleeps first), and before the
+// result, which has them too.
 func TestValuesStream(t *testing.T) {
 	s := startServe(t, map[string]any{"listen": "unix://" + filepath.Join(t.TempDir(), "u.sock")})
-	body, _ := json.Marshal(map[string]any{"code": valuesDoorCode})
+	code := richClass + "import time\ndisplay('first', Rich())\ntime.sleep(1.5)\nprint('after', flush=True)\n6 * 7"
+	body, _ := json.Marshal(map[string]any{"code": code})
 	_, b := s.do("POST", "/v1/runs?stream=1", string(body))
 	var kinds []string
 	var shown []bundle
@@ -274,8 +277,8 @@ func TestValuesStream(t *testing.T) {
 			res = ev.Result
 		}
 	}
-	if got := strings.Join(kinds, ","); got != "display,display,result" {
-		t.Errorf("events %s; want two displays, then the result", got)
+	if got := strings.Join(kinds, ","); got != "display,display,stdout,result" {
+		t.Errorf("events %s; want two displays as they come, the output after them, then the result", got)
 	}
 	if res == nil || res.Value["text/plain"] != "42" || !reflect.DeepEqual(res.Display, shown) || len(shown) != 2 ||
 		shown[0]["text/plain"] != "'first'" || shown[1]["text/html"] != "<b>rich</b>" {
