@@ -210,6 +210,13 @@ def _hook_pyplot(pyplot):
     if real is not None:
         show.__doc__ = real.__doc__
     pyplot.show = show
+    # pyplot's import registers an atexit handler that destroys every
+    # figure (Gcf.destroy_all): the handler that shows those still open
+    # moves after it, so as to run before it.
+    import atexit
+
+    atexit.unregister(_at_exit)
+    atexit.register(_at_exit)
 
 
 class _Loader:
@@ -266,11 +273,11 @@ def start():
     builtins.display = display
     builtins.__agentrun_value__ = _show_value
     os.environ.setdefault("MPLBACKEND", "Agg")
+    atexit.register(_at_exit)
     if "matplotlib.pyplot" in sys.modules:
         _hook_pyplot(sys.modules["matplotlib.pyplot"])
     else:
         sys.meta_path.insert(0, _Finder)
-    atexit.register(_at_exit)
 
 
 def program(tree):

@@ -47,6 +47,9 @@ def _prepare():
     os.dup2(null, 1)
     os.dup2(null, 2)
     os.close(null)
+    # matplotlib's backend, as the run launcher's start() sets it (a
+    # preloaded pyplot reads it at its import); the task's env may set it.
+    os.environ.setdefault("MPLBACKEND", "Agg")
     failure = None
     for name in filter(None, preload.split(",")):
         try:

@@ -333,3 +333,54 @@ func TestValuesPandas(t *testing.T) {
 		t.Errorf("value %q, stderr %q, error %q", res.Value, res.Stderr, res.Error)
 	}
 }
+
+// matplotlibCode plots with Debian's matplotlib: a figure shown, one left
+// open at the end, and a pandas frame as the value.
+const matplotlibCode = `import matplotlib, matplotlib.pyplot as plt
+import pandas as pd
+print(matplotlib.get_backend())
+plt.plot([1, 2, 3])
+plt.show()
+plt.figure()
+plt.plot([3, 1])
+pd.DataFrame({'a': [1, 2]})
+`
+
+// TestValuesMatplotlib: with the real matplotlib (the python-data image),
+// cold and warm (pyplot preloaded), a figure shown with plt.show() and
+// one still open at the end come back as PNG bundles, under the
+// non-interactive backend the launcher picks, and a pandas frame's value
+// as its HTML table.
+func TestValuesMatplotlib(t *testing.T) {
+	ref := pythonData(t)
+	extra := map[string]any{"image": ref, "limits": map[string]any{"timeout": "60s", "memory": "512m"}}
+	check := func(t *testing.T, res *result.Result) {
+		t.Helper()
+		if res.Error != "" || res.ExitCode != 0 || res.Stdout != "agg\n" {
+			t.Fatalf("exit %d, stdout %q, stderr %q, error %q", res.ExitCode, res.Stdout, res.Stderr, res.Error)
+		}
+		if len(res.Display) != 2 || res.DisplayDropped != 0 {
+			t.Fatalf("%d display bundles (%d dropped); want the shown figure and the open one", len(res.Display), res.DisplayDropped)
+		}
+		for i, b := range res.Display {
+			data, err := base64.StdEncoding.DecodeString(b["image/png"])
+			if err != nil || !strings.HasPrefix(string(data), "\x89PNG\r\n\x1a\n") || len(data) < 1000 ||
+				!strings.HasPrefix(b["text/plain"], "<Figure size") {
+				t.Errorf("display %d: text %q, a PNG of %d bytes (%v)", i, b["text/plain"], len(data), err)
+			}
+		}
+		if !strings.Contains(res.Value["text/html"], "<table") || !strings.Contains(res.Value["text/plain"], "a") {
+			t.Errorf("value %q", res.Value)
+		}
+	}
+	t.Run("cold", func(t *testing.T) {
+		check(t, runIn(t, "libcontainer", pyTask(matplotlibCode, extra)))
+	})
+	t.Run("warm", func(t *testing.T) {
+		p := newWarm(t, ref, 1, []string{"numpy", "pandas", "matplotlib.pyplot"}, pyTask("pass", extra), true)
+		if st := warmState(p, ref); st != "warm" {
+			t.Fatalf("warm state %q", st)
+		}
+		check(t, p.run(pyTask(matplotlibCode, extra), true))
+	})
+}
