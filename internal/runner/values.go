@@ -94,9 +94,10 @@ func launcherArgv(p *task.Plan) []string {
 // values sets up what shows a run's values in the sandbox of run dir
 // dir, whose processes run as uid: the run launcher, from the run's etc
 // tmpfs, and the display directory, a tmpfs of maxDisplayChannel owned
-// by uid at dir/display. It returns their spec options and the display
-// directory's host path.
-func values(dir string, uid int, st *stateRequest, undo *cleanup.Cleanup) ([]spec.SpecOpt, string, error) {
+// by uid at dir/display; with the state module and st's request (not
+// nil), or the module alone (withState: a warm sandbox). It returns their
+// spec options and the display directory's host path.
+func values(dir string, uid int, st *stateRequest, withState bool, undo *cleanup.Cleanup) ([]spec.SpecOpt, string, error) {
 	launcher, err := writeEtc(dir, undo, runLauncherName, runLauncher)
 	if err != nil {
 		return nil, "", fmt.Errorf("writing the run launcher: %w", err)
@@ -116,12 +117,17 @@ func values(dir string, uid int, st *stateRequest, undo *cleanup.Cleanup) ([]spe
 		return nil
 	})
 	specOpts := []spec.SpecOpt{spec.WithReadonlyFile(launcher, RunLauncherPath), spec.WithWritableDir(display, DisplayDir)}
-	if st != nil {
-		stateOpt, err := st.write(dir, display, undo)
+	if st != nil || withState {
+		stateOpt, err := stateModuleOpt(dir, undo)
 		if err != nil {
 			return nil, "", err
 		}
 		specOpts = append(specOpts, stateOpt)
+	}
+	if st != nil {
+		if err := st.write(display); err != nil {
+			return nil, "", err
+		}
 	}
 	return specOpts, display, nil
 }

@@ -21,8 +21,9 @@
 # passes through in a cold run) gets as SystemExit(VALUE) made from it, so
 # that sys.exit(()) and sys.exit((3,)) read as SystemExit() and
 # SystemExit(3), and an exception with a code attribute as SystemExit(it).
-# Values and figures are shown by agentrun's run launcher (run.py, mounted
-# at VALUES), as in a cold run.
+# Values and figures are shown, and a kept session's state restored and
+# saved, by agentrun's run launcher (run.py, mounted at VALUES), as in a
+# cold run.
 import os
 import sys
 
@@ -78,6 +79,9 @@ def _prepare():
     if os.read(fd, 1) != b"":
         os._exit(1)
     os.close(fd)
+    # A run in a kept session had the session's disk mounted on
+    # /workspace at the take: the cwd, made before, is entered again.
+    os.chdir(os.getcwd())
     return argv
 
 
@@ -102,12 +106,17 @@ _source, _path, _globals = _run["as_main"](_argv, __file__, 2)
 _run["start"]()
 _run["launchers"].append(globals())
 _program, _end, _exit_status, _report = _run["program"], _run["end"], _run["exit_status"], _run["report"]
+# A run with keep_state: restored before the code, saved after it
+# (exited, raised or not), as in a cold run (run.py's state_begin and
+# state_end).
+_state = _run["state_begin"](_globals)
 _error = None
 try:
     exec(compile(_program(compile(_source, _path, "exec", 0x400)), _path, "exec"), _globals)
 except BaseException as e:
     _error = e
     del e
+_run["state_end"](_state, _globals)
 # What follows runs with no exception being handled, as the interpreter's
 # end: the task's excepthook and atexit handlers see none.
 if _error is None:
