@@ -573,6 +573,8 @@ def as_main(argv, launcher, extra):
 STATE_REQUEST = "/dev/agentrun-display/state-request"
 STATE_REPORT = "/dev/agentrun-display/state"
 STATE_MODULE = "/dev/agentrun-state.py"
+# state_code is state.py's code where a warm launcher compiled it ahead.
+state_code = None
 
 
 def state_begin(main):
@@ -588,8 +590,11 @@ def state_begin(main):
     mod = type(sys)("agentrun_state")
     mod.__file__ = STATE_MODULE
     try:
-        with open(STATE_MODULE, "rb") as f:
-            exec(compile(f.read(), STATE_MODULE, "exec"), mod.__dict__)
+        code = state_code
+        if code is None:
+            with open(STATE_MODULE, "rb") as f:
+                code = compile(f.read(), STATE_MODULE, "exec")
+        exec(code, mod.__dict__)
     except BaseException as e:
         return {"keep": False, "error": "the state module failed: %s: %s" % (type(e).__name__, e)}
     sys.modules["agentrun_state"] = mod

@@ -421,7 +421,7 @@ func (r *Runner) adoptSession(sb *sandbox, req request) error {
 	// is released after both.
 	sb.undo.Add(ws.Close)
 	attrs := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC)
-	if err := uidpool.RemapOnto(stage, sb.ws.Dir, spec.UID, uint32(sb.uid), attrs); err != nil {
+	if err := uidpool.RemapOnto(stage, sb.ws.Dir, sb.idmap, attrs); err != nil {
 		return err
 	}
 	sb.ws = ws
@@ -472,10 +472,13 @@ type sandbox struct {
 	// limit follows beside /tmp's size.
 	sessionReady bool
 	fileSize     int64
-	spec         *specs.Spec
-	proxy        *proxy.Proxy // its egress proxy, nil without network
-	prep         backend.Prepared
-	undo         cleanup.Cleanup
+	// idmap, for a sessionReady sandbox, is the id map of the session's
+	// disk on its workspace (uidpool.IDMap), made ahead.
+	idmap *os.File
+	spec  *specs.Spec
+	proxy *proxy.Proxy // its egress proxy, nil without network
+	prep  backend.Prepared
+	undo  cleanup.Cleanup
 	// settle ends what the run used once its program has ended and fills
 	// the result with what it recorded (the proxy's report); it runs
 	// before the result is final.
@@ -674,7 +677,12 @@ func (s *sandboxSetup) workspace() error {
 			if err := ws.Share(); err != nil {
 				return err
 			}
-			sb.sessionReady = true
+			idmap, err := uidpool.IDMap(spec.UID, uint32(sb.uid))
+			if err != nil {
+				return err
+			}
+			sb.undo.Add(idmap.Close)
+			sb.idmap, sb.sessionReady = idmap, true
 			s.wsSize = max(s.wsSize, s.r.sessions.MaxBytes())
 		}
 		sb.fileSize = s.wsSize

@@ -67,6 +67,11 @@ def _prepare():
     os.dup2(saved[1], 2)
     os.close(saved[0])
     os.close(saved[1])
+    if failure is None:
+        try:
+            _compile()
+        except BaseException as e:
+            failure = "compiling agentrun's launchers: %s: %s" % (type(e).__name__, e)
     if failure is not None:
         os.write(fd, b"fail " + " ".join(failure.split()).encode("utf-8", "replace")[:900] + b"\n")
         os._exit(1)
@@ -86,15 +91,27 @@ def _prepare():
 
 
 VALUES = "/dev/agentrun-run.py"
+STATE = "/dev/agentrun-state.py"
+
+# The launchers' code, compiled before the take (agentrun's own files,
+# read-only; compiling runs none of it): a run does not wait for it.
+_code = {}
+
+
+def _compile():
+    for path in (VALUES, STATE):
+        with open(path, "rb") as f:
+            _code[path] = compile(f.read(), path, "exec")
 
 
 def _values():
     """The run launcher's namespace (run.py): as_main() makes the task's
     file __main__, start() sets the run up, program() makes the code's last
-    expression show its value."""
+    expression show its value, state_begin() and state_end() restore and
+    save a kept session's state (with state.py's code, compiled here)."""
     ns = {"__name__": "agentrun_run", "__file__": VALUES}
-    with open(VALUES, "rb") as f:
-        exec(compile(f.read(), VALUES, "exec"), ns)
+    exec(_code[VALUES], ns)
+    ns["state_code"] = _code[STATE]
     return ns
 
 

@@ -29,9 +29,16 @@ func Remap(dir string, from, to uint32) error {
 // unmounted. A mount made on dst propagates as dst's peers and slaves get
 // it: it is how a prepared sandbox, whose /workspace is a slave of dst,
 // gets a kept session's disk.
-func RemapOnto(src, dst string, from, to uint32, attrs uint64) error {
-	return remap(src, dst, from, to, attrs)
+// The id map is ns, a user namespace from IDMap(from, to), made ahead:
+// making one starts a process, which a run that takes a prepared sandbox
+// should not wait for.
+func RemapOnto(src, dst string, ns *os.File, attrs uint64) error {
+	return remapWith(src, dst, ns, attrs)
 }
+
+// IDMap returns a user namespace, open, that maps from (as uid and gid)
+// to host id to, and root to root: the id map of Remap, for RemapOnto.
+func IDMap(from, to uint32) (*os.File, error) { return userns(from, to) }
 
 // remap mounts an id-mapped copy of the mount at src, with attrs set, on
 // dst, and unmounts src; src and dst may be one.
@@ -41,6 +48,11 @@ func remap(src, dst string, from, to uint32, attrs uint64) error {
 		return err
 	}
 	defer ns.Close()
+	return remapWith(src, dst, ns, attrs)
+}
+
+// remapWith is remap with the id map of user namespace ns.
+func remapWith(src, dst string, ns *os.File, attrs uint64) error {
 	fd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("id-mapping %s: open_tree: %w", src, err)
