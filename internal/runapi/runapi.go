@@ -50,8 +50,8 @@ type Hooks struct {
 	// failure to write it is in the result's Error). A failure of the
 	// tear-down comes after that: it is in the result the Func returns
 	// only, not in the audit record. A run with a kept workspace gets it
-	// after the tear-down instead, once the session is free for its next
-	// run.
+	// later instead, once the tear-down has unmounted the session's disk
+	// and the session is free for its next run.
 	Result func(*result.Result)
 }
 

@@ -296,17 +296,21 @@ func (r *Runner) runInSandbox(ctx context.Context, p *task.Plan, res *result.Res
 			hooks.Result(&final)
 		}
 	}
-	// A kept workspace is answered after its disk is unmounted: the
-	// client's next run of the session must find it free.
+	// A kept workspace is answered once its disk is unmounted (the steps
+	// down to its workspace's: the container first), before the rest of
+	// the tear-down: the client's next run of the session must find it
+	// free.
 	if lease == nil {
+		answer()
+	} else {
+		if cerr := sb.undo.CleanTo(sb.wsMark); cerr != nil && err == nil {
+			err = fmt.Errorf("cleaning up: %w", cerr)
+		}
+		lease.Release()
 		answer()
 	}
 	if cerr := sb.undo.Clean(); cerr != nil && err == nil {
 		err = fmt.Errorf("cleaning up: %w", cerr)
-	}
-	if lease != nil {
-		lease.Release()
-		answer()
 	}
 	return err
 }
@@ -475,10 +479,13 @@ type sandbox struct {
 	// idmap, for a sessionReady sandbox, is the id map of the session's
 	// disk on its workspace (uidpool.IDMap), made ahead.
 	idmap *os.File
-	spec  *specs.Spec
-	proxy *proxy.Proxy // its egress proxy, nil without network
-	prep  backend.Prepared
-	undo  cleanup.Cleanup
+	// wsMark is undo's length before its workspace's Close: once undo is
+	// cleaned down to it, a kept session's disk is unmounted.
+	wsMark int
+	spec   *specs.Spec
+	proxy  *proxy.Proxy // its egress proxy, nil without network
+	prep   backend.Prepared
+	undo   cleanup.Cleanup
 	// settle ends what the run used once its program has ended and fills
 	// the result with what it recorded (the proxy's report); it runs
 	// before the result is final.
@@ -667,7 +674,7 @@ func (s *sandboxSetup) workspace() error {
 		if err != nil {
 			return err
 		}
-		sb.ws = ws
+		sb.ws, sb.wsMark = ws, sb.undo.Len()
 		sb.undo.Add(sb.ws.Close)
 		if s.req.warm != nil {
 			// A run in a kept session may take it: its workspace can get
@@ -699,7 +706,7 @@ func (s *sandboxSetup) workspace() error {
 	if err != nil {
 		return err
 	}
-	sb.ws = ws
+	sb.ws, sb.wsMark = ws, sb.undo.Len()
 	sb.undo.Add(sb.ws.Close)
 	return uidpool.Remap(wsDir, spec.UID, uint32(sb.uid))
 }

@@ -5,7 +5,8 @@
 #
 # and is agentrun's own file, mounted read-only: no image can change it. It
 # imports the modules of PRELOAD (comma-separated) with its output sent to
-# /dev/null, says "ready" (or "fail REASON") on the socket at descriptor
+# /dev/null, compiles agentrun's run launcher and state module (VALUES,
+# STATE), says "ready" (or "fail REASON") on the socket at descriptor
 # FD, and waits. At the run's take agentrun has written the task's files
 # and code into /workspace; it says "go", the launcher says "ok", waits for
 # agentrun to close its end, closes its own, and runs FILE as __main__ the
