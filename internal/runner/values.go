@@ -224,10 +224,18 @@ func (d *displayReader) poll() {
 		d.dropped++
 	}
 	d.read += int64(len(data))
-	lines := bytes.Split(append(d.partial, data...), []byte("\n"))
-	d.partial = append([]byte(nil), lines[len(lines)-1]...)
-	for _, line := range lines[:len(lines)-1] {
+	// Only what is new is looked through: a line still being written is
+	// not read again at each poll.
+	for {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			d.partial = append(d.partial, data...)
+			return
+		}
+		line := append(d.partial, data[:i]...)
+		d.partial = nil
 		d.take(line)
+		data = data[i+1:]
 	}
 }
 
