@@ -198,10 +198,10 @@ x`, nil, true)
 mounts = [l.split() for l in open("/proc/self/mountinfo")]
 ws = [m for m in mounts if m[4] == "/workspace"][-1]
 print(f(), open("kept.txt").read(), os.stat("kept.txt").st_uid == os.getuid(), os.path.exists("/tmp/scratch"))
-print(all(o in ws[5].split(",") for o in ("nosuid", "nodev", "noexec")), ws[-3])
+print(all(o in ws[5].split(",") for o in ("nosuid", "nodev", "noexec")), ws[-3], ws[3])
 print([q for q in os.listdir("/proc") if q.isdigit() and "sleep" in open("/proc/%s/cmdline" % q).read()])
 x += 1`, nil, true)
-	if res.Stdout != "42 k True False\nTrue ext4\n[]\n" {
+	if res.Stdout != "42 k True False\nTrue ext4 /\n[]\n" {
 		t.Errorf("call 2: stdout %q, stderr %q", res.Stdout, res.Stderr)
 	}
 	// Another shape (memory) misses the pool: a cold call, whose state
