@@ -20,13 +20,20 @@ func (c *Cleanup) Add(f func() error) {
 
 // Clean runs every step, last added first, even when some fail, and empties
 // the stack; the error joins those of the steps that failed.
-func (c *Cleanup) Clean() error {
+func (c *Cleanup) Clean() error { return c.CleanTo(0) }
+
+// Len is how many steps the stack holds: a mark for CleanTo.
+func (c *Cleanup) Len() int { return len(c.steps) }
+
+// CleanTo is Clean of the steps added since the stack held n (a Len), which
+// leaves the n below; with n past the stack it runs none.
+func (c *Cleanup) CleanTo(n int) error {
 	var errs []error
-	for i := len(c.steps) - 1; i >= 0; i-- {
+	for i := len(c.steps) - 1; i >= n; i-- {
 		if err := c.steps[i](); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	c.steps = nil
+	c.steps = c.steps[:min(n, len(c.steps))]
 	return errors.Join(errs...)
 }

@@ -2,6 +2,7 @@ package cleanup
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 )
@@ -21,5 +22,32 @@ func TestCleanRunsEveryStepLastFirst(t *testing.T) {
 	}
 	if err := c.Clean(); err != nil || len(got) != 3 {
 		t.Errorf("a second Clean ran steps again (%v, %v)", got, err)
+	}
+}
+
+// TestCleanTo: CleanTo runs the steps above its mark, last first, and
+// leaves those below for Clean.
+func TestCleanTo(t *testing.T) {
+	var c Cleanup
+	var ran []int
+	for i := range 4 {
+		c.Add(func() error { ran = append(ran, i); return nil })
+		if i == 1 {
+			if c.Len() != 2 {
+				t.Fatalf("Len %d; want 2", c.Len())
+			}
+		}
+	}
+	if err := c.CleanTo(2); err != nil || c.Len() != 2 {
+		t.Fatalf("CleanTo: %v, Len %d", err, c.Len())
+	}
+	if err := c.CleanTo(5); err != nil || c.Len() != 2 {
+		t.Fatalf("CleanTo past the stack: %v, Len %d", err, c.Len())
+	}
+	if err := c.Clean(); err != nil || c.Len() != 0 {
+		t.Fatalf("Clean: %v, Len %d", err, c.Len())
+	}
+	if fmt.Sprint(ran) != "[3 2 1 0]" {
+		t.Errorf("ran %v; want [3 2 1 0]", ran)
 	}
 }

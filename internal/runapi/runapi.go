@@ -30,6 +30,11 @@ type Hooks struct {
 	// Output gets the program's kept output as it arrives (from two
 	// goroutines at once).
 	Output OutputFunc
+	// Display gets each display bundle of the result as the program shows
+	// it (a figure shown, display(obj)), in the result's order: exactly
+	// those that its Display lists, bounded as it is; called from one
+	// goroutine at a time.
+	Display func(bundle map[string]string)
 	// Approve decides requests to services that an approve rule holds,
 	// for the run of that id; it must return when its context ends. Nil
 	// denies them.
@@ -45,8 +50,8 @@ type Hooks struct {
 	// failure to write it is in the result's Error). A failure of the
 	// tear-down comes after that: it is in the result the Func returns
 	// only, not in the audit record. A run with a kept workspace gets it
-	// after the tear-down instead, once the session is free for its next
-	// run.
+	// later instead, once the tear-down has unmounted the session's disk
+	// and the session is free for its next run.
 	Result func(*result.Result)
 }
 

@@ -192,7 +192,16 @@ func (p *Pool) Seed(ctx context.Context, plan *task.Plan) error {
 // run sets up its own sandbox as without a pool (and meets the error
 // again there if the run, not the sandbox, causes it).
 func (p *Pool) take(plan *task.Plan, img *image.Image, claim func(*sandbox) error) *sandbox {
-	sb := p.pop(plan, img)
+	return p.takeFor(plan, img, false, claim)
+}
+
+// takeFor is take, of a warm sandbox only for a run in a kept session
+// (session): only a warm one can get the session's disk as its
+// workspace (Runner.adoptSession). For such a run of an image whose
+// sandboxes are not warm it is nil, and the pool is left as it was, as
+// when kept sessions never ran from it.
+func (p *Pool) takeFor(plan *task.Plan, img *image.Image, session bool, claim func(*sandbox) error) *sandbox {
+	sb := p.pop(plan, img, session)
 	if sb == nil || claim == nil {
 		return sb
 	}
@@ -218,14 +227,17 @@ func (p *Pool) drop(sb *sandbox) {
 	p.bg.Go(func() { _ = sb.undo.Clean() })
 }
 
-// pop is take without a claim.
-func (p *Pool) pop(plan *task.Plan, img *image.Image) *sandbox {
+// pop is takeFor without a claim.
+func (p *Pool) pop(plan *task.Plan, img *image.Image, session bool) *sandbox {
 	if p == nil || !p.poolable(plan) {
 		return nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	warm := p.warmFor(plan)
+	if session && warm == nil {
+		return nil
+	}
 	key := warmKey(shapeKey(plan, img), warm)
 	if p.sizes[plan.Image] == 0 {
 		return nil
@@ -579,5 +591,6 @@ func bare(plan *task.Plan) *task.Plan {
 	c := *plan
 	c.Code, c.Files, c.Stdin, c.Collect, c.CodeFile = nil, nil, nil, nil, ""
 	c.Session, c.TaskHash = "", ""
+	c.KeepWorkspace, c.KeepState, c.ResetState = false, false, false
 	return &c
 }

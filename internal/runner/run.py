@@ -210,6 +210,13 @@ def _hook_pyplot(pyplot):
     if real is not None:
         show.__doc__ = real.__doc__
     pyplot.show = show
+    # pyplot's import registers an atexit handler that destroys every
+    # figure (Gcf.destroy_all): the handler that shows those still open
+    # moves after it, so as to run before it.
+    import atexit
+
+    atexit.unregister(_at_exit)
+    atexit.register(_at_exit)
 
 
 class _Loader:
@@ -266,11 +273,11 @@ def start():
     builtins.display = display
     builtins.__agentrun_value__ = _show_value
     os.environ.setdefault("MPLBACKEND", "Agg")
+    atexit.register(_at_exit)
     if "matplotlib.pyplot" in sys.modules:
         _hook_pyplot(sys.modules["matplotlib.pyplot"])
     else:
         sys.meta_path.insert(0, _Finder)
-    atexit.register(_at_exit)
 
 
 def program(tree):
@@ -566,6 +573,8 @@ def as_main(argv, launcher, extra):
 STATE_REQUEST = "/dev/agentrun-display/state-request"
 STATE_REPORT = "/dev/agentrun-display/state"
 STATE_MODULE = "/dev/agentrun-state.py"
+# state_code is state.py's code where a warm launcher compiled it ahead.
+state_code = None
 
 
 def state_begin(main):
@@ -581,8 +590,11 @@ def state_begin(main):
     mod = type(sys)("agentrun_state")
     mod.__file__ = STATE_MODULE
     try:
-        with open(STATE_MODULE, "rb") as f:
-            exec(compile(f.read(), STATE_MODULE, "exec"), mod.__dict__)
+        code = state_code
+        if code is None:
+            with open(STATE_MODULE, "rb") as f:
+                code = compile(f.read(), STATE_MODULE, "exec")
+        exec(code, mod.__dict__)
     except BaseException as e:
         return {"keep": False, "error": "the state module failed: %s: %s" % (type(e).__name__, e)}
     sys.modules["agentrun_state"] = mod

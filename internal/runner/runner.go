@@ -11,6 +11,7 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/audit"
@@ -258,7 +259,7 @@ func (r *Runner) runInSandbox(ctx context.Context, p *task.Plan, res *result.Res
 		return cancelled(ctx, err)
 	}
 	setup := time.Since(start)
-	err = r.execute(ctx, p, sb, res, hooks.Output)
+	err = r.execute(ctx, p, sb, res, hooks)
 	r.pool.ended(sb)
 	if sb.pooled && errors.Is(err, backend.ErrNotStarted) && ctx.Err() == nil {
 		// The pooled sandbox's init died as the run took it: run cold.
@@ -273,7 +274,7 @@ func (r *Runner) runInSandbox(ctx context.Context, p *task.Plan, res *result.Res
 			return cancelled(ctx, err)
 		}
 		setup = time.Since(again)
-		err = r.execute(ctx, p, sb, res, hooks.Output)
+		err = r.execute(ctx, p, sb, res, hooks)
 	}
 	if errors.Is(err, backend.ErrNotStarted) {
 		err = cancelled(ctx, err)
@@ -295,17 +296,21 @@ func (r *Runner) runInSandbox(ctx context.Context, p *task.Plan, res *result.Res
 			hooks.Result(&final)
 		}
 	}
-	// A kept workspace is answered after its disk is unmounted: the
-	// client's next run of the session must find it free.
+	// A kept workspace is answered once its disk is unmounted (the steps
+	// down to its workspace's: the container first), before the rest of
+	// the tear-down: the client's next run of the session must find it
+	// free.
 	if lease == nil {
+		answer()
+	} else {
+		if cerr := sb.undo.CleanTo(sb.wsMark); cerr != nil && err == nil {
+			err = fmt.Errorf("cleaning up: %w", cerr)
+		}
+		lease.Release()
 		answer()
 	}
 	if cerr := sb.undo.Clean(); cerr != nil && err == nil {
 		err = fmt.Errorf("cleaning up: %w", cerr)
-	}
-	if lease != nil {
-		lease.Release()
-		answer()
 	}
 	return err
 }
@@ -342,12 +347,10 @@ func (r *Runner) pullOptions(p *task.Plan) image.PullOptions {
 }
 
 // sandbox is a ready sandbox from the pool with req's files written in,
-// or else one set up for req now (always for a kept workspace, whose disk
-// the pool's sandboxes lack). It sets the result's ID to the sandbox's.
+// or else one set up for req now. A run in a kept session takes only a
+// warm one, whose workspace gets the session's disk (adoptSession). It
+// sets the result's ID to the sandbox's.
 func (r *Runner) sandbox(ctx context.Context, req request) (*sandbox, error) {
-	if req.lease != nil {
-		return r.setup(ctx, req)
-	}
 	// A pooled sandbox's proxy has denied everything since it was made: it
 	// gets this run's policy, and no other, as the run takes it.
 	claim := func(sb *sandbox) error {
@@ -356,27 +359,93 @@ func (r *Runner) sandbox(ctx context.Context, req request) (*sandbox, error) {
 		}
 		return r.bindNetwork(sb, req.plan, req.approve, req.res)
 	}
-	if sb := r.pool.take(req.plan, req.img, claim); sb != nil {
-		req.res.ID = sb.id
-		if err := sb.ws.Write(req.files, sb.uid, sb.uid); err != nil {
-			r.pool.ended(sb)
-			return nil, errors.Join(err, sb.undo.Clean())
-		}
-		return sb, nil
+	sb := r.pool.takeFor(req.plan, req.img, req.lease != nil, claim)
+	if sb == nil {
+		return r.setup(ctx, req)
 	}
-	return r.setup(ctx, req)
+	if req.lease != nil && sb.fileSize < r.sessions.MaxBytes() {
+		// Made before sessions.max_bytes grew: its file size limit is
+		// not the session's.
+		r.pool.ended(sb)
+		r.pool.failed(req.plan, errors.New("a warm sandbox's file size limit is below sessions.max_bytes (changed since it was made)"))
+		if err := sb.undo.Clean(); err != nil {
+			return nil, err
+		}
+		return r.setup(ctx, req)
+	}
+	req.res.ID = sb.id
+	if err := r.handOver(sb, req); err != nil {
+		r.pool.ended(sb)
+		return nil, errors.Join(err, sb.undo.Clean())
+	}
+	return sb, nil
 }
 
-// execute runs the program of sb to its end and collects its files.
-func (r *Runner) execute(ctx context.Context, p *task.Plan, sb *sandbox, res *result.Result, output runapi.OutputFunc) (err error) {
-	out, err := sb.prep.Exec(ctx, backend.Program{Stdin: p.Stdin, Timeout: p.Limits.Timeout, OutputLimit: p.Limits.OutputBytes, Output: backend.OutputFunc(output)})
+// handOver makes sb, a sandbox taken from the pool, req's: its files in
+// its workspace, or in the kept session's disk that becomes its
+// workspace, and, for a run with state, the request its launcher reads.
+func (r *Runner) handOver(sb *sandbox, req request) error {
+	if req.lease == nil {
+		return sb.ws.Write(req.files, sb.uid, sb.uid)
+	}
+	if err := r.adoptSession(sb, req); err != nil {
+		return err
+	}
+	if st := newStateRequest(req.plan, r.cfg); st != nil {
+		return st.write(sb.display)
+	}
+	return nil
+}
+
+// adoptSession makes the kept session of req.lease the workspace of sb, a
+// warm sandbox taken from the pool, before its launcher goes on: the
+// session's disk is mounted beside sb's workspace in its run dir (so that
+// gc finds it there if agentrun dies), req's files are written in, and an
+// id-mapped copy of it, with the workspace's flags (nosuid, nodev,
+// noexec), is mounted on sb's workspace, whose mount is shared, so that
+// it propagates to the sandbox's /workspace, its slave
+// (workspace.Share, spec.WithWorkspaceSlave). The sandbox's own tmpfs
+// stays under it, empty. The sandbox's processes were made before the
+// run and are the launcher's alone, which enters the new /workspace
+// after the hand-over (warm.py).
+func (r *Runner) adoptSession(sb *sandbox, req request) error {
+	if !sb.sessionReady {
+		return errors.New("a pooled sandbox whose workspace cannot take a kept session's disk")
+	}
+	stage := filepath.Join(filepath.Dir(sb.ws.Dir), "session")
+	if err := req.lease.Mount(stage); err != nil {
+		return err
+	}
+	ws, err := workspace.Adopt(stage, spec.UID, spec.GID, req.files)
+	if err != nil {
+		return err
+	}
+	// Its Close comes first at the end; the copy on sb's workspace goes
+	// with that workspace's, once the container is gone, and the lease
+	// is released after both.
+	sb.undo.Add(ws.Close)
+	attrs := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC)
+	if err := uidpool.RemapOnto(stage, sb.ws.Dir, sb.idmap, attrs); err != nil {
+		return err
+	}
+	sb.ws = ws
+	return nil
+}
+
+// execute runs the program of sb to its end and collects its files;
+// hooks get its output and display bundles as they come.
+func (r *Runner) execute(ctx context.Context, p *task.Plan, sb *sandbox, res *result.Result, hooks runapi.Hooks) (err error) {
+	display := newDisplayReader(sb.display, p.Limits.OutputBytes, hooks.Display)
+	stop := display.watch()
+	out, err := sb.prep.Exec(ctx, backend.Program{Stdin: p.Stdin, Timeout: p.Limits.Timeout, OutputLimit: p.Limits.OutputBytes, Output: backend.OutputFunc(hooks.Output)})
+	stop()
 	if out != nil {
 		fillOutcome(res, out)
 	}
 	if err != nil {
 		return err
 	}
-	readValues(sb.display, p.Limits.OutputBytes, res)
+	display.finish(res)
 	if p.KeepState {
 		res.State = readState(sb.display)
 	}
@@ -402,10 +471,21 @@ type sandbox struct {
 	// display is the host path of its display directory, where a Python
 	// run's values are shown (values.go); "" without one.
 	display string
-	spec    *specs.Spec
-	proxy   *proxy.Proxy // its egress proxy, nil without network
-	prep    backend.Prepared
-	undo    cleanup.Cleanup
+	// sessionReady: a warm sandbox, whose workspace can take a kept
+	// session's disk (adoptSession); fileSize is what its file size
+	// limit follows beside /tmp's size.
+	sessionReady bool
+	fileSize     int64
+	// idmap, for a sessionReady sandbox, is the id map of the session's
+	// disk on its workspace (uidpool.IDMap), made ahead.
+	idmap *os.File
+	// wsMark is undo's length before its workspace's Close: once undo is
+	// cleaned down to it, a kept session's disk is unmounted.
+	wsMark int
+	spec   *specs.Spec
+	proxy  *proxy.Proxy // its egress proxy, nil without network
+	prep   backend.Prepared
+	undo   cleanup.Cleanup
 	// settle ends what the run used once its program has ended and fills
 	// the result with what it recorded (the proxy's report); it runs
 	// before the result is final.
@@ -594,11 +674,29 @@ func (s *sandboxSetup) workspace() error {
 		if err != nil {
 			return err
 		}
-		sb.ws = ws
+		sb.ws, sb.wsMark = ws, sb.undo.Len()
 		sb.undo.Add(sb.ws.Close)
+		if s.req.warm != nil {
+			// A run in a kept session may take it: its workspace can get
+			// the session's disk, and its file size limit is the
+			// session's (every file system the sandbox can write is
+			// smaller: only the errors past them could tell).
+			if err := ws.Share(); err != nil {
+				return err
+			}
+			idmap, err := uidpool.IDMap(spec.UID, uint32(sb.uid))
+			if err != nil {
+				return err
+			}
+			sb.undo.Add(idmap.Close)
+			sb.idmap, sb.sessionReady = idmap, true
+			s.wsSize = max(s.wsSize, s.r.sessions.MaxBytes())
+		}
+		sb.fileSize = s.wsSize
 		return nil
 	}
 	s.wsSize = s.r.sessions.MaxBytes()
+	sb.fileSize = s.wsSize
 	if err := s.req.lease.Mount(wsDir); err != nil {
 		return err
 	}
@@ -608,7 +706,7 @@ func (s *sandboxSetup) workspace() error {
 	if err != nil {
 		return err
 	}
-	sb.ws = ws
+	sb.ws, sb.wsMark = ws, sb.undo.Len()
 	sb.undo.Add(sb.ws.Close)
 	return uidpool.Remap(wsDir, spec.UID, uint32(sb.uid))
 }
@@ -628,7 +726,11 @@ func (s *sandboxSetup) values() error {
 	if argv == nil && s.req.warm == nil {
 		return nil
 	}
-	valueOpts, display, err := values(s.dir, s.sb.uid, newStateRequest(p, s.r.cfg), &s.sb.undo)
+	var st *stateRequest
+	if !s.req.pooled {
+		st = newStateRequest(p, s.r.cfg)
+	}
+	valueOpts, display, err := values(s.dir, s.sb.uid, st, s.req.warm != nil, &s.sb.undo)
 	if err != nil {
 		return err
 	}
@@ -669,6 +771,9 @@ func (s *sandboxSetup) buildSpec() error {
 		opts = append(opts, s.traits.Spec)
 	}
 	opts = append(opts, s.launchOpts...)
+	if sb.sessionReady {
+		opts = append(opts, spec.WithWorkspaceSlave())
+	}
 	opts = append(opts, spec.WithUser(uint32(sb.uid), uint32(sb.uid)))
 	var err error
 	if sb.spec, err = spec.New(s.rootfs, opts...); err != nil {

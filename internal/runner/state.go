@@ -65,14 +65,21 @@ func newStateRequest(p *task.Plan, cfg *config.Config) *stateRequest {
 	return &stateRequest{keep: p.KeepState, reset: p.ResetState, maxBytes: cfg.Sessions.StateBytes()}
 }
 
-// write puts the request into the display directory display (read-only
-// to the sandbox, root's) and state.py into the run's etc tmpfs; it
-// returns the spec option that mounts state.py.
-func (q *stateRequest) write(dir, display string, undo *cleanup.Cleanup) (spec.SpecOpt, error) {
+// stateModuleOpt puts state.py into the run's etc tmpfs of run dir dir
+// and returns the spec option that mounts it: every run with state gets
+// it, and every warm sandbox, which a stateful run may take.
+func stateModuleOpt(dir string, undo *cleanup.Cleanup) (spec.SpecOpt, error) {
 	module, err := writeEtc(dir, undo, stateModuleName, stateModule)
 	if err != nil {
 		return nil, fmt.Errorf("writing the state module: %w", err)
 	}
+	return spec.WithReadonlyFile(module, StatePath), nil
+}
+
+// write puts the request into the display directory display (a host
+// path, the sandbox's): at set-up for a run that sets its sandbox up, at
+// the take for one that takes a warm one, before its launcher goes on.
+func (q *stateRequest) write(display string) error {
 	b := func(v bool) int {
 		if v {
 			return 1
@@ -81,9 +88,9 @@ func (q *stateRequest) write(dir, display string, undo *cleanup.Cleanup) (spec.S
 	}
 	line := fmt.Sprintf("keep=%d reset=%d max=%d file=%s\n", b(q.keep), b(q.reset), q.maxBytes, StateFile)
 	if err := os.WriteFile(filepath.Join(display, stateRequestFile), []byte(line), 0o444); err != nil {
-		return nil, fmt.Errorf("writing the state request: %w", err)
+		return fmt.Errorf("writing the state request: %w", err)
 	}
-	return spec.WithReadonlyFile(module, StatePath), nil
+	return nil
 }
 
 // notSaved is the report of a stateful run that left none: it never

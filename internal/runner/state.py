@@ -200,11 +200,13 @@ def dump(main, path, max_bytes):
     d = os.path.dirname(path)
     os.makedirs(d, exist_ok=True)
     tmp = path + ".tmp"
+    # No fsync: the run's end unmounts the session's disk, which writes it
+    # through (and the loop device's file) before the run is answered; a
+    # rename over the old file makes ext4 write the new one's blocks before
+    # the rename commits, so a crash before that leaves one or the other.
     with open(tmp, "wb") as f:
         f.write(MAGIC)
         f.write(body)
-        f.flush()
-        os.fsync(f.fileno())
     os.replace(tmp, path)
     report["saved"] = True
     return report

@@ -6,12 +6,14 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -28,9 +30,11 @@ import (
 // program is the launcher, put before the code file in the language's
 // argv, and a warm run's launcher (warm.py) runs the code through it. The
 // launcher writes each bundle as a JSON line into a file of the sandbox's
-// display directory, a small tmpfs of the run's own; agentrun reads it
-// once the program has ended as the program's own words: bounded, each
-// line checked, what is not a bundle dropped, never failing the run.
+// display directory, a small tmpfs of the run's own; agentrun reads it as
+// the program's own words (displayReader): bounded, each line checked,
+// what is not a bundle dropped, never failing the run. It reads it once
+// the program has ended, and also while it runs when the run's door shows
+// each display bundle as it comes (the stream).
 
 //go:embed run.py
 var runLauncher []byte
@@ -90,9 +94,10 @@ func launcherArgv(p *task.Plan) []string {
 // values sets up what shows a run's values in the sandbox of run dir
 // dir, whose processes run as uid: the run launcher, from the run's etc
 // tmpfs, and the display directory, a tmpfs of maxDisplayChannel owned
-// by uid at dir/display. It returns their spec options and the display
-// directory's host path.
-func values(dir string, uid int, st *stateRequest, undo *cleanup.Cleanup) ([]spec.SpecOpt, string, error) {
+// by uid at dir/display; with the state module and st's request (not
+// nil), or the module alone (withState: a warm sandbox). It returns their
+// spec options and the display directory's host path.
+func values(dir string, uid int, st *stateRequest, withState bool, undo *cleanup.Cleanup) ([]spec.SpecOpt, string, error) {
 	launcher, err := writeEtc(dir, undo, runLauncherName, runLauncher)
 	if err != nil {
 		return nil, "", fmt.Errorf("writing the run launcher: %w", err)
@@ -112,88 +117,186 @@ func values(dir string, uid int, st *stateRequest, undo *cleanup.Cleanup) ([]spe
 		return nil
 	})
 	specOpts := []spec.SpecOpt{spec.WithReadonlyFile(launcher, RunLauncherPath), spec.WithWritableDir(display, DisplayDir)}
-	if st != nil {
-		stateOpt, err := st.write(dir, display, undo)
+	if st != nil || withState {
+		stateOpt, err := stateModuleOpt(dir, undo)
 		if err != nil {
 			return nil, "", err
 		}
 		specOpts = append(specOpts, stateOpt)
 	}
+	if st != nil {
+		if err := st.write(display); err != nil {
+			return nil, "", err
+		}
+	}
 	return specOpts, display, nil
 }
 
-// readValues fills res's Value, Display and DisplayDropped from what the
-// program left in its display directory dir (a host path; "" for a run
-// without one). The bundles' data (each MIME type and string) is kept up
-// to budget bytes in all, the value first and then each display bundle
-// in order, at most MaxDisplay of these; a bundle past either bound, a
-// line that is not a bundle and a channel past its bound count in
-// DisplayDropped.
-func readValues(dir string, budget int64, res *result.Result) {
-	if dir == "" {
+// displayPoll is how often a run whose door shows display bundles as
+// they come (runapi.Hooks.Display) looks at its display channel.
+const displayPoll = 50 * time.Millisecond
+
+// displayReader reads a run's display channel (the file displayFile of
+// its display directory, a host path) line by line, as the program writes
+// it or once at its end, within the same bounds either way: the bundles'
+// data (each MIME type and string) counts against budget bytes in the
+// channel's order, a later value replacing an earlier one (whose bytes
+// count no longer), and at most MaxDisplay display bundles are kept. A
+// bundle past either bound, a line that is not a bundle and bytes past
+// maxDisplayChannel count as dropped. It is used by one goroutine at a
+// time.
+type displayReader struct {
+	name    string
+	budget  int64
+	emit    func(map[string]string) // each display bundle kept, as it is; may be nil
+	read    int64                   // bytes of the channel consumed
+	partial []byte                  // the start of a line not yet ended
+	value   map[string]string
+	valueN  int64
+	display []map[string]string
+	dropped int
+	over    bool
+}
+
+// newDisplayReader is the reader of the display directory dir ("" for a
+// run without one), keeping budget bytes of bundles and calling emit, if
+// not nil, with each display bundle kept.
+func newDisplayReader(dir string, budget int64, emit func(map[string]string)) *displayReader {
+	d := &displayReader{budget: budget, emit: emit}
+	if dir != "" {
+		d.name = filepath.Join(dir, displayFile)
+	}
+	return d
+}
+
+// watch reads the channel every displayPoll while the program runs, so
+// that emit gets each bundle as it comes; the function it returns stops
+// it and waits until it has. Without emit or a channel it does nothing.
+func (d *displayReader) watch() (stop func()) {
+	if d.emit == nil || d.name == "" {
+		return func() {}
+	}
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(displayPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				d.poll()
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
+	}
+}
+
+// poll reads what the program added to the channel since the last poll
+// and takes its complete lines: never through a symlink, never blocking
+// on a FIFO, only a regular file, at most maxDisplayChannel bytes in all.
+// A file that is not there, or not one to read, reads as nothing new.
+func (d *displayReader) poll() {
+	if d.name == "" || d.over {
 		return
 	}
-	data, over := readChannel(filepath.Join(dir, displayFile))
-	var value map[string]string
-	var display []map[string]string
-	dropped := 0
-	if over {
-		dropped++
+	fd, err := unix.Open(d.name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
 	}
-	for _, line := range bytes.Split(data, []byte("\n")) {
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		kind, b, err := parseBundle(line)
-		switch {
-		case err != nil:
-			dropped++
-		case kind == "value":
-			if value != nil {
-				dropped++ // the last one is the run's
-			}
-			value = b
-		default:
-			display = append(display, b)
-		}
+	f := os.NewFile(uintptr(fd), d.name)
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return
 	}
-	fits := func(b map[string]string) bool {
-		var n int64
-		for k, v := range b {
-			n += int64(len(k) + len(v))
-		}
-		if n > budget {
-			return false
-		}
-		budget -= n
-		return true
+	left := maxDisplayChannel - d.read
+	data, err := io.ReadAll(io.NewSectionReader(f, d.read, left+1))
+	if err != nil {
+		return
 	}
-	if value != nil {
-		if fits(value) {
-			res.Value = value
-		} else {
-			dropped++
-		}
+	if int64(len(data)) > left {
+		// Larger than the tmpfs can be: the rest is not read.
+		data, d.over = data[:left], true
+		d.dropped++
 	}
-	for _, b := range display {
-		if len(res.Display) < MaxDisplay && fits(b) {
-			res.Display = append(res.Display, b)
-		} else {
-			dropped++
+	d.read += int64(len(data))
+	// Only what is new is looked through: a line still being written is
+	// not read again at each poll.
+	for {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			d.partial = append(d.partial, data...)
+			return
 		}
+		line := append(d.partial, data[:i]...)
+		d.partial = nil
+		d.take(line)
+		data = data[i+1:]
 	}
-	res.DisplayDropped = dropped
 }
 
-// readChannel reads the display file at name, which the program made:
-// never through a symlink, never blocking on a FIFO, only a regular file,
-// at most maxDisplayChannel bytes (over says it held more). A file that
-// is not there, or not one to read, reads as empty.
-func readChannel(name string) (data []byte, over bool) {
-	return readChannelAt(name, maxDisplayChannel)
+// take checks one line of the channel and keeps its bundle if it fits.
+func (d *displayReader) take(line []byte) {
+	if len(bytes.TrimSpace(line)) == 0 {
+		return
+	}
+	kind, b, err := parseBundle(line)
+	if err != nil {
+		d.dropped++
+		return
+	}
+	var n int64
+	for k, v := range b {
+		n += int64(len(k) + len(v))
+	}
+	if kind == "value" {
+		if d.value != nil {
+			d.dropped++ // the last one is the run's
+			d.budget += d.valueN
+			d.value = nil
+		}
+		if n > d.budget {
+			d.dropped++
+			return
+		}
+		d.value, d.valueN = b, n
+		d.budget -= n
+		return
+	}
+	if len(d.display) >= MaxDisplay || n > d.budget {
+		d.dropped++
+		return
+	}
+	d.budget -= n
+	d.display = append(d.display, b)
+	if d.emit != nil {
+		d.emit(b)
+	}
 }
 
-// readChannelAt is readChannel with a bound of max bytes.
+// finish reads the rest of the channel, the program having ended (a last
+// line without its newline counts), and fills res's Value, Display and
+// DisplayDropped.
+func (d *displayReader) finish(res *result.Result) {
+	if d.name == "" {
+		return
+	}
+	d.poll()
+	if len(d.partial) > 0 {
+		d.take(d.partial)
+		d.partial = nil
+	}
+	res.Value, res.Display, res.DisplayDropped = d.value, d.display, d.dropped
+}
+
+// readChannelAt reads the file at name of the display directory, which
+// the program made: never through a symlink, never blocking on a FIFO,
+// only a regular file, at most max bytes (over says it held more). A file
+// that is not there, or not one to read, reads as empty.
 func readChannelAt(name string, max int64) (data []byte, over bool) {
 	fd, err := unix.Open(name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {

@@ -26,7 +26,10 @@ import (
 // cannot), it gives code in a language whose argv is the warm language's,
 // and its env names no PYTHON* variable (they change how the interpreter
 // starts, which has happened). Other tasks of the image are served as
-// without warm settings. Warm sandboxes that fail (a preload the image
+// without warm settings. A run in a kept session takes one too: its
+// session's disk is mounted on the sandbox's workspace at the take
+// (Runner.adoptSession), and the launcher restores and saves its state as
+// the run launcher does. Warm sandboxes that fail (a preload the image
 // lacks, a launcher that dies or says anything but ready) make their image
 // get plain sandboxes until the settings change; runapi.PoolStats.Warm says why.
 

@@ -5,7 +5,8 @@
 #
 # and is agentrun's own file, mounted read-only: no image can change it. It
 # imports the modules of PRELOAD (comma-separated) with its output sent to
-# /dev/null, says "ready" (or "fail REASON") on the socket at descriptor
+# /dev/null, compiles agentrun's run launcher and state module (VALUES,
+# STATE), says "ready" (or "fail REASON") on the socket at descriptor
 # FD, and waits. At the run's take agentrun has written the task's files
 # and code into /workspace; it says "go", the launcher says "ok", waits for
 # agentrun to close its end, closes its own, and runs FILE as __main__ the
@@ -21,8 +22,9 @@
 # passes through in a cold run) gets as SystemExit(VALUE) made from it, so
 # that sys.exit(()) and sys.exit((3,)) read as SystemExit() and
 # SystemExit(3), and an exception with a code attribute as SystemExit(it).
-# Values and figures are shown by agentrun's run launcher (run.py, mounted
-# at VALUES), as in a cold run.
+# Values and figures are shown, and a kept session's state restored and
+# saved, by agentrun's run launcher (run.py, mounted at VALUES), as in a
+# cold run.
 import os
 import sys
 
@@ -47,6 +49,9 @@ def _prepare():
     os.dup2(null, 1)
     os.dup2(null, 2)
     os.close(null)
+    # matplotlib's backend, as the run launcher's start() sets it (a
+    # preloaded pyplot reads it at its import); the task's env may set it.
+    os.environ.setdefault("MPLBACKEND", "Agg")
     failure = None
     for name in filter(None, preload.split(",")):
         try:
@@ -63,6 +68,11 @@ def _prepare():
     os.dup2(saved[1], 2)
     os.close(saved[0])
     os.close(saved[1])
+    if failure is None:
+        try:
+            _compile()
+        except BaseException as e:
+            failure = "compiling agentrun's launchers: %s: %s" % (type(e).__name__, e)
     if failure is not None:
         os.write(fd, b"fail " + " ".join(failure.split()).encode("utf-8", "replace")[:900] + b"\n")
         os._exit(1)
@@ -75,19 +85,34 @@ def _prepare():
     if os.read(fd, 1) != b"":
         os._exit(1)
     os.close(fd)
+    # A run in a kept session had the session's disk mounted on
+    # /workspace at the take: the cwd, made before, is entered again.
+    os.chdir(os.getcwd())
     return argv
 
 
 VALUES = "/dev/agentrun-run.py"
+STATE = "/dev/agentrun-state.py"
+
+# The launchers' code, compiled before the take (agentrun's own files,
+# read-only; compiling runs none of it): a run does not wait for it.
+_code = {}
+
+
+def _compile():
+    for path in (VALUES, STATE):
+        with open(path, "rb") as f:
+            _code[path] = compile(f.read(), path, "exec")
 
 
 def _values():
     """The run launcher's namespace (run.py): as_main() makes the task's
     file __main__, start() sets the run up, program() makes the code's last
-    expression show its value."""
+    expression show its value, state_begin() and state_end() restore and
+    save a kept session's state (with state.py's code, compiled here)."""
     ns = {"__name__": "agentrun_run", "__file__": VALUES}
-    with open(VALUES, "rb") as f:
-        exec(compile(f.read(), VALUES, "exec"), ns)
+    exec(_code[VALUES], ns)
+    ns["state_code"] = _code[STATE]
     return ns
 
 
@@ -99,12 +124,17 @@ _source, _path, _globals = _run["as_main"](_argv, __file__, 2)
 _run["start"]()
 _run["launchers"].append(globals())
 _program, _end, _exit_status, _report = _run["program"], _run["end"], _run["exit_status"], _run["report"]
+# A run with keep_state: restored before the code, saved after it
+# (exited, raised or not), as in a cold run (run.py's state_begin and
+# state_end).
+_state = _run["state_begin"](_globals)
 _error = None
 try:
     exec(compile(_program(compile(_source, _path, "exec", 0x400)), _path, "exec"), _globals)
 except BaseException as e:
     _error = e
     del e
+_run["state_end"](_state, _globals)
 # What follows runs with no exception being handled, as the interpreter's
 # end: the task's excepthook and atexit handlers see none.
 if _error is None:

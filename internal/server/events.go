@@ -15,7 +15,7 @@ import (
 // Event is one line of a streamed answer (POST /v1/runs?stream=1): output
 // as the program writes it ("stdout", "stderr", with Data), requests held
 // for a decision ("approval", with Run and Approval), each bundle of the
-// result's display ("display", with Display), sent once the run has ended,
+// result's display as the program shows it ("display", with Display),
 // then the result ("result", with Result), last. Data is cut only between UTF-8
 // characters; output that is not UTF-8 comes with its exact bytes in
 // DataBase64 as well (Data then has U+FFFD for each bad byte).

@@ -310,11 +310,9 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 		out := newOutputs(ev)
 		hooks.Output = out.send
 		hooks.Approve = s.approver(cfg, plan.Session, ev.send)
+		hooks.Display = func(b map[string]string) { ev.send(Event{Event: "display", Display: b}) }
 		answer = func(res *result.Result) {
 			out.flush()
-			for _, b := range res.Display {
-				ev.send(Event{Event: "display", Display: b})
-			}
 			ev.send(Event{Event: "result", Result: res})
 			ev.close()
 		}

@@ -21,6 +21,8 @@ type Workspace struct {
 	// replace: files written replace those of the same name (a kept
 	// session's workspace holds the last run's files).
 	replace bool
+	// shared: Share made its mount shared.
+	shared bool
 }
 
 // Create mounts a tmpfs of size bytes at dir (created, 0700), owned by uid
@@ -36,6 +38,24 @@ func Create(dir string, size int64, uid, gid int, files map[string][]byte) (_ *W
 		return nil, fmt.Errorf("mounting workspace tmpfs: %w", err)
 	}
 	return open(&Workspace{Dir: dir}, uid, gid, files)
+}
+
+// maxStacked bounds the mounts Close removes from a shared workspace's
+// directory: its own and one mounted on it.
+const maxStacked = 2
+
+// Share makes the workspace's mount shared (its own peer group), so that
+// a mount made on its directory later propagates to its slaves: the
+// /workspace of a sandbox prepared ahead, which mounts it as a slave
+// (spec.WithWorkspaceSlave) and so gets a kept session's disk when a run
+// takes it; nothing mounted in the sandbox reaches the host. Close then
+// unmounts what was mounted on it too.
+func (w *Workspace) Share() error {
+	if err := unix.Mount("", w.Dir, "", unix.MS_SHARED, ""); err != nil {
+		return fmt.Errorf("making the workspace's mount shared: %w", err)
+	}
+	w.shared = true
+	return nil
 }
 
 // Adopt makes the file system already mounted at dir (a kept session's
@@ -118,8 +138,20 @@ func (w *Workspace) Close() error {
 		w.root = nil
 	}
 	var errs []error
-	if err := unix.Unmount(w.Dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		errs = append(errs, fmt.Errorf("unmounting workspace: %w", err))
+	// What was mounted on it later (a kept session's disk, on a shared
+	// one) goes too.
+	for range maxStacked {
+		err := unix.Unmount(w.Dir, unix.MNT_DETACH)
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+			break
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("unmounting workspace: %w", err))
+			break
+		}
+		if !w.shared {
+			break
+		}
 	}
 	if err := os.Remove(w.Dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		errs = append(errs, fmt.Errorf("removing workspace dir: %w", err))

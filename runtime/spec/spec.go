@@ -303,6 +303,23 @@ func WithWorkspace(dir string) SpecOpt {
 	}
 }
 
+// WithWorkspaceSlave makes the /workspace mount (WithWorkspace, before it)
+// a slave of its host directory's: what the host mounts on that
+// directory later, once the directory's mount is shared, appears at
+// /workspace too, and nothing mounted in the sandbox reaches the host.
+// A sandbox prepared ahead gets a kept session's disk so.
+func WithWorkspaceSlave() SpecOpt {
+	return func(s *specs.Spec) error {
+		for i := range s.Mounts {
+			if s.Mounts[i].Destination == WorkspaceDir {
+				s.Mounts[i].Options = append(s.Mounts[i].Options, "rslave")
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s mount to make a slave", WorkspaceDir)
+	}
+}
+
 // WithReadonlyFile bind-mounts the host file src at dest, read-only.
 func WithReadonlyFile(src, dest string) SpecOpt {
 	return func(s *specs.Spec) error {

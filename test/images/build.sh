@@ -7,9 +7,9 @@
 # Output (under $AGENTRUN_IMAGES, default /var/cache/agentrun/images):
 #   busybox/rootfs      busybox-static with its applets, /etc/passwd with nobody
 #   python/rootfs       Debian bookworm "essential" + python3, docs stripped
-#   python-data/rootfs  python's, plus Debian's numpy and pandas (for warm
-#                       pools' preloads and make bench; not in "all": the
-#                       tests that need it build it)
+#   python-data/rootfs  python's, plus Debian's numpy, pandas and matplotlib
+#                       (for warm pools' preloads, figures and make bench;
+#                       not in "all": the tests that need it build it)
 #   */oci               each rootfs packed as an OCI image layout, tag "latest"
 # A rootfs is rebuilt only when its recipe changes: its stamp is the hash of
 # its build function, the helpers and the packer, so adding an image does not
@@ -92,8 +92,9 @@ debian() {
 # python3 with its full standard library, no pip.
 build_python() { debian python python3; }
 
-# python's, plus numpy and pandas: the heavy imports a warm pool preloads.
-build_python_data() { debian python-data python3,python3-numpy,python3-pandas; }
+# python's, plus numpy and pandas, the heavy imports a warm pool preloads,
+# and matplotlib, whose figures a run shows (spec §12).
+build_python_data() { debian python-data python3,python3-numpy,python3-pandas,python3-matplotlib; }
 
 mkdir -p "$out"
 case ${1:-all} in

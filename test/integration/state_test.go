@@ -154,3 +154,67 @@ print(os.path.exists("/tmp/ran-in-sandbox"))`, map[string]any{"keep_state": true
 		t.Error("the state's command ran on the host")
 	}
 }
+
+// TestStateWarm: calls in a kept session take warm sandboxes from the
+// pool, stateful or not: the session's disk is their /workspace (its
+// files, the cwd, nosuid, nodev and noexec as a cold run's), the state
+// carries from warm calls to a cold one and back (one format), and no
+// process or /tmp file of a call is in the next.
+func TestStateWarm(t *testing.T) {
+	p := newWarm(t, pythonImage, 1, nil, pyTask("pass", nil), true)
+	id, err := p.r.Sessions().Create()
+	if err != nil {
+		t.Fatalf("creating session: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := p.r.Sessions().Remove(id); err != nil {
+			t.Errorf("removing session: %v", err)
+		}
+	})
+	call := func(code string, extra map[string]any, warm bool) *result.Result {
+		t.Helper()
+		m := map[string]any{"session": id, "keep_state": true}
+		for k, v := range extra {
+			m[k] = v
+		}
+		p.waitReady(1)
+		res := p.run(pyTask(code, m), warm)
+		mustOK(t, res)
+		return res
+	}
+	res := call(`import os, subprocess
+x = 41
+def f(): return x + 1
+open("kept.txt", "w").write("k")
+open("/tmp/scratch", "w").write("s")
+child = subprocess.Popen(["sleep", "60"])
+print(os.getcwd(), "main.py" in os.listdir("."))
+x`, nil, true)
+	if res.Stdout != "/workspace True\n" || res.Value["text/plain"] != "41" || res.State == nil || !res.State.Saved ||
+		!slices.Contains(res.State.Kept, "f") {
+		t.Fatalf("call 1: stdout %q, value %q, state %+v", res.Stdout, res.Value, res.State)
+	}
+	res = call(`import os
+mounts = [l.split() for l in open("/proc/self/mountinfo")]
+ws = [m for m in mounts if m[4] == "/workspace"][-1]
+print(f(), open("kept.txt").read(), os.stat("kept.txt").st_uid == os.getuid(), os.path.exists("/tmp/scratch"))
+print(all(o in ws[5].split(",") for o in ("nosuid", "nodev", "noexec")), ws[-3], ws[3])
+print([q for q in os.listdir("/proc") if q.isdigit() and "sleep" in open("/proc/%s/cmdline" % q).read()])
+x += 1`, nil, true)
+	if res.Stdout != "42 k True False\nTrue ext4 /\n[]\n" {
+		t.Errorf("call 2: stdout %q, stderr %q", res.Stdout, res.Stderr)
+	}
+	// Another shape (memory) misses the pool: a cold call, whose state
+	// the next warm one restores.
+	res = call("x += 1\nprint(x)", map[string]any{"limits": map[string]any{"memory": "300m"}}, false)
+	if res.Stdout != "43\n" {
+		t.Errorf("cold call: stdout %q, stderr %q", res.Stdout, res.Stderr)
+	}
+	res = call("print(open('kept.txt').read(), 'x' in globals())", map[string]any{"keep_state": false, "keep_workspace": true}, true)
+	if res.Stdout != "k False\n" || res.State != nil {
+		t.Errorf("a warm call without state: stdout %q, stderr %q, state %+v", res.Stdout, res.Stderr, res.State)
+	}
+	if res = call("print(x)", nil, true); res.Stdout != "43\n" {
+		t.Errorf("warm call after the cold one: stdout %q, stderr %q", res.Stdout, res.Stderr)
+	}
+}

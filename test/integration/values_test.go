@@ -253,10 +253,13 @@ func probeLine(out, word string) string {
 const valuesDoorCode = richClass + "display('first', Rich())\n6 * 7"
 
 // TestValuesStream: a streamed run sends each display bundle as a
-// "display" event, in order, before the result, which has them too.
+// "display" event as the program shows it, in order: before the output
+// the program writes a while after (it sleeps first), and before the
+// result, which has them too.
 func TestValuesStream(t *testing.T) {
 	s := startServe(t, map[string]any{"listen": "unix://" + filepath.Join(t.TempDir(), "u.sock")})
-	body, _ := json.Marshal(map[string]any{"code": valuesDoorCode})
+	code := richClass + "import time\ndisplay('first', Rich())\ntime.sleep(1.5)\nprint('after', flush=True)\n6 * 7"
+	body, _ := json.Marshal(map[string]any{"code": code})
 	_, b := s.do("POST", "/v1/runs?stream=1", string(body))
 	var kinds []string
 	var shown []bundle
@@ -274,8 +277,8 @@ func TestValuesStream(t *testing.T) {
 			res = ev.Result
 		}
 	}
-	if got := strings.Join(kinds, ","); got != "display,display,result" {
-		t.Errorf("events %s; want two displays, then the result", got)
+	if got := strings.Join(kinds, ","); got != "display,display,stdout,result" {
+		t.Errorf("events %s; want two displays as they come, the output after them, then the result", got)
 	}
 	if res == nil || res.Value["text/plain"] != "42" || !reflect.DeepEqual(res.Display, shown) || len(shown) != 2 ||
 		shown[0]["text/plain"] != "'first'" || shown[1]["text/html"] != "<b>rich</b>" {
@@ -329,4 +332,55 @@ func TestValuesPandas(t *testing.T) {
 	if res.Error != "" || !strings.Contains(res.Value["text/html"], "<table") || !strings.Contains(res.Value["text/plain"], "a") {
 		t.Errorf("value %q, stderr %q, error %q", res.Value, res.Stderr, res.Error)
 	}
+}
+
+// matplotlibCode plots with Debian's matplotlib: a figure shown, one left
+// open at the end, and a pandas frame as the value.
+const matplotlibCode = `import matplotlib, matplotlib.pyplot as plt
+import pandas as pd
+print(matplotlib.get_backend())
+plt.plot([1, 2, 3])
+plt.show()
+plt.figure()
+plt.plot([3, 1])
+pd.DataFrame({'a': [1, 2]})
+`
+
+// TestValuesMatplotlib: with the real matplotlib (the python-data image),
+// cold and warm (pyplot preloaded), a figure shown with plt.show() and
+// one still open at the end come back as PNG bundles, under the
+// non-interactive backend the launcher picks, and a pandas frame's value
+// as its HTML table.
+func TestValuesMatplotlib(t *testing.T) {
+	ref := pythonData(t)
+	extra := map[string]any{"image": ref, "limits": map[string]any{"timeout": "60s", "memory": "512m"}}
+	check := func(t *testing.T, res *result.Result) {
+		t.Helper()
+		if res.Error != "" || res.ExitCode != 0 || res.Stdout != "agg\n" {
+			t.Fatalf("exit %d, stdout %q, stderr %q, error %q", res.ExitCode, res.Stdout, res.Stderr, res.Error)
+		}
+		if len(res.Display) != 2 || res.DisplayDropped != 0 {
+			t.Fatalf("%d display bundles (%d dropped); want the shown figure and the open one", len(res.Display), res.DisplayDropped)
+		}
+		for i, b := range res.Display {
+			data, err := base64.StdEncoding.DecodeString(b["image/png"])
+			if err != nil || !strings.HasPrefix(string(data), "\x89PNG\r\n\x1a\n") || len(data) < 1000 ||
+				!strings.HasPrefix(b["text/plain"], "<Figure size") {
+				t.Errorf("display %d: text %q, a PNG of %d bytes (%v)", i, b["text/plain"], len(data), err)
+			}
+		}
+		if !strings.Contains(res.Value["text/html"], "<table") || !strings.Contains(res.Value["text/plain"], "a") {
+			t.Errorf("value %q", res.Value)
+		}
+	}
+	t.Run("cold", func(t *testing.T) {
+		check(t, runIn(t, "libcontainer", pyTask(matplotlibCode, extra)))
+	})
+	t.Run("warm", func(t *testing.T) {
+		p := newWarm(t, ref, 1, []string{"numpy", "pandas", "matplotlib.pyplot"}, pyTask("pass", extra), true)
+		if st := warmState(p, ref); st != "warm" {
+			t.Fatalf("warm state %q", st)
+		}
+		check(t, p.run(pyTask(matplotlibCode, extra), true))
+	})
 }

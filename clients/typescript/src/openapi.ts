@@ -611,7 +611,7 @@ export interface components {
             /** @description A held tool call's arguments as JSON, whole, escaped as the program's text (a call whose arguments are too long to show is refused before anyone is asked). */
             arguments?: string;
         } & unknown;
-        /** @description One line of a streamed answer: `stdout` and `stderr` with `data` as the program writes (cut only between UTF-8 characters; with `data_base64` too when the bytes are not UTF-8), `approval` with `run` and `approval` for a request held for a decision, `display` with `display`, a bundle of the result's display, each sent as the run ends before the result, and `result`, last, with `result`. */
+        /** @description One line of a streamed answer: `stdout` and `stderr` with `data` as the program writes (cut only between UTF-8 characters; with `data_base64` too when the bytes are not UTF-8), `approval` with `run` and `approval` for a request held for a decision, `display` with `display`, a bundle of the result's display, each sent as the program shows it (so before the output it writes after), and `result`, last, with `result`. */
         Event: {
             /** @enum {string} */
             event: "stdout" | "stderr" | "approval" | "display" | "result";
