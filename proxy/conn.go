@@ -71,6 +71,17 @@ func (p *Proxy) handleProxy(c net.Conn) {
 		p.refuse(c, err, false)
 		return
 	}
+	if p.isTools(t) {
+		if req.Method == http.MethodConnect {
+			if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+				return
+			}
+			p.serveToolsConn(c, br)
+			return
+		}
+		p.serveToolsOne(c, req)
+		return
+	}
 	if svc := p.serviceFor(t); svc != nil {
 		c.SetDeadline(time.Time{})
 		if req.Method == http.MethodConnect {
@@ -149,6 +160,10 @@ func (p *Proxy) handleTransparent(c net.Conn, port int) {
 	t, err := hostTarget(req, port)
 	if err != nil {
 		p.refuse(c, err, false)
+		return
+	}
+	if p.isTools(t) {
+		p.serveToolsOne(c, req)
 		return
 	}
 	if svc := p.serviceFor(t); svc != nil {

@@ -94,6 +94,13 @@ type Policy struct {
 	// ApprovalTimeout is how long a held request waits for a decision
 	// before it is denied; 0 means DefaultApprovalTimeout.
 	ApprovalTimeout time.Duration
+
+	// Tools, if not nil, is the run's tool broker: the sandbox reaches it
+	// as http://tools.agentrun (ToolsHost, ToolsPort), whose DNS answer is
+	// the gateway, through the explicit proxy or the transparent
+	// listener. Nothing is dialled for it and nothing of it is recorded
+	// here: the broker records its calls.
+	Tools http.Handler
 }
 
 // Proxy is one run's DNS server, HTTP proxy and transparent listeners.
@@ -257,6 +264,12 @@ func (p *Proxy) setPolicy(pol Policy) error {
 		seen[hp] = s.Name
 		allow.AllowExact(s.Host(), s.Port())
 		services = append(services, &s)
+	}
+	if pol.Tools != nil {
+		if _, dup := seen[target{ToolsHost, ToolsPort}]; dup {
+			return fmt.Errorf("starting proxy: a service is at %s, the tool broker's name", ToolsHost)
+		}
+		allow.AllowExact(ToolsHost, ToolsPort)
 	}
 	var ca *CA
 	if len(services) > 0 {
