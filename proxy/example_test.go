@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/netns"
 	"github.com/agentrun/agentrun/proxy"
 )
@@ -21,8 +22,12 @@ func Example() {
 		panic(err)
 	}
 	defer n.Close()
+	allow, err := netpolicy.ParseAllow([]string{"pypi.org", "*.pythonhosted.org"})
+	if err != nil {
+		panic(err)
+	}
 	p, err := proxy.Start(n, proxy.Policy{
-		Allow:      []string{"pypi.org", "*.pythonhosted.org"},
+		Allow:      allow,
 		DenyRanges: []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")},
 		MaxBytes:   512 << 20,
 		MaxConns:   64,

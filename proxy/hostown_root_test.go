@@ -52,7 +52,7 @@ func hostListener(t *testing.T, ip netip.Addr, conns chan<- net.Conn) netip.Addr
 // Internet's veth (inside an allowed range) and loopback (allowed too).
 func hostOwnPolicy(in *proxytest.Internet, veth, loop netip.AddrPort) Policy {
 	return Policy{
-		Allow: []string{fmt.Sprintf("hostself.test:%d", veth.Port()), fmt.Sprintf("loopself.test:%d", loop.Port()), "internet.test"},
+		Allow: allowOf(fmt.Sprintf("hostself.test:%d", veth.Port()), fmt.Sprintf("loopself.test:%d", loop.Port()), "internet.test"),
 		Hosts: map[string]netip.Addr{
 			"hostself.test": in.HostIP, "loopself.test": netip.MustParseAddr("127.0.0.1"), "internet.test": in.IP,
 		},
@@ -147,7 +147,7 @@ func TestProxyHostOwn(t *testing.T) {
 		// Another port of the same address is still refused.
 		other := fmt.Sprintf("hostself.test:%d", loop.Port())
 		pol2 := hostOwnPolicy(in, veth, loop)
-		pol2.Allow = append(pol2.Allow, other)
+		pol2.Allow = withAllow(pol2.Allow, other)
 		pol2.HostPorts = []netip.AddrPort{veth}
 		r2 := startRun(t, in, pol2)
 		if resp, body, _ := r2.connect(other); resp.StatusCode != 403 || !strings.Contains(body, "host's own address") {

@@ -15,8 +15,6 @@ import (
 func TestNewProxyRejectsBadPolicy(t *testing.T) {
 	gw := netip.MustParseAddr("10.200.0.1")
 	for _, p := range []Policy{
-		{Allow: []string{"*"}},
-		{Allow: []string{"1.2.3.4"}},
 		{Hosts: map[string]netip.Addr{"pypi.org": {}}},
 		{Hosts: map[string]netip.Addr{"bad host": netip.MustParseAddr("1.2.3.4")}},
 		{MaxBytes: -1},
@@ -28,7 +26,7 @@ func TestNewProxyRejectsBadPolicy(t *testing.T) {
 			t.Errorf("newProxy(%+v) = nil error; want an error", p)
 		}
 	}
-	px, err := newProxy(gw, Policy{Allow: []string{"pypi.org"}, Hosts: map[string]netip.Addr{"PyPI.org.": netip.MustParseAddr("::ffff:1.2.3.4")}})
+	px, err := newProxy(gw, Policy{Allow: allowOf("pypi.org"), Hosts: map[string]netip.Addr{"PyPI.org.": netip.MustParseAddr("::ffff:1.2.3.4")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +65,7 @@ func TestProxyRefusesHostOwn(t *testing.T) {
 	owned := map[netip.Addr]bool{self: true}
 	var dialled []string
 	pol := Policy{
-		Allow:       []string{"self.test:8080", "self.test:4222", "moved.test"},
+		Allow:       allowOf("self.test:8080", "self.test:4222", "moved.test"),
 		Hosts:       map[string]netip.Addr{"self.test": self, "moved.test": netip.MustParseAddr("203.0.113.10")},
 		AllowRanges: []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")},
 		HostPorts:   []netip.AddrPort{netip.AddrPortFrom(self, 4222)},
@@ -141,5 +139,65 @@ func TestProxyRefusesHostOwn(t *testing.T) {
 	defer mu.Unlock()
 	if len(dialled) != 1 {
 		t.Errorf("refusals dialled %v", dialled)
+	}
+}
+
+// allowOf parses a test's allowlist entries; it panics on a bad one.
+func allowOf(entries ...string) *netpolicy.Allowlist {
+	a, err := netpolicy.ParseAllow(entries)
+	if err != nil {
+		panic(err)
+	}
+	return a
+}
+
+// withAllow is a with more entries.
+func withAllow(a *netpolicy.Allowlist, more ...string) *netpolicy.Allowlist {
+	return allowOf(append(a.Entries(), more...)...)
+}
+
+// validated validates a test's services; it panics on a bad one.
+func validated(ss []netpolicy.Service) []*netpolicy.Service {
+	out := make([]*netpolicy.Service, len(ss))
+	for i := range ss {
+		if err := ss[i].Validate(); err != nil {
+			panic(err)
+		}
+		out[i] = &ss[i]
+	}
+	return out
+}
+
+// Bind takes what is parsed and validated already, and refuses services
+// that are not validated or that share a host and port; it never changes
+// the allowlist it is given.
+func TestBindChecksServices(t *testing.T) {
+	gw := netip.MustParseAddr("10.200.0.1")
+	rules := []netpolicy.Rule{{Methods: []string{"GET"}, Paths: []string{"/**"}}}
+	a := netpolicy.Service{Name: "a", URL: "https://api.example.com", Rules: rules}
+	b := netpolicy.Service{Name: "b", URL: "https://API.example.com:443/", Rules: rules}
+	for _, tc := range []struct {
+		services []*netpolicy.Service
+		want     string
+	}{
+		{[]*netpolicy.Service{&a}, "starting proxy: services[0] is not validated"},
+		{[]*netpolicy.Service{nil}, "starting proxy: services[0] is not validated"},
+		{validated([]netpolicy.Service{a, b}), `starting proxy: services "a" and "b" are both at api.example.com:443`},
+	} {
+		if _, err := newProxy(gw, Policy{Services: tc.services}); err == nil || err.Error() != tc.want {
+			t.Errorf("newProxy(services %v) = %v; want %q", tc.services, err, tc.want)
+		}
+	}
+	allow := allowOf("pypi.org")
+	px, err := newProxy(gw, Policy{Allow: allow, Services: validated([]netpolicy.Service{a})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	if !px.allow.Match("api.example.com", 443) || !px.allow.Match("pypi.org", 443) {
+		t.Error("the proxy's allowlist lacks the service or the policy's entry")
+	}
+	if allow.Match("api.example.com", 443) {
+		t.Error("Bind added the service to the policy's allowlist")
 	}
 }

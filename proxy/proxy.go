@@ -53,8 +53,9 @@ func (p Policy) MaxClients() int {
 
 // Policy is what a run may reach. The zero value allows nothing.
 type Policy struct {
-	// Allow holds allowlist entries (see ParseAllow).
-	Allow []string
+	// Allow is the parsed allowlist (netpolicy.ParseAllow); nil allows
+	// nothing. Bind never changes it.
+	Allow *netpolicy.Allowlist
 	// Hosts maps names to fixed addresses, consulted before the resolver
 	// (like /etc/hosts). The address is still checked (netpolicy.Dest).
 	Hosts map[string]netip.Addr
@@ -83,8 +84,10 @@ type Policy struct {
 	// Services are hosts the proxy answers for itself (see netpolicy.Service): their
 	// host:port is reachable without an Allow entry, HTTPS to them is
 	// terminated with the run's CA, and only their rules' requests pass.
-	// Every other host is never intercepted.
-	Services []netpolicy.Service
+	// Every other host is never intercepted. Each is validated already
+	// (netpolicy.Service.Validate) and may be shared with other proxies:
+	// the proxy never changes it.
+	Services []*netpolicy.Service
 	// UpstreamRoots verifies services' certificates; nil means the host's
 	// roots.
 	UpstreamRoots *x509.CertPool
@@ -187,7 +190,8 @@ func Open(n *netns.Net) (*Proxy, error) {
 	return px, nil
 }
 
-// Bind gives the proxy its run's policy, once: it validates p, opens the
+// Bind gives the proxy its run's policy, once: it checks p (its
+// allowlist and services come parsed and validated; see setPolicy), opens the
 // transparent listeners p's allowlist asks for, and from then on serves
 // by p. A proxy is bound at most once, whatever the outcome: a second
 // Bind fails and leaves the first policy (or none) in force, so a proxy
@@ -230,12 +234,10 @@ func unbound(gw netip.Addr) *Proxy {
 	return px
 }
 
-// setPolicy checks pol and sets what the proxy serves by from it.
+// setPolicy checks what pol's parsed values cannot hold already (hosts
+// entries, limits, host_ports, services that are not validated or share
+// a host and port) and sets what the proxy serves by from it.
 func (p *Proxy) setPolicy(pol Policy) error {
-	allow, err := netpolicy.ParseAllow(pol.Allow)
-	if err != nil {
-		return fmt.Errorf("starting proxy: %w", err)
-	}
 	hosts := make(map[string]netip.Addr, len(pol.Hosts))
 	for name, a := range pol.Hosts {
 		h, ok := netpolicy.CanonicalName(name)
@@ -250,20 +252,9 @@ func (p *Proxy) setPolicy(pol Policy) error {
 	if pol.MaxBytes < 0 || pol.MaxConns < 0 {
 		return errors.New("starting proxy: negative limit")
 	}
-	var services []*netpolicy.Service
-	seen := map[target]string{}
-	for i := range pol.Services {
-		s := pol.Services[i]
-		if err := s.Validate(); err != nil {
-			return fmt.Errorf("starting proxy: %w", err)
-		}
-		hp := target{s.Host(), s.Port()}
-		if other, dup := seen[hp]; dup {
-			return fmt.Errorf("starting proxy: services %q and %q are both at %s", other, s.Name, s.Authority())
-		}
-		seen[hp] = s.Name
-		allow.AllowExact(s.Host(), s.Port())
-		services = append(services, &s)
+	allow, services, err := servicesOf(pol)
+	if err != nil {
+		return err
 	}
 	if pol.Tools != nil {
 		if _, dup := seen[target{ToolsHost, ToolsPort}]; dup {
@@ -305,6 +296,28 @@ func (p *Proxy) setPolicy(pol Policy) error {
 		p.upstream = p.newUpstream()
 	}
 	return nil
+}
+
+// servicesOf returns pol's allowlist grown by its services' host:port
+// pairs (a copy: pol.Allow is left as it is) and its services, or why
+// they cannot be served: one not validated, two at the same host and
+// port.
+func servicesOf(pol Policy) (*netpolicy.Allowlist, []*netpolicy.Service, error) {
+	allow := pol.Allow.Clone()
+	services := slices.Clone(pol.Services)
+	seen := map[target]string{}
+	for i, s := range services {
+		if s == nil || s.Authority() == "" {
+			return nil, nil, fmt.Errorf("starting proxy: services[%d] is not validated", i)
+		}
+		hp := target{s.Host(), s.Port()}
+		if other, dup := seen[hp]; dup {
+			return nil, nil, fmt.Errorf("starting proxy: services %q and %q are both at %s", other, s.Name, s.Authority())
+		}
+		seen[hp] = s.Name
+		allow.AllowExact(s.Host(), s.Port())
+	}
+	return allow, services, nil
 }
 
 // listen opens the DNS and HTTP proxy listeners inside the gateway

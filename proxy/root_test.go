@@ -52,7 +52,7 @@ var subnets = func() *netns.Subnets {
 
 func policyFor(in *proxytest.Internet) Policy {
 	return Policy{
-		Allow: []string{"internet.test", "*.internet.test", "loop.test", "private.test", "metadata.test", "rebind.test", "mapped.test"},
+		Allow: allowOf("internet.test", "*.internet.test", "loop.test", "private.test", "metadata.test", "rebind.test", "mapped.test"),
 		Hosts: map[string]netip.Addr{
 			"internet.test":     in.IP,
 			"www.internet.test": in.IP,
@@ -571,7 +571,7 @@ func TestProxyUpstreamFailures(t *testing.T) {
 	testenv.RequireRoot(t)
 	in := proxytest.NewInternet(t)
 	p := policyFor(in)
-	p.Allow = append(p.Allow, "internet.test:81", "silent.test", "nosuch.test")
+	p.Allow = withAllow(p.Allow, "internet.test:81", "silent.test", "nosuch.test")
 	p.Hosts["silent.test"] = in.Silent
 	resolve := p.Resolver
 	p.Resolver = func(ctx context.Context, host string) ([]netip.Addr, error) {

@@ -46,10 +46,10 @@ func newServiceRun(t *testing.T, approve netpolicy.ApproveFunc, timeout time.Dur
 		t.Fatal(err)
 	}
 	p := Policy{
-		Allow:       []string{"www.internet.test"},
+		Allow:       allowOf("www.internet.test"),
 		Hosts:       map[string]netip.Addr{"api.internet.test": in.IP, "www.internet.test": in.IP, "plain.internet.test": in.IP},
 		AllowRanges: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")},
-		Services: []netpolicy.Service{{
+		Services: validated([]netpolicy.Service{{
 			Name: "api", URL: "https://api.internet.test",
 			Inject: []netpolicy.Inject{{Header: "Authorization", Prefix: "Bearer ", File: secret}},
 			Rules: []netpolicy.Rule{
@@ -64,7 +64,7 @@ func newServiceRun(t *testing.T, approve netpolicy.ApproveFunc, timeout time.Dur
 				{Methods: []string{"GET"}, Paths: []string{"/api/**"}},
 				{Methods: []string{"POST"}, Paths: []string{"/api/write/*"}, Approve: true},
 			},
-		}},
+		}}),
 		UpstreamRoots:   in.Roots,
 		Approve:         approve,
 		ApprovalTimeout: timeout,
@@ -386,12 +386,12 @@ func benchRun(b *testing.B) (*run, *tls.Config, *tls.Config) {
 	secret := filepath.Join(b.TempDir(), "token")
 	os.WriteFile(secret, []byte("bench-token\n"), 0o600)
 	p := Policy{
-		Allow:       []string{"www.internet.test"},
+		Allow:       allowOf("www.internet.test"),
 		Hosts:       map[string]netip.Addr{"api.internet.test": in.IP, "www.internet.test": in.IP},
 		AllowRanges: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")},
-		Services: []netpolicy.Service{{Name: "api", URL: "https://api.internet.test",
+		Services: validated([]netpolicy.Service{{Name: "api", URL: "https://api.internet.test",
 			Inject: []netpolicy.Inject{{Header: "Authorization", Prefix: "Bearer ", File: secret}},
-			Rules:  []netpolicy.Rule{{Methods: []string{"GET"}, Paths: []string{"/hello"}}}}},
+			Rules:  []netpolicy.Rule{{Methods: []string{"GET"}, Paths: []string{"/hello"}}}}}),
 		UpstreamRoots: in.Roots,
 	}
 	n, err := subnets.Setup()

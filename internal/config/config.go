@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/agentrun/agentrun/image"
+	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/uidpool"
 )
 
@@ -51,6 +52,20 @@ type Network struct {
 	// ApprovalTimeout is how long a request held by an approve rule waits
 	// for a decision before it is denied.
 	ApprovalTimeout Duration `json:"approval_timeout"`
+
+	// services are Services as the proxy takes them, validated: set by
+	// Validate (which Load and Parse call), nil before.
+	services map[string]*netpolicy.Service
+}
+
+// ProxyService returns the service name of network.services as the proxy
+// takes it, converted and validated once when the config was validated
+// (Validate, which Load and Parse call), and false if there is none: no
+// such service, or a config not validated since the service was added.
+// The value is shared by every run of the config: it is never changed.
+func (n *Network) ProxyService(name string) (*netpolicy.Service, bool) {
+	s, ok := n.services[name]
+	return s, ok
 }
 
 // Service is one service of network.services (see netpolicy.Service).

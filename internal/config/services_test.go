@@ -14,10 +14,17 @@ func TestServicesConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := c.Network.Services["github"]
-	ps := ProxyService("github", s)
-	if err := ps.Validate(); err != nil || ps.Authority() != "api.github.com:443" || len(ps.Inject) != 1 || !ps.Rules[1].Approve {
-		t.Errorf("ProxyService = %+v, %v", ps, err)
+	ps, ok := c.Network.ProxyService("github")
+	if !ok || ps.Name != "github" || ps.Authority() != "api.github.com:443" || len(ps.Inject) != 1 || !ps.Rules[1].Approve {
+		t.Errorf("ProxyService(github) = %+v, %v", ps, ok)
+	}
+	if ps, ok := c.Network.ProxyService("gitlab"); ok {
+		t.Errorf("ProxyService(gitlab) = %+v; want none", ps)
+	}
+	unvalidated := Default()
+	unvalidated.Network.Services = c.Network.Services
+	if ps, ok := unvalidated.Network.ProxyService("github"); ok {
+		t.Errorf("ProxyService(github) of a config never validated = %+v; want none", ps)
 	}
 	if c.Network.ApprovalTimeout.String() != "2m" || Default().Network.ApprovalTimeout.String() != "60s" {
 		t.Errorf("approval_timeout = %q", c.Network.ApprovalTimeout)

@@ -146,7 +146,9 @@ func checkLanguage(name string, argv []string) error {
 	return nil
 }
 
-func (n Network) validate() error {
+// validate checks n and, once all of it is good, keeps the proxy's form
+// of its services (ProxyService).
+func (n *Network) validate() error {
 	for _, host := range sortedKeys(n.Hosts) {
 		field := fmt.Sprintf("network.hosts[%q]", host)
 		if err := netpolicy.CheckHostname(host); err != nil {
@@ -167,38 +169,9 @@ func (n Network) validate() error {
 	if d := n.ApprovalTimeout.Duration(); d < time.Second || d > time.Hour {
 		return fieldErr("network.approval_timeout", fmt.Errorf("%q: want a duration from 1s to 1h", n.ApprovalTimeout))
 	}
-	if len(n.Services) > MaxServices {
-		return fieldErr("network.services", fmt.Errorf("%d services, more than the maximum %d", len(n.Services), MaxServices))
-	}
-	at := map[string]string{}
-	for _, name := range sortedKeys(n.Services) {
-		field := fmt.Sprintf("network.services[%q]", name)
-		if !isServiceName(name) {
-			return fieldErr(field, errors.New("a service name is 1 to 63 characters of a-z 0-9 _ -, starting with a letter or digit"))
-		}
-		s := n.Services[name]
-		if len(s.Inject) > MaxInject || len(s.Rules) > MaxRules {
-			return fieldErr(field, fmt.Errorf("more than %d inject headers or %d rules", MaxInject, MaxRules))
-		}
-		for h, in := range s.Inject {
-			if !isCleanAbs(in.File) {
-				return fieldErr(fmt.Sprintf("%s.inject[%q].file", field, h), fmt.Errorf("%q is not a clean absolute path", in.File))
-			}
-		}
-		for i, r := range s.Rules {
-			if len(r.Paths) > MaxRules || len(r.Methods) > MaxRules {
-				return fieldErr(fmt.Sprintf("%s.rules[%d]", field, i), fmt.Errorf("more than %d methods or paths", MaxRules))
-			}
-		}
-		ps := ProxyService(name, s)
-		if err := ps.Validate(); err != nil {
-			return fieldErr(field, err)
-		}
-		authority := ps.Authority()
-		if other, dup := at[authority]; dup {
-			return fieldErr(field, fmt.Errorf("same host and port (%s) as service %q", authority, other))
-		}
-		at[authority] = name
+	services, err := n.checkServices()
+	if err != nil {
+		return err
 	}
 	for _, list := range []struct {
 		name   string
@@ -215,7 +188,53 @@ func (n Network) validate() error {
 			return fieldErr(fmt.Sprintf("network.host_ports[%d]", i), err)
 		}
 	}
+	n.services = services
 	return nil
+}
+
+// checkServices checks network.services and returns each as the proxy
+// takes it, validated (netpolicy.Service.Validate); nil when there are
+// none.
+func (n *Network) checkServices() (map[string]*netpolicy.Service, error) {
+	if len(n.Services) == 0 {
+		return nil, nil
+	}
+	if len(n.Services) > MaxServices {
+		return nil, fieldErr("network.services", fmt.Errorf("%d services, more than the maximum %d", len(n.Services), MaxServices))
+	}
+	at := map[string]string{}
+	out := make(map[string]*netpolicy.Service, len(n.Services))
+	for _, name := range sortedKeys(n.Services) {
+		field := fmt.Sprintf("network.services[%q]", name)
+		if !isServiceName(name) {
+			return nil, fieldErr(field, errors.New("a service name is 1 to 63 characters of a-z 0-9 _ -, starting with a letter or digit"))
+		}
+		s := n.Services[name]
+		if len(s.Inject) > MaxInject || len(s.Rules) > MaxRules {
+			return nil, fieldErr(field, fmt.Errorf("more than %d inject headers or %d rules", MaxInject, MaxRules))
+		}
+		for h, in := range s.Inject {
+			if !isCleanAbs(in.File) {
+				return nil, fieldErr(fmt.Sprintf("%s.inject[%q].file", field, h), fmt.Errorf("%q is not a clean absolute path", in.File))
+			}
+		}
+		for i, r := range s.Rules {
+			if len(r.Paths) > MaxRules || len(r.Methods) > MaxRules {
+				return nil, fieldErr(fmt.Sprintf("%s.rules[%d]", field, i), fmt.Errorf("more than %d methods or paths", MaxRules))
+			}
+		}
+		ps := proxyService(name, s)
+		if err := ps.Validate(); err != nil {
+			return nil, fieldErr(field, err)
+		}
+		authority := ps.Authority()
+		if other, dup := at[authority]; dup {
+			return nil, fieldErr(field, fmt.Errorf("same host and port (%s) as service %q", authority, other))
+		}
+		at[authority] = name
+		out[name] = &ps
+	}
+	return out, nil
 }
 
 // checkHostPort checks an entry of network.host_ports: one address (no
@@ -242,8 +261,9 @@ const (
 	MaxCAFiles  = 16
 )
 
-// ProxyService is the proxy's form of the service name of network.services.
-func ProxyService(name string, s Service) netpolicy.Service {
+// proxyService is the proxy's form of the service name of
+// network.services, not yet validated.
+func proxyService(name string, s Service) netpolicy.Service {
 	ps := netpolicy.Service{Name: name, URL: s.URL}
 	for _, h := range sortedKeys(s.Inject) {
 		ps.Inject = append(ps.Inject, netpolicy.Inject{Header: h, Prefix: s.Inject[h].Prefix, File: s.Inject[h].File})

@@ -48,6 +48,44 @@ func (a *Allowlist) AllowExact(host string, port int) {
 	a.rules = append(a.rules, rule{name: host, ports: []int{port}, port: true})
 }
 
+// Clone returns a copy of a that AllowExact may grow without changing a;
+// a nil a gives an empty allowlist.
+func (a *Allowlist) Clone() *Allowlist {
+	if a == nil {
+		return &Allowlist{}
+	}
+	return &Allowlist{rules: slices.Clone(a.rules)}
+}
+
+// Empty reports whether a allows nothing (nil included).
+func (a *Allowlist) Empty() bool { return a == nil || len(a.rules) == 0 }
+
+// Entries returns a's entries in their canonical form, in order (see
+// CanonicalAllow): "pypi.org", "*.example.com", "api.example.com:8443".
+// A nil a has none.
+func (a *Allowlist) Entries() []string {
+	if a.Empty() {
+		return nil
+	}
+	out := make([]string, len(a.rules))
+	for i, r := range a.rules {
+		out[i] = r.entry()
+	}
+	return out
+}
+
+// entry is r written as an allowlist entry, canonical.
+func (r rule) entry() string {
+	e := r.name
+	if r.wildcard {
+		e = "*." + e
+	}
+	if r.port {
+		e += ":" + strconv.Itoa(r.ports[0])
+	}
+	return e
+}
+
 // CanonicalAllow checks one allowlist entry as a task writes it and
 // returns its canonical form: the grammar of ParseAllow, and the name a
 // plain host name as CheckHostname has it (no trailing dot, no "_"),
@@ -65,14 +103,7 @@ func CanonicalAllow(entry string) (string, error) {
 	if err := CheckHostname(strings.TrimPrefix(name, "*.")); err != nil {
 		return "", fmt.Errorf("want a host name or \"*.\" + host name, with an optional \":port\": %w", err)
 	}
-	out := r.name
-	if r.wildcard {
-		out = "*." + out
-	}
-	if r.port {
-		out += ":" + strconv.Itoa(r.ports[0])
-	}
-	return out, nil
+	return r.entry(), nil
 }
 
 func parseRule(e string) (rule, error) {

@@ -130,3 +130,29 @@ func TestCanonicalAllow(t *testing.T) {
 		}
 	}
 }
+
+func TestAllowlistEntriesAndClone(t *testing.T) {
+	a, err := ParseAllow([]string{"PyPI.org.", "*.Pythonhosted.org", "api.example.com:08443"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"pypi.org", "*.pythonhosted.org", "api.example.com:8443"}
+	if got := a.Entries(); !slices.Equal(got, want) {
+		t.Errorf("Entries() = %q; want %q", got, want)
+	}
+	c := a.Clone()
+	c.AllowExact("api.service.test", 8080)
+	if !c.Match("api.service.test", 8080) || a.Match("api.service.test", 8080) {
+		t.Error("AllowExact on a clone: the clone must match and the original must not")
+	}
+	if got := a.Entries(); !slices.Equal(got, want) {
+		t.Errorf("Entries() after a clone grew = %q; want %q", got, want)
+	}
+	var none *Allowlist
+	if !none.Empty() || none.Entries() != nil || !none.Clone().Empty() || a.Empty() {
+		t.Error("Empty, Entries or Clone disagree on a nil allowlist")
+	}
+	if none.Clone().Match("pypi.org", 443) {
+		t.Error("the clone of a nil allowlist matched")
+	}
+}

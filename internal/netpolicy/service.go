@@ -179,8 +179,9 @@ func CheckPathGlob(g string) error {
 	return nil
 }
 
-// Validate checks the service as the proxy does when it starts, and fills
-// in what Host, Port, TLS, Authority and Origin return.
+// Validate checks the service and fills in what Host, Port, TLS,
+// Authority and Origin return. The config validates each of its services
+// once, when it is loaded; the proxy takes only validated ones.
 func (s *Service) Validate() error {
 	h, port, isTLS, err := ParseServiceURL(s.URL)
 	if err != nil {
@@ -220,7 +221,7 @@ func (s *Service) Validate() error {
 }
 
 // Authority is the service's canonical "host:port"; "" before Validate
-// (or Start) accepts it.
+// accepts it.
 func (s *Service) Authority() string {
 	if s.host == "" {
 		return ""

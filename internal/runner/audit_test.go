@@ -3,6 +3,7 @@ package runner
 import (
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ import (
 // here; the names records have always had stay.
 func TestAuditLimitsListEveryLimit(t *testing.T) {
 	p := testPlan()
-	p.Allow, p.Services = []string{"pypi.org"}, []string{"db"}
+	p.Allow, p.Services = allowOf("pypi.org"), []string{"db"}
 	want := map[string]float64{}
 	v := reflect.ValueOf(&p.Limits).Elem()
 	for i := range v.NumField() {
@@ -32,6 +33,9 @@ func TestAuditLimitsListEveryLimit(t *testing.T) {
 		}
 	}
 	got := auditLimits(p)
+	if !slices.Equal(got.NetworkAllow, []string{"pypi.org"}) || !slices.Equal(got.NetworkServices, []string{"db"}) {
+		t.Errorf("audit network_allow %q, network_services %q; want [pypi.org] and [db]", got.NetworkAllow, got.NetworkServices)
+	}
 	if len(got.Values) != v.NumField() {
 		t.Errorf("audit limits %v; want the %d of task.Limits", got.Values, v.NumField())
 	}

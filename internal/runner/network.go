@@ -36,7 +36,7 @@ import (
 // the spec's mounts: a run with services is never made ahead.
 func (r *Runner) network(req request, rootfs, dir string, sb *sandbox) ([]spec.SpecOpt, error) {
 	p := req.plan
-	if len(p.Allow) == 0 && len(p.Services) == 0 {
+	if p.Allow.Empty() && len(p.Services) == 0 {
 		// No network: the loopback alone, which /etc/hosts still names
 		// (the image's is an empty mount point).
 		hosts, err := writeEtc(dir, &sb.undo, "hosts", proxy.LocalHosts())

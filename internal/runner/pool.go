@@ -581,7 +581,7 @@ func shapeKey(plan *task.Plan, img *image.Image) string {
 		Env                            map[string]string
 		Limits                         map[string]float64
 		Network                        bool
-	}{plan.Image, img.Digest, img.Rootfs, plan.Runtime, st.Dev, st.Ino, plan.Argv, plan.Env, limits, len(plan.Allow) > 0})
+	}{plan.Image, img.Digest, img.Rootfs, plan.Runtime, st.Dev, st.Ino, plan.Argv, plan.Env, limits, !plan.Allow.Empty()})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }

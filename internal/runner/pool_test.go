@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/runtime/backend"
@@ -106,6 +107,15 @@ func testPlan() *task.Plan {
 	}
 }
 
+// allowOf parses a test plan's allowlist entries; it panics on a bad one.
+func allowOf(entries ...string) *netpolicy.Allowlist {
+	a, err := netpolicy.ParseAllow(entries)
+	if err != nil {
+		panic(err)
+	}
+	return a
+}
+
 // waitReady waits until the pool holds n ready sandboxes of the image.
 func waitReady(t *testing.T, p *Pool, n int) {
 	t.Helper()
@@ -182,7 +192,7 @@ func TestShapeKeyFollowsWhatSetupUses(t *testing.T) {
 		"argv":    func(p *task.Plan) { p.Argv = []string{"node", "/workspace/main.js"} },
 		"env":     func(p *task.Plan) { p.Env = map[string]string{"A": "2"} },
 		"runtime": func(p *task.Plan) { p.Runtime = config.RuntimeRunsc },
-		"network": func(p *task.Plan) { p.Allow = []string{"pypi.org"} },
+		"network": func(p *task.Plan) { p.Allow = allowOf("pypi.org") },
 	} {
 		p := testPlan()
 		change(p)
@@ -192,7 +202,7 @@ func TestShapeKeyFollowsWhatSetupUses(t *testing.T) {
 	}
 	// The allowlist itself is bound at take: another one is the same shape.
 	a, b := testPlan(), testPlan()
-	a.Allow, b.Allow = []string{"pypi.org"}, []string{"example.com:8443", "*.example.org"}
+	a.Allow, b.Allow = allowOf("pypi.org"), allowOf("example.com:8443", "*.example.org")
 	if shapeKey(a, img) != shapeKey(b, img) {
 		t.Error("another allowlist changes the shape key")
 	}
@@ -332,7 +342,7 @@ func TestPoolClaimFailureRunsCold(t *testing.T) {
 func TestPoolServesOnlyWhatItCanHold(t *testing.T) {
 	p, f, img := testPool(t, 1)
 	netPlan := testPlan()
-	netPlan.Allow, netPlan.Services = []string{"pypi.org"}, []string{"github"}
+	netPlan.Allow, netPlan.Services = allowOf("pypi.org"), []string{"github"}
 	runscPlan := testPlan()
 	runscPlan.Runtime = config.RuntimeRunsc
 	otherImage := testPlan()
@@ -359,7 +369,7 @@ func TestPoolServesOnlyWhatItCanHold(t *testing.T) {
 func TestPoolKeepsAllowlistTasks(t *testing.T) {
 	p, f, img := testPool(t, 1)
 	first := testPlan()
-	first.Allow = []string{"pypi.org"}
+	first.Allow = allowOf("pypi.org")
 	if sb := p.take(first, img, nil); sb != nil {
 		t.Fatal("an empty pool gave a sandbox")
 	}
@@ -368,11 +378,11 @@ func TestPoolKeepsAllowlistTasks(t *testing.T) {
 	f.mu.Lock()
 	made := f.plans[0]
 	f.mu.Unlock()
-	if len(made.Allow) == 0 {
+	if made.Allow.Empty() {
 		t.Fatal("the pool's set-up got a plan without network for an allowlist task")
 	}
 	second := testPlan()
-	second.Allow = []string{"example.com"}
+	second.Allow = allowOf("example.com")
 	if sb := p.take(second, img, nil); sb == nil {
 		t.Fatal("a task with another allowlist got no sandbox")
 	}

@@ -866,7 +866,7 @@ func auditLimits(p *task.Plan) audit.Limits {
 	for _, lim := range config.LimitTable {
 		values[lim.AuditKey] = lim.Audit(p.Limits)
 	}
-	return audit.Limits{Values: values, NetworkAllow: p.Allow, NetworkServices: p.Services}
+	return audit.Limits{Values: values, NetworkAllow: p.Allow.Entries(), NetworkServices: p.Services}
 }
 
 // newID returns a fresh run id, "ar-" and 16 hex digits.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/agentrun/agentrun/internal/cleanup"
-	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/runtime/spec"
@@ -35,20 +34,20 @@ const (
 	maxCAFileBytes = 1 << 20
 )
 
-// services returns the proxy's form of p's services, the roots their
-// upstreams are verified against (nil: the host's) and the approval
-// timeout.
-func (r *Runner) services(p *task.Plan) ([]netpolicy.Service, *x509.CertPool, time.Duration, error) {
+// services returns p's services as the config validated them when it was
+// loaded (config.Network.ProxyService), the roots their upstreams are
+// verified against (nil: the host's) and the approval timeout.
+func (r *Runner) services(p *task.Plan) ([]*netpolicy.Service, *x509.CertPool, time.Duration, error) {
 	if len(p.Services) == 0 {
 		return nil, nil, 0, nil
 	}
-	var out []netpolicy.Service
+	var out []*netpolicy.Service
 	for _, name := range p.Services {
-		s, ok := r.cfg.Network.Services[name]
+		s, ok := r.cfg.Network.ProxyService(name)
 		if !ok {
 			return nil, nil, 0, fmt.Errorf("service %q is not in the config", name)
 		}
-		out = append(out, config.ProxyService(name, s))
+		out = append(out, s)
 	}
 	timeout := r.cfg.Network.ApprovalTimeout.Duration()
 	if len(r.cfg.Network.CAFiles) == 0 {

@@ -13,8 +13,9 @@ import (
 
 // checkAllow checks network.allow entries ("name", "*.suffix", each with an
 // optional ":port" 1-65535; see netpolicy.CanonicalAllow) and returns them
-// lowercased, canonical and deduplicated. Any entry while the policy forbids network is errkind.ErrPolicy.
-func checkAllow(entries []string, allowNetwork *bool) ([]string, error) {
+// parsed, lowercased, canonical and deduplicated; nil when there are none.
+// Any entry while the policy forbids network is errkind.ErrPolicy.
+func checkAllow(entries []string, allowNetwork *bool) (*netpolicy.Allowlist, error) {
 	if len(entries) == 0 {
 		return nil, nil
 	}
@@ -36,7 +37,11 @@ func checkAllow(entries []string, allowNetwork *bool) ([]string, error) {
 			out = append(out, canon)
 		}
 	}
-	return out, nil
+	a, err := netpolicy.ParseAllow(out)
+	if err != nil { // never: each canonical entry parses
+		return nil, errorf("network.allow", "%v", err)
+	}
+	return a, nil
 }
 
 // checkServices checks network.services: names of the config's services,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/errkind"
+	"github.com/agentrun/agentrun/internal/netpolicy"
 )
 
 // File is one input file; exactly one of Content and ContentBase64 is set.
@@ -82,7 +83,10 @@ type Plan struct {
 	Collect  []string          // validated globs relative to /workspace
 	Env      map[string]string // task env merged over config env; never nil
 	Limits   Limits
-	Allow    []string // network allowlist: "name", "*.suffix", optional ":port"; lowercased, deduplicated
+	// Allow is the network allowlist ("name", "*.suffix", optional
+	// ":port"; canonical, deduplicated), parsed once here for the proxy;
+	// nil when the task names none.
+	Allow    *netpolicy.Allowlist
 	Services []string // names of the config's network.services the run may reach; deduplicated
 	Tools    []string // names of the config's tools the run may call; deduplicated
 	TaskHash string   // "sha256:" + hex of the raw task bytes; set by Load

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/errkind"
+	"github.com/agentrun/agentrun/internal/netpolicy"
 )
 
 // errorCases are tasks that must be refused, with the field the error names.
@@ -306,7 +307,7 @@ func TestFullTask(t *testing.T) {
 			Timeout: time.Minute, Memory: 2 << 30, CPUs: 2, Pids: 512, OutputBytes: 1,
 			TmpSize: 1 << 30, WorkspaceSize: 64 << 10, NetBytes: 1536, NetConns: 256,
 		},
-		Allow:    []string{"pypi.org", "*.pythonhosted.org", "api.example.com:8443"},
+		Allow:    mustAllow(t, "pypi.org", "*.pythonhosted.org", "api.example.com:8443"),
 		TaskHash: p.TaskHash,
 	}
 	if !reflect.DeepEqual(p, want) {
@@ -315,6 +316,16 @@ func TestFullTask(t *testing.T) {
 	if cfg.Env["MPLBACKEND"] != "pdf" {
 		t.Error("Resolve modified the config's env")
 	}
+}
+
+// mustAllow parses allowlist entries.
+func mustAllow(t *testing.T, entries ...string) *netpolicy.Allowlist {
+	t.Helper()
+	a, err := netpolicy.ParseAllow(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
 
 func TestCommand(t *testing.T) {
@@ -399,7 +410,7 @@ func TestServicesResolve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(p.Services, []string{"gh", "jira"}) || len(p.Allow) != 0 {
-		t.Errorf("Services = %q, Allow = %q; want [gh jira] and none", p.Services, p.Allow)
+	if !slices.Equal(p.Services, []string{"gh", "jira"}) || p.Allow != nil {
+		t.Errorf("Services = %q, Allow = %q; want [gh jira] and none", p.Services, p.Allow.Entries())
 	}
 }

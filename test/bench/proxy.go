@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/netns"
 	"github.com/agentrun/agentrun/proxy"
 )
@@ -56,8 +57,12 @@ func proxyBench() (viaProxy, direct float64, err error) {
 		return 0, 0, err
 	}
 	defer n.Close()
+	allow, err := netpolicy.ParseAllow([]string{"bulk.test:" + strconv.Itoa(port)})
+	if err != nil {
+		return 0, 0, err
+	}
 	p, err := proxy.Start(n, proxy.Policy{
-		Allow:     []string{"bulk.test:" + strconv.Itoa(port)},
+		Allow:     allow,
 		Hosts:     map[string]netip.Addr{"bulk.test": netip.MustParseAddr("127.0.0.1")},
 		HostPorts: []netip.AddrPort{netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(port))},
 	})

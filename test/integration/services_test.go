@@ -52,6 +52,11 @@ func serviceConfig(t *testing.T, in *proxytest.Internet, rt string) (*config.Con
 			{Methods: []string{"POST"}, Paths: []string{"/api/write/*"}, Approve: true},
 		},
 	}}
+	// Validate converts the services once, as Load does; the runner
+	// takes them from there (config.Network.ProxyService).
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("the services config: %v", err)
+	}
 	return cfg, up
 }
 
