@@ -257,8 +257,10 @@ func (p *Proxy) setPolicy(pol Policy) error {
 		return err
 	}
 	if pol.Tools != nil {
-		if _, dup := seen[target{ToolsHost, ToolsPort}]; dup {
-			return fmt.Errorf("starting proxy: a service is at %s, the tool broker's name", ToolsHost)
+		for _, s := range services {
+			if s.Host() == ToolsHost {
+				return fmt.Errorf("starting proxy: service %q is at %s, the tool broker's name", s.Name, ToolsHost)
+			}
 		}
 		allow.AllowExact(ToolsHost, ToolsPort)
 	}

@@ -71,7 +71,7 @@ func TestToolsHost(t *testing.T) {
 		}
 	}
 
-	plain := startRun(t, in, Policy{Allow: []string{"internet.test"}})
+	plain := startRun(t, in, Policy{Allow: allowOf("internet.test")})
 	if m, err := plain.lookup("udp4", "tools.agentrun", dns.TypeA); err != nil || m.Rcode != dns.RcodeNameError {
 		t.Errorf("tools.agentrun without a broker: %v %v, want NXDOMAIN", m, err)
 	}
