@@ -26,6 +26,7 @@ type Record struct {
 	Runtime         string         `json:"runtime"`
 	Limits          Limits         `json:"limits"`
 	Network         result.Network `json:"network"`
+	Tools           *result.Tools  `json:"tools,omitempty"` // the run's tool calls, never their arguments
 	ExitCode        int            `json:"exit_code"`
 	Signal          string         `json:"signal,omitempty"`
 	TimedOut        bool           `json:"timed_out"`

@@ -34,6 +34,8 @@ type Truncation struct {
 	// approvals.
 	NetworkRequests  int `json:"network_requests,omitempty"`
 	NetworkApprovals int `json:"network_approvals,omitempty"`
+	// ToolCalls: the tool calls (those a person decided kept first).
+	ToolCalls int `json:"tool_calls,omitempty"`
 }
 
 // marshalBounded encodes rec as one line of at most MaxRecordBytes: long
@@ -85,6 +87,17 @@ func marshalBounded(rec *Record) ([]byte, error) {
 	for i := range r.Limits.NetworkAllow {
 		r.Limits.NetworkAllow[i] = cut(r.Limits.NetworkAllow[i], maxName)
 	}
+	var calls []result.ToolCall
+	if r.Tools != nil {
+		tools := *r.Tools
+		tools.Calls = slices.Clone(tools.Calls)
+		for i := range tools.Calls {
+			c := &tools.Calls[i]
+			c.Tool, c.Reason = untrusted.Cut(c.Tool, maxName), cut(c.Reason, maxName)
+		}
+		r.Tools = &tools
+		calls = tools.Calls
+	}
 	t := &Truncation{}
 	for {
 		line, err = json.Marshal(&r)
@@ -92,7 +105,7 @@ func marshalBounded(rec *Record) ([]byte, error) {
 			return append(line, '\n'), err
 		}
 		n := &r.Network
-		if len(r.Files)+len(n.Allowed)+len(n.Denied)+len(n.Failed)+len(n.Requests)+len(n.Approvals)+len(r.Limits.NetworkAllow) == 0 {
+		if len(r.Files)+len(n.Allowed)+len(n.Denied)+len(n.Failed)+len(n.Requests)+len(n.Approvals)+len(r.Limits.NetworkAllow)+len(calls) == 0 {
 			return nil, fmt.Errorf("audit record of %d bytes even with its lists emptied", len(line))
 		}
 		r.Truncated = t
@@ -103,6 +116,10 @@ func marshalBounded(rec *Record) ([]byte, error) {
 		n.Requests = halve(n.Requests, &t.NetworkRequests)
 		n.Approvals = halveKeeping(n.Approvals, &t.NetworkApprovals, decidedByPerson)
 		r.Limits.NetworkAllow = halve(r.Limits.NetworkAllow, &t.NetworkAllow)
+		if r.Tools != nil {
+			calls = halveKeeping(calls, &t.ToolCalls, func(c result.ToolCall) bool { return c.By != "" })
+			r.Tools.Calls = calls
+		}
 	}
 }
 

@@ -440,3 +440,7 @@ func Parse(data []byte) (*Config, error) {
 	}
 	return c, nil
 }
+
+// ToolsCgroupParent is the cgroup under which the stdio tool servers'
+// cgroups are made: cgroup_parent with "-tools" appended.
+func (c *Config) ToolsCgroupParent() string { return c.CgroupParent + "-tools" }

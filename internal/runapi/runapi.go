@@ -39,6 +39,10 @@ type Hooks struct {
 	// for the run of that id; it must return when its context ends. Nil
 	// denies them.
 	Approve func(ctx context.Context, run string, a netpolicy.Approval) netpolicy.Decision
+	// ToolCalled counts each of the run's tool calls by server, tool and
+	// outcome (metrics.Metrics.ToolCalled); called from the broker's
+	// goroutines.
+	ToolCalled func(server, tool, outcome string)
 	// Setup gets how long the run's sandbox took to be ready (image, then
 	// a pooled sandbox or a cold set-up) and whether it came from the pool,
 	// once the program has run.

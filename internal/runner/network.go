@@ -36,7 +36,7 @@ import (
 // the spec's mounts: a run with services is never made ahead.
 func (r *Runner) network(req request, rootfs, dir string, sb *sandbox) ([]spec.SpecOpt, error) {
 	p := req.plan
-	if p.Allow.Empty() && len(p.Services) == 0 {
+	if p.Allow.Empty() && len(p.Services) == 0 && len(p.Tools) == 0 {
 		// No network: the loopback alone, which /etc/hosts still names
 		// (the image's is an empty mount point).
 		hosts, err := writeEtc(dir, &sb.undo, "hosts", proxy.LocalHosts())
@@ -52,8 +52,8 @@ func (r *Runner) network(req request, rootfs, dir string, sb *sandbox) ([]spec.S
 		if pol, err = r.policy(p, req.approve); err != nil {
 			return nil, err
 		}
-	} else if len(p.Services) > 0 {
-		return nil, errors.New("a sandbox for a run with services is never made ahead")
+	} else if len(p.Services) > 0 || len(p.Tools) > 0 {
+		return nil, errors.New("a sandbox for a run with services or tools is never made ahead")
 	}
 	n, err := r.nets.Setup()
 	if err != nil {
@@ -85,6 +85,13 @@ func (r *Runner) network(req request, rootfs, dir string, sb *sandbox) ([]spec.S
 	if req.pooled {
 		return opts, nil
 	}
+	if len(p.Tools) > 0 {
+		toolOpts, err := r.tools(req, dir, sb, &pol)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, toolOpts...)
+	}
 	if err := bind(sb, pol, req.res); err != nil {
 		return nil, err
 	}
@@ -96,6 +103,26 @@ func (r *Runner) network(req request, rootfs, dir string, sb *sandbox) ([]spec.S
 		opts = append(opts, caOpts...)
 	}
 	return opts, nil
+}
+
+// tools makes the broker of req's run, which names tools, for pol to
+// serve as tools.agentrun, and returns the spec options of its Python
+// module. The broker is closed, and its record put in req.res, once the
+// program has ended (sb.settle), or on undo.
+func (r *Runner) tools(req request, dir string, sb *sandbox, pol *proxy.Policy) ([]spec.SpecOpt, error) {
+	b, err := r.toolBroker(req)
+	if err != nil {
+		return nil, err
+	}
+	sb.undo.Add(b.Close)
+	pol.Tools = b.Handler()
+	res := req.res
+	sb.settle.Add(func() error {
+		err := b.Close()
+		res.Tools = b.Report()
+		return err
+	})
+	return toolsModuleOpts(dir, &sb.undo)
 }
 
 // bindNetwork gives the proxy of sb, a sandbox made ahead, the policy of

@@ -547,11 +547,12 @@ func destroyAll(sbs []*sandbox) error {
 }
 
 // poolable reports whether plan can run in a pooled sandbox: one made
-// without services (whose CA is the run's own), for a backend whose
+// without services (whose CA is the run's own) or tools (whose module and
+// PYTHONPATH are in the spec, and whose broker is the run's), for a backend whose
 // prepared containers can wait.
 func (p *Pool) poolable(plan *task.Plan) bool {
 	be := p.r.backends[plan.Runtime]
-	return be != nil && be.Traits().Poolable && len(plan.Services) == 0
+	return be != nil && be.Traits().Poolable && len(plan.Services) == 0 && len(plan.Tools) == 0
 }
 
 // shapeKey identifies what a sandbox for plan is created with: its image

@@ -24,6 +24,7 @@ import (
 	"github.com/agentrun/agentrun/internal/session"
 	"github.com/agentrun/agentrun/internal/state"
 	"github.com/agentrun/agentrun/internal/task"
+	"github.com/agentrun/agentrun/internal/toolbroker"
 	"github.com/agentrun/agentrun/internal/uidpool"
 	"github.com/agentrun/agentrun/internal/workspace"
 	"github.com/agentrun/agentrun/netns"
@@ -49,6 +50,9 @@ type Runner struct {
 	init        string            // the init's copy in BinDir (stageBinary)
 	sessions    *session.Store
 	uids        *uidpool.Range // each sandbox's own host uid and gid
+	// sharedTools holds the tool servers the config marks shared, for
+	// the runner's lifetime (their processes die with agentrun).
+	sharedTools *toolbroker.Shared
 
 	// Logf, when set, gets what the result does not say: a registry's
 	// words behind an image error's summary. Set it before the first run.
@@ -66,7 +70,7 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 		return nil, errors.New("agentrun must run as root (it creates namespaces, cgroups and mounts)")
 	}
 	r := &Runner{cfg: cfg, audit: log, backends: map[string]backend.Backend{}, unavailable: map[string]error{},
-		leftovers: map[string]backend.Leftovers{}, runsDir: state.RunsDir(cfg.StateDir)}
+		leftovers: map[string]backend.Leftovers{}, runsDir: state.RunsDir(cfg.StateDir), sharedTools: &toolbroker.Shared{}}
 	if err := spec.CheckInit(cfg.Init); err != nil {
 		return nil, fmt.Errorf("%w (apt-get install tini, or set config key init)", err)
 	}
@@ -254,6 +258,7 @@ func (r *Runner) runInSandbox(ctx context.Context, p *task.Plan, res *result.Res
 	r.pool.begin()
 	defer r.pool.ran(p)
 	req := runRequest(p, img, res, lease, approver(hooks.Approve, res))
+	req.toolCount = hooks.ToolCalled
 	sb, err := r.sandbox(ctx, req)
 	if err != nil {
 		return cancelled(ctx, err)
@@ -511,6 +516,8 @@ type request struct {
 	// program has ended; approve decides its held requests (nil: denied).
 	res     *result.Result
 	approve netpolicy.ApproveFunc
+	// toolCount counts the run's tool calls (nil: not counted).
+	toolCount func(server, tool, outcome string)
 	// warm, if not nil, is the launcher argv of a warm sandbox (warm.go):
 	// its program is the launcher, started by setup, which returns once it
 	// is ready. Only the pool makes warm sandboxes.
@@ -849,6 +856,7 @@ func fillRecord(rec *audit.Record, res *result.Result) {
 	rec.ID = res.ID
 	rec.ImageDigest = res.ImageDigest
 	rec.Network = res.Network
+	rec.Tools = res.Tools
 	rec.ExitCode, rec.Signal, rec.TimedOut, rec.OOMKilled = res.ExitCode, res.Signal, res.TimedOut, res.OOMKilled
 	rec.DurationMS, rec.CPUMS, rec.MemoryPeakBytes = res.DurationMS, res.CPUMS, res.MemoryPeakBytes
 	rec.StdoutBytes, rec.StderrBytes = res.StdoutBytes, res.StderrBytes

@@ -304,6 +304,7 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 	}
 	answer := func(res *result.Result) { writeResult(w, res) }
 	hooks.Approve = s.approver(cfg, plan.Session, nil)
+	hooks.ToolCalled = s.metrics.ToolCalled
 	if stream {
 		ev := newEvents(w)
 		defer ev.close()
@@ -457,7 +458,7 @@ func (s *Server) RunTask(ctx context.Context, data []byte) (*result.Result, erro
 	res := s.run(ctx, plan, runapi.Hooks{Setup: func(p bool, d time.Duration) {
 		pooled = p
 		s.metrics.Setup(p, d)
-	}, Approve: approve, Result: func(*result.Result) { adm.tearDown() }})
+	}, Approve: approve, ToolCalled: s.metrics.ToolCalled, Result: func(*result.Result) { adm.tearDown() }})
 	s.metrics.Ran(plan.Runtime, pooled, time.Since(admitted), res)
 	return res, nil
 }

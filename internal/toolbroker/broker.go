@@ -21,7 +21,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentrun/agentrun/internal/metrics"
 	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/result"
 )
@@ -83,8 +82,10 @@ type Options struct {
 	// Shared holds the servers marked Shared, kept between runs; nil
 	// starts every server for this run alone.
 	Shared *Shared
-	// Metrics, if not nil, counts the calls by server, tool and outcome.
-	Metrics *metrics.Metrics
+	// Count, if not nil, counts each call by server, tool and outcome
+	// (metrics.Metrics.ToolCalled): server is "-" for a name the run does
+	// not have, tool "-" for a call no rule allowed.
+	Count func(server, tool, outcome string)
 	// Logf logs host-side failures (never arguments or results).
 	Logf func(format string, args ...any)
 }
@@ -237,12 +238,12 @@ func (b *Broker) record(c result.ToolCall, outcome, toolLabel string) {
 		b.dropped++
 	}
 	b.mu.Unlock()
-	if b.opts.Metrics != nil {
+	if b.opts.Count != nil {
 		server := "-"
 		if _, ok := b.servers[c.Server]; ok {
 			server = c.Server
 		}
-		b.opts.Metrics.ToolCalled(server, toolLabel, outcome)
+		b.opts.Count(server, toolLabel, outcome)
 	}
 }
 

@@ -132,7 +132,7 @@ func secretFile(t *testing.T, value string) string {
 
 func TestStdioListAndCall(t *testing.T) {
 	m := metrics.New(metrics.Gauges{})
-	b := newBroker(t, Options{Servers: []Server{stdioServer(t, "stdio")}, Metrics: m})
+	b := newBroker(t, Options{Servers: []Server{stdioServer(t, "stdio")}, Count: m.ToolCalled})
 	code, body := do(t, b, httptest.NewRequest("GET", "http://tools.agentrun/v1/tools", nil))
 	var list struct {
 		Tools []listedTool

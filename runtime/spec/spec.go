@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -213,6 +214,28 @@ func WithEnv(env map[string]string) SpecOpt {
 			}
 			s.Process.Env = append(s.Process.Env, k+"="+env[k])
 		}
+		return nil
+	}
+}
+
+// WithEnvListFirst puts dir first in the list variable name (such as
+// PYTHONPATH), before the value it has so far, joined by ':'; name is
+// dir alone if it has none.
+func WithEnvListFirst(name, dir string) SpecOpt {
+	return func(s *specs.Spec) error {
+		if name == "PATH" || name == "HOME" || name == "" {
+			return fmt.Errorf("env: %q may not be set", name)
+		}
+		for i, kv := range s.Process.Env {
+			if v, ok := strings.CutPrefix(kv, name+"="); ok {
+				if v != "" {
+					dir += ":" + v
+				}
+				s.Process.Env[i] = name + "=" + dir
+				return nil
+			}
+		}
+		s.Process.Env = append(s.Process.Env, name+"="+dir)
 		return nil
 	}
 }
