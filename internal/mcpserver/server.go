@@ -62,8 +62,10 @@ type Args struct {
 	NetworkAllow []string          `json:"network_allow,omitempty"`
 	// NetworkServices names services of the config (network.services).
 	NetworkServices []string `json:"network_services,omitempty"`
-	Timeout         string   `json:"timeout,omitempty"`
-	Session         string   `json:"session,omitempty"`
+	// Tools names tool servers of the config (tools).
+	Tools   []string `json:"tools,omitempty"`
+	Timeout string   `json:"timeout,omitempty"`
+	Session string   `json:"session,omitempty"`
 	// ResetState clears the session's state before the run.
 	ResetState bool `json:"reset_state,omitempty"`
 }
@@ -333,6 +335,7 @@ type taskJSON struct {
 	Files    map[string]task.File `json:"files,omitempty"`
 	Collect  []string             `json:"collect,omitempty"`
 	Network  *task.Network        `json:"network,omitempty"`
+	Tools    []string             `json:"tools,omitempty"`
 	Limits   *struct {
 		Timeout string `json:"timeout"`
 	} `json:"limits,omitempty"`
@@ -342,7 +345,7 @@ type taskJSON struct {
 // a stateful language keeps its state.
 func toTask(a Args, session string, stateful bool) taskJSON {
 	t := taskJSON{Session: session, Keep: a.Session != "", Language: a.Language, Code: a.Code, Stdin: a.Stdin, Collect: a.Collect,
-		State: a.Session != "" && stateful, Reset: a.ResetState}
+		Tools: a.Tools, State: a.Session != "" && stateful, Reset: a.ResetState}
 	if len(a.Files) > 0 {
 		t.Files = make(map[string]task.File, len(a.Files))
 		for name, content := range a.Files {
@@ -379,6 +382,11 @@ func toolDescription(cfg *config.Config) string {
 		b.WriteString("There is no network unless network_allow names the hosts to reach (through a proxy; everything else is refused). ")
 	} else {
 		b.WriteString("There is no network. ")
+	}
+	if len(cfg.Tools) > 0 {
+		b.WriteString("Tools: the program can call the tools of the tool servers that tools names, through agentrun (no network needed): " +
+			"GET http://tools.agentrun/v1/tools lists them, POST http://tools.agentrun/v1/call runs one, " +
+			"and Python code can `from agentrun_tools import SERVER` and call SERVER.TOOL(arg=...). ")
 	}
 	fmt.Fprintf(&b, "Limits: timeout %s by default, at most %s; memory %s; output kept %d bytes per stream. ",
 		cfg.Limits.Timeout, cfg.Policy.Timeout, cfg.Limits.Memory, deref(cfg.Limits.OutputBytes))
@@ -437,6 +445,7 @@ func inputSchema(cfg *config.Config) *jsonschema.Schema {
 				Description: "Globs relative to /workspace of files to return after the run, e.g. [\"out/*.png\", \"report.md\"]."},
 			"network_allow":    network,
 			"network_services": services(cfg),
+			"tools":            toolServers(cfg),
 			"session": {Type: "string", Pattern: `^ss-[0-9a-f]{32}$`,
 				Description: "A kept session's id (from new_session): the run's /workspace is that session's, kept after the run, " +
 					"with files and the code file written over it; Python code there also starts with the globals the session's last Python run left " +
@@ -453,10 +462,7 @@ func inputSchema(cfg *config.Config) *jsonschema.Schema {
 
 // services is the schema of network_services: the config's services.
 func services(cfg *config.Config) *jsonschema.Schema {
-	names := make([]any, 0, len(cfg.Network.Services))
-	for _, n := range slices.Sorted(maps.Keys(cfg.Network.Services)) {
-		names = append(names, n)
-	}
+	names := enumOf(cfg.Network.Services)
 	sc := &jsonschema.Schema{Type: "array", Items: &jsonschema.Schema{Type: "string", Enum: names}, MaxItems: ptr(len(names)),
 		Description: "Services the program may call by their URL (HTTPS through the proxy, which adds their credentials: " +
 			"the program never sees them, and only the requests the operator's rules allow pass; some wait for a human's approval)."}
@@ -465,6 +471,30 @@ func services(cfg *config.Config) *jsonschema.Schema {
 		sc.Description = "Not available on this host: no services are configured."
 	}
 	return sc
+}
+
+// toolServers is the schema of tools: the config's tool servers.
+func toolServers(cfg *config.Config) *jsonschema.Schema {
+	names := enumOf(cfg.Tools)
+	if len(names) == 0 {
+		return &jsonschema.Schema{Type: "array", Items: &jsonschema.Schema{Type: "string"}, MaxItems: ptr(0),
+			Description: "Not available on this host: no tool servers are configured."}
+	}
+	return &jsonschema.Schema{Type: "array", Items: &jsonschema.Schema{Type: "string", Enum: names}, MaxItems: ptr(len(names)),
+		Description: "Tool servers (MCP servers on the host) whose tools the program may call from its code, with or without network: " +
+			"the sandbox reaches them at http://tools.agentrun (GET /v1/tools lists the allowed tools and their input schemas; " +
+			"POST /v1/call with {\"server\", \"tool\", \"arguments\"} answers with the tool's MCP result), and Python code can " +
+			"`from agentrun_tools import NAME` and call NAME.TOOL(arg=...), which raises agentrun_tools.ToolError when refused. " +
+			"The credentials stay on the host; only the tools the operator's rules allow run, some after a human's approval."}
+}
+
+// enumOf is the sorted keys of m, as a schema's enum.
+func enumOf[V any](m map[string]V) []any {
+	names := make([]any, 0, len(m))
+	for _, n := range slices.Sorted(maps.Keys(m)) {
+		names = append(names, n)
+	}
+	return names
 }
 
 // outputSchema describes structuredContent: Output.

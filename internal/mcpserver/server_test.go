@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/task"
 )
 
 // connect is a client of s over in-memory transports.
@@ -31,6 +32,34 @@ func connect(t *testing.T, s *Server) *mcp.ClientSession {
 	return cs
 }
 
+// argSchema is what the tests read of run_code's input schema.
+type argSchema struct {
+	Properties map[string]struct {
+		Enum  []string `json:"enum"`
+		Items struct {
+			Enum []string `json:"enum"`
+		} `json:"items"`
+		Description string `json:"description"`
+		MaxItems    *int   `json:"maxItems"`
+	} `json:"properties"`
+}
+
+// runCodeSchema is run_code's input schema and description, as a client
+// lists them.
+func runCodeSchema(t *testing.T, cs *mcp.ClientSession) (argSchema, string) {
+	t.Helper()
+	tools, err := cs.ListTools(context.Background(), nil)
+	if err != nil || len(tools.Tools) != 1 {
+		t.Fatalf("tools/list: %v %+v", err, tools)
+	}
+	b, _ := json.Marshal(tools.Tools[0].InputSchema)
+	var sch argSchema
+	if err := json.Unmarshal(b, &sch); err != nil {
+		t.Fatal(err)
+	}
+	return sch, tools.Tools[0].Description
+}
+
 // TestSchemaFollowsConfig: the tool's schema names the config's languages
 // and policy, so that the model sees what it may ask.
 func TestSchemaFollowsConfig(t *testing.T) {
@@ -45,21 +74,7 @@ func TestSchemaFollowsConfig(t *testing.T) {
 	}, t.Logf)
 	cs := connect(t, s)
 	defer cs.Close()
-	tools, err := cs.ListTools(context.Background(), nil)
-	if err != nil || len(tools.Tools) != 1 {
-		t.Fatalf("tools/list: %v %+v", err, tools)
-	}
-	b, _ := json.Marshal(tools.Tools[0].InputSchema)
-	var sch struct {
-		Properties map[string]struct {
-			Enum        []string `json:"enum"`
-			Description string   `json:"description"`
-			MaxItems    *int     `json:"maxItems"`
-		} `json:"properties"`
-	}
-	if err := json.Unmarshal(b, &sch); err != nil {
-		t.Fatal(err)
-	}
+	sch, desc := runCodeSchema(t, cs)
 	if got := strings.Join(sch.Properties["language"].Enum, ","); got != "bash,python,ruby,sh" {
 		t.Errorf("language enum %q; want bash,python,ruby,sh", got)
 	}
@@ -69,7 +84,7 @@ func TestSchemaFollowsConfig(t *testing.T) {
 	if n := sch.Properties["network_allow"]; n.MaxItems == nil || *n.MaxItems != 0 || !strings.Contains(n.Description, "no network") {
 		t.Errorf("network_allow with no network allowed: %+v", n)
 	}
-	if d := tools.Tools[0].Description; !strings.Contains(d, "There is no network.") || !strings.Contains(d, "ruby") {
+	if d := desc; !strings.Contains(d, "There is no network.") || !strings.Contains(d, "ruby") {
 		t.Errorf("description %q", d)
 	}
 }
@@ -137,5 +152,73 @@ func TestDeleteKillsRuns(t *testing.T) {
 	case <-killed:
 	case <-time.After(10 * time.Second):
 		t.Fatal("DELETE of the session did not kill its run")
+	}
+}
+
+// toolsConfig is a config with two tool servers.
+const toolsConfig = `{"tools": {
+	"github": {"command": ["/usr/local/bin/github-mcp-server", "stdio"], "rules": [{"tools": ["get_*"]}]},
+	"docs": {"url": "https://mcp.example.com/mcp", "rules": [{"tools": ["*"]}]}}}`
+
+// toolsSchema is the tools argument's schema, and run_code's description.
+func toolsSchema(t *testing.T, cs *mcp.ClientSession) (enum []string, maxItems *int, desc, toolDesc string) {
+	t.Helper()
+	sch, toolDesc := runCodeSchema(t, cs)
+	p, ok := sch.Properties["tools"]
+	if !ok {
+		t.Fatalf("run_code's schema has no tools: %+v", sch)
+	}
+	return p.Items.Enum, p.MaxItems, p.Description, toolDesc
+}
+
+// TestToolsArgument: run_code's tools lists the config's tool servers and
+// becomes the task's tools; the tool's description speaks of tools only
+// when the config has some.
+func TestToolsArgument(t *testing.T) {
+	cfg, err := config.Parse([]byte(toolsConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks := make(chan []byte, 1)
+	s := New(cfg, func(_ context.Context, b []byte) (*result.Result, error) {
+		tasks <- b
+		return &result.Result{ID: "ar-0123456789abcdef0123456789abcdef"}, nil
+	}, t.Logf)
+	cs := connect(t, s)
+	defer cs.Close()
+	enum, maxItems, desc, toolDesc := toolsSchema(t, cs)
+	if strings.Join(enum, ",") != "docs,github" || maxItems == nil || *maxItems != 2 {
+		t.Errorf("tools enum %q, maxItems %v; want docs,github and 2", enum, maxItems)
+	}
+	for _, want := range []string{"http://tools.agentrun", "agentrun_tools", "/v1/call"} {
+		if !strings.Contains(desc, want) || !strings.Contains(toolDesc, want) {
+			t.Errorf("tools' or run_code's description lacks %q:\n%s\n%s", want, desc, toolDesc)
+		}
+	}
+
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: ToolName,
+		Arguments: map[string]any{"code": "print(1)", "tools": []string{"github"}}})
+	if err != nil || res.IsError {
+		t.Fatalf("run_code: %v %+v", err, res)
+	}
+	b := <-tasks
+	plan, err := task.Load(b, cfg)
+	if err != nil {
+		t.Fatalf("the task of run_code with tools (%s): %v", b, err)
+	}
+	if strings.Join(plan.Tools, ",") != "github" {
+		t.Errorf("the task's tools %q (%s); want github", plan.Tools, b)
+	}
+
+	// No tools configured: nothing to choose, and nothing said of them.
+	s = New(config.Default(), func(context.Context, []byte) (*result.Result, error) { return nil, nil }, t.Logf)
+	cs2 := connect(t, s)
+	defer cs2.Close()
+	enum, maxItems, desc, toolDesc = toolsSchema(t, cs2)
+	if len(enum) != 0 || maxItems == nil || *maxItems != 0 || !strings.Contains(desc, "Not available") {
+		t.Errorf("tools with none configured: enum %q maxItems %v %q", enum, maxItems, desc)
+	}
+	if strings.Contains(toolDesc, "tools.agentrun") || strings.Contains(toolDesc, "agentrun_tools") {
+		t.Errorf("run_code's description speaks of tools with none configured: %s", toolDesc)
 	}
 }

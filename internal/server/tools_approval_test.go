@@ -171,3 +171,60 @@ func TestOpenAPIToolApprovalShape(t *testing.T) {
 		}
 	}
 }
+
+// TestAPITaskTools: POST /v1/runs takes the task's tools: a tool server
+// of the config reaches the run's plan; one the config lacks is refused
+// with 403 naming the field, before any run; the task is checked against
+// the document's Task and every answer against its responses.
+func TestAPITaskTools(t *testing.T) {
+	d, err := openapitest.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse([]byte(`{"image": "dir:/nonexistent", "policy": {"local_images": ["/nonexistent"]},
+		"tools": {"github": {"command": ["/usr/local/bin/github-mcp-server", "stdio"], "rules": [{"tools": ["get_*"]}]}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plans := make(chan *task.Plan, 2)
+	run := func(_ context.Context, p *task.Plan, hooks runapi.Hooks) *result.Result {
+		plans <- p
+		res := &result.Result{ID: "ar-tools", Tools: &result.Tools{Calls: []result.ToolCall{}}}
+		hooks.Result(res)
+		return res
+	}
+	ts := httptest.NewServer(server.New(cfg, run, nil).Handler())
+	defer ts.Close()
+	post := func(body string) (int, []byte) {
+		t.Helper()
+		if err := d.Validate("/components/schemas/Task", []byte(body)); err != nil {
+			t.Errorf("task %s: %v", body, err)
+		}
+		resp, err := http.Post(ts.URL+"/v1/runs", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if err := d.Check("POST", "/v1/runs", resp.StatusCode, resp.Header, b); err != nil {
+			t.Error(err)
+		}
+		return resp.StatusCode, b
+	}
+	if st, b := post(`{"code": "x", "tools": ["github", "github"]}`); st != 200 {
+		t.Fatalf("a task with the config's tools: %d %s", st, b)
+	}
+	if p := <-plans; strings.Join(p.Tools, ",") != "github" {
+		t.Errorf("the run's plan has tools %q; want github", p.Tools)
+	}
+	st, b := post(`{"code": "x", "tools": ["nope"]}`)
+	var e struct{ Error, Field string }
+	if json.Unmarshal(b, &e); st != 403 || e.Field != "tools[0]" || !strings.Contains(e.Error, "github") {
+		t.Errorf("a tool server the config lacks: %d %s; want 403 naming tools[0] and the known github", st, b)
+	}
+	select {
+	case p := <-plans:
+		t.Errorf("a refused task ran: %+v", p)
+	default:
+	}
+}

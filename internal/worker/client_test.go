@@ -5,7 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/task"
 )
 
 func TestTaskID(t *testing.T) {
@@ -24,6 +26,27 @@ func TestTaskID(t *testing.T) {
 	}
 	if _, err := TaskID([]byte(`{"code":"x","nope":1}`)); err == nil || !strings.Contains(err.Error(), "nope") {
 		t.Errorf("unknown field: %v", err)
+	}
+}
+
+// TestTaskToolsTravel: a task's tools travel to the worker as they are:
+// the submitter checks the syntax only (its own config need not declare
+// the tool servers), and the worker judges them under its own config.
+func TestTaskToolsTravel(t *testing.T) {
+	data := []byte(`{"id":"job-tools","code":"x","tools":["github"]}`)
+	if id, err := TaskID(data); err != nil || id != "job-tools" {
+		t.Fatalf("TaskID of a task with tools: %q %v", id, err)
+	}
+	wcfg, err := config.Parse([]byte(`{"tools": {"github": {"url": "https://mcp.example.com/mcp", "rules": [{"tools": ["*"]}]}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := task.Load(data, wcfg)
+	if err != nil || strings.Join(plan.Tools, ",") != "github" {
+		t.Fatalf("the worker's plan: %+v %v; want tools github", plan, err)
+	}
+	if _, err := task.Load(data, config.Default()); err == nil || !strings.Contains(err.Error(), "tools[0]") {
+		t.Errorf("a worker without the tool server: %v; want a refusal naming tools[0]", err)
 	}
 }
 

@@ -27,7 +27,7 @@ _MAX_RETRY_WAIT = 30.0
 
 _TASK_FIELDS = frozenset([
     "id", "session", "keep_workspace", "keep_state", "reset_state", "image", "language", "code", "command",
-    "stdin", "files", "collect", "env", "limits", "network", "runtime",
+    "stdin", "files", "collect", "env", "limits", "network", "runtime", "tools",
 ])
 
 
@@ -175,12 +175,14 @@ class Client:
             return res
         raise _refusal(status, headers, res)
 
-    def context(self, session_id=None):
+    def context(self, session_id=None, tools=None):
         """A notebook-like context: a kept session whose Python globals
         carry from one run to the next (keep_state), each run still a
         fresh sandbox. Without session_id it makes a session; close()
-        (or leaving a with block) removes what it made."""
-        return Context(self, session_id)
+        (or leaving a with block) removes what it made. tools names the
+        config's tool servers every run of the context may call (task.json's
+        tools), unless a run names its own."""
+        return Context(self, session_id, tools)
 
     def stream(self, on_approval=None, request_timeout=None, **task):
         """Runs a task and yields its events as dicts as they come:
@@ -325,19 +327,27 @@ class Context:
             ctx.run("x + 1")["value"]["text/plain"]   # "2"
     """
 
-    def __init__(self, client, session_id=None):
+    def __init__(self, client, session_id=None, tools=None):
         self._c = client
         self._made = session_id is None
+        self.tools = list(tools) if tools else None
         self.id = client.sessions.new() if session_id is None else session_id
 
+    def _with_tools(self, task):
+        """task with the context's tools, unless it names its own."""
+        if self.tools and task.get("tools") is None:
+            task["tools"] = self.tools
+        return task
+
     def run(self, code, **task):
-        """Runs code (Python) with the context's state; the result as
-        Client.run gives it, its "state" saying what was kept."""
-        return self._c.run(code=code, session=self.id, keep_state=True, **task)
+        """Runs code (Python) with the context's state (and tools); the
+        result as Client.run gives it, its "state" saying what was kept."""
+        return self._c.run(code=code, session=self.id, keep_state=True, **self._with_tools(task))
 
     def stream(self, code, on_approval=None, **task):
-        """Client.stream of code with the context's state."""
-        return self._c.stream(on_approval=on_approval, code=code, session=self.id, keep_state=True, **task)
+        """Client.stream of code with the context's state (and tools)."""
+        return self._c.stream(on_approval=on_approval, code=code, session=self.id, keep_state=True,
+                              **self._with_tools(task))
 
     def reset(self):
         """Clears the state: the next run starts with no globals (the

@@ -79,6 +79,38 @@ class ClientTest(unittest.TestCase):
                              "limits": {"memory": "64m", "timeout": "2.5s"}})
         with self.assertRaises(TypeError):
             agentrun.client._task({"code": "x", "cod": "y"})
+        self.assertEqual(agentrun.client._task({"code": "x", "tools": ["github"]}), {"code": "x", "tools": ["github"]})
+
+    def test_task_fields_are_the_documents(self):
+        # The keywords run() takes are the task's properties in serve's
+        # OpenAPI document (when the client runs from a checkout).
+        doc = os.path.join(os.path.dirname(__file__), "..", "..", "..", "internal", "server", "openapi.json")
+        if not os.path.exists(doc):
+            self.skipTest("not in a checkout: no %s" % doc)
+        with open(doc) as f:
+            task = json.load(f)["components"]["schemas"]["Task"]["properties"]
+        self.assertEqual(sorted(agentrun.client._TASK_FIELDS), sorted(task))
+
+    def test_context_tools(self):
+        # A context's tools go with each of its runs, unless a run names
+        # its own.
+        sent = []
+
+        class Runs:
+            def run(self, **task):
+                sent.append(task)
+
+            def stream(self, **task):
+                sent.append(task)
+
+        ctx = agentrun.client.Context(Runs(), "ss-" + "0" * 32, tools=["github"])
+        ctx.run("x = 1")
+        ctx.run("x", tools=["docs"])
+        ctx.stream("x")
+        self.assertEqual([t.get("tools") for t in sent], [["github"], ["docs"], ["github"]])
+        self.assertTrue(all(t["session"] == ctx.id and t["keep_state"] for t in sent), sent)
+        agentrun.client.Context(Runs(), "ss-" + "0" * 32).run("y")
+        self.assertNotIn("tools", sent[-1])
 
     def test_addresses(self):
         with self.assertRaises(ValueError):

@@ -54,7 +54,7 @@ const MAX_RETRY_WAIT = 30;
 
 const TASK_FIELDS = new Set([
   "id", "session", "keep_workspace", "keep_state", "reset_state", "image", "language", "code", "command",
-  "stdin", "files", "collect", "env", "limits", "network", "runtime", "timeout",
+  "stdin", "files", "collect", "env", "limits", "network", "runtime", "tools", "timeout",
 ]);
 
 /**
@@ -281,11 +281,13 @@ export class Client {
    * from one run to the next (keep_state), each run still a fresh
    * sandbox. Without sessionId it makes a session; close() removes the
    * session, and `await using` removes it at the end of its block when
-   * the context made it.
+   * the context made it. `options.tools` names the config's tool servers
+   * every run of the context may call (task.json's `tools`), unless a run
+   * names its own.
    */
-  async context(sessionId?: string): Promise<Context> {
-    if (sessionId !== undefined) return new Context(this, sessionId, false);
-    return new Context(this, await this.sessions.create(), true);
+  async context(sessionId?: string, options: { tools?: string[] } = {}): Promise<Context> {
+    if (sessionId !== undefined) return new Context(this, sessionId, false, options.tools);
+    return new Context(this, await this.sessions.create(), true, options.tools);
   }
 
   // --- the server ---
@@ -453,27 +455,35 @@ export type ContextTask = Omit<RunTask, "code" | "session" | "keep_state" | "res
 export class Context {
   /** The session's id (a capability). */
   readonly id: string;
+  /** The tool servers every run may call unless it names its own. */
+  readonly tools?: string[];
   private readonly c: Client;
   private readonly made: boolean;
 
   /** @internal Use {@link Client.context}. */
-  constructor(client: Client, id: string, made: boolean) {
+  constructor(client: Client, id: string, made: boolean, tools?: string[]) {
     this.c = client;
     this.id = id;
     this.made = made;
+    if (tools?.length) this.tools = [...tools];
   }
 
   /**
-   * Runs code (Python) with the context's state; the result as
-   * {@link Client.run} gives it, its `state` saying what was kept.
+   * Runs code (Python) with the context's state (and tools); the result
+   * as {@link Client.run} gives it, its `state` saying what was kept.
    */
   run(code: string, task: ContextTask = {}, options: { timeoutMs?: number } = {}): Promise<Result> {
-    return this.c.run({ ...task, code, session: this.id, keep_state: true }, options);
+    return this.c.run({ ...this.withTools(task), code, session: this.id, keep_state: true }, options);
   }
 
-  /** {@link Client.stream} of code with the context's state. */
+  /** {@link Client.stream} of code with the context's state (and tools). */
   stream(code: string, task: ContextTask = {}, options: StreamOptions = {}): AsyncGenerator<Event, void, undefined> {
-    return this.c.stream({ ...task, code, session: this.id, keep_state: true }, options);
+    return this.c.stream({ ...this.withTools(task), code, session: this.id, keep_state: true }, options);
+  }
+
+  /** task with the context's tools, unless it names its own. */
+  private withTools(task: ContextTask): ContextTask {
+    return this.tools && task.tools == null ? { ...task, tools: this.tools } : task;
   }
 
   /** Clears the state: the next run starts with no globals (the session's files stay). */

@@ -57,6 +57,29 @@ describe("client", () => {
     assert.deepEqual(toTask({ code: "x", limits: { memory: "64m" }, timeout: "5s", stdin: undefined }),
       { code: "x", limits: { memory: "64m", timeout: "5s" } });
     assert.throws(() => toTask({ code: "x", cmd: ["y"] }), /unknown task field\(s\): cmd/);
+    assert.deepEqual(toTask({ code: "x", tools: ["github"] }), { code: "x", tools: ["github"] });
+  });
+
+  test("every task property of the document is a run option", () => {
+    const doc = JSON.parse(readFileSync(join(root, "..", "..", "internal", "server", "openapi.json"), "utf8"));
+    const props = Object.keys(doc.components.schemas.Task.properties);
+    assert.ok(props.includes("tools"), `Task's properties ${props}`);
+    for (const p of props) assert.doesNotThrow(() => toTask({ code: "x", [p]: null }), `task field ${p}`);
+  });
+
+  test("a context's tools go with each of its runs, unless a run names its own", async () => {
+    const sent = [];
+    const c = new Client("http://127.0.0.1:1");
+    c.run = async (task) => { sent.push(task); return {}; };
+    c.stream = (task) => { sent.push(task); return (async function* () {})(); };
+    const ctx = await c.context("ss-" + "0".repeat(32), { tools: ["github"] });
+    await ctx.run("x = 1");
+    await ctx.run("x", { tools: ["docs"] });
+    for await (const _ of ctx.stream("x")) { /* nothing */ }
+    assert.deepEqual(sent.map((t) => t.tools), [["github"], ["docs"], ["github"]]);
+    assert.ok(sent.every((t) => t.session === ctx.id && t.keep_state), JSON.stringify(sent));
+    await (await c.context("ss-" + "0".repeat(32))).run("y");
+    assert.equal(sent.at(-1).tools, undefined);
   });
 
   test("addresses", () => {
