@@ -121,7 +121,7 @@ func toolTask(calls ...string) string {
 	for _, c := range calls {
 		code += "print(" + c + ", flush=True)\n"
 	}
-	b, _ := json.Marshal(map[string]any{"code": code, "tools": []string{"ev"}, "limits": map[string]any{"timeout": "120s"}})
+	b, _ := json.Marshal(map[string]any{"code": code, "tools": []string{"ev"}, "limits": map[string]any{"timeout": "60s"}})
 	return string(b)
 }
 
@@ -314,6 +314,7 @@ type elicited struct {
 		IsError           bool `json:"isError"`
 		StructuredContent struct {
 			Stdout string        `json:"stdout"`
+			Stderr string        `json:"stderr"`
 			Tools  *result.Tools `json:"tools"`
 		} `json:"structuredContent"`
 	} `json:"result"`
@@ -360,14 +361,14 @@ func TestToolApprovalMCPElicitation(t *testing.T) {
 		"store_dir": filepath.Join(stateDir, "store"), "audit": auditPath,
 		"tools": everythingTools(t, entry, ""), "network": map[string]any{"approval_timeout": "60s"}})
 	code := toolPy + "print(call('echo', message='mcp-1'), flush=True)\nprint(call('echo', message='mcp-2'), flush=True)\n"
-	args := map[string]any{"code": code, "tools": []string{"ev"}, "timeout": "120s"}
+	args := map[string]any{"code": code, "tools": []string{"ev"}, "timeout": "60s"}
 
 	e := elicit(t, dir, "accept,reject", config, args)
 	if strings.Join(e.Tools.Items.Enum, ",") != "ev" {
 		t.Errorf("run_code's tools lists %q; want ev", e.Tools.Items.Enum)
 	}
 	if len(e.Asked) != 2 {
-		t.Fatalf("asked %d times %q; want 2", len(e.Asked), e.Asked)
+		t.Fatalf("asked %d times %q; want 2 (stdout %q, stderr %q)", len(e.Asked), e.Asked, e.Result.StructuredContent.Stdout, e.Result.StructuredContent.Stderr)
 	}
 	for i, m := range e.Asked {
 		for _, want := range []string{"tool server ev", "tool: echo", fmt.Sprintf(`arguments: {"message":"mcp-%d"}`, i+1), "Approve this tool call?"} {
