@@ -3,8 +3,10 @@ package runner
 import (
 	_ "embed"
 	"fmt"
+	"path/filepath"
 
 	"github.com/agentrun/agentrun/internal/cleanup"
+	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/toolbroker"
 	"github.com/agentrun/agentrun/runtime/spec"
 )
@@ -31,7 +33,7 @@ func (r *Runner) toolBroker(req request) (*toolbroker.Broker, error) {
 	b, err := toolbroker.New(toolbroker.Options{
 		Run: req.id, Servers: servers, Limits: toolbroker.LimitsFromConfig(r.cfg),
 		Approve: req.approve, ApprovalTimeout: r.cfg.Network.ApprovalTimeout.Duration(),
-		CgroupParent: r.cfg.ToolsCgroupParent(), Shared: r.sharedTools,
+		CgroupParent: r.cfg.ToolsCgroupParent(), CgroupLockDir: toolsDir(r.cfg), Shared: r.sharedTools,
 		Count: req.toolCount, Logf: r.logf,
 	})
 	if err != nil {
@@ -52,6 +54,10 @@ func toolsModuleOpts(dir string, undo *cleanup.Cleanup) ([]spec.SpecOpt, error) 
 		spec.WithEnvListFirst("PYTHONPATH", ToolsModuleDir),
 	}, nil
 }
+
+// toolsDir is the state dir of the tool servers: their cgroup-parent
+// lock.
+func toolsDir(cfg *config.Config) string { return filepath.Join(cfg.StateDir, "tools") }
 
 // logf is r.Logf, or nothing.
 func (r *Runner) logf(format string, args ...any) {
