@@ -33,12 +33,18 @@ func approver(h *heldRun) server.Approver {
 // to h, as a decision Taken: it counts from here on, even when the
 // approval's time runs out at this moment. False when it came too late.
 func answerClient(h *heldRun, r any) bool {
+	return h.answer(decisionOf(r))
+}
+
+// decisionOf is the decision of the client's response r: approved only
+// when it accepted with approve true.
+func decisionOf(r any) netpolicy.Decision {
 	d := netpolicy.Decision{By: "mcp client (elicitation)", Taken: true}
-	if r, ok := r.(*mcp.ElicitResult); ok {
+	if r, ok := r.(*mcp.ElicitResult); ok && r != nil {
 		yes, _ := r.Content["approve"].(bool)
 		d.Approved = r.Action == "accept" && yes
 	}
-	return h.answer(d)
+	return d
 }
 
 // runAsking runs taskJSON for the call req. A client that can answer
@@ -55,7 +61,7 @@ func (s *Server) runAsking(ctx context.Context, req *mcp.CallToolRequest, taskJS
 		// An answer too late (the approval timed out as the retry came)
 		// is not taken: the run's result says so.
 		answerClient(h, req.Params.InputResponses[h.pending.id])
-		return s.await(ctx, h)
+		return s.await(ctx, req, h)
 	}
 	if !canElicit(req) {
 		res, err := s.run(ctx, taskJSON)
@@ -72,13 +78,19 @@ func (s *Server) runAsking(ctx context.Context, req *mcp.CallToolRequest, taskJS
 		cancel()
 		h.result <- callResult{res, err}
 	}()
-	return s.await(ctx, h)
+	return s.await(ctx, req, h)
 }
 
 // await waits for h's run to end or to ask a question; a question becomes
-// the call's answer (h returned, and kept in s.held for the retry).
-func (s *Server) await(ctx context.Context, h *heldRun) (*result.Result, *heldRun, error) {
-	r, q := s.held.await(ctx, h, netpolicy.Decision{By: "too many calls waiting for their client"})
+// the call's answer (h returned, and kept in s.held for the retry), or,
+// for a client of an older protocol, an elicitation of its own
+// (elicitEach).
+func (s *Server) await(ctx context.Context, req *mcp.CallToolRequest, h *heldRun) (*result.Result, *heldRun, error) {
+	busy := netpolicy.Decision{By: "too many calls waiting for their client"}
+	r, q := s.held.await(ctx, h, busy)
+	r, q = elicitEach(ctx, req, &s.held, r, q, busy,
+		func(q *heldRun) *mcp.ElicitParams { return elicitParams(q, callTag(req)) },
+		func(a *mcp.ElicitResult) netpolicy.Decision { return decisionOf(a) })
 	if q != nil {
 		return nil, q, nil
 	}
@@ -90,16 +102,21 @@ func (s *Server) await(ctx context.Context, h *heldRun) (*result.Result, *heldRu
 // that a forwarding `agentrun mcp` made (forwardedCallKey), which tells it
 // which of its calls is asked.
 func inputRequired(h *heldRun, tag string) *mcp.CallToolResult {
-	a := h.pending.q
-	msg := "agentrun: " + a.Describe() + "Approve this " + a.Noun() + "?"
 	return &mcp.CallToolResult{
-		InputRequests: mcp.InputRequestMap{a.ID: &mcp.ElicitParams{
-			Meta:    forwardedTag(tag),
-			Message: msg,
-			RequestedSchema: &jsonschema.Schema{Type: "object", Required: []string{"approve"},
-				Properties: map[string]*jsonschema.Schema{"approve": {Type: "boolean", Description: "true to let the " + a.Noun() + " through"}}},
-		}},
-		RequestState: h.state,
+		InputRequests: mcp.InputRequestMap{h.pending.q.ID: elicitParams(h, tag)},
+		RequestState:  h.state,
+	}
+}
+
+// elicitParams is the elicitation that asks the client to decide the
+// held request (or tool call) of h's last await, carrying tag.
+func elicitParams(h *heldRun, tag string) *mcp.ElicitParams {
+	a := h.pending.q
+	return &mcp.ElicitParams{
+		Meta:    forwardedTag(tag),
+		Message: "agentrun: " + a.Describe() + "Approve this " + a.Noun() + "?",
+		RequestedSchema: &jsonschema.Schema{Type: "object", Required: []string{"approve"},
+			Properties: map[string]*jsonschema.Schema{"approve": {Type: "boolean", Description: "true to let the " + a.Noun() + " through"}}},
 	}
 }
 

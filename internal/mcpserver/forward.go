@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -102,7 +103,11 @@ func (r *remote) call(s *Server, ctx context.Context, name string, req *mcp.Call
 			h.result <- forwardResult{res, err}
 		}()
 	}
-	out, q := r.held.await(ctx, h, &mcp.ElicitResult{Action: "decline"})
+	decline := &mcp.ElicitResult{Action: "decline"}
+	out, q := r.held.await(ctx, h, decline)
+	out, q = elicitEach(ctx, req, &r.held, out, q, decline,
+		func(q *heldForward) *mcp.ElicitParams { return q.pending.q },
+		func(a *mcp.ElicitResult) *mcp.ElicitResult { return cmp.Or(a, decline) })
 	switch {
 	case q != nil:
 		return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{q.pending.id: q.pending.q}, RequestState: q.state}
