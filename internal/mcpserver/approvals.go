@@ -33,18 +33,12 @@ func approver(h *heldRun) server.Approver {
 // to h, as a decision Taken: it counts from here on, even when the
 // approval's time runs out at this moment. False when it came too late.
 func answerClient(h *heldRun, r any) bool {
-	return h.answer(decisionOf(r))
-}
-
-// decisionOf is the decision of the client's response r: approved only
-// when it accepted with approve true.
-func decisionOf(r any) netpolicy.Decision {
 	d := netpolicy.Decision{By: "mcp client (elicitation)", Taken: true}
-	if r, ok := r.(*mcp.ElicitResult); ok && r != nil {
+	if r, ok := r.(*mcp.ElicitResult); ok {
 		yes, _ := r.Content["approve"].(bool)
 		d.Approved = r.Action == "accept" && yes
 	}
-	return d
+	return h.answer(d)
 }
 
 // runAsking runs taskJSON for the call req. A client that can answer
@@ -61,7 +55,7 @@ func (s *Server) runAsking(ctx context.Context, req *mcp.CallToolRequest, taskJS
 		// An answer too late (the approval timed out as the retry came)
 		// is not taken: the run's result says so.
 		answerClient(h, req.Params.InputResponses[h.pending.id])
-		return s.await(ctx, req, h)
+		return s.await(ctx, h)
 	}
 	if !canElicit(req) {
 		res, err := s.run(ctx, taskJSON)
@@ -78,19 +72,13 @@ func (s *Server) runAsking(ctx context.Context, req *mcp.CallToolRequest, taskJS
 		cancel()
 		h.result <- callResult{res, err}
 	}()
-	return s.await(ctx, req, h)
+	return s.await(ctx, h)
 }
 
 // await waits for h's run to end or to ask a question; a question becomes
-// the call's answer (h returned, and kept in s.held for the retry), or,
-// for a client of an older protocol, an elicitation of its own
-// (elicitEach).
-func (s *Server) await(ctx context.Context, req *mcp.CallToolRequest, h *heldRun) (*result.Result, *heldRun, error) {
-	busy := netpolicy.Decision{By: "too many calls waiting for their client"}
-	r, q := s.held.await(ctx, h, busy)
-	r, q = elicitEach(ctx, req, &s.held, r, q, busy,
-		func(q *heldRun) *mcp.ElicitParams { return elicitParams(q, callTag(req)) },
-		func(a *mcp.ElicitResult) netpolicy.Decision { return decisionOf(a) })
+// the call's answer (h returned, and kept in s.held for the retry).
+func (s *Server) await(ctx context.Context, h *heldRun) (*result.Result, *heldRun, error) {
+	r, q := s.held.await(ctx, h, netpolicy.Decision{By: "too many calls waiting for their client"})
 	if q != nil {
 		return nil, q, nil
 	}
@@ -102,21 +90,16 @@ func (s *Server) await(ctx context.Context, req *mcp.CallToolRequest, h *heldRun
 // that a forwarding `agentrun mcp` made (forwardedCallKey), which tells it
 // which of its calls is asked.
 func inputRequired(h *heldRun, tag string) *mcp.CallToolResult {
-	return &mcp.CallToolResult{
-		InputRequests: mcp.InputRequestMap{h.pending.q.ID: elicitParams(h, tag)},
-		RequestState:  h.state,
-	}
-}
-
-// elicitParams is the elicitation that asks the client to decide the
-// held request (or tool call) of h's last await, carrying tag.
-func elicitParams(h *heldRun, tag string) *mcp.ElicitParams {
 	a := h.pending.q
-	return &mcp.ElicitParams{
-		Meta:    forwardedTag(tag),
-		Message: "agentrun: " + a.Describe() + "Approve this " + a.Noun() + "?",
-		RequestedSchema: &jsonschema.Schema{Type: "object", Required: []string{"approve"},
-			Properties: map[string]*jsonschema.Schema{"approve": {Type: "boolean", Description: "true to let the " + a.Noun() + " through"}}},
+	msg := "agentrun: " + a.Describe() + "Approve this " + a.Noun() + "?"
+	return &mcp.CallToolResult{
+		InputRequests: mcp.InputRequestMap{a.ID: &mcp.ElicitParams{
+			Meta:    forwardedTag(tag),
+			Message: msg,
+			RequestedSchema: &jsonschema.Schema{Type: "object", Required: []string{"approve"},
+				Properties: map[string]*jsonschema.Schema{"approve": {Type: "boolean", Description: "true to let the " + a.Noun() + " through"}}},
+		}},
+		RequestState: h.state,
 	}
 }
 

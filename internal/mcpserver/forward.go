@@ -1,7 +1,6 @@
 package mcpserver
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -103,11 +102,7 @@ func (r *remote) call(s *Server, ctx context.Context, name string, req *mcp.Call
 			h.result <- forwardResult{res, err}
 		}()
 	}
-	decline := &mcp.ElicitResult{Action: "decline"}
-	out, q := r.held.await(ctx, h, decline)
-	out, q = elicitEach(ctx, req, &r.held, out, q, decline,
-		func(q *heldForward) *mcp.ElicitParams { return q.pending.q },
-		func(a *mcp.ElicitResult) *mcp.ElicitResult { return cmp.Or(a, decline) })
+	out, q := r.held.await(ctx, h, &mcp.ElicitResult{Action: "decline"})
 	switch {
 	case q != nil:
 		return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{q.pending.id: q.pending.q}, RequestState: q.state}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // maxHeldCalls bounds the calls of a server waiting for a client's answer
@@ -175,41 +173,4 @@ func (hc *heldCalls[Q, A, R]) await(ctx context.Context, h *held[Q, A, R], busy 
 		h.cancel()
 		return <-h.result, nil
 	}
-}
-
-// multiRoundTripVersion is the first protocol version whose clients
-// answer a call's input requests themselves and retry it (SEP-2322).
-const multiRoundTripVersion = "2026-07-28"
-
-// multiRoundTrip says whether the client of req speaks multi round-trip
-// requests: a session of a current protocol version, or one with no
-// initialization (current versions discover instead), as the SDK judges.
-func multiRoundTrip(req *mcp.CallToolRequest) bool {
-	if req.Session == nil {
-		return true
-	}
-	p := req.Session.InitializeParams()
-	return p == nil || p.ProtocolVersion >= multiRoundTripVersion
-}
-
-// elicitEach, for the call req of a client of an older protocol, asks
-// the question of q (the last await's) as an elicitation of its own on
-// req's session, hands the client's answer to q's work and awaits again,
-// until the work ends: the SDK answers only the first input request of
-// such a client itself, and passes a second one back as it is (an answer
-// with no content). ask is q's question as an elicitation, answer the
-// client's response (nil when the elicitation failed) as an answer. A
-// current client's q is returned as it is, for the call to answer with.
-func elicitEach[Q, A, R any](ctx context.Context, req *mcp.CallToolRequest, hc *heldCalls[Q, A, R], r R, q *held[Q, A, R], busy A,
-	ask func(*held[Q, A, R]) *mcp.ElicitParams, answer func(*mcp.ElicitResult) A) (R, *held[Q, A, R]) {
-	for q != nil && !multiRoundTrip(req) {
-		hc.take(q.state)
-		res, err := req.Session.Elicit(ctx, ask(q))
-		if err != nil {
-			res = nil
-		}
-		q.answer(answer(res))
-		r, q = hc.await(ctx, q, busy)
-	}
-	return r, q
 }
