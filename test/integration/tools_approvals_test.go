@@ -314,6 +314,7 @@ type elicited struct {
 		IsError           bool `json:"isError"`
 		StructuredContent struct {
 			Stdout string        `json:"stdout"`
+			Stderr string        `json:"stderr"`
 			Tools  *result.Tools `json:"tools"`
 		} `json:"structuredContent"`
 	} `json:"result"`
@@ -357,7 +358,7 @@ func elicitTwice(t *testing.T, dir string, mcpArgv []string) []wantCall {
 		t.Errorf("run_code's tools lists %q; want ev", e.Tools.Items.Enum)
 	}
 	if len(e.Asked) != 2 {
-		t.Fatalf("asked %d times %q; want 2", len(e.Asked), e.Asked)
+		t.Fatalf("asked %d times %q; want 2 (stdout %q, stderr %q)", len(e.Asked), e.Asked, e.Result.StructuredContent.Stdout, e.Result.StructuredContent.Stderr)
 	}
 	for i, m := range e.Asked {
 		for _, want := range []string{"tool server ev", "tool: echo", fmt.Sprintf(`arguments: {"message":"mcp-%d"}`, i+1), "Approve this tool call?"} {
