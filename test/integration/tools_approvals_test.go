@@ -247,6 +247,14 @@ func TestToolApprovalsServeStream(t *testing.T) {
 		{tool: "echo", approval: ids[2], by: "timeout", arguments: `{"message":"three-c3d5"}`},
 	}
 	checkToolCalls(t, "result", toolCallsOf(t, res), calls)
+	_, m := s.do("GET", "/metrics", "")
+	for _, want := range []string{`agentrun_tool_calls_total{outcome="answered",server="ev",tool="get-sum"} 1`,
+		`agentrun_tool_calls_total{outcome="answered",server="ev",tool="echo"} 1`,
+		`agentrun_tool_calls_total{outcome="refused",server="ev",tool="echo"} 2`} {
+		if !strings.Contains(string(m), want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, m)
+		}
+	}
 	s.stop()
 	checkToolCalls(t, "audit record", auditToolCalls(t, auditPath, "one-a1f3", "two-b2e4", "three-c3d5"), calls)
 	assertNoLeaks(t)
