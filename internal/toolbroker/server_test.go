@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -21,7 +22,11 @@ const serverEnv = "TOOLBROKER_TEST_SERVER"
 func TestMain(m *testing.M) {
 	switch os.Getenv(serverEnv) {
 	case "":
-		os.Exit(m.Run())
+		code := m.Run()
+		if bin, err := serverBinary(); err == nil && os.Geteuid() == 0 {
+			os.RemoveAll(filepath.Dir(bin)) // the copy serverBinary made
+		}
+		os.Exit(code)
 	case "stdio":
 		err := testServer().Run(context.Background(), &mcp.StdioTransport{})
 		if err != nil {
