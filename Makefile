@@ -49,7 +49,7 @@ COMMIT        := $(shell git rev-parse HEAD 2>/dev/null)$(shell git status --por
 LDFLAGS       := -X main.version=$(VERSION) -X 'main.commit=$(COMMIT)' -X main.runscVersion=$(RUNSC_VERSION)
 UNITS         := agentrun.socket agentrun.service agentrun@.service agentrun-worker.service
 
-.PHONY: all build install deb deps images runsc mcp-client approvals-page openapi-validator ts-client demo test unit integration fuzz vet bench soak vm-test clean
+.PHONY: all build install deb deps images runsc mcp-client mcp-servers approvals-page openapi-validator ts-client demo test unit integration fuzz vet bench soak vm-test clean
 
 all: build
 
@@ -113,6 +113,12 @@ unit:
 mcp-client: deps
 	cd test/mcp-client && npm ci --no-audit --no-fund
 
+# mcp-servers installs npm's server-everything, the third-party MCP tool
+# server the integration suite brokers runs' tool calls to
+# (test/mcp-servers, from its package-lock.json).
+mcp-servers: deps
+	cd test/mcp-servers && npm ci --no-audit --no-fund
+
 # approvals-page installs playwright-core, with which the integration
 # suite drives Debian's chromium on serve's approvals page
 # (test/approvals-page, from its package-lock.json; no browser download).
@@ -133,7 +139,7 @@ ts-client: deps
 
 # integration: real sandboxes on both runtimes, one package at a time (each
 # checks that the host is left clean, which a concurrent package would spoil).
-integration: build images runsc mcp-client approvals-page openapi-validator ts-client
+integration: build images runsc mcp-client mcp-servers approvals-page openapi-validator ts-client
 	AGENTRUN_BIN=$(abspath $(BIN)) $(GO) test -tags $(TAGS) -count=1 -p 1 -timeout 20m ./runtime/runsc/ ./test/...
 
 # fuzz runs each fuzz target briefly: a count of inputs, about 10 s of
