@@ -137,7 +137,9 @@ func (r *Runner) Sessions() *session.Store { return r.sessions }
 // config marks shared (and their cgroups). Call it once no run is in
 // progress; a run after it gets no shared server.
 func (r *Runner) Close() error {
-	if err := r.sharedTools.Close(); err != nil {
+	err := r.sharedTools.Close()
+	r.removeToolsParent(filepath.Join(r.cfg.StateDir, "tools"))
+	if err != nil {
 		return fmt.Errorf("stopping the shared tool servers: %w", err)
 	}
 	return nil

@@ -3,9 +3,14 @@ package runner
 import (
 	_ "embed"
 	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
 
 	"github.com/agentrun/agentrun/internal/cleanup"
+	"github.com/agentrun/agentrun/internal/state"
 	"github.com/agentrun/agentrun/internal/toolbroker"
+	"github.com/agentrun/agentrun/runtime/cgroup"
 	"github.com/agentrun/agentrun/runtime/spec"
 )
 
@@ -38,6 +43,46 @@ func (r *Runner) toolBroker(req request) (*toolbroker.Broker, error) {
 		return nil, fmt.Errorf("starting the tool broker: %w", err)
 	}
 	return b, nil
+}
+
+// enterToolsParent takes, for a run with tools, the shared lock of the
+// cgroup parent its stdio servers' cgroups are made in
+// (Config.ToolsCgroupParent), as a backend's runs do theirs, and returns
+// leave: it lets the lock go and removes the parent where it is then
+// empty and no other run with tools holds the lock (the last one out
+// removes it). leave may be called more than once.
+func (r *Runner) enterToolsParent() (leave func(), err error) {
+	dir := filepath.Join(r.cfg.StateDir, "tools")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("the tool servers' state dir: %w", err)
+	}
+	unlock, err := state.LockCgroupParent(dir, false)
+	if err != nil {
+		return nil, fmt.Errorf("tool servers' cgroup parent: %w", err)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			unlock()
+			r.removeToolsParent(dir)
+		})
+	}, nil
+}
+
+// removeToolsParent removes the tool servers' cgroup parent in every
+// hierarchy where it is empty, unless a run with tools holds its lock
+// (in dir) or a shared server's cgroup is in it.
+func (r *Runner) removeToolsParent(dir string) {
+	unlock, err := state.LockCgroupParent(dir, true)
+	if err != nil {
+		return // another run with tools is live: it removes the parent
+	}
+	defer unlock()
+	// RemoveParent of a cgroup in the parent removes the parent alone,
+	// and only where it is empty.
+	if cg, err := cgroup.Open(r.cfg.ToolsCgroupParent() + "/-"); err == nil {
+		cg.RemoveParent()
+	}
 }
 
 // toolsModuleOpts mounts agentrun_tools in ToolsModuleDir, read-only, and

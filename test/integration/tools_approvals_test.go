@@ -121,7 +121,7 @@ func toolTask(calls ...string) string {
 	for _, c := range calls {
 		code += "print(" + c + ", flush=True)\n"
 	}
-	b, _ := json.Marshal(map[string]any{"code": code, "tools": []string{"ev"}, "limits": map[string]any{"timeout": "120s"}})
+	b, _ := json.Marshal(map[string]any{"code": code, "tools": []string{"ev"}, "limits": map[string]any{"timeout": "60s"}})
 	return string(b)
 }
 
@@ -360,7 +360,7 @@ func TestToolApprovalMCPElicitation(t *testing.T) {
 		"store_dir": filepath.Join(stateDir, "store"), "audit": auditPath,
 		"tools": everythingTools(t, entry, ""), "network": map[string]any{"approval_timeout": "60s"}})
 	code := toolPy + "print(call('echo', message='mcp-1'), flush=True)\nprint(call('echo', message='mcp-2'), flush=True)\n"
-	args := map[string]any{"code": code, "tools": []string{"ev"}, "timeout": "120s"}
+	args := map[string]any{"code": code, "tools": []string{"ev"}, "timeout": "60s"}
 
 	e := elicit(t, dir, "accept,reject", config, args)
 	if strings.Join(e.Tools.Items.Enum, ",") != "ev" {

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -464,4 +466,48 @@ print(agentrun_tools.call("ev-http", "get-sum", a=20, b=22))
 		}
 		assertNoLeaks(t)
 	})
+}
+
+// TestToolsSharedServer: a stdio server marked shared is started at the
+// first run's call and kept, the same process, for the runner's next run;
+// the runner's Close stops it and leaves no process or cgroup of it.
+func TestToolsSharedServer(t *testing.T) {
+	entry := everythingEntry(t)
+	cfg := cfgFor(t, "libcontainer")
+	srv := everythingServer(t, entry, nil, []string{"echo"}, nil)
+	srv.Shared = true
+	cfg.Tools = config.Tools{"ev": srv}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	r, err := runner.New(cfg, nil)
+	if err != nil {
+		t.Fatalf("runner.New: %v", err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			r.Close()
+		}
+	}()
+	var pids []map[int]int
+	for i := range 2 {
+		plan, err := task.Load([]byte(toolsPyTask(fmt.Sprintf("import agentrun_tools\nprint(agentrun_tools.call('ev', 'echo', message='run-%d'))", i), []string{"ev"}, nil)), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := r.Run(context.Background(), plan, runapi.Hooks{})
+		if want := fmt.Sprintf("Echo: run-%d\n", i); res.Error != "" || res.Stdout != want {
+			t.Fatalf("run %d: error %q, stdout %q; want %q (stderr %q)", i, res.Error, res.Stdout, want, res.Stderr)
+		}
+		pids = append(pids, serverProcs(entry))
+	}
+	if len(pids[0]) != 1 || !maps.Equal(pids[0], pids[1]) {
+		t.Errorf("the shared server's processes after each run: %v, %v; want one, the same", pids[0], pids[1])
+	}
+	if err := r.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	closed = true
+	assertToolsClean(t, cfg, entry)
 }

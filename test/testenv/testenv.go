@@ -143,9 +143,10 @@ func NewScope(suite string) (Scope, error) {
 // RunscCgroupParent names it.
 func (s Scope) RunscCgroupParent() string { return s.CgroupParent + "-runsc" }
 
-// CgroupParents are both parents, libcontainer's first.
+// CgroupParents are the runs' parents, libcontainer's first, and the
+// tool servers' (config's ToolsCgroupParent).
 func (s Scope) CgroupParents() []string {
-	return []string{s.CgroupParent, s.RunscCgroupParent()}
+	return []string{s.CgroupParent, s.RunscCgroupParent(), s.CgroupParent + "-tools"}
 }
 
 // ConfigMap sets the scope's cgroup_parent and run_uids in m, a config
