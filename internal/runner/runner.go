@@ -138,7 +138,7 @@ func (r *Runner) Sessions() *session.Store { return r.sessions }
 // progress; a run after it gets no shared server.
 func (r *Runner) Close() error {
 	err := r.sharedTools.Close()
-	r.removeToolsParent(filepath.Join(r.cfg.StateDir, "tools"))
+	r.removeToolsParent()
 	if err != nil {
 		return fmt.Errorf("stopping the shared tool servers: %w", err)
 	}

@@ -2,6 +2,7 @@ package runner
 
 import (
 	_ "embed"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -52,9 +53,9 @@ func (r *Runner) toolBroker(req request) (*toolbroker.Broker, error) {
 // empty and no other run with tools holds the lock (the last one out
 // removes it). leave may be called more than once.
 func (r *Runner) enterToolsParent() (leave func(), err error) {
-	dir := filepath.Join(r.cfg.StateDir, "tools")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("the tool servers' state dir: %w", err)
+	dir, err := r.toolsStateDir()
+	if err != nil {
+		return nil, err
 	}
 	unlock, err := state.LockCgroupParent(dir, false)
 	if err != nil {
@@ -64,15 +65,29 @@ func (r *Runner) enterToolsParent() (leave func(), err error) {
 	return func() {
 		once.Do(func() {
 			unlock()
-			r.removeToolsParent(dir)
+			r.removeToolsParent()
 		})
 	}, nil
 }
 
+// toolsStateDir is the state dir of the tool servers' cgroup-parent
+// lock, made if it is not there.
+func (r *Runner) toolsStateDir() (string, error) {
+	dir := filepath.Join(r.cfg.StateDir, "tools")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("the tool servers' state dir: %w", err)
+	}
+	return dir, nil
+}
+
 // removeToolsParent removes the tool servers' cgroup parent in every
 // hierarchy where it is empty, unless a run with tools holds its lock
-// (in dir) or a shared server's cgroup is in it.
-func (r *Runner) removeToolsParent(dir string) {
+// or a shared server's cgroup is in it.
+func (r *Runner) removeToolsParent() {
+	dir, err := r.toolsStateDir()
+	if err != nil {
+		return
+	}
 	unlock, err := state.LockCgroupParent(dir, true)
 	if err != nil {
 		return // another run with tools is live: it removes the parent
@@ -83,6 +98,35 @@ func (r *Runner) removeToolsParent(dir string) {
 	if cg, err := cgroup.Open(r.cfg.ToolsCgroupParent() + "/-"); err == nil {
 		cg.RemoveParent()
 	}
+}
+
+// cleanToolCgroups kills every process of the stdio tool servers'
+// cgroups of run id, which is dead, and removes them, then the tools'
+// cgroup parent if that leaves it empty. A server's process dies with
+// the agentrun that started it (Pdeathsig); its cgroup stays until now.
+func (r *Runner) cleanToolCgroups(id string) error {
+	parent := r.cfg.ToolsCgroupParent()
+	names := map[string]bool{}
+	for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/*"} {
+		dirs, _ := filepath.Glob(filepath.Join(root, parent, "tool-"+id+"-*"))
+		for _, d := range dirs {
+			names[filepath.Base(d)] = true
+		}
+	}
+	var errs []error
+	for name := range names {
+		cg, err := cgroup.Open(parent + "/" + name)
+		if err == nil {
+			err = errors.Join(cg.Kill(), cg.Remove())
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("tool server cgroup %s: %w", name, err))
+		}
+	}
+	if len(names) > 0 {
+		r.removeToolsParent()
+	}
+	return errors.Join(errs...)
 }
 
 // toolsModuleOpts mounts agentrun_tools in ToolsModuleDir, read-only, and
