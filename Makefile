@@ -113,9 +113,9 @@ unit:
 mcp-client: deps
 	cd test/mcp-client && npm ci --no-audit --no-fund
 
-# mcp-servers installs npm's server-everything, the third-party MCP tool
-# server the integration suite brokers runs' tool calls to
-# (test/mcp-servers, from its package-lock.json).
+# mcp-servers installs the third-party MCP tool servers the integration
+# suite brokers calls to (test/mcp-servers: npm's server-everything, from
+# its package-lock.json).
 mcp-servers: deps
 	cd test/mcp-servers && npm ci --no-audit --no-fund
 

@@ -807,7 +807,10 @@ func TestServiceApprovalWithdrawnOnHangup(t *testing.T) {
 	}, time.Minute)
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(r.px.CACert())
-	body := strings.Repeat("b", 64<<10) // past the excerpt and the socket's first reads
+	// Past the excerpt and the proxy's first reads, and within what its
+	// socket takes in: a client's FIN is queued behind the bytes it could not
+	// send yet.
+	body := strings.Repeat("b", 16<<10)
 	dialGW := func(port string) net.Conn {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

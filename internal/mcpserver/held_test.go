@@ -1,7 +1,9 @@
 package mcpserver
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,7 +12,12 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/netpolicy"
+	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/runapi"
+	"github.com/agentrun/agentrun/internal/server"
+	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/internal/untrusted"
 )
 
@@ -184,5 +191,66 @@ func TestElicitToolCall(t *testing.T) {
 	}
 	if d := <-got; !d.Approved || !d.Taken || d.By != "mcp client (elicitation)" {
 		t.Errorf("decision %+v; want approved by the mcp client", d)
+	}
+}
+
+// TestEachHeldAskedOfEveryClient: a run that holds two tool calls in
+// turn has both asked of its client, and each decision reaches the run,
+// whether the client speaks multi round-trip requests (the SDK's client
+// answers and retries) or an older protocol, as the TypeScript SDK's
+// client does (each asked as an elicitation during the call; the SDK
+// alone would pass the second back as an answer with no content). The
+// older clients here answer nothing but elicitations: the Go SDK's
+// client would answer a call's input requests whatever its version.
+func TestEachHeldAskedOfEveryClient(t *testing.T) {
+	cfg := config.Default()
+	cfg.Image = "dir:/nonexistent"
+	cfg.Policy.LocalImages = []string{"/nonexistent"}
+	run := func(ctx context.Context, _ *task.Plan, hooks runapi.Hooks) *result.Result {
+		res := &result.Result{ID: "ar-held"}
+		for i := 1; i <= 2; i++ {
+			d := hooks.Approve(ctx, res.ID, netpolicy.Approval{ID: fmt.Sprintf("ap-%d", i), Kind: netpolicy.KindTool,
+				Service: "ev", Tool: "echo", Arguments: fmt.Sprintf(`{"n":%d}`, i)})
+			res.Stdout += fmt.Sprintf("%d %v %s\n", i, d.Approved, d.By)
+		}
+		hooks.Result(res)
+		return res
+	}
+	srv := server.New(cfg, run, nil)
+	for _, version := range []string{"", "2025-11-25", "2025-06-18"} {
+		t.Run("protocol "+cmp.Or(version, "latest"), func(t *testing.T) {
+			s := New(cfg, srv.RunTask, t.Logf)
+			defer s.Close()
+			st, ct := mcp.NewInMemoryTransports()
+			if _, err := s.MCP().Connect(context.Background(), st, nil); err != nil {
+				t.Fatal(err)
+			}
+			var asked []string
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "0"}, &mcp.ClientOptions{
+				MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: version != ""},
+				ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+					asked = append(asked, req.Params.Message)
+					return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": len(asked) == 1}}, nil
+				}}).Connect(context.Background(), ct, &mcp.ClientSessionOptions{ProtocolVersion: version})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: ToolName, Arguments: map[string]any{"code": "x"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out Output
+			b, _ := json.Marshal(res.StructuredContent)
+			json.Unmarshal(b, &out)
+			if want := "1 true mcp client (elicitation)\n2 false mcp client (elicitation)\n"; res.IsError || out.Stdout != want {
+				t.Errorf("answer: error %v, stdout %q (%s); want %q", res.IsError, out.Stdout, b, want)
+			}
+			if len(asked) != 2 || !strings.Contains(asked[0], `arguments: {"n":1}`) || !strings.Contains(asked[1], `arguments: {"n":2}`) {
+				t.Errorf("asked %q; want the two calls in turn", asked)
+			}
+		})
 	}
 }

@@ -249,7 +249,7 @@ func newServer(logf func(format string, args ...any), instructions string) *Serv
 	s := &Server{logf: logf, fallback: "mcp-" + randomHex(8)}
 	s.stop, s.cancel = context.WithCancel(context.Background())
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "agentrun", Version: Version}, &mcp.ServerOptions{Instructions: instructions})
-	s.mcp.AddReceivingMiddleware(boundErrors)
+	s.mcp.AddReceivingMiddleware(boundErrors, everyRound)
 	return s
 }
 

@@ -110,11 +110,6 @@ func (r *Runner) network(req request, rootfs, dir string, sb *sandbox) ([]spec.S
 // module. The broker is closed, and its record put in req.res, once the
 // program has ended (sb.settle), or on undo.
 func (r *Runner) tools(req request, dir string, sb *sandbox, pol *proxy.Policy) ([]spec.SpecOpt, error) {
-	leave, err := r.enterToolsParent()
-	if err != nil {
-		return nil, err
-	}
-	sb.undo.Add(func() error { leave(); return nil })
 	b, err := r.toolBroker(req)
 	if err != nil {
 		return nil, err
@@ -125,7 +120,6 @@ func (r *Runner) tools(req request, dir string, sb *sandbox, pol *proxy.Policy) 
 	sb.settle.Add(func() error {
 		err := b.Close()
 		res.Tools = b.Report()
-		leave()
 		return err
 	})
 	return toolsModuleOpts(dir, &sb.undo)

@@ -78,8 +78,10 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	if r.init, err = stageBinary(cfg.Init, "init"); err != nil {
 		return nil, fmt.Errorf("the sandbox's init: %w", err)
 	}
-	if err = os.MkdirAll(r.runsDir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating state dir: %w", err)
+	for _, dir := range []string{r.runsDir, toolsDir(cfg)} {
+		if err = os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("creating state dir: %w", err)
+		}
 	}
 	if r.store, err = image.Open(cfg.StoreDir); err != nil {
 		return nil, err
@@ -137,9 +139,7 @@ func (r *Runner) Sessions() *session.Store { return r.sessions }
 // config marks shared (and their cgroups). Call it once no run is in
 // progress; a run after it gets no shared server.
 func (r *Runner) Close() error {
-	err := r.sharedTools.Close()
-	r.removeToolsParent()
-	if err != nil {
+	if err := r.sharedTools.Close(); err != nil {
 		return fmt.Errorf("stopping the shared tool servers: %w", err)
 	}
 	return nil

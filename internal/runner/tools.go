@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 
 	"github.com/agentrun/agentrun/internal/cleanup"
+	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/state"
 	"github.com/agentrun/agentrun/internal/toolbroker"
 	"github.com/agentrun/agentrun/runtime/cgroup"
@@ -37,7 +37,7 @@ func (r *Runner) toolBroker(req request) (*toolbroker.Broker, error) {
 	b, err := toolbroker.New(toolbroker.Options{
 		Run: req.id, Servers: servers, Limits: toolbroker.LimitsFromConfig(r.cfg),
 		Approve: req.approve, ApprovalTimeout: r.cfg.Network.ApprovalTimeout.Duration(),
-		CgroupParent: r.cfg.ToolsCgroupParent(), Shared: r.sharedTools,
+		CgroupParent: r.cfg.ToolsCgroupParent(), CgroupLockDir: toolsDir(r.cfg), Shared: r.sharedTools,
 		Count: req.toolCount, Logf: r.logf,
 	})
 	if err != nil {
@@ -46,51 +46,41 @@ func (r *Runner) toolBroker(req request) (*toolbroker.Broker, error) {
 	return b, nil
 }
 
-// enterToolsParent takes, for a run with tools, the shared lock of the
-// cgroup parent its stdio servers' cgroups are made in
-// (Config.ToolsCgroupParent), as a backend's runs do theirs, and returns
-// leave: it lets the lock go and removes the parent where it is then
-// empty and no other run with tools holds the lock (the last one out
-// removes it). leave may be called more than once.
-func (r *Runner) enterToolsParent() (leave func(), err error) {
-	dir, err := r.toolsStateDir()
+// toolsModuleOpts mounts agentrun_tools in ToolsModuleDir, read-only, and
+// puts the directory first on PYTHONPATH (before any the task gives).
+func toolsModuleOpts(dir string, undo *cleanup.Cleanup) ([]spec.SpecOpt, error) {
+	path, err := writeEtc(dir, undo, "python/agentrun_tools.py", toolsModule)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("writing agentrun_tools: %w", err)
 	}
-	unlock, err := state.LockCgroupParent(dir, false)
-	if err != nil {
-		return nil, fmt.Errorf("tool servers' cgroup parent: %w", err)
-	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			unlock()
-			r.removeToolsParent()
-		})
+	return []spec.SpecOpt{
+		spec.WithReadonlyFile(path, ToolsModuleDir+"/agentrun_tools.py"),
+		spec.WithEnvListFirst("PYTHONPATH", ToolsModuleDir),
 	}, nil
 }
 
-// toolsStateDir is the state dir of the tool servers' cgroup-parent
-// lock, made if it is not there.
-func (r *Runner) toolsStateDir() (string, error) {
-	dir := filepath.Join(r.cfg.StateDir, "tools")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", fmt.Errorf("the tool servers' state dir: %w", err)
+// toolsDir is the state dir of the tool servers: their cgroup-parent
+// lock.
+func toolsDir(cfg *config.Config) string { return filepath.Join(cfg.StateDir, "tools") }
+
+// logf is r.Logf, or nothing.
+func (r *Runner) logf(format string, args ...any) {
+	if r.Logf != nil {
+		r.Logf(format, args...)
 	}
-	return dir, nil
 }
 
 // removeToolsParent removes the tool servers' cgroup parent in every
-// hierarchy where it is empty, unless a run with tools holds its lock
-// or a shared server's cgroup is in it.
+// hierarchy where it is empty, unless a server's cgroup is being made in
+// it (the cgroup-parent lock in toolsDir, which the broker takes).
 func (r *Runner) removeToolsParent() {
-	dir, err := r.toolsStateDir()
-	if err != nil {
+	dir := toolsDir(r.cfg)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return
 	}
 	unlock, err := state.LockCgroupParent(dir, true)
 	if err != nil {
-		return // another run with tools is live: it removes the parent
+		return // a server's cgroup is being made: its end removes the parent
 	}
 	defer unlock()
 	// RemoveParent of a cgroup in the parent removes the parent alone,
@@ -127,24 +117,4 @@ func (r *Runner) cleanToolCgroups(id string) error {
 		r.removeToolsParent()
 	}
 	return errors.Join(errs...)
-}
-
-// toolsModuleOpts mounts agentrun_tools in ToolsModuleDir, read-only, and
-// puts the directory first on PYTHONPATH (before any the task gives).
-func toolsModuleOpts(dir string, undo *cleanup.Cleanup) ([]spec.SpecOpt, error) {
-	path, err := writeEtc(dir, undo, "python/agentrun_tools.py", toolsModule)
-	if err != nil {
-		return nil, fmt.Errorf("writing agentrun_tools: %w", err)
-	}
-	return []spec.SpecOpt{
-		spec.WithReadonlyFile(path, ToolsModuleDir+"/agentrun_tools.py"),
-		spec.WithEnvListFirst("PYTHONPATH", ToolsModuleDir),
-	}, nil
-}
-
-// logf is r.Logf, or nothing.
-func (r *Runner) logf(format string, args ...any) {
-	if r.Logf != nil {
-		r.Logf(format, args...)
-	}
 }

@@ -79,6 +79,11 @@ type Options struct {
 	// none (a test's unprivileged servers: then only the process group is
 	// killed at Close).
 	CgroupParent string
+	// CgroupLockDir is the directory of the tool servers' cgroup-parent
+	// lock (state.LockCgroupParent): with it, a server's cgroup is made
+	// under the shared lock and the parent removed, under the exclusive
+	// one, once empty; "" leaves the parent in place.
+	CgroupLockDir string
 	// Shared holds the servers marked Shared, kept between runs; nil
 	// starts every server for this run alone.
 	Shared *Shared
@@ -158,9 +163,9 @@ func New(opts Options) (*Broker, error) {
 		}
 		rs := &runServer{srv: s}
 		if s.Shared && len(s.Command) > 0 && opts.Shared != nil {
-			rs.conn = opts.Shared.conn(s, opts.CgroupParent, l, opts.Logf)
+			rs.conn = opts.Shared.conn(s, opts.CgroupParent, opts.CgroupLockDir, l, opts.Logf)
 		} else {
-			rs.conn, rs.own = newConn(s, cgroupPath(opts.CgroupParent, opts.Run, s.Name), l, opts.Logf), true
+			rs.conn, rs.own = newConn(s, cgroupPath(opts.CgroupParent, opts.Run, s.Name), opts.CgroupLockDir, l, opts.Logf), true
 		}
 		b.servers[s.Name] = rs
 		b.order = append(b.order, s.Name)
@@ -296,7 +301,7 @@ type Shared struct {
 
 // conn is the shared connection to s, made at first use (or again when
 // the last one failed to start or its config changed).
-func (sh *Shared) conn(s Server, parent string, l Limits, logf func(string, ...any)) *conn {
+func (sh *Shared) conn(s Server, parent, lockDir string, l Limits, logf func(string, ...any)) *conn {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	key := sharedKey(s, l)
@@ -306,7 +311,7 @@ func (sh *Shared) conn(s Server, parent string, l Limits, logf func(string, ...a
 	if sh.conns == nil {
 		sh.conns = map[string]*conn{}
 	}
-	c := newConn(s, cgroupPath(parent, "shared", s.Name), l, logf)
+	c := newConn(s, cgroupPath(parent, "shared", s.Name), lockDir, l, logf)
 	if sh.closed {
 		c.fail(errors.New("the shared tool servers are stopped"))
 		return c

@@ -19,6 +19,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/agentrun/agentrun/internal/secret"
+	"github.com/agentrun/agentrun/internal/state"
 	"github.com/agentrun/agentrun/runtime/cgroup"
 )
 
@@ -46,10 +47,11 @@ var errTooLarge = errors.New("the tool server's answer is past the broker's boun
 // conn is the connection to one server: made at first use, under its
 // lock, once; a failure is kept as the answer of every later use.
 type conn struct {
-	srv    Server
-	cgPath string // "" makes no cgroup
-	limit  int64  // the most bytes of one frame or response
-	logf   func(string, ...any)
+	srv     Server
+	cgPath  string // "" makes no cgroup
+	lockDir string // of the cgroup-parent lock; "" none (Options.CgroupLockDir)
+	limit   int64  // the most bytes of one frame or response
+	logf    func(string, ...any)
 	// tooLarge counts the answers cut at limit.
 	tooLarge atomic.Uint64
 
@@ -62,8 +64,8 @@ type conn struct {
 	dead    atomic.Bool  // the session ended
 }
 
-func newConn(s Server, cgPath string, l Limits, logf func(string, ...any)) *conn {
-	return &conn{srv: s, cgPath: cgPath, limit: max(l.ResultBytes, MaxListBytes) + frameSlack, logf: logf}
+func newConn(s Server, cgPath, lockDir string, l Limits, logf func(string, ...any)) *conn {
+	return &conn{srv: s, cgPath: cgPath, lockDir: lockDir, limit: max(l.ResultBytes, MaxListBytes) + frameSlack, logf: logf}
 }
 
 // cgroupPath is the cgroup of run's server name under parent ("" none).
@@ -122,7 +124,7 @@ func (c *conn) connect(ctx context.Context) (*mcp.ClientSession, error) {
 		t = &mcp.StreamableClientTransport{Endpoint: c.srv.URL, HTTPClient: c.client, MaxRetries: -1,
 			DisableStandaloneSSE: true, MaxEventSize: int(c.limit)}
 	} else {
-		p, err := startProcess(c.srv, c.cgPath, c.limit, &c.tooLarge)
+		p, err := startProcess(c.srv, c.cgPath, c.lockDir, c.limit, &c.tooLarge)
 		if err != nil {
 			return nil, fmt.Errorf("tool server %s failed to start: %w", c.srv.Name, err)
 		}
@@ -249,11 +251,12 @@ type process struct {
 	stderr  *tail
 	secrets []string
 	done    chan struct{} // closed when the process has been waited for
+	lockDir string        // of the cgroup-parent lock; "" none
 }
 
 // startProcess starts s's command as s's user, in a process group and,
 // with cgPath, a cgroup of its own, with s's environment alone.
-func startProcess(s Server, cgPath string, limit int64, tooLarge *atomic.Uint64) (*process, error) {
+func startProcess(s Server, cgPath, lockDir string, limit int64, tooLarge *atomic.Uint64) (*process, error) {
 	env, secrets, err := environment(s)
 	if err != nil {
 		return nil, err
@@ -262,10 +265,19 @@ func startProcess(s Server, cgPath string, limit int64, tooLarge *atomic.Uint64)
 	if err != nil {
 		return nil, err
 	}
-	p := &process{stderr: &tail{}, secrets: secrets, done: make(chan struct{})}
+	p := &process{stderr: &tail{}, secrets: secrets, done: make(chan struct{}), lockDir: lockDir}
 	cmd := exec.Command(s.Command[0], s.Command[1:]...)
 	cmd.Env, cmd.Dir, cmd.Stderr, cmd.WaitDelay = env, "/", p.stderr, exitWait
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: cred}
+	if cgPath != "" && lockDir != "" {
+		// The cgroup is made and joined while its parent cannot be
+		// removed by another server's end.
+		unlock, err := state.LockCgroupParent(lockDir, false)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+	}
 	if cgPath != "" {
 		limit := int64(ServerMemory)
 		pids := int64(ServerPids)
@@ -374,7 +386,7 @@ func (p *process) stop(logf func(string, ...any)) error {
 	}
 	p.stdout.Close()
 	if p.cg != nil {
-		if err := p.cg.Remove(); err != nil {
+		if err := p.removeCgroup(); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -384,10 +396,21 @@ func (p *process) stop(logf func(string, ...any)) error {
 // killWait bounds the wait for a killed server to be reaped.
 const killWait = 5 * time.Second
 
-func (p *process) removeCgroup() {
-	if p.cg != nil {
-		p.cg.Remove()
+// removeCgroup removes p's cgroup and, once empty and unless a server is
+// being started right now, its parent.
+func (p *process) removeCgroup() error {
+	if p.cg == nil {
+		return nil
 	}
+	err := p.cg.Remove()
+	if p.lockDir == "" {
+		return err
+	}
+	if unlock, lerr := state.LockCgroupParent(p.lockDir, true); lerr == nil {
+		p.cg.RemoveParent() // fails while another server's cgroup is in it
+		unlock()
+	}
+	return err
 }
 
 // stderrTail is the end of the server's stderr, its secrets replaced.

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -52,6 +54,10 @@ func streamApprovals(t *testing.T, s *served, task string, decide func(ev server
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		t.Fatalf("POST /v1/runs?stream=1: %s: %s", resp.Status, b)
+	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 16<<20)
 	for sc.Scan() {

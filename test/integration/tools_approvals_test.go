@@ -247,6 +247,14 @@ func TestToolApprovalsServeStream(t *testing.T) {
 		{tool: "echo", approval: ids[2], by: "timeout", arguments: `{"message":"three-c3d5"}`},
 	}
 	checkToolCalls(t, "result", toolCallsOf(t, res), calls)
+	_, m := s.do("GET", "/metrics", "")
+	for _, want := range []string{`agentrun_tool_calls_total{outcome="answered",server="ev",tool="get-sum"} 1`,
+		`agentrun_tool_calls_total{outcome="answered",server="ev",tool="echo"} 1`,
+		`agentrun_tool_calls_total{outcome="refused",server="ev",tool="echo"} 2`} {
+		if !strings.Contains(string(m), want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, m)
+		}
+	}
 	s.stop()
 	checkToolCalls(t, "audit record", auditToolCalls(t, auditPath, "one-a1f3", "two-b2e4", "three-c3d5"), calls)
 	assertNoLeaks(t)
@@ -314,21 +322,21 @@ type elicited struct {
 		IsError           bool `json:"isError"`
 		StructuredContent struct {
 			Stdout string        `json:"stdout"`
+			Stderr string        `json:"stderr"`
 			Tools  *result.Tools `json:"tools"`
 		} `json:"structuredContent"`
 	} `json:"result"`
 }
 
 // elicit runs elicit.mjs of dir: the TypeScript SDK's client calls
-// run_code with args on `agentrun mcp --local --config config`,
+// run_code with args on the `agentrun mcp` that mcpArgv starts,
 // answering its elicitations with answers.
-func elicit(t *testing.T, dir, answers, config string, args map[string]any) elicited {
+func elicit(t *testing.T, dir, answers string, mcpArgv []string, args map[string]any) elicited {
 	t.Helper()
 	b, _ := json.Marshal(args)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", filepath.Join(dir, "elicit.mjs"), answers, string(b),
-		agentrunBin(t), "mcp", "--local", "--config", config)
+	cmd := exec.CommandContext(ctx, "node", append([]string{filepath.Join(dir, "elicit.mjs"), answers, string(b)}, mcpArgv...)...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	var e elicited
@@ -345,29 +353,20 @@ func elicit(t *testing.T, dir, answers, config string, args map[string]any) elic
 	return e
 }
 
-// TestToolApprovalMCPElicitation: `agentrun mcp`, driven by the official
-// TypeScript SDK's client, lists the config's tool servers in run_code's
-// tools and asks its client, through MCP elicitation, to decide a held
-// tool call, showing the tool server, the tool and its arguments: the
-// client's accept lets it through, its accept with approve false denies
-// it; a client that offers no elicitation is not asked (denied: no way to
-// ask). The answer's tools.calls and the audit record say who decided.
-func TestToolApprovalMCPElicitation(t *testing.T) {
-	entry := everythingEntry(t)
-	dir := npmPackages(t, "mcp-client", "@modelcontextprotocol/sdk")
-	auditPath := filepath.Join(t.TempDir(), "audit.jsonl")
-	config := writeConfig(t, map[string]any{"image": pythonImage, "state_dir": stateDir,
-		"store_dir": filepath.Join(stateDir, "store"), "audit": auditPath,
-		"tools": everythingTools(t, entry, ""), "network": map[string]any{"approval_timeout": "60s"}})
+// elicitTwice has the TypeScript SDK's client, through mcpArgv, run a
+// program that makes two held echo calls, accepting the first and
+// refusing the second: run_code lists ev in its tools, each call is asked
+// showing the tool server, the tool and its arguments, and the program
+// sees each outcome. It returns the calls as the answer records them.
+func elicitTwice(t *testing.T, dir string, mcpArgv []string) []wantCall {
+	t.Helper()
 	code := toolPy + "print(call('echo', message='mcp-1'), flush=True)\nprint(call('echo', message='mcp-2'), flush=True)\n"
-	args := map[string]any{"code": code, "tools": []string{"ev"}, "timeout": "60s"}
-
-	e := elicit(t, dir, "accept,reject", config, args)
+	e := elicit(t, dir, "accept,reject", mcpArgv, map[string]any{"code": code, "tools": []string{"ev"}, "timeout": "60s"})
 	if strings.Join(e.Tools.Items.Enum, ",") != "ev" {
 		t.Errorf("run_code's tools lists %q; want ev", e.Tools.Items.Enum)
 	}
 	if len(e.Asked) != 2 {
-		t.Fatalf("asked %d times %q; want 2", len(e.Asked), e.Asked)
+		t.Fatalf("asked %d times %q; want 2 (stdout %q, stderr %q)", len(e.Asked), e.Asked, e.Result.StructuredContent.Stdout, e.Result.StructuredContent.Stderr)
 	}
 	for i, m := range e.Asked {
 		for _, want := range []string{"tool server ev", "tool: echo", fmt.Sprintf(`arguments: {"message":"mcp-%d"}`, i+1), "Approve this tool call?"} {
@@ -392,14 +391,36 @@ func TestToolApprovalMCPElicitation(t *testing.T) {
 		{tool: "echo", approval: ap2, by: "mcp client (elicitation)", arguments: `{"message":"mcp-2"}`},
 	}
 	checkToolCalls(t, "answer", sc.Tools.Calls, calls)
+	return calls
+}
+
+// TestToolApprovalMCPElicitation: `agentrun mcp`, driven by the official
+// TypeScript SDK's client (whose protocol predates multi round-trip
+// requests), lists the config's tool servers in run_code's tools and
+// asks its client, through MCP elicitation, to decide each held tool
+// call of a run, showing the tool server, the tool and its arguments:
+// the client's accept lets it through, its accept with approve false
+// denies it; a client that offers no elicitation is not asked (denied:
+// no way to ask). The same holds through an unprivileged `agentrun mcp`
+// that forwards to serve. The answer's tools.calls and the audit record
+// say who decided.
+func TestToolApprovalMCPElicitation(t *testing.T) {
+	entry := everythingEntry(t)
+	dir := npmPackages(t, "mcp-client", "@modelcontextprotocol/sdk")
+	auditPath := filepath.Join(t.TempDir(), "audit.jsonl")
+	local := []string{agentrunBin(t), "mcp", "--local", "--config", writeConfig(t, map[string]any{"image": pythonImage,
+		"state_dir": stateDir, "store_dir": filepath.Join(stateDir, "store"), "audit": auditPath,
+		"tools": everythingTools(t, entry, ""), "network": map[string]any{"approval_timeout": "60s"}})}
+
+	calls := elicitTwice(t, dir, local)
 	checkToolCalls(t, "audit record", auditToolCalls(t, auditPath, "mcp-1", "mcp-2"), calls)
 
 	// A client without elicitation: nobody to ask, denied.
 	if err := os.Remove(auditPath); err != nil {
 		t.Fatal(err)
 	}
-	e = elicit(t, dir, "none", config, map[string]any{"code": toolPy + "print(call('echo', message='mcp-3'))", "tools": []string{"ev"}})
-	sc = e.Result.StructuredContent
+	e := elicit(t, dir, "none", local, map[string]any{"code": toolPy + "print(call('echo', message='mcp-3'))", "tools": []string{"ev"}})
+	sc := e.Result.StructuredContent
 	if out := sc.Stdout; len(e.Asked) != 0 || !strings.HasPrefix(out, "403 denied by the operator") || !strings.Contains(out, "no way to ask") {
 		t.Fatalf("a client without elicitation: asked %q, stdout %q; want 403 denied by the operator, no way to ask", e.Asked, out)
 	}
@@ -409,5 +430,24 @@ func TestToolApprovalMCPElicitation(t *testing.T) {
 	calls = []wantCall{{tool: "echo", approval: sc.Tools.Calls[0].Approval, by: "no way to ask", arguments: `{"message":"mcp-3"}`}}
 	checkToolCalls(t, "answer without elicitation", sc.Tools.Calls, calls)
 	checkToolCalls(t, "audit record without elicitation", auditToolCalls(t, auditPath, "mcp-3"), calls)
+
+	// Through an unprivileged agentrun mcp that forwards to serve.
+	if err := os.Remove(auditPath); err != nil {
+		t.Fatal(err)
+	}
+	cdir := clientDir(t)
+	sock := filepath.Join(cdir, "agentrun.sock")
+	cfg := serveConfig(map[string]any{"listen": "unix://" + sock}, map[string]any{"local_images": []string{*imagesDir}})
+	cfg["audit"] = auditPath
+	cfg["tools"] = everythingTools(t, entry, "")
+	cfg["network"] = map[string]any{"approval_timeout": "60s"}
+	s := startServeWith(t, cfg)
+	if err := os.Chown(sock, 0, 65534); err != nil {
+		t.Fatal(err)
+	}
+	calls = elicitTwice(t, dir, []string{"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+		"/usr/bin/env", "-i", "AGENTRUN_SERVER=unix://" + sock, copyBin(t, cdir), "mcp"})
+	s.stop()
+	checkToolCalls(t, "serve's audit record", auditToolCalls(t, auditPath, "mcp-1", "mcp-2"), calls)
 	assertNoLeaks(t)
 }

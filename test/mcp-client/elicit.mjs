@@ -13,7 +13,7 @@
 // wrong and exits 1.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-import { ElicitRequestSchema } from "@modelcontextprotocol/sdk/types.js";
+import { CallToolResultSchema, ElicitRequestSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const [answers, args, command, ...rest] = process.argv.slice(2);
 if (!command) {
@@ -40,7 +40,10 @@ try {
   await client.connect(new StdioClientTransport({ command, args: rest, stderr: "inherit" }));
   const { tools } = await client.listTools();
   const runCode = tools.find((t) => t.name === "run_code");
-  const result = await client.callTool({ name: "run_code", arguments: JSON.parse(args) }, undefined, { timeout: 120000 });
+  // A plain request, not callTool: an answer that breaks run_code's output
+  // schema is printed for the test to say so, not thrown away.
+  const result = await client.request({ method: "tools/call", params: { name: "run_code", arguments: JSON.parse(args) } },
+    CallToolResultSchema, { timeout: 120000 });
   console.log(JSON.stringify({ asked, tools: runCode.inputSchema.properties.tools, result }));
   await client.close();
 } catch (e) {

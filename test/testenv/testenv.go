@@ -143,10 +143,14 @@ func NewScope(suite string) (Scope, error) {
 // RunscCgroupParent names it.
 func (s Scope) RunscCgroupParent() string { return s.CgroupParent + "-runsc" }
 
-// CgroupParents are the runs' parents, libcontainer's first, and the
-// tool servers' (config's ToolsCgroupParent).
+// ToolsCgroupParent holds the stdio tool servers' cgroups, as config's
+// ToolsCgroupParent names it.
+func (s Scope) ToolsCgroupParent() string { return s.CgroupParent + "-tools" }
+
+// CgroupParents are the runs' parents, libcontainer's first, and the tool
+// servers'.
 func (s Scope) CgroupParents() []string {
-	return []string{s.CgroupParent, s.RunscCgroupParent(), s.CgroupParent + "-tools"}
+	return []string{s.CgroupParent, s.RunscCgroupParent(), s.ToolsCgroupParent()}
 }
 
 // ConfigMap sets the scope's cgroup_parent and run_uids in m, a config
