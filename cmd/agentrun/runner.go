@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+
 	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/runner"
@@ -8,8 +10,8 @@ import (
 
 // openRunner opens the audit log at auditPath and a runner on cfg, then
 // removes what dead runs left (a gc failure is logged with logf, not
-// fatal); the runner logs with logf too. closeLog closes the log once the
-// runner is done.
+// fatal); the runner logs with logf too. closeLog closes the runner (its
+// shared tool servers) and then the log, once no run is in progress.
 func openRunner(cfg *config.Config, auditPath string, logf func(string, ...any)) (r *runner.Runner, closeLog func() error, err error) {
 	log, err := audit.Open(auditPath)
 	if err != nil {
@@ -23,7 +25,7 @@ func openRunner(cfg *config.Config, auditPath string, logf func(string, ...any))
 	if _, err := r.GC(); err != nil {
 		logf("gc: %v", err)
 	}
-	return r, log.Close, nil
+	return r, func() error { return errors.Join(r.Close(), log.Close()) }, nil
 }
 
 // logSeccomp compiles the sandbox's seccomp filter before the first run

@@ -206,3 +206,43 @@ func TestRecordKeepsDecidedApprovals(t *testing.T) {
 		t.Errorf("first approval kept %s; want the list's order, ap-0 first", first)
 	}
 }
+
+// A record of many tool calls, too long for its line, keeps the calls a
+// person decided when its list is cut and counts the cut in
+// truncated.tool_calls; a tool's name is cut to its bound.
+func TestRecordKeepsDecidedToolCalls(t *testing.T) {
+	rec := &Record{ID: "ar-1", Tools: &result.Tools{}}
+	for i := range 3000 {
+		rec.Tools.Calls = append(rec.Tools.Calls, result.ToolCall{Server: "ev", Tool: fmt.Sprintf("t%d-%s", i, strings.Repeat("n", 600)),
+			Reason: "no rule of the config allows it", ArgumentsSHA256: strings.Repeat("0", 64)})
+	}
+	rec.Tools.Calls = append(rec.Tools.Calls,
+		result.ToolCall{Server: "ev", Tool: "send", Allowed: true, Approval: "ap-yes", By: "operator (alice)"},
+		result.ToolCall{Server: "ev", Tool: "drop", Approval: "ap-no", By: "operator (bob)", Reason: "denied"})
+	line, err := marshalBounded(rec)
+	if err != nil || len(line) > MaxRecordBytes {
+		t.Fatalf("%d bytes, %v", len(line), err)
+	}
+	if len(rec.Tools.Calls) != 3002 {
+		t.Errorf("marshalBounded changed the record's own calls: %d", len(rec.Tools.Calls))
+	}
+	var got Record
+	if err := json.Unmarshal(line, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Truncated == nil || got.Truncated.ToolCalls != 3002 || got.Tools == nil {
+		t.Fatalf("truncated = %+v, tools %v; want tool_calls 3002", got.Truncated, got.Tools)
+	}
+	var decided []string
+	for _, c := range got.Tools.Calls {
+		if c.By != "" {
+			decided = append(decided, c.Approval)
+		}
+		if c.By == "" && (len(c.Tool) > 400 || !strings.Contains(c.Tool, "…[cut: ")) {
+			t.Errorf("a tool's name of %d bytes kept whole: %.40q", len(c.Tool), c.Tool)
+		}
+	}
+	if len(got.Tools.Calls) >= 3002 || !slices.Equal(decided, []string{"ap-yes", "ap-no"}) {
+		t.Errorf("kept %d calls, decided %v; want the list cut, ap-yes and ap-no kept", len(got.Tools.Calls), decided)
+	}
+}

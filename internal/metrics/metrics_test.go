@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 	"time"
 
@@ -138,5 +139,44 @@ func TestOutcome(t *testing.T) {
 		if got := Outcome(res); got != want {
 			t.Errorf("Outcome(%+v) = %s, want %s", res, got, want)
 		}
+	}
+}
+
+// TestToolCalled: each call moves its server, tool and outcome's series;
+// past MaxToolSeries, a tool not yet seen counts as "other" while those
+// seen go on counting as themselves.
+func TestToolCalled(t *testing.T) {
+	m := New(Gauges{})
+	m.ToolCalled("github", "get_issue", "answered")
+	m.ToolCalled("github", "get_issue", "answered")
+	m.ToolCalled("github", "-", "refused")
+	for i := 0; len(m.toolCalls.series) < MaxToolSeries; i++ {
+		m.ToolCalled("flood", fmt.Sprintf("t%d", i), "refused")
+	}
+	m.ToolCalled("github", "new_tool", "answered")
+	m.ToolCalled("github", "another", "answered")
+	m.ToolCalled("github", "get_issue", "answered")
+	fams := scrape(t, m)
+	for _, c := range []struct {
+		labels map[string]string
+		want   float64
+	}{
+		{map[string]string{"server": "github", "tool": "get_issue", "outcome": "answered"}, 3},
+		{map[string]string{"server": "github", "tool": "-", "outcome": "refused"}, 1},
+		{map[string]string{"server": "github", "tool": "other", "outcome": "answered"}, 2},
+	} {
+		if v := value(t, fams, "agentrun_tool_calls_total", c.labels); v != c.want {
+			t.Errorf("agentrun_tool_calls_total%v = %v, want %v", c.labels, v, c.want)
+		}
+	}
+	for _, m := range fams["agentrun_tool_calls_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "tool" && (l.GetValue() == "new_tool" || l.GetValue() == "another") {
+				t.Errorf("a tool past the series' bound has a series of its own: %v", m)
+			}
+		}
+	}
+	if n := len(fams["agentrun_tool_calls_total"].GetMetric()); n > MaxToolSeries+1 {
+		t.Errorf("%d series; want at most %d and other", n, MaxToolSeries)
 	}
 }

@@ -115,6 +115,9 @@ func (r *Runner) cleanRun(id, dir string) error {
 	if err := session.UnmountUnder(dir); err != nil {
 		errs = append(errs, err)
 	}
+	if err := r.cleanToolCgroups(id); err != nil {
+		errs = append(errs, err)
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		errs = append(errs, err)
 	}

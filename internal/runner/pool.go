@@ -166,7 +166,7 @@ func (p *Pool) Seed(ctx context.Context, plan *task.Plan) error {
 		return fmt.Errorf("the pool keeps no sandboxes for image %q", plan.Image)
 	}
 	if !p.poolable(plan) {
-		return fmt.Errorf("image %q: a task with services or runtime %q never runs from the pool", plan.Image, plan.Runtime)
+		return fmt.Errorf("image %q: a task with services, tools or runtime %q never runs from the pool", plan.Image, plan.Runtime)
 	}
 	img, err := p.r.store.Get(ctx, plan.Image, image.PullOptions{})
 	if err != nil {

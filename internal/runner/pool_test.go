@@ -347,14 +347,21 @@ func TestPoolServesOnlyWhatItCanHold(t *testing.T) {
 	runscPlan.Runtime = config.RuntimeRunsc
 	otherImage := testPlan()
 	otherImage.Image = "python"
-	for _, plan := range []*task.Plan{netPlan, runscPlan, otherImage} {
+	// A run with tools has its own broker, module and PYTHONPATH: with an
+	// allowlist or without, no pooled sandbox serves it.
+	toolsPlan, toolsNetPlan := testPlan(), testPlan()
+	toolsPlan.Tools = []string{"ev"}
+	toolsNetPlan.Allow, toolsNetPlan.Tools = allowOf("pypi.org"), []string{"ev"}
+	for _, plan := range []*task.Plan{netPlan, runscPlan, otherImage, toolsPlan, toolsNetPlan} {
 		if sb := p.take(plan, img, nil); sb != nil {
-			t.Errorf("take(%s, %v, services %v) gave a sandbox", plan.Image, plan.Runtime, plan.Services)
+			t.Errorf("take(%s, %v, services %v, tools %v) gave a sandbox", plan.Image, plan.Runtime, plan.Services, plan.Tools)
 		}
 		p.ran(plan)
 	}
-	if err := p.Seed(context.Background(), netPlan); err == nil {
-		t.Error("Seed of a task with services was accepted")
+	for _, plan := range []*task.Plan{netPlan, toolsPlan, toolsNetPlan} {
+		if err := p.Seed(context.Background(), plan); err == nil {
+			t.Errorf("Seed of a task with services %v, tools %v was accepted", plan.Services, plan.Tools)
+		}
 	}
 	time.Sleep(10 * time.Millisecond) // a filler woken by mistake would call the set-up now
 	f.mu.Lock()

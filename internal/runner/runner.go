@@ -135,6 +135,16 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 // Sessions is the store of kept session workspaces.
 func (r *Runner) Sessions() *session.Store { return r.sessions }
 
+// Close stops what the runner keeps between runs: the tool servers the
+// config marks shared (and their cgroups). Call it once no run is in
+// progress; a run after it gets no shared server.
+func (r *Runner) Close() error {
+	if err := r.sharedTools.Close(); err != nil {
+		return fmt.Errorf("stopping the shared tool servers: %w", err)
+	}
+	return nil
+}
+
 // SeccompHelper is the agentrun-seccomp that config key seccomp_helper
 // names: for "" the one beside the binary or in ../lib/agentrun from it
 // (runc.FindSeccompHelper), if any; for "off" none; else the path, which

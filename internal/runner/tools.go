@@ -2,12 +2,16 @@ package runner
 
 import (
 	_ "embed"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/agentrun/agentrun/internal/cleanup"
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/state"
 	"github.com/agentrun/agentrun/internal/toolbroker"
+	"github.com/agentrun/agentrun/runtime/cgroup"
 	"github.com/agentrun/agentrun/runtime/spec"
 )
 
@@ -64,4 +68,53 @@ func (r *Runner) logf(format string, args ...any) {
 	if r.Logf != nil {
 		r.Logf(format, args...)
 	}
+}
+
+// removeToolsParent removes the tool servers' cgroup parent in every
+// hierarchy where it is empty, unless a server's cgroup is being made in
+// it (the cgroup-parent lock in toolsDir, which the broker takes).
+func (r *Runner) removeToolsParent() {
+	dir := toolsDir(r.cfg)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return
+	}
+	unlock, err := state.LockCgroupParent(dir, true)
+	if err != nil {
+		return // a server's cgroup is being made: its end removes the parent
+	}
+	defer unlock()
+	// RemoveParent of a cgroup in the parent removes the parent alone,
+	// and only where it is empty.
+	if cg, err := cgroup.Open(r.cfg.ToolsCgroupParent() + "/-"); err == nil {
+		cg.RemoveParent()
+	}
+}
+
+// cleanToolCgroups kills every process of the stdio tool servers'
+// cgroups of run id, which is dead, and removes them, then the tools'
+// cgroup parent if that leaves it empty. A server's process dies with
+// the agentrun that started it (Pdeathsig); its cgroup stays until now.
+func (r *Runner) cleanToolCgroups(id string) error {
+	parent := r.cfg.ToolsCgroupParent()
+	names := map[string]bool{}
+	for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/*"} {
+		dirs, _ := filepath.Glob(filepath.Join(root, parent, "tool-"+id+"-*"))
+		for _, d := range dirs {
+			names[filepath.Base(d)] = true
+		}
+	}
+	var errs []error
+	for name := range names {
+		cg, err := cgroup.Open(parent + "/" + name)
+		if err == nil {
+			err = errors.Join(cg.Kill(), cg.Remove())
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("tool server cgroup %s: %w", name, err))
+		}
+	}
+	if len(names) > 0 {
+		r.removeToolsParent()
+	}
+	return errors.Join(errs...)
 }

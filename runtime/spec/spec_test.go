@@ -102,6 +102,15 @@ func TestOptions(t *testing.T) {
 		{"env", WithEnv(map[string]string{"B": "2", "A": "1"}), func(s *specs.Spec) string {
 			return diff(strings.Join(s.Process.Env, " "), "PATH="+DefaultPath+" HOME=/tmp A=1 B=2")
 		}},
+		{"env list first, none before", WithEnvListFirst("PYTHONPATH", "/dev/m"), func(s *specs.Spec) string {
+			return diff(strings.Join(s.Process.Env, " "), "PATH="+DefaultPath+" HOME=/tmp PYTHONPATH=/dev/m")
+		}},
+		{"env list first, before the task's", composed(WithEnv(map[string]string{"PYTHONPATH": "/w/lib:/w/x"}), WithEnvListFirst("PYTHONPATH", "/dev/m")), func(s *specs.Spec) string {
+			return diff(strings.Join(s.Process.Env, " "), "PATH="+DefaultPath+" HOME=/tmp PYTHONPATH=/dev/m:/w/lib:/w/x")
+		}},
+		{"env list first, an empty one", composed(WithEnv(map[string]string{"PYTHONPATH": ""}), WithEnvListFirst("PYTHONPATH", "/dev/m")), func(s *specs.Spec) string {
+			return diff(strings.Join(s.Process.Env, " "), "PATH="+DefaultPath+" HOME=/tmp PYTHONPATH=/dev/m")
+		}},
 		{"user", WithUser(100000, 100001), func(s *specs.Spec) string {
 			u := s.Process.User
 			return diff(u.UID, uint32(100000)) + diff(u.GID, uint32(100001)) + diff(len(u.AdditionalGids), 0)
@@ -172,6 +181,7 @@ func TestOptionErrors(t *testing.T) {
 		"empty argv0":     WithArgs(""),
 		"env PATH":        WithEnv(map[string]string{"PATH": "/evil"}),
 		"env HOME":        WithEnv(map[string]string{"HOME": "/root"}),
+		"env list PATH":   WithEnvListFirst("PATH", "/evil"),
 		"relative cgroup": WithCgroupsPath("agentrun/x"),
 		"zero memory":     WithMemory(0),
 		"negative pids":   WithPids(-1),
@@ -281,5 +291,17 @@ func TestDefaultCapsSocketBuffers(t *testing.T) {
 		if len(f) != 3 || f[2] != "262144" {
 			t.Errorf("sysctl %s = %q; want a 256 KiB maximum", k, s.Linux.Sysctl[k])
 		}
+	}
+}
+
+// composed applies opts in order, as one option.
+func composed(opts ...SpecOpt) SpecOpt {
+	return func(s *specs.Spec) error {
+		for _, o := range opts {
+			if err := o(s); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 }
