@@ -27,7 +27,7 @@ import (
 var (
 	loadRuns   = flag.Int("load-runs", 40, "runs per subject, concurrency and round in the load section")
 	loadRounds = flag.Int("load-rounds", 3, "rounds of the load section (medians are taken over them)")
-	loadFilter = flag.String("load-filter", "", "measure only the load subjects whose names contain this (and the floor)")
+	loadFilter = flag.String("load-filter", "", "measure only the load subjects whose names contain this, or one of its |-separated parts (and the floor)")
 	loadK      = flag.String("load-k", "1,4,8", "the concurrencies of the load section, comma-separated")
 	baseline   = flag.String("baseline", "", "another agentrun binary (an earlier build, say) whose serve, without and with a pool, the load section measures too, interleaved")
 	loadOnly   = flag.Bool("load-only", false, "measure the load section only and print it (docs/bench.md is not written)")
@@ -91,7 +91,7 @@ func loadBench(work, rootfs, cfg, task string) []*loadSubject {
 	// A server is started only for subjects the filter keeps: one that
 	// fills a pool idle would take CPU from the others.
 	want := func(names ...string) bool {
-		return slices.ContainsFunc(names, func(n string) bool { return strings.Contains(n, *loadFilter) })
+		return slices.ContainsFunc(names, filtered)
 	}
 	errFiltered := errors.New("left out by -load-filter")
 	serves := func(exe, name, suffix string) *served {
@@ -132,7 +132,7 @@ func loadBench(work, rootfs, cfg, task string) []*loadSubject {
 	subjects = append(subjects, runsc, pooledRunsc)
 
 	subjects = slices.DeleteFunc(subjects, func(s *loadSubject) bool {
-		return s != bare && !strings.Contains(s.name, *loadFilter)
+		return s != bare && !filtered(s.name)
 	})
 	for _, s := range subjects {
 		s.tput, s.lat, s.cpuRun, s.host = map[int][]float64{}, map[int][]time.Duration{}, map[int][]time.Duration{}, map[int][]time.Duration{}
@@ -440,4 +440,10 @@ func loadAvg() string {
 	}
 	f := strings.Fields(string(b))
 	return strings.Join(f[:3], " ")
+}
+
+// filtered reports whether -load-filter keeps the subject name: it
+// contains the filter, or one of its |-separated parts.
+func filtered(name string) bool {
+	return slices.ContainsFunc(strings.Split(*loadFilter, "|"), func(part string) bool { return strings.Contains(name, part) })
 }
