@@ -32,6 +32,17 @@ func isServiceName(s string) bool {
 	return strings.IndexFunc(s, func(r rune) bool { return 'A' <= r && r <= 'Z' }) < 0
 }
 
+// isPythonModule: a dotted Python module name, each of its parts
+// [A-Za-z_][A-Za-z0-9_]*.
+func isPythonModule(s string) bool {
+	for part := range strings.SplitSeq(s, ".") {
+		if !isEnvName(part) {
+			return false
+		}
+	}
+	return true
+}
+
 // isNATSName: 1 to 64 of A-Z a-z 0-9 _ -.
 func isNATSName(s string) bool { return isName(s, 1, 64, "_-") }
 

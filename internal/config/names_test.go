@@ -19,4 +19,5 @@ func TestNames(t *testing.T) {
 	oracle.Match(t, "service", isServiceName, `^[a-z0-9][a-z0-9_-]{0,62}$`, cases)
 	oracle.Match(t, "nats name", isNATSName, `^[A-Za-z0-9_-]{1,64}$`, cases)
 	oracle.Match(t, "nats subject", isNATSSubject, `^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`, cases)
+	oracle.Match(t, "python module", isPythonModule, `^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`, cases)
 }

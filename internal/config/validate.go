@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -367,9 +366,6 @@ func checkWebhook(field, url, secretFile string) error {
 // MaxPreload bounds the modules a warm pool imports ahead.
 const MaxPreload = 64
 
-// pythonModule is a dotted Python module name.
-var pythonModule = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
-
 // validateWarm checks server.pool's warm entries: a language of the
 // config whose argv has "{file}" as an argument of its own, module names,
 // and a default runtime of libcontainer (a runsc sandbox's program is
@@ -392,7 +388,7 @@ func (c *Config) validateWarm() error {
 			return fieldErr(field+".preload", fmt.Errorf("%d modules, more than %d", len(w.Preload), MaxPreload))
 		}
 		for i, m := range w.Preload {
-			if len(m) > 255 || !pythonModule.MatchString(m) {
+			if len(m) > 255 || !isPythonModule(m) {
 				return fieldErr(fmt.Sprintf("%s.preload[%d]", field, i), fmt.Errorf("%q is not a Python module name", m))
 			}
 		}

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -65,9 +64,26 @@ var displayMIME = map[string]bool{
 	"image/png": true, "image/jpeg": true, "image/svg+xml": true, "application/json": true,
 }
 
-// pythonName is the name of a Python interpreter: python, python3,
-// python3.11.
-var pythonName = regexp.MustCompile(`^python([0-9]+(\.[0-9]+)?)?$`)
+// isPythonName reports whether name is that of a Python interpreter:
+// python, python3, python3.11 (python, then digits, then a dot and digits).
+// Checked byte by byte: a regular expression would be compiled at package
+// init, in every container's init too (agentrun re-executed).
+func isPythonName(name string) bool {
+	v, ok := strings.CutPrefix(name, "python")
+	if !ok {
+		return false
+	}
+	if v == "" {
+		return true
+	}
+	major, minor, dotted := strings.Cut(v, ".")
+	return digits(major) && (!dotted || digits(minor))
+}
+
+// digits reports whether s is one or more of 0-9.
+func digits(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == ""
+}
 
 // launcherArgv is p's argv with the run launcher before its code file,
 // when p runs the code file of Python code with a Python interpreter:
@@ -76,7 +92,7 @@ var pythonName = regexp.MustCompile(`^python([0-9]+(\.[0-9]+)?)?$`)
 // -c or -m; nil for any other program. It reads the argv alone, as a
 // pooled sandbox's shape does (a bare plan has no code file).
 func launcherArgv(p *task.Plan) []string {
-	if len(p.Argv) < 2 || !pythonName.MatchString(path.Base(p.Argv[0])) {
+	if len(p.Argv) < 2 || !isPythonName(path.Base(p.Argv[0])) {
 		return nil
 	}
 	file := spec.WorkspaceDir + "/" + task.CodeFileName("python")
