@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -307,7 +308,7 @@ func startProcess(s Server, cgPath, lockDir string, limit int64, tooLarge *atomi
 		return nil, err
 	}
 	cmd.Stdin, cmd.Stdout = inR, outW
-	err = cmd.Start()
+	err = startFromForkThread(cmd)
 	inR.Close()
 	outW.Close()
 	if err != nil {
@@ -473,3 +474,29 @@ func (l *lineLimit) Read(p []byte) (int, error) {
 }
 
 func (l *lineLimit) Close() error { return l.rc.Close() }
+
+// forks are the starts the fork thread makes, in turn.
+var (
+	forks    = make(chan func())
+	forkOnce sync.Once
+)
+
+// startFromForkThread starts cmd from one OS thread kept for it that never
+// exits. A stdio server's Pdeathsig fires when the thread that forked it
+// ends, not the process: the Go runtime ends a thread whenever a goroutine
+// locked to it returns (as a namespace switch that cannot be undone
+// does), which would kill a server forked from it in the middle of its
+// run. From this thread, it is killed only when agentrun dies.
+func startFromForkThread(cmd *exec.Cmd) error {
+	forkOnce.Do(func() {
+		go func() {
+			runtime.LockOSThread() // never unlocked, and the goroutine never returns
+			for f := range forks {
+				f()
+			}
+		}()
+	})
+	done := make(chan error, 1)
+	forks <- func() { done <- cmd.Start() }
+	return <-done
+}
