@@ -112,24 +112,31 @@ func (p *Proxy) serveService(c net.Conn, br *bufio.Reader, svc *netpolicy.Servic
 			},
 		})
 	}
+	p.serveConn(c, conn, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		resp := p.serviceRoundTrip(r.Context(), r, svc, c)
+		defer resp.Body.Close()
+		h := w.Header()
+		for k, v := range resp.Header {
+			h[k] = v
+		}
+		for _, k := range netpolicy.HopHeaders {
+			h.Del(k)
+		}
+		w.WriteHeader(resp.StatusCode)
+		if r.Method != http.MethodHead {
+			io.Copy(w, resp.Body)
+		}
+	}))
+}
+
+// serveConn serves HTTP/1.1 with h on conn, which reads and writes the
+// client connection c (through a TLS layer or the bytes already read),
+// until the client closes it or the proxy is closed.
+func (p *Proxy) serveConn(c, conn net.Conn, h http.Handler) {
 	closed := make(chan struct{})
 	var once sync.Once
 	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			resp := p.serviceRoundTrip(r.Context(), r, svc, c)
-			defer resp.Body.Close()
-			h := w.Header()
-			for k, v := range resp.Header {
-				h[k] = v
-			}
-			for _, k := range netpolicy.HopHeaders {
-				h.Del(k)
-			}
-			w.WriteHeader(resp.StatusCode)
-			if r.Method != http.MethodHead {
-				io.Copy(w, resp.Body)
-			}
-		}),
+		Handler:           h,
 		ReadHeaderTimeout: headTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    bufSize,

@@ -3,13 +3,11 @@ package proxy
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 )
 
@@ -54,28 +52,7 @@ func (p *Proxy) serveToolsOne(c net.Conn, req *http.Request) {
 // the tool broker as an HTTP/1.1 server: after CONNECT tools.agentrun:80.
 func (p *Proxy) serveToolsConn(c net.Conn, br *bufio.Reader) {
 	c.SetDeadline(time.Time{})
-	closed := make(chan struct{})
-	var once sync.Once
-	srv := &http.Server{
-		Handler:           p.policy.Tools,
-		ReadHeaderTimeout: headTimeout,
-		IdleTimeout:       idleTimeout,
-		MaxHeaderBytes:    bufSize,
-		ErrorLog:          discardLog,
-		BaseContext:       func(net.Listener) context.Context { return p.ctx },
-		ConnState: func(_ net.Conn, st http.ConnState) {
-			if st == http.StateClosed || st == http.StateHijacked {
-				once.Do(func() { close(closed) })
-			}
-		},
-	}
-	srv.Serve(&oneConnListener{c: &prefixConn{Conn: c, r: br}})
-	select {
-	case <-closed:
-	case <-p.ctx.Done():
-		c.Close()
-		<-closed
-	}
+	p.serveConn(c, &prefixConn{Conn: c, r: br}, p.policy.Tools)
 }
 
 // bufferedResponse is an http.ResponseWriter that keeps the answer, up to
