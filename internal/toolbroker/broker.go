@@ -218,8 +218,8 @@ func (b *Broker) Start(ctx context.Context) error {
 // Handler serves the sandbox's requests: GET /v1/tools, POST /v1/call.
 func (b *Broker) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/tools", b.serveTools)
-	mux.HandleFunc("POST /v1/call", b.serveCall)
+	mux.Handle("GET /v1/tools", b.tracked(b.serveTools))
+	mux.Handle("POST /v1/call", b.tracked(b.serveCall))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not an endpoint of the tool broker: GET /v1/tools, POST /v1/call")
 	})

@@ -64,17 +64,26 @@ type listedTool struct {
 	InputSchema any    `json:"input_schema"`
 }
 
+// tracked serves a request of the program with serve while the broker is
+// open, counted among the calls Close waits for, under the call's context
+// (callContext).
+func (b *Broker) tracked(serve func(ctx context.Context, w http.ResponseWriter, r *http.Request)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !b.enter() {
+			writeError(w, http.StatusServiceUnavailable, "the run's tool broker is closed")
+			return
+		}
+		defer b.calls.Done()
+		ctx, cancel := b.callContext(r.Context())
+		defer cancel()
+		serve(ctx, w, r)
+	}
+}
+
 // serveTools answers GET /v1/tools: the tools of the run's servers that
 // some rule allows. A server that cannot be listed is left out and named
 // in "errors".
-func (b *Broker) serveTools(w http.ResponseWriter, r *http.Request) {
-	if !b.enter() {
-		writeError(w, http.StatusServiceUnavailable, "the run's tool broker is closed")
-		return
-	}
-	defer b.calls.Done()
-	ctx, cancel := b.callContext(r.Context())
-	defer cancel()
+func (b *Broker) serveTools(ctx context.Context, w http.ResponseWriter, _ *http.Request) {
 	out := struct {
 		Tools  []listedTool      `json:"tools"`
 		Errors map[string]string `json:"errors,omitempty"`
@@ -161,14 +170,7 @@ func (b *Broker) callContext(ctx context.Context) (context.Context, context.Canc
 
 // serveCall answers POST /v1/call with the server's CallToolResult, or
 // the call's refusal or failure; it records the call either way.
-func (b *Broker) serveCall(w http.ResponseWriter, r *http.Request) {
-	if !b.enter() {
-		writeError(w, http.StatusServiceUnavailable, "the run's tool broker is closed")
-		return
-	}
-	defer b.calls.Done()
-	ctx, cancel := b.callContext(r.Context())
-	defer cancel()
+func (b *Broker) serveCall(ctx context.Context, w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rec := result.ToolCall{}
 	toolLabel := "-"
