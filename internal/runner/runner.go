@@ -313,19 +313,18 @@ func (r *Runner) runInSandbox(ctx context.Context, p *task.Plan, res *result.Res
 			hooks.Result(&final)
 		}
 	}
-	// A kept workspace is answered once its disk is unmounted (the steps
-	// down to its workspace's: the container first), before the rest of
-	// the tear-down: the client's next run of the session must find it
-	// free.
-	if lease == nil {
-		answer()
-	} else {
-		if cerr := sb.undo.CleanTo(sb.wsMark); cerr != nil && err == nil {
-			err = fmt.Errorf("cleaning up: %w", cerr)
+	// A kept workspace is answered once what the run left on its disk is
+	// on the host's disk (its state and files survive a host crash), and
+	// torn down after: the session's next run waits for that
+	// (Lease.Ending), without being refused, and its lease is released
+	// only once the disk is unmounted.
+	if lease != nil {
+		if serr := sb.ws.Sync(); serr != nil && err == nil {
+			err = fmt.Errorf("keeping the session's files: %w", serr)
 		}
-		lease.Release()
-		answer()
+		lease.Ending()
 	}
+	answer()
 	if cerr := sb.undo.Clean(); cerr != nil && err == nil {
 		err = fmt.Errorf("cleaning up: %w", cerr)
 	}
@@ -496,13 +495,10 @@ type sandbox struct {
 	// idmap, for a sessionReady sandbox, is the id map of the session's
 	// disk on its workspace (uidpool.IDMap), made ahead.
 	idmap *os.File
-	// wsMark is undo's length before its workspace's Close: once undo is
-	// cleaned down to it, a kept session's disk is unmounted.
-	wsMark int
-	spec   *specs.Spec
-	proxy  *proxy.Proxy // its egress proxy, nil without network
-	prep   backend.Prepared
-	undo   cleanup.Cleanup
+	spec  *specs.Spec
+	proxy *proxy.Proxy // its egress proxy, nil without network
+	prep  backend.Prepared
+	undo  cleanup.Cleanup
 	// settle ends what the run used once its program has ended and fills
 	// the result with what it recorded (the proxy's report); it runs
 	// before the result is final.
@@ -693,7 +689,7 @@ func (s *sandboxSetup) workspace() error {
 		if err != nil {
 			return err
 		}
-		sb.ws, sb.wsMark = ws, sb.undo.Len()
+		sb.ws = ws
 		sb.undo.Add(sb.ws.Close)
 		if s.req.warm != nil {
 			// A run in a kept session may take it: its workspace can get
@@ -725,7 +721,7 @@ func (s *sandboxSetup) workspace() error {
 	if err != nil {
 		return err
 	}
-	sb.ws, sb.wsMark = ws, sb.undo.Len()
+	sb.ws = ws
 	sb.undo.Add(sb.ws.Close)
 	return uidpool.Remap(wsDir, spec.UID, uint32(sb.uid))
 }

@@ -200,8 +200,8 @@ def dump(main, path, max_bytes):
     d = os.path.dirname(path)
     os.makedirs(d, exist_ok=True)
     tmp = path + ".tmp"
-    # No fsync: the run's end unmounts the session's disk, which writes it
-    # through (and the loop device's file) before the run is answered; a
+    # No fsync: the run's end syncs the session's disk (syncfs, which
+    # flushes the loop device's file) before the run is answered; a
     # rename over the old file makes ext4 write the new one's blocks before
     # the rename commits, so a crash before that leaves one or the other.
     with open(tmp, "wb") as f:

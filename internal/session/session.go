@@ -11,9 +11,13 @@
 // the loop device goes with its last mount. Hardlinks cannot reach outside the image, since
 // it is a file system of its own.
 //
-// The lock is an OFD lock on the session's lock file, taken without waiting: a
-// second user gets ErrBusy. The kernel drops it when its holder dies, so a
-// crashed run leaves the session usable. The lock file's mtime is the
+// The lock is two OFD locks on the session's lock file: its use (byte 0),
+// held by a run or host-side access until it has let go of the disk, and
+// its call (byte 1), held until the holder has answered (Lease.Ending). A
+// second user gets ErrBusy at once while the call is held, and waits,
+// boundedly, for a holder that has answered and is only tearing down. The
+// kernel drops both when their holder dies, so a crashed run leaves the
+// session usable. The lock file's mtime is the
 // session's last use, which gc compares with sessions.ttl.
 package session
 
@@ -284,9 +288,26 @@ type Lease struct {
 	lock *os.File
 }
 
+// The byte ranges of a session's lock file that its two locks take.
+const (
+	useByte  = 0
+	callByte = 1
+)
+
+// endingWait bounds how long Lock waits for a holder that has answered
+// (Lease.Ending) to let go of the session: its run's tear-down (the
+// container killed, the disk unmounted), tens of milliseconds.
+const endingWait = 10 * time.Second
+
 // Lock takes session id for one user: ErrNotFound if it does not exist,
-// ErrBusy at once if another holds it.
-func (s *Store) Lock(id string) (*Lease, error) {
+// ErrBusy at once if another holds it and has not answered yet. A holder
+// that has answered (Lease.Ending) is waited for, at most endingWait, so
+// that a client's next call of a session never finds it busy with the
+// tear-down of the call it was answered.
+func (s *Store) Lock(id string) (*Lease, error) { return s.lock(id, endingWait) }
+
+// lock is Lock, waiting at most wait for an ending holder.
+func (s *Store) lock(id string, wait time.Duration) (*Lease, error) {
 	if !ValidID(id) {
 		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
@@ -297,15 +318,28 @@ func (s *Store) Lock(id string) (*Lease, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
-	// An open file description lock (released when its holder dies, like
-	// flock) that busy can test without taking.
-	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0}
-	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk); err != nil {
+	// Open file description locks (released when their holder dies, like
+	// flock) that busy can test without taking. The call first: a second
+	// newcomer is refused at once while the first waits for the use.
+	if err := setLock(f, callByte, unix.F_WRLCK); err != nil {
 		f.Close()
-		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES) {
+		if errors.Is(err, ErrBusy) {
 			return nil, fmt.Errorf("%w: %s has a run or file access in progress", ErrBusy, id)
 		}
-		return nil, fmt.Errorf("locking session: %w", err)
+		return nil, err
+	}
+	for deadline := time.Now().Add(wait); ; time.Sleep(2 * time.Millisecond) {
+		err := setLock(f, useByte, unix.F_WRLCK)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrBusy) || time.Now().After(deadline) {
+			f.Close()
+			if errors.Is(err, ErrBusy) {
+				return nil, fmt.Errorf("%w: %s: its last run has answered but is still ending after %s", ErrBusy, id, wait)
+			}
+			return nil, err
+		}
 	}
 	// gc may have removed it between the check and the lock.
 	if _, err := os.Lstat(s.path(id, "disk.img")); err != nil {
@@ -313,6 +347,29 @@ func (s *Store) Lock(id string) (*Lease, error) {
 		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
 	return &Lease{s: s, ID: id, lock: f}, nil
+}
+
+// setLock sets (F_WRLCK) or clears (F_UNLCK) the OFD lock of f's byte at,
+// without waiting: ErrBusy where another holds it.
+func setLock(f *os.File, at int64, typ int16) error {
+	lk := unix.Flock_t{Type: typ, Whence: 0, Start: at, Len: 1}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk); err != nil {
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES) {
+			return ErrBusy
+		}
+		return fmt.Errorf("locking session: %w", err)
+	}
+	return nil
+}
+
+// Ending says that the lease's holder has answered and is only tearing
+// down: a new Lock of the session waits for its Release instead of being
+// refused.
+func (l *Lease) Ending() {
+	if l == nil || l.lock == nil {
+		return
+	}
+	setLock(l.lock, callByte, unix.F_UNLCK) // clearing a lock one holds cannot be refused
 }
 
 // Mount mounts the session's disk at dir (created 0700). What a process
@@ -358,7 +415,7 @@ func (l *Lease) settle() error {
 // detached waits at most wait for no loop device to hold img, and reports
 // whether none does.
 func detached(img string, wait time.Duration) bool {
-	for deadline := time.Now().Add(wait); attached(img); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(wait); attached(img); time.Sleep(2 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			return false
 		}
@@ -451,7 +508,7 @@ func (s *Store) GC(now time.Time) ([]string, error) {
 			// mount point went above).
 			errs = append(errs, os.RemoveAll(s.path(name)))
 		case ValidID(name):
-			l, err := s.Lock(name)
+			l, err := s.lock(name, 0)
 			if err != nil {
 				continue // busy, or gone
 			}

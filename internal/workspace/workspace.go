@@ -131,6 +131,21 @@ func (w *Workspace) write(name string, data []byte, uid, gid int) error {
 	return f.Close()
 }
 
+// Sync writes what the workspace's file system holds through to its
+// device (syncfs): for a kept session's disk, the loop device's flush is
+// an fsync of its image on the host's disk.
+func (w *Workspace) Sync() error {
+	f, err := os.Open(w.Dir)
+	if err != nil {
+		return fmt.Errorf("syncing workspace: %w", err)
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return fmt.Errorf("syncing workspace: %w", err)
+	}
+	return nil
+}
+
 // Close unmounts the workspace and removes its mount point.
 func (w *Workspace) Close() error {
 	if w.root != nil {
