@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -187,7 +186,7 @@ func TestPoolAllowlistLeavesNothing(t *testing.T) {
 	in := proxytest.NewInternet(t)
 	cfg := netConfig(t, in)
 	linksBefore, nsBefore := hostLinks(t), netnsFDs(t)
-	goroutinesBefore := runtime.NumGoroutine()
+	goroutinesBefore := goroutines()
 	r, err := runner.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)

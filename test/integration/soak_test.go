@@ -214,7 +214,7 @@ func TestSoak(t *testing.T) {
 
 	linksBefore := hostLinks(t)
 	fdsBefore, fdsBeforeList := openFDs(t), fdTargets()
-	goroutinesBefore := runtime.NumGoroutine()
+	goroutinesBefore := goroutines()
 	if procs := procsMentioning(stateDir); len(procs) > 0 {
 		t.Fatalf("before the soak, processes already mention %s:\n  %s", stateDir, strings.Join(procs, "\n  "))
 	}
