@@ -14,209 +14,57 @@
 # backend (MPLBACKEND, unless set), a hook on matplotlib.pyplot's show
 # that is placed only once the program imports pyplot, and, at exit, the
 # figures still open. program(tree) makes a module's last expression
-# statement show its value. Each value and each displayed object is
-# written as one JSON line, {"value": BUNDLE} or {"display": BUNDLE}, to
-# CHANNEL, which agentrun reads, bounds and checks after the run. A
-# bundle maps MIME types to strings (image/png as base64). Nothing here
-# imports a module the interpreter's start did not, but where an object
-# asks for it (binascii for a PNG, json for _repr_json_).
+# statement show its value. Nothing here imports a module the
+# interpreter's start did not.
+#
+# This file is what every run needs; the rest of the launcher (runlib.py,
+# mounted read-only at RUNLIB: MIME bundles, figures, the interpreter's
+# end) is compiled into this file's namespace at its first need (_rest):
+# a value shown, display(), pyplot imported, an uncaught exception. The
+# interpreter compiles a program's file at each start, and the rest is
+# most of the launcher: a run that shows nothing and raises nothing does
+# not pay for it.
 import os
 import sys
 
-CHANNEL = "/dev/agentrun-display/bundles"
+RUNLIB = "/dev/agentrun-runlib.py"
+# runlib_code is runlib.py's code where a warm launcher compiled it ahead.
+runlib_code = None
 
-# The _repr_*_ methods of IPython's display protocol, by MIME type.
-_REPRS = (
-    ("text/html", "_repr_html_"),
-    ("text/markdown", "_repr_markdown_"),
-    ("text/latex", "_repr_latex_"),
-    ("image/svg+xml", "_repr_svg_"),
-    ("image/png", "_repr_png_"),
-    ("image/jpeg", "_repr_jpeg_"),
-    ("application/json", "_repr_json_"),
-)
-_MIMES = frozenset(["text/plain"] + [m for m, _ in _REPRS])
-
-_shown = []  # the figures shown as a value or by display: not again at the end
+# What _rest uses, as the launcher's start found them: the task may
+# replace builtins before the rest is needed.
+_ns = globals()
+_open, _compile, _exec = open, compile, exec
+_loaded = []
 
 
-def _json_str(s):
-    out = ['"']
-    for c in s:
-        o = ord(c)
-        if c == '"' or c == "\\":
-            out.append("\\" + c)
-        elif o < 0x20 or 0xD800 <= o < 0xE000:
-            out.append("\\u%04x" % o)
-        else:
-            out.append(c)
-    out.append('"')
-    return "".join(out)
-
-
-def _write(kind, bundle):
-    line = "{%s: {%s}}\n" % (
-        _json_str(kind),
-        ", ".join("%s: %s" % (_json_str(k), _json_str(v)) for k, v in bundle.items()),
-    )
-    data = line.encode("utf-8", "replace")
+def _rest():
+    """Compiles and runs runlib.py in this file's namespace, once: True
+    once it is there, False if it cannot be (then nothing is shown)."""
+    if _loaded:
+        return True
     try:
-        fd = os.open(CHANNEL, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
-    except OSError:
-        return
-    try:
-        while data:
-            data = data[os.write(fd, data):]
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _text(v):
-    if isinstance(v, bytes):
-        return v.decode("utf-8", "replace")
-    return v if isinstance(v, str) else None
-
-
-def _b64(v):
-    if isinstance(v, str):  # already base64, as IPython takes it
-        return v.replace("\n", "")
-    if isinstance(v, (bytes, bytearray)):
-        import binascii
-
-        return binascii.b2a_base64(bytes(v), newline=False).decode("ascii")
-    return None
-
-
-def _value(mime, v):
-    """v, a _repr_*_ answer for mime, as the bundle's string; None if it
-    gives none."""
-    if isinstance(v, tuple) and len(v) == 2:  # (data, metadata)
-        v = v[0]
-    if v is None:
-        return None
-    if mime in ("image/png", "image/jpeg"):
-        return _b64(v)
-    if mime == "application/json":
-        if isinstance(v, str):
-            return v
-        import json
-
-        return json.dumps(v)
-    return _text(v)
-
-
-def _figure_png(fig):
-    import io
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
-
-
-def _is_figure(obj):
-    t = type(obj)
-    return (getattr(t, "__module__", "") or "").split(".")[0] == "matplotlib" and hasattr(obj, "savefig")
-
-
-def bundle(obj):
-    """obj's MIME bundle: text/plain (its repr) and what its _repr_*_
-    methods or _repr_mimebundle_ offer. An object whose method raises
-    gives what the others do."""
-    b = {}
-    mb = getattr(obj, "_repr_mimebundle_", None)
-    if callable(mb) and not isinstance(obj, type):
-        try:
-            data = mb(include=None, exclude=None)
-            if isinstance(data, tuple):
-                data = data[0]
-            for mime, v in (data or {}).items():
-                if mime in _MIMES:
-                    s = _value(mime, v) if mime != "text/plain" else _text(v)
-                    if s is not None:
-                        b[mime] = s
-        except Exception:
-            pass
-    if not isinstance(obj, type):
-        for mime, name in _REPRS:
-            if mime in b:
-                continue
-            f = getattr(obj, name, None)
-            if not callable(f):
-                continue
-            try:
-                s = _value(mime, f())
-            except Exception:
-                continue
-            if s is not None:
-                b[mime] = s
-        if "image/png" not in b and _is_figure(obj):
-            try:
-                b["image/png"] = _b64(_figure_png(obj))
-            except Exception:
-                pass
-    if "text/plain" not in b:
-        try:
-            b["text/plain"] = repr(obj)
-        except Exception as e:
-            b["text/plain"] = "<%s object: repr failed: %s>" % (type(obj).__name__, type(e).__name__)
-    return b
+        code = runlib_code
+        if code is None:
+            with _open(RUNLIB, "rb") as f:
+                code = _compile(f.read(), RUNLIB, "exec")
+        _exec(code, _ns)
+    except Exception:
+        return False
+    _loaded.append(True)
+    return True
 
 
 def display(*objs, **kwargs):
     """Shows each of objs in the run's result, as IPython's display does."""
-    for obj in objs:
-        if _is_figure(obj):
-            _shown.append(obj)
-        _write("display", bundle(obj))
+    if _rest():
+        _display_objs(objs)
 
 
 def _show_value(value):
     """Called with the value of a module's last expression statement."""
-    if value is None:
-        return
-    if _is_figure(value):
-        _shown.append(value)
-    _write("value", bundle(value))
-
-
-def _show_figures(pyplot, close):
-    try:
-        nums = list(pyplot.get_fignums())
-    except Exception:
-        return
-    for num in nums:
-        try:
-            fig = pyplot.figure(num)
-        except Exception:
-            continue
-        if not any(fig is f for f in _shown):
-            display(fig)
-    if close:
-        try:
-            pyplot.close("all")
-        except Exception:
-            pass
-
-
-def _hook_pyplot(pyplot):
-    real = getattr(pyplot, "show", None)
-
-    def show(*args, **kwargs):
-        """Shows every open figure in the run's result and closes it."""
-        _show_figures(pyplot, True)
-
-    if real is not None:
-        show.__doc__ = real.__doc__
-    pyplot.show = show
-    # pyplot's import registers an atexit handler that destroys every
-    # figure (Gcf.destroy_all): the handler that shows those still open
-    # moves after it, so as to run before it.
-    import atexit
-
-    atexit.unregister(_at_exit)
-    atexit.register(_at_exit)
+    if value is not None and _rest():
+        _show(value)
 
 
 class _Loader:
@@ -233,7 +81,8 @@ class _Loader:
 
     def exec_module(self, module):
         self._loader.exec_module(module)
-        _hook_pyplot(module)
+        if _rest():
+            _hook_pyplot(module)
 
 
 class _Finder:
@@ -261,7 +110,7 @@ class _Finder:
 
 def _at_exit():
     pyplot = sys.modules.get("matplotlib.pyplot")
-    if pyplot is not None:
+    if pyplot is not None and _rest():
         _show_figures(pyplot, False)
 
 
@@ -275,7 +124,8 @@ def start():
     os.environ.setdefault("MPLBACKEND", "Agg")
     atexit.register(_at_exit)
     if "matplotlib.pyplot" in sys.modules:
-        _hook_pyplot(sys.modules["matplotlib.pyplot"])
+        if _rest():
+            _hook_pyplot(sys.modules["matplotlib.pyplot"])
     else:
         sys.meta_path.insert(0, _Finder)
 
@@ -311,235 +161,6 @@ _MISSING = object()
 # launchers are the globals of the launchers' frames, left out of a
 # reported traceback: this file's, and warm.py's, which adds its own.
 launchers = [globals()]
-
-
-def _own(tb):
-    """tb without its first entries that are a launcher's frames (this
-    file's, and warm.py's: launchers): the interpreter reports an exception
-    from the task's frames only."""
-    while tb is not None and any(tb.tb_frame.f_globals is g for g in launchers):
-        tb = tb.tb_next
-    return tb
-
-
-def _write_stderr(text):
-    """Writes text as the interpreter's PySys_WriteStderr does: to
-    sys.stderr, or to descriptor 2 where there is none or it fails."""
-    try:
-        sys.stderr.write(text)
-    except BaseException:
-        try:
-            os.write(2, text.encode("utf-8", "backslashreplace"))
-        except OSError:
-            pass
-
-
-def _hook_args():
-    """The type of sys.unraisablehook's argument, which Python names
-    nowhere: that of one caught from a report made here; None if none
-    came."""
-    caught = []
-    hook = sys.__dict__.get("unraisablehook", _MISSING)
-    sys.unraisablehook = caught.append
-
-    class Probe:
-        def __del__(self):
-            raise ValueError
-
-    Probe()
-    if hook is _MISSING:
-        del sys.unraisablehook
-    else:
-        sys.unraisablehook = hook
-    return type(caught[0]) if caught else None
-
-
-def _call_unraisablehook(hook, args):
-    """Calls hook (sys.unraisablehook, or None for the default) with args
-    as the interpreter does: a hook that fails is reported through the
-    default one, as "Exception ignored in sys.unraisablehook"."""
-    if hook is None:
-        hook = _default_unraisablehook
-    failure = None
-    try:
-        hook(args)
-    except BaseException as e:
-        failure = e
-    if failure is not None:
-        tb = _own(failure.__traceback__)
-        failure.__traceback__ = tb
-        msg = "Exception ignored in sys.unraisablehook"
-        try:
-            _default_unraisablehook(type(args)((type(failure), failure, tb, msg, hook)))
-        except BaseException:
-            pass
-
-
-def _unraisable(e, obj):
-    """Reports e, raised by obj at the interpreter's end, as its
-    PyErr_WriteUnraisable does: through sys.unraisablehook, without this
-    launcher's frames."""
-    args = _hook_args()
-    if args is None:
-        return
-    tb = _own(e.__traceback__)
-    e.__traceback__ = tb
-    _call_unraisablehook(sys.__dict__.get("unraisablehook"), args((type(e), e, tb, None, obj)))
-
-
-def _run_exitfuncs():
-    """Runs the atexit handlers as the interpreter's end does, with no
-    frame under them: the report of an exception that a handler in C
-    raises names no frame of this launcher, where the interpreter would
-    name the one that called them."""
-    import atexit
-
-    if not atexit._ncallbacks():
-        return
-    hook = sys.__dict__.get("unraisablehook", _MISSING)
-
-    def report(args):
-        tb = _own(args.exc_traceback)
-        if args.exc_value is not None:
-            args.exc_value.__traceback__ = tb
-        args = type(args)((args.exc_type, args.exc_value, tb, args.err_msg, args.object))
-        _call_unraisablehook(None if hook is _MISSING else hook, args)
-
-    sys.unraisablehook = report
-    try:
-        atexit._run_exitfuncs()
-    except BaseException:
-        pass
-    # A handler's own hook stays.
-    if sys.__dict__.get("unraisablehook") is report:
-        if hook is _MISSING:
-            del sys.unraisablehook
-        else:
-            sys.unraisablehook = hook
-
-
-def _flush_std():
-    """Flushes sys.stdout and sys.stderr as the interpreter's end does
-    (flush_std_files): one that is None, missing or closed is left alone;
-    False if a flush failed, reported for stdout as unraisable."""
-    ok = True
-    for name in ("stdout", "stderr"):
-        f = sys.__dict__.get(name)
-        if f is None:
-            continue
-        try:
-            closed = bool(f.closed)
-        except BaseException:
-            closed = False
-        if closed:
-            continue
-        failure = None
-        try:
-            f.flush()
-        except BaseException as e:
-            failure = e
-        if failure is not None:
-            ok = False
-            if name == "stdout":
-                _unraisable(failure, f)
-            del failure
-    return ok
-
-
-def end(status, interrupted=False):
-    """Ends the interpreter as its own end does what a program can see
-    (Py_FinalizeEx: non-daemon threads joined, atexit handlers run, output
-    flushed, 120 if that fails; 130 after an uncaught KeyboardInterrupt),
-    but without tearing every module down: the preloads' teardown (pandas')
-    would cost the run tens of milliseconds of CPU after its code ended."""
-    threading = _modules.get("threading")
-    if threading is not None:
-        failure = None
-        try:
-            threading._shutdown()
-        except BaseException as e:
-            failure = e
-        if failure is not None:
-            _unraisable(failure, threading)
-            del failure
-    _run_exitfuncs()
-    ok = _flush_std()
-    # The teardown puts the original streams back and flushes them again:
-    # what the program wrote to them before it replaced them comes out.
-    for name in ("stdout", "stderr"):
-        sys.__dict__[name] = sys.__dict__.get("__" + name + "__")
-    ok = _flush_std() and ok
-    if not ok:
-        status = 120
-    if interrupted:
-        status = 130  # the interpreter's SIGINT ending, under the init
-    os._exit(status)
-
-
-def exit_status(e):
-    """The exit status of SystemExit e, as the interpreter reads it
-    (_Py_HandleSystemExit): its code None is 0; an int (a bool, an int's
-    subclass: its value) is that status as C's exit reads a C long, 255
-    beyond one; anything else, or e itself where its code cannot be read,
-    is printed to stderr with a newline, and is 1."""
-    value = e
-    try:
-        value = e.code
-    except BaseException:
-        pass
-    if value is None:
-        return 0
-    if issubclass(type(value), int):
-        n = int.__index__(value)
-        return n & 0xFF if -sys.maxsize - 1 <= n <= sys.maxsize else 255
-    stderr = sys.__dict__.get("stderr")
-    try:
-        if stderr is not None:
-            write = stderr.write
-            write(str(value))
-        else:
-            # No sys.stderr: the C library's, as PyObject_Print writes it.
-            os.write(2, str(value).encode("utf-8", "backslashreplace"))
-    except BaseException:
-        pass
-    _write_stderr("\n")
-    return 1
-
-
-def report(e, finish):
-    """Reports e, uncaught, as the interpreter does (_PyErr_PrintEx):
-    without the launchers' frames, in sys.last_*, through sys.excepthook
-    called with no exception being handled; a hook that raises SystemExit
-    ends the run with its status, one that raises anything else is
-    reported with the original exception. The run then ends through
-    finish(status, interrupted): status 1, interrupted for a
-    KeyboardInterrupt itself (not a subclass)."""
-    tb = _own(e.__traceback__)
-    e.__traceback__ = tb
-    sys.last_type, sys.last_value, sys.last_traceback = type(e), e, tb
-    hook = sys.__dict__.get("excepthook", _MISSING)
-    failure = None
-    if hook is _MISSING:
-        _write_stderr("sys.excepthook is missing\n")
-        _display(type(e), e, tb)
-    else:
-        try:
-            hook(type(e), e, tb)
-        except BaseException as e2:
-            failure = e2
-    if issubclass(type(failure), SystemExit):
-        finish(exit_status(failure), False)
-    if failure is not None:
-        tb2 = _own(failure.__traceback__)
-        failure.__traceback__ = tb2
-        _write_stderr("Error in sys.excepthook:\n")
-        _display(type(failure), failure, tb2)
-        _write_stderr("\nOriginal exception was:\n")
-        _display(type(e), e, tb)
-        del failure, tb2
-    interrupted = type(e) is KeyboardInterrupt
-    del e, tb
-    finish(1, interrupted)
 
 
 def as_main(argv, launcher, extra):
@@ -669,4 +290,6 @@ if __name__ == "__main__":
         del e
     state_end(_state, _globals)
     if _error is not None:
+        if not _rest():
+            raise _error  # reported by the interpreter itself
         report(_error, _cold_end)

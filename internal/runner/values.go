@@ -38,12 +38,26 @@ import (
 //go:embed run.py
 var runLauncher []byte
 
+// runLib is the rest of the run launcher, which it compiles only where a
+// run needs it (a value shown, a figure, an uncaught exception): Python
+// compiles a program's file at every start, and this is most of the
+// launcher.
+//
+//go:embed runlib.py
+var runLib []byte
+
 // RunLauncherPath is where the run launcher is mounted, read-only, in the
 // sandbox's own /dev tmpfs, as the warm launcher is; its source is the
 // run's etc tmpfs (writeEtc), under runLauncherName.
 const RunLauncherPath = "/dev/agentrun-run.py"
 
 const runLauncherName = "agentrun-run.py"
+
+// RunLibPath is where runlib.py is mounted beside the run launcher; its
+// source is the run's etc tmpfs, under runLibName.
+const RunLibPath = "/dev/agentrun-runlib.py"
+
+const runLibName = "agentrun-runlib.py"
 
 // DisplayDir is the sandbox's display directory, writable, in its /dev;
 // the launcher writes its bundles into displayFile there.
@@ -118,6 +132,10 @@ func values(dir string, uid int, st *stateRequest, withState bool, undo *cleanup
 	if err != nil {
 		return nil, "", fmt.Errorf("writing the run launcher: %w", err)
 	}
+	lib, err := writeEtc(dir, undo, runLibName, runLib)
+	if err != nil {
+		return nil, "", fmt.Errorf("writing the run launcher: %w", err)
+	}
 	display := filepath.Join(dir, "display")
 	if err := os.Mkdir(display, 0o700); err != nil {
 		return nil, "", fmt.Errorf("creating the run's display tmpfs: %w", err)
@@ -132,7 +150,7 @@ func values(dir string, uid int, st *stateRequest, withState bool, undo *cleanup
 		}
 		return nil
 	})
-	specOpts := []spec.SpecOpt{spec.WithReadonlyFile(launcher, RunLauncherPath), spec.WithWritableDir(display, DisplayDir)}
+	specOpts := []spec.SpecOpt{spec.WithReadonlyFile(launcher, RunLauncherPath), spec.WithReadonlyFile(lib, RunLibPath), spec.WithWritableDir(display, DisplayDir)}
 	if st != nil || withState {
 		stateOpt, err := stateModuleOpt(dir, undo)
 		if err != nil {

@@ -5,9 +5,9 @@
 #
 # and is agentrun's own file, mounted read-only: no image can change it. It
 # imports the modules of PRELOAD (comma-separated) with its output sent to
-# /dev/null, compiles agentrun's run launcher and state module (VALUES,
-# STATE), says "ready" (or "fail REASON") on the socket at descriptor
-# FD, and waits. At the run's take agentrun has written the task's files
+# /dev/null, compiles agentrun's run launcher, its library and the state
+# module (VALUES, RUNLIB, STATE), says "ready" (or "fail REASON") on the
+# socket at descriptor FD, and waits. At the run's take agentrun has written the task's files
 # and code into /workspace; it says "go", the launcher says "ok", waits for
 # agentrun to close its end, closes its own, and runs FILE as __main__ the
 # way `python3 FILE` runs it: the task's own code, argv, sys.path[0],
@@ -92,6 +92,7 @@ def _prepare():
 
 
 VALUES = "/dev/agentrun-run.py"
+RUNLIB = "/dev/agentrun-runlib.py"
 STATE = "/dev/agentrun-state.py"
 
 # The launchers' code, compiled before the take (agentrun's own files,
@@ -100,7 +101,7 @@ _code = {}
 
 
 def _compile():
-    for path in (VALUES, STATE):
+    for path in (VALUES, RUNLIB, STATE):
         with open(path, "rb") as f:
             _code[path] = compile(f.read(), path, "exec")
 
@@ -113,6 +114,11 @@ def _values():
     ns = {"__name__": "agentrun_run", "__file__": VALUES}
     exec(_code[VALUES], ns)
     ns["state_code"] = _code[STATE]
+    # The rest of it (runlib.py), compiled here too: a warm run has it all.
+    ns["runlib_code"] = _code[RUNLIB]
+    if not ns["_rest"]():
+        os.write(2, b"agentrun: the run launcher's library (runlib.py) failed\n")
+        os._exit(1)
     return ns
 
 

@@ -177,6 +177,21 @@ func TestValuesCold(t *testing.T) {
 	})
 }
 
+// TestValuesLibraryOnNeed: a cold run compiles the launcher's library
+// (runlib.py) only once something needs it, here display(); a program
+// that has replaced the builtins the launcher loads it with still gets
+// its value shown.
+func TestValuesLibraryOnNeed(t *testing.T) {
+	res := runIn(t, "libcontainer", pyTask("import builtins\nns = builtins.display.__globals__\nprint('bundle' in ns)\ndisplay(1)\nprint('bundle' in ns)\n", nil))
+	if res.Stdout != "False\nTrue\n" || !reflect.DeepEqual(res.Display, []map[string]string{{"text/plain": "1"}}) {
+		t.Errorf("stdout %q, display %q; want the library loaded at display() alone (stderr %q)", res.Stdout, res.Display, res.Stderr)
+	}
+	res = runIn(t, "libcontainer", pyTask("import builtins\nbuiltins.open = builtins.compile = builtins.exec = None\n6 * 7\n", nil))
+	if !reflect.DeepEqual(res.Value, map[string]string{"text/plain": "42"}) {
+		t.Errorf("value %q after the builtins were replaced; want 42 (stderr %q)", res.Value, res.Stderr)
+	}
+}
+
 // TestValuesPooled: the same from a pooled sandbox.
 func TestValuesPooled(t *testing.T) {
 	p := newPooled(t, 1, pyTask("pass", nil))
