@@ -67,45 +67,15 @@ def _show_value(value):
         _show(value)
 
 
-class _Loader:
-    """Loads matplotlib.pyplot with its own loader, then hooks its show."""
-
-    def __init__(self, loader):
-        self._loader = loader
-
-    def __getattr__(self, name):
-        return getattr(self._loader, name)
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module):
-        self._loader.exec_module(module)
-        if _rest():
-            _hook_pyplot(module)
-
-
 class _Finder:
-    """Finds matplotlib.pyplot, once, as the other finders do."""
+    """Finds matplotlib.pyplot, once, through the launcher's library
+    (runlib.py's _find_pyplot), which hooks its show."""
 
     @classmethod
     def find_spec(cls, name, path=None, target=None):
-        if name != "matplotlib.pyplot":
+        if name != "matplotlib.pyplot" or not _rest():
             return None
-        try:
-            sys.meta_path.remove(cls)
-        except ValueError:
-            pass
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            if find is None:
-                continue
-            spec = find(name, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _Loader(spec.loader)
-                return spec
-        return None
+        return _find_pyplot(cls, name, path, target)
 
 
 def _at_exit():
@@ -192,7 +162,6 @@ def as_main(argv, launcher, extra):
 # The state of a run with keep_state (state.go): the request agentrun put
 # in the display directory, state.py's module, the report written back.
 STATE_REQUEST = "/dev/agentrun-display/state-request"
-STATE_REPORT = "/dev/agentrun-display/state"
 STATE_MODULE = "/dev/agentrun-state.py"
 # state_code is state.py's code where a warm launcher compiled it ahead.
 state_code = None
@@ -200,8 +169,8 @@ state_code = None
 
 def state_begin(main):
     """Reads agentrun's state request: None for a run without state.
-    Otherwise it removes the state (reset) or restores it into namespace
-    main (keep), and returns what state_end needs."""
+    Otherwise state.py's begin removes the state (reset) or restores it
+    into namespace main (keep), and this returns what state_end needs."""
     try:
         with open(STATE_REQUEST, "rb") as f:
             fields = dict(kv.split("=", 1) for kv in f.read(4096).decode().split())
@@ -219,60 +188,16 @@ def state_begin(main):
     except BaseException as e:
         return {"keep": False, "error": "the state module failed: %s: %s" % (type(e).__name__, e)}
     sys.modules["agentrun_state"] = mod
-    dropped = {}
-    if reset:
-        try:
-            os.remove(path)
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            dropped["*"] = "the state could not be removed: %s" % e
-    elif keep:
-        try:
-            dropped = mod.load(main, path)
-        except BaseException as e:
-            if isinstance(e, (KeyboardInterrupt, SystemExit)):
-                raise
-            dropped = {"*": "the state could not be restored: %s: %s" % (type(e).__name__, e)}
-    return {"keep": keep, "mod": mod, "limit": limit, "path": path, "dropped": dropped}
+    st = mod.begin(main, keep, reset, limit, path)
+    st["mod"] = mod
+    return st
 
 
 def state_end(st, main):
     """Saves the state of namespace main (a run with keep_state) and writes
-    the report agentrun reads; never fails the run."""
-    if st is None or not st["keep"]:
-        return
-    try:
-        rep = st["mod"].dump(main, st["path"], st["limit"])
-        for name, why in st["dropped"].items():
-            rep["dropped"].setdefault(name, why)
-    except BaseException as e:
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        rep = {"kept": [], "dropped": dict(st["dropped"]), "bytes": 0, "saved": False,
-               "reason": "the state could not be saved (%s: %s): the previous one stays" % (type(e).__name__, e)}
-    try:
-        import json
-
-        data = json.dumps(rep, default=str).encode()
-        fd = os.open(STATE_REPORT, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            while data:
-                data = data[os.write(fd, data):]
-        finally:
-            os.close(fd)
-    except BaseException:
-        pass
-
-
-def _cold_end(status, interrupted):
-    """Ends a cold run after an uncaught exception: through the
-    interpreter's own end (SystemExit with the status, raised where no
-    exception is being handled); after a KeyboardInterrupt, as the
-    interpreter's SIGINT ending reads under the sandbox's init (end)."""
-    if interrupted:
-        end(status, True)
-    raise SystemExit(status)
+    the report agentrun reads (state.py's end); never fails the run."""
+    if st is not None and st["keep"]:
+        st["mod"].end(st, main)
 
 
 if __name__ == "__main__":

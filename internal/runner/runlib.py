@@ -436,3 +436,50 @@ def report(e, finish):
     interrupted = type(e) is KeyboardInterrupt
     del e, tb
     finish(1, interrupted)
+
+
+class _Loader:
+    """Loads matplotlib.pyplot with its own loader, then hooks its show."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        _hook_pyplot(module)
+
+
+def _find_pyplot(finder, name, path, target):
+    """matplotlib.pyplot's spec, found by the other finders once finder
+    (run.py's, which asks only for it) has left sys.meta_path, with a
+    loader that hooks its show."""
+    try:
+        sys.meta_path.remove(finder)
+    except ValueError:
+        pass
+    for f in sys.meta_path:
+        find = getattr(f, "find_spec", None)
+        if find is None:
+            continue
+        spec = find(name, path, target)
+        if spec is not None:
+            if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                spec.loader = _Loader(spec.loader)
+            return spec
+    return None
+
+
+def _cold_end(status, interrupted):
+    """Ends a cold run after an uncaught exception: through the
+    interpreter's own end (SystemExit with the status, raised where no
+    exception is being handled); after a KeyboardInterrupt, as the
+    interpreter's SIGINT ending reads under the sandbox's init (end)."""
+    if interrupted:
+        end(status, True)
+    raise SystemExit(status)

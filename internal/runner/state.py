@@ -261,3 +261,56 @@ def load(main, path):
                 raise
             dropped["*"] = "part of the state cannot be restored: " + _reason(e)
     return dropped
+
+
+# Where a run's state report goes, which agentrun reads (state.go).
+REPORT = "/dev/agentrun-display/state"
+
+
+def begin(main, keep, reset, limit, path):
+    """A run's start, with agentrun's state request (run.py's
+    state_begin): the state at path removed (reset), or restored into
+    namespace main (keep); returns what end needs."""
+    dropped = {}
+    if reset:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            dropped["*"] = "the state could not be removed: %s" % e
+    elif keep:
+        try:
+            dropped = load(main, path)
+        except BaseException as e:
+            if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                raise
+            dropped = {"*": "the state could not be restored: %s: %s" % (type(e).__name__, e)}
+    return {"keep": keep, "limit": limit, "path": path, "dropped": dropped}
+
+
+def end(st, main):
+    """A run's end, where begin kept the state: the state of namespace
+    main saved, and the report written where agentrun reads it; never
+    fails the run."""
+    try:
+        rep = dump(main, st["path"], st["limit"])
+        for name, why in st["dropped"].items():
+            rep["dropped"].setdefault(name, why)
+    except BaseException as e:
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        rep = {"kept": [], "dropped": dict(st["dropped"]), "bytes": 0, "saved": False,
+               "reason": "the state could not be saved (%s: %s): the previous one stays" % (type(e).__name__, e)}
+    try:
+        import json
+
+        data = json.dumps(rep, default=str).encode()
+        fd = os.open(REPORT, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            while data:
+                data = data[os.write(fd, data):]
+        finally:
+            os.close(fd)
+    except BaseException:
+        pass
