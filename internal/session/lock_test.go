@@ -31,8 +31,8 @@ func TestLockWaitsForAnEndingHolder(t *testing.T) {
 		t.Error("busy = false for a held session")
 	}
 	first.Ending()
-	if !s.busy(id) {
-		t.Error("busy = false for a session whose holder is ending")
+	if s.busy(id) {
+		t.Error("busy = true for a session whose holder is ending (its next run waits, and must not be refused)")
 	}
 	if _, err := s.lock(id, 0); !errors.Is(err, ErrBusy) {
 		t.Fatalf("gc's lock of an ending session = %v; want ErrBusy", err)

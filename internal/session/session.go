@@ -266,7 +266,8 @@ func (s *Store) Get(id string) (*Info, error) {
 	return in, nil
 }
 
-// busy reports whether session id's lock is held, without taking it (so
+// busy reports whether session id is held by a user that has not
+// answered yet (a Lock would be refused), without taking its lock (so
 // that asking never makes a run's lock fail).
 func (s *Store) busy(id string) bool {
 	f, err := os.OpenFile(s.path(id, "lock"), os.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
@@ -274,7 +275,9 @@ func (s *Store) busy(id string) bool {
 		return false
 	}
 	defer f.Close()
-	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0}
+	// The call's byte: a holder that has answered is ending, and the next
+	// Lock waits for it instead of being refused.
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: callByte, Len: 1}
 	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, &lk); err != nil {
 		return false
 	}

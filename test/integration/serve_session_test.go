@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"strings"
 	"sync"
@@ -116,4 +117,42 @@ func waitSessionBusy(t *testing.T, id string) {
 		}
 	}
 	t.Fatal("session never became busy")
+}
+
+// TestServeSessionBackToBack: a client's next call of a session, sent as
+// soon as the last one answered, is run, never refused as busy: the run
+// before it is still tearing down (its container killed, its disk
+// unmounted) and the next one waits for that.
+func TestServeSessionBackToBack(t *testing.T) {
+	s := startServe(t, map[string]any{"listen": "tcp://127.0.0.1:0", "token": "s3cret", "max_concurrent": 4,
+		"quota": map[string]any{"concurrent": 0, "runs_per_minute": 0}})
+	resp, b := s.do("POST", "/v1/sessions", "")
+	var made struct{ ID string }
+	if err := json.Unmarshal(b, &made); resp.StatusCode != 201 || err != nil {
+		t.Fatalf("POST /v1/sessions: %d %s", resp.StatusCode, b)
+	}
+	for i := 0; i < 8; i++ {
+		j, _ := json.Marshal(map[string]any{"session": made.ID, "keep_state": true,
+			"code": "n = globals().get('n', 0) + 1\nprint(n)"})
+		path := "/v1/runs"
+		if i%2 == 1 {
+			path += "?stream=1"
+		}
+		resp, b := s.do("POST", path, string(j))
+		var res result.Result
+		if i%2 == 1 {
+			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+			var ev server.Event
+			if json.Unmarshal([]byte(lines[len(lines)-1]), &ev) == nil && ev.Result != nil {
+				res = *ev.Result
+			}
+		} else {
+			json.Unmarshal(b, &res)
+		}
+		if want := fmt.Sprintf("%d\n", i+1); resp.StatusCode != 200 || res.Stdout != want {
+			t.Fatalf("call %d of the session (%s), sent once the one before answered: %d %s; want 200 and stdout %q", i+1, path, resp.StatusCode, b, want)
+		}
+	}
+	s.stop()
+	assertNoLeaks(t)
 }

@@ -360,7 +360,7 @@ func elicit(t *testing.T, dir, answers string, mcpArgv []string, args map[string
 // sees each outcome. It returns the calls as the answer records them.
 func elicitTwice(t *testing.T, dir string, mcpArgv []string) []wantCall {
 	t.Helper()
-	code := toolPy + "print(call('echo', message='mcp-1'), flush=True)\nprint(call('echo', message='mcp-2'), flush=True)\n"
+	code := toolPy + "print(call('echo', message='echo-one'), flush=True)\nprint(call('echo', message='echo-two'), flush=True)\n"
 	e := elicit(t, dir, "accept,reject", mcpArgv, map[string]any{"code": code, "tools": []string{"ev"}, "timeout": "60s"})
 	if strings.Join(e.Tools.Items.Enum, ",") != "ev" {
 		t.Errorf("run_code's tools lists %q; want ev", e.Tools.Items.Enum)
@@ -369,14 +369,14 @@ func elicitTwice(t *testing.T, dir string, mcpArgv []string) []wantCall {
 		t.Fatalf("asked %d times %q; want 2 (stdout %q, stderr %q)", len(e.Asked), e.Asked, e.Result.StructuredContent.Stdout, e.Result.StructuredContent.Stderr)
 	}
 	for i, m := range e.Asked {
-		for _, want := range []string{"tool server ev", "tool: echo", fmt.Sprintf(`arguments: {"message":"mcp-%d"}`, i+1), "Approve this tool call?"} {
+		for _, want := range []string{"tool server ev", "tool: echo", `arguments: {"message":"echo-` + []string{"one", "two"}[i] + `"}`, "Approve this tool call?"} {
 			if !strings.Contains(m, want) {
 				t.Errorf("elicitation %d %q lacks %q", i, m, want)
 			}
 		}
 	}
 	sc := e.Result.StructuredContent
-	if want := "200 Echo: mcp-1\n403 denied by the operator (mcp client (elicitation))\n"; e.Result.IsError || sc.Stdout != want {
+	if want := "200 Echo: echo-one\n403 denied by the operator (mcp client (elicitation))\n"; e.Result.IsError || sc.Stdout != want {
 		t.Fatalf("answer: error %v, stdout %q; want %q", e.Result.IsError, sc.Stdout, want)
 	}
 	if sc.Tools == nil || len(sc.Tools.Calls) != 2 {
@@ -387,8 +387,8 @@ func elicitTwice(t *testing.T, dir string, mcpArgv []string) []wantCall {
 		t.Errorf("approval ids %q %q; want two of their own", ap1, ap2)
 	}
 	calls := []wantCall{
-		{tool: "echo", allowed: true, approval: ap1, by: "mcp client (elicitation)", arguments: `{"message":"mcp-1"}`},
-		{tool: "echo", approval: ap2, by: "mcp client (elicitation)", arguments: `{"message":"mcp-2"}`},
+		{tool: "echo", allowed: true, approval: ap1, by: "mcp client (elicitation)", arguments: `{"message":"echo-one"}`},
+		{tool: "echo", approval: ap2, by: "mcp client (elicitation)", arguments: `{"message":"echo-two"}`},
 	}
 	checkToolCalls(t, "answer", sc.Tools.Calls, calls)
 	return calls
@@ -413,13 +413,13 @@ func TestToolApprovalMCPElicitation(t *testing.T) {
 		"tools": everythingTools(t, entry, ""), "network": map[string]any{"approval_timeout": "60s"}})}
 
 	calls := elicitTwice(t, dir, local)
-	checkToolCalls(t, "audit record", auditToolCalls(t, auditPath, "mcp-1", "mcp-2"), calls)
+	checkToolCalls(t, "audit record", auditToolCalls(t, auditPath, "echo-one", "echo-two"), calls)
 
 	// A client without elicitation: nobody to ask, denied.
 	if err := os.Remove(auditPath); err != nil {
 		t.Fatal(err)
 	}
-	e := elicit(t, dir, "none", local, map[string]any{"code": toolPy + "print(call('echo', message='mcp-3'))", "tools": []string{"ev"}})
+	e := elicit(t, dir, "none", local, map[string]any{"code": toolPy + "print(call('echo', message='echo-three'))", "tools": []string{"ev"}})
 	sc := e.Result.StructuredContent
 	if out := sc.Stdout; len(e.Asked) != 0 || !strings.HasPrefix(out, "403 denied by the operator") || !strings.Contains(out, "no way to ask") {
 		t.Fatalf("a client without elicitation: asked %q, stdout %q; want 403 denied by the operator, no way to ask", e.Asked, out)
@@ -427,9 +427,9 @@ func TestToolApprovalMCPElicitation(t *testing.T) {
 	if sc.Tools == nil || len(sc.Tools.Calls) != 1 || sc.Tools.Calls[0].Approval == "" {
 		t.Fatalf("the answer's tools without elicitation %+v; want 1 held call", sc.Tools)
 	}
-	calls = []wantCall{{tool: "echo", approval: sc.Tools.Calls[0].Approval, by: "no way to ask", arguments: `{"message":"mcp-3"}`}}
+	calls = []wantCall{{tool: "echo", approval: sc.Tools.Calls[0].Approval, by: "no way to ask", arguments: `{"message":"echo-three"}`}}
 	checkToolCalls(t, "answer without elicitation", sc.Tools.Calls, calls)
-	checkToolCalls(t, "audit record without elicitation", auditToolCalls(t, auditPath, "mcp-3"), calls)
+	checkToolCalls(t, "audit record without elicitation", auditToolCalls(t, auditPath, "echo-three"), calls)
 
 	// Through an unprivileged agentrun mcp that forwards to serve.
 	if err := os.Remove(auditPath); err != nil {
@@ -448,6 +448,6 @@ func TestToolApprovalMCPElicitation(t *testing.T) {
 	calls = elicitTwice(t, dir, []string{"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
 		"/usr/bin/env", "-i", "AGENTRUN_SERVER=unix://" + sock, copyBin(t, cdir), "mcp"})
 	s.stop()
-	checkToolCalls(t, "serve's audit record", auditToolCalls(t, auditPath, "mcp-1", "mcp-2"), calls)
+	checkToolCalls(t, "serve's audit record", auditToolCalls(t, auditPath, "echo-one", "echo-two"), calls)
 	assertNoLeaks(t)
 }
