@@ -313,18 +313,22 @@ func (r *Runner) runInSandbox(ctx context.Context, p *task.Plan, res *result.Res
 			hooks.Result(&final)
 		}
 	}
-	// A kept workspace is answered once what the run left on its disk is
-	// on the host's disk (its state and files survive a host crash), and
-	// torn down after: the session's next run waits for that
+	// A kept workspace is answered first, and then what the run left on
+	// its disk is put on the host's disk (syncfs: its state and files
+	// survive a host crash from then on, not only a restart of agentrun)
+	// and torn down: the session's next run waits for both
 	// (Lease.Ending), without being refused, and its lease is released
-	// only once the disk is unmounted.
+	// only once the disk is unmounted. The answer does not wait for the
+	// sync (2 to 3 ms of a warm call here).
+	if lease != nil {
+		lease.Ending()
+	}
+	answer()
 	if lease != nil {
 		if serr := sb.ws.Sync(); serr != nil && err == nil {
 			err = fmt.Errorf("keeping the session's files: %w", serr)
 		}
-		lease.Ending()
 	}
-	answer()
 	if cerr := sb.undo.Clean(); cerr != nil && err == nil {
 		err = fmt.Errorf("cleaning up: %w", cerr)
 	}

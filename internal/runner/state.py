@@ -201,9 +201,9 @@ def dump(main, path, max_bytes):
     os.makedirs(d, exist_ok=True)
     tmp = path + ".tmp"
     # No fsync: the run's end syncs the session's disk (syncfs, which
-    # flushes the loop device's file) before the run is answered; a
-    # rename over the old file makes ext4 write the new one's blocks before
-    # the rename commits, so a crash before that leaves one or the other.
+    # flushes the loop device's file) before its tear-down; a rename over
+    # the old file makes ext4 write the new one's blocks before the rename
+    # commits, so a crash before that leaves one or the other.
     with open(tmp, "wb") as f:
         f.write(MAGIC)
         f.write(body)
