@@ -21,12 +21,7 @@ import (
 func TestServeSessions(t *testing.T) {
 	s := startServe(t, map[string]any{"listen": "tcp://127.0.0.1:0", "token": "s3cret", "max_concurrent": 4,
 		"quota": map[string]any{"concurrent": 0, "runs_per_minute": 0}})
-	resp, b := s.do("POST", "/v1/sessions", "")
-	var made struct{ ID string }
-	if err := json.Unmarshal(b, &made); resp.StatusCode != 201 || err != nil || !strings.HasPrefix(made.ID, "ss-") {
-		t.Fatalf("POST /v1/sessions: %d %s", resp.StatusCode, b)
-	}
-	id := made.ID
+	id := s.newSession()
 	base := "/v1/sessions/" + id
 
 	if resp, b := s.do("PUT", base+"/files/in/data.txt", "uploaded"); resp.StatusCode != 204 {
@@ -126,31 +121,26 @@ func waitSessionBusy(t *testing.T, id string) {
 func TestServeSessionBackToBack(t *testing.T) {
 	s := startServe(t, map[string]any{"listen": "tcp://127.0.0.1:0", "token": "s3cret", "max_concurrent": 4,
 		"quota": map[string]any{"concurrent": 0, "runs_per_minute": 0}})
-	resp, b := s.do("POST", "/v1/sessions", "")
-	var made struct{ ID string }
-	if err := json.Unmarshal(b, &made); resp.StatusCode != 201 || err != nil {
-		t.Fatalf("POST /v1/sessions: %d %s", resp.StatusCode, b)
-	}
+	id := s.newSession()
+	j, _ := json.Marshal(map[string]any{"session": id, "keep_state": true,
+		"code": "n = globals().get('n', 0) + 1\nprint(n)"})
 	for i := 0; i < 8; i++ {
-		j, _ := json.Marshal(map[string]any{"session": made.ID, "keep_state": true,
-			"code": "n = globals().get('n', 0) + 1\nprint(n)"})
-		path := "/v1/runs"
+		want := fmt.Sprintf("%d\n", i+1)
 		if i%2 == 1 {
-			path += "?stream=1"
-		}
-		resp, b := s.do("POST", path, string(j))
-		var res result.Result
-		if i%2 == 1 {
-			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-			var ev server.Event
-			if json.Unmarshal([]byte(lines[len(lines)-1]), &ev) == nil && ev.Result != nil {
-				res = *ev.Result
+			var res *result.Result
+			s.streamEvents(string(j), func(ev server.Event) {
+				if ev.Event == "result" {
+					res = ev.Result
+				}
+			})
+			if res == nil || res.Error != "" || res.Stdout != want {
+				t.Fatalf("call %d of the session, streamed, sent once the one before answered: result %+v; want stdout %q", i+1, res, want)
 			}
-		} else {
-			json.Unmarshal(b, &res)
+			continue
 		}
-		if want := fmt.Sprintf("%d\n", i+1); resp.StatusCode != 200 || res.Stdout != want {
-			t.Fatalf("call %d of the session (%s), sent once the one before answered: %d %s; want 200 and stdout %q", i+1, path, resp.StatusCode, b, want)
+		var res result.Result
+		if resp := s.post(string(j), &res); resp.StatusCode != 200 || res.Stdout != want {
+			t.Fatalf("call %d of the session, sent once the one before answered: %d %+v; want 200 and stdout %q", i+1, resp.StatusCode, res, want)
 		}
 	}
 	s.stop()

@@ -181,6 +181,17 @@ func (s *served) get(path string, v any) int {
 	return resp.StatusCode
 }
 
+// newSession makes a session over the API and returns its id.
+func (s *served) newSession() string {
+	s.t.Helper()
+	resp, b := s.do("POST", "/v1/sessions", "")
+	var made struct{ ID string }
+	if err := json.Unmarshal(b, &made); resp.StatusCode != 201 || err != nil || !strings.HasPrefix(made.ID, "ss-") {
+		s.t.Fatalf("POST /v1/sessions: %d %s", resp.StatusCode, b)
+	}
+	return made.ID
+}
+
 // post runs a task and decodes the answer into v.
 func (s *served) post(task string, v any) *http.Response {
 	s.t.Helper()

@@ -31,12 +31,7 @@ func TestSessionAfterKilledRun(t *testing.T) {
 	})
 	s := startServe(t, map[string]any{"listen": "tcp://127.0.0.1:0", "token": "s3cret", "max_concurrent": 2,
 		"quota": map[string]any{"concurrent": 0, "runs_per_minute": 0}})
-	resp, b := s.do("POST", "/v1/sessions", "")
-	var made struct{ ID string }
-	if err := json.Unmarshal(b, &made); resp.StatusCode != 201 || err != nil {
-		t.Fatalf("POST /v1/sessions: %d %s", resp.StatusCode, b)
-	}
-	id := made.ID
+	id := s.newSession()
 	task := func(code string) string {
 		j, _ := json.Marshal(map[string]any{"session": id, "keep_workspace": true, "code": code})
 		return string(j)
