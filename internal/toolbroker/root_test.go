@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/agentrun/agentrun/runtime/cgroup"
 )
 
@@ -45,12 +43,17 @@ func cgroupOf(t *testing.T, pid int, controller string) string {
 func TestRootCgroupAndUser(t *testing.T) {
 	needRoot(t, "a stdio server runs as nobody in a cgroup of its own")
 	parent := "/agentrun-test-toolbroker-" + strconv.Itoa(os.Getpid())
-	b := newBroker(t, Options{Servers: []Server{stdioServer(t, "stdio")}, CgroupParent: parent})
 	t.Cleanup(func() {
-		for _, c := range []string{"pids", "memory", "freezer", "cpu", "cpuacct", "unified", "systemd", ""} {
-			unix.Rmdir(filepath.Join("/sys/fs/cgroup", c, parent))
+		// In every hierarchy the host has (v1 makes it in each), children
+		// first: the broker, without a lock dir, leaves the parent. Made
+		// before the broker, so that it runs after the broker's Close.
+		if cg, err := cgroup.Open(parent); err == nil {
+			if err := cg.Remove(); err != nil {
+				t.Error(err)
+			}
 		}
 	})
+	b := newBroker(t, Options{Servers: []Server{stdioServer(t, "stdio")}, CgroupParent: parent})
 	if err := b.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
