@@ -127,7 +127,7 @@ func local(cfgPath string, logf func(string, ...any)) (*mcpserver.Server, int) {
 		logf("%v", err)
 		return nil, 1
 	}
-	logSeccomp(r, logf)
+	longLived(r, logf)
 	api := server.New(cfg, r.Run, nil)
 	api.Sessions = r.Sessions()
 	srv := mcpserver.New(cfg, api.RunTask, logf)

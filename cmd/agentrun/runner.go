@@ -28,11 +28,14 @@ func openRunner(cfg *config.Config, auditPath string, logf func(string, ...any))
 	return r, func() error { return errors.Join(r.Close(), log.Close()) }, nil
 }
 
-// logSeccomp compiles the sandbox's seccomp filter before the first run
-// of a long-running command, and logs it when every container's init
-// will compile it instead (a few milliseconds of CPU per run).
-func logSeccomp(r *runner.Runner, logf func(string, ...any)) {
+// longLived readies r for a long-running command before its first run:
+// it compiles the sandbox's seccomp filter, and logs it when every
+// container's init will compile it instead (a few milliseconds of CPU per
+// run), and has r make the run launcher's bytecode for the images its
+// Python runs use.
+func longLived(r *runner.Runner, logf func(string, ...any)) {
 	if err := r.PrecompiledSeccomp(); err != nil {
 		logf("the seccomp filter is compiled in every container's init: %v", err)
 	}
+	r.MakeLauncherCode()
 }

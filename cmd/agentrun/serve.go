@@ -39,7 +39,7 @@ func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
 		return err
 	}
 	defer closeLog()
-	logSeccomp(r, logf)
+	longLived(r, logf)
 	d.ConfigPath = cfgPath
 	d.Egress = runner.IsEgress
 	d.MCP = func(api *server.Server) server.Door {

@@ -40,7 +40,7 @@ func runWorker(cfg *config.Config, stderr io.Writer) error {
 		return err
 	}
 	defer closeLog()
-	logSeccomp(r, logf)
+	longLived(r, logf)
 	stop, unnotify := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer unnotify()
 

@@ -3,12 +3,14 @@
 # mounted read-only at /dev/agentrun-run.py. A cold or pooled run of
 # Python code is started as
 #
-#     <the language's argv, with the launcher before FILE:> LAUNCHER FILE ...
+#     <the language's argv, with the launcher's start before FILE:> START FILE ...
 #
-# and runs FILE as __main__ the way `python3 FILE` runs it (argv,
-# sys.path[0], __file__, tracebacks, exit status); a warm run's launcher
-# (warm.py) executes this file's source for as_main(), start(), program()
-# and the interpreter's end (end, exit_status, report).
+# where START (runstart.py) runs this file's code in its own namespace, as
+# if it were this file (from the bytecode this image's interpreter made of
+# it, when agentrun has it). It runs FILE as __main__ the way `python3
+# FILE` runs it (argv, sys.path[0], __file__, tracebacks, exit status); a
+# warm run's launcher (warm.py) executes this file's source for as_main(),
+# start(), program() and the interpreter's end (end, exit_status, report).
 #
 # start() sets the run up: a display(obj) builtin, matplotlib's Agg
 # backend (MPLBACKEND, unless set), a hook on matplotlib.pyplot's show

@@ -53,6 +53,8 @@ type Runner struct {
 	// sharedTools holds the tool servers the config marks shared, for
 	// the runner's lifetime (their processes die with agentrun).
 	sharedTools *toolbroker.Shared
+	// codes is the run launcher's bytecode by image and interpreter.
+	codes *launcherCodes
 
 	// Logf, when set, gets what the result does not say: a registry's
 	// words behind an image error's summary. Set it before the first run.
@@ -70,7 +72,8 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 		return nil, errors.New("agentrun must run as root (it creates namespaces, cgroups and mounts)")
 	}
 	r := &Runner{cfg: cfg, audit: log, backends: map[string]backend.Backend{}, unavailable: map[string]error{},
-		leftovers: map[string]backend.Leftovers{}, runsDir: state.RunsDir(cfg.StateDir), sharedTools: &toolbroker.Shared{}}
+		leftovers: map[string]backend.Leftovers{}, runsDir: state.RunsDir(cfg.StateDir), sharedTools: &toolbroker.Shared{},
+		codes: newLauncherCodes(filepath.Join(cfg.StateDir, "launcher"))}
 	if err := spec.CheckInit(cfg.Init); err != nil {
 		return nil, fmt.Errorf("%w (apt-get install tini, or set config key init)", err)
 	}
@@ -139,6 +142,7 @@ func (r *Runner) Sessions() *session.Store { return r.sessions }
 // config marks shared (and their cgroups). Call it once no run is in
 // progress; a run after it gets no shared server.
 func (r *Runner) Close() error {
+	r.codes.close()
 	if err := r.sharedTools.Close(); err != nil {
 		return fmt.Errorf("stopping the shared tool servers: %w", err)
 	}
@@ -534,6 +538,9 @@ type request struct {
 	// its program is the launcher, started by setup, which returns once it
 	// is ready. Only the pool makes warm sandboxes.
 	warm []string
+	// compile: the sandbox compiles the run launcher (launchcode.go); it
+	// gets the launcher's source and nothing else of values'.
+	compile bool
 }
 
 // runRequest is the request for the sandbox of a run of p that sets its
@@ -741,6 +748,12 @@ func (s *sandboxSetup) identity() (err error) {
 // program.
 func (s *sandboxSetup) values() error {
 	p := s.req.plan
+	if s.req.compile {
+		// The launcher alone, which the compile reads.
+		opts, err := launcherFiles(s.dir, nil, &s.sb.undo)
+		s.launchOpts = append(s.launchOpts, opts...)
+		return err
+	}
 	argv := launcherArgv(p)
 	if argv == nil && s.req.warm == nil {
 		return nil
@@ -749,7 +762,11 @@ func (s *sandboxSetup) values() error {
 	if !s.req.pooled {
 		st = newStateRequest(p, s.r.cfg)
 	}
-	valueOpts, display, err := values(s.dir, s.sb.uid, st, s.req.warm != nil, &s.sb.undo)
+	var code []byte
+	if argv != nil {
+		code = s.r.launcherCode(p, s.req.img)
+	}
+	valueOpts, display, err := values(s.dir, s.sb.uid, st, s.req.warm != nil, code, &s.sb.undo)
 	if err != nil {
 		return err
 	}

@@ -99,7 +99,7 @@ func digits(s string) bool {
 	return s != "" && strings.Trim(s, "0123456789") == ""
 }
 
-// launcherArgv is p's argv with the run launcher before its code file,
+// launcherArgv is p's argv with the run launcher's start before its code file,
 // when p runs the code file of Python code with a Python interpreter:
 // "python3 [OPTION...] /workspace/main.py [ARG...]", as the Python
 // languages' argv makes it, where every option starts with "-" and is not
@@ -113,7 +113,7 @@ func launcherArgv(p *task.Plan) []string {
 	for i, a := range p.Argv[1:] {
 		switch {
 		case a == file:
-			return slices.Concat(p.Argv[:i+1], []string{RunLauncherPath}, p.Argv[i+1:])
+			return slices.Concat(p.Argv[:i+1], []string{RunStartPath}, p.Argv[i+1:])
 		case !strings.HasPrefix(a, "-") || a == "-c" || a == "-m" || a == "-":
 			return nil
 		}
@@ -121,16 +121,39 @@ func launcherArgv(p *task.Plan) []string {
 	return nil
 }
 
+// launcherFiles writes the run launcher, its start and, if not nil, its
+// bytecode code (launchcode.go) into the run's etc tmpfs of run dir dir,
+// and returns their spec options.
+func launcherFiles(dir string, code []byte, undo *cleanup.Cleanup) ([]spec.SpecOpt, error) {
+	files := []struct {
+		name, at string
+		data     []byte
+	}{{runLauncherName, RunLauncherPath, runLauncher}, {runStartName, RunStartPath, runStart}, {runCodeName, RunCodePath, code}}
+	var opts []spec.SpecOpt
+	for _, f := range files {
+		if f.data == nil {
+			continue
+		}
+		path, err := writeEtc(dir, undo, f.name, f.data)
+		if err != nil {
+			return nil, fmt.Errorf("writing the run launcher: %w", err)
+		}
+		opts = append(opts, spec.WithReadonlyFile(path, f.at))
+	}
+	return opts, nil
+}
+
 // values sets up what shows a run's values in the sandbox of run dir
-// dir, whose processes run as uid: the run launcher, from the run's etc
-// tmpfs, and the display directory, a tmpfs of maxDisplayChannel owned
-// by uid at dir/display; with the state module and st's request (not
-// nil), or the module alone (withState: a warm sandbox). It returns their
-// spec options and the display directory's host path.
-func values(dir string, uid int, st *stateRequest, withState bool, undo *cleanup.Cleanup) ([]spec.SpecOpt, string, error) {
-	launcher, err := writeEtc(dir, undo, runLauncherName, runLauncher)
+// dir, whose processes run as uid: the run launcher (with code, its
+// bytecode, if not nil), from the run's etc tmpfs, and the display
+// directory, a tmpfs of maxDisplayChannel owned by uid at dir/display;
+// with the state module and st's request (not nil), or the module alone
+// (withState: a warm sandbox). It returns their spec options and the
+// display directory's host path.
+func values(dir string, uid int, st *stateRequest, withState bool, code []byte, undo *cleanup.Cleanup) ([]spec.SpecOpt, string, error) {
+	specOpts, err := launcherFiles(dir, code, undo)
 	if err != nil {
-		return nil, "", fmt.Errorf("writing the run launcher: %w", err)
+		return nil, "", err
 	}
 	lib, err := writeEtc(dir, undo, runLibName, runLib)
 	if err != nil {
@@ -150,7 +173,7 @@ func values(dir string, uid int, st *stateRequest, withState bool, undo *cleanup
 		}
 		return nil
 	})
-	specOpts := []spec.SpecOpt{spec.WithReadonlyFile(launcher, RunLauncherPath), spec.WithReadonlyFile(lib, RunLibPath), spec.WithWritableDir(display, DisplayDir)}
+	specOpts = append(specOpts, spec.WithReadonlyFile(lib, RunLibPath), spec.WithWritableDir(display, DisplayDir))
 	if st != nil || withState {
 		stateOpt, err := stateModuleOpt(dir, undo)
 		if err != nil {

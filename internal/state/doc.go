@@ -17,6 +17,9 @@
 //	runsc/root/       runsc's own state (--root)
 //	runsc/cgroup.lock the runsc cgroup-parent lock
 //	sessions/<id>/    mount points of kept session disks (the session store's)
+//	seccomp/          the compiled seccomp programs (runtime/runc's cache)
+//	launcher/         the run launcher's bytecode per image and interpreter
+//	                  (internal/runner's cache)
 //
 // # Naming
 //

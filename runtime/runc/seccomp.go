@@ -17,7 +17,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 	"unsafe"
 
@@ -28,6 +27,7 @@ import (
 	libseccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrun/agentrun/internal/cachefile"
 	"github.com/agentrun/agentrun/runtime/backend"
 	"github.com/agentrun/agentrun/runtime/spec"
 )
@@ -229,19 +229,7 @@ var hostKey = sync.OnceValue(func() uint64 {
 // readCached reads a cached program: a regular file of root's that only
 // root may read, of a program's size.
 func readCached(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || !fi.Mode().IsRegular() || st.Uid != 0 || fi.Mode().Perm()&0o077 != 0 || fi.Size() > maxProgram {
-		return nil, fmt.Errorf("%s is not a cached seccomp program", path)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxProgram+1))
+	b, err := cachefile.Read(path, maxProgram)
 	if err != nil {
 		return nil, err
 	}
@@ -250,22 +238,7 @@ func readCached(path string) ([]byte, error) {
 
 // writeCached writes prog as dir/key, whole or not at all.
 func writeCached(dir, key string, prog []byte) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(dir, ".tmp-")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(prog); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), filepath.Join(dir, key))
+	return cachefile.Write(dir, key, prog)
 }
 
 // fingerprint identifies a filter's content.

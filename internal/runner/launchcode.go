@@ -1,0 +1,301 @@
+package runner
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentrun/agentrun/image"
+	"github.com/agentrun/agentrun/internal/cachefile"
+	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/runapi"
+	"github.com/agentrun/agentrun/internal/task"
+)
+
+// The run launcher's bytecode. Python compiles the file it is given to
+// run at every start, and never caches it: the launcher's compile was a
+// tenth of a pooled print(45)'s CPU. So a cold or pooled run's program is
+// the launcher's start (runstart.py), a file of a few lines, which loads
+// the launcher from the bytecode that the run's own image and interpreter
+// made of it, when agentrun has it, and compiles its source otherwise.
+//
+// That bytecode is made once per image and interpreter (argv[0]), in a
+// sandbox of its own that runs nothing but agentrun's compile program: no
+// task's code, files, stdin or network ever run beside it, so a run can
+// change no other run's launcher. It is the image's bytes, as its
+// interpreter is: agentrun never reads it beyond its length, and mounts it
+// read-only only into runs of the image and interpreter that made it; the
+// launcher's start uses it only if it bears the running interpreter's
+// magic number and loads as code. Bytecode is kept in memory and in the
+// state dir (launcher/, a file per image, interpreter and launcher), each
+// at most maxLauncherCode bytes and at most maxLauncherCodes of them.
+//
+// Only a long-lived runner makes it (MakeLauncherCode: serve, the worker,
+// mcp), after a run's set-up has found none, one compile at a time and one
+// try per key per process; every runner uses what is there.
+
+//go:embed runstart.py
+var runStart []byte
+
+// RunStartPath is where the launcher's start is mounted, read-only, in
+// the sandbox's /dev tmpfs: the program of a cold or pooled Python run
+// (launcherArgv).
+const RunStartPath = "/dev/agentrun-start.py"
+
+const runStartName = "agentrun-start.py"
+
+// RunCodePath is where the launcher's bytecode is mounted, read-only,
+// when agentrun has it for the run's image and interpreter.
+const RunCodePath = "/dev/agentrun-run.pyc"
+
+const runCodeName = "agentrun-run.pyc"
+
+// maxLauncherCode bounds a launcher's bytecode (CPython 3.11 makes 11 KB).
+const maxLauncherCode = 256 << 10
+
+// maxLauncherCodes bounds how many bytecodes are kept, in memory and in
+// the state dir: past it, the oldest go.
+const maxLauncherCodes = 64
+
+// launcherCompileTimeout bounds a compile's sandbox.
+const launcherCompileTimeout = 10 * time.Second
+
+// compileLauncher is the compile's program (python3 -I -S -c): the
+// interpreter's magic number and the launcher's code, marshalled, in
+// base64 on stdout.
+const compileLauncher = `import sys, marshal, binascii
+m = sys.modules["_frozen_importlib_external"].MAGIC_NUMBER
+with open("` + RunLauncherPath + `", "rb") as f:
+    c = compile(f.read(), "` + RunLauncherPath + `", "exec", dont_inherit=True)
+sys.stdout.write(binascii.b2a_base64(m + marshal.dumps(c)).decode())
+`
+
+// launcherCodes holds the launcher's bytecode by key (launcherKey).
+type launcherCodes struct {
+	dir string // the state dir's launcher/
+
+	mu    sync.Mutex
+	make  bool
+	mem   map[string][]byte
+	order []string        // mem's keys, oldest first
+	tried map[string]bool // keys this process made or tried to make
+	busy  bool            // a compile is going on
+
+	ctx    context.Context // the compiles'; close cancels it
+	cancel context.CancelFunc
+	bg     sync.WaitGroup
+}
+
+func newLauncherCodes(dir string) *launcherCodes {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &launcherCodes{dir: dir, mem: map[string][]byte{}, tried: map[string]bool{}, ctx: ctx, cancel: cancel}
+}
+
+// MakeLauncherCode has the runner make the run launcher's bytecode for
+// each image and interpreter its Python runs use, once, in a sandbox of
+// its own (see launchcode.go). For a long-lived runner: a compile goes
+// on after the run that asked for it.
+func (r *Runner) MakeLauncherCode() {
+	r.codes.mu.Lock()
+	r.codes.make = true
+	r.codes.mu.Unlock()
+}
+
+// launcherSum is the launcher's own hash: a new launcher is compiled anew.
+var launcherSum = sync.OnceValue(func() string {
+	h := sha256.Sum256(runLauncher)
+	return hex.EncodeToString(h[:])
+})
+
+// launcherKey names the bytecode that interpreter argv0 of img makes of
+// this launcher. PATH, which finds argv0, is the same in every sandbox.
+func launcherKey(img *image.Image, argv0 string) string {
+	id := img.Digest
+	if id == "" {
+		id = "dir:" + img.Rootfs // a dir: image has no digest
+	}
+	h := sha256.New()
+	for _, s := range []string{launcherSum(), id, argv0} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// code is the launcher's bytecode for a run of p in img, or nil; when
+// there is none and the runner makes it, a compile starts in the
+// background.
+func (r *Runner) launcherCode(p *task.Plan, img *image.Image) []byte {
+	c := r.codes
+	key := launcherKey(img, p.Argv[0])
+	c.mu.Lock()
+	b, ok := c.mem[key]
+	c.mu.Unlock()
+	if ok {
+		return b
+	}
+	if b, err := readLauncherCode(filepath.Join(c.dir, key)); err == nil {
+		c.mu.Lock()
+		c.keep(key, b)
+		c.mu.Unlock()
+		return b
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.make || c.busy || c.tried[key] || c.ctx.Err() != nil || len(c.tried) >= 16*maxLauncherCodes {
+		return nil
+	}
+	c.tried[key], c.busy = true, true
+	c.bg.Go(func() {
+		err := r.compileLauncher(c.ctx, p, img, key)
+		c.mu.Lock()
+		c.busy = false
+		c.mu.Unlock()
+		if err != nil && c.ctx.Err() == nil && r.Logf != nil {
+			r.Logf("the run launcher's bytecode for image %s and %s: %v (its runs compile the launcher)", img.Ref, p.Argv[0], err)
+		}
+	})
+	return nil
+}
+
+// keep holds b as key's bytecode in memory, the oldest going past
+// maxLauncherCodes. c.mu is held.
+func (c *launcherCodes) keep(key string, b []byte) {
+	if _, ok := c.mem[key]; !ok {
+		c.order = append(c.order, key)
+	}
+	c.mem[key] = b
+	for len(c.order) > maxLauncherCodes {
+		delete(c.mem, c.order[0])
+		c.order = c.order[1:]
+	}
+}
+
+// close stops the compile going on, if any, and waits for it.
+func (c *launcherCodes) close() {
+	c.cancel()
+	c.bg.Wait()
+}
+
+// readLauncherCode reads a kept bytecode file (cachefile.Read), at
+// most maxLauncherCode bytes.
+func readLauncherCode(path string) ([]byte, error) {
+	b, err := cachefile.Read(path, maxLauncherCode)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) < 5 {
+		return nil, fmt.Errorf("%s: %d bytes is not a launcher's bytecode", path, len(b))
+	}
+	return b, nil
+}
+
+// compilePlan is the plan of the compile's sandbox for runs of p: p's
+// image, runtime, interpreter and limits, but for its timeout and output
+// bound; no code, files, stdin, environment, network, services or tools.
+func compilePlan(p *task.Plan) *task.Plan {
+	return &task.Plan{Image: p.Image, Runtime: p.Runtime, Env: map[string]string{},
+		Argv:   []string{p.Argv[0], "-I", "-S", "-c", compileLauncher},
+		Files:  map[string][]byte{},
+		Limits: compileLimits(p.Limits)}
+}
+
+// compileLimits are a compile's: a run's, with a timeout of
+// launcherCompileTimeout and room for the base64 of maxLauncherCode.
+func compileLimits(l task.Limits) task.Limits {
+	l.Timeout = launcherCompileTimeout
+	l.OutputBytes = int64(base64.StdEncoding.EncodedLen(maxLauncherCode) + 2)
+	return l
+}
+
+// compileLauncher makes the launcher's bytecode for runs of p in img, in
+// a sandbox of its own, and keeps it as key's.
+func (r *Runner) compileLauncher(ctx context.Context, p *task.Plan, img *image.Image, key string) error {
+	cp := compilePlan(p)
+	res := &result.Result{ID: newID(), Files: map[string]result.File{}}
+	sb, err := r.setup(ctx, request{plan: cp, img: img, id: res.ID, res: res, compile: true})
+	if err != nil {
+		return err
+	}
+	err = r.execute(ctx, cp, sb, res, runapi.Hooks{})
+	err = errors.Join(err, sb.settle.Clean(), sb.undo.Clean())
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 || res.StdoutTruncated {
+		return fmt.Errorf("the compile exited %d: %s", res.ExitCode, firstLine(res.Stderr))
+	}
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(res.Stdout))
+	if err != nil || len(b) < 5 || len(b) > maxLauncherCode {
+		return fmt.Errorf("the compile wrote no bytecode (%d bytes of output)", len(res.Stdout))
+	}
+	r.codes.mu.Lock()
+	r.codes.keep(key, b)
+	r.codes.mu.Unlock()
+	return writeLauncherCode(r.codes.dir, key, b)
+}
+
+// firstLine is s's first line, at most 200 bytes.
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	return s
+}
+
+// writeLauncherCode writes b as dir/key (cachefile.Write), and removes
+// the oldest files past maxLauncherCodes.
+func writeLauncherCode(dir, key string, b []byte) error {
+	if err := cachefile.Write(dir, key, b); err != nil {
+		return err
+	}
+	return pruneLauncherCodes(dir)
+}
+
+// pruneLauncherCodes removes dir's oldest files past maxLauncherCodes,
+// and temporary files a writer left.
+func pruneLauncherCodes(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	type file struct {
+		name string
+		mod  time.Time
+	}
+	var files []file
+	for _, e := range entries {
+		info, err := e.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		if cachefile.Temporary(e.Name()) {
+			if time.Since(info.ModTime()) > time.Minute {
+				os.Remove(filepath.Join(dir, e.Name()))
+			}
+			continue
+		}
+		files = append(files, file{e.Name(), info.ModTime()})
+	}
+	slices.SortFunc(files, func(a, b file) int { return b.mod.Compare(a.mod) })
+	for _, f := range files[min(len(files), maxLauncherCodes):] {
+		if err := os.Remove(filepath.Join(dir, f.name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}

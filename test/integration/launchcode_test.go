@@ -1,0 +1,156 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/runapi"
+	"github.com/agentrun/agentrun/internal/runner"
+	"github.com/agentrun/agentrun/internal/task"
+)
+
+// launcherProbe says whether the run's launcher bytecode is mounted, and
+// the marker that a test's own bytecode of the launcher sets.
+const launcherProbe = "import builtins, os\nprint(os.path.exists('/dev/agentrun-run.pyc'), getattr(builtins, 'marker', None))"
+
+// markedLauncher prints, in base64, bytecode of the run launcher made as
+// agentrun's compile makes it, but that sets builtins.marker first.
+const markedLauncher = `import sys, marshal, binascii
+m = sys.modules["_frozen_importlib_external"].MAGIC_NUMBER
+src = b"import builtins\nbuiltins.marker = 1\n" + open("/dev/agentrun-run.py", "rb").read()
+c = compile(src, "/dev/agentrun-run.py", "exec", dont_inherit=True)
+print(binascii.b2a_base64(m + marshal.dumps(c)).decode().strip())`
+
+// TestLauncherBytecode: a long-lived runner has the image's own
+// interpreter compile the run launcher once, in a sandbox of its own, and
+// the runs after it, of any runner, load the launcher from that bytecode,
+// mounted read-only: a run cannot change it, and its runs give what runs
+// of the launcher's source give. Bytecode of another interpreter, or that
+// does not load as code, is passed over for the source.
+func TestLauncherBytecode(t *testing.T) {
+	dir := filepath.Join(stateDir, "launcher")
+	clear := func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Error(err)
+		}
+	}
+	clear()
+	t.Cleanup(clear)
+	cfg := testConfig(t)
+	r, err := runner.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.MakeLauncherCode()
+	t.Cleanup(func() {
+		if err := r.Close(); err != nil {
+			t.Error(err)
+		}
+		assertNoLeaks(t)
+	})
+	run := func(code string) *result.Result {
+		t.Helper()
+		plan, err := task.Load([]byte(pyTask(code, nil)), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := r.Run(context.Background(), plan, runapi.Hooks{})
+		if res.Error != "" || res.ExitCode != 0 {
+			t.Fatalf("run: exit %d, %s (stderr %q)", res.ExitCode, res.Error, res.Stderr)
+		}
+		return res
+	}
+
+	if out := run(launcherProbe).Stdout; out != "False None\n" {
+		t.Fatalf("the first run: %q, want no bytecode yet", out)
+	}
+	var file string
+	for deadline := time.Now().Add(60 * time.Second); file == ""; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no bytecode in %s a minute after the first run", dir)
+		}
+		names, _ := filepath.Glob(filepath.Join(dir, "[0-9a-f]*"))
+		if len(names) > 1 {
+			t.Fatalf("bytecode files %v, want one for the image and python3", names)
+		}
+		if len(names) == 1 {
+			file = names[0]
+		}
+	}
+	code, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	magic := strings.TrimSpace(run("import importlib.util\nprint(importlib.util.MAGIC_NUMBER.hex())").Stdout)
+	if len(code) < 1000 || len(code) > 256<<10 || hex.EncodeToString(code[:4]) != magic {
+		t.Fatalf("bytecode of %d bytes, magic %x; want the image's python's (%s)", len(code), code[:min(4, len(code))], magic)
+	}
+	if out := run(launcherProbe).Stdout; out != "True None\n" {
+		t.Errorf("a run after the compile: %q, want its bytecode mounted", out)
+	}
+	res := run(`import errno
+for p in ("/dev/agentrun-run.pyc", "/dev/agentrun-start.py", "/dev/agentrun-run.py"):
+    try:
+        open(p, "r+b").write(b"x")
+        print("wrote", p)
+    except OSError as e:
+        print(p, e.errno in (errno.EROFS, errno.EACCES))`)
+	if want := "/dev/agentrun-run.pyc True\n/dev/agentrun-start.py True\n/dev/agentrun-run.py True\n"; res.Stdout != want {
+		t.Errorf("writing the launcher's files: %q, want each refused", res.Stdout)
+	}
+	if after, err := os.ReadFile(file); err != nil || !bytes.Equal(after, code) {
+		t.Errorf("the bytecode changed after a run (%v)", err)
+	}
+
+	// Its runs are the launcher's: the same outcome as from the source.
+	for name, c := range warmCases {
+		t.Run(name, func(t *testing.T) {
+			fromCode := runIn(t, "libcontainer", pyTask(c, nil))
+			if err := os.Rename(file, file+".off"); err != nil {
+				t.Fatal(err)
+			}
+			fromSource := runIn(t, "libcontainer", pyTask(c, nil))
+			if err := os.Rename(file+".off", file); err != nil {
+				t.Fatal(err)
+			}
+			if diff := outcomeDiff(fromSource, fromCode); diff != "" {
+				t.Errorf("the run from the launcher's bytecode differs from the one from its source:\n%s", diff)
+			}
+		})
+	}
+
+	// Each runner reads what is in the state dir: what loads is used.
+	marked, err := base64.StdEncoding.DecodeString(strings.TrimSpace(run(markedLauncher).Stdout))
+	if err != nil || len(marked) < 1000 {
+		t.Fatalf("the marked launcher's bytecode: %d bytes, %v", len(marked), err)
+	}
+	other := bytes.Clone(marked)
+	other[0] ^= 0xff
+	for _, tc := range []struct {
+		name string
+		code []byte
+		want string
+	}{
+		{"marked", marked, "True 1\n"},
+		{"another interpreter's", other, "True None\n"},
+		{"not marshal data", append(bytes.Clone(marked[:4]), "\x00\xff\xfe"...), "True None\n"},
+		{"cut short", marked[:len(marked)/2], "True None\n"},
+		{"a marshalled int", append(bytes.Clone(marked[:4]), 'i', 1, 0, 0, 0), "True None\n"},
+	} {
+		if err := os.WriteFile(file, tc.code, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		res := runIn(t, "libcontainer", pyTask(launcherProbe, nil))
+		if res.Stdout != tc.want || res.ExitCode != 0 {
+			t.Errorf("%s bytecode: exit %d, %q (stderr %q); want %q", tc.name, res.ExitCode, res.Stdout, res.Stderr, tc.want)
+		}
+	}
+}
