@@ -145,7 +145,7 @@ func loadBench(work, rootfs, cfg, task string) []*loadSubject {
 	}
 	for round := range *loadRounds {
 		for _, k := range concurrencies {
-			for _, s := range subjects {
+			for _, s := range inTurn(subjects, round) {
 				if s.err == "" {
 					if err := s.measure(k); err != nil {
 						s.err = err.Error()
@@ -348,7 +348,7 @@ func loadReport(w io.Writer, subjects []*loadSubject) {
 		return
 	}
 	fmt.Fprintf(w, "\n## Throughput under load\n\n")
-	fmt.Fprintf(w, "print(45) run back to back by k clients at once (k goroutines of the bench; for serve, one in-process client per goroutine over the unix socket), %d runs per subject and k (runsc, cold and pooled: %d), %d rounds interleaved (round, then k, then subject). runs/s: median over the rounds; p50/p99: over every run of every round, each timed to the whole answer; CPU: user+sys per run of everything the subject started (for serve: the server and every process it reaped, each container's init and program among them; bare and the CLI: the bench's reaped children), median over the rounds, measured until the server is idle again with its pool refilled; host: all of the host's busy CPU per run over the same span (kernel workers included, and anything else running then). Load average before: %s.\n\n",
+	fmt.Fprintf(w, "print(45) run back to back by k clients at once (k goroutines of the bench; for serve, one in-process client per goroutine over the unix socket), %d runs per subject and k (runsc, cold and pooled: %d), %d rounds interleaved (round, then k, then subject, the subjects' order reversed every other round). runs/s: median over the rounds; p50/p99: over every run of every round, each timed to the whole answer; CPU: user+sys per run of everything the subject started (for serve: the server and every process it reaped, each container's init and program among them; bare and the CLI: the bench's reaped children), median over the rounds, measured until the server is idle again with its pool refilled; host: all of the host's busy CPU per run over the same span (kernel workers included, and anything else running then). Load average before: %s.\n\n",
 		*loadRuns, max(8, *loadRuns/4), *loadRounds, loadStart)
 	fmt.Fprintln(w, "| subject | k | runs/s | × bare | p50 | p99 | CPU/run | host CPU/run | note |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")

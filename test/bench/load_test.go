@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestRoundSpread: the ratios are paired by round; fewer than two rounds
 // give no spread.
@@ -27,5 +30,19 @@ func TestCheckSealable(t *testing.T) {
 		if err := checkSealable(bin, "/tmp/work/state"); (err == nil) != ok {
 			t.Errorf("checkSealable(%q): %v", bin, err)
 		}
+	}
+}
+
+// TestInTurn: contenders in order, then reversed, then in order again;
+// the caller's slice untouched.
+func TestInTurn(t *testing.T) {
+	xs := []string{"a", "b", "c"}
+	for turn, want := range []string{"abc", "cba", "abc", "cba"} {
+		if got := strings.Join(inTurn(xs, turn), ""); got != want {
+			t.Errorf("turn %d: %s, want %s", turn, got, want)
+		}
+	}
+	if strings.Join(xs, "") != "abc" {
+		t.Errorf("the contenders became %v", xs)
 	}
 }

@@ -188,7 +188,7 @@ func stateReport(w io.Writer, ss *stateSection) {
 		fmt.Fprintf(w, "Not measured: %s\n", ss.err)
 		return
 	}
-	fmt.Fprintf(w, "The python-data test image (numpy, pandas), cold `agentrun run`s in kept sessions, and `agentrun serve` with a warm pool of 2 (numpy and pandas preloaded; spaced: the pool full and idle before each run), %d runs per contender, interleaved. A run with keep_state restores the session's state before its code and saves it after; on the warm pool it takes a warm sandbox, the session's disk mounted on its workspace at the take.\n\n", *n)
+	fmt.Fprintf(w, "The python-data test image (numpy, pandas), cold `agentrun run`s in kept sessions, and `agentrun serve` with a warm pool of 2 (numpy and pandas preloaded; spaced: the pool full and idle before each run), %d runs per contender, interleaved, the order reversed every other time. A run with keep_state restores the session's state before its code and saves it after; on the warm pool it takes a warm sandbox, the session's disk mounted on its workspace at the take.\n\n", *n)
 	fmt.Fprintln(w, "| contender | median | p90 | CPU/run | note |")
 	fmt.Fprintln(w, "|---|---|---|---|---|")
 	byName := map[string]*contender{}

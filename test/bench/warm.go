@@ -151,7 +151,7 @@ func warmBench(work string) *warmSection {
 		}
 	}
 	for round := range *loadRounds {
-		for _, s := range ws.load {
+		for _, s := range inTurn(ws.load, round) {
 			if s.err == "" {
 				if err := s.measure(warmK); err != nil {
 					s.err = err.Error()
@@ -170,7 +170,7 @@ func warmReport(w io.Writer, ws *warmSection) {
 		fmt.Fprintf(w, "Not measured: %s\n", ws.err)
 		return
 	}
-	fmt.Fprintf(w, "The python-data test image (Debian's python3, numpy and pandas). Spaced requests at k=1: before each run, untimed, the servers are idle with their pools of 2 full. %d runs per contender, interleaved. The warm pool preloads numpy and pandas.\n\n", *n)
+	fmt.Fprintf(w, "The python-data test image (Debian's python3, numpy and pandas). Spaced requests at k=1: before each run, untimed, the servers are idle with their pools of 2 full. %d runs per contender, interleaved, the order reversed every other time. The warm pool preloads numpy and pandas.\n\n", *n)
 	fmt.Fprintln(w, "| contender | median | p90 | max | note |")
 	fmt.Fprintln(w, "|---|---|---|---|---|")
 	for _, c := range ws.k1 {
