@@ -184,7 +184,7 @@ func TestRedirectToUnlistedAddressRefusedAtDial(t *testing.T) {
 // address of a veth of the test's own, 1.2.3.4, while the test runs.
 func TestRedirectToHostsOwnPublicAddressRefused(t *testing.T) {
 	testenv.RequireRoot(t)
-	name := fmt.Sprintf("arim%d", os.Getpid()%100000)
+	name := fmt.Sprintf("%sim%d", testenv.FixtureLinkPrefix, os.Getpid()%100000)
 	link := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}
 	if err := netlink.LinkAdd(link); err != nil {
 		t.Fatal(err)

@@ -49,7 +49,7 @@ func TestSetupClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := testenv.NoLeaks(t, "art-") // proxy test fixtures, maybe in another process
+	before := testenv.NoLeaks(t)
 	hostNS := nsInode(t, "/proc/self/ns/net")
 
 	n, err := subnets.Setup()
@@ -280,7 +280,7 @@ func TestIsolation(t *testing.T) {
 func TestConcurrentSetups(t *testing.T) {
 	testenv.RequireRoot(t)
 	subnets, _ := NewSubnets(DefaultCIDR)
-	testenv.NoLeaks(t, "art-") // proxy test fixtures, maybe in another process
+	testenv.NoLeaks(t)
 	const runs = 20
 	nets := make([]*Net, runs)
 	errs := make([]error, runs)
@@ -323,7 +323,7 @@ func TestSetupRollback(t *testing.T) {
 	for _, step := range []string{"gateway", "sandbox"} {
 		t.Run(step, func(t *testing.T) {
 			subnets, _ := NewSubnets(DefaultCIDR)
-			testenv.NoLeaks(t, "art-") // proxy test fixtures, maybe in another process
+			testenv.NoLeaks(t)
 			injected := errors.New("injected failure")
 			setupHook = func(s string) error {
 				if s == step {

@@ -23,7 +23,7 @@ import (
 func TestProxyOpenDeniesUntilBound(t *testing.T) {
 	testenv.RequireRoot(t)
 	in := proxytest.NewInternet(t)
-	testenv.NoLeaks(t, fixturePrefix)
+	testenv.NoLeaks(t)
 	r := openRun(t, in)
 
 	for _, network := range []string{"udp4", "tcp4"} {
@@ -100,7 +100,7 @@ func TestProxyOpenDeniesUntilBound(t *testing.T) {
 func TestProxyBindFailureLeavesItUnbound(t *testing.T) {
 	testenv.RequireRoot(t)
 	in := proxytest.NewInternet(t)
-	testenv.NoLeaks(t, fixturePrefix)
+	testenv.NoLeaks(t)
 	r := openRun(t, in)
 	if err := r.px.Bind(Policy{MaxConns: -1}); err == nil {
 		t.Fatal("Bind of a negative limit succeeded")

@@ -69,7 +69,7 @@ func hostOwnPolicy(in *proxytest.Internet, veth, loop netip.AddrPort) Policy {
 func TestProxyHostOwn(t *testing.T) {
 	testenv.RequireRoot(t)
 	in := proxytest.NewInternet(t)
-	testenv.NoLeaks(t, fixturePrefix)
+	testenv.NoLeaks(t)
 	accepted := make(chan net.Conn, 4)
 	veth := hostListener(t, in.HostIP, accepted)
 	loop := hostListener(t, netip.MustParseAddr("127.0.0.1"), accepted)

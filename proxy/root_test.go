@@ -28,9 +28,7 @@ import (
 	"github.com/agentrun/agentrun/test/testenv"
 )
 
-// Tests here need root: they build namespaces and veths. Links the tests
-// create in the host namespace are named with this prefix.
-const fixturePrefix = proxytest.VethPrefix
+// Tests here need root: they build namespaces and veths.
 
 // run is one sandbox network with a proxy, seen from the sandbox.
 type run struct {
@@ -219,7 +217,7 @@ func (r *run) wantDenied(host string, port int, reason string) {
 func TestProxyEndToEnd(t *testing.T) {
 	testenv.RequireRoot(t)
 	in := proxytest.NewInternet(t)
-	testenv.NoLeaks(t, fixturePrefix)
+	testenv.NoLeaks(t)
 	r := startRun(t, in, policyFor(in))
 
 	t.Run("explicit https", func(t *testing.T) {
@@ -516,7 +514,7 @@ func TestProxyMaxConns(t *testing.T) {
 func TestProxyCloseCutsConnections(t *testing.T) {
 	testenv.RequireRoot(t)
 	in := proxytest.NewInternet(t)
-	testenv.NoLeaks(t, fixturePrefix)
+	testenv.NoLeaks(t)
 	n, err := subnets.Setup()
 	if err != nil {
 		t.Fatal(err)

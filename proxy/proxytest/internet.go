@@ -28,10 +28,13 @@ import (
 
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
+
+	"github.com/agentrun/agentrun/test/testenv"
 )
 
-// VethPrefix starts the name of the host end of an Internet's veth.
-const VethPrefix = "art-"
+// VethPrefix starts the name of the host end of an Internet's veth: the
+// prefix of every test's own host links, which leak checks pass over.
+const VethPrefix = testenv.FixtureLinkPrefix
 
 // InNS runs fn on a locked thread inside ns (None: where it is); the thread is discarded if
 // it cannot be moved back.

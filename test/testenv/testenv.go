@@ -334,21 +334,28 @@ func (s Snapshot) HasLink(index int, name string) bool {
 	return s.links[fmt.Sprintf("%d:%s", index, name)]
 }
 
+// FixtureLinkPrefix starts the name of every host link a test makes for
+// itself (a fake Internet's veth, a veth that gives the host an address):
+// go test runs packages in parallel processes, so a leak check passes over
+// these, which another package's test may be making at the same time.
+// Tests in packages this one imports spell it out ("art-").
+const FixtureLinkPrefix = "art-"
+
 // NoLeaks records the host's links and this process's fds and goroutines
 // now and, when t ends, checks them as CheckNoLeak does: after the test's
 // deferred calls and the clean-ups registered after it, so that a test
 // that fails half-way is checked too. It returns what it recorded.
-func NoLeaks(t testing.TB, ignorePrefix string) Snapshot {
+func NoLeaks(t testing.TB) Snapshot {
 	t.Helper()
 	before := TakeSnapshot(t)
-	t.Cleanup(func() { CheckNoLeak(t, before, ignorePrefix) })
+	t.Cleanup(func() { CheckNoLeak(t, before) })
 	return before
 }
 
 // CheckNoLeak compares the host and this process with before, waiting a
-// little for goroutines to end. Links named with ignorePrefix are
-// fixtures that tests in another process may be making at the same time.
-func CheckNoLeak(t testing.TB, before Snapshot, ignorePrefix string) {
+// little for goroutines to end. Links named with FixtureLinkPrefix are
+// other tests' fixtures and are passed over.
+func CheckNoLeak(t testing.TB, before Snapshot) {
 	t.Helper()
 	var after Snapshot
 	deadline := time.Now().Add(5 * time.Second)
@@ -360,7 +367,7 @@ func CheckNoLeak(t testing.TB, before Snapshot, ignorePrefix string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	for l := range after.links {
-		if !before.links[l] && !strings.Contains(l, ":"+ignorePrefix) {
+		if !before.links[l] && !strings.Contains(l, ":"+FixtureLinkPrefix) {
 			t.Errorf("host link %s appeared", l)
 		}
 	}
