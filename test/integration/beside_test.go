@@ -47,7 +47,7 @@ func TestBesideAnotherAgentrun(t *testing.T) {
 		}
 		done <- err
 	}()
-	if !waitSandboxProcess(t, other, "python", time.Minute) {
+	if !waitSandboxProcess(t, other, pythonProgram, time.Minute) {
 		t.Fatalf("the other agentrun's run did not start: %s", s.log())
 	}
 	// What the suite's leak checks would have counted before they were
@@ -80,7 +80,7 @@ func TestBesideAnotherAgentrun(t *testing.T) {
 		t.Errorf("the other agentrun's run was answered: %v", err)
 	default:
 	}
-	if !waitSandboxProcess(t, other, "python", 0) {
+	if !waitSandboxProcess(t, other, pythonProgram, 0) {
 		t.Error("the other agentrun's run is gone")
 	}
 	leave()

@@ -50,7 +50,7 @@ func TestSIGTERMCleansUp(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if !waitSandboxProcess(t, scope, "python", time.Minute) {
+	if !waitSandboxProcess(t, scope, pythonProgram, time.Minute) {
 		cmd.Process.Kill()
 		cmd.Wait()
 		t.Fatal("the program did not start within a minute")

@@ -23,6 +23,7 @@ import (
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/runtime/runc"
+	"github.com/agentrun/agentrun/runtime/spec"
 	"github.com/agentrun/agentrun/test/testenv"
 )
 
@@ -200,6 +201,11 @@ func hostLeaksExcept(live string) []string { return scope.Leaks(live) }
 // root, of the cgroups that hold the suite's libcontainer and runsc runs.
 func lcParent() string    { return strings.TrimPrefix(scope.CgroupParent, "/") }
 func runscParent() string { return strings.TrimPrefix(scope.RunscCgroupParent(), "/") }
+
+// pythonProgram is in the command line of a Python run's interpreter (its
+// code file), and in no other process of a sandbox: not in the interpreter
+// that compiles the run launcher, which a serve's first Python run starts.
+var pythonProgram = spec.WorkspaceDir + "/" + task.CodeFileName("python")
 
 // waitSandboxProcess waits, up to wait (0: looks once), until a process
 // runs as one of the sandbox uids of sc with word in its command line (a
