@@ -46,11 +46,11 @@ func cmdMCP(args []string, stderr io.Writer) int {
 			logf("--local and --server (or $AGENTRUN_SERVER) exclude each other")
 			return 2
 		}
-		srv, code := local(*cfgPath, logf)
+		srv, closeRunner, code := local(*cfgPath, logf)
 		if srv == nil {
 			return code
 		}
-		return serveStdio(ctx, srv, logf)
+		return closed(serveStdio(ctx, srv, logf), closeRunner, logf)
 	}
 	explicit := *serverAddr != ""
 	addr := *serverAddr
@@ -68,16 +68,31 @@ func cmdMCP(args []string, stderr io.Writer) int {
 		return 1
 	}
 	if ferr != nil {
-		var code int
-		if srv, code = local(*cfgPath, logf); srv == nil {
+		srv, closeRunner, code := local(*cfgPath, logf)
+		if srv == nil {
 			return code
 		}
+		return closed(serveStdio(ctx, srv, logf), closeRunner, logf)
 	} else if *cfgPath != "" {
 		logf("--config is the server's own when forwarding to %s", addr)
 		srv.Close()
 		return 2
 	}
 	return serveStdio(ctx, srv, logf)
+}
+
+// closed closes the runner of a local server once its calls have ended
+// (serveStdio waits for them): the launcher's compile going on, if any,
+// is stopped and its sandbox torn down, the shared tool servers stop, and
+// the audit log is closed. A failure there turns exit status 0 into 1.
+func closed(code int, closeRunner func() error, logf func(string, ...any)) int {
+	if err := closeRunner(); err != nil {
+		logf("%v", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
 }
 
 func serveStdio(ctx context.Context, srv *mcpserver.Server, logf func(string, ...any)) int {
@@ -115,22 +130,23 @@ func forward(ctx context.Context, addr string, logf func(string, ...any)) (*mcps
 }
 
 // local makes the server that runs tasks in this process, as serve would:
-// the same policy, quotas and admission.
-func local(cfgPath string, logf func(string, ...any)) (*mcpserver.Server, int) {
+// the same policy, quotas and admission; closeRunner closes its runner and
+// audit log, once the server's calls have ended.
+func local(cfgPath string, logf func(string, ...any)) (srv *mcpserver.Server, closeRunner func() error, code int) {
 	cfg, err := config.Load(cfgPath)
 	if err != nil {
 		logf("%v", err)
-		return nil, 1
+		return nil, nil, 1
 	}
-	r, _, err := openRunner(cfg, cfg.Audit, logf)
+	r, closeRunner, err := openRunner(cfg, cfg.Audit, logf)
 	if err != nil {
 		logf("%v", err)
-		return nil, 1
+		return nil, nil, 1
 	}
 	longLived(r, logf)
 	api := server.New(cfg, r.Run, nil)
 	api.Sessions = r.Sessions()
-	srv := mcpserver.New(cfg, api.RunTask, logf)
+	srv = mcpserver.New(cfg, api.RunTask, logf)
 	srv.AddSessions(api.Sessions)
-	return srv, 0
+	return srv, closeRunner, 0
 }

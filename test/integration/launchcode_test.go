@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -29,13 +30,10 @@ src = b"import builtins\nbuiltins.marker = 1\n" + open("/dev/agentrun-run.py", "
 c = compile(src, "/dev/agentrun-run.py", "exec", dont_inherit=True)
 print(binascii.b2a_base64(m + marshal.dumps(c)).decode().strip())`
 
-// TestLauncherBytecode: a long-lived runner has the image's own
-// interpreter compile the run launcher once, in a sandbox of its own, and
-// the runs after it, of any runner, load the launcher from that bytecode,
-// mounted read-only: a run cannot change it, and its runs give what runs
-// of the launcher's source give. Bytecode of another interpreter, or that
-// does not load as code, is passed over for the source.
-func TestLauncherBytecode(t *testing.T) {
+// noLauncherCode removes the suite's kept launcher bytecode, now and when
+// t ends, and returns the directory that keeps it.
+func noLauncherCode(t *testing.T) string {
+	t.Helper()
 	dir := filepath.Join(stateDir, "launcher")
 	clear := func() {
 		if err := os.RemoveAll(dir); err != nil {
@@ -44,6 +42,17 @@ func TestLauncherBytecode(t *testing.T) {
 	}
 	clear()
 	t.Cleanup(clear)
+	return dir
+}
+
+// TestLauncherBytecode: a long-lived runner has the image's own
+// interpreter compile the run launcher once, in a sandbox of its own, and
+// the runs after it, of any runner, load the launcher from that bytecode,
+// mounted read-only: a run cannot change it, and its runs give what runs
+// of the launcher's source give. Bytecode of another interpreter, or that
+// does not load as code, is passed over for the source.
+func TestLauncherBytecode(t *testing.T) {
+	dir := noLauncherCode(t)
 	cfg := testConfig(t)
 	r, err := runner.New(cfg, nil)
 	if err != nil {
@@ -152,5 +161,31 @@ for p in ("/dev/agentrun-run.pyc", "/dev/agentrun-start.py", "/dev/agentrun-run.
 		if res.Stdout != tc.want || res.ExitCode != 0 {
 			t.Errorf("%s bytecode: exit %d, %q (stderr %q); want %q", tc.name, res.ExitCode, res.Stdout, res.Stderr, tc.want)
 		}
+	}
+}
+
+// TestMCPLocalExitEndsLauncherCompile: an `agentrun mcp --local` whose
+// client leaves while the run launcher's compile goes on (its first Python
+// run started it) ends that compile's sandbox before it exits, and leaves
+// nothing of it on the host. A CPU quota of 1% for every sandbox keeps the
+// compile going for seconds after the run's answer (its 1s timeout).
+func TestMCPLocalExitEndsLauncherCompile(t *testing.T) {
+	dir := noLauncherCode(t)
+	cfg := writeConfig(t, map[string]any{"image": pythonImage, "state_dir": stateDir,
+		"store_dir": filepath.Join(stateDir, "store"), "limits": map[string]any{"cpus": 0.01}})
+	m := startRawMCP(t, exec.Command(agentrunBin(t), "mcp", "--local", "--config", cfg))
+	m.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_code","arguments":{"code":"print(1)","timeout":"1s"}}}`)
+	m.expect(t, `"id":2`)
+	if !waitSandboxProcess(t, scope, "marshal", 10*time.Second) {
+		t.Fatal("no launcher compile was going on when the client left: the test proves nothing")
+	}
+	m.in.Close()
+	m.exits(t)
+	if code := m.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("agentrun mcp exited %d; want 0", code)
+	}
+	assertNoLeaks(t)
+	if ents, _ := os.ReadDir(dir); len(ents) > 0 {
+		t.Errorf("%s holds %d files after a compile that was stopped", dir, len(ents))
 	}
 }
