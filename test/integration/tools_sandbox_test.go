@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -407,5 +408,33 @@ func TestToolsSharedServer(t *testing.T) {
 		t.Errorf("Close: %v", err)
 	}
 	closed = true
+	assertToolsClean(t, cfg, entry)
+}
+
+// TestMCPLocalExitStopsSharedServer: an `agentrun mcp --local` whose
+// client leaves stops the shared tool server its run started before it
+// exits, and leaves no process or cgroup of it.
+func TestMCPLocalExitStopsSharedServer(t *testing.T) {
+	entry := everythingEntry(t)
+	path := writeConfig(t, map[string]any{"image": pythonImage, "state_dir": stateDir, "store_dir": filepath.Join(stateDir, "store"),
+		"tools": map[string]any{"ev": map[string]any{"command": []string{nodePath(t), entry, "stdio"}, "shared": true,
+			"rules": []map[string]any{{"tools": []string{"echo"}}}}}})
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := startRawMCP(t, exec.Command(agentrunBin(t), "mcp", "--local", "--config", path))
+	call, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": map[string]any{"name": "run_code",
+		"arguments": map[string]any{"code": "import agentrun_tools\nprint(agentrun_tools.call('ev', 'echo', message='shared'))", "tools": []string{"ev"}}}})
+	m.send(t, string(call))
+	m.expect(t, `Echo: shared`)
+	if len(serverProcs(entry)) != 1 {
+		t.Fatalf("the shared server's processes after the run: %v; want one", serverProcs(entry))
+	}
+	m.in.Close()
+	m.exits(t)
+	if code := m.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("agentrun mcp exited %d; want 0", code)
+	}
 	assertToolsClean(t, cfg, entry)
 }
