@@ -73,7 +73,8 @@ func cmdMCP(args []string, stderr io.Writer) int {
 			return code
 		}
 		return closed(serveStdio(ctx, srv, logf), closeRunner, logf)
-	} else if *cfgPath != "" {
+	}
+	if *cfgPath != "" {
 		logf("--config is the server's own when forwarding to %s", addr)
 		srv.Close()
 		return 2
