@@ -164,28 +164,58 @@ for p in ("/dev/agentrun-run.pyc", "/dev/agentrun-start.py", "/dev/agentrun-run.
 	}
 }
 
-// TestMCPLocalExitEndsLauncherCompile: an `agentrun mcp --local` whose
-// client leaves while the run launcher's compile goes on (its first Python
-// run started it) ends that compile's sandbox before it exits, and leaves
-// nothing of it on the host. A CPU quota of 1% for every sandbox keeps the
-// compile going for seconds after the run's answer (its 1s timeout).
-func TestMCPLocalExitEndsLauncherCompile(t *testing.T) {
-	dir := noLauncherCode(t)
-	cfg := writeConfig(t, map[string]any{"image": pythonImage, "state_dir": stateDir,
-		"store_dir": filepath.Join(stateDir, "store"), "limits": map[string]any{"cpus": 0.01}})
-	m := startRawMCP(t, exec.Command(agentrunBin(t), "mcp", "--local", "--config", cfg))
-	m.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_code","arguments":{"code":"print(1)","timeout":"1s"}}}`)
-	m.expect(t, `"id":2`)
-	if !waitSandboxProcess(t, scope, "marshal", 10*time.Second) {
-		t.Fatal("no launcher compile was going on when the client left: the test proves nothing")
+// TestExitEndsLauncherCompile: a long-lived agentrun that ends while the
+// run launcher's compile goes on (its first Python run started it), an
+// `agentrun mcp --local` whose client leaves and a serve sent SIGTERM,
+// ends that compile's sandbox before it exits, and leaves nothing of it
+// on the host. A CPU quota of 1% for every sandbox keeps the compile going
+// for seconds after the run's answer (its 1s timeout).
+func TestExitEndsLauncherCompile(t *testing.T) {
+	slow := map[string]any{"cpus": 0.01}
+	compiling := func(t *testing.T) {
+		t.Helper()
+		if !waitSandboxProcess(t, scope, "marshal", 10*time.Second) {
+			t.Fatal("no launcher compile was going on when agentrun was told to end: the test proves nothing")
+		}
 	}
-	m.in.Close()
-	m.exits(t)
-	if code := m.cmd.ProcessState.ExitCode(); code != 0 {
-		t.Errorf("agentrun mcp exited %d; want 0", code)
-	}
-	assertNoLeaks(t)
-	if ents, _ := os.ReadDir(dir); len(ents) > 0 {
-		t.Errorf("%s holds %d files after a compile that was stopped", dir, len(ents))
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T)
+	}{
+		{"mcp --local", func(t *testing.T) {
+			cfg := writeConfig(t, map[string]any{"image": pythonImage, "state_dir": stateDir,
+				"store_dir": filepath.Join(stateDir, "store"), "limits": slow})
+			m := startRawMCP(t, exec.Command(agentrunBin(t), "mcp", "--local", "--config", cfg))
+			m.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_code","arguments":{"code":"print(1)","timeout":"1s"}}}`)
+			m.expect(t, `"id":2`)
+			compiling(t)
+			m.in.Close()
+			m.exits(t)
+			if code := m.cmd.ProcessState.ExitCode(); code != 0 {
+				t.Errorf("agentrun mcp exited %d; want 0", code)
+			}
+		}},
+		{"serve", func(t *testing.T) {
+			cfg := serveConfig(map[string]any{"listen": "unix://" + filepath.Join(t.TempDir(), "agentrun.sock")},
+				map[string]any{"local_images": []string{*imagesDir}})
+			cfg["limits"] = slow
+			s := startServeWith(t, cfg)
+			var res result.Result
+			s.post(`{"code": "print(1)", "limits": {"timeout": "1s"}}`, &res)
+			if !res.TimedOut {
+				t.Errorf("the run: %+v; want it timed out", res)
+			}
+			compiling(t)
+			s.stop()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := noLauncherCode(t)
+			tc.run(t)
+			assertNoLeaks(t)
+			if ents, _ := os.ReadDir(dir); len(ents) > 0 {
+				t.Errorf("%s holds %d files after a compile that was stopped", dir, len(ents))
+			}
+		})
 	}
 }
