@@ -131,15 +131,16 @@ func forward(ctx context.Context, addr string, logf func(string, ...any)) (*mcps
 }
 
 // local makes the server that runs tasks in this process, as serve would:
-// the same policy, quotas and admission; closeRunner closes its runner and
-// audit log, once the server's calls have ended.
+// the same policy, quotas and admission; closeRunner stops what it runs
+// in the background and closes its runner and audit log, once the
+// server's calls have ended.
 func local(cfgPath string, logf func(string, ...any)) (srv *mcpserver.Server, closeRunner func() error, code int) {
 	cfg, err := config.Load(cfgPath)
 	if err != nil {
 		logf("%v", err)
 		return nil, nil, 1
 	}
-	r, closeRunner, err := openRunner(cfg, cfg.Audit, logf)
+	r, closeLog, err := openRunner(cfg, cfg.Audit, logf)
 	if err != nil {
 		logf("%v", err)
 		return nil, nil, 1
@@ -149,5 +150,7 @@ func local(cfgPath string, logf func(string, ...any)) (srv *mcpserver.Server, cl
 	api.Sessions = r.Sessions()
 	srv = mcpserver.New(cfg, api.RunTask, logf)
 	srv.AddSessions(api.Sessions)
-	return srv, closeRunner, 0
+	// As serve's daemon does: the approval webhook's senders, then the
+	// runner and the log.
+	return srv, func() error { api.Close(); return closeLog() }, 0
 }
