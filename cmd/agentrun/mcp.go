@@ -46,11 +46,7 @@ func cmdMCP(args []string, stderr io.Writer) int {
 			logf("--local and --server (or $AGENTRUN_SERVER) exclude each other")
 			return 2
 		}
-		srv, closeRunner, code := local(*cfgPath, logf)
-		if srv == nil {
-			return code
-		}
-		return closed(serveStdio(ctx, srv, logf), closeRunner, logf)
+		return serveLocal(ctx, *cfgPath, logf)
 	}
 	explicit := *serverAddr != ""
 	addr := *serverAddr
@@ -68,11 +64,7 @@ func cmdMCP(args []string, stderr io.Writer) int {
 		return 1
 	}
 	if ferr != nil {
-		srv, closeRunner, code := local(*cfgPath, logf)
-		if srv == nil {
-			return code
-		}
-		return closed(serveStdio(ctx, srv, logf), closeRunner, logf)
+		return serveLocal(ctx, *cfgPath, logf)
 	}
 	if *cfgPath != "" {
 		logf("--config is the server's own when forwarding to %s", addr)
@@ -82,11 +74,17 @@ func cmdMCP(args []string, stderr io.Writer) int {
 	return serveStdio(ctx, srv, logf)
 }
 
-// closed closes the runner of a local server once its calls have ended
-// (serveStdio waits for them): the launcher's compile going on, if any,
-// is stopped and its sandbox torn down, the shared tool servers stop, and
-// the audit log is closed. A failure there turns exit status 0 into 1.
-func closed(code int, closeRunner func() error, logf func(string, ...any)) int {
+// serveLocal serves MCP over stdio with the server local makes, then,
+// once its calls have ended (serveStdio waits for them), closes what it
+// made: the launcher's compile going on, if any, is stopped and its
+// sandbox torn down, the shared tool servers stop, and the audit log is
+// closed. A failure there turns exit status 0 into 1.
+func serveLocal(ctx context.Context, cfgPath string, logf func(string, ...any)) int {
+	srv, closeRunner, code := local(cfgPath, logf)
+	if srv == nil {
+		return code
+	}
+	code = serveStdio(ctx, srv, logf)
 	if err := closeRunner(); err != nil {
 		logf("%v", err)
 		if code == 0 {
