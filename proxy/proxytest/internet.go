@@ -32,10 +32,6 @@ import (
 	"github.com/agentrun/agentrun/test/testenv"
 )
 
-// VethPrefix starts the name of the host end of an Internet's veth: the
-// prefix of every test's own host links, which leak checks pass over.
-const VethPrefix = testenv.FixtureLinkPrefix
-
 // InNS runs fn on a locked thread inside ns (None: where it is); the thread is discarded if
 // it cannot be moved back.
 func InNS(ns vnetns.NsHandle, fn func() error) error {
@@ -92,7 +88,8 @@ func (in *Internet) Received() []string {
 }
 
 // NewInternet starts a fake internet host; t.Cleanup removes it, its
-// namespace and its veth (named with the prefix VethPrefix).
+// namespace and its veth (named with testenv.FixtureLinkPrefix, which
+// leak checks pass over).
 func NewInternet(t testing.TB) *Internet {
 	t.Helper()
 	idx := mrand.IntN(1 << 14) // a random /29 in 198.18.0.0/15
@@ -110,7 +107,7 @@ func NewInternet(t testing.TB) *Internet {
 	}
 	t.Cleanup(func() { ns.Close() })
 
-	name := fmt.Sprintf("%s%08x", VethPrefix, mrand.Uint32())
+	name := fmt.Sprintf("%s%08x", testenv.FixtureLinkPrefix, mrand.Uint32())
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: "inet0", PeerNamespace: netlink.NsFd(int(ns))}
 	if err := netlink.LinkAdd(veth); err != nil {
 		t.Fatalf("creating veth %s: %v", name, err)

@@ -26,6 +26,7 @@ import (
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/proxy"
 	"github.com/agentrun/agentrun/proxy/proxytest"
+	"github.com/agentrun/agentrun/test/testenv"
 )
 
 // netConfig names the fake internet host and three rebinding traps, and
@@ -534,7 +535,7 @@ func hostLinks(t *testing.T) int {
 	}
 	n := 0
 	for _, l := range links {
-		if !strings.HasPrefix(l.Attrs().Name, proxytest.VethPrefix) {
+		if !strings.HasPrefix(l.Attrs().Name, testenv.FixtureLinkPrefix) {
 			n++
 		}
 	}
