@@ -169,7 +169,9 @@ for p in ("/dev/agentrun-run.pyc", "/dev/agentrun-start.py", "/dev/agentrun-run.
 // `agentrun mcp --local` whose client leaves and a serve sent SIGTERM,
 // ends that compile's sandbox before it exits, and leaves nothing of it
 // on the host. A CPU quota of 1% for every sandbox keeps the compile going
-// for seconds after the run's answer (its 1s timeout).
+// for seconds after the run's answer (its 100 ms timeout): the compile's
+// sandbox has the interpreter and the init of libcontainer to run at 1%,
+// tens of milliseconds of CPU.
 func TestExitEndsLauncherCompile(t *testing.T) {
 	slow := map[string]any{"cpus": 0.01}
 	compiling := func(t *testing.T) {
@@ -186,7 +188,7 @@ func TestExitEndsLauncherCompile(t *testing.T) {
 			cfg := writeConfig(t, map[string]any{"image": pythonImage, "state_dir": stateDir,
 				"store_dir": filepath.Join(stateDir, "store"), "limits": slow})
 			m := startRawMCP(t, exec.Command(agentrunBin(t), "mcp", "--local", "--config", cfg))
-			m.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_code","arguments":{"code":"print(1)","timeout":"1s"}}}`)
+			m.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_code","arguments":{"code":"print(1)","timeout":"100ms"}}}`)
 			m.expect(t, `"id":2`)
 			compiling(t)
 			m.in.Close()
@@ -201,7 +203,7 @@ func TestExitEndsLauncherCompile(t *testing.T) {
 			cfg["limits"] = slow
 			s := startServeWith(t, cfg)
 			var res result.Result
-			s.post(`{"code": "print(1)", "limits": {"timeout": "1s"}}`, &res)
+			s.post(`{"code": "print(1)", "limits": {"timeout": "100ms"}}`, &res)
 			if !res.TimedOut {
 				t.Errorf("the run: %+v; want it timed out", res)
 			}
