@@ -21,8 +21,9 @@ import (
 )
 
 // Pool keeps sandboxes set up ahead of demand: their state dir, workspace
-// and prepared container (a libcontainer init stopped just before the exec
-// of the program, a runsc sandbox created and not started). A run that
+// and prepared container (on libcontainer, started up to the program's own
+// exec, which waits for its run's hand-over: backend.Container.Ahead; a
+// runsc sandbox created and not started). A run that
 // finds one ready skips all of its set-up; each sandbox serves one run
 // only and is destroyed after it.
 //

@@ -790,7 +790,7 @@ func (s *sandboxSetup) warmLauncher() error {
 	if err != nil {
 		return fmt.Errorf("writing the warm launcher: %w", err)
 	}
-	if s.handover, err = backend.NewHandover(); err != nil {
+	if s.handover, err = backend.NewHandover("warm program"); err != nil {
 		return err
 	}
 	s.launchOpts = append(s.launchOpts, spec.WithArgs(s.req.warm...), spec.WithReadonlyFile(path, LauncherPath))
@@ -826,7 +826,8 @@ func (s *sandboxSetup) buildSpec() error {
 func (s *sandboxSetup) prepare(ctx context.Context) error {
 	sb := s.sb
 	var err error
-	if sb.prep, err = s.be.Prepare(ctx, &backend.Container{ID: sb.id, Spec: sb.spec, Handover: s.handover}); err != nil {
+	c := &backend.Container{ID: sb.id, Spec: sb.spec, Handover: s.handover, Ahead: s.req.pooled}
+	if sb.prep, err = s.be.Prepare(ctx, c); err != nil {
 		return err
 	}
 	sb.undo.Add(sb.prep.Destroy)

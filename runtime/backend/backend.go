@@ -27,6 +27,12 @@ type Container struct {
 	// its Ready; and Exec hands over through it instead of letting the
 	// program start. Prepare takes it: the Prepared closes it.
 	Handover *Handover
+	// Ahead says that the container is prepared ahead of its run (a
+	// pooled one): a backend may take the start of its program further
+	// than a cold run's, up to just before the program's own exec, since
+	// its run does not wait for that. Exec's work, and the program's, are
+	// the same either way.
+	Ahead bool
 }
 
 // Program is what a Prepared's Exec gives the program: its input, and the

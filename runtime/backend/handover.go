@@ -15,9 +15,12 @@ import (
 	"github.com/agentrun/agentrun/internal/untrusted"
 )
 
-// Handover is the control channel of a warm sandbox, whose program (a
-// launcher) is started as the sandbox is prepared and waits there for its
-// run: a socket pair, one end agentrun's, the other passed to the program.
+// Handover is the control channel of a sandbox whose program is started
+// as the sandbox is prepared and waits there for its run: a warm
+// sandbox's launcher, or the start of a pooled sandbox's program
+// (runtime/runc: agentrun-seccomp --handover, which then executes the
+// program). It is a socket pair, one end agentrun's, the other passed to
+// the program.
 // The program says once that it is ready (or why it failed); at the run's
 // start agentrun says "go", the program acknowledges, agentrun closes its
 // end, and the program, having read that close, closes its own before it
@@ -31,17 +34,21 @@ import (
 type Handover struct {
 	conn  *os.File // agentrun's end: non-blocking, close-on-exec
 	child *os.File // the program's end, until the backend has passed it on
+	// program names what waits on the other end, in errors.
+	program string
 }
 
-// FDArg, as an argument of a warm program's argv, is replaced by the
+// FDArg, as an argument of a waiting program's argv, is replaced by the
 // number of the descriptor at which the program gets its end (Child).
 const FDArg = "{handover-fd}"
 
 // handoverLine bounds one message of the channel.
 const handoverLine = 1024
 
-// NewHandover makes the channel.
-func NewHandover() (*Handover, error) {
+// NewHandover makes the channel to program, which errors name: "warm
+// program" (a warm sandbox's launcher), "program's start" (the start a
+// pooled sandbox's program waits in).
+func NewHandover(program string) (*Handover, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("creating the hand-over socket pair: %w", err)
@@ -52,7 +59,7 @@ func NewHandover() (*Handover, error) {
 		unix.Close(fds[1])
 		return nil, fmt.Errorf("hand-over socket: %w", err)
 	}
-	return &Handover{conn: os.NewFile(uintptr(fds[0]), "handover"), child: os.NewFile(uintptr(fds[1]), "handover-child")}, nil
+	return &Handover{conn: os.NewFile(uintptr(fds[0]), "handover"), child: os.NewFile(uintptr(fds[1]), "handover-child"), program: program}, nil
 }
 
 // Child is the program's end, for the backend to pass at descriptor fd,
@@ -85,13 +92,13 @@ func (h *Handover) Ready(wait time.Duration) error {
 	line, err := h.line(context.Background(), wait)
 	switch {
 	case err != nil:
-		return fmt.Errorf("waiting for the warm program: %w", err)
+		return fmt.Errorf("waiting for the %s: %w", h.program, err)
 	case line == "ready":
 		return nil
 	case strings.HasPrefix(line, "fail "):
-		return fmt.Errorf("warm program: %s", strings.TrimPrefix(line, "fail "))
+		return fmt.Errorf("%s: %s", h.program, strings.TrimPrefix(line, "fail "))
 	}
-	return fmt.Errorf("warm program said %q, not that it is ready", line)
+	return fmt.Errorf("the %s said %q, not that it is ready", h.program, line)
 }
 
 // Go hands the sandbox over to the program: it sends "go", waits at most
@@ -114,7 +121,7 @@ func (h *Handover) Go(ctx context.Context, wait time.Duration) error {
 		return fmt.Errorf("handing over: %w", err)
 	}
 	if line != "ok" {
-		return fmt.Errorf("handing over: the warm program said %q, not ok", line)
+		return fmt.Errorf("handing over: the %s said %q, not ok", h.program, line)
 	}
 	h.Close()
 	return nil
@@ -130,7 +137,7 @@ func (h *Handover) Close() {
 }
 
 // errClosed is the program's end closing before a whole line.
-var errClosed = errors.New("the warm program closed its end (or ended)")
+var errClosed = errors.New("closed its end (or ended)")
 
 // line reads one message, without its newline, within wait and ctx. A
 // line longer than handoverLine, or a close before its newline, is an
@@ -163,14 +170,14 @@ func (h *Handover) line(ctx context.Context, wait time.Duration) (string, error)
 		case ctx.Err() != nil:
 			return "", ctx.Err()
 		case errors.Is(err, os.ErrDeadlineExceeded):
-			return "", fmt.Errorf("no answer from the warm program within %v", wait)
+			return "", fmt.Errorf("no answer from the %s within %v", h.program, wait)
 		case err != nil && !errors.Is(err, io.EOF):
 			return "", err
 		}
 		if len(buf) > 0 {
-			return "", fmt.Errorf("%w after %q", errClosed, untrusted.Text(string(buf)))
+			return "", fmt.Errorf("the %s %w after %q", h.program, errClosed, untrusted.Text(string(buf)))
 		}
-		return "", errClosed
+		return "", fmt.Errorf("the %s %w", h.program, errClosed)
 	}
-	return "", fmt.Errorf("a line from the warm program longer than %d bytes", handoverLine)
+	return "", fmt.Errorf("a line from the %s longer than %d bytes", h.program, handoverLine)
 }

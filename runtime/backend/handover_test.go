@@ -47,7 +47,7 @@ func program(t *testing.T, h *Handover, say string) <-chan string {
 // TestHandover: ready, then go, ok and agentrun's close; the program
 // reads "go" and then the end of the channel.
 func TestHandover(t *testing.T) {
-	h, err := NewHandover()
+	h, err := NewHandover("warm program")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestHandoverRefusesWhatIsNotReady(t *testing.T) {
 		{"", "closed its end"},
 		{strings.Repeat("r", 2000), "longer than 1024 bytes"},
 	} {
-		h, err := NewHandover()
+		h, err := NewHandover("warm program")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +99,7 @@ func TestHandoverRefusesWhatIsNotReady(t *testing.T) {
 		f.Close()
 		h.Close()
 	}
-	h, err := NewHandover()
+	h, err := NewHandover("warm program")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestHandoverRefusesWhatIsNotReady(t *testing.T) {
 // before it runs the task; the program reads its end-of-file only once
 // the caller (having killed the sandbox) closes the channel.
 func TestHandoverLateOK(t *testing.T) {
-	h, err := NewHandover()
+	h, err := NewHandover("warm program")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/agentrun/agentrun/internal/state"
 	"github.com/agentrun/agentrun/runtime/backend"
 	"github.com/agentrun/agentrun/runtime/cgroup"
+	"github.com/agentrun/agentrun/runtime/spec"
 )
 
 // Backend runs containers with libcontainer. Its zero value is not usable:
@@ -57,7 +59,8 @@ func New(stateDir string) (*Backend, error) {
 // Traits: libcontainer runs on the shared image rootfs, and a prepared
 // container's init waits for the exec of the program, so it can be pooled;
 // or it execs the program at once, which then waits for its hand-over
-// (warm).
+// (warm). A pooled container (Container.Ahead) whose filter the helper
+// loads goes further ahead: see Prepare.
 func (b *Backend) Traits() backend.Traits {
 	return backend.Traits{CgroupParent: b.cgroupParent(), Poolable: true, Warm: true}
 }
@@ -74,8 +77,10 @@ func (b *Backend) cgroupParent() string {
 }
 
 // Prepared is a container whose init has done all of its set-up
-// (namespaces, cgroup, mounts, pivot_root) and waits to exec the program.
-// Its program runs once, by Exec; Destroy removes it, run or not.
+// (namespaces, cgroup, mounts, pivot_root) and waits to exec the program,
+// or, prepared ahead (Container.Ahead), whose program's start waits for
+// its hand-over. Its program runs once, by Exec; Destroy removes it, run
+// or not.
 type Prepared struct {
 	stateDir string
 	ctr      *libcontainer.Container
@@ -96,6 +101,17 @@ type Prepared struct {
 // when the init has done its set-up (libcontainer's own steps cannot be
 // cut short), with an error that wraps ctx's. On error nothing is left
 // behind.
+//
+// A container prepared ahead of its run (c.Ahead), whose filter the
+// helper loads, is taken further, up to the program's own exec: its init
+// execs the helper, which loads the filter and execs the sandbox's init
+// (tini), which starts the program's start (the helper again, with
+// --handover), which says on a hand-over channel that it is ready and
+// waits there. Its Exec hands over, and the start execs the program:
+// what a run then waits for is the program's exec alone, not the
+// libcontainer init's exec, the filter's load and tini's start before it.
+// Nothing of the task runs before the hand-over, and everything that runs
+// before it runs under all of the sandbox's restrictions.
 func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.Prepared, err error) {
 	s := c.Spec
 	if c.Handover != nil {
@@ -151,6 +167,12 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 	}
 	p := &Prepared{stateDir: b.StateDir, ctr: ctr, cg: cg, initFD: -1, handover: c.Handover}
 	undo.Add(p.Destroy)
+	ahead := c.Handover == nil && c.Ahead && len(extra) > 0
+	if ahead {
+		if p.handover, err = backend.NewHandover("program's start"); err != nil {
+			return nil, err
+		}
+	}
 	// Destroy removes the shared parent cgroup once it is empty, under the
 	// lock held here: it is released first.
 	undo.Add(func() error { unlock(); return nil })
@@ -160,11 +182,14 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 	}
 	nnp := true
 	args := s.Process.Args
-	if c.Handover != nil {
+	if ahead {
+		args = withStart(args)
+	}
+	if p.handover != nil {
 		// The program's end after the helper's program (which the
 		// helper closes before it execs the init).
 		var child *os.File
-		child, args = c.Handover.Child(3+len(extra), args)
+		child, args = p.handover.Child(3+len(extra), args)
 		extra = append(extra, child)
 	}
 	p.proc = &libcontainer.Process{
@@ -185,8 +210,8 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 		return nil, fmt.Errorf("starting container: %w", err)
 	}
 	p.stdio.CloseChildEnds()
-	if c.Handover != nil {
-		c.Handover.Passed()
+	if p.handover != nil {
+		p.handover.Passed()
 	}
 	if pid, err := p.proc.Pid(); err == nil {
 		// The init is this process's child, not yet waited for: its pid
@@ -215,16 +240,42 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 			return nil, fmt.Errorf("starting the warm program: %w", err)
 		}
 	}
+	if ahead {
+		if err := p.exec(ctx); err != nil {
+			return nil, fmt.Errorf("starting the program's start: %w", err)
+		}
+		if err := p.handover.Ready(startReadyWait); err != nil {
+			return nil, fmt.Errorf("pooled sandbox, its program's start (%s --handover): %w", b.SeccompHelper, err)
+		}
+	}
 	return p, nil
+}
+
+// startReadyWait bounds the wait for a pooled sandbox's program's start
+// (Prepare): the helper's exec, the filter, tini and the start's exec, a
+// few milliseconds on an idle host.
+const startReadyWait = 10 * time.Second
+
+// withStart returns args (the helper's, then the sandbox's init's) with
+// the program's start, the helper with --handover, just before the
+// program: after the init's "--", or right after the helper when the spec
+// has no init.
+func withStart(args []string) []string {
+	i := 1
+	if len(args) > 3 && args[1] == spec.InitPath && args[2] == "--" {
+		i = 3
+	}
+	return slices.Concat(args[:i], []string{seccompHelperPath, "--handover", backend.FDArg}, args[i:])
 }
 
 // ID is the container's ID.
 func (p *Prepared) ID() string { return p.ctr.ID() }
 
-// Ready reports whether the init still waits to exec the program: it has
-// not ended (one poll of its pidfd; only Exec lets it go on to the exec).
-// Without a pidfd libcontainer's status is read, as runc does: its
-// freezer and the init's stat file.
+// Ready reports whether the init still waits to exec the program, or,
+// in a container whose program was started ahead, for its hand-over: it
+// has not ended (one poll of its pidfd; only Exec lets it go on). Without
+// a pidfd libcontainer's status is read, as runc does: its freezer and
+// the init's stat file.
 func (p *Prepared) Ready() bool {
 	if p.reaped {
 		return false
@@ -233,6 +284,9 @@ func (p *Prepared) Ready() bool {
 		return !backend.Exited(p.initFD)
 	}
 	st, err := p.ctr.Status()
+	if p.handover != nil {
+		return err == nil && st == libcontainer.Running
+	}
 	return err == nil && st == libcontainer.Created
 }
 
@@ -276,8 +330,8 @@ func (p *Prepared) Exec(ctx context.Context, prog backend.Program) (out *backend
 	return out, nil
 }
 
-// start lets the program go on: the init's exec, or a warm program's
-// hand-over. A failed hand-over leaves the channel open (p.handover) for
+// start lets the program go on: the init's exec, or the hand-over to a
+// warm program or to the program's start. A failed hand-over leaves the channel open (p.handover) for
 // the caller to close only once it has killed the sandbox: closing it
 // first would let a late "ok" run the task's code.
 func (p *Prepared) start(ctx context.Context) error {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/runtime/spec"
 	"github.com/agentrun/agentrun/test/testenv"
@@ -267,6 +268,136 @@ func TestHelper(t *testing.T) {
 		out, code := run(c.fd, argv...)
 		if code != 126 || strings.Contains(out, "ran") || !strings.Contains(out, c.want) {
 			t.Errorf("%s: exit %d: %q, want 126 and %q, nothing run", c.name, code, out, c.want)
+		}
+	}
+}
+
+// TestHelperHandover: agentrun-seccomp --handover, the start of a pooled
+// sandbox's program, runs under the filter the helper loaded before it
+// (and loads none of its own), says ready, and executes the program, with
+// the channel closed, only after "go", its "ok" and agentrun's close; a
+// channel that says anything else or closes first, a process without a
+// filter or without no_new_privs, and a malformed call run nothing.
+func TestHelperHandover(t *testing.T) {
+	h := helper(t)
+	prog, err := compile(defaultFilter(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	filter, err := sealedFile(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer filter.Close()
+	script := `grep -E '^(Seccomp|Seccomp_filters|NoNewPrivs):' /proc/self/status; [ -e /proc/self/fd/4 ] && echo fd 4 open; echo ran "$0"`
+
+	// start runs argv with the filter on fd 3 and a channel's end on fd
+	// 4, and returns agentrun's end and the program's result.
+	start := func(argv ...string) (*os.File, func() (string, int)) {
+		t.Helper()
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ours, theirs := os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "theirs")
+		var out bytes.Buffer
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.ExtraFiles = []*os.File{filter, theirs}
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		theirs.Close()
+		t.Cleanup(func() { ours.Close() })
+		return ours, func() (string, int) {
+			err := cmd.Wait()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			return out.String(), code
+		}
+	}
+	filtered := func(args ...string) []string {
+		return append([]string{"setpriv", "--no-new-privs", h, h, "--handover", "4"}, args...)
+	}
+	// read reads what the start says until it stops, within 10 s.
+	read := func(f *os.File) string {
+		t.Helper()
+		_ = f.SetReadDeadline(time.Now().Add(10 * time.Second))
+		b := make([]byte, 64)
+		n, _ := f.Read(b)
+		return string(b[:n])
+	}
+
+	// The hand-over: the program runs in the start's place, under the one
+	// filter, its channel closed. "sh" is looked up in PATH, as the init
+	// would.
+	ch, wait := start(filtered("sh", "-c", script, "the task")...)
+	if got := read(ch); got != "ready\n" {
+		t.Fatalf("the start said %q, want ready", got)
+	}
+	if _, err := ch.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(ch); got != "ok\n" {
+		t.Fatalf("after go the start said %q, want ok", got)
+	}
+	ch.Close()
+	out, code := wait()
+	for _, want := range []string{"Seccomp:\t2", "Seccomp_filters:\t1", "NoNewPrivs:\t1", "ran the task"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("after the hand-over: exit %d, %q; want %q", code, out, want)
+		}
+	}
+	if code != 0 || strings.Contains(out, "fd 4 open") {
+		t.Errorf("after the hand-over: exit %d, %q", code, out)
+	}
+
+	// What is not the hand-over runs nothing.
+	for _, c := range []struct {
+		name string
+		say  string // agentrun's side after ready; then it closes
+	}{
+		{"closed", ""},
+		{"not go", "run\n"},
+		{"go, then more before the close", "go\nmore\n"},
+		{"a long line", strings.Repeat("g", 100) + "\n"},
+	} {
+		ch, wait := start(filtered("sh", "-c", "echo ran")...)
+		if got := read(ch); got != "ready\n" {
+			t.Fatalf("%s: the start said %q, want ready", c.name, got)
+		}
+		if c.say != "" {
+			if _, err := ch.Write([]byte(c.say)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if c.say == "go\nmore\n" {
+			read(ch) // its ok
+		}
+		ch.Close()
+		if out, code := wait(); code != 1 || strings.Contains(out, "ran") {
+			t.Errorf("%s: exit %d, %q; want 1, nothing run", c.name, code, out)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		argv []string
+		want string
+	}{
+		{"no filter", []string{"setpriv", "--no-new-privs", h, "--handover", "4", "sh", "-c", "echo ran"}, "no seccomp filter is loaded"},
+		{"no no_new_privs", []string{h, "--handover", "4", "sh", "-c", "echo ran"}, "no_new_privs is not set"},
+		{"no program", filtered(), "usage"},
+		{"a bad descriptor", append([]string{"setpriv", "--no-new-privs", h, h, "--handover", "1"}, "sh", "-c", "echo ran"), "usage"},
+		{"a descriptor not a number", append([]string{"setpriv", "--no-new-privs", h, h, "--handover", "4x"}, "sh", "-c", "echo ran"), "usage"},
+	} {
+		ch, wait := start(c.argv...)
+		ch.Close()
+		if out, code := wait(); code != 126 || strings.Contains(out, "ran") || !strings.Contains(out, c.want) {
+			t.Errorf("%s: exit %d, %q; want 126 and %q, nothing run", c.name, code, out, c.want)
 		}
 	}
 }

@@ -152,7 +152,7 @@ func (s *served) stop() {
 // poolContender times POST /v1/runs of print(45) against agentrun serve
 // with a sandbox ready in its pool, to the whole answer.
 func poolContender(s *served, err error) *contender {
-	c := &contender{name: warmName, note: "POST /v1/runs over the unix socket, a sandbox prepared ahead (container init waiting at exec); timed to the whole answer"}
+	c := &contender{name: warmName, note: "POST /v1/runs over the unix socket, a sandbox prepared ahead (the program's start waiting for the hand-over); timed to the whole answer"}
 	return s.pooled(c, err, s.post)
 }
 

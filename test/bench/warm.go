@@ -119,7 +119,7 @@ func warmBench(work string) *warmSection {
 		return c
 	}
 	const imp = "import numpy, pandas\nprint(45)"
-	plainNote := "POST /v1/runs, a plain pooled sandbox (init waiting at exec); timed to the whole answer"
+	plainNote := "POST /v1/runs, a plain pooled sandbox (the program's start waiting for the hand-over); timed to the whole answer"
 	warmNote := "POST /v1/runs, a warm sandbox (python started, numpy and pandas imported); timed to the whole answer"
 	ws.k1 = []*contender{
 		bare(warmBarePrint, "print(45)"),

@@ -23,6 +23,7 @@ import (
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
+	"github.com/agentrun/agentrun/runtime/spec"
 	"github.com/agentrun/agentrun/test/testenv"
 )
 
@@ -159,6 +160,91 @@ print("x" * 5000)`, map[string]any{
 			}
 		})
 
+	}
+}
+
+// TestPoolProgramStartsAhead: a libcontainer sandbox in the pool waits
+// with its init (tini) and its program's start (agentrun-seccomp
+// --handover) running, and nothing of the task: both as the sandbox's own
+// uid and gid, with no_new_privs, no capability and the very filters of a
+// cold run's program, read from the host. At the run the start executes
+// the program in its place, under no filter more.
+func TestPoolProgramStartsAhead(t *testing.T) {
+	cold, _, _ := programFilters(t, testConfig(t))
+	p := newPooled(t, 1, pyTask("pass", nil))
+	start := 0
+	for _, pid := range pooledInits(t) {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		args := strings.Split(string(cmdline), "\x00")
+		switch {
+		case len(args) > 3 && args[0] == "/dev/agentrun-seccomp" && args[1] == "--handover" && args[3] == "python3":
+			start = pid
+		case args[0] == spec.InitPath:
+		default:
+			t.Fatalf("process %d of a pooled sandbox: %q", pid, args)
+		}
+		assertConfined(t, fmt.Sprintf("process %d (%s)", pid, args[0]), string(status))
+	}
+	if start == 0 {
+		t.Fatal("no program's start waits in the pooled sandbox")
+	}
+	filters, err := seccompFilters(start)
+	if err != nil {
+		t.Fatalf("reading the start's filters: %v", err)
+	}
+	if len(filters) != len(cold) {
+		t.Fatalf("the start has %d filters, a cold run's program %d", len(filters), len(cold))
+	}
+	for i := range cold {
+		if !slices.Equal(filters[i].insns, cold[i].insns) || filters[i].flags != cold[i].flags {
+			t.Errorf("filter %d: %d instructions, flags %#x in the start; %d, flags %#x in a cold run's program",
+				i, len(filters[i].insns), filters[i].flags, len(cold[i].insns), cold[i].flags)
+		}
+	}
+
+	// The run's program is the start's process, executed in place.
+	done := make(chan *result.Result, 1)
+	go func() {
+		done <- p.r.Run(context.Background(), p.plan(pyTask(`import sys, time
+print(open("/proc/self/status").read())
+sys.stdout.flush()
+time.sleep(2)`, map[string]any{"limits": map[string]any{"timeout": "30s"}})), runapi.Hooks{})
+	}()
+	became := ""
+	for deadline := time.Now().Add(20 * time.Second); became != "python3" && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", start))
+		became = strings.TrimSpace(string(comm))
+	}
+	res := <-done
+	if res.Error != "" || res.ExitCode != 0 {
+		t.Fatalf("the pooled run: exit %d, %s (stderr %q)", res.ExitCode, res.Error, res.Stderr)
+	}
+	if became != "python3" {
+		t.Errorf("the start's process never became the program (last %q)", became)
+	}
+	assertConfined(t, "the program", res.Stdout)
+	if want := fmt.Sprintf("Seccomp_filters:\t%d\n", len(cold)); !strings.Contains(res.Stdout, want) {
+		t.Errorf("the program's status has no %q: %s", want, res.Stdout)
+	}
+}
+
+// assertConfined checks a sandbox process's /proc status: a uid and gid
+// not root's, no_new_privs, a seccomp filter, and no capability at all.
+func assertConfined(t *testing.T, what, status string) {
+	t.Helper()
+	for _, want := range []string{"NoNewPrivs:\t1\n", "Seccomp:\t2\n", "CapInh:\t0000000000000000\n", "CapPrm:\t0000000000000000\n",
+		"CapEff:\t0000000000000000\n", "CapBnd:\t0000000000000000\n", "CapAmb:\t0000000000000000\n"} {
+		if !strings.Contains(status, want) {
+			t.Errorf("%s: no %q in its status:\n%s", what, want, status)
+		}
+	}
+	for _, l := range strings.Split(status, "\n") {
+		if f := strings.Fields(l); len(f) == 5 && (f[0] == "Uid:" || f[0] == "Gid:") {
+			if f[1] == "0" || f[1] != f[2] || f[1] != f[3] || f[1] != f[4] {
+				t.Errorf("%s: %s", what, l)
+			}
+		}
 	}
 }
 
@@ -337,12 +423,13 @@ func TestPoolSkipsSandboxesOfARemovedImage(t *testing.T) {
 	run(true)
 }
 
-// TestPoolDropsDeadSandboxes: a pooled sandbox whose init was killed while
-// it waited is dropped, and the run goes cold instead of failing.
+// TestPoolDropsDeadSandboxes: a pooled sandbox whose processes were killed
+// while it waited is dropped, and the run goes cold instead of failing.
 func TestPoolDropsDeadSandboxes(t *testing.T) {
 	p := newPooled(t, 1, pyTask("pass", nil))
 	for _, pid := range pooledInits(t) {
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		// The init's death ends the program's start with it.
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && err != syscall.ESRCH {
 			t.Fatal(err)
 		}
 		waitDead(t, pid)
@@ -357,7 +444,9 @@ func TestPoolDropsDeadSandboxes(t *testing.T) {
 }
 
 // pooledInits are the processes in the cgroups of runs: with a pool full
-// and no run going on, the inits of the ready sandboxes. There must be one.
+// and no run going on, those of the ready sandboxes (libcontainer's: the
+// init, and the program's start that waits for the run). There must be
+// one.
 func pooledInits(t *testing.T) []int { return runProcesses(t, lcParent()) }
 
 // runProcesses are the processes in the cgroups of runs under the cgroup

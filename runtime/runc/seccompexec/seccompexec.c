@@ -13,12 +13,23 @@
  * fd 3 holds a header (the magic "ARSC", then the seccomp(2) flags, both
  * 32-bit little-endian) and the filter's instructions (struct sock_filter).
  * It is read with pread, so that every sandbox may share one descriptor.
+ *
+ * With --handover FD it loads nothing: it is the program's own start in a
+ * sandbox prepared ahead (a pooled one), run by the init under the filter
+ * this program loaded first. It waits on FD, agentrun's hand-over channel
+ * (runtime/backend.Handover), for the run: it says "ready", reads "go",
+ * answers "ok", waits for agentrun's close, closes FD and executes its
+ * arguments, the program, as the init would have (execvp: a name without
+ * a slash is looked up in PATH). Anything else on the channel, or a process
+ * without no_new_privs or a seccomp filter, and it executes nothing.
  */
 #include <errno.h>
+#include <limits.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -39,8 +50,88 @@ static int fail(const char *what)
 	return 126;
 }
 
+/* say writes the whole of msg to fd. */
+static int say(int fd, const char *msg)
+{
+	size_t len = strlen(msg);
+	while (len > 0) {
+		ssize_t n = write(fd, msg, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		msg += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* next reads one byte of fd into c: 1, 0 at its end, -1 on an error. */
+static int next(int fd, char *c)
+{
+	ssize_t n;
+	do
+		n = read(fd, c, 1);
+	while (n < 0 && errno == EINTR);
+	return (int)n;
+}
+
+/*
+ * handover waits for the run on fd: 0 once agentrun has handed the
+ * sandbox over and fd is closed, -1 otherwise (nothing may run then).
+ */
+static int handover(int fd)
+{
+	char line[3];
+	size_t n = 0;
+	char c;
+	if (say(fd, "ready\n") != 0)
+		return -1;
+	for (;;) {
+		if (next(fd, &c) != 1)
+			return -1;
+		if (c == '\n')
+			break;
+		if (n == sizeof(line))
+			return -1;
+		line[n++] = c;
+	}
+	if (n != 2 || memcmp(line, "go", 2) != 0 || say(fd, "ok\n") != 0)
+		return -1;
+	/* agentrun's close: nothing more may come before it. */
+	if (next(fd, &c) != 0)
+		return -1;
+	return close(fd);
+}
+
+static int start(int argc, char **argv)
+{
+	char *end;
+	errno = 0;
+	long fd = argc > 3 ? strtol(argv[2], &end, 10) : -1;
+	if (argc < 4 || errno != 0 || end == argv[2] || *end != '\0' || fd <= 2 || fd > INT_MAX) {
+		fprintf(stderr, "usage: agentrun-seccomp --handover FD PROGRAM [ARG...]\n");
+		return 126;
+	}
+	if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1) {
+		errno = EPERM;
+		return fail("no_new_privs is not set");
+	}
+	if (prctl(PR_GET_SECCOMP, 0, 0, 0, 0) != SECCOMP_MODE_FILTER) {
+		errno = EPERM;
+		return fail("no seccomp filter is loaded");
+	}
+	if (handover((int)fd) != 0)
+		return 1; /* no run: the sandbox is destroyed unused */
+	/* As the init would have: PATH looked up for a bare name. */
+	execvp(argv[3], argv + 3);
+	return fail(argv[3]);
+}
+
 int main(int argc, char **argv)
 {
+	if (argc > 1 && strcmp(argv[1], "--handover") == 0)
+		return start(argc, argv);
 	if (argc < 2) {
 		fprintf(stderr, "usage: agentrun-seccomp PROGRAM [ARG...] (the filter on fd %d)\n", PROGRAM_FD);
 		return 126;
