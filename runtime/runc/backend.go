@@ -91,6 +91,9 @@ type Prepared struct {
 	// initFD is a pidfd of the init, -1 if none could be opened: it
 	// becomes readable when the init ends.
 	initFD int
+	// mntFD holds the sandbox's mount namespace until Destroy, -1 if it
+	// could not be opened: see holdMounts.
+	mntFD int
 	// handover, for a warm container, is the channel to its program,
 	// which runs from Prepare on; nil once handed over.
 	handover *backend.Handover
@@ -165,7 +168,7 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 		_ = os.RemoveAll(filepath.Join(b.StateDir, c.ID))
 		return nil, fmt.Errorf("creating container: %w", err)
 	}
-	p := &Prepared{stateDir: b.StateDir, ctr: ctr, cg: cg, initFD: -1, handover: c.Handover}
+	p := &Prepared{stateDir: b.StateDir, ctr: ctr, cg: cg, initFD: -1, mntFD: -1, handover: c.Handover}
 	undo.Add(p.Destroy)
 	ahead := c.Handover == nil && c.Ahead && len(extra) > 0
 	if ahead {
@@ -219,6 +222,7 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
 			p.initFD = fd
 		}
+		p.holdMounts(pid)
 	}
 	// The cgroup exists from Start on and the program waits for Exec: its
 	// socket buffers are capped before it can open a socket.
@@ -266,6 +270,20 @@ func withStart(args []string) []string {
 		i = 3
 	}
 	return slices.Concat(args[:i], []string{seccompHelperPath, "--handover", backend.FDArg}, args[i:])
+}
+
+// holdMounts opens the mount namespace of the sandbox whose init is pid,
+// this process's child not yet waited for (its pid cannot have been
+// reused). Held, it outlives the sandbox's last process: its mounts are
+// taken down (with the wait for an RCU grace period that their detach
+// takes) when Destroy closes it, after the run's answer, not in the exit
+// of the sandbox's init, which the run's wait, and so its answer, waits
+// for. If it cannot be opened it is not held, and is taken down in that
+// exit, as without this.
+func (p *Prepared) holdMounts(pid int) {
+	if fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/mnt", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+		p.mntFD = fd
+	}
 }
 
 // ID is the container's ID.
@@ -395,6 +413,10 @@ func (p *Prepared) Destroy() error {
 	if p.initFD >= 0 {
 		unix.Close(p.initFD)
 		p.initFD = -1
+	}
+	if p.mntFD >= 0 {
+		unix.Close(p.mntFD)
+		p.mntFD = -1
 	}
 	return destroy(p.stateDir, p.ctr, p.cg)
 }

@@ -741,3 +741,54 @@ func burnInRunCgroup(t *testing.T, parent string) time.Duration {
 	}
 	return used
 }
+
+// TestMountsHeldUntilTearDown: a libcontainer run's mount namespace,
+// pooled or cold, outlives its program: agentrun holds it when the answer
+// is given (so that its mounts' detach, and the RCU grace period it waits
+// for, come after the answer, not in the exit that the answer waits for),
+// and no longer once the run is torn down.
+func TestMountsHeldUntilTearDown(t *testing.T) {
+	p := newPooled(t, 1, pyTask("pass", nil))
+	for _, pooled := range []bool{true, false} {
+		if !pooled {
+			// The pool gone, the run is cold.
+			if err := p.pool.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var atAnswer []string
+		res := p.r.Run(context.Background(), p.plan(pyTask(`import os; print(os.readlink("/proc/self/ns/mnt"))`, nil)), runapi.Hooks{
+			Result: func(*result.Result) { atAnswer = mountNamespacesHeld(t) },
+		})
+		own := strings.TrimSpace(res.Stdout)
+		if res.Error != "" || !strings.HasPrefix(own, "mnt:[") {
+			t.Fatalf("pooled %v: %q, %s", pooled, res.Stdout, res.Error)
+		}
+		if !slices.Contains(atAnswer, own) {
+			t.Errorf("pooled %v: the run's mount namespace %s not held at the answer (held: %q)", pooled, own, atAnswer)
+		}
+		if held := mountNamespacesHeld(t); slices.Contains(held, own) {
+			t.Errorf("pooled %v: the run's mount namespace %s still held after its tear-down", pooled, own)
+		}
+	}
+	if held := mountNamespacesHeld(t); len(held) != 0 {
+		t.Errorf("mount namespaces %q held once the runs and the pool are gone", held)
+	}
+}
+
+// mountNamespacesHeld are the mount namespaces ("mnt:[INODE]") this
+// process has descriptors of.
+func mountNamespacesHeld(t *testing.T) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []string
+	for _, e := range ents {
+		if l, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && strings.HasPrefix(l, "mnt:[") {
+			held = append(held, l)
+		}
+	}
+	return held
+}
