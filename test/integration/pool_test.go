@@ -792,3 +792,31 @@ func mountNamespacesHeld(t *testing.T) []string {
 	}
 	return held
 }
+
+// TestPoolExecFailsAsCold: a program the kernel will not execute fails in
+// a pooled sandbox (where the program's start executes it) as in a cold
+// one (where tini does): 127 for one not found, 126 for one not
+// executable, with the program named on stderr.
+func TestPoolExecFailsAsCold(t *testing.T) {
+	for _, tc := range []struct {
+		program string
+		exit    int
+	}{
+		{"/tmp/none", 127},
+		{"/etc/passwd", 126},
+	} {
+		t.Run(strings.TrimPrefix(tc.program, "/"), func(t *testing.T) {
+			task := fmt.Sprintf(`{"image":%q,"command":[%q]}`, pythonImage, tc.program)
+			cold := runTask(t, task)
+			p := newPooled(t, 1, task)
+			pooled := p.run(task, true)
+			for _, res := range []*result.Result{cold, pooled} {
+				if res.ExitCode != tc.exit || !strings.Contains(res.Stderr, tc.program) {
+					t.Errorf("cold: exit %d, stderr %q; pooled: exit %d, stderr %q; want %d naming %s",
+						cold.ExitCode, cold.Stderr, pooled.ExitCode, pooled.Stderr, tc.exit, tc.program)
+					break
+				}
+			}
+		})
+	}
+}

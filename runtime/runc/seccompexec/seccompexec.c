@@ -20,7 +20,7 @@
  * (runtime/backend.Handover), for the run: it says "ready", reads "go",
  * answers "ok", waits for agentrun's close, closes FD and executes its
  * arguments, the program, as the init would have (execvp: a name without
- * a slash is looked up in PATH). Anything else on the channel, or a process
+ * a slash is looked up in PATH; a failed exec exits with tini's status). Anything else on the channel, or a process
  * without no_new_privs or a seccomp filter, and it executes nothing.
  */
 #include <errno.h>
@@ -123,9 +123,15 @@ static int start(int argc, char **argv)
 	}
 	if (handover((int)fd) != 0)
 		return 1; /* no run: the sandbox is destroyed unused */
-	/* As the init would have: PATH looked up for a bare name. */
+	/*
+	 * As the init (tini) would have: PATH looked up for a bare name, and
+	 * a failed exec's status as tini's, 127 for a program not found, 126
+	 * for one not executable, 1 otherwise.
+	 */
 	execvp(argv[3], argv + 3);
-	return fail(argv[3]);
+	int status = errno == ENOENT ? 127 : errno == EACCES ? 126 : 1;
+	fprintf(stderr, "agentrun-seccomp: exec %s failed: %s\n", argv[3], strerror(errno));
+	return status;
 }
 
 int main(int argc, char **argv)
