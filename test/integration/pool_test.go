@@ -168,7 +168,8 @@ print("x" * 5000)`, map[string]any{
 // --handover) running, and nothing of the task: both as the sandbox's own
 // uid and gid, with no_new_privs, no capability and the very filters of a
 // cold run's program, read from the host. At the run the start executes
-// the program in its place, under no filter more.
+// the program in its place, under no filter more, with no descriptor but
+// its stdio.
 func TestPoolProgramStartsAhead(t *testing.T) {
 	cold, _, _ := programFilters(t, testConfig(t))
 	p := newPooled(t, 1, pyTask("pass", nil))
@@ -206,7 +207,15 @@ func TestPoolProgramStartsAhead(t *testing.T) {
 	// The run's program is the start's process, executed in place.
 	done := make(chan *result.Result, 1)
 	go func() {
-		done <- p.r.Run(context.Background(), p.plan(pyTask(`import sys, time
+		done <- p.r.Run(context.Background(), p.plan(pyTask(`import os, sys, time
+open_fds = []
+for fd in range(3, 1024):
+    try:
+        os.fstat(fd)
+        open_fds.append(fd)
+    except OSError:
+        pass
+print("open fds above 2:", open_fds)
 print(open("/proc/self/status").read())
 sys.stdout.flush()
 time.sleep(2)`, map[string]any{"limits": map[string]any{"timeout": "30s"}})), runapi.Hooks{})
@@ -224,6 +233,9 @@ time.sleep(2)`, map[string]any{"limits": map[string]any{"timeout": "30s"}})), ru
 		t.Errorf("the start's process never became the program (last %q)", became)
 	}
 	assertConfined(t, "the program", res.Stdout)
+	if !strings.Contains(res.Stdout, "open fds above 2: []\n") {
+		t.Errorf("the program has descriptors open above 2 (the hand-over's?): %s", res.Stdout)
+	}
 	if want := fmt.Sprintf("Seccomp_filters:\t%d\n", len(cold)); !strings.Contains(res.Stdout, want) {
 		t.Errorf("the program's status has no %q: %s", want, res.Stdout)
 	}
