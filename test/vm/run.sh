@@ -27,7 +27,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 mode=${AGENTRUN_VM_CGROUP:-v2}
 case $mode in v1 | v2) ;; *) echo "vm/run.sh: AGENTRUN_VM_CGROUP is v1 or v2, not $mode" >&2; exit 2 ;; esac
-run=${AGENTRUN_VM_RUN:-'^(TestSumPrints45|TestForkBombHitsPidsLimit|TestMemoryHogIsOOMKilled|TestInfiniteLoopTimesOut|TestTmpFullGivesENOSPC|TestSetsidDoubleForkDiesAtTimeout|TestTimeoutKillsProgramWithoutMainThread|TestConcurrentRunsAreIsolated|TestMissingProgramRollsBack|TestCancelledBeforeTheProgramStarts|TestPoolEnforcesLimits|TestPoolDropsDeadSandboxes|TestPoolStoppedSandboxDoesNotHang|TestGCAfterSIGKILL|TestRunUIDsOwnUserLimits|TestServeSIGKILLThenGC)$'}
+run=${AGENTRUN_VM_RUN:-'^(TestSumPrints45|TestForkBombHitsPidsLimit|TestMemoryHogIsOOMKilled|TestInfiniteLoopTimesOut|TestTmpFullGivesENOSPC|TestSetsidDoubleForkDiesAtTimeout|TestTimeoutKillsProgramWithoutMainThread|TestConcurrentRunsAreIsolated|TestMissingProgramRollsBack|TestCancelledBeforeTheProgramStarts|TestPoolEnforcesLimits|TestPoolProgramStartsAhead|TestPoolExecFailsAsCold|TestMountsHeldUntilTearDown|TestPoolDropsDeadSandboxes|TestPoolStoppedSandboxDoesNotHang|TestGCAfterSIGKILL|TestRunUIDsOwnUserLimits|TestServeSIGKILLThenGC)$'}
 timeout=${AGENTRUN_VM_TIMEOUT:-3600}
 cache=${AGENTRUN_VM_CACHE:-/var/cache/agentrun/vm}
 work=${AGENTRUN_VM_WORK:-/var/tmp/agentrun-vm}
