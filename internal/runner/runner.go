@@ -832,7 +832,10 @@ func (s *sandboxSetup) prepare(ctx context.Context) error {
 	}
 	sb.undo.Add(sb.prep.Destroy)
 	if s.handover != nil {
-		if err := s.handover.Ready(warmReadyWait); err != nil {
+		if err := s.handover.Ready(ctx, warmReadyWait); err != nil {
+			if ctx.Err() != nil {
+				return err // stopped, not a failure of the launcher
+			}
 			return &warmError{err}
 		}
 	}

@@ -86,10 +86,11 @@ func (h *Handover) Passed() {
 	}
 }
 
-// Ready waits, at most wait, for the program to say it is ready; its
-// failure, its end or its silence is the error.
-func (h *Handover) Ready(wait time.Duration) error {
-	line, err := h.line(context.Background(), wait)
+// Ready waits, at most wait and until ctx is done, for the program to say
+// it is ready; its failure, its end, its silence or ctx's error is the
+// error.
+func (h *Handover) Ready(ctx context.Context, wait time.Duration) error {
+	line, err := h.line(ctx, wait)
 	switch {
 	case err != nil:
 		return fmt.Errorf("waiting for the %s: %w", h.program, err)

@@ -52,7 +52,7 @@ func TestHandover(t *testing.T) {
 		t.Fatal(err)
 	}
 	read := program(t, h, "ready\n")
-	if err := h.Ready(5 * time.Second); err != nil {
+	if err := h.Ready(context.Background(), 5*time.Second); err != nil {
 		t.Fatalf("Ready: %v", err)
 	}
 	if err := h.Go(context.Background(), 5*time.Second); err != nil {
@@ -92,7 +92,7 @@ func TestHandoverRefusesWhatIsNotReady(t *testing.T) {
 		if !strings.HasSuffix(tc.say, "\n") && len(tc.say) < 1024 {
 			f.Close()
 		}
-		err = h.Ready(5 * time.Second)
+		err = h.Ready(context.Background(), 5*time.Second)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Ready after %q = %v; want an error with %q", tc.say, err, tc.want)
 		}
@@ -104,8 +104,15 @@ func TestHandoverRefusesWhatIsNotReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	if err := h.Ready(50 * time.Millisecond); err == nil || !strings.Contains(err.Error(), "no answer") {
+	if err := h.Ready(context.Background(), 50*time.Millisecond); err == nil || !strings.Contains(err.Error(), "no answer") {
 		t.Errorf("Ready with a silent program = %v; want no answer", err)
+	}
+	// A set-up stopped (the pool closed) stops the wait, with ctx's error.
+	stopped, stop := context.WithCancel(context.Background())
+	time.AfterFunc(20*time.Millisecond, stop)
+	began := time.Now()
+	if err := h.Ready(stopped, time.Minute); !errors.Is(err, context.Canceled) || time.Since(began) > 30*time.Second {
+		t.Errorf("Ready with its context cancelled = %v after %v; want context.Canceled at once", err, time.Since(began))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -248,7 +248,7 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 		if err := p.exec(ctx); err != nil {
 			return nil, fmt.Errorf("starting the program's start: %w", err)
 		}
-		if err := p.handover.Ready(startReadyWait); err != nil {
+		if err := p.handover.Ready(ctx, startReadyWait); err != nil {
 			return nil, fmt.Errorf("pooled sandbox, its program's start (%s --handover): %w", b.SeccompHelper, err)
 		}
 	}
@@ -349,9 +349,10 @@ func (p *Prepared) Exec(ctx context.Context, prog backend.Program) (out *backend
 }
 
 // start lets the program go on: the init's exec, or the hand-over to a
-// warm program or to the program's start. A failed hand-over leaves the channel open (p.handover) for
-// the caller to close only once it has killed the sandbox: closing it
-// first would let a late "ok" run the task's code.
+// warm program or to the program's start. A failed hand-over leaves the
+// channel open (p.handover) for the caller to close only once it has
+// killed the sandbox: closing it first would let a late "ok" run the
+// task's code.
 func (p *Prepared) start(ctx context.Context) error {
 	if h := p.handover; h != nil {
 		if err := h.Go(ctx, execWait); err != nil {
