@@ -238,16 +238,15 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("preparing container: %w", err)
 	}
-	if c.Handover != nil {
-		// Warm: the program starts now and waits for its hand-over.
+	if p.handover != nil {
+		// Warm, or started ahead: the program (or its start) runs now
+		// and waits for its hand-over.
 		if err := p.exec(ctx); err != nil {
-			return nil, fmt.Errorf("starting the warm program: %w", err)
+			return nil, fmt.Errorf("starting the program ahead of its run: %w", err)
 		}
 	}
 	if ahead {
-		if err := p.exec(ctx); err != nil {
-			return nil, fmt.Errorf("starting the program's start: %w", err)
-		}
+		// A warm program's readiness is its caller's to wait for.
 		if err := p.handover.Ready(ctx, startReadyWait); err != nil {
 			return nil, fmt.Errorf("pooled sandbox, its program's start (%s --handover): %w", b.SeccompHelper, err)
 		}

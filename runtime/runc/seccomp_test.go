@@ -28,6 +28,22 @@ func defaultFilter(t *testing.T) *specs.LinuxSeccomp {
 	return s.Linux.Seccomp
 }
 
+// defaultProgram is the sandbox's filter compiled, and in a sealed file
+// as the helper reads it on fd 3 (closed when the test ends).
+func defaultProgram(t *testing.T) ([]byte, *os.File) {
+	t.Helper()
+	prog, err := compile(defaultFilter(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := sealedFile(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return prog, f
+}
+
 func helper(t *testing.T) string {
 	t.Helper()
 	testenv.RequireRoot(t)
@@ -201,15 +217,7 @@ func TestBackendProgram(t *testing.T) {
 // malformed one, or no no_new_privs.
 func TestHelper(t *testing.T) {
 	h := helper(t)
-	prog, err := compile(defaultFilter(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	good, err := sealedFile(prog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer good.Close()
+	prog, good := defaultProgram(t)
 	bad, err := sealedFile([]byte("garbage, not a program"))
 	if err != nil {
 		t.Fatal(err)
@@ -280,15 +288,7 @@ func TestHelper(t *testing.T) {
 // filter or without no_new_privs, and a malformed call run nothing.
 func TestHelperHandover(t *testing.T) {
 	h := helper(t)
-	prog, err := compile(defaultFilter(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	filter, err := sealedFile(prog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer filter.Close()
+	_, filter := defaultProgram(t)
 	script := `grep -E '^(Seccomp|Seccomp_filters|NoNewPrivs):' /proc/self/status; [ -e /proc/self/fd/4 ] && echo fd 4 open; echo ran "$0"`
 
 	// start runs argv with the filter on fd 3 and a channel's end on fd

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -223,20 +222,7 @@ func TestPoolAllowlistLeavesNothing(t *testing.T) {
 }
 
 // netnsFDs counts this process's descriptors of network namespaces.
-func netnsFDs(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, e := range ents {
-		if l, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && strings.HasPrefix(l, "net:[") {
-			n++
-		}
-	}
-	return n
-}
+func netnsFDs(t *testing.T) int { return len(namespacesHeld(t, "net")) }
 
 // TestNetworkFilesNameNoHostPath: the files a network run's spec mounts in
 // (resolv.conf, hosts, and with services the CA and bundle) come from

@@ -790,7 +790,11 @@ func TestMountsHeldUntilTearDown(t *testing.T) {
 
 // mountNamespacesHeld are the mount namespaces ("mnt:[INODE]") this
 // process has descriptors of.
-func mountNamespacesHeld(t *testing.T) []string {
+func mountNamespacesHeld(t *testing.T) []string { return namespacesHeld(t, "mnt") }
+
+// namespacesHeld are the namespaces of kind ("mnt", "net": "KIND:[INODE]")
+// this process has descriptors of, one entry a descriptor.
+func namespacesHeld(t *testing.T, kind string) []string {
 	t.Helper()
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
@@ -798,7 +802,7 @@ func mountNamespacesHeld(t *testing.T) []string {
 	}
 	var held []string
 	for _, e := range ents {
-		if l, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && strings.HasPrefix(l, "mnt:[") {
+		if l, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && strings.HasPrefix(l, kind+":[") {
 			held = append(held, l)
 		}
 	}
