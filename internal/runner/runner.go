@@ -21,6 +21,7 @@ import (
 	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
+	"github.com/agentrun/agentrun/internal/safefs"
 	"github.com/agentrun/agentrun/internal/session"
 	"github.com/agentrun/agentrun/internal/state"
 	"github.com/agentrun/agentrun/internal/task"
@@ -492,9 +493,9 @@ type sandbox struct {
 	refill *shape
 	uid    int // the host uid and gid its processes run as: its own
 	ws     *workspace.Workspace
-	// display is the host path of its display directory, where a Python
-	// run's values are shown (values.go); "" without one.
-	display string
+	// display is its display directory, where a Python run's values are
+	// shown (values.go), held open; nil without one.
+	display *safefs.Dir
 	// sessionReady: a warm sandbox, whose workspace can take a kept
 	// session's disk (adoptSession); fileSize is what its file size
 	// limit follows beside /tmp's size.

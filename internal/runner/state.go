@@ -3,13 +3,14 @@ package runner
 import (
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
+	"io/fs"
 
 	"github.com/agentrun/agentrun/internal/cleanup"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/safefs"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/internal/untrusted"
 	"github.com/agentrun/agentrun/runtime/spec"
@@ -76,10 +77,14 @@ func stateModuleOpt(dir string, undo *cleanup.Cleanup) (spec.SpecOpt, error) {
 	return spec.WithReadonlyFile(module, StatePath), nil
 }
 
-// write puts the request into the display directory display (a host
-// path, the sandbox's): at set-up for a run that sets its sandbox up, at
-// the take for one that takes a warm one, before its launcher goes on.
-func (q *stateRequest) write(display string) error {
+// write puts the request into the display directory display (the
+// sandbox's): at set-up for a run that sets its sandbox up, at the take
+// for one that takes a warm one, before its launcher goes on. A warm
+// sandbox's code ran before the take and may have left something at the
+// request's name (a link to a host file above all): that goes (the link
+// itself, never what it names) and the request is made anew, exclusively;
+// should the sandbox make the name again in between, the write fails.
+func (q *stateRequest) write(display *safefs.Dir) error {
 	b := func(v bool) int {
 		if v {
 			return 1
@@ -87,7 +92,10 @@ func (q *stateRequest) write(display string) error {
 		return 0
 	}
 	line := fmt.Sprintf("keep=%d reset=%d max=%d file=%s\n", b(q.keep), b(q.reset), q.maxBytes, StateFile)
-	if err := os.WriteFile(filepath.Join(display, stateRequestFile), []byte(line), 0o444); err != nil {
+	if err := display.Remove(stateRequestFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing what the sandbox left at the state request's name: %w", err)
+	}
+	if err := display.WriteFile(stateRequestFile, []byte(line), 0o444); err != nil {
 		return fmt.Errorf("writing the state request: %w", err)
 	}
 	return nil
@@ -97,15 +105,14 @@ func (q *stateRequest) write(display string) error {
 // reached its end.
 const notSaved = "the run did not reach its end (killed, timed out, out of memory, or os._exit): the previous state stays"
 
-// readState reads the launcher's report from display (a host path): what
-// the result says of the state. Anything but a report, or none, reads as
-// not saved.
-func readState(display string) *result.State {
+// readState reads the launcher's report from display: what the result
+// says of the state. Anything but a report, or none, reads as not saved.
+func readState(display *safefs.Dir) *result.State {
 	st := &result.State{Kept: []string{}, Dropped: map[string]string{}, Reason: notSaved}
-	if display == "" {
+	if display == nil {
 		return st
 	}
-	data, over := readChannelAt(filepath.Join(display, stateReportFile), maxStateReport)
+	data, over := readChannelAt(display, stateReportFile, maxStateReport)
 	if over || len(data) == 0 {
 		return st
 	}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/agentrun/agentrun/internal/safefs"
 )
 
 // TestStateModule runs testdata/state_check.py on the host's python3
@@ -50,7 +52,7 @@ func TestReadStateBounded(t *testing.T) {
 	long := "\x1b[31mred\u202e" + strings.Repeat("y", 4*maxStateText)
 	dropped[long] = long
 	write(map[string]any{"kept": kept, "dropped": dropped, "bytes": 7, "saved": true, "reason": long})
-	st := readState(dir)
+	st := readState(openDir(t, dir))
 	if len(st.Kept) != maxStateNames || len(st.Dropped) != maxStateNames || !st.Saved || st.Bytes != 7 {
 		t.Errorf("kept %d, dropped %d, saved %v, bytes %d; want %d names each", len(st.Kept), len(st.Dropped), st.Saved, st.Bytes, maxStateNames)
 	}
@@ -66,7 +68,7 @@ func TestReadStateBounded(t *testing.T) {
 		if err := os.WriteFile(report, data, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if st := readState(dir); st.Saved || st.Reason == "" {
+		if st := readState(openDir(t, dir)); st.Saved || st.Reason == "" {
 			t.Errorf("%s: %+v; want not saved, with a reason", name, st)
 		}
 	}
@@ -76,7 +78,56 @@ func TestReadStateBounded(t *testing.T) {
 	if err := os.Symlink(target, report); err != nil {
 		t.Fatal(err)
 	}
-	if st := readState(dir); st.Saved {
+	if st := readState(openDir(t, dir)); st.Saved {
 		t.Errorf("a report through a symlink was read: %+v", st)
+	}
+}
+
+// openDir is dir held open, as a run's display directory is.
+func openDir(t *testing.T, dir string) *safefs.Dir {
+	t.Helper()
+	d, err := safefs.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// TestStateRequestNotThroughLink: what a warm sandbox left at the state
+// request's name before its take (a link to a host file, to a host path
+// that does not exist, a file of its own words) is replaced by agentrun's
+// request; the host's files are not written through the link.
+func TestStateRequestNotThroughLink(t *testing.T) {
+	q := &stateRequest{keep: true, maxBytes: 10}
+	want := "keep=1 reset=0 max=10 file=" + StateFile + "\n"
+	host := t.TempDir()
+	victim, absent := filepath.Join(host, "victim"), filepath.Join(host, "absent")
+	if err := os.WriteFile(victim, []byte("root's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, plant := range map[string]func(string) error{
+		"link to a host file":   func(p string) error { return os.Symlink(victim, p) },
+		"link to no file":       func(p string) error { return os.Symlink(absent, p) },
+		"the program's request": func(p string) error { return os.WriteFile(p, []byte("keep=0 reset=1"), 0o666) },
+	} {
+		dir := t.TempDir()
+		if err := plant(filepath.Join(dir, stateRequestFile)); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.write(openDir(t, dir)); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		fi, err := os.Lstat(filepath.Join(dir, stateRequestFile))
+		got, _ := os.ReadFile(filepath.Join(dir, stateRequestFile))
+		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o444 || string(got) != want {
+			t.Errorf("%s: the request is %v (%v), %q; want a file 0444, %q", name, fi, err, got, want)
+		}
+	}
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "root's" {
+		t.Errorf("the host's file now holds %q (%v)", b, err)
+	}
+	if _, err := os.Lstat(absent); err == nil {
+		t.Errorf("a file was made at %s", absent)
 	}
 }

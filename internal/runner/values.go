@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/cleanup"
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/safefs"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/runtime/spec"
 )
@@ -149,23 +150,23 @@ func launcherFiles(dir string, code []byte, undo *cleanup.Cleanup) ([]spec.SpecO
 // directory, a tmpfs of maxDisplayChannel owned by uid at dir/display;
 // with the state module and st's request (not nil), or the module alone
 // (withState: a warm sandbox). It returns their spec options and the
-// display directory's host path.
-func values(dir string, uid int, st *stateRequest, withState bool, code []byte, undo *cleanup.Cleanup) ([]spec.SpecOpt, string, error) {
+// display directory, held open (safefs: the sandbox writes in it).
+func values(dir string, uid int, st *stateRequest, withState bool, code []byte, undo *cleanup.Cleanup) ([]spec.SpecOpt, *safefs.Dir, error) {
 	specOpts, err := launcherFiles(dir, code, undo)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
 	lib, err := writeEtc(dir, undo, runLibName, runLib)
 	if err != nil {
-		return nil, "", fmt.Errorf("writing the run launcher: %w", err)
+		return nil, nil, fmt.Errorf("writing the run launcher: %w", err)
 	}
 	display := filepath.Join(dir, "display")
 	if err := os.Mkdir(display, 0o700); err != nil {
-		return nil, "", fmt.Errorf("creating the run's display tmpfs: %w", err)
+		return nil, nil, fmt.Errorf("creating the run's display tmpfs: %w", err)
 	}
 	opts := fmt.Sprintf("size=%d,nr_inodes=16,mode=0700,uid=%d,gid=%d", maxDisplayChannel, uid, uid)
 	if err := unix.Mount("tmpfs", display, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
-		return nil, "", fmt.Errorf("mounting the run's display tmpfs: %w", err)
+		return nil, nil, fmt.Errorf("mounting the run's display tmpfs: %w", err)
 	}
 	undo.Add(func() error {
 		if err := unix.Unmount(display, unix.MNT_DETACH); err != nil {
@@ -173,20 +174,25 @@ func values(dir string, uid int, st *stateRequest, withState bool, code []byte, 
 		}
 		return nil
 	})
+	dd, err := safefs.Open(display)
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening the run's display tmpfs: %w", err)
+	}
+	undo.Add(dd.Close)
 	specOpts = append(specOpts, spec.WithReadonlyFile(lib, RunLibPath), spec.WithWritableDir(display, DisplayDir))
 	if st != nil || withState {
 		stateOpt, err := stateModuleOpt(dir, undo)
 		if err != nil {
-			return nil, "", err
+			return nil, nil, err
 		}
 		specOpts = append(specOpts, stateOpt)
 	}
 	if st != nil {
-		if err := st.write(display); err != nil {
-			return nil, "", err
+		if err := st.write(dd); err != nil {
+			return nil, nil, err
 		}
 	}
-	return specOpts, display, nil
+	return specOpts, dd, nil
 }
 
 // displayPoll is how often a run whose door shows display bundles as
@@ -194,7 +200,7 @@ func values(dir string, uid int, st *stateRequest, withState bool, code []byte, 
 const displayPoll = 50 * time.Millisecond
 
 // displayReader reads a run's display channel (the file displayFile of
-// its display directory, a host path) line by line, as the program writes
+// its display directory) line by line, as the program writes
 // it or once at its end, within the same bounds either way: the bundles'
 // data (each MIME type and string) counts against budget bytes in the
 // channel's order, a later value replacing an earlier one (whose bytes
@@ -203,7 +209,7 @@ const displayPoll = 50 * time.Millisecond
 // maxDisplayChannel count as dropped. It is used by one goroutine at a
 // time.
 type displayReader struct {
-	name    string
+	dir     *safefs.Dir
 	budget  int64
 	emit    func(map[string]string) // each display bundle kept, as it is; may be nil
 	read    int64                   // bytes of the channel consumed
@@ -215,22 +221,18 @@ type displayReader struct {
 	over    bool
 }
 
-// newDisplayReader is the reader of the display directory dir ("" for a
+// newDisplayReader is the reader of the display directory dir (nil for a
 // run without one), keeping budget bytes of bundles and calling emit, if
 // not nil, with each display bundle kept.
-func newDisplayReader(dir string, budget int64, emit func(map[string]string)) *displayReader {
-	d := &displayReader{budget: budget, emit: emit}
-	if dir != "" {
-		d.name = filepath.Join(dir, displayFile)
-	}
-	return d
+func newDisplayReader(dir *safefs.Dir, budget int64, emit func(map[string]string)) *displayReader {
+	return &displayReader{dir: dir, budget: budget, emit: emit}
 }
 
 // watch reads the channel every displayPoll while the program runs, so
 // that emit gets each bundle as it comes; the function it returns stops
 // it and waits until it has. Without emit or a channel it does nothing.
 func (d *displayReader) watch() (stop func()) {
-	if d.emit == nil || d.name == "" {
+	if d.emit == nil || d.dir == nil {
 		return func() {}
 	}
 	quit, done := make(chan struct{}), make(chan struct{})
@@ -258,14 +260,13 @@ func (d *displayReader) watch() (stop func()) {
 // on a FIFO, only a regular file, at most maxDisplayChannel bytes in all.
 // A file that is not there, or not one to read, reads as nothing new.
 func (d *displayReader) poll() {
-	if d.name == "" || d.over {
+	if d.dir == nil || d.over {
 		return
 	}
-	fd, err := unix.Open(d.name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	f, err := d.dir.Open(displayFile)
 	if err != nil {
 		return
 	}
-	f := os.NewFile(uintptr(fd), d.name)
 	defer f.Close()
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		return
@@ -339,7 +340,7 @@ func (d *displayReader) take(line []byte) {
 // line without its newline counts), and fills res's Value, Display and
 // DisplayDropped.
 func (d *displayReader) finish(res *result.Result) {
-	if d.name == "" {
+	if d.dir == nil {
 		return
 	}
 	d.poll()
@@ -350,16 +351,15 @@ func (d *displayReader) finish(res *result.Result) {
 	res.Value, res.Display, res.DisplayDropped = d.value, d.display, d.dropped
 }
 
-// readChannelAt reads the file at name of the display directory, which
-// the program made: never through a symlink, never blocking on a FIFO,
-// only a regular file, at most max bytes (over says it held more). A file
-// that is not there, or not one to read, reads as empty.
-func readChannelAt(name string, max int64) (data []byte, over bool) {
-	fd, err := unix.Open(name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+// readChannelAt reads the file name of the display directory dir, which
+// the program made: never through a link, never blocking on a FIFO, only
+// a regular file (safefs), at most max bytes (over says it held more). A
+// file that is not there, or not one to read, reads as empty.
+func readChannelAt(dir *safefs.Dir, name string, max int64) (data []byte, over bool) {
+	f, err := dir.Open(name)
 	if err != nil {
 		return nil, false
 	}
-	f := os.NewFile(uintptr(fd), name)
 	defer f.Close()
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		return nil, false

@@ -30,7 +30,7 @@ func TestDisplayReaderIncremental(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want result.Result
-	newDisplayReader(once, budget, nil).finish(&want)
+	newDisplayReader(openDir(t, once), budget, nil).finish(&want)
 
 	for _, step := range []int{1, 7, 64, len(channel)} {
 		dir := t.TempDir()
@@ -39,7 +39,7 @@ func TestDisplayReaderIncremental(t *testing.T) {
 			t.Fatal(err)
 		}
 		var emitted []map[string]string
-		d := newDisplayReader(dir, budget, func(b map[string]string) { emitted = append(emitted, b) })
+		d := newDisplayReader(openDir(t, dir), budget, func(b map[string]string) { emitted = append(emitted, b) })
 		for i := 0; i < len(channel); i += step {
 			if _, err := f.WriteString(channel[i:min(i+step, len(channel))]); err != nil {
 				t.Fatal(err)

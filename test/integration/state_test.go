@@ -1,7 +1,12 @@
 package integration
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -9,6 +14,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/runapi"
 )
 
 // TestStateCarriesGlobals: a kept session's globals carry from one call to
@@ -162,15 +168,7 @@ print(os.path.exists("/tmp/ran-in-sandbox"))`, map[string]any{"keep_state": true
 // process or /tmp file of a call is in the next.
 func TestStateWarm(t *testing.T) {
 	p := newWarm(t, pythonImage, 1, nil, pyTask("pass", nil), true)
-	id, err := p.r.Sessions().Create()
-	if err != nil {
-		t.Fatalf("creating session: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := p.r.Sessions().Remove(id); err != nil {
-			t.Errorf("removing session: %v", err)
-		}
-	})
+	id := poolSession(t, p)
 	call := func(code string, extra map[string]any, warm bool) *result.Result {
 		t.Helper()
 		m := map[string]any{"session": id, "keep_state": true}
@@ -217,4 +215,73 @@ x += 1`, nil, true)
 	if res = call("print(x)", nil, true); res.Stdout != "43\n" {
 		t.Errorf("warm call after the cold one: stdout %q, stderr %q", res.Stdout, res.Stderr)
 	}
+}
+
+// TestStateRequestPlantedLink: code that runs in a warm sandbox before its
+// take (here a preloaded module of the image's) plants state-request, the
+// name agentrun writes a stateful run's request under at the take, as a
+// link to a host path: to a file of root's alone, or to one that does not
+// exist. agentrun writes its request, not through the link: the host's
+// file keeps its bytes and mode, nothing is created, and the run reads
+// agentrun's request (its state is saved).
+func TestStateRequestPlantedLink(t *testing.T) {
+	host := t.TempDir()
+	victim, absent := filepath.Join(host, "victim"), filepath.Join(host, "absent")
+	if err := os.WriteFile(victim, []byte("root's own\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The python image, its files hard links to the cache's (an image's
+	// rootfs is mounted read-only), with the planting modules beside its
+	// standard library.
+	rootfs := filepath.Join(t.TempDir(), "rootfs")
+	if out, err := exec.Command("cp", "-al", filepath.Join(*imagesDir, "python", "rootfs"), rootfs).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v %s", err, out)
+	}
+	for mod, target := range map[string]string{"plant_victim": victim, "plant_absent": absent} {
+		code := fmt.Sprintf("import os\nos.symlink(%q, '/dev/agentrun-display/state-request')\n", target)
+		if err := os.WriteFile(filepath.Join(rootfs, "usr", "lib", "python3.11", mod+".py"), []byte(code), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ref := "dir:" + rootfs
+	for _, mod := range []string{"plant_victim", "plant_absent"} {
+		t.Run(mod, func(t *testing.T) {
+			p := newWarm(t, ref, 1, []string{mod}, pyTask("pass", map[string]any{"image": ref}), true)
+			id := poolSession(t, p)
+			code := "import os\nprint(os.readlink('/dev/agentrun-display/state-request') if os.path.islink('/dev/agentrun-display/state-request') else 'file')\nx = 1"
+			hits := p.pool.Stats().Hits
+			res := p.r.Run(context.Background(), p.plan(pyTask(code, map[string]any{"image": ref, "session": id, "keep_state": true})), runapi.Hooks{})
+			if p.pool.Stats().Hits == hits {
+				t.Error("the run did not take the warm sandbox")
+			}
+			if b, err := os.ReadFile(victim); err != nil || string(b) != "root's own\n" {
+				t.Errorf("the host's file now holds %q (%v)", b, err)
+			}
+			if fi, err := os.Stat(victim); err != nil || fi.Mode() != 0o600 {
+				t.Errorf("the host's file: %v, %v; want mode 0600", fi, err)
+			}
+			if _, err := os.Lstat(absent); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("a file was made on the host at %s: %v", absent, err)
+			}
+			mustOK(t, res)
+			if res.Stdout != "file\n" || res.State == nil || !res.State.Saved || !slices.Contains(res.State.Kept, "x") {
+				t.Errorf("stdout %q, stderr %q, state %+v; want agentrun's request read and the state saved", res.Stdout, res.Stderr, res.State)
+			}
+		})
+	}
+}
+
+// poolSession is a kept session of p's runner, removed at the test's end.
+func poolSession(t *testing.T, p *pooled) string {
+	t.Helper()
+	id, err := p.r.Sessions().Create()
+	if err != nil {
+		t.Fatalf("creating session: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := p.r.Sessions().Remove(id); err != nil {
+			t.Errorf("removing session: %v", err)
+		}
+	})
+	return id
 }
