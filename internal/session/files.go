@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path"
 	"path/filepath"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/internal/errkind"
+	"github.com/agentrun/agentrun/internal/safefs"
 	"github.com/agentrun/agentrun/internal/task"
 )
 
@@ -47,10 +47,11 @@ type Listing struct {
 	Truncated bool   `json:"truncated"`
 }
 
-// withRoot takes session id, mounts its disk and runs fn with a handle
-// bound to its root: no name fn opens through it resolves outside the
-// session. The disk is unmounted and the session released afterwards.
-func (s *Store) withRoot(id string, fn func(*os.Root) error) (err error) {
+// withRoot takes session id, mounts its disk and runs fn with its root
+// held open (safefs): no name fn opens through it resolves outside the
+// session or through a link. The disk is unmounted and the session
+// released afterwards.
+func (s *Store) withRoot(id string, fn func(*safefs.Dir) error) (err error) {
 	l, err := s.Lock(id)
 	if err != nil {
 		return err
@@ -65,7 +66,7 @@ func (s *Store) withRoot(id string, fn func(*os.Root) error) (err error) {
 			err = uerr
 		}
 	}()
-	root, err := os.OpenRoot(mp)
+	root, err := safefs.Open(mp)
 	if err != nil {
 		return fmt.Errorf("opening session: %w", err)
 	}
@@ -78,7 +79,7 @@ func (s *Store) withRoot(id string, fn func(*os.Root) error) (err error) {
 // and MaxListDepth levels. Symlinks are listed, never followed.
 func (s *Store) Files(id string) (*Listing, error) {
 	out := &Listing{Files: []File{}}
-	err := s.withRoot(id, func(root *os.Root) error {
+	err := s.withRoot(id, func(root *safefs.Dir) error {
 		type dir struct {
 			name  string
 			depth int
@@ -113,8 +114,8 @@ func (s *Store) Files(id string) (*Listing, error) {
 
 // listDir lists the entries of dir into out, until visited reaches
 // MaxList, and returns its subdirectories.
-func listDir(root *os.Root, dir string, visited *int, out *Listing) ([]string, error) {
-	d, err := root.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+func listDir(root *safefs.Dir, dir string, visited *int, out *Listing) ([]string, error) {
+	d, err := root.Sub(dir)
 	if err != nil {
 		return nil, fmt.Errorf("listing %q: %w", dir, err)
 	}
@@ -175,10 +176,17 @@ func (s *Store) ReadFile(id, name string) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %s", ErrBadPath, reason)
 	}
 	var data []byte
-	err := s.withRoot(id, func(root *os.Root) error {
-		// O_NOFOLLOW: a symlink is refused, not followed (even inside);
-		// O_NONBLOCK: a fifo never blocks the open.
-		f, err := root.OpenFile(name, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	err := s.withRoot(id, func(root *safefs.Dir) error {
+		// A link is refused, not followed (even inside); a fifo never
+		// blocks the open, and is refused.
+		f, err := root.Open(name)
+		if errors.Is(err, safefs.ErrNotRegular) {
+			kind := "other"
+			if fi, lerr := root.Lstat(name); lerr == nil {
+				kind = fileType(fi.Mode())
+			}
+			return fmt.Errorf("%w: %q is not a regular file (%s)", ErrBadPath, name, kind)
+		}
 		if err != nil {
 			return fmt.Errorf("%w: %q: %s", ErrBadPath, name, why(root, name, err))
 		}
@@ -210,7 +218,7 @@ func (s *Store) WriteFile(id, name string, r io.Reader) error {
 	if reason := task.CheckRelPath(name); reason != "" {
 		return fmt.Errorf("%w: %s", ErrBadPath, reason)
 	}
-	return s.withRoot(id, func(root *os.Root) error {
+	return s.withRoot(id, func(root *safefs.Dir) error {
 		if dir := path.Dir(name); dir != "." {
 			if err := root.MkdirAll(dir, 0o755); err != nil {
 				return fmt.Errorf("%w: %q: %s", ErrBadPath, dir, why(root, dir, err))
@@ -224,7 +232,7 @@ func (s *Store) WriteFile(id, name string, r io.Reader) error {
 		if err := root.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("%w: %q: %s", ErrBadPath, name, why(root, name, err))
 		}
-		f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o644)
+		f, err := root.Create(name, 0o644)
 		if err != nil {
 			return fmt.Errorf("%w: %q: %s", ErrBadPath, name, why(root, name, err))
 		}
@@ -253,7 +261,7 @@ func (s *Store) WriteFile(id, name string, r io.Reader) error {
 // in the session: a symbolic link on its way or at its end (never
 // followed), a file where a directory should be, nothing there. It names
 // the session's paths only, never a host path or a system call.
-func why(root *os.Root, name string, err error) string {
+func why(root *safefs.Dir, name string, err error) string {
 	parts := strings.Split(name, "/")
 	var last fs.FileInfo // name's own, when it exists
 walk:
@@ -276,7 +284,7 @@ walk:
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return "no such file"
-	case errors.Is(err, fs.ErrExist) && last != nil && !last.IsDir():
+	case (errors.Is(err, fs.ErrExist) || errors.Is(err, unix.ENOTDIR)) && last != nil && !last.IsDir():
 		// Making directories: a file has the name.
 		return fmt.Sprintf("%q is not a directory", name)
 	case errors.Is(err, fs.ErrExist):

@@ -5,14 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path"
 	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/internal/result"
 )
@@ -54,7 +51,7 @@ func (l Limits) orDefaults() Limits {
 // errCut stops a walk at a bound; walker.cut says which.
 var errCut = errors.New("collect bound reached")
 
-// walker matches globs against the workspace through its os.Root. It
+// walker matches globs against the workspace through its safefs.Dir. It
 // never follows a symbolic link: a link is a match like any other entry
 // (listed with an error), and never a directory to descend into, so a
 // link loop costs one entry.
@@ -198,7 +195,7 @@ func (wk *walker) glob(dir string, comps []string) (bool, error) {
 		}
 		return wk.glob(name, comps[1:])
 	}
-	d, err := wk.w.root.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	d, err := wk.w.root.Sub(dir)
 	if err != nil {
 		return false, nil
 	}
@@ -252,9 +249,9 @@ func (wk *walker) collectOne(name string, budget *int64) result.File {
 	if !fi.Mode().IsRegular() {
 		return result.File{Error: "not a regular file (" + fi.Mode().Type().String() + ")"}
 	}
-	// O_NOFOLLOW and O_NONBLOCK: the program is dead, but never block on a
-	// fifo or follow a link that replaced the file.
-	f, err := wk.w.root.OpenFile(name, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	// The program is dead, but safefs never blocks on a fifo or follows a
+	// link that replaced the file.
+	f, err := wk.w.root.Open(name)
 	if err != nil {
 		return result.File{Error: "cannot open: " + reason(err)}
 	}

@@ -2,7 +2,7 @@
 // host, filled with the task's files before the run and read back (collect)
 // after it.
 //
-// Every path inside a workspace is resolved through os.Root: the workspace
-// never follows a link out of itself, and collect never opens anything but a
-// regular file.
+// Every path inside a workspace is resolved through internal/safefs: the
+// workspace never follows a link, in it or out of it, and collect never opens
+// anything but a regular file.
 package workspace

@@ -11,13 +11,15 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentrun/agentrun/internal/safefs"
 )
 
 // Workspace is one run's workspace tmpfs.
 type Workspace struct {
 	// Dir is the mount point on the host.
 	Dir  string
-	root *os.Root
+	root *safefs.Dir
 	// replace: files written replace those of the same name (a kept
 	// session's workspace holds the last run's files).
 	replace bool
@@ -73,7 +75,7 @@ func open(w *Workspace, uid, gid int, files map[string][]byte) (_ *Workspace, er
 			w.Close()
 		}
 	}()
-	if w.root, err = os.OpenRoot(w.Dir); err != nil {
+	if w.root, err = safefs.Open(w.Dir); err != nil {
 		return nil, fmt.Errorf("opening workspace: %w", err)
 	}
 	if err := w.Write(files, uid, gid); err != nil {
@@ -113,7 +115,7 @@ func (w *Workspace) write(name string, data []byte, uid, gid int) error {
 			return err
 		}
 	}
-	f, err := w.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o644)
+	f, err := w.root.Create(name, 0o644)
 	if err != nil {
 		return err
 	}
@@ -135,12 +137,7 @@ func (w *Workspace) write(name string, data []byte, uid, gid int) error {
 // device (syncfs): for a kept session's disk, the loop device's flush is
 // an fsync of its image on the host's disk.
 func (w *Workspace) Sync() error {
-	f, err := os.Open(w.Dir)
-	if err != nil {
-		return fmt.Errorf("syncing workspace: %w", err)
-	}
-	defer f.Close()
-	if err := unix.Syncfs(int(f.Fd())); err != nil {
+	if err := w.root.Syncfs(); err != nil {
 		return fmt.Errorf("syncing workspace: %w", err)
 	}
 	return nil

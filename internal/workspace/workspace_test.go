@@ -247,3 +247,39 @@ func TestCollectNonUTF8Names(t *testing.T) {
 		t.Errorf("the escaped key taken by a real name did not move aside: %s", b)
 	}
 }
+
+// TestNoLinkFollowedInside: a link the program left in its workspace is
+// never gone through, even to a directory of the workspace itself: files
+// written into a kept workspace whose parent is such a link fail, and a
+// pattern naming a path through one matches nothing.
+func TestNoLinkFollowedInside(t *testing.T) {
+	w := create(t, 1<<20, nil)
+	os.Mkdir(filepath.Join(w.Dir, "real"), 0o755)
+	os.WriteFile(filepath.Join(w.Dir, "real", "f"), []byte("f"), 0o644)
+	os.Symlink("real", filepath.Join(w.Dir, "via"))
+	os.Symlink("real/f", filepath.Join(w.Dir, "leaf"))
+	kept, err := Adopt(w.Dir, 65534, 65534, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kept.root.Close()
+	for _, name := range []string{"via/new", "via/deeper/new"} {
+		if err := kept.Write(map[string][]byte{name: []byte("x")}, 65534, 65534); err == nil {
+			t.Errorf("writing %s went through the link", name)
+		}
+	}
+	if ents, _ := os.ReadDir(filepath.Join(w.Dir, "real")); len(ents) != 1 {
+		t.Errorf("real/ holds %d entries; want its one file", len(ents))
+	}
+	// A file written over a link replaces the link, not what it names.
+	if err := kept.Write(map[string][]byte{"leaf": []byte("new")}, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(w.Dir, "real", "f")); string(b) != "f" {
+		t.Errorf("real/f now holds %q", b)
+	}
+	got, rep := collectIn(t, w, []string{"via/f", "via/*"}, Limits{})
+	if len(got) != 0 || !slices.Equal(rep.Unmatched, []string{"via/f", "via/*"}) {
+		t.Errorf("collect through a link: %v, %+v; want nothing", got, rep)
+	}
+}
