@@ -49,7 +49,7 @@ var (
 type Dir struct {
 	fd   int
 	f    *os.File // fd, for ReadDir and Close
-	name string   // for errors
+	name string   // below the Dir Open opened ("." for that one), for errors
 	dev  uint64   // the directory's device: the walk's RESOLVE_NO_XDEV
 }
 
@@ -62,10 +62,13 @@ func Open(path string) (*Dir, error) {
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
-	return newDir(fd, path)
+	return newDir(fd, ".")
 }
 
 // newDir makes the Dir of fd, a directory opened O_RDONLY, named name.
+// Errors name what they are about by its name below the Dir that Open
+// opened, as os.Root's do: never by a host path, which they may reach a
+// client with.
 func newDir(fd int, name string) (*Dir, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
@@ -78,10 +81,6 @@ func newDir(fd int, name string) (*Dir, error) {
 	}
 	return &Dir{fd: fd, f: os.NewFile(uintptr(fd), name), name: name, dev: st.Dev}, nil
 }
-
-// Name is the Dir's name: the host path Open was given, with the names
-// Sub went down.
-func (d *Dir) Name() string { return d.name }
 
 // Close closes the directory.
 func (d *Dir) Close() error { return d.f.Close() }
@@ -420,8 +419,9 @@ func check(name string) (string, error) {
 	return path.Clean(name), nil
 }
 
-// join is name below d, for errors and file names.
-func (d *Dir) join(name string) string { return d.name + "/" + name }
+// join is name below d as errors and file names show it: below the Dir
+// that Open opened.
+func (d *Dir) join(name string) string { return path.Join(d.name, name) }
 
 // err wraps e as op's error on name below d.
 func (d *Dir) err(op, name string, e error) error {
