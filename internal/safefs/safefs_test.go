@@ -282,3 +282,25 @@ func TestOpenat2Used(t *testing.T) {
 		t.Skipf("openat2 unavailable here (%v): every test above ran the walk twice", err)
 	}
 }
+
+// A magic link (/proc's fd, root, cwd, exe) is never gone through, even
+// from a Dir opened on this process's /proc directory itself.
+func TestMagicLinksRefused(t *testing.T) {
+	both(t, func(t *testing.T) {
+		d, err := Open("/proc/" + strconv.Itoa(os.Getpid()))
+		must(t, err)
+		defer d.Close()
+		for _, name := range []string{"root/etc/passwd", "cwd", "exe", "fd/0", "root"} {
+			if f, err := d.Open(name); err == nil {
+				f.Close()
+				t.Errorf("Open(%s) went through a magic link", name)
+			}
+			if _, err := d.Stat(name); err == nil {
+				t.Errorf("Stat(%s) went through a magic link", name)
+			}
+		}
+		if _, err := d.ReadFile("status", 1<<20); err != nil {
+			t.Errorf("ReadFile(status), no link on its way: %v", err)
+		}
+	})
+}

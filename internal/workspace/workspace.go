@@ -137,6 +137,9 @@ func (w *Workspace) write(name string, data []byte, uid, gid int) error {
 // device (syncfs): for a kept session's disk, the loop device's flush is
 // an fsync of its image on the host's disk.
 func (w *Workspace) Sync() error {
+	if w.root == nil {
+		return errors.New("syncing workspace: it is closed")
+	}
 	if err := w.root.Syncfs(); err != nil {
 		return fmt.Errorf("syncing workspace: %w", err)
 	}
