@@ -654,3 +654,47 @@ except RuntimeError as e:
 		t.Errorf("gVisor seccomp errno behaviour changed: %q (stderr %q)", got, out.Stderr.Data)
 	}
 }
+
+// TestSpecOptClone3 runs the runsc spec's filter (SpecOpt): clone3 fails
+// with ENOSYS, with namespace flags or without, so that no program makes
+// a user namespace (it made one with every capability in gVisor's
+// kernel, and a raw socket there, when clone3 was allowed), and glibc
+// falls back to clone, so threads and fork still work.
+func TestSpecOptClone3(t *testing.T) {
+	f := newFixture(t)
+	c := f.container(t, runOpts{}, "python3", "-c", `
+import ctypes, errno, os, struct, threading
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+for flags in (0, 0x10000000 | 0x40000000):  # CLONE_NEWUSER | CLONE_NEWNET
+    args = ctypes.create_string_buffer(struct.pack('8Q', flags, 0, 0, 0, 17, 0, 0, 0), 64)
+    pid = libc.syscall(ctypes.c_long(435), args, ctypes.c_long(64))
+    if pid == 0:
+        caps = [l for l in open('/proc/self/status') if l.startswith('CapEff')]
+        os.write(1, ('child ' + caps[0]).encode())
+        os._exit(0)
+    if pid > 0:
+        os.waitpid(pid, 0)
+        print('clone3', hex(flags), 'made a child')
+    else:
+        print('clone3', hex(flags), errno.errorcode[ctypes.get_errno()])
+t = threading.Thread(target=print, args=('thread ok',))
+t.start()
+t.join()
+pid = os.fork()
+if pid == 0:
+    os._exit(7)
+print('fork', os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))`)
+	if err := SpecOpt()(c.Spec); err != nil {
+		t.Fatal(err)
+	}
+	out, err := f.runIn(c, runOpts{})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	f.checkClean(t, c.ID)
+	want := "clone3 0x0 ENOSYS\nclone3 0x50000000 ENOSYS\nthread ok\nfork 7\n"
+	if got := string(out.Stdout.Data); got != want {
+		t.Errorf("stdout %q; want %q (stderr %q)", got, want, out.Stderr.Data)
+	}
+}

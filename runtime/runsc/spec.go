@@ -12,6 +12,11 @@ import (
 // unless the backend names another (New).
 const CgroupParent = "/agentrun-runsc"
 
+// clone3Rule refuses clone3 with ENOSYS under gVisor: SCMP_ACT_TRACE with no
+// tracer (gVisor's pkg/sentry/kernel/seccomp.go answers it ENOSYS, as
+// Linux's seccomp(2) documents), where an errno rule would read EPERM.
+var clone3Rule = specs.LinuxSyscall{Names: []string{"clone3"}, Action: specs.ActTrace}
+
 // SpecOpt adapts a sandbox spec to gVisor; apply it after the limits and
 // the seccomp filter:
 //
@@ -23,9 +28,14 @@ const CgroupParent = "/agentrun-runsc"
 //     as under Linux);
 //   - gVisor answers every errno rule of a seccomp filter with EPERM, so
 //     Docker's "clone3 gives ENOSYS" rule would stop glibc from falling back
-//     to clone and no thread could start: clone3 is allowed instead. Any
-//     namespace a program makes with it lives in gVisor's kernel, not the
-//     host's, and gVisor's own filter still guards the host;
+//     to clone and no thread could start. clone3 gets a trace rule instead
+//     (clone3Rule), which gVisor answers ENOSYS, as Linux does, when no
+//     tracer is attached, and none can be: ptrace is refused in the
+//     sandbox. So clone3, whose flags are in memory where no filter can
+//     read them, is refused on both runtimes, and glibc falls back to clone,
+//     whose namespace flags Docker's rule refuses (allowed, clone3 made a
+//     user and network namespace in gVisor's kernel with every capability
+//     there and a raw socket);
 //   - the sandbox's socket sysctls are dropped: its sockets are gVisor's
 //     netstack, whose buffers are the sentry's memory, inside the run's
 //     cgroup, not host sockets.
@@ -45,7 +55,7 @@ func SpecOpt() spec.SpecOpt {
 			cp := *sc
 			cp.Syscalls = nil
 			for _, r := range sc.Syscalls {
-				if slices.Contains(r.Names, "clone3") && r.Action != specs.ActAllow {
+				if slices.Contains(r.Names, "clone3") {
 					r.Names = slices.DeleteFunc(slices.Clone(r.Names), func(n string) bool { return n == "clone3" })
 					if len(r.Names) == 0 {
 						continue
@@ -53,7 +63,7 @@ func SpecOpt() spec.SpecOpt {
 				}
 				cp.Syscalls = append(cp.Syscalls, r)
 			}
-			cp.Syscalls = append(cp.Syscalls, specs.LinuxSyscall{Names: []string{"clone3"}, Action: specs.ActAllow})
+			cp.Syscalls = append(cp.Syscalls, clone3Rule)
 			s.Linux.Seccomp = &cp
 		}
 		return nil

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -62,7 +63,8 @@ var defaultSeccomp = sync.OnceValues(func() (*specs.LinuxSeccomp, error) {
 })
 
 // checkSeccomp refuses a filter that allows any syscall by default, that
-// allows a denied or namespace syscall without argument conditions, or that
+// allows a denied or namespace syscall without argument conditions or
+// clone3 at all, or that
 // has an unconditional rule for a kernel-surface syscall (which would wipe
 // its conditional rules in libseccomp).
 func checkSeccomp(p *specs.LinuxSeccomp) error {
@@ -84,6 +86,11 @@ func checkSeccomp(p *specs.LinuxSeccomp) error {
 			}
 			if slices.Contains(namespaceSyscalls, n) && len(r.Args) == 0 {
 				return fmt.Errorf("seccomp allows namespace syscall %s", n)
+			}
+			if n == "clone3" {
+				// Its flags are in memory: no argument rule can
+				// tell a thread from a new namespace.
+				return errors.New("seccomp allows clone3, whose namespace flags no filter can read")
 			}
 		}
 	}

@@ -254,6 +254,11 @@ func TestValidateRefuses(t *testing.T) {
 			cp.Syscalls = append(slices.Clone(cp.Syscalls), specs.LinuxSyscall{Names: []string{"ptrace"}, Action: specs.ActAllow})
 			s.Linux.Seccomp = &cp
 		}, "ptrace"},
+		{"seccomp allows clone3", func(s *specs.Spec) {
+			cp := *s.Linux.Seccomp
+			cp.Syscalls = append(slices.Clone(cp.Syscalls), specs.LinuxSyscall{Names: []string{"clone3"}, Action: specs.ActAllow})
+			s.Linux.Seccomp = &cp
+		}, "clone3"},
 		{"host pid ns", func(s *specs.Spec) { s.Linux.Namespaces[0].Path = "/proc/1/ns/pid" }, "pid namespace"},
 		{"missing mount ns", func(s *specs.Spec) {
 			s.Linux.Namespaces = slices.DeleteFunc(s.Linux.Namespaces, func(n specs.LinuxNamespace) bool { return n.Type == specs.MountNamespace })

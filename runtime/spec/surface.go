@@ -2,6 +2,7 @@ package spec
 
 import (
 	"math/bits"
+	"slices"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -17,7 +18,12 @@ import (
 //     NETLINK_ROUTE only (libc's resolver and getifaddrs use it). Another
 //     netlink protocol fails with EPROTONOSUPPORT, another family (AF_MAX
 //     and above included) with EAFNOSUPPORT: what a kernel without them
-//     answers, so a program falls back as it would there.
+//     answers, so a program falls back as it would there. AF_INET and
+//     AF_INET6 are TCP, UDP and the ICMP echo (ping) socket only
+//     (inetRules): another protocol (MPTCP, UDP-Lite, SCTP) fails with
+//     EPROTONOSUPPORT, another type (SCTP's SOCK_SEQPACKET, SOCK_DCCP)
+//     with ESOCKTNOSUPPORT, SOCK_RAW with EPERM (what the kernel answers a
+//     process without CAP_NET_RAW).
 //   - socketpair: AF_UNIX only, else EAFNOSUPPORT.
 //   - ioctl: TIOCSTI, TIOCLINUX and TIOCSETD are refused (EPERM) whatever
 //     the upper 32 bits of the command (the kernel reads an unsigned int).
@@ -65,11 +71,11 @@ func socketRules() []specs.LinuxSyscall {
 	family := func(f uint64) specs.LinuxSeccompArg { return eq(0, f) }
 	rs := []specs.LinuxSyscall{
 		allow(family(unix.AF_UNIX)),
-		allow(family(unix.AF_INET)),
-		allow(family(unix.AF_INET6)),
 		allow(family(unix.AF_NETLINK), eq(2, unix.NETLINK_ROUTE)),
 		errnoRule("socket", unix.EPROTONOSUPPORT, family(unix.AF_NETLINK), gt(2, unix.NETLINK_ROUTE)),
 	}
+	rs = append(rs, inetRules(unix.AF_INET, unix.IPPROTO_ICMP)...)
+	rs = append(rs, inetRules(unix.AF_INET6, unix.IPPROTO_ICMPV6)...)
 	// Every other family: AF_UNSPEC (0), the gaps between the allowed
 	// ones, and everything past AF_NETLINK, however large.
 	noFamily := []specs.LinuxSeccompArg{eq(0, unix.AF_UNSPEC), gt(0, unix.AF_NETLINK)}
@@ -77,6 +83,65 @@ func socketRules() []specs.LinuxSyscall {
 	noFamily = append(noFamily, maskedRange(0, unix.AF_INET6+1, unix.AF_NETLINK, ^uint64(0))...)
 	for _, a := range noFamily {
 		rs = append(rs, errnoRule("socket", unix.EAFNOSUPPORT, a))
+	}
+	return rs
+}
+
+// sockTypeMask is SOCK_TYPE_MASK (include/linux/net.h): the kernel reads
+// a socket's type from these bits of the int type argument; the rest are
+// SOCK_NONBLOCK and SOCK_CLOEXEC, or an EINVAL of the kernel's.
+const sockTypeMask = 0xf
+
+// inetRules are socket's rules for family (AF_INET or AF_INET6), whose
+// ping protocol is ping. The family's protocols are kernel code of their
+// own that any process reaches, loaded on demand as modules where they
+// are not built in: a sandbox gets TCP, UDP and ping, the protocols that
+// protocol 0 of a stream or datagram socket stands for and the one
+// unprivileged ICMP socket, and nothing else:
+//
+//   - SOCK_STREAM with protocol 0 or IPPROTO_TCP; another protocol
+//     (IPPROTO_MPTCP, IPPROTO_SCTP) fails with EPROTONOSUPPORT;
+//   - SOCK_DGRAM with protocol 0, IPPROTO_UDP or ping (whether a ping
+//     socket is made is then the host's net.ipv4.ping_group_range, as
+//     before); another (IPPROTO_UDPLITE) fails with EPROTONOSUPPORT;
+//   - SOCK_RAW fails with EPERM, as the kernel answers without
+//     CAP_NET_RAW, whatever the protocol;
+//   - any other type (SOCK_SEQPACKET, SOCK_DCCP, SOCK_RDM, SOCK_PACKET,
+//     SOCK_TYPE_MASK's unused values) fails with ESOCKTNOSUPPORT.
+//
+// A protocol is allowed only with its upper 32 bits clear (libc and Go
+// pass a non-negative int); one with upper bits set is refused whatever
+// the kernel would read. The type is compared through sockTypeMask, so
+// SOCK_NONBLOCK and SOCK_CLOEXEC pass, as do bits the kernel refuses
+// with EINVAL itself.
+func inetRules(family, ping uint64) []specs.LinuxSyscall {
+	fam := eq(0, family)
+	typ := func(t uint64) specs.LinuxSeccompArg { return masked(1, sockTypeMask, t) }
+	var rs []specs.LinuxSyscall
+	// protocols allows type t with each of protos (ascending) and refuses
+	// it with every other protocol: the gaps between them, and everything
+	// above the last, however large.
+	protocols := func(t uint64, protos ...uint64) {
+		lo := uint64(0)
+		for _, p := range protos {
+			rs = append(rs, specs.LinuxSyscall{Names: []string{"socket"}, Action: specs.ActAllow, Args: []specs.LinuxSeccompArg{fam, typ(t), eq(2, p)}})
+			for _, a := range maskedRange(2, lo, p, ^uint64(0)) {
+				rs = append(rs, errnoRule("socket", unix.EPROTONOSUPPORT, fam, typ(t), a))
+			}
+			lo = p + 1
+		}
+		rs = append(rs, errnoRule("socket", unix.EPROTONOSUPPORT, fam, typ(t), gt(2, lo-1)))
+	}
+	protocols(unix.SOCK_STREAM, 0, unix.IPPROTO_TCP)
+	dgram := []uint64{0, unix.IPPROTO_UDP, ping}
+	slices.Sort(dgram)
+	protocols(unix.SOCK_DGRAM, dgram...)
+	rs = append(rs, errnoRule("socket", unix.EPERM, fam, typ(unix.SOCK_RAW)))
+	// Every other type: 0, and SOCK_RDM (4) up to the mask's last value.
+	other := maskedRange(1, 0, unix.SOCK_STREAM, sockTypeMask)
+	other = append(other, maskedRange(1, unix.SOCK_RAW+1, sockTypeMask+1, sockTypeMask)...)
+	for _, a := range other {
+		rs = append(rs, errnoRule("socket", unix.ESOCKTNOSUPPORT, fam, a))
 	}
 	return rs
 }

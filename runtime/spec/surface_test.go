@@ -94,7 +94,7 @@ func TestSurfaceSocket(t *testing.T) {
 		{unix.AF_UNIX, 0, allowed},
 		{unix.AF_INET, 0, allowed},
 		{unix.AF_INET, unix.IPPROTO_TCP, allowed},
-		{unix.AF_INET6, unix.IPPROTO_UDP, allowed},
+		{unix.AF_INET6, unix.IPPROTO_TCP, allowed},
 		{unix.AF_NETLINK, unix.NETLINK_ROUTE, allowed},
 		{unix.AF_NETLINK, unix.NETLINK_XFRM, refused(unix.EPROTONOSUPPORT)},
 		{unix.AF_NETLINK, unix.NETLINK_NETFILTER, refused(unix.EPROTONOSUPPORT)},
@@ -136,6 +136,101 @@ func TestSurfaceSocket(t *testing.T) {
 	} {
 		if got := evaluate(t, f, "socketpair", tc.family, unix.SOCK_STREAM, 0); got != tc.want {
 			t.Errorf("socketpair(%#x) = %+v; want %+v", tc.family, got, tc.want)
+		}
+	}
+}
+
+// AF_INET and AF_INET6 are TCP, UDP and ping alone: MPTCP, UDP-Lite,
+// SCTP, DCCP and raw sockets are refused as a kernel without them (or,
+// for raw ones, without CAP_NET_RAW) refuses them.
+func TestSurfaceInetSocket(t *testing.T) {
+	f := valid(t).Linux.Seccomp
+	const (
+		hi        = 1 << 32
+		flags     = unix.SOCK_NONBLOCK | unix.SOCK_CLOEXEC
+		mptcp     = unix.IPPROTO_MPTCP
+		udplite   = unix.IPPROTO_UDPLITE
+		sctp      = unix.IPPROTO_SCTP
+		ethPAll   = 0x300
+		protoNone = unix.EPROTONOSUPPORT
+		typeNone  = unix.ESOCKTNOSUPPORT
+	)
+	for _, fam := range []uint64{unix.AF_INET, unix.AF_INET6} {
+		ping, otherPing := uint64(unix.IPPROTO_ICMP), uint64(unix.IPPROTO_ICMPV6)
+		if fam == unix.AF_INET6 {
+			ping, otherPing = otherPing, ping
+		}
+		for _, tc := range []struct {
+			typ, proto uint64
+			want       verdict
+		}{
+			{unix.SOCK_STREAM, 0, allowed},
+			{unix.SOCK_STREAM, unix.IPPROTO_TCP, allowed},
+			{unix.SOCK_STREAM | flags, 0, allowed},
+			{unix.SOCK_STREAM | unix.SOCK_NONBLOCK, unix.IPPROTO_TCP, allowed},
+			{hi | unix.SOCK_STREAM, 0, allowed},
+			{unix.SOCK_DGRAM, 0, allowed},
+			{unix.SOCK_DGRAM, unix.IPPROTO_UDP, allowed},
+			{unix.SOCK_DGRAM | flags, unix.IPPROTO_UDP, allowed},
+			{unix.SOCK_DGRAM, ping, allowed},
+			{unix.SOCK_DGRAM | unix.SOCK_CLOEXEC, ping, allowed},
+			{unix.SOCK_DGRAM, otherPing, refused(protoNone)},
+			{unix.SOCK_STREAM, mptcp, refused(protoNone)},
+			{unix.SOCK_STREAM | flags, mptcp, refused(protoNone)},
+			{unix.SOCK_STREAM, hi | mptcp, refused(protoNone)},
+			{unix.SOCK_STREAM, hi | unix.IPPROTO_TCP, refused(protoNone)},
+			{unix.SOCK_STREAM, hi, refused(protoNone)},
+			{unix.SOCK_STREAM, sctp, refused(protoNone)},
+			{unix.SOCK_STREAM, unix.IPPROTO_UDP, refused(protoNone)},
+			{unix.SOCK_STREAM, unix.IPPROTO_TCP + 1, refused(protoNone)},
+			{unix.SOCK_STREAM, 1, refused(protoNone)},
+			{unix.SOCK_STREAM, ^uint64(0), refused(protoNone)},
+			{unix.SOCK_DGRAM, udplite, refused(protoNone)},
+			{unix.SOCK_DGRAM | flags, udplite, refused(protoNone)},
+			{unix.SOCK_DGRAM, unix.IPPROTO_TCP, refused(protoNone)},
+			{unix.SOCK_DGRAM, hi | unix.IPPROTO_UDP, refused(protoNone)},
+			{unix.SOCK_DGRAM, ^uint64(0), refused(protoNone)},
+			{unix.SOCK_RAW, unix.IPPROTO_RAW, refused(unix.EPERM)},
+			{unix.SOCK_RAW, 0, refused(unix.EPERM)},
+			{unix.SOCK_RAW | flags, ping, refused(unix.EPERM)},
+			{unix.SOCK_SEQPACKET, sctp, refused(typeNone)},
+			{unix.SOCK_SEQPACKET, 0, refused(typeNone)},
+			{unix.SOCK_DCCP, unix.IPPROTO_DCCP, refused(typeNone)},
+			{unix.SOCK_DCCP | flags, 0, refused(typeNone)},
+			{unix.SOCK_RDM, 0, refused(typeNone)},
+			{unix.SOCK_PACKET, ethPAll, refused(typeNone)},
+			{0, 0, refused(typeNone)},
+			{sockTypeMask, 0, refused(typeNone)},
+		} {
+			if got := evaluate(t, f, "socket", fam, tc.typ, tc.proto); got != tc.want {
+				t.Errorf("socket(%d, %#x, %#x) = %+v; want %+v", fam, tc.typ, tc.proto, got, tc.want)
+			}
+		}
+	}
+	// Whatever the arguments, one rule answers (evaluate checks), and
+	// only TCP, UDP and ping pass.
+	r := rand.New(rand.NewPCG(5, 6))
+	pick := func(vs ...uint64) uint64 { return vs[r.IntN(len(vs))] }
+	for range 20000 {
+		fam := pick(unix.AF_INET, unix.AF_INET6)
+		typ := r.Uint64N(16) | pick(0, unix.SOCK_NONBLOCK, unix.SOCK_CLOEXEC, r.Uint64()&^sockTypeMask)
+		proto := pick(0, unix.IPPROTO_TCP, unix.IPPROTO_UDP, unix.IPPROTO_ICMP, unix.IPPROTO_ICMPV6, r.Uint64N(300), r.Uint64())
+		if r.IntN(8) == 0 {
+			proto |= r.Uint64() << 32
+		}
+		ping := uint64(unix.IPPROTO_ICMP)
+		if fam == unix.AF_INET6 {
+			ping = unix.IPPROTO_ICMPV6
+		}
+		var want bool
+		switch typ & sockTypeMask {
+		case unix.SOCK_STREAM:
+			want = proto == 0 || proto == unix.IPPROTO_TCP
+		case unix.SOCK_DGRAM:
+			want = proto == 0 || proto == unix.IPPROTO_UDP || proto == ping
+		}
+		if got := evaluate(t, f, "socket", fam, typ, proto); got.allow != want {
+			t.Fatalf("socket(%d, %#x, %#x) = %+v; want allowed %v", fam, typ, proto, got, want)
 		}
 	}
 }

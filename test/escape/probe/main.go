@@ -116,6 +116,9 @@ func main() {
 		case "-forkbomb":
 			forkBombChild(os.Args[2:])
 			return
+		case "-rawclone":
+			rawCloneChild(os.Args[2:])
+			return
 		}
 	}
 	// A setuid or file-capability copy only says who it is.

@@ -15,14 +15,7 @@ import (
 func socketProbe(id, name string, family, typ, proto int, info bool) probeDef {
 	return probeDef{id, name, "sockets", 26, func(p *Probe) {
 		p.Info = info
-		r, e := raw(nrSocket, uintptr(family), uintptr(typ|unix.SOCK_CLOEXEC), uintptr(proto))
-		p.Errno = ename(e)
-		if e == 0 {
-			unix.Close(int(r))
-			p.Detail = "socket created"
-		} else {
-			p.Blocked, p.Detail = true, fmt.Sprintf("%s (%v)", ename(e), e)
-		}
+		trySocket(p, uintptr(family), uintptr(typ), uintptr(proto))
 		p.ControlOK, p.Control = ctlSockets()
 	}}
 }
@@ -30,13 +23,26 @@ func socketProbe(id, name string, family, typ, proto int, info bool) probeDef {
 // ctlSockets creates the sockets a sandbox may have: unix, netlink route,
 // inet stream.
 func ctlSockets() (bool, string) {
+	return makeSockets([]sockSpec{
+		{"AF_UNIX", unix.AF_UNIX, unix.SOCK_STREAM, 0},
+		{"AF_NETLINK/ROUTE", unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE},
+		{"AF_INET/TCP", unix.AF_INET, unix.SOCK_STREAM, 0},
+	})
+}
+
+// sockSpec is a socket a control makes: socket(fam, typ, proto).
+type sockSpec struct {
+	name            string
+	fam, typ, proto uintptr
+}
+
+// makeSockets makes and closes each socket (close-on-exec) and says
+// whether all were made.
+func makeSockets(ss []sockSpec) (bool, string) {
 	var d []string
 	ok := true
-	for _, s := range []struct {
-		name            string
-		fam, typ, proto int
-	}{{"AF_UNIX", unix.AF_UNIX, unix.SOCK_STREAM, 0}, {"AF_NETLINK/ROUTE", unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE}, {"AF_INET/TCP", unix.AF_INET, unix.SOCK_STREAM, 0}} {
-		r, e := raw(nrSocket, uintptr(s.fam), uintptr(s.typ|unix.SOCK_CLOEXEC), uintptr(s.proto))
+	for _, s := range ss {
+		r, e := raw(nrSocket, s.fam, s.typ|unix.SOCK_CLOEXEC, s.proto)
 		if e == 0 {
 			unix.Close(int(r))
 		}
@@ -68,6 +74,7 @@ func socketProbes() []probeDef {
 		// AF_INET is allowed: whether a ping socket is, is the host's
 		// net.ipv4.ping_group_range. Recorded as attack surface only.
 		socketProbe("socket-inet-ping", "ICMP ping socket (kernel attack surface)", unix.AF_INET, unix.SOCK_DGRAM, unix.IPPROTO_ICMP, true),
+		socketProbe("socket-inet6-ping", "ICMPv6 ping socket (kernel attack surface)", unix.AF_INET6, unix.SOCK_DGRAM, unix.IPPROTO_ICMPV6, true),
 	}
 }
 

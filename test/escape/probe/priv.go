@@ -260,7 +260,9 @@ func privProbes(o *Options) []probeDef {
 	for _, c := range []struct {
 		id    string
 		flags uintptr
-	}{{"user", unix.CLONE_NEWUSER}, {"mnt-pid-net", unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET}} {
+	}{{"user", unix.CLONE_NEWUSER}, {"mnt-pid-net", unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET},
+		{"mnt", unix.CLONE_NEWNS}, {"pid", unix.CLONE_NEWPID}, {"net", unix.CLONE_NEWNET},
+		{"ipc", unix.CLONE_NEWIPC}, {"uts", unix.CLONE_NEWUTS}, {"cgroup", unix.CLONE_NEWCGROUP}} {
 		ps = append(ps, probeDef{"clone-new" + c.id, fmt.Sprintf("clone(%#x) of a child running -noop", c.flags), "namespaces", 18, func(p *Probe) {
 			ctlExec(p)
 			ws, _, err := runChild([]string{selfExe, "-noop"}, &syscall.SysProcAttr{Cloneflags: c.flags}, nil)
@@ -274,6 +276,7 @@ func privProbes(o *Options) []probeDef {
 	ps = append(ps, sysProbe(sysSpec{id: "clone3", name: "clone3(NULL, 0)", cat: "namespaces", item: 18,
 		call:    func() (uintptr, unix.Errno) { return raw(nrClone3, 0, 0) },
 		reached: []unix.Errno{unix.EINVAL, unix.E2BIG, unix.EFAULT}}))
+	ps = append(ps, clone3Probes()...)
 	return ps
 }
 

@@ -13,7 +13,8 @@ import (
 )
 
 // The kernel surface's allowlist (item 36): socket families and netlink
-// protocols past AF_UNIX, AF_INET, AF_INET6 and NETLINK_ROUTE, socketpair
+// protocols past AF_UNIX, AF_INET, AF_INET6 and NETLINK_ROUTE, protocols
+// and types of AF_INET and AF_INET6 past TCP, UDP and ping, socketpair
 // past AF_UNIX, the tty ioctls TIOCSTI, TIOCLINUX and TIOCSETD, and
 // setsockopt(TCP_ULP). The expectation table pins each errno: the kernel
 // itself refuses some of these with another errno, and only the filter's
@@ -44,6 +45,16 @@ func surfaceProbes() []probeDef {
 		surfaceSocket("socket-family-max", "socket(AF_MAX)", unix.AF_MAX, unix.SOCK_STREAM, 0),
 		surfaceSocket("socket-family-200", "socket(200)", 200, unix.SOCK_STREAM, 0),
 		surfaceSocket("socket-alg-upper", "socket(AF_ALG with the upper 32 bits set)", upper32|unix.AF_ALG, unix.SOCK_SEQPACKET, 0),
+		inetSocket("socket-inet-mptcp", "socket(AF_INET, SOCK_STREAM, IPPROTO_MPTCP)", unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_MPTCP),
+		inetSocket("socket-inet6-mptcp", "socket(AF_INET6, SOCK_STREAM, IPPROTO_MPTCP)", unix.AF_INET6, unix.SOCK_STREAM, unix.IPPROTO_MPTCP),
+		inetSocket("socket-inet-mptcp-upper", "socket(AF_INET, SOCK_STREAM, IPPROTO_MPTCP with the upper 32 bits set)", unix.AF_INET, unix.SOCK_STREAM, upper32|unix.IPPROTO_MPTCP),
+		inetSocket("socket-inet-udplite", "socket(AF_INET, SOCK_DGRAM, IPPROTO_UDPLITE)", unix.AF_INET, unix.SOCK_DGRAM, unix.IPPROTO_UDPLITE),
+		inetSocket("socket-inet6-udplite", "socket(AF_INET6, SOCK_DGRAM, IPPROTO_UDPLITE)", unix.AF_INET6, unix.SOCK_DGRAM, unix.IPPROTO_UDPLITE),
+		inetSocket("socket-inet-sctp", "socket(AF_INET, SOCK_STREAM, IPPROTO_SCTP)", unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_SCTP),
+		inetSocket("socket-inet-sctp-seqpacket", "socket(AF_INET, SOCK_SEQPACKET, IPPROTO_SCTP)", unix.AF_INET, unix.SOCK_SEQPACKET, unix.IPPROTO_SCTP),
+		inetSocket("socket-inet6-sctp-seqpacket", "socket(AF_INET6, SOCK_SEQPACKET, IPPROTO_SCTP)", unix.AF_INET6, unix.SOCK_SEQPACKET, unix.IPPROTO_SCTP),
+		inetSocket("socket-inet-dccp", "socket(AF_INET, SOCK_DCCP, IPPROTO_DCCP)", unix.AF_INET, unix.SOCK_DCCP, unix.IPPROTO_DCCP),
+		inetSocket("socket-inet6-dccp", "socket(AF_INET6, SOCK_DCCP, IPPROTO_DCCP)", unix.AF_INET6, unix.SOCK_DCCP, unix.IPPROTO_DCCP),
 		{"socketpair-inet", "socketpair(AF_INET)", "sockets", 36, func(p *Probe) {
 			e := socketpair(unix.AF_INET)
 			p.Errno = ename(e)
@@ -74,16 +85,45 @@ func surfaceProbes() []probeDef {
 // the sockets a sandbox may have.
 func surfaceSocket(id, name string, family, typ, proto uintptr) probeDef {
 	return probeDef{id, name, "sockets", 36, func(p *Probe) {
-		r, e := raw(nrSocket, family, typ|unix.SOCK_CLOEXEC, proto)
-		p.Errno = ename(e)
-		if e == 0 {
-			unix.Close(int(r))
-			p.Detail = "socket created"
-		} else {
-			p.Blocked, p.Detail = true, fmt.Sprintf("%s (%v)", ename(e), e)
-		}
+		trySocket(p, family, typ, proto)
 		p.ControlOK, p.Control = ctlSockets()
 	}}
+}
+
+// inetSocket: socket(family, typ, proto) of AF_INET or AF_INET6 with a
+// protocol or type past TCP, UDP and ping fails; the control creates TCP
+// and UDP sockets of both families, with protocol 0 and with its
+// explicit number, blocking and not.
+func inetSocket(id, name string, family, typ, proto uintptr) probeDef {
+	return probeDef{id, name, "sockets", 36, func(p *Probe) {
+		trySocket(p, family, typ, proto)
+		p.ControlOK, p.Control = ctlInetSockets()
+	}}
+}
+
+// trySocket makes socket(family, typ, proto) and records the result.
+func trySocket(p *Probe, family, typ, proto uintptr) {
+	r, e := raw(nrSocket, family, typ|unix.SOCK_CLOEXEC, proto)
+	p.Errno = ename(e)
+	if e == 0 {
+		unix.Close(int(r))
+		p.Detail = "socket created"
+	} else {
+		p.Blocked, p.Detail = true, fmt.Sprintf("%s (%v)", ename(e), e)
+	}
+}
+
+// ctlInetSockets makes the TCP and UDP sockets a sandbox may have.
+func ctlInetSockets() (bool, string) {
+	var ss []sockSpec
+	for _, fam := range []sockSpec{{"AF_INET", unix.AF_INET, 0, 0}, {"AF_INET6", unix.AF_INET6, 0, 0}} {
+		ss = append(ss,
+			sockSpec{fam.name + " TCP/0", fam.fam, unix.SOCK_STREAM, 0},
+			sockSpec{fam.name + " TCP/IPPROTO_TCP", fam.fam, unix.SOCK_STREAM | unix.SOCK_NONBLOCK, unix.IPPROTO_TCP},
+			sockSpec{fam.name + " UDP/0", fam.fam, unix.SOCK_DGRAM | unix.SOCK_NONBLOCK, 0},
+			sockSpec{fam.name + " UDP/IPPROTO_UDP", fam.fam, unix.SOCK_DGRAM, unix.IPPROTO_UDP})
+	}
+	return makeSockets(ss)
 }
 
 // socketpair makes a stream pair of family and closes it.
