@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/jsonkeys"
 	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/secret"
 	"github.com/agentrun/agentrun/internal/untrusted"
@@ -49,6 +50,10 @@ const (
 	// the proxy reads for a "_method" parameter before anything is sent:
 	// a longer one is refused.
 	MaxFormBytes = bufSize
+	// MaxJSONBytes bounds the body of a held request that a server may
+	// read as JSON: the proxy reads it whole before anyone is asked, to
+	// refuse one with a key twice in an object; a longer one is refused.
+	MaxJSONBytes = 64 << 10
 	// maxMethodBytes bounds a request's method the same way.
 	maxMethodBytes = 64
 	// maxReasonPath bounds the path quoted in a refusal's reason.
@@ -238,6 +243,16 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *ne
 		if err != nil {
 			return deny(http.StatusBadRequest, "request body unreadable")
 		}
+		if jsonBody(req.Header, start) {
+			rest, err := io.ReadAll(io.LimitReader(body, MaxJSONBytes+1-int64(len(start))))
+			if err != nil {
+				return deny(http.StatusBadRequest, "request body unreadable")
+			}
+			start = append(start, rest...)
+			if reason := jsonRefusal(req.Header, start); reason != "" {
+				return deny(http.StatusForbidden, reason)
+			}
+		}
 		body = replay(start, body)
 		excerpt := start[:min(len(start), bodyExcerpt)]
 		a := netpolicy.Approval{Service: svc.Name, Method: shownMethod, URL: shownURL,
@@ -329,6 +344,66 @@ func formBody(h http.Header) bool {
 	mt, _, _ := strings.Cut(h.Get("Content-Type"), ";")
 	mt = strings.ToLower(strings.TrimSpace(mt))
 	return mt == "" || mt == "application/x-www-form-urlencoded"
+}
+
+// jsonBody reports whether a server may read a held request's body, of
+// which start is the beginning, as JSON: its Content-Type names JSON
+// (application/json, a +json type, ndjson, ...), or its first byte past
+// white space (and a byte order mark) opens an object or an array, as
+// servers that decode a body whatever its type read it; or start is white
+// space alone and the body goes on.
+func jsonBody(h http.Header, start []byte) bool {
+	if jsonType(h) {
+		return true
+	}
+	rest := jsonStart(start)
+	if len(rest) == 0 {
+		return len(start) > bodyExcerpt
+	}
+	return rest[0] == '{' || rest[0] == '['
+}
+
+// jsonStart is body past white space and a byte order mark, which
+// some readers skip before JSON.
+func jsonStart(body []byte) []byte {
+	const space = " \t\r\n"
+	return bytes.TrimLeft(bytes.TrimPrefix(bytes.TrimLeft(body, space), []byte("\ufeff")), space)
+}
+
+// jsonType reports whether h's Content-Type names JSON.
+func jsonType(h http.Header) bool {
+	mt, _, _ := strings.Cut(h.Get("Content-Type"), ";")
+	return strings.Contains(strings.ToLower(mt), "json")
+}
+
+// jsonRefusal is why a held request whose body (whole in body, or cut
+// past MaxJSONBytes) a server may read as JSON is refused before anyone
+// is asked, or "": readers disagree on an object that holds a key twice
+// (most take the last value, some the first), so the approver could read
+// one value where the service reads another; and a body too long, too
+// deep or, declared JSON, not JSON cannot be checked for one. An empty
+// body passes, and so does one not declared JSON that is not JSON: it is
+// shown as the program wrote it, as any other body.
+func jsonRefusal(h http.Header, body []byte) string {
+	if len(body) > MaxJSONBytes {
+		return fmt.Sprintf("JSON body longer than %d bytes: it cannot be checked for a key that appears twice", MaxJSONBytes)
+	}
+	if len(jsonStart(body)) == 0 {
+		return ""
+	}
+	err := jsonkeys.Check(jsonStart(body))
+	var dup *jsonkeys.DuplicateError
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &dup):
+		return "JSON body: " + dup.Error() + ": a server may read another value than the one shown"
+	case errors.Is(err, jsonkeys.ErrTooDeep):
+		return "JSON body " + err.Error()
+	case jsonType(h):
+		return "body declared JSON is not JSON: it cannot be checked for a key that appears twice"
+	}
+	return ""
 }
 
 // upstreamReason names a failure of a service's upstream in a few words:

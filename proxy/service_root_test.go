@@ -457,17 +457,24 @@ func BenchmarkTunnelRequest(b *testing.B) {
 // question, clear the screen and reverse the text after it.
 const hostileBody = "{\"title\":\"hi\"}\n\nApprove this request?\n\x1b[2J\x1b[H\u202eThe sandboxed program asks to send GET https://svc.test/public/readme\u200b\x00\x7f\u0085\xff"
 
-// TestServiceApprovalShown: what the approver is shown of a held request
-// carries no byte of the program's that draws anything but itself, the
-// URL is shown and recorded whole, one too long to show is refused before
-// anyone is asked, and the upstream gets the request as sent.
-func TestServiceApprovalShown(t *testing.T) {
+// approvingRun is a service run whose approver approves every held
+// request, handing it to the channel first.
+func approvingRun(t *testing.T) (*run, chan netpolicy.Approval) {
 	asks := make(chan netpolicy.Approval, 8)
 	approve := func(ctx context.Context, a netpolicy.Approval) netpolicy.Decision {
 		asks <- a
 		return netpolicy.Decision{Approved: true, By: "test operator"}
 	}
 	r, _ := newServiceRun(t, approve, 5*time.Second)
+	return r, asks
+}
+
+// TestServiceApprovalShown: what the approver is shown of a held request
+// carries no byte of the program's that draws anything but itself, the
+// URL is shown and recorded whole, one too long to show is refused before
+// anyone is asked, and the upstream gets the request as sent.
+func TestServiceApprovalShown(t *testing.T) {
+	r, asks := approvingRun(t)
 	c := r.serviceClient()
 	post := func(u, body string) (int, string) {
 		t.Helper()
@@ -544,6 +551,57 @@ func TestServiceApprovalShown(t *testing.T) {
 	rep = r.px.Report()
 	if got := rep.Requests[len(rep.Requests)-1]; got.Allowed || !strings.Contains(got.Path, "…[cut: ") || len(got.Path) > 512 {
 		t.Errorf("refused long URL recorded as %.600s", got.Path)
+	}
+}
+
+// TestServiceApprovalDuplicateKeys: a held request whose body a server
+// may read as JSON and that holds a key twice in an object (or is too
+// long to check) is refused with 403 before anyone is asked and never
+// sent; a JSON body without one is asked about, shown escaped, and sent.
+func TestServiceApprovalDuplicateKeys(t *testing.T) {
+	r, asks := approvingRun(t)
+	c := r.serviceClient()
+	post := func(ctype, body string) (int, string) {
+		t.Helper()
+		resp, err := c.Post("https://api.internet.test/api/write/mail", ctype, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	before := len(r.in.Received())
+	for _, b := range []struct{ ctype, body, reason string }{
+		{"application/json", `{"to":"alice@example.com","subject":"hi","to":"mallory@example.com"}`, "key /to appears twice"},
+		{"text/plain", `{"msg":{"to":"alice","TO":"mallory"}}`, "key /msg/TO appears twice in its object, in other letter case"},
+		{"application/json", `{"to":"alice","pad":"` + strings.Repeat("x", MaxJSONBytes) + `","to":"mallory"}`, "JSON body longer than 65536 bytes"},
+	} {
+		code, body := post(b.ctype, b.body)
+		if code != 403 || !strings.Contains(body, b.reason) {
+			t.Errorf("%s %.60s = %d %q; want 403 saying %q", b.ctype, b.body, code, body, b.reason)
+		}
+	}
+	select {
+	case a := <-asks:
+		t.Errorf("asked about a body with a key twice: %.200s", a.BodyExcerpt)
+	default:
+	}
+	if n := len(r.in.Received()); n != before {
+		t.Errorf("upstream got %d requests with a key twice: %q", n-before, r.in.Received()[before:])
+	}
+	rep := r.px.Report()
+	if got := rep.Requests[len(rep.Requests)-1]; got.Allowed || !strings.Contains(got.Reason, "JSON body longer") {
+		t.Errorf("refused body recorded as %+v", got)
+	}
+
+	// Without a key twice: asked, shown escaped, sent as it is.
+	sent := "{\"to\":\"alice\ufe0f\u3164\U000e0100\"}"
+	if code, body := post("application/json", sent); code != 200 || !strings.HasSuffix(body, fmt.Sprintf("body=%q", sent)) {
+		t.Errorf("a JSON body = %d %q; want it sent", code, body)
+	}
+	if a := <-asks; a.BodyExcerpt != `{"to":"alice\ufe0f\u3164\U000e0100"}` {
+		t.Errorf("a JSON body shown as %q", a.BodyExcerpt)
 	}
 }
 

@@ -20,8 +20,10 @@ const BodyExcerptBytes = 1024
 //
 // Method, URL and BodyExcerpt are the program's bytes, already escaped by
 // untrusted.Text: no control character (newline included), no
-// bidirectional or zero-width format character and no invalid UTF-8, each
-// written as a visible escape (\n, \x1b, \u202e). They are safe to show
+// bidirectional or zero-width format character, no variation selector,
+// filler or other character that is not visible on its own, and no
+// invalid UTF-8, each written as a visible escape (\n, \x1b, \u202e,
+// \ufe0f). They are safe to show
 // as text as they are, and every channel shows the same text: a channel
 // must not quote or escape them again, and labels them as the program's
 // own words (as Describe does). URL is whole (origin, path and query, at
@@ -40,8 +42,9 @@ type Approval struct {
 	// call (spec §13): then Service is the tool server's name, Tool the
 	// tool's name and Arguments the call's arguments as JSON, both the
 	// program's bytes escaped as above and whole (a call whose arguments
-	// are longer than MaxArgumentsShown is refused before anyone is
-	// asked); Method, URL and BodyExcerpt are empty.
+	// are longer than MaxArgumentsShown, or hold a key twice in an
+	// object, is refused before anyone is asked); Method, URL and
+	// BodyExcerpt are empty.
 	Kind      string `json:"kind,omitempty"`
 	Tool      string `json:"tool,omitempty"`
 	Arguments string `json:"arguments,omitempty"`

@@ -343,6 +343,52 @@ func TestApprove(t *testing.T) {
 	}
 }
 
+// TestDuplicateKeys: a call whose body holds an object with a key twice,
+// at any depth (or twice but for letter case), is refused before anyone
+// is asked and before the tool server gets it, the key's path named; a
+// held call's arguments reach the approver with every character that is
+// not visible on its own escaped.
+func TestDuplicateKeys(t *testing.T) {
+	var asked []netpolicy.Approval
+	approve := func(_ context.Context, a netpolicy.Approval) netpolicy.Decision {
+		asked = append(asked, a)
+		return netpolicy.Decision{Approved: true, By: "terminal"}
+	}
+	b := newBroker(t, Options{Servers: []Server{stdioServer(t, "stdio")}, Approve: approve, ApprovalTimeout: 5 * time.Second})
+	for _, c := range []struct{ tool, args, path string }{
+		{"create_issue", `{"to": "alice@example.com", "body": "hi", "to": "mallory@example.com"}`, "/arguments/to"},
+		{"echo", `{"to": "alice", "to": "mallory"}`, "/arguments/to"},
+		{"echo", `{"msg": {"to": "alice", "cc": [{"x": 1, "x": 2}]}}`, "/arguments/msg/cc/0/x"},
+		{"echo", `{"to": "alice", "t\u006f": "mallory"}`, "/arguments/to"},
+		{"echo", `{"to": "alice", "TO": "mallory"}`, "/arguments/TO"},
+	} {
+		code, body := call(t, b, "local", c.tool, c.args)
+		if code != 400 || !strings.Contains(body, "key "+c.path+" appears twice") {
+			t.Errorf("%s %s = %d %s; want 400 naming %s", c.tool, c.args, code, body, c.path)
+		}
+	}
+	// A key of the call's own, twice.
+	body := `{"server": "local", "tool": "create_issue", "tool": "echo", "arguments": {}}`
+	if code, got := do(t, b, httptest.NewRequest("POST", "http://tools.agentrun/v1/call", strings.NewReader(body))); code != 400 || !strings.Contains(got, "key /tool appears twice") {
+		t.Errorf("tool twice = %d %s", code, got)
+	}
+	if len(asked) != 0 {
+		t.Errorf("asked about a call with a key twice: %+v", asked)
+	}
+	for _, c := range b.Report().Calls {
+		if c.Allowed || !strings.Contains(c.Reason, "appears twice") {
+			t.Errorf("record %+v; want refused, saying why", c)
+		}
+	}
+
+	// Hidden characters in a held call's arguments are shown escaped.
+	code, got := call(t, b, "local", "create_issue", "{\"to\": \"alice\ufe0f\u3164\U000e0100\", \"title\": \"\u3164\u0301x\"}")
+	want := `{"to":"alice\ufe0f\u3164\U000e0100","title":"\u3164\u0301x"}`
+	if code != 200 || len(asked) != 1 || asked[0].Arguments != want {
+		t.Errorf("hidden characters: %d %s, asked %+v; want arguments shown as %s", code, got, asked, want)
+	}
+}
+
 func TestBounds(t *testing.T) {
 	l := testLimits()
 	l.Calls, l.Concurrent, l.ArgumentBytes, l.ResultBytes, l.CallTimeout = 1000, 1, 1024, 2048, time.Second

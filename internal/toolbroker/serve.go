@@ -15,6 +15,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentrun/agentrun/internal/jsonkeys"
 	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/untrusted"
@@ -195,7 +196,9 @@ func (b *Broker) serveCall(ctx context.Context, w http.ResponseWriter, r *http.R
 }
 
 // readCall reads and checks the call's body: bounded, one JSON object
-// whose arguments are an object no longer than Limits.ArgumentBytes. Its
+// whose arguments are an object no longer than Limits.ArgumentBytes, and
+// no object in it, the arguments' or their values', holding a key twice
+// (jsonkeys.Check). Its
 // Arguments are then as they will be sent (sentArguments). It fills in
 // rec's server, tool and arguments' SHA-256.
 func (b *Broker) readCall(r *http.Request, rec *result.ToolCall) (*callRequest, *callError) {
@@ -214,6 +217,11 @@ func (b *Broker) readCall(r *http.Request, rec *result.ToolCall) (*callRequest, 
 		return nil, refused(http.StatusBadRequest, "the call is not one JSON object {\"server\", \"tool\", \"arguments\"}")
 	}
 	rec.Server, rec.Tool = untrusted.Cut(untrusted.Text(req.Server), maxToolName), untrusted.Cut(untrusted.Text(req.Tool), maxToolName)
+	if err := jsonkeys.Check(raw); err != nil {
+		// Readers disagree on which of two values of a key counts: the
+		// approver could be shown one and the tool server read the other.
+		return nil, refused(http.StatusBadRequest, "the call is refused: %v", err)
+	}
 	args, err := sentArguments(req.Arguments)
 	if err != nil {
 		return nil, refused(http.StatusBadRequest, "arguments: %v", err)

@@ -451,3 +451,127 @@ func TestToolApprovalMCPElicitation(t *testing.T) {
 	checkToolCalls(t, "serve's audit record", auditToolCalls(t, auditPath, "echo-one", "echo-two"), calls)
 	assertNoLeaks(t)
 }
+
+// rawCallPy defines raw(body): body POSTed as it is (UTF-8) to the
+// sandbox's http://tools.agentrun/v1/call, answered as call's are.
+const rawCallPy = `
+def raw(body):
+    req = urllib.request.Request("http://tools.agentrun/v1/call", method="POST",
+        data=body.encode(), headers={"Content-Type": "application/json"})
+    try:
+        r = urllib.request.urlopen(req, timeout=90)
+        return "%d %s" % (r.status, json.load(r)["content"][0]["text"])
+    except urllib.error.HTTPError as e:
+        return "%d %s" % (e.code, json.load(e)["error"])
+`
+
+// hiddenCallsPy makes three calls of tool server ev, printing each
+// answer: get-sum with "a" twice (allowed without approval), echo with
+// "message" twice (held), then echo held with a message that holds a
+// variation selector, a Hangul filler and a supplementary variation
+// selector, as raw UTF-8.
+const hiddenCallsPy = toolPy + rawCallPy + `
+print(raw('{"server": "ev", "tool": "get-sum", "arguments": {"a": 1, "a": 2, "b": 3}}'), flush=True)
+print(raw('{"server": "ev", "tool": "echo", "arguments": {"message": "alice", "message": "mallory"}}'), flush=True)
+print(raw(json.dumps({"server": "ev", "tool": "echo", "arguments": {"message": "hi\ufe0f\u3164\U000e0100"}}, ensure_ascii=False)), flush=True)
+`
+
+// hiddenShown is how a held call of hiddenCallsPy's third shows its
+// arguments: the invisible characters escaped.
+const hiddenShown = `{"message":"hi\ufe0f\u3164\U000e0100"}`
+
+// hiddenRunes are hiddenCallsPy's invisible characters, none of which
+// may reach a human raw.
+var hiddenRunes = []string{"\ufe0f", "\u3164", "\U000e0100"}
+
+// hiddenStdout is what hiddenCallsPy prints when its held call is
+// approved: both calls with a key twice refused before anyone is asked
+// (the get-sum one never reaches the server, which would have answered
+// 200 with the sum of the last a and b).
+const hiddenStdout = "400 the call is refused: key /arguments/a appears twice in its object\n" +
+	"400 the call is refused: key /arguments/message appears twice in its object\n" +
+	"200 Echo: hi\ufe0f\u3164\U000e0100\n"
+
+// checkHiddenCalls checks calls, the tools.calls of hiddenCallsPy's run
+// whose held call was approved (approval, by whom).
+func checkHiddenCalls(t *testing.T, calls []result.ToolCall, approval, by string) {
+	t.Helper()
+	if len(calls) != 3 {
+		t.Fatalf("tools.calls %+v; want 3", calls)
+	}
+	for i, c := range calls[:2] {
+		if c.Allowed || c.Approval != "" || !strings.Contains(c.Reason, "appears twice") {
+			t.Errorf("call %d with a key twice recorded as %+v; want refused, never held", i, c)
+		}
+	}
+	checkToolCalls(t, "the held call", calls[2:], []wantCall{{tool: "echo", allowed: true, approval: approval, by: by,
+		arguments: "{\"message\":\"hi\ufe0f\u3164\U000e0100\"}"}})
+}
+
+// TestToolApprovalHiddenAndDuplicateKeys: a held tool call whose
+// arguments hold characters that are not visible on their own (U+FE0F,
+// U+3164, U+E0100) shows them escaped on serve's stream, on the
+// approvals page's /ui/approvals.json and in `agentrun mcp`'s
+// elicitation; a call whose arguments hold a key twice is refused with
+// 400 naming the key, before anyone is asked and before the tool server
+// gets it.
+func TestToolApprovalHiddenAndDuplicateKeys(t *testing.T) {
+	entry := everythingEntry(t)
+	cfg := serveConfig(map[string]any{"listen": "unix://" + filepath.Join(t.TempDir(), "s.sock"), "approvals": map[string]any{"page": true}},
+		map[string]any{"local_images": []string{*imagesDir}})
+	cfg["tools"] = everythingTools(t, entry, "")
+	cfg["network"] = map[string]any{"approval_timeout": "60s"}
+	s := startServeWith(t, cfg)
+	task, _ := json.Marshal(map[string]any{"code": hiddenCallsPy, "tools": []string{"ev"}, "limits": map[string]any{"timeout": "60s"}})
+
+	var ids []string
+	res := streamApprovals(t, s, string(task), func(ev server.Event) {
+		a := ev.Approval
+		if a == nil {
+			t.Fatalf("approval event without an approval: %+v", ev)
+		}
+		ids = append(ids, a.ID)
+		if a.Kind != "tool" || a.Tool != "echo" || a.Arguments != hiddenShown {
+			t.Errorf("approval event %+v; want echo's arguments shown as %s", a, hiddenShown)
+		}
+		resp, page := s.do("GET", "/ui/approvals.json", "")
+		var list server.UIList
+		if err := json.Unmarshal(page, &list); resp.StatusCode != 200 || err != nil || len(list.Held) != 1 || list.Held[0].Arguments != hiddenShown {
+			t.Errorf("/ui/approvals.json = %d %s (%v); want the held call, its arguments shown as %s", resp.StatusCode, page, err, hiddenShown)
+		}
+		for _, r := range hiddenRunes {
+			if strings.Contains(string(page), r) {
+				t.Errorf("/ui/approvals.json holds %+q raw: %s", r, page)
+			}
+		}
+		if code := s.approve(ev.Run, a.ID, true); code != 200 {
+			t.Errorf("approve = %d", code)
+		}
+	})
+	if res.Stdout != hiddenStdout || len(ids) != 1 {
+		t.Fatalf("stdout %q; want %q (stderr %q); %d approvals asked, want 1", res.Stdout, hiddenStdout, res.Stderr, len(ids))
+	}
+	checkHiddenCalls(t, toolCallsOf(t, res), ids[0], "operator (serve API)")
+	s.stop()
+
+	// agentrun mcp: the elicitation shows the same text.
+	dir := npmPackages(t, "mcp-client", "@modelcontextprotocol/sdk")
+	local := []string{agentrunBin(t), "mcp", "--local", "--config", writeConfig(t, map[string]any{"image": pythonImage,
+		"state_dir": stateDir, "store_dir": filepath.Join(stateDir, "store"), "audit": filepath.Join(t.TempDir(), "audit.jsonl"),
+		"tools": everythingTools(t, entry, ""), "network": map[string]any{"approval_timeout": "60s"}})}
+	e := elicit(t, dir, "accept", local, map[string]any{"code": hiddenCallsPy, "tools": []string{"ev"}, "timeout": "60s"})
+	sc := e.Result.StructuredContent
+	if len(e.Asked) != 1 || !strings.Contains(e.Asked[0], "arguments: "+hiddenShown+"\n") {
+		t.Fatalf("asked %q; want once, the arguments shown as %s (stdout %q, stderr %q)", e.Asked, hiddenShown, sc.Stdout, sc.Stderr)
+	}
+	for _, r := range hiddenRunes {
+		if strings.Contains(e.Asked[0], r) {
+			t.Errorf("the elicitation holds %+q raw: %q", r, e.Asked[0])
+		}
+	}
+	if sc.Stdout != hiddenStdout || sc.Tools == nil || len(sc.Tools.Calls) != 3 {
+		t.Fatalf("stdout %q, tools %+v; want %q and 3 calls (stderr %q)", sc.Stdout, sc.Tools, hiddenStdout, sc.Stderr)
+	}
+	checkHiddenCalls(t, sc.Tools.Calls, sc.Tools.Calls[2].Approval, "mcp client (elicitation)")
+	assertNoLeaks(t)
+}

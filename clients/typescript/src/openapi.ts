@@ -590,7 +590,7 @@ export interface components {
             unmatched: string[] | null;
             cut?: string;
         };
-        /** @description A request to a service, or a tool call (`kind` `tool`), held for a decision. What the program controls is its text, escaped: `method`, `url` and `body_excerpt` of a request, `tool` and `arguments` of a tool call (whose `service` is the tool server, and `method`, `url` and `body_excerpt` empty). Control, bidirectional and zero-width characters and bytes that are not UTF-8 come escaped (`\n`, `\x1b`, `\u202e`). */
+        /** @description A request to a service, or a tool call (`kind` `tool`), held for a decision. What the program controls is its text, escaped: `method`, `url` and `body_excerpt` of a request, `tool` and `arguments` of a tool call (whose `service` is the tool server, and `method`, `url` and `body_excerpt` empty). Every character that is not visible on its own (controls; format characters such as bidirectional and zero-width ones; variation selectors; Hangul fillers; private-use and unassigned code points; spaces but U+0020; a combining mark with nothing visible under it) and bytes that are not UTF-8 come escaped (`\n`, `\x1b`, `\u202e`, `\ufe0f`). A tool call, or a request body read as JSON, with a key twice in an object is refused, never held. */
         HeldRequest: {
             id: string;
             service: string;
