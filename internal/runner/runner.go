@@ -203,6 +203,7 @@ func (r *Runner) Run(ctx context.Context, p *task.Plan, hooks runapi.Hooks) *res
 	var written bool
 	var auditErr error
 	record := func(final *result.Result) {
+		final.Settle()
 		if !written {
 			written = true
 			fillRecord(rec, final)
@@ -212,6 +213,7 @@ func (r *Runner) Run(ctx context.Context, p *task.Plan, hooks runapi.Hooks) *res
 		}
 		if auditErr != nil && final.Error == "" {
 			final.Error = auditErr.Error()
+			final.Settle()
 		}
 	}
 	inner := hooks

@@ -460,6 +460,10 @@ func TestRunThroughServer(t *testing.T) {
 	if res, code = client(`{"code": "import sys; sys.exit(3)"}`); code != 3 || res.ExitCode != 3 {
 		t.Errorf("exit %d, exit_code %d; want 3", code, res.ExitCode)
 	}
+	// A timeout's exit_code is the exit status, as a local run's is.
+	if res, code = client(`{"code": "while True: pass", "limits": {"timeout": "500ms"}}`); code != result.ExitTimeout || res.ExitCode != code || !res.TimedOut {
+		t.Errorf("timeout: exit %d, exit_code %d, timed_out %v; want 124 both", code, res.ExitCode, res.TimedOut)
+	}
 	if res, code = client(`{"code": "print(1)", "limits": {"pids": 100000}}`); code != 125 || !strings.Contains(res.Error, "limits.pids") {
 		t.Errorf("over policy: exit %d, error %q; want 125 naming limits.pids", code, res.Error)
 	}

@@ -478,7 +478,7 @@ export interface components {
             /** @description The run's id, `ar-...`. */
             id: string;
             session: string;
-            /** @description The program's exit code (128+n for signal n). */
+            /** @description The status `agentrun run` exits with, the same on every door: the program's exit code (128+n for signal n), but 124 when the run timed out, 137 when it was OOM-killed, and 125 when `error` is set. */
             exit_code: number;
             /** @description The signal that ended the program, if one did. */
             signal: string;
