@@ -91,6 +91,16 @@ type Bundle = map[string]string
 // netpolicy's too.
 type Network = netpolicy.Report
 
+// NoNetworkNote is the Note of a run that had no network.
+const NoNetworkNote = "no network: the task gave no hosts to reach (network.allow); " +
+	"in its sandbox every name lookup and connection out fails"
+
+// NoNetwork is the Network of a run that had no network at all: None, and
+// NoNetworkNote.
+func NoNetwork() Network {
+	return Network{Allowed: []Allowed{}, Denied: []Denied{}, Failed: []Failed{}, None: true, Note: NoNetworkNote}
+}
+
 // The records of a run's Network.
 type (
 	Allowed        = netpolicy.Allowed

@@ -248,6 +248,9 @@ print(open('input.txt').read())`
 				return o.OOMKilled && o.ExitCode == result.ExitKilled
 			}},
 			{"shell", map[string]any{"language": "sh", "code": "echo $0 >&2; exit 2"}, "exit code 2", func(o mcpserver.Output) bool { return o.ExitCode == 2 }},
+			{"no network", map[string]any{"code": "import socket; socket.gethostbyname('pypi.org')"}, ", no network;", func(o mcpserver.Output) bool {
+				return o.ExitCode == 1 && o.Network.None && o.Network.Note == result.NoNetworkNote
+			}},
 		} {
 			res := call(t, cs, c.args)
 			text := answerText(t, res)

@@ -878,7 +878,7 @@ func checkCompleteResult(t *testing.T, path string, res *result.Result, auditPat
 		"stdout_truncated": res.StdoutTruncated, "stdout_bytes": res.StdoutBytes > 5000, "stderr_bytes": res.StderrBytes == 10,
 		"duration_ms": res.DurationMS > 0, "cpu_ms": res.CPUMS > 0, "memory_peak_bytes": res.MemoryPeakBytes > 0,
 		"image": res.Image == pythonImage, "runtime": res.Runtime == "libcontainer",
-		"network": allowed && denied, "files": hasFile,
+		"network": allowed && denied && !res.Network.None && res.Network.Note == "", "files": hasFile,
 		"collect": res.Collect != nil && slices.Equal(res.Collect.Unmatched, []string{"absent.txt"}) && res.Collect.Cut == "",
 	} {
 		set[k] = true

@@ -530,6 +530,10 @@ export interface components {
             approvals?: components["schemas"]["ApprovalRecord"][];
             /** @description Service requests past the record's bound. */
             requests_dropped?: number;
+            /** @description Present, true, when the run had no network at all (no `network.allow`, services or tools): its sandbox held the loopback alone, so its name lookups and connections failed inside it, unseen by agentrun and not listed here. A run with a network never has it. */
+            none?: boolean;
+            /** @description With `none`: the same in words, for the person or model reading the result. */
+            note?: string;
         };
         /** @description The connections to one allowed host and port. */
         Allowed: {
