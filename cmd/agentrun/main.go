@@ -88,8 +88,9 @@ commands:
         it was built with
   help  show this help
 
-exit status of run: the program's own exit code; 124 timeout; 137 killed
-(OOM or signal); 125 agentrun could not run the task.
+exit status of run, and the result's exit_code on every door: the program's
+own exit code (128+n for signal n); 124 timeout; 137 OOM kill; 125 agentrun
+could not run the task (error says why).
 `
 
 func main() {

@@ -299,5 +299,8 @@ func summary(res *result.Result) string {
 	if n := len(res.Network.Allowed); n > 0 {
 		parts = append(parts, fmt.Sprintf("%d allowed destinations", n))
 	}
+	if res.Network.None {
+		parts = append(parts, "no network")
+	}
 	return strings.Join(parts, ", ")
 }

@@ -180,6 +180,9 @@ func outcome(res *result.Result) string {
 		how = fmt.Sprintf("exit code %d", res.ExitCode)
 	}
 	parts := []string{how, fmt.Sprintf("%d ms", res.DurationMS)}
+	if res.Network.None {
+		parts = append(parts, "no network")
+	}
 	if res.StdoutTruncated || res.StderrTruncated {
 		var which []string
 		if res.StdoutTruncated {

@@ -13,6 +13,13 @@ type Report struct {
 	Approvals []ApprovalRecord `json:"approvals,omitempty"`
 	// RequestsDropped counts service requests past the record's bound.
 	RequestsDropped int `json:"requests_dropped,omitempty"`
+	// None is set for a run that had no network at all (no allowlist,
+	// services or tools): its sandbox held the loopback alone, so its
+	// name lookups and connections failed inside it, where no proxy or
+	// DNS server of agentrun's saw them, and none is listed above. Note
+	// says so in words, for the person or model reading the result.
+	None bool   `json:"none,omitempty"`
+	Note string `json:"note,omitempty"`
 }
 
 // Allowed sums the connections to one allowed host and port, with the

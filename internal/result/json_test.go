@@ -46,10 +46,15 @@ func TestNetworkJSON(t *testing.T) {
 		t.Errorf("json.Marshal(result) =\n%s\nwant\n%s", got, want)
 	}
 
-	// A run without network: the three lists as the runner sets them, the
-	// service fields absent.
+	// A run with a network that saw nothing: the three lists as the
+	// runner sets them, the service fields and none absent.
 	bare := Network{Allowed: []Allowed{}, Denied: []Denied{}, Failed: []Failed{}}
 	if got, _ := json.Marshal(bare); string(got) != `{"allowed":[],"denied":[],"failed":[]}` {
 		t.Errorf("json.Marshal(empty network) = %s", got)
+	}
+	// A run without network says so.
+	want = `{"allowed":[],"denied":[],"failed":[],"none":true,"note":"` + NoNetworkNote + `"}`
+	if got, _ := json.Marshal(NoNetwork()); string(got) != want {
+		t.Errorf("json.Marshal(NoNetwork()) = %s; want %s", got, want)
 	}
 }

@@ -18,8 +18,11 @@ const (
 type Result struct {
 	ID      string `json:"id"`
 	Session string `json:"session"`
-	// ExitCode is the program's exit code (128+n when signal n killed
-	// it), or ExitSetup (125) when the program never ran (Error says why).
+	// ExitCode is the status `agentrun run` exits with (ExitStatus), the
+	// same on every door: the program's own exit code (128+n when signal n
+	// ended it), ExitTimeout (124) when it timed out, ExitKilled (137)
+	// when it was OOM-killed, ExitSetup (125) when Error is set (the
+	// program never ran, or agentrun failed after it). Settle sets it.
 	ExitCode  int    `json:"exit_code"`
 	Signal    string `json:"signal"`
 	TimedOut  bool   `json:"timed_out"`
@@ -88,6 +91,16 @@ type Bundle = map[string]string
 // netpolicy's too.
 type Network = netpolicy.Report
 
+// NoNetworkNote is the Note of a run that had no network.
+const NoNetworkNote = "no network: the task gave no hosts to reach (network.allow); " +
+	"in its sandbox every name lookup and connection out fails"
+
+// NoNetwork is the Network of a run that had no network at all: None, and
+// NoNetworkNote.
+func NoNetwork() Network {
+	return Network{Allowed: []Allowed{}, Denied: []Denied{}, Failed: []Failed{}, None: true, Note: NoNetworkNote}
+}
+
 // The records of a run's Network.
 type (
 	Allowed        = netpolicy.Allowed
@@ -120,8 +133,9 @@ func NotRun(err error) *Result {
 }
 
 // ExitStatus is the status `agentrun run` exits with for r: 125 when
-// agentrun could not run the task, 124 on timeout, 137 when the program was
-// OOM-killed, else the program's own exit code (128+n for signal n).
+// Error is set (agentrun could not run the task, or failed after it), 124
+// on timeout, 137 when the program was OOM-killed, else the program's own
+// exit code (128+n for signal n).
 func (r *Result) ExitStatus() int {
 	switch {
 	case r.Error != "":
@@ -133,6 +147,12 @@ func (r *Result) ExitStatus() int {
 	}
 	return r.ExitCode
 }
+
+// Settle makes ExitCode the exit status (ExitStatus), so that exit_code
+// means one thing on every door, and says what the exit status of
+// `agentrun run` says. Whoever sets Error, TimedOut or OOMKilled on a
+// result that is handed out settles it then.
+func (r *Result) Settle() { r.ExitCode = r.ExitStatus() }
 
 // SetOutput records the kept output: as text, and as base64 too for a
 // stream that is not valid UTF-8.

@@ -23,6 +23,14 @@ func TestExitStatus(t *testing.T) {
 		if got := tc.r.ExitStatus(); got != tc.want {
 			t.Errorf("%s: ExitStatus() = %d; want %d", tc.name, got, tc.want)
 		}
+		// exit_code says what the exit status says, and settling twice
+		// changes nothing.
+		r := tc.r
+		r.Settle()
+		r.Settle()
+		if r.ExitCode != tc.want {
+			t.Errorf("%s: settled exit_code %d; want the exit status %d", tc.name, r.ExitCode, tc.want)
+		}
 	}
 }
 

@@ -15,8 +15,9 @@ import (
 // network gives a run with an allowlist its own sandbox namespace, joined by
 // a veth to a gateway namespace where this process's proxy and DNS server
 // listen, and returns the spec options that put the program there. A run
-// without an allowlist gets nothing here: its spec's fresh network
-// namespace holds only lo. What it sets up is undone through sb.undo;
+// with no network (task.Plan.Offline) gets only its /etc/hosts here: its
+// spec's fresh network namespace holds only lo, and its result says it
+// had no network (result.NoNetwork). What it sets up is undone through sb.undo;
 // sb.settle stops the proxy and puts its report in req.res once the
 // program has ended, before the result is handed out.
 //
@@ -36,7 +37,7 @@ import (
 // the spec's mounts: a run with services is never made ahead.
 func (r *Runner) network(req request, rootfs, dir string, sb *sandbox) ([]spec.SpecOpt, error) {
 	p := req.plan
-	if p.Allow.Empty() && len(p.Services) == 0 && len(p.Tools) == 0 {
+	if p.Offline() {
 		// No network: the loopback alone, which /etc/hosts still names
 		// (the image's is an empty mount point).
 		hosts, err := writeEtc(dir, &sb.undo, "hosts", proxy.LocalHosts())

@@ -193,6 +193,11 @@ func (r *Runner) Run(ctx context.Context, p *task.Plan, hooks runapi.Hooks) *res
 	res := &result.Result{ID: newID(), Session: p.Session, Image: p.Image, Runtime: p.Runtime, Files: map[string]result.File{},
 		ExitCode: result.ExitSetup}
 	res.Network.Allowed, res.Network.Denied, res.Network.Failed = []result.Allowed{}, []result.Denied{}, []result.Failed{}
+	if p.Offline() {
+		// No proxy's report replaces it: the result says the run had no
+		// network, which no record of the program's lookups can.
+		res.Network = result.NoNetwork()
+	}
 	rec := &audit.Record{Time: time.Now().UTC(), Session: p.Session, TaskHash: p.TaskHash,
 		Image: p.Image, Runtime: p.Runtime, Limits: auditLimits(p)}
 
@@ -204,6 +209,7 @@ func (r *Runner) Run(ctx context.Context, p *task.Plan, hooks runapi.Hooks) *res
 	var written bool
 	var auditErr error
 	record := func(final *result.Result) {
+		final.Settle()
 		if !written {
 			written = true
 			fillRecord(rec, final)
@@ -213,6 +219,7 @@ func (r *Runner) Run(ctx context.Context, p *task.Plan, hooks runapi.Hooks) *res
 		}
 		if auditErr != nil && final.Error == "" {
 			final.Error = auditErr.Error()
+			final.Settle()
 		}
 	}
 	inner := hooks

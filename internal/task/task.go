@@ -92,6 +92,12 @@ type Plan struct {
 	TaskHash string   // "sha256:" + hex of the raw task bytes; set by Load
 }
 
+// Offline reports whether p's run has no network at all: no allowlist,
+// services or tools, so its sandbox has the loopback alone.
+func (p *Plan) Offline() bool {
+	return p.Allow.Empty() && len(p.Services) == 0 && len(p.Tools) == 0
+}
+
 // Caps on a task beyond the config's limits.
 const (
 	MaxTaskBytes   = 32 << 20 // raw task.json

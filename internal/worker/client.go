@@ -44,6 +44,7 @@ func Encode(res *result.Result, maxPayload int64) ([]byte, error) {
 	if len(small.Error) > 4096 {
 		small.Error = small.Error[:4096]
 	}
+	small.Settle()
 	return json.Marshal(&small)
 }
 

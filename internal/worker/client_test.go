@@ -57,7 +57,7 @@ func TestEncodeFitsThePayload(t *testing.T) {
 		t.Errorf("small result: %s %v", b, err)
 	}
 	big := &result.Result{Stdout: strings.Repeat("a", 1<<20), StdoutBytes: 5 << 20, Stderr: "e", StderrBytes: 1,
-		Files: map[string]result.File{"f": {Size: 3, ContentBase64: "AAAA"}}, Error: "cleaning up: x"}
+		Files: map[string]result.File{"f": {Size: 3, ContentBase64: "AAAA"}}}
 	b, err = Encode(big, 1<<20)
 	if err != nil || len(b) > 1<<20-headroom {
 		t.Fatalf("big result: %d bytes, %v", len(b), err)
@@ -67,7 +67,16 @@ func TestEncodeFitsThePayload(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.Stdout != "" || got.Stderr != "" || len(got.Files) != 0 || !got.StdoutTruncated || !got.StderrTruncated ||
-		got.StdoutBytes != 5<<20 || !strings.Contains(got.Error, "more than NATS carries") || !strings.Contains(got.Error, "cleaning up: x") {
+		got.StdoutBytes != 5<<20 || !strings.Contains(got.Error, "more than NATS carries") {
 		t.Errorf("big result stored as %+v", got)
+	}
+	// The error set here makes it a failure in exit_code too, as in the
+	// exit status of `agentrun submit`.
+	if got.ExitCode != result.ExitSetup || got.ExitStatus() != result.ExitSetup {
+		t.Errorf("big result: exit_code %d, exit status %d; want %d", got.ExitCode, got.ExitStatus(), result.ExitSetup)
+	}
+	big.Error = "cleaning up: x"
+	if b, err = Encode(big, 1<<20); err != nil || json.Unmarshal(b, &got) != nil || !strings.Contains(got.Error, "more than NATS carries") || !strings.Contains(got.Error, "cleaning up: x") {
+		t.Errorf("big result with an error: %v, stored as %+v", err, got)
 	}
 }

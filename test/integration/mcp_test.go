@@ -19,6 +19,7 @@ import (
 	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/mcpserver"
+	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/server"
 )
@@ -240,9 +241,16 @@ print(open('input.txt').read())`
 			ok   func(mcpserver.Output) bool
 		}{
 			{"exit", map[string]any{"code": "import sys; sys.exit(3)"}, "exit code 3", func(o mcpserver.Output) bool { return o.ExitCode == 3 }},
-			{"timeout", map[string]any{"code": "while True: pass", "timeout": "1s"}, "timed out", func(o mcpserver.Output) bool { return o.TimedOut }},
-			{"oom", map[string]any{"code": "x = bytearray(200 << 20)"}, "out of memory (OOM)", func(o mcpserver.Output) bool { return o.OOMKilled }},
+			{"timeout", map[string]any{"code": "while True: pass", "timeout": "1s"}, "timed out", func(o mcpserver.Output) bool {
+				return o.TimedOut && o.ExitCode == result.ExitTimeout
+			}},
+			{"oom", map[string]any{"code": "x = bytearray(200 << 20)"}, "out of memory (OOM)", func(o mcpserver.Output) bool {
+				return o.OOMKilled && o.ExitCode == result.ExitKilled
+			}},
 			{"shell", map[string]any{"language": "sh", "code": "echo $0 >&2; exit 2"}, "exit code 2", func(o mcpserver.Output) bool { return o.ExitCode == 2 }},
+			{"no network", map[string]any{"code": "import socket; socket.gethostbyname('pypi.org')"}, ", no network;", func(o mcpserver.Output) bool {
+				return o.ExitCode == 1 && o.Network.None && o.Network.Note == result.NoNetworkNote
+			}},
 		} {
 			res := call(t, cs, c.args)
 			text := answerText(t, res)

@@ -421,6 +421,54 @@ print(json.dumps(out))
 	}
 }
 
+// TestNoNetworkSaysSo: a run with no network at all says so in its
+// result's network, whatever its program tried: its lookup and its
+// connection fail inside the sandbox, where agentrun sees neither, and
+// the result says why. A run with an allowlist does not say so; the CLI's
+// JSON and its text summary say so too.
+func TestNoNetworkSaysSo(t *testing.T) {
+	in := proxytest.NewInternet(t)
+	code := fetchPy + fmt.Sprintf(`
+print(resolve("internet.test"))
+s = socket.socket(); s.settimeout(2)
+try:
+    s.connect((%q, 80)); print("connected")
+except OSError as e:
+    print(os.strerror(e.errno) if e.errno else type(e).__name__)
+`, in.IP.String())
+	eachRuntime(t, func(t *testing.T, rt string) {
+		cfg := netConfigFor(t, in, rt)
+		res := runTaskWith(t, cfg, nil, pyTask(code, nil))
+		lookup, connect, _ := strings.Cut(strings.TrimSpace(res.Stdout), "\n")
+		if !strings.HasPrefix(lookup, "ERR") || connect == "connected" || connect == "" {
+			t.Fatalf("no network: stdout %q stderr %q; want the lookup and the connection to fail", res.Stdout, res.Stderr)
+		}
+		n := res.Network
+		if !n.None || n.Note != result.NoNetworkNote || len(n.Allowed)+len(n.Denied)+len(n.Failed) != 0 {
+			t.Errorf("no network: the result's network %+v; want none, with its note, and nothing listed", n)
+		}
+
+		res = runTaskWith(t, cfg, nil, netTask(in, code, "internet.test"))
+		if strings.HasPrefix(res.Stdout, "ERR") || strings.HasPrefix(res.Stdout, "NXDOMAIN") {
+			t.Errorf("allowlist: stdout %q stderr %q; want the lookup answered", res.Stdout, res.Stderr)
+		}
+		if res.Network.None || res.Network.Note != "" {
+			t.Errorf("allowlist: the result's network %+v says it had none", res.Network)
+		}
+	})
+
+	res, stdout, _, _ := cli(t, pyTask(code, nil), "run", "-")
+	var raw struct {
+		Network map[string]any `json:"network"`
+	}
+	if res == nil || json.Unmarshal([]byte(stdout), &raw) != nil || raw.Network["none"] != true || raw.Network["note"] != result.NoNetworkNote {
+		t.Errorf("agentrun run: %s; want network.none true and its note", stdout)
+	}
+	if _, _, stderr, _ := cli(t, pyTask(code, nil), "run", "--format", "text", "-"); !strings.Contains(stderr, ", no network\n") {
+		t.Errorf("agentrun run --format text: stderr %q; want the summary to say no network", stderr)
+	}
+}
+
 func pyList(ss []string) string {
 	b, _ := json.Marshal(ss)
 	return string(b)

@@ -152,8 +152,8 @@ print("x" * 5000)`, map[string]any{
 			}
 
 			res = p.run(rt.task("while True: pass", map[string]any{"limits": map[string]any{"timeout": "500ms"}}), true)
-			if !res.TimedOut || res.ExitCode != 137 {
-				t.Fatalf("timed_out %v exit %d; want true 137", res.TimedOut, res.ExitCode)
+			if !res.TimedOut || res.ExitCode != result.ExitTimeout {
+				t.Fatalf("timed_out %v exit %d; want true 124", res.TimedOut, res.ExitCode)
 			}
 			if res.DurationMS < 500 || res.DurationMS > 3000 {
 				t.Fatalf("duration %d ms for a 500ms timeout", res.DurationMS)

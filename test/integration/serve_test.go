@@ -460,6 +460,10 @@ func TestRunThroughServer(t *testing.T) {
 	if res, code = client(`{"code": "import sys; sys.exit(3)"}`); code != 3 || res.ExitCode != 3 {
 		t.Errorf("exit %d, exit_code %d; want 3", code, res.ExitCode)
 	}
+	// A timeout's exit_code is the exit status, as a local run's is.
+	if res, code = client(`{"code": "while True: pass", "limits": {"timeout": "500ms"}}`); code != result.ExitTimeout || res.ExitCode != code || !res.TimedOut {
+		t.Errorf("timeout: exit %d, exit_code %d, timed_out %v; want 124 both", code, res.ExitCode, res.TimedOut)
+	}
 	if res, code = client(`{"code": "print(1)", "limits": {"pids": 100000}}`); code != 125 || !strings.Contains(res.Error, "limits.pids") {
 		t.Errorf("over policy: exit %d, error %q; want 125 naming limits.pids", code, res.Error)
 	}
@@ -874,7 +878,7 @@ func checkCompleteResult(t *testing.T, path string, res *result.Result, auditPat
 		"stdout_truncated": res.StdoutTruncated, "stdout_bytes": res.StdoutBytes > 5000, "stderr_bytes": res.StderrBytes == 10,
 		"duration_ms": res.DurationMS > 0, "cpu_ms": res.CPUMS > 0, "memory_peak_bytes": res.MemoryPeakBytes > 0,
 		"image": res.Image == pythonImage, "runtime": res.Runtime == "libcontainer",
-		"network": allowed && denied, "files": hasFile,
+		"network": allowed && denied && !res.Network.None && res.Network.Note == "", "files": hasFile,
 		"collect": res.Collect != nil && slices.Equal(res.Collect.Unmatched, []string{"absent.txt"}) && res.Collect.Cut == "",
 	} {
 		set[k] = true

@@ -191,7 +191,7 @@ func TestWarmTimeoutAndOOM(t *testing.T) {
 	limits := map[string]any{"limits": map[string]any{"timeout": "3s", "memory": "64m"}}
 	p := newWarm(t, pythonImage, 1, []string{"json"}, pyTask("pass", limits), true)
 	res := p.run(pyTask("print('spinning', flush=True)\nwhile True: pass", limits), true)
-	if !res.TimedOut || res.ExitCode != 137 || res.Stdout != "spinning\n" {
+	if !res.TimedOut || res.ExitCode != result.ExitTimeout || res.Stdout != "spinning\n" {
 		t.Fatalf("timed out %v, exit %d, stdout %q; want a timeout", res.TimedOut, res.ExitCode, res.Stdout)
 	}
 	p.waitReady(1)

@@ -478,7 +478,7 @@ export interface components {
             /** @description The run's id, `ar-...`. */
             id: string;
             session: string;
-            /** @description The program's exit code (128+n for signal n). */
+            /** @description The status `agentrun run` exits with, the same on every door: the program's exit code (128+n for signal n), but 124 when the run timed out, 137 when it was OOM-killed, and 125 when `error` is set. */
             exit_code: number;
             /** @description The signal that ended the program, if one did. */
             signal: string;
@@ -530,6 +530,10 @@ export interface components {
             approvals?: components["schemas"]["ApprovalRecord"][];
             /** @description Service requests past the record's bound. */
             requests_dropped?: number;
+            /** @description Present, true, when the run had no network at all (no `network.allow`, services or tools): its sandbox held the loopback alone, so its name lookups and connections failed inside it, unseen by agentrun and not listed here. A run with a network never has it. */
+            none?: boolean;
+            /** @description With `none`: the same in words, for the person or model reading the result. */
+            note?: string;
         };
         /** @description The connections to one allowed host and port. */
         Allowed: {
