@@ -9,13 +9,14 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
-	"unicode"
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/session"
+	"github.com/agentrun/agentrun/internal/untrusted"
 	"github.com/agentrun/agentrun/runtime/spec"
 )
 
@@ -149,13 +150,13 @@ func cmdSessions(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// printable is name as is, or quoted when it holds a control character
-// (a newline in a name must not make a second line of the listing).
+// printable is name as is, or quoted with every character that is not
+// visible on its own escaped (untrusted.Text) when it holds one: a newline
+// in a name must not make a second line of the listing, nor a variation
+// selector or a filler hide a character of it.
 func printable(name string) string {
-	for _, r := range name {
-		if !unicode.IsPrint(r) {
-			return strconv.Quote(name)
-		}
+	if esc := untrusted.Text(name); esc != name {
+		return `"` + strings.ReplaceAll(esc, `"`, `\"`) + `"`
 	}
 	return name
 }
