@@ -69,7 +69,7 @@ func stdioServer(t *testing.T, mode string, env ...EnvVar) Server {
 
 // testLimits are the default limits with a short call timeout.
 func testLimits() Limits {
-	l := LimitsFromConfig(config.Default())
+	l := LimitsFromConfig(config.Default().ToolLimits)
 	l.CallTimeout = 5 * time.Second
 	return l
 }
