@@ -191,6 +191,14 @@ func (s *Server) PoolWarm() map[string]Warm {
 	return warm
 }
 
+// NeedsToken says whether a socket of network ("tcp" or "unix", as
+// server.listen spells it) lacks the server.token that every request on
+// a TCP socket must carry: the API is never open to the network without
+// one.
+func (s *Server) NeedsToken(network string) bool {
+	return network == "tcp" && s.Token == ""
+}
+
 // Worker configures `agentrun worker`, which takes tasks from a NATS
 // JetStream work-queue stream and stores their results in a KV bucket, and
 // the clients `agentrun submit` and `agentrun result`.

@@ -84,13 +84,12 @@ type Server struct {
 
 	held heldCalls[netpolicy.Approval, netpolicy.Decision, callResult] // runs waiting for their client's decision on a held request
 
+	mu sync.Mutex
 	// stateful are the languages whose runs in a kept session keep their
 	// state (Python's), "" the default language when it is one of them.
 	stateful map[string]bool
-
-	mu    sync.Mutex
-	ended map[*mcp.ServerSession]chan struct{}        // closed when the session ends
-	live  map[string]map[*context.CancelFunc]struct{} // the calls going on, by session id
+	ended    map[*mcp.ServerSession]chan struct{}        // closed when the session ends
+	live     map[string]map[*context.CancelFunc]struct{} // the calls going on, by session id
 }
 
 // New returns the MCP server that runs code with run, describing cfg's
@@ -100,13 +99,26 @@ func New(cfg *config.Config, run TaskFunc, logf func(format string, args ...any)
 	s := newServer(logf, "agentrun runs code in single-use, locked-down Linux sandboxes: "+
 		"no network unless asked for, no secrets, bounded time, memory and output.")
 	s.run = run
-	s.stateful = map[string]bool{}
+	s.Reload(cfg)
+	return s
+}
+
+// Reload describes cfg to the model from now on (serve's reload): its
+// languages, limits, policy, services and tools in run_code's
+// description and input schema, which replace the tool's before (the
+// SDK tells the clients that the tool list changed), and the languages
+// whose runs in a kept session keep their state.
+func (s *Server) Reload(cfg *config.Config) {
+	stateful := map[string]bool{}
 	for name := range cfg.Languages {
 		if task.IsPython(&task.Plan{CodeFile: task.CodeFileName(name), Argv: cfg.Languages[name]}) {
-			s.stateful[name] = true
+			stateful[name] = true
 		}
 	}
-	s.stateful[""] = s.stateful[cfg.Language]
+	stateful[""] = stateful[cfg.Language]
+	s.mu.Lock()
+	s.stateful = stateful
+	s.mu.Unlock()
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:         ToolName,
 		Title:        "Run code in a sandbox",
@@ -115,7 +127,6 @@ func New(cfg *config.Config, run TaskFunc, logf func(format string, args ...any)
 		OutputSchema: outputSchema(),
 		Annotations:  &mcp.ToolAnnotations{OpenWorldHint: ptr(true), DestructiveHint: ptr(false)},
 	}, s.runCode)
-	return s
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -293,7 +304,10 @@ func (s *Server) runCode(ctx context.Context, req *mcp.CallToolRequest, args Arg
 			session = session[:task.MaxSessionLen]
 		}
 	}
-	taskJSON, err := json.Marshal(toTask(args, session, s.stateful[args.Language]))
+	s.mu.Lock()
+	stateful := s.stateful[args.Language]
+	s.mu.Unlock()
+	taskJSON, err := json.Marshal(toTask(args, session, stateful))
 	if err != nil {
 		return nil, nil, fmt.Errorf("encoding the task: %w", err)
 	}

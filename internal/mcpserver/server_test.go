@@ -222,3 +222,52 @@ func TestToolsArgument(t *testing.T) {
 		t.Errorf("run_code's description speaks of tools with none configured: %s", toolDesc)
 	}
 }
+
+// TestReloadDescribesTheNewConfig: after Reload (serve's SIGHUP), a
+// client that lists the tools again sees the new config's tool servers
+// and languages, a call naming a tool server the reload added is taken
+// (the schema of before refused it), and whether a kept session's run
+// keeps its state follows the new default language.
+func TestReloadDescribesTheNewConfig(t *testing.T) {
+	var tasks []map[string]any
+	s := New(config.Default(), func(_ context.Context, b []byte) (*result.Result, error) {
+		var m map[string]any
+		json.Unmarshal(b, &m)
+		tasks = append(tasks, m)
+		return &result.Result{}, nil
+	}, t.Logf)
+	cs := connect(t, s)
+	defer cs.Close()
+	call := func() *mcp.CallToolResult {
+		t.Helper()
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: ToolName,
+			Arguments: map[string]any{"code": "print(1)", "tools": []string{"ev"}, "session": "ss-0123456789abcdef0123456789abcdef"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := call(); !res.IsError || len(tasks) != 0 {
+		t.Fatalf("tools [ev] before the reload: %+v, tasks %v; want refused by the schema", res, tasks)
+	}
+
+	next, err := config.Parse([]byte(`{"tools": {"ev": {"url": "http://127.0.0.1:1/mcp", "rules": [{"tools": ["*"]}]}},
+		"languages": {"ruby": ["ruby", "{file}"]}, "language": "ruby"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Reload(next)
+	sch, desc := runCodeSchema(t, cs)
+	if got := sch.Properties["tools"].Items.Enum; len(got) != 1 || got[0] != "ev" {
+		t.Errorf("tools enum after the reload %v; want [ev]", got)
+	}
+	if !strings.Contains(strings.Join(sch.Properties["language"].Enum, ","), "ruby") || !strings.Contains(desc, "default ruby") {
+		t.Errorf("language enum %v, description %q; want ruby, the default", sch.Properties["language"].Enum, desc)
+	}
+	if res := call(); res.IsError || len(tasks) != 1 {
+		t.Fatalf("tools [ev] after the reload: %+v; want run", res)
+	}
+	if tools, _ := tasks[0]["tools"].([]any); len(tools) != 1 || tools[0] != "ev" || tasks[0]["keep_state"] != nil {
+		t.Errorf("task %v; want tools [ev] and no keep_state (ruby, the new default, keeps none)", tasks[0])
+	}
+}

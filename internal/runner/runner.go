@@ -38,6 +38,11 @@ import (
 
 // Runner runs task plans. It is safe for concurrent use.
 type Runner struct {
+	// cfg is the config the runner started with. Only the keys a reload
+	// of serve cannot change (config.ReloadTable's restart-only ones) are
+	// read from it; what a run takes of the others (its tool servers,
+	// tool_limits, whether its image is the config's own) comes with its
+	// plan, resolved under the config that admitted it.
 	cfg         *config.Config
 	backends    map[string]backend.Backend // by runtime name
 	unavailable map[string]error           // runtimes not installed, and why
@@ -46,7 +51,6 @@ type Runner struct {
 	nets        *netns.Subnets
 	store       *image.Store
 	regs        *image.Registries // where a task's own image may come from
-	own         map[string]bool   // the config's images: not bound by regs
 	pool        *Pool             // nil without a pool
 	init        string            // the init's copy in BinDir (stageBinary)
 	sessions    *session.Store
@@ -92,10 +96,6 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	}
 	r.store.MaxTotal = cfg.StoreMax.Bytes()
 	r.regs = image.NewRegistries(cfg.Policy.Registries, hostaddr.Own)
-	r.own = map[string]bool{cfg.Image: true}
-	for ref := range cfg.Server.Pool {
-		r.own[ref] = true
-	}
 	if r.sessions, err = session.Open(cfg, spec.UID, spec.GID); err != nil {
 		return nil, err
 	}
@@ -370,9 +370,9 @@ func approver(hook func(context.Context, string, netpolicy.Approval) netpolicy.D
 }
 
 // pullOptions bounds the pull of a task's image by policy.registries,
-// unless the config names that image itself.
+// unless the config that resolved the plan names that image itself.
 func (r *Runner) pullOptions(p *task.Plan) image.PullOptions {
-	if r.own[p.Image] {
+	if p.OwnImage {
 		return image.PullOptions{}
 	}
 	return image.PullOptions{Registries: r.regs}

@@ -27,15 +27,17 @@ var toolsModule []byte
 const ToolsModuleDir = "/dev/agentrun-python"
 
 // toolBroker makes the broker of req's run, which names tools: the
-// config's servers, bounds and approval timeout, its held calls decided
-// as its held requests are, its calls counted by req.toolCount.
+// servers and bounds of its plan (those of the config that admitted it,
+// whatever a reload did since), the config's approval timeout, its held
+// calls decided as its held requests are, its calls counted by
+// req.toolCount.
 func (r *Runner) toolBroker(req request) (*toolbroker.Broker, error) {
-	servers, err := toolbroker.ServersFromConfig(r.cfg, req.plan.Tools)
+	servers, err := toolbroker.ServersFromConfig(req.plan.ToolServers, req.plan.Tools)
 	if err != nil {
 		return nil, err
 	}
 	b, err := toolbroker.New(toolbroker.Options{
-		Run: req.id, Servers: servers, Limits: toolbroker.LimitsFromConfig(r.cfg),
+		Run: req.id, Servers: servers, Limits: toolbroker.LimitsFromConfig(req.plan.ToolLimits),
 		Approve: req.approve, ApprovalTimeout: r.cfg.Network.ApprovalTimeout.Duration(),
 		CgroupParent: r.cfg.ToolsCgroupParent(), CgroupLockDir: toolsDir(r.cfg), Shared: r.sharedTools,
 		Count: req.toolCount, Logf: r.logf,

@@ -43,6 +43,7 @@ type Daemon struct {
 	cfg  *config.Config
 	api  *Server
 	pool runapi.Pool
+	door Door // nil without MCP
 }
 
 // Door is another protocol spoken on the API's socket, behind the same
@@ -54,6 +55,10 @@ type Door interface {
 	Shutdown(ctx context.Context)
 	// Close kills its runs going on and waits until they are gone.
 	Close()
+	// Reload makes cfg what the door tells its clients of the config
+	// (MCP's tool description and schema: languages, limits, tools),
+	// as the API takes it for the runs that come next.
+	Reload(cfg *config.Config)
 }
 
 // Listen checks cfg's server section and opens its socket: the one
@@ -122,7 +127,7 @@ func (d *Daemon) Run(run runapi.Func, pool runapi.Pool, sessions *session.Store,
 		api.Handle("/mcp", door.HTTPHandler())
 	}
 	d.mu.Lock()
-	d.api, d.pool = api, pool
+	d.api, d.pool, d.door = api, pool, door
 	d.mu.Unlock()
 	srv := api.HTTPServer()
 	srv.BaseContext = func(net.Listener) context.Context { return base }
@@ -212,13 +217,17 @@ func (d *Daemon) reloadFile() {
 	}
 }
 
-// reload applies next to the runs that come next: task defaults, policy,
-// languages, server quotas, queue, max_concurrent, token and pool sizes
-// (Server.Reload, the pool's Resize and SetWarm). A config that changes
-// what only a restart can (config.RestartOnly), that removes the token
-// of a TCP socket, or whose webhook secret or pool images are wrong, is
-// refused: applied is false and the config before stays. A config
-// applied whose pool cannot fill now has an error all the same.
+// reload applies next to the runs that come next: every key that
+// config.ReloadTable says a reload applies (task defaults, policy,
+// languages, tools and tool_limits, which a run takes from the plan the
+// API resolved under next, server quotas, queue, max_concurrent, token,
+// hosts, approvals and the pool: Server.Reload, the door's Reload, the
+// pool's Resize and SetWarm). A config that changes a key that only a
+// restart can apply (config.RestartOnly: the message names each), that
+// removes the token of a TCP socket, or whose webhook secret or pool
+// images are wrong, is refused as a whole: applied is false and the
+// config before stays. A config applied whose pool cannot fill now has
+// an error all the same.
 func (d *Daemon) reload(next *config.Config) (applied bool, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -235,6 +244,9 @@ func (d *Daemon) reload(next *config.Config) (applied bool, err error) {
 		return false, err
 	}
 	d.api.Reload(next)
+	if d.door != nil {
+		d.door.Reload(next)
+	}
 	d.pool.Resize(next.Server.PoolSizes())
 	d.pool.SetWarm(next)
 	d.cfg = next

@@ -114,9 +114,11 @@ func New(cfg *config.Config, run runapi.Func, pool func() runapi.PoolStats) *Ser
 }
 
 // Reload makes cfg the config of the runs admitted from now on: its task
-// defaults and policy, server.max_concurrent, server.queue, server.quota,
-// server.token and server.hosts. Runs going on keep theirs; they do not count against
-// a new max_concurrent. cfg must be valid.
+// defaults, policy, languages, tools and tool_limits (which each run's
+// plan carries to the runner), server.max_concurrent, server.queue,
+// server.quota, server.token, server.hosts and server.approvals. Runs
+// going on keep theirs; they do not count against a new max_concurrent.
+// cfg must be valid.
 func (s *Server) Reload(cfg *config.Config) {
 	old := s.cfg.Load()
 	if cfg.Server.MaxConcurrent != old.Server.MaxConcurrent {

@@ -845,8 +845,8 @@ func TestCrossSiteRefused(t *testing.T) {
 	}
 }
 
-// send sends method url with body of type ctype and the headers hdr, and
-// returns the answer's status.
+// send sends method url with body of type ctype and the headers hdr
+// ("Host" the request's Host), and returns the answer's status.
 func send(t *testing.T, method, url, ctype, body string, hdr map[string]string) int {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
@@ -855,6 +855,9 @@ func send(t *testing.T, method, url, ctype, body string, hdr map[string]string) 
 	}
 	req.Header.Set("Content-Type", ctype)
 	for k, v := range hdr {
+		if k == "Host" {
+			req.Host = v
+		}
 		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)

@@ -127,6 +127,15 @@ func (t *Task) Resolve(cfg *config.Config) (*Plan, error) {
 	if p.Tools, err = checkTools(t.Tools, cfg); err != nil {
 		return nil, err
 	}
+	if len(p.Tools) > 0 {
+		p.ToolServers = make(config.Tools, len(p.Tools))
+		for _, name := range p.Tools {
+			p.ToolServers[name] = cfg.Tools[name]
+		}
+		p.ToolLimits = cfg.ToolLimits
+	}
+	_, pooled := cfg.Server.Pool[p.Image]
+	p.OwnImage = p.Image == cfg.Image || pooled
 	return p, nil
 }
 

@@ -89,7 +89,18 @@ type Plan struct {
 	Allow    *netpolicy.Allowlist
 	Services []string // names of the config's network.services the run may reach; deduplicated
 	Tools    []string // names of the config's tools the run may call; deduplicated
-	TaskHash string   // "sha256:" + hex of the raw task bytes; set by Load
+	// ToolServers are the config's tool servers that Tools name, and
+	// ToolLimits its tool_limits, as the config the task was resolved
+	// under has them (nil and zero without Tools): the run takes them
+	// from the plan, so that a reload of serve between the task's
+	// admission and its run changes nothing of what it was admitted to.
+	ToolServers config.Tools
+	ToolLimits  config.ToolLimits
+	// OwnImage: Image is one the config names itself (its image, or an
+	// image of server.pool), which policy.registries does not bind; as
+	// the config the task was resolved under has them.
+	OwnImage bool
+	TaskHash string // "sha256:" + hex of the raw task bytes; set by Load
 }
 
 // Offline reports whether p's run has no network at all: no allowlist,

@@ -262,6 +262,7 @@ func TestDefaults(t *testing.T) {
 			Timeout: 5 * time.Second, Memory: 256 << 20, CPUs: 0.5, Pids: 64, OutputBytes: 65536,
 			TmpSize: 64 << 20, WorkspaceSize: 64 << 20, NetBytes: 64 << 20, NetConns: 32,
 		},
+		OwnImage: true,
 		TaskHash: "sha256:" + hex.EncodeToString(sum[:]),
 	}
 	if !reflect.DeepEqual(p, want) {
@@ -412,5 +413,35 @@ func TestServicesResolve(t *testing.T) {
 	}
 	if !slices.Equal(p.Services, []string{"gh", "jira"}) || p.Allow != nil {
 		t.Errorf("Services = %q, Allow = %q; want [gh jira] and none", p.Services, p.Allow.Entries())
+	}
+}
+
+// TestPlanHoldsItsConfigsTools: a plan holds the tool servers its task
+// names and the tool_limits, as the config that resolved it has them,
+// and whether its image is one the config names itself: the run takes
+// them from the plan, not from a config that a reload may have replaced.
+func TestPlanHoldsItsConfigsTools(t *testing.T) {
+	cfg := config.Default()
+	cfg.Tools = config.Tools{
+		"ev": {URL: "http://127.0.0.1:1/mcp", Rules: []config.ToolRule{{Tools: []string{"echo"}, Approve: true}}},
+		"gh": {URL: "http://127.0.0.1:2/mcp"},
+	}
+	cfg.ToolLimits = config.ToolLimits{Calls: 1}
+	cfg.Server.Pool = map[string]config.PoolEntry{"pooled:1": {Count: 1}}
+	p, err := Load([]byte(`{"code": "print(1)", "tools": ["ev", "ev"]}`), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(p.ToolServers, config.Tools{"ev": cfg.Tools["ev"]}) || p.ToolLimits != cfg.ToolLimits || !p.OwnImage {
+		t.Errorf("plan's tool servers %+v, limits %+v, own image %v; want ev's, calls 1, true", p.ToolServers, p.ToolLimits, p.OwnImage)
+	}
+	for image, own := range map[string]bool{"pooled:1": true, cfg.Image: true, "other:1": false} {
+		p, err := Load([]byte(`{"code": "print(1)", "image": "`+image+`"}`), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.OwnImage != own || p.ToolServers != nil {
+			t.Errorf("image %s: own %v, tool servers %v; want own %v and none", image, p.OwnImage, p.ToolServers, own)
+		}
 	}
 }

@@ -17,7 +17,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -133,9 +135,10 @@ type Broker struct {
 // runServer is one server as this run sees it: its connection (its own,
 // or the Shared one) and its list, made once for the run.
 type runServer struct {
-	srv  Server
-	conn *conn
-	own  bool // the run's own: Close stops it
+	srv     Server
+	conn    *conn
+	own     bool   // the run's own: Close stops it
+	release func() // a shared one's: Close lets it go
 
 	listOnce sync.Once
 	tools    []listedTool
@@ -154,16 +157,22 @@ func New(opts Options) (*Broker, error) {
 	}
 	b := &Broker{opts: opts, limits: l, servers: map[string]*runServer{}, sem: make(chan struct{}, l.Concurrent),
 		records: []result.ToolCall{}}
+	// Every server is checked before any shared one is taken, so that
+	// a refusal leaves no hold on one.
+	names := map[string]bool{}
 	for _, s := range opts.Servers {
 		if err := checkServer(s); err != nil {
 			return nil, fmt.Errorf("tool server %q: %w", s.Name, err)
 		}
-		if _, dup := b.servers[s.Name]; dup {
+		if names[s.Name] {
 			return nil, fmt.Errorf("tool server %q: named twice", s.Name)
 		}
+		names[s.Name] = true
+	}
+	for _, s := range opts.Servers {
 		rs := &runServer{srv: s}
 		if s.Shared && len(s.Command) > 0 && opts.Shared != nil {
-			rs.conn = opts.Shared.conn(s, opts.CgroupParent, opts.CgroupLockDir, l, opts.Logf)
+			rs.conn, rs.release = opts.Shared.conn(s, opts.CgroupParent, opts.CgroupLockDir, l, opts.Logf)
 		} else {
 			rs.conn, rs.own = newConn(s, cgroupPath(opts.CgroupParent, opts.Run, s.Name), opts.CgroupLockDir, l, opts.Logf), true
 		}
@@ -273,10 +282,13 @@ func (b *Broker) Close() error {
 	}
 	var errs []error
 	for _, name := range b.order {
-		if rs := b.servers[name]; rs.own {
+		switch rs := b.servers[name]; {
+		case rs.own:
 			if err := rs.conn.close(); err != nil {
 				errs = append(errs, err)
 			}
+		case rs.release != nil:
+			rs.release()
 		}
 	}
 	return errors.Join(errs...)
@@ -296,31 +308,76 @@ func newID() string {
 type Shared struct {
 	mu     sync.Mutex
 	closed bool
-	conns  map[string]*conn // by sharedKey
+	conns  map[string]*sharedConn // the current one of each server, by sharedKey
+	stale  map[*sharedConn]bool   // replaced ones that runs still hold
+	made   int                    // connections made: each has a cgroup of its own
 }
 
-// conn is the shared connection to s, made at first use (or again when
-// the last one failed to start or its config changed).
-func (sh *Shared) conn(s Server, parent, lockDir string, l Limits, logf func(string, ...any)) *conn {
+// sharedConn is a shared server's connection and the brokers (runs)
+// that hold it.
+type sharedConn struct {
+	*conn
+	name  string
+	users int
+}
+
+// conn is the shared connection to s for one run's broker, made at
+// first use, or again when the last one failed to start or its config
+// changed (a reload of serve): the one it replaces is stopped once no
+// run holds it, so that a run keeps the server it started with. release
+// lets the connection go, once: the broker's Close.
+func (sh *Shared) conn(s Server, parent, lockDir string, l Limits, logf func(string, ...any)) (c *conn, release func()) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	key := sharedKey(s, l)
-	if c := sh.conns[key]; c != nil && !c.failed() && !sh.closed {
-		return c
+	if e := sh.conns[key]; e != nil && !e.failed() && !sh.closed {
+		e.users++
+		return e.conn, sh.releaser(e)
+	}
+	sh.made++
+	e := &sharedConn{conn: newConn(s, cgroupPath(parent, fmt.Sprintf("shared%d", sh.made), s.Name), lockDir, l, logf), name: s.Name, users: 1}
+	if sh.closed {
+		e.fail(errors.New("the shared tool servers are stopped"))
+		return e.conn, func() {}
 	}
 	if sh.conns == nil {
-		sh.conns = map[string]*conn{}
+		sh.conns, sh.stale = map[string]*sharedConn{}, map[*sharedConn]bool{}
 	}
-	c := newConn(s, cgroupPath(parent, "shared", s.Name), lockDir, l, logf)
-	if sh.closed {
-		c.fail(errors.New("the shared tool servers are stopped"))
-		return c
+	for k, old := range sh.conns {
+		if old.name != s.Name {
+			continue
+		}
+		delete(sh.conns, k)
+		if old.users == 0 {
+			go old.close()
+		} else {
+			sh.stale[old] = true
+		}
 	}
-	if old := sh.conns[key]; old != nil {
-		go old.close()
+	sh.conns[key] = e
+	return e.conn, sh.releaser(e)
+}
+
+// releaser is the release of one run's hold on e: the last run to let
+// go of a replaced connection stops its server.
+func (sh *Shared) releaser(e *sharedConn) func() {
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			sh.mu.Lock()
+			e.users--
+			last := e.users == 0 && sh.stale[e]
+			if last {
+				delete(sh.stale, e)
+			}
+			sh.mu.Unlock()
+			if last {
+				if err := e.close(); err != nil {
+					e.logf("toolbroker: replaced shared tool server %s: %v", e.name, err)
+				}
+			}
+		})
 	}
-	sh.conns[key] = c
-	return c
 }
 
 // sharedKey identifies a shared server by its whole config and the bound
@@ -329,12 +386,15 @@ func sharedKey(s Server, l Limits) string {
 	return fmt.Sprintf("%#v|%d|%d", s, l.ResultBytes, l.CallTimeout)
 }
 
-// Close stops every shared server.
+// Close stops every shared server, the replaced ones still held too.
 func (sh *Shared) Close() error {
 	sh.mu.Lock()
 	sh.closed = true
-	conns := sh.conns
-	sh.conns = nil
+	conns := slices.Collect(maps.Values(sh.conns))
+	for e := range sh.stale {
+		conns = append(conns, e)
+	}
+	sh.conns, sh.stale = nil, nil
 	sh.mu.Unlock()
 	var errs []error
 	for _, c := range conns {

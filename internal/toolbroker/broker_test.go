@@ -69,7 +69,7 @@ func stdioServer(t *testing.T, mode string, env ...EnvVar) Server {
 
 // testLimits are the default limits with a short call timeout.
 func testLimits() Limits {
-	l := LimitsFromConfig(config.Default())
+	l := LimitsFromConfig(config.Default().ToolLimits)
 	l.CallTimeout = 5 * time.Second
 	return l
 }
@@ -527,6 +527,66 @@ func TestShared(t *testing.T) {
 	if !gone(n) {
 		t.Errorf("shared server %d left after Shared.Close", n)
 	}
+}
+
+// TestSharedReplacedOnConfigChange: a shared server whose config changed
+// (a reload of serve) is started anew for the runs of the new config,
+// in a cgroup of its own, while a run that holds the one before keeps
+// it; the one before is stopped when the last run holding it ends.
+func TestSharedReplacedOnConfigChange(t *testing.T) {
+	sh := &Shared{}
+	defer sh.Close()
+	before := stdioServer(t, "stdio")
+	before.Shared = true
+	after := stdioServer(t, "stdio", EnvVar{Name: "RELOADED", Value: "1"})
+	after.Shared = true
+	pid := func(b *Broker) int {
+		t.Helper()
+		_, body := call(t, b, "local", "get_ids", `{}`)
+		n, _ := strconv.Atoi(strings.Split(text(t, body), ":")[2])
+		if n == 0 {
+			t.Fatalf("get_ids: %s", body)
+		}
+		return n
+	}
+	b1 := newBroker(t, Options{Servers: []Server{before}, Shared: sh})
+	p1 := pid(b1)
+	b2 := newBroker(t, Options{Servers: []Server{after}, Shared: sh})
+	p2 := pid(b2)
+	if p2 == p1 {
+		t.Fatalf("the changed config's run got the server of the config before (%d)", p1)
+	}
+	if p := pid(b1); p != p1 || syscall.Kill(p1, 0) != nil {
+		t.Errorf("the run of the config before lost its server %d (now %d)", p1, p)
+	}
+	b1.Close()
+	if !gone(p1) {
+		t.Errorf("the replaced shared server %d is left once no run holds it", p1)
+	}
+	b3 := newBroker(t, Options{Servers: []Server{after}, Shared: sh})
+	if p := pid(b3); p != p2 {
+		t.Errorf("a run of the new config restarted its shared server: %d, then %d", p2, p)
+	}
+	b2.Close()
+	b3.Close()
+	if err := sh.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !gone(p2) {
+		t.Errorf("shared server %d left after Shared.Close", p2)
+	}
+
+	// Each connection has a cgroup of its own: stopping one kills every
+	// process of its cgroup, never the other's.
+	sh2 := &Shared{}
+	c1, r1 := sh2.conn(before, "/agentrun-tools", "", testLimits(), t.Logf)
+	c2, r2 := sh2.conn(after, "/agentrun-tools", "", testLimits(), t.Logf)
+	if c1.cgPath == c2.cgPath {
+		t.Errorf("two connections of server local share cgroup %s", c1.cgPath)
+	}
+	r1()
+	r2()
+	sh2.Close()
 }
 
 // httpServer serves the test server over streamable HTTP, answering 401

@@ -8,18 +8,21 @@ import (
 	"strconv"
 
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/netpolicy"
 )
 
-// ServersFromConfig is the servers of cfg's "tools" that names (a task's
-// tools) name, in that order. A user name is resolved through the host's
+// ServersFromConfig is the servers of tools (a config's "tools", or a
+// plan's ToolServers) that names (a task's tools) name, in that order. A
+// name that tools lacks is refused by policy (errkind.ErrPolicy), as the
+// task that names it is. A user name is resolved through the host's
 // passwd now; "" is 65534:65534; root is refused.
-func ServersFromConfig(cfg *config.Config, names []string) ([]Server, error) {
+func ServersFromConfig(tools config.Tools, names []string) ([]Server, error) {
 	out := make([]Server, 0, len(names))
 	for _, name := range names {
-		ts, ok := cfg.Tools[name]
+		ts, ok := tools[name]
 		if !ok {
-			return nil, fmt.Errorf("tools: %q is not a tool server of the config", name)
+			return nil, fmt.Errorf("tools: %q is not a tool server of the config: %w", name, errkind.ErrPolicy)
 		}
 		s, err := serverFromConfig(name, ts)
 		if err != nil {
@@ -77,9 +80,9 @@ func resolveUser(u string) (uid, gid uint32, err error) {
 	return ids[0], ids[1], nil
 }
 
-// LimitsFromConfig is cfg's tool_limits, the defaults in place of those
-// unset.
-func LimitsFromConfig(cfg *config.Config) Limits {
-	calls, concurrent, argBytes, resBytes, timeout := cfg.ToolLimits.Effective()
+// LimitsFromConfig is l (a config's tool_limits), the defaults in place
+// of those unset.
+func LimitsFromConfig(l config.ToolLimits) Limits {
+	calls, concurrent, argBytes, resBytes, timeout := l.Effective()
 	return Limits{Calls: calls, Concurrent: concurrent, ArgumentBytes: argBytes, ResultBytes: resBytes, CallTimeout: timeout}
 }

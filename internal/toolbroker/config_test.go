@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/errkind"
 )
 
 func TestServersFromConfig(t *testing.T) {
@@ -21,7 +22,7 @@ func TestServersFromConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	servers, err := ServersFromConfig(cfg, []string{"docs", "gh", "ids"})
+	servers, err := ServersFromConfig(cfg.Tools, []string{"docs", "gh", "ids"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,19 +37,20 @@ func TestServersFromConfig(t *testing.T) {
 		t.Errorf("ids = %+v", ids)
 	}
 	if pw, err := user.Lookup("daemon"); err == nil {
-		s, err := ServersFromConfig(cfg, []string{"daemon"})
+		s, err := ServersFromConfig(cfg.Tools, []string{"daemon"})
 		if err != nil || s[0].UID == 0 || pw.Uid != itoa(s[0].UID) {
 			t.Errorf("daemon = %+v, %v", s, err)
 		}
 	}
-	if _, err := ServersFromConfig(cfg, []string{"nope"}); err == nil || !strings.Contains(err.Error(), `"nope" is not a tool server`) {
-		t.Errorf("unknown: %v", err)
+	if _, err := ServersFromConfig(cfg.Tools, []string{"nope"}); err == nil || !strings.Contains(err.Error(), `"nope" is not a tool server`) ||
+		errkind.Of(err) != errkind.Policy {
+		t.Errorf("unknown: %v (kind %v), want a refusal by policy", err, errkind.Of(err))
 	}
 	cfg.Tools["ghost"] = config.ToolServer{Command: []string{"/bin/x"}, User: "no-such-user-here"}
-	if _, err := ServersFromConfig(cfg, []string{"ghost"}); err == nil || !strings.Contains(err.Error(), `tools["ghost"]: user:`) {
+	if _, err := ServersFromConfig(cfg.Tools, []string{"ghost"}); err == nil || !strings.Contains(err.Error(), `tools["ghost"]: user:`) {
 		t.Errorf("unknown user: %v", err)
 	}
-	if l := LimitsFromConfig(cfg); l != (Limits{Calls: 5, Concurrent: config.DefaultToolConcurrent, ArgumentBytes: config.DefaultToolArgBytes,
+	if l := LimitsFromConfig(cfg.ToolLimits); l != (Limits{Calls: 5, Concurrent: config.DefaultToolConcurrent, ArgumentBytes: config.DefaultToolArgBytes,
 		ResultBytes: config.DefaultToolResBytes, CallTimeout: 3 * time.Second}) {
 		t.Errorf("limits = %+v", l)
 	}

@@ -4,7 +4,8 @@
 // page it names, by GitHub's rules for heading anchors; and the layout
 // table of docs/architecture.md must name every directory of Go files, and
 // only paths that exist; docs/config.md's table of limits must be
-// config.LimitTable and the built-in defaults (the test checks that). It
+// config.LimitTable and the built-in defaults, and docs/serve.md's table
+// of what a reload applies config.ReloadTable (the tests check that). It
 // never follows a link out of the repository and never reaches the
 // network: absolute URLs are not checked.
 package docs

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -192,19 +193,69 @@ func TestLimitsTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := Table(string(data), "Limits")
 	var want [][]string
 	def := config.Default()
 	for _, l := range config.LimitTable {
 		want = append(want, []string{"`" + l.Name + "`", "`" + l.Text(def.Limits) + "`", "`" + l.Text(def.Policy.Limits) + "`", size(l.Min), l.Reaches})
 	}
+	checkTable(t, "docs/config.md", Table(string(data), "Limits"), "Limits", want, "config.LimitTable")
+}
+
+// checkTable compares the rows of page's table under ## heading with
+// want, which source makes.
+func checkTable(t *testing.T, page string, rows [][]string, heading string, want [][]string, source string) {
+	t.Helper()
 	if len(rows) != len(want) {
-		t.Errorf("docs/config.md's ## Limits table has %d rows; config.LimitTable has %d limits", len(rows), len(want))
+		t.Errorf("%s's ## %s table has %d rows; %s has %d", page, heading, len(rows), source, len(want))
 	}
 	for i := range min(len(rows), len(want)) {
 		if !slices.Equal(rows[i], want[i]) {
-			t.Errorf("docs/config.md's ## Limits table, row %d: %q; want %q (config.LimitTable)", i+1, rows[i], want[i])
+			t.Errorf("%s's ## %s table, row %d: %q; want %q (%s)", page, heading, i+1, rows[i], want[i], source)
 		}
+	}
+}
+
+// TestReloadTable checks docs/serve.md's table of what a reload applies
+// against config.ReloadTable, row for row.
+func TestReloadTable(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "serve.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want [][]string
+	for _, k := range config.ReloadTable {
+		on := "applied"
+		if k.Restart {
+			on = "restart only"
+		}
+		want = append(want, []string{"`" + k.Key + "`", on, k.Effect})
+	}
+	checkTable(t, "docs/serve.md", Table(string(data), "Reload"), "Reload", want, "config.ReloadTable")
+}
+
+// TestRestartOnlyList checks docs/config.md's list of the keys only a
+// restart applies against config.ReloadTable's.
+func TestRestartOnlyList(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "config.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, list, ok := strings.Cut(string(data), "Restart only: ")
+	list, _, _ = strings.Cut(list, ".\n")
+	if !ok {
+		t.Fatal(`docs/config.md has no "Restart only: " list`)
+	}
+	var got, want []string
+	for _, m := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(list, -1) {
+		got = append(got, m[1])
+	}
+	for _, k := range config.ReloadTable {
+		if k.Restart {
+			want = append(want, k.Key)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("docs/config.md's restart-only keys %q; want %q (config.ReloadTable)", got, want)
 	}
 }
 

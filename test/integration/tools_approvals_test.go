@@ -98,14 +98,17 @@ func everythingTools(t *testing.T, entry, url string) map[string]any {
 	return map[string]any{"ev": ev}
 }
 
-// toolPy defines call(tool, **arguments): a POST to the sandbox's
-// http://tools.agentrun/v1/call of tool server ev, answered as "STATUS
-// TEXT": the text of the tool's answer, or the broker's refusal.
+// toolPy defines call_on(server, tool, **arguments): a POST to the
+// sandbox's http://tools.agentrun/v1/call, answered as "STATUS TEXT":
+// the text of the tool's answer, or the broker's refusal; and
+// call(tool, **arguments), of tool server ev.
 const toolPy = `
 import json, urllib.request, urllib.error
 def call(tool, **arguments):
+    return call_on("ev", tool, **arguments)
+def call_on(server, tool, **arguments):
     req = urllib.request.Request("http://tools.agentrun/v1/call", method="POST",
-        data=json.dumps({"server": "ev", "tool": tool, "arguments": arguments}).encode(),
+        data=json.dumps({"server": server, "tool": tool, "arguments": arguments}).encode(),
         headers={"Content-Type": "application/json"})
     try:
         r = urllib.request.urlopen(req, timeout=90)
