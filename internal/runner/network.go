@@ -111,7 +111,7 @@ func (r *Runner) network(req request, rootfs, dir string, sb *sandbox) ([]spec.S
 // module. The broker is closed, and its record put in req.res, once the
 // program has ended (sb.settle), or on undo.
 func (r *Runner) tools(req request, dir string, sb *sandbox, pol *proxy.Policy) ([]spec.SpecOpt, error) {
-	b, err := r.toolBroker(req)
+	b, err := r.toolBroker(req, dir)
 	if err != nil {
 		return nil, err
 	}
