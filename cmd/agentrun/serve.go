@@ -42,6 +42,7 @@ func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
 	longLived(r, logf)
 	d.ConfigPath = cfgPath
 	d.Egress = runner.IsEgress
+	d.PeerUID = runner.PeerUID
 	d.MCP = func(api *server.Server) server.Door {
 		m := mcpserver.New(cfg, api.RunTask, api.Logf)
 		m.AddSessions(api.Sessions)

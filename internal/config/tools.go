@@ -30,9 +30,14 @@ type ToolServer struct {
 	// then the content of File (a root-only file, read when the server
 	// starts), or Value as it is.
 	Env map[string]ToolValue `json:"env,omitempty"`
-	// User is the user the stdio server runs as: a name of the host's
-	// passwd or "uid:gid"; "" means nobody (65534:65534). Never root.
+	// User is the stdio server's user: a name of the host's passwd or
+	// "uid:gid"; "" means nobody (65534:65534). Never root. As root,
+	// agentrun runs the server as a uid and gid of its own from run_uids,
+	// with User's group as its supplementary group (none for nobody's).
 	User string `json:"user,omitempty"`
+	// Allow is the hosts the stdio server may reach, in network.allow's
+	// syntax, through a proxy of its own; none: it has no network at all.
+	Allow []string `json:"allow,omitempty"`
 	// Shared keeps one stdio server for every run that names it, started
 	// at the first call and stopped when agentrun exits, instead of one
 	// per run. Off by default: a shared server sees every run's calls.
@@ -88,6 +93,7 @@ const (
 const (
 	MaxToolEnv     = 64
 	MaxToolCommand = 64
+	MaxToolAllow   = 256 // entries of a stdio server's allow
 	// MaxToolCalls .. MaxToolTimeout bound tool_limits.
 	MaxToolCalls      = 10000
 	MaxToolConcurrent = 64
@@ -169,14 +175,22 @@ func (s ToolServer) checkStdio(field string) error {
 	if _, _, err := ParseToolUser(s.User); err != nil {
 		return fieldErr(field+".user", err)
 	}
+	if len(s.Allow) > MaxToolAllow {
+		return fieldErr(field+".allow", fmt.Errorf("%d entries, more than the maximum %d", len(s.Allow), MaxToolAllow))
+	}
+	for i, e := range s.Allow {
+		if _, err := netpolicy.CanonicalAllow(e); err != nil {
+			return fieldErr(fmt.Sprintf("%s.allow[%d]", field, i), fmt.Errorf("%q: %w", e, err))
+		}
+	}
 	return nil
 }
 
 // checkHTTP checks the fields of a streamable-HTTP server, and that no
 // field of a stdio one is set.
 func (s ToolServer) checkHTTP(field string) error {
-	if len(s.Env) > 0 || s.User != "" || s.Shared {
-		return fieldErr(field, errors.New("env, user and shared are a stdio command's; a url's server runs elsewhere"))
+	if len(s.Env) > 0 || s.User != "" || s.Shared || len(s.Allow) > 0 {
+		return fieldErr(field, errors.New("env, user, allow and shared are a stdio command's; a url's server runs elsewhere"))
 	}
 	u, err := url.Parse(s.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.Fragment != "" {

@@ -10,7 +10,7 @@ func TestToolsConfig(t *testing.T) {
 	c, err := Parse([]byte(`{"tools": {
 		"github": {"command": ["/usr/local/bin/github-mcp-server", "stdio"],
 		           "env": {"GITHUB_TOKEN": {"file": "/etc/agentrun/secrets/github"}, "MODE": {"value": "ro"}},
-		           "user": "1000:1000",
+		           "user": "1000:1000", "allow": ["api.github.com", "*.githubusercontent.com:443"],
 		           "rules": [{"tools": ["get_*", "list_*"]}, {"tools": ["create_issue"], "approve": true}]},
 		"docs": {"url": "https://mcp.example.com/mcp",
 		         "headers": {"Authorization": {"prefix": "Bearer ", "file": "/etc/agentrun/secrets/docs"}}}},
@@ -18,7 +18,7 @@ func TestToolsConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g := c.Tools["github"]; len(g.Rules) != 2 || !g.Rules[1].Approve || g.Env["GITHUB_TOKEN"].File == "" {
+	if g := c.Tools["github"]; len(g.Rules) != 2 || !g.Rules[1].Approve || g.Env["GITHUB_TOKEN"].File == "" || len(g.Allow) != 2 {
 		t.Errorf("tools[github] = %+v", g)
 	}
 	calls, conc, arg, res, timeout := c.ToolLimits.Effective()
@@ -47,7 +47,9 @@ func TestToolsConfig(t *testing.T) {
 		{`{"tools": {"a": {"command": ["/bin/x"], "headers": {"X": {"file": "/s"}}, ` + rules + `}}}`, `tools["a"].headers: headers are sent to a url`},
 		{`{"tools": {"a": {"url": "ftp://a.example", ` + rules + `}}}`, `tools["a"].url: "ftp://a.example" is not an http or https URL`},
 		{`{"tools": {"a": {"url": "https://", ` + rules + `}}}`, `tools["a"].url`},
-		{`{"tools": {"a": {"url": "https://a.example", "user": "1:1", ` + rules + `}}}`, `env, user and shared are a stdio command's`},
+		{`{"tools": {"a": {"url": "https://a.example", "user": "1:1", ` + rules + `}}}`, `env, user, allow and shared are a stdio command's`},
+		{`{"tools": {"a": {"url": "https://a.example", "allow": ["a.example"], ` + rules + `}}}`, `env, user, allow and shared are a stdio command's`},
+		{`{"tools": {"a": {"command": ["/bin/x"], "allow": ["a.example", "http://b.example/"], ` + rules + `}}}`, `tools["a"].allow[1]: "http://b.example/"`},
 		{`{"tools": {"a": {"url": "https://a.example", "headers": {"Host": {"file": "/s"}}, ` + rules + `}}}`, `tools["a"].headers["Host"]: "Host" is set by the proxy`},
 		{`{"tools": {"a": {"url": "https://a.example", "headers": {"Mcp-Session-Id": {"file": "/s"}}, ` + rules + `}}}`, `set by the MCP client`},
 		{`{"tools": {"a": {"url": "https://a.example", "headers": {"X-Key": {"file": "s"}}, ` + rules + `}}}`, `tools["a"].headers["X-Key"].file`},

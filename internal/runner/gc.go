@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/session"
 	"github.com/agentrun/agentrun/internal/state"
+	"github.com/agentrun/agentrun/internal/toolbroker"
 )
 
 // register creates the run dir of id and locks it for the life of the run
@@ -87,20 +88,34 @@ func (r *Runner) gcRuns() ([]string, error) {
 		}
 	}
 	// A uid is reserved by a run (uidpool) from just after its run dir is
-	// made to just before it is removed: one whose run dir is gone
-	// belonged to a run cleaned above, or to an agentrun that died in
-	// between, and no process runs as it any more. The reservations of
-	// the host's other state dirs are theirs to reclaim.
-	if _, err := r.uids.Reclaim(func(owner string) bool {
-		if filepath.Dir(owner) != r.runsDir {
-			return false
-		}
-		_, err := os.Lstat(owner)
-		return errors.Is(err, fs.ErrNotExist)
-	}); err != nil {
+	// made to just before it is removed, and by each of its stdio tool
+	// servers (its run dir, then "/tool-" and its name) while its process
+	// lives: one whose run dir is gone belonged to a run cleaned above
+	// (its tool servers' cgroups killed), or to an agentrun that died in
+	// between, and no process runs as it any more. A shared tool server's
+	// is its agentrun's, reclaimed once that agentrun is gone. The
+	// reservations of the host's other state dirs are theirs to reclaim.
+	if _, err := r.uids.Reclaim(func(owner string) bool { return deadRunOwner(r.runsDir, owner) }); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := toolbroker.ReclaimShared(r.uids, toolsDir(r.cfg)); err != nil {
 		errs = append(errs, err)
 	}
 	return cleaned, errors.Join(errs...)
+}
+
+// deadRunOwner reports whether owner, a uid reservation's, is a run of
+// runsDir (its dir) or a stdio tool server of one (the run's dir, then
+// "/tool-" and the server's name) whose run dir is gone.
+func deadRunOwner(runsDir, owner string) bool {
+	if strings.HasPrefix(filepath.Base(owner), "tool-") {
+		owner = filepath.Dir(owner)
+	}
+	if filepath.Dir(owner) != runsDir {
+		return false
+	}
+	_, err := os.Lstat(owner)
+	return errors.Is(err, fs.ErrNotExist)
 }
 
 // cleanRun removes one dead run: its container first (which kills its

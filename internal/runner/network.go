@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/agentrun/agentrun/internal/hostaddr"
 	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/task"
@@ -111,7 +112,7 @@ func (r *Runner) network(req request, rootfs, dir string, sb *sandbox) ([]spec.S
 // module. The broker is closed, and its record put in req.res, once the
 // program has ended (sb.settle), or on undo.
 func (r *Runner) tools(req request, dir string, sb *sandbox, pol *proxy.Policy) ([]spec.SpecOpt, error) {
-	b, err := r.toolBroker(req)
+	b, err := r.toolBroker(req, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -173,4 +174,13 @@ func (r *Runner) policy(p *task.Plan, approve netpolicy.ApproveFunc) (proxy.Poli
 // source.
 func IsEgress(client, server netip.AddrPort) bool {
 	return proxy.IsEgress(client, server)
+}
+
+// PeerUID says which user of this host owns the socket at the other end
+// of a TCP connection that a server of this process accepted from client,
+// an address of the host's own, at its own address server
+// (hostaddr.PeerUID). Serve's throttle of wrong tokens counts each such
+// user as a source of its own.
+func PeerUID(client, server netip.AddrPort) (uint32, bool) {
+	return hostaddr.PeerUID(client, server)
 }

@@ -9,8 +9,10 @@ import (
 
 	"github.com/agentrun/agentrun/internal/cleanup"
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/state"
 	"github.com/agentrun/agentrun/internal/toolbroker"
+	"github.com/agentrun/agentrun/proxy"
 	"github.com/agentrun/agentrun/runtime/cgroup"
 	"github.com/agentrun/agentrun/runtime/spec"
 )
@@ -30,8 +32,10 @@ const ToolsModuleDir = "/dev/agentrun-python"
 // servers and bounds of its plan (those of the config that admitted it,
 // whatever a reload did since), the config's approval timeout, its held
 // calls decided as its held requests are, its calls counted by
-// req.toolCount.
-func (r *Runner) toolBroker(req request) (*toolbroker.Broker, error) {
+// req.toolCount. Each stdio server takes a uid of its own from run_uids,
+// its reservation owned by the run's dir (dir), and those whose config
+// names hosts get a network of their own (toolNetwork).
+func (r *Runner) toolBroker(req request, dir string) (*toolbroker.Broker, error) {
 	servers, err := toolbroker.ServersFromConfig(req.plan.ToolServers, req.plan.Tools)
 	if err != nil {
 		return nil, err
@@ -40,12 +44,57 @@ func (r *Runner) toolBroker(req request) (*toolbroker.Broker, error) {
 		Run: req.id, Servers: servers, Limits: toolbroker.LimitsFromConfig(req.plan.ToolLimits),
 		Approve: req.approve, ApprovalTimeout: r.cfg.Network.ApprovalTimeout.Duration(),
 		CgroupParent: r.cfg.ToolsCgroupParent(), CgroupLockDir: toolsDir(r.cfg), Shared: r.sharedTools,
+		UIDs: r.uids, UIDOwner: dir, Network: r.toolNetwork,
 		Count: req.toolCount, Logf: r.logf,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting the tool broker: %w", err)
 	}
 	return b, nil
+}
+
+// toolNetwork is the network of stdio tool server s, whose config names
+// hosts (its allow): a sandbox's pair of namespaces joined by a veth
+// (netns), and a proxy in the gateway's (proxy) that lets it reach those
+// hosts alone, under the config's network.hosts and ranges and the
+// default net_bytes and net_connections: never an address of the host's
+// own (it has no host_ports), a service or the tool broker. Its record is
+// dropped. Close tears it all down.
+func (r *Runner) toolNetwork(s toolbroker.Server) (_ *toolbroker.Network, err error) {
+	allow, err := netpolicy.ParseAllow(s.Allow)
+	if err != nil {
+		return nil, err
+	}
+	lim, err := config.Limits{}.Resolve(r.cfg.Limits, r.cfg.Policy.Limits)
+	if err != nil {
+		return nil, err
+	}
+	var undo cleanup.Cleanup
+	defer func() {
+		if err != nil {
+			undo.Clean()
+		}
+	}()
+	n, err := r.nets.Setup()
+	if err != nil {
+		return nil, err
+	}
+	undo.Add(n.Close)
+	prx, err := proxy.Open(n)
+	if err != nil {
+		return nil, err
+	}
+	undo.Add(prx.Close) // before the namespaces: its sockets hold the gateway's
+	if err := prx.Bind(proxy.Policy{Allow: allow, Hosts: r.cfg.Network.Hosts,
+		AllowRanges: r.cfg.Network.AllowRanges, DenyRanges: r.cfg.Network.DenyRanges,
+		MaxBytes: lim.NetBytes, MaxConns: int(lim.NetConns)}); err != nil {
+		return nil, err
+	}
+	ns, err := os.Open(n.SandboxPath)
+	if err != nil {
+		return nil, fmt.Errorf("opening the network namespace: %w", err)
+	}
+	return &toolbroker.Network{Netns: ns, Env: prx.Env(), ResolvConf: prx.ResolvConf(), Hosts: prx.Hosts(), Close: undo.Clean}, nil
 }
 
 // toolsModuleOpts mounts agentrun_tools in ToolsModuleDir, read-only, and

@@ -78,3 +78,25 @@ func TestCleanToolCgroups(t *testing.T) {
 		}
 	}
 }
+
+// deadRunOwner: gc reclaims the uid of a run whose dir is gone and of each
+// of its stdio tool servers (the run's dir, then "/tool-" and the name),
+// never a live run's, nor another state dir's.
+func TestDeadRunOwner(t *testing.T) {
+	runs := t.TempDir()
+	live := filepath.Join(runs, "ar-live")
+	if err := os.Mkdir(live, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	dead := filepath.Join(runs, "ar-dead")
+	for owner, want := range map[string]bool{
+		live: false, live + "/tool-ev": false,
+		dead: true, dead + "/tool-ev": true,
+		dead + "/other": false, dead + "/tool-ev/x": false,
+		"/elsewhere/runs/ar-dead": false, "/elsewhere/runs/ar-dead/tool-ev": false,
+	} {
+		if got := deadRunOwner(runs, owner); got != want {
+			t.Errorf("deadRunOwner(%s) = %v; want %v", owner, got, want)
+		}
+	}
+}

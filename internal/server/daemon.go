@@ -34,6 +34,9 @@ type Daemon struct {
 	// Egress is the API's Server.Egress: whether a connection is one a
 	// run's proxy of this process dialled.
 	Egress func(client, server netip.AddrPort) bool
+	// PeerUID is the API's Server.PeerUID: which user of the host owns a
+	// local TCP client's socket.
+	PeerUID func(client, server netip.AddrPort) (uint32, bool)
 
 	logf    func(format string, args ...any)
 	ln      net.Listener
@@ -119,6 +122,7 @@ func (d *Daemon) Run(run runapi.Func, pool runapi.Pool, sessions *session.Store,
 	api.PoolErrors = poolErrors
 	api.Sessions = sessions
 	api.Egress = d.Egress
+	api.PeerUID = d.PeerUID
 	defer api.Close()
 	var door Door
 	if d.MCP != nil {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"golang.org/x/time/rate"
 )
 
@@ -15,9 +16,14 @@ import (
 // on the API and the approvals page, or in the page's login form): each
 // source may get the token wrong guessBurst times, then once per
 // guessEvery. A source is the client's IP address, an IPv6 one by its
-// /64; every client of the unix socket is one source, and so is every
-// client behind one reverse proxy, and every sandbox's connection through
-// its run's proxy (egressSource). A source with no guess left has its
+// /64, and every client behind one reverse proxy is one source; every
+// sandbox's connection through its run's proxy is one (egressSource). A
+// client on this host is told apart by its user, never by its address
+// alone: a client of the unix socket by its peer's credentials
+// (SO_PEERCRED), a TCP client from an address of the host's own (the
+// loopback) by the owner of its socket (Server.PeerUID), so that another
+// user of the host (a tool server, say) that spends its guesses never
+// spends the operator's. A source with no guess left has its
 // requests that carry a token refused (429, Retry-After) before the token
 // is compared, so a right guess made then is not told apart from a wrong
 // one; a right token never costs a guess, and a request with no token is
@@ -41,9 +47,22 @@ const (
 	maxGuessSourcesPerPrefix = 64
 )
 
-// unixSource is the one source of every client of the unix socket (and
-// of any connection whose address is not an IP address).
-const unixSource = "unix"
+// unixSource is the one source of every client of the unix socket whose
+// user is not known (and of any connection whose address is not an IP
+// address), and the prefix of those whose user is; localSource the prefix
+// of the TCP clients from the host's own addresses whose user is known.
+const (
+	unixSource  = "unix"
+	localSource = "local"
+)
+
+// peers tell a connection's source apart beyond its address: a sandbox's
+// egress (Server.Egress) and a local client's user (Server.PeerUID); nil
+// tells none.
+type peers struct {
+	egress func(client, server netip.AddrPort) bool
+	uid    func(client, server netip.AddrPort) (uint32, bool)
+}
 
 // egressSource is the one source of every connection that a run's proxy
 // of this process dialled for its sandbox (serve's own address listed in
@@ -79,14 +98,24 @@ type guessPrefix struct {
 func newGuessLimiter() *rate.Limiter { return rate.NewLimiter(rate.Every(guessEvery), guessBurst) }
 
 // guessSource is the source r comes from and the prefix it is counted in;
-// egress (nil: none) tells a sandbox's connection (see Server.Egress).
-func guessSource(r *http.Request, egress func(client, server netip.AddrPort) bool) (src, prefix string) {
+// known tells a sandbox's connection and a local client's user.
+func guessSource(r *http.Request, known peers) (src, prefix string) {
 	ap, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
+		if uid, ok := unixPeer(r); ok {
+			return unixSource + " uid " + strconv.FormatUint(uint64(uid), 10), unixSource
+		}
 		return unixSource, unixSource
 	}
-	if local, ok := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr); ok && egress != nil && egress(ap, local.AddrPort()) {
-		return egressSource, egressSource
+	if local, ok := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr); ok {
+		if known.egress != nil && known.egress(ap, local.AddrPort()) {
+			return egressSource, egressSource
+		}
+		if known.uid != nil {
+			if uid, ok := known.uid(ap, local.AddrPort()); ok {
+				return localSource + " uid " + strconv.FormatUint(uint64(uid), 10), localSource
+			}
+		}
 	}
 	a := ap.Addr().Unmap()
 	if a.Is4() {
@@ -100,11 +129,12 @@ func guessSource(r *http.Request, egress func(client, server netip.AddrPort) boo
 }
 
 // try checks a token r carries with right, which says whether it is the
-// token; egress tells a sandbox's connection (guessSource). wait > 0: r's source has no guess left, right was not called,
-// and it may guess again after wait. Otherwise ok is right's answer, and
-// a wrong token cost the source a guess.
-func (g *guesses) try(r *http.Request, egress func(client, server netip.AddrPort) bool, right func() bool) (ok bool, wait time.Duration) {
-	src, prefix := guessSource(r, egress)
+// token; known tells r's source apart (guessSource). wait > 0: r's source has
+// no guess left, right was not called, and it may guess again after wait.
+// Otherwise ok is right's answer, and a wrong token cost the source a
+// guess.
+func (g *guesses) try(r *http.Request, known peers, right func() bool) (ok bool, wait time.Duration) {
+	src, prefix := guessSource(r, known)
 	g.mu.Lock()
 	now := time.Now()
 	if g.now != nil {
@@ -193,6 +223,26 @@ func (g *guesses) forget(src string, e guessEntry) {
 			delete(g.prefixes, e.prefix)
 		}
 	}
+}
+
+// unixPeer is the uid of the process at the other end of r's connection
+// when it is a unix socket's, as the kernel recorded it when that process
+// connected (SO_PEERCRED).
+func unixPeer(r *http.Request) (uint32, bool) {
+	c, ok := r.Context().Value(connKey{}).(*net.UnixConn)
+	if !ok {
+		return 0, false
+	}
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil || cerr != nil {
+		return 0, false
+	}
+	return cred.Uid, true
 }
 
 // retryAfter is d as a Retry-After header says it: whole seconds, at

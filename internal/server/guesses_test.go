@@ -10,8 +10,12 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -162,7 +166,7 @@ func TestGuessSource(t *testing.T) {
 	} {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.RemoteAddr = addr
-		if src, prefix := guessSource(r, nil); src != want[0] || prefix != want[1] {
+		if src, prefix := guessSource(r, peers{}); src != want[0] || prefix != want[1] {
 			t.Errorf("source of %q: %q in %q; want %q in %q", addr, src, prefix, want[0], want[1])
 		}
 	}
@@ -172,7 +176,7 @@ func TestGuessSource(t *testing.T) {
 func guessFrom(g *guesses, addr string, right bool) (ok bool, wait time.Duration) {
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = addr
-	return g.try(r, nil, func() bool { return right })
+	return g.try(r, peers{}, func() bool { return right })
 }
 
 func TestGuessSourcesApart(t *testing.T) {
@@ -199,30 +203,128 @@ func TestGuessSourcesApart(t *testing.T) {
 // at that address theirs.
 func TestGuessSourceEgress(t *testing.T) {
 	sandbox := netip.MustParseAddrPort("127.0.0.1:40000")
-	serve := netip.MustParseAddrPort("127.0.0.1:7070")
-	isEgress := func(client, server netip.AddrPort) bool { return client == sandbox && server == serve }
-	from := func(client netip.AddrPort) *http.Request {
-		r := httptest.NewRequest("GET", "/", nil)
-		r.RemoteAddr = client.String()
-		return r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, net.TCPAddrFromAddrPort(serve)))
-	}
+	isEgress := func(client, server netip.AddrPort) bool { return client == sandbox && server == serveAddr }
 	operator := netip.MustParseAddrPort("127.0.0.1:40001")
-	if got, _ := guessSource(from(sandbox), isEgress); got != egressSource {
+	if got, _ := guessSource(fromAt(sandbox), peers{egress: isEgress}); got != egressSource {
 		t.Errorf("source of the sandbox's connection: %q; want %q", got, egressSource)
 	}
-	if got, _ := guessSource(from(operator), isEgress); got != "127.0.0.1" {
+	if got, _ := guessSource(fromAt(operator), peers{egress: isEgress}); got != "127.0.0.1" {
 		t.Errorf("source of the operator's connection: %q; want 127.0.0.1", got)
 	}
 	now := time.Now()
 	g := &guesses{now: func() time.Time { return now }}
 	for range guessBurst + 1 {
-		g.try(from(sandbox), isEgress, func() bool { return false })
+		g.try(fromAt(sandbox), peers{egress: isEgress}, func() bool { return false })
 	}
-	if _, wait := g.try(from(sandbox), isEgress, func() bool { return true }); wait <= 0 {
+	if _, wait := g.try(fromAt(sandbox), peers{egress: isEgress}, func() bool { return true }); wait <= 0 {
 		t.Error("the sandbox's guesses were not throttled")
 	}
-	if ok, wait := g.try(from(operator), isEgress, func() bool { return true }); !ok || wait > 0 {
+	if ok, wait := g.try(fromAt(operator), peers{egress: isEgress}, func() bool { return true }); !ok || wait > 0 {
 		t.Errorf("the operator at the same address after the sandbox's guesses: ok %v, wait %v; want ok", ok, wait)
+	}
+}
+
+// serveAddr is serve's own address in the tests of local sources.
+var serveAddr = netip.MustParseAddrPort("127.0.0.1:7070")
+
+// fromAt is a request accepted from client at serveAddr.
+func fromAt(client netip.AddrPort) *http.Request {
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = client.String()
+	return r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, net.TCPAddrFromAddrPort(serveAddr)))
+}
+
+// TestGuessSourceLocalUser: a TCP client on the host's loopback whose
+// socket's owner Server.PeerUID tells is a source of that user's: a tool
+// server (another user of the host) that spends its guesses, 14 wrong
+// tokens, leaves the operator at the same address theirs.
+func TestGuessSourceLocalUser(t *testing.T) {
+	tool := netip.MustParseAddrPort("127.0.0.1:40000")
+	operator := netip.MustParseAddrPort("127.0.0.1:40001")
+	stranger := netip.MustParseAddrPort("127.0.0.1:40002")
+	owners := map[netip.AddrPort]uint32{tool: 2000000007, operator: 1000}
+	known := peers{uid: func(client, server netip.AddrPort) (uint32, bool) {
+		uid, ok := owners[client]
+		return uid, ok && server == serveAddr
+	}}
+	for client, want := range map[netip.AddrPort][2]string{
+		tool:     {"local uid 2000000007", localSource},
+		operator: {"local uid 1000", localSource},
+		stranger: {"127.0.0.1", "127.0.0.0/24"}, // its user untold: its address
+	} {
+		if src, prefix := guessSource(fromAt(client), known); src != want[0] || prefix != want[1] {
+			t.Errorf("source of %s: %q in %q; want %q in %q", client, src, prefix, want[0], want[1])
+		}
+	}
+	now := time.Now()
+	g := &guesses{now: func() time.Time { return now }}
+	for range 14 {
+		g.try(fromAt(tool), known, func() bool { return false })
+	}
+	if _, wait := g.try(fromAt(tool), known, func() bool { return true }); wait <= 0 {
+		t.Error("the tool server's guesses were not throttled")
+	}
+	if ok, wait := g.try(fromAt(operator), known, func() bool { return true }); !ok || wait > 0 {
+		t.Errorf("the operator at the same address after the tool server's 14 wrong tokens: ok %v, wait %v; want ok", ok, wait)
+	}
+}
+
+// TestRootUnixSocketUsers: every client of the unix socket is a source
+// of its user's (SO_PEERCRED): another user of the host (here curl as uid
+// 2000000007, as a tool server would be) that sends 14 wrong tokens is
+// throttled, and the operator (root) right after is served.
+func TestRootUnixSocketUsers(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("AGENTRUN_TEST_ROOT") == "1" {
+			t.Fatal("needs root: a client of the socket as another user ($AGENTRUN_TEST_ROOT=1)")
+		}
+		t.Skip("needs root: a client of the socket as another user")
+	}
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		t.Skip("no curl: ", err)
+	}
+	srv, _, _ := guessServer(t)
+	dir, err := os.MkdirTemp("", "agentrun-guesses-") // t.TempDir's parent is root's alone
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "serve.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(sock, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	hs := srv.HTTPServer()
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+	status := func(uid uint32, token string) string {
+		t.Helper()
+		cmd := exec.Command(curl, "-s", "-o", "/dev/null", "-w", "%{http_code}", "--unix-socket", sock,
+			"-H", "Authorization: Bearer "+token, "http://localhost/v1/sessions")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("curl as %d: %v", uid, err)
+		}
+		return string(out)
+	}
+	for i := range 14 {
+		if got := status(2000000007, fmt.Sprintf("wrong-%d", i)); got != "401" && got != "429" {
+			t.Fatalf("wrong token %d: %s", i, got)
+		}
+	}
+	if got := status(2000000007, "t0k"); got != "429" {
+		t.Errorf("the other user's right token after 14 wrong ones: %s; want 429", got)
+	}
+	if got := status(0, "t0k"); got == "429" || got == "401" {
+		t.Errorf("the operator after another user's 14 wrong tokens: %s; want served", got)
 	}
 }
 

@@ -78,6 +78,12 @@ type Server struct {
 	// address listed in network.host_ports): all such connections are one
 	// source of the throttle of wrong tokens (see guesses). nil: none is.
 	Egress func(client, server netip.AddrPort) bool
+	// PeerUID, set before serving, says which user of this host owns the
+	// socket at the other end of a TCP connection accepted from client, an
+	// address of the host's own, at the server's own address server: each
+	// such user is a source of its own of the throttle of wrong tokens
+	// (see guesses), never the operator's. nil: their address is.
+	PeerUID func(client, server netip.AddrPort) (uint32, bool)
 }
 
 // New returns a server running tasks with run under cfg's limits and
@@ -247,7 +253,7 @@ func (s *Server) checkToken(r *http.Request, got, want string) (ok bool, wait ti
 	if got == "" {
 		return false, 0
 	}
-	return s.guesses.try(r, s.Egress, func() bool { return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 })
+	return s.guesses.try(r, peers{egress: s.Egress, uid: s.PeerUID}, func() bool { return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 })
 }
 
 // crossSite refuses a browser's cross-site request (told by its

@@ -17,14 +17,22 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/state"
+	"github.com/agentrun/agentrun/internal/uidpool"
 )
 
 // Host is the name the sandbox reaches the broker by.
@@ -37,8 +45,15 @@ type Server struct {
 	// endpoint. Exactly one is set.
 	Command []string
 	Env     []EnvVar // a stdio server's whole environment
-	UID     uint32   // a stdio server's user and group, never 0
-	GID     uint32
+	// UID and GID are the config's user of a stdio server, never 0. As
+	// root agentrun runs the server as a uid and gid of its own from the
+	// pool (Options.UIDs), with GID as its one supplementary group unless
+	// it is nobody's; without root, as itself, which they must name.
+	UID uint32
+	GID uint32
+	// Allow is the hosts a stdio server may reach (network.allow entries,
+	// through a proxy: Options.Network); none, no network at all.
+	Allow   []string
 	Shared  bool // one server for every run (see Shared)
 	URL     string
 	Headers []netpolicy.Inject // sent to URL, read from root-only files at each connect
@@ -86,6 +101,17 @@ type Options struct {
 	// under the shared lock and the parent removed, under the exclusive
 	// one, once empty; "" leaves the parent in place.
 	CgroupLockDir string
+	// UIDs is the pool of host ids (run_uids) from which each stdio
+	// server takes a uid and gid of its own, shared with no sandbox and no
+	// other server, for as long as its process lives; needed as root.
+	// The reservation's owner is UIDOwner (the run's dir) then
+	// "/tool-" and the server's name; a shared server's is its Shared's.
+	UIDs     *uidpool.Range
+	UIDOwner string
+	// Network makes the network of a stdio server whose Allow names hosts;
+	// nil refuses to start such a server. A server without Allow gets a
+	// network namespace of its own with its loopback alone.
+	Network func(Server) (*Network, error)
 	// Shared holds the servers marked Shared, kept between runs; nil
 	// starts every server for this run alone.
 	Shared *Shared
@@ -171,10 +197,12 @@ func New(opts Options) (*Broker, error) {
 	}
 	for _, s := range opts.Servers {
 		rs := &runServer{srv: s}
+		start := startOpts{cgPath: cgroupPath(opts.CgroupParent, opts.Run, s.Name), lockDir: opts.CgroupLockDir,
+			uids: opts.UIDs, owner: opts.UIDOwner + "/tool-" + s.Name, network: opts.Network}
 		if s.Shared && len(s.Command) > 0 && opts.Shared != nil {
-			rs.conn, rs.release = opts.Shared.conn(s, opts.CgroupParent, opts.CgroupLockDir, l, opts.Logf)
+			rs.conn, rs.release = opts.Shared.conn(s, start, opts.CgroupParent, l, opts.Logf)
 		} else {
-			rs.conn, rs.own = newConn(s, cgroupPath(opts.CgroupParent, opts.Run, s.Name), opts.CgroupLockDir, l, opts.Logf), true
+			rs.conn, rs.own = newConn(s, start, l, opts.Logf), true
 		}
 		b.servers[s.Name] = rs
 		b.order = append(b.order, s.Name)
@@ -306,11 +334,78 @@ func newID() string {
 // run's calls (and what they leave in it): mark only servers that keep
 // nothing of one call for the next.
 type Shared struct {
+	// Dir is where the shared servers' lock is made (the tools' state
+	// dir), needed with a uid pool: each shared server's uid reservation
+	// names a lock file there that sh holds while it lives, so that the
+	// gc of a dead agentrun's knows them (ReclaimShared).
+	Dir string
+
 	mu     sync.Mutex
 	closed bool
 	conns  map[string]*sharedConn // the current one of each server, by sharedKey
 	stale  map[*sharedConn]bool   // replaced ones that runs still hold
 	made   int                    // connections made: each has a cgroup of its own
+	lock   *os.File               // made at the first uid's reservation
+}
+
+// sharedLock starts the name of the lock file of a Shared in its Dir.
+const sharedLock = "shared-"
+
+// uidOwner is the owner of the uid reservation of shared server name: the
+// lock file of sh, made and held from its first use, then "/" and name.
+// sh.mu is held.
+func (sh *Shared) uidOwner(name string) (string, error) {
+	if sh.lock == nil {
+		if sh.Dir == "" || !filepath.IsAbs(sh.Dir) {
+			return "", errors.New("no state dir for the shared tool servers' lock")
+		}
+		if err := os.MkdirAll(sh.Dir, 0o700); err != nil {
+			return "", err
+		}
+		var b [8]byte
+		rand.Read(b[:])
+		f, err := state.Lock(filepath.Join(sh.Dir, sharedLock+hex.EncodeToString(b[:])), unix.LOCK_SH)
+		if err != nil {
+			return "", fmt.Errorf("the shared tool servers' lock: %w", err)
+		}
+		sh.lock = f
+	}
+	return sh.lock.Name() + "/" + name, nil
+}
+
+// ReclaimShared frees the reservations of uids that shared servers of a
+// dead agentrun (one that held a lock in dir, its Shared's Dir) left, and
+// removes its lock: its servers died with it (each is the init of its pid
+// namespace, killed when agentrun dies). It returns the ids freed.
+func ReclaimShared(uids *uidpool.Range, dir string) ([]uint32, error) {
+	locks := map[string]bool{} // by path: dead
+	freed, err := uids.Reclaim(func(owner string) bool {
+		lock := filepath.Dir(owner)
+		if filepath.Dir(lock) != dir || !strings.HasPrefix(filepath.Base(lock), sharedLock) {
+			return false
+		}
+		if dead, ok := locks[lock]; ok {
+			return dead
+		}
+		f, err := os.OpenFile(lock, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if errors.Is(err, fs.ErrNotExist) {
+			locks[lock] = true
+			return true
+		}
+		if err != nil {
+			locks[lock] = false
+			return false
+		}
+		defer f.Close()
+		locks[lock] = state.Flock(f, unix.LOCK_EX|unix.LOCK_NB) == nil
+		return locks[lock]
+	})
+	for lock, dead := range locks {
+		if dead {
+			os.Remove(lock)
+		}
+	}
+	return freed, err
 }
 
 // sharedConn is a shared server's connection and the brokers (runs)
@@ -323,10 +418,11 @@ type sharedConn struct {
 
 // conn is the shared connection to s for one run's broker, made at
 // first use, or again when the last one failed to start or its config
-// changed (a reload of serve): the one it replaces is stopped once no
+// changed (a reload of serve), to start as start says but for its cgroup
+// (one of its own under parent) and its uid's owner (sh's): the one it replaces is stopped once no
 // run holds it, so that a run keeps the server it started with. release
 // lets the connection go, once: the broker's Close.
-func (sh *Shared) conn(s Server, parent, lockDir string, l Limits, logf func(string, ...any)) (c *conn, release func()) {
+func (sh *Shared) conn(s Server, start startOpts, parent string, l Limits, logf func(string, ...any)) (c *conn, release func()) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	key := sharedKey(s, l)
@@ -335,9 +431,18 @@ func (sh *Shared) conn(s Server, parent, lockDir string, l Limits, logf func(str
 		return e.conn, sh.releaser(e)
 	}
 	sh.made++
-	e := &sharedConn{conn: newConn(s, cgroupPath(parent, fmt.Sprintf("shared%d", sh.made), s.Name), lockDir, l, logf), name: s.Name, users: 1}
-	if sh.closed {
+	start.cgPath = cgroupPath(parent, fmt.Sprintf("shared%d", sh.made), s.Name)
+	var err error
+	if start.uids != nil {
+		start.owner, err = sh.uidOwner(fmt.Sprintf("%s.%d", s.Name, sh.made))
+	}
+	e := &sharedConn{conn: newConn(s, start, l, logf), name: s.Name, users: 1}
+	switch {
+	case sh.closed:
 		e.fail(errors.New("the shared tool servers are stopped"))
+		return e.conn, func() {}
+	case err != nil:
+		e.fail(fmt.Errorf("tool server %s failed to start: %w", s.Name, err))
 		return e.conn, func() {}
 	}
 	if sh.conns == nil {
@@ -401,6 +506,15 @@ func (sh *Shared) Close() error {
 		if err := c.close(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.lock != nil && len(errs) == 0 {
+		// Every server is gone and its uid given back. Otherwise the lock
+		// stays held, until agentrun exits and gc reclaims what is left.
+		os.Remove(sh.lock.Name())
+		sh.lock.Close()
+		sh.lock = nil
 	}
 	return errors.Join(errs...)
 }

@@ -24,19 +24,21 @@ import (
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/metrics"
 	"github.com/agentrun/agentrun/internal/netpolicy"
+	"github.com/agentrun/agentrun/internal/uidpool"
 )
 
 // allRules allow every tool of the test server but create_issue, held.
 var allRules = []Rule{{Tools: []string{"create_issue"}, Approve: true}, {Tools: []string{"get_*", "echo", "big", "hang", "fork", "fail"}}}
 
 // serverBinary is the test binary, where a server's user can run it: as
-// root, a copy in a directory all may read (the server runs as nobody).
+// root, a copy in a directory all may read (the server runs as a uid of
+// the pool), outside /tmp and /run (a fenced server's are its own).
 var serverBinary = sync.OnceValues(func() (string, error) {
 	self, err := os.Executable()
 	if err != nil || os.Geteuid() != 0 {
 		return self, err
 	}
-	dir, err := os.MkdirTemp("", "toolbroker-test-")
+	dir, err := os.MkdirTemp("/var/lib", "agentrun-toolbroker-test-")
 	if err != nil {
 		return "", err
 	}
@@ -51,8 +53,65 @@ var serverBinary = sync.OnceValues(func() (string, error) {
 	return bin, os.Chmod(dir, 0o755)
 })
 
-// stdioServer is the test server over stdio, as nobody when the test is
-// root, with mode and env.
+// testUIDs is the tests' pool of uids, as root: its reservations in a
+// dir of their own, 64 ids above those of uidpool's default range and of
+// testenv's scopes, picked by the process id.
+var testUIDs = sync.OnceValues(func() (*uidpool.Range, error) {
+	dir, err := os.MkdirTemp("/run", "toolbroker-uids-")
+	if err != nil {
+		return nil, err
+	}
+	testUIDsDir = dir
+	first := int64(uidpool.DefaultFirst+uidpool.DefaultCount) + 1000*1024 + int64(os.Getpid()%1000)*64
+	return uidpool.Open(filepath.Join(dir, "uids"), first, 64)
+})
+
+// testUIDsDir is the dir testUIDs made, which TestMain removes.
+var testUIDsDir string
+
+// fenceOpts sets, as root, the uid pool of opts and an owner of its own
+// for its reservations, and checks at the end of the test that every one
+// is given back.
+func fenceOpts(t *testing.T, opts *Options) {
+	t.Helper()
+	if os.Geteuid() != 0 || opts.UIDs != nil {
+		return
+	}
+	uids, err := testUIDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.UIDs, opts.UIDOwner = uids, t.TempDir()
+	t.Cleanup(func() {
+		held, err := uids.Held()
+		if err != nil {
+			t.Error(err)
+		}
+		for id, owner := range held {
+			if strings.HasPrefix(owner, opts.UIDOwner+"/") {
+				t.Errorf("uid %d left reserved for %s", id, owner)
+			}
+		}
+	})
+}
+
+// inPool reports whether uid is one of the tests' pool.
+func inPool(t *testing.T, uid int) bool {
+	t.Helper()
+	uids, err := testUIDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := uids.Held()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ok := held[uint32(uid)]
+	return ok
+}
+
+// stdioServer is the test server over stdio, as the config's default user
+// (nobody) when the test is root, with mode and env.
 func stdioServer(t *testing.T, mode string, env ...EnvVar) Server {
 	t.Helper()
 	bin, err := serverBinary()
@@ -65,6 +124,37 @@ func stdioServer(t *testing.T, mode string, env ...EnvVar) Server {
 		s.UID, s.GID = config.NobodyID, config.NobodyID
 	}
 	return s
+}
+
+// serverPid is the pid of b's server name's process, in the host's pid
+// namespace (the server sees itself as 1 when fenced); 0 when it runs
+// none.
+func serverPid(b *Broker, name string) int {
+	c := b.servers[name].conn
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc == nil {
+		return 0
+	}
+	return c.proc.cmd.Process.Pid
+}
+
+// childOf is a child of process pid, by the host's /proc; 0 when it has
+// none.
+func childOf(pid int) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			n, _ := strconv.Atoi(e.Name())
+			return n
+		}
+	}
+	return 0
 }
 
 // testLimits are the default limits with a short call timeout.
@@ -81,6 +171,7 @@ func newBroker(t *testing.T, opts Options) *Broker {
 	}
 	opts.Run = "r-test"
 	opts.Logf = t.Logf
+	fenceOpts(t, &opts)
 	b, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -159,8 +250,9 @@ func TestStdioListAndCall(t *testing.T) {
 	}
 	code, body = call(t, b, "local", "get_ids", `{}`)
 	ids := strings.Split(text(t, body), ":")
-	if code != 200 || ids[0] == "0" || ids[1] == "0" || ids[0] != strconv.Itoa(int(stdioServer(t, "").UID)) {
-		t.Errorf("get_ids = %d %s", code, body)
+	uid, _ := strconv.Atoi(ids[0])
+	if code != 200 || ids[0] == "0" || ids[1] != ids[0] && os.Geteuid() == 0 || os.Geteuid() == 0 && !inPool(t, uid) || os.Geteuid() != 0 && uid != os.Geteuid() {
+		t.Errorf("get_ids = %d %s; want a uid of the pool as root, else agentrun's own", code, body)
 	}
 	code, body = call(t, b, "local", "fail", `{}`)
 	if code != 200 || !strings.Contains(body, `"isError":true`) {
@@ -222,14 +314,16 @@ func TestSecretEnv(t *testing.T) {
 	var logs strings.Builder
 	var mu sync.Mutex
 	fail := stdioServer(t, "fail", EnvVar{Name: "SECRET", File: f})
-	b2, err := New(Options{Run: "r-fail", Servers: []Server{fail}, Limits: testLimits(), Logf: func(f string, a ...any) {
+	opts := Options{Run: "r-fail", Servers: []Server{fail}, Limits: testLimits(), Logf: func(f string, a ...any) {
 		mu.Lock()
 		defer mu.Unlock()
 		logs.WriteString(strings.ReplaceAll(strings.ReplaceAll(f, "%v", "%s"), "%s", "%v") + "\n")
 		for _, v := range a {
 			logs.WriteString(" " + strings.TrimSpace(strings.ReplaceAll(toString(v), "\n", " ")))
 		}
-	}})
+	}}
+	fenceOpts(t, &opts)
+	b2, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,8 +356,12 @@ func TestFailedStart(t *testing.T) {
 		s := stdioServer(t, "mute")
 		s.Name = "mute"
 		return s
-	}(), {Name: "gone", Command: []string{"/nonexistent/server"}, UID: 65534, GID: 65534, Rules: allRules}}, Limits: l})
-	for _, server := range []string{"local", "mute", "gone"} {
+	}(), {Name: "gone", Command: []string{"/nonexistent/server"}, UID: 65534, GID: 65534, Rules: allRules}, func() Server {
+		s := stdioServer(t, "stdio") // hosts to reach, and no Options.Network to reach them
+		s.Name, s.Allow = "netless", []string{"example.com"}
+		return s
+	}()}, Limits: l})
+	for _, server := range []string{"local", "mute", "gone", "netless"} {
 		code, body := call(t, b, server, "echo", `{}`)
 		if code != 502 || !strings.Contains(body, "tool server "+server+" failed to start") {
 			t.Errorf("%s: %d %s", server, code, body)
@@ -480,10 +578,9 @@ func TestCloseStopsEverything(t *testing.T) {
 	if err := b.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	_, body := call(t, b, "local", "get_ids", `{}`)
-	server, _ := strconv.Atoi(strings.Split(text(t, body), ":")[2])
-	_, body = call(t, b, "local", "fork", `{}`)
-	child, _ := strconv.Atoi(text(t, body))
+	server := serverPid(b, "local")
+	_, body := call(t, b, "local", "fork", `{}`)
+	child := childOf(server)
 	t.Logf("fork: %s", body)
 	if server == 0 || child == 0 || syscall.Kill(child, 0) != nil {
 		t.Fatalf("server %d, child %d", server, child)
@@ -504,13 +601,13 @@ func TestCloseStopsEverything(t *testing.T) {
 }
 
 func TestShared(t *testing.T) {
-	sh := &Shared{}
+	sh := &Shared{Dir: t.TempDir()}
 	defer sh.Close()
 	srv := stdioServer(t, "stdio")
 	srv.Shared = true
 	pid := func(b *Broker) string {
-		_, body := call(t, b, "local", "get_ids", `{}`)
-		return strings.Split(text(t, body), ":")[2]
+		call(t, b, "local", "get_ids", `{}`)
+		return strconv.Itoa(serverPid(b, "local"))
 	}
 	b1 := newBroker(t, Options{Servers: []Server{srv}, Shared: sh})
 	p1 := pid(b1)
@@ -526,6 +623,18 @@ func TestShared(t *testing.T) {
 	n, _ := strconv.Atoi(p1)
 	if !gone(n) {
 		t.Errorf("shared server %d left after Shared.Close", n)
+	}
+	if os.Geteuid() == 0 {
+		uids, _ := testUIDs()
+		held, _ := uids.Held()
+		for id, owner := range held {
+			if strings.HasPrefix(owner, sh.Dir+"/") {
+				t.Errorf("uid %d left reserved for %s after Shared.Close", id, owner)
+			}
+		}
+		if left, _ := os.ReadDir(sh.Dir); len(left) > 0 {
+			t.Errorf("the shared servers' lock left: %v", left)
+		}
 	}
 }
 

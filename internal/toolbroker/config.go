@@ -35,7 +35,7 @@ func ServersFromConfig(tools config.Tools, names []string) ([]Server, error) {
 
 // serverFromConfig is the broker's form of tools[name].
 func serverFromConfig(name string, ts config.ToolServer) (Server, error) {
-	s := Server{Name: name, Command: ts.Command, Shared: ts.Shared, URL: ts.URL}
+	s := Server{Name: name, Command: ts.Command, Allow: ts.Allow, Shared: ts.Shared, URL: ts.URL}
 	for _, k := range slices.Sorted(maps.Keys(ts.Env)) {
 		v := ts.Env[k]
 		s.Env = append(s.Env, EnvVar{Name: k, Value: v.Value, Prefix: v.Prefix, File: v.File})

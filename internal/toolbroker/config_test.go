@@ -1,7 +1,9 @@
 package toolbroker
 
 import (
+	"os"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -9,11 +11,12 @@ import (
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/errkind"
+	"github.com/agentrun/agentrun/internal/uidpool"
 )
 
 func TestServersFromConfig(t *testing.T) {
 	cfg, err := config.Parse([]byte(`{"tools": {
-		"gh": {"command": ["/bin/gh", "stdio"], "env": {"B": {"value": "2"}, "A": {"prefix": "x ", "file": "/s/a"}},
+		"gh": {"command": ["/bin/gh", "stdio"], "env": {"B": {"value": "2"}, "A": {"prefix": "x ", "file": "/s/a"}}, "allow": ["api.github.com"],
 		       "rules": [{"tools": ["get_*"]}, {"tools": ["create_*"], "approve": true}]},
 		"ids": {"command": ["/bin/x"], "user": "1000:1001", "shared": true, "rules": [{"tools": ["*"]}]},
 		"daemon": {"command": ["/bin/x"], "user": "daemon", "rules": [{"tools": ["*"]}]},
@@ -30,7 +33,7 @@ func TestServersFromConfig(t *testing.T) {
 	if docs.URL == "" || len(docs.Headers) != 1 || docs.Headers[0].Header != "Authorization" || docs.Headers[0].File != "/s/d" || docs.UID != 0 {
 		t.Errorf("docs = %+v", docs)
 	}
-	if gh.UID != 65534 || gh.GID != 65534 || len(gh.Env) != 2 || gh.Env[0] != (EnvVar{Name: "A", Prefix: "x ", File: "/s/a"}) || !gh.Rules[1].Approve {
+	if gh.UID != 65534 || gh.GID != 65534 || len(gh.Allow) != 1 || gh.Allow[0] != "api.github.com" || len(gh.Env) != 2 || gh.Env[0] != (EnvVar{Name: "A", Prefix: "x ", File: "/s/a"}) || !gh.Rules[1].Approve {
 		t.Errorf("gh = %+v", gh)
 	}
 	if ids.UID != 1000 || ids.GID != 1001 || !ids.Shared {
@@ -60,3 +63,53 @@ func TestServersFromConfig(t *testing.T) {
 }
 
 func itoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
+
+// ReclaimShared frees the uids of the shared servers of an agentrun whose
+// lock in dir is gone or no longer held, and removes its lock, leaving a
+// live Shared's, runs' and other dirs' reservations.
+func TestReclaimShared(t *testing.T) {
+	dir := t.TempDir()
+	uids, err := uidpool.Open(filepath.Join(t.TempDir(), "uids"), 100000, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := &Shared{Dir: dir}
+	liveOwner, err := live.uidOwner("ev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	deadLock := filepath.Join(dir, sharedLock+"0123")
+	if err := os.WriteFile(deadLock, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	owners := map[string]bool{ // owner: reclaimed
+		liveOwner:                               false,
+		deadLock + "/ev":                        true,
+		filepath.Join(dir, sharedLock+"gone/x"): true,
+		"/state/runs/ar-1/tool-ev":              false,
+		filepath.Join(dir, "other/ev"):          false,
+	}
+	ids := map[string]uint32{}
+	for owner := range owners {
+		if ids[owner], err = uids.Take(owner); err != nil {
+			t.Fatal(err)
+		}
+	}
+	freed, err := ReclaimShared(uids, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, _ := uids.Held()
+	for owner, reclaimed := range owners {
+		if _, ok := held[ids[owner]]; ok == reclaimed {
+			t.Errorf("%s: held %v after ReclaimShared (freed %v)", owner, ok, freed)
+		}
+	}
+	if _, err := os.Stat(deadLock); !os.IsNotExist(err) {
+		t.Errorf("the dead lock is left: %v", err)
+	}
+	if _, err := os.Stat(filepath.Dir(liveOwner)); err != nil {
+		t.Errorf("the live lock: %v", err)
+	}
+}

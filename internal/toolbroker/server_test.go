@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agentrun/agentrun/test/toolprobe"
 )
 
 // The test binary is its own MCP server: run with serverEnv set, TestMain
@@ -20,11 +22,15 @@ import (
 const serverEnv = "TOOLBROKER_TEST_SERVER"
 
 func TestMain(m *testing.M) {
+	toolprobe.Main() // the hostile server of TestRootFence
 	switch os.Getenv(serverEnv) {
 	case "":
 		code := m.Run()
 		if bin, err := serverBinary(); err == nil && os.Geteuid() == 0 {
 			os.RemoveAll(filepath.Dir(bin)) // the copy serverBinary made
+		}
+		if testUIDsDir != "" {
+			os.RemoveAll(testUIDsDir)
 		}
 		os.Exit(code)
 	case "stdio":

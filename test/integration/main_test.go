@@ -25,6 +25,7 @@ import (
 	"github.com/agentrun/agentrun/runtime/runc"
 	"github.com/agentrun/agentrun/runtime/spec"
 	"github.com/agentrun/agentrun/test/testenv"
+	"github.com/agentrun/agentrun/test/toolprobe"
 )
 
 func init() {
@@ -74,6 +75,7 @@ func runIn(t testing.TB, rt, taskJSON string) *result.Result {
 var seccompHelper string
 
 func TestMain(m *testing.M) {
+	toolprobe.Main() // TestToolServersFenced's hostile tool server
 	flag.Parse()
 	var err error
 	if scope, err = testenv.Setup("integration", *imagesDir, "all", "python", "busybox"); err != nil {

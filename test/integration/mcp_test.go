@@ -542,7 +542,14 @@ func TestMCPBadClients(t *testing.T) {
 // binary.
 func clientDir(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("/run", "agentrun-client-")
+	return readableDir(t, "/run", "agentrun-client-")
+}
+
+// readableDir is a fresh directory in parent, named from prefix, that any
+// user can reach; the test removes it.
+func readableDir(t *testing.T, parent, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp(parent, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,11 +28,7 @@ import (
 func everythingEntry(t *testing.T) string {
 	t.Helper()
 	src := npmPackages(t, "mcp-servers", "@modelcontextprotocol/server-everything")
-	dir, err := os.MkdirTemp("", "agentrun-mcp-servers-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := serversDir(t)
 	if out, err := exec.Command("cp", "-a", filepath.Join(src, "node_modules"), dir).CombinedOutput(); err != nil {
 		t.Fatalf("copying test/mcp-servers: %v %s", err, out)
 	}

@@ -218,7 +218,7 @@ print(json.dumps(out))
 // call, a server's attributes, dir, structured content, a content list);
 // a tool no rule allows and a tool's isError raise ToolError with the
 // broker's or the server's words and the program goes on. The held call's
-// approver finds the server's process running as nobody, not root. The
+// approver finds the server's process running as a uid of run_uids, not root. The
 // module is read-only and first on PYTHONPATH; nothing but tools.agentrun
 // is reachable; the secret is nowhere in the sandbox, the result or the
 // audit record; the result and the record list every call; no process or
@@ -325,8 +325,8 @@ func TestToolsFromSandbox(t *testing.T) {
 			t.Errorf("no process of the tool server while a call was held")
 		}
 		for pid, uid := range seen {
-			if uid != 65534 {
-				t.Errorf("tool server process %d runs as uid %d; want nobody (65534)", pid, uid)
+			if !inRunUIDs(uid) {
+				t.Errorf("tool server process %d runs as uid %d; want one of run_uids", pid, uid)
 			}
 		}
 		mu.Unlock()

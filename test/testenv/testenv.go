@@ -256,14 +256,23 @@ func (s Scope) StateLeaks(live string) []string {
 			leaks = append(leaks, "runsc state: "+e.Name())
 		}
 	}
-	// Reservations of sandbox uids by runs of this state dir, among the
+	// Reservations of sandbox and tool server uids by runs of this state
+	// dir (a tool server's owner is its run's dir, then its name) and by
+	// its shared tool servers (their lock in the tools dir), among the
 	// host's (internal/uidpool), and processes still running as one of
 	// the scope's uids.
 	liveUID := ""
 	uids, _ := os.ReadDir(uidpool.DefaultDir)
 	for _, e := range uids {
 		owner, _ := os.Readlink(filepath.Join(uidpool.DefaultDir, e.Name()))
-		if filepath.Dir(owner) != filepath.Join(stateDir, "runs") {
+		runs, tools := filepath.Join(stateDir, "runs"), filepath.Join(stateDir, "tools")
+		if up := filepath.Dir(filepath.Dir(owner)); up == runs || up == tools {
+			if live == "" || filepath.Base(filepath.Dir(owner)) != live {
+				leaks = append(leaks, "tool server uid reservation: "+e.Name()+" -> "+owner)
+			}
+			continue
+		}
+		if filepath.Dir(owner) != runs {
 			continue // another agentrun's
 		}
 		if live != "" && filepath.Base(owner) == live {
