@@ -50,12 +50,27 @@ const (
 	runcDir   = "host-only: libcontainer's state dir"
 	config    = "host-only: a path the config names"
 	sockDir   = "host-only: serve's socket directory"
+	toolsDir  = "host-only: the tool servers' dir in the state dir (root's, 0700, never mounted in a sandbox or a tool server's view)"
+	fence     = "a tool server's fence, in its own mount namespace before its command runs: the host's /etc and the fresh tmpfs the fence mounted, which nothing of a sandbox's or a server's has written"
 )
 
 // allowed are the path calls of scanned that do not reach into a tree a
 // sandbox could write, keyed file:function:call (a method as
 // Type.Method), each with why.
 var allowed = map[string]string{
+	"internal/runner/tools.go:Runner.toolNetwork:os.Open":            "host-only: the network namespace netns made for a tool server, by its bind mount in the state dir",
+	"internal/toolbroker/broker.go:ReclaimShared:os.OpenFile":        toolsDir,
+	"internal/toolbroker/broker.go:ReclaimShared:os.Remove":          toolsDir,
+	"internal/toolbroker/broker.go:Shared.Close:os.Remove":           toolsDir,
+	"internal/toolbroker/broker.go:Shared.uidOwner:os.MkdirAll":      toolsDir,
+	"internal/toolbroker/fence.go:bindTarget:os.MkdirAll":            fence,
+	"internal/toolbroker/fence.go:bindTarget:os.OpenFile":            fence,
+	"internal/toolbroker/fence.go:bindTarget:os.Readlink":            fence,
+	"internal/toolbroker/fence.go:bindTarget:os.Stat":                fence,
+	"internal/toolbroker/fence.go:fenceMounts:os.Lstat":              fence,
+	"internal/toolbroker/fence.go:fenceNetwork:os.MkdirTemp":         fence,
+	"internal/toolbroker/fence.go:fenceNetwork:os.RemoveAll":         fence,
+	"internal/toolbroker/fence.go:fenceNetwork:os.WriteFile":         fence,
 	"internal/runner/bindir.go:copyInto:os.Open":                     "host-only: the host binary being staged, which the init's checks passed",
 	"internal/runner/bindir.go:isTmpfsMount:unix.Lstat":              binDir,
 	"internal/runner/bindir.go:isTmpfsMount:unix.Stat":               binDir,
@@ -70,7 +85,7 @@ var allowed = map[string]string{
 	"internal/runner/bindir.go:writeCopy:os.Remove":                  binDir,
 	"internal/runner/bindir.go:writeCopy:os.Rename":                  binDir,
 	"internal/runner/gc.go:Runner.cleanRun:os.RemoveAll":             removeAll,
-	"internal/runner/gc.go:Runner.gcRuns:os.Lstat":                   runDir,
+	"internal/runner/gc.go:deadRunOwner:os.Lstat":                    runDir,
 	"internal/runner/gc.go:Runner.gcRuns:os.ReadDir":                 stateDir,
 	"internal/runner/identity.go:identity:os.OpenRoot":               imageRead,
 	"internal/runner/identity.go:mountEtc:os.Mkdir":                  runDir,

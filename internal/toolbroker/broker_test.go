@@ -643,18 +643,20 @@ func TestShared(t *testing.T) {
 // in a cgroup of its own, while a run that holds the one before keeps
 // it; the one before is stopped when the last run holding it ends.
 func TestSharedReplacedOnConfigChange(t *testing.T) {
-	sh := &Shared{}
+	sh := &Shared{Dir: t.TempDir()}
 	defer sh.Close()
 	before := stdioServer(t, "stdio")
 	before.Shared = true
 	after := stdioServer(t, "stdio", EnvVar{Name: "RELOADED", Value: "1"})
 	after.Shared = true
+	// The server's pid on the host (in its fence it is its namespace's
+	// init), once a call has started it.
 	pid := func(b *Broker) int {
 		t.Helper()
-		_, body := call(t, b, "local", "get_ids", `{}`)
-		n, _ := strconv.Atoi(strings.Split(text(t, body), ":")[2])
-		if n == 0 {
-			t.Fatalf("get_ids: %s", body)
+		code, body := call(t, b, "local", "get_ids", `{}`)
+		n := serverPid(b, "local")
+		if code != 200 || n == 0 {
+			t.Fatalf("get_ids: %d %s (pid %d)", code, body, n)
 		}
 		return n
 	}
@@ -688,10 +690,10 @@ func TestSharedReplacedOnConfigChange(t *testing.T) {
 	// Each connection has a cgroup of its own: stopping one kills every
 	// process of its cgroup, never the other's.
 	sh2 := &Shared{}
-	c1, r1 := sh2.conn(before, "/agentrun-tools", "", testLimits(), t.Logf)
-	c2, r2 := sh2.conn(after, "/agentrun-tools", "", testLimits(), t.Logf)
-	if c1.cgPath == c2.cgPath {
-		t.Errorf("two connections of server local share cgroup %s", c1.cgPath)
+	c1, r1 := sh2.conn(before, startOpts{}, "/agentrun-tools", testLimits(), t.Logf)
+	c2, r2 := sh2.conn(after, startOpts{}, "/agentrun-tools", testLimits(), t.Logf)
+	if c1.start.cgPath == c2.start.cgPath {
+		t.Errorf("two connections of server local share cgroup %s", c1.start.cgPath)
 	}
 	r1()
 	r2()
