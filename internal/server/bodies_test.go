@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,9 @@ import (
 	"time"
 
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/runapi"
+	"github.com/agentrun/agentrun/internal/task"
 )
 
 // bodyServer is a server running okRun with max_concurrent 2 and a queue
@@ -170,5 +174,41 @@ func TestAPIBodyBudget(t *testing.T) {
 	}
 	if used := s.bodies.used.Load(); used != 0 {
 		t.Errorf("%d bytes of the budget held after the runs", used)
+	}
+}
+
+// TestQueueRefusalTakesNoQuota: a run refused for want of a run slot (the
+// queue full) never ran, and is not counted against its session's
+// runs_per_minute, on either door: a client that tries again after
+// Retry-After runs once a slot is free.
+func TestQueueRefusalTakesNoQuota(t *testing.T) {
+	release := make(chan struct{})
+	cfg := config.Default()
+	cfg.Image = "dir:/nonexistent"
+	cfg.Policy.LocalImages = []string{"/nonexistent"}
+	cfg.Server.MaxConcurrent, cfg.Server.Queue, cfg.Server.Quota.RunsPerMinute = 1, 0, 1
+	busy := busyRun(release)
+	s := New(cfg, func(ctx context.Context, p *task.Plan, h runapi.Hooks) *result.Result {
+		if string(p.Code) == "busy" {
+			return busy(ctx, p, h)
+		}
+		return okRun(ctx, p, h)
+	}, nil)
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	go s.RunTask(context.Background(), []byte(`{"code": "busy", "session": "a"}`))
+	waitRunning(t, ts.URL, 1)
+	for range 3 {
+		if _, err := s.RunTask(context.Background(), []byte(`{"code": "x", "session": "b"}`)); err == nil || err.(*Refusal).Status != http.StatusServiceUnavailable {
+			t.Fatalf("RunTask with the slot taken: %v; want 503", err)
+		}
+		if code := send(t, http.MethodPost, ts.URL+"/v1/runs", "application/json", `{"code": "x", "session": "b"}`, nil); code != http.StatusServiceUnavailable {
+			t.Fatalf("POST /v1/runs with the slot taken: %d; want 503", code)
+		}
+	}
+	close(release)
+	waitRunning(t, ts.URL, 0)
+	if _, err := s.RunTask(context.Background(), []byte(`{"code": "x", "session": "b"}`)); err != nil {
+		t.Fatalf("RunTask with the slot free, after refusals for a full queue: %v", err)
 	}
 }

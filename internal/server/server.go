@@ -550,12 +550,14 @@ func (s *Server) admit(ctx context.Context, cfg *config.Config, body *taskBody) 
 	if err := s.checkSession(t.plan); err != nil {
 		return nil, refusal(err, errkind.Unknown, "session")
 	}
-	release, retry, err := s.quotas.acquire(t.plan.Session)
+	hold, retry, err := s.quotas.take(t.plan.Session)
 	if err != nil {
 		return nil, s.quotaRefusal(t.plan, err, retry)
 	}
-	t.release = release
+	t.release = hold.release
 	if t.slot, err = s.slotFor(ctx, cfg, t.plan.Runtime); err != nil {
+		// It never ran: not counted against runs_per_minute either.
+		hold.undo()
 		return nil, err
 	}
 	return t, nil
