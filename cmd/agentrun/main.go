@@ -68,8 +68,9 @@ commands:
         or write its files
   mcp [--server ADDR | [--local] --config F]
         serve the MCP tool run_code over stdio: forwarded to agentrun serve
-        (--server, $AGENTRUN_SERVER, else its default socket), or, as root
-        with no server there (or with --local), run here
+        (--server, $AGENTRUN_SERVER, else the config's server.listen), or,
+        as root with no server there (or with --local), run here; says
+        which on stderr
   doctor [--config F]
         check this host; exits 1 if a run would fail
   gc [--config F]

@@ -22,13 +22,14 @@ import (
 const connectTimeout = 10 * time.Second
 
 // cmdMCP serves MCP over stdio. It forwards to agentrun serve when one is
-// reachable (--server, $AGENTRUN_SERVER, else the default socket); with
-// none, as root, it runs tasks itself.
+// reachable (--server, $AGENTRUN_SERVER, else the server.listen of the
+// config it would run tasks under); with none, as root, it runs tasks
+// itself. It says on stderr which it does.
 func cmdMCP(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "config file, when running tasks here (default "+config.DefaultPath+")")
-	serverAddr := fs.String("server", os.Getenv("AGENTRUN_SERVER"), "forward to this agentrun serve (unix:///path or tcp://host:port; token from $AGENTRUN_TOKEN); default: its default socket, if it answers")
+	serverAddr := fs.String("server", os.Getenv("AGENTRUN_SERVER"), "forward to this agentrun serve (unix:///path or tcp://host:port; token from $AGENTRUN_TOKEN); default: the config's server.listen, if it answers")
 	localOnly := fs.Bool("local", false, "run tasks here (root), never forward to a server")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -46,14 +47,19 @@ func cmdMCP(args []string, stderr io.Writer) int {
 			logf("--local and --server (or $AGENTRUN_SERVER) exclude each other")
 			return 2
 		}
+		logf("--local: running sandboxes here (cold, slower)")
 		return serveLocal(ctx, *cfgPath, logf)
 	}
 	explicit := *serverAddr != ""
-	addr := *serverAddr
+	addr, token := *serverAddr, os.Getenv("AGENTRUN_TOKEN")
 	if !explicit {
-		addr = config.Default().Server.Listen.String()
+		var err error
+		if addr, token, err = serverOf(*cfgPath, token); err != nil {
+			logf("%v", err)
+			return 1
+		}
 	}
-	srv, ferr := forward(ctx, addr, logf)
+	srv, ferr := forward(ctx, addr, token, logf)
 	// Only a server that is not there lets root run tasks here: one that
 	// is there but refuses (a wrong token) is an error.
 	if ferr != nil && (explicit || os.Geteuid() != 0 || !absent(ferr)) {
@@ -64,14 +70,35 @@ func cmdMCP(args []string, stderr io.Writer) int {
 		return 1
 	}
 	if ferr != nil {
+		logf("no serve at %s: running sandboxes here (cold, slower)", addr)
 		return serveLocal(ctx, *cfgPath, logf)
 	}
-	if *cfgPath != "" {
+	if explicit && *cfgPath != "" {
 		logf("--config is the server's own when forwarding to %s", addr)
 		srv.Close()
 		return 2
 	}
+	logf("using serve at %s", addr)
 	return serveStdio(ctx, srv, logf)
+}
+
+// serverOf is where to look for serve, and its token, when no address was
+// given: the server.listen of the config that running here would use
+// (cfgPath, else the default file), and its server.token unless token is
+// set. Without cfgPath, a default file that cannot be read (not root's
+// caller) gives the default socket.
+func serverOf(cfgPath, token string) (addr, tok string, err error) {
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		if cfgPath != "" {
+			return "", "", err
+		}
+		cfg = config.Default()
+	}
+	if token == "" {
+		token = cfg.Server.Token
+	}
+	return cfg.Server.Listen.String(), token, nil
 }
 
 // serveLocal serves MCP over stdio with the server local makes, then,
@@ -107,9 +134,10 @@ func absent(err error) bool {
 	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
-// forward connects to serve's /mcp at addr.
-func forward(ctx context.Context, addr string, logf func(string, ...any)) (*mcpserver.Server, error) {
-	c, err := server.NewClient(addr, os.Getenv("AGENTRUN_TOKEN"))
+// forward connects to serve's /mcp at addr with the bearer token (""
+// none).
+func forward(ctx context.Context, addr, token string, logf func(string, ...any)) (*mcpserver.Server, error) {
+	c, err := server.NewClient(addr, token)
 	if err != nil {
 		return nil, err
 	}

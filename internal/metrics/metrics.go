@@ -5,11 +5,12 @@
 //	agentrun_run_duration_seconds{path}         admission to result, pool or cold
 //	agentrun_setup_seconds{path}                the sandbox made ready, pool or cold
 //	agentrun_running, agentrun_queued           runs going on and waiting now
+//	agentrun_bodies_reading, agentrun_body_bytes  task bodies being read; the body budget in use
 //	agentrun_pool_ready{image}                  sandboxes ready per pooled image
 //	agentrun_pool_hits_total{image}             runs served from the pool
 //	agentrun_pool_misses_total{image}           runs of a pooled image that ran cold
 //	agentrun_egress_total{decision}             connections allowed, requests denied
-//	agentrun_quota_refusals_total{quota}        runs_per_minute, concurrent, queue
+//	agentrun_quota_refusals_total{quota}        runs_per_minute, concurrent, queue, body_memory
 //	agentrun_approvals_held                     requests held for a decision on the server now
 //	agentrun_approvals_decided_total{channel,outcome}  decisions: api or page; approved or denied
 //	agentrun_approvals_timed_out_total          held requests denied at approval_timeout
@@ -55,12 +56,17 @@ const (
 const (
 	QuotaPerMinute  = "runs_per_minute"
 	QuotaConcurrent = "concurrent"
-	QuotaQueue      = "queue" // the server's queue was full
+	QuotaQueue      = "queue"       // the server's queue was full
+	QuotaBodies     = "body_memory" // the server's budget of task bodies was full
 )
 
 // Gauges are read when scraped.
 type Gauges struct {
 	Running, Queued func() int64
+	// Reading is the number of task bodies being read; BodyBytes the
+	// bytes of the server's body budget in use (bodies being read and
+	// read ones waiting for a run slot).
+	Reading, BodyBytes func() int64
 	// Held is the number of requests held for approval on the server.
 	Held func() int64
 	// Pool reports the warm pool; nil without one.
@@ -120,7 +126,7 @@ func New(g Gauges) *Metrics {
 	for _, d := range []string{"allowed", "denied"} {
 		m.egress.add(labels("decision", d), 0)
 	}
-	for _, q := range []string{QuotaPerMinute, QuotaConcurrent, QuotaQueue} {
+	for _, q := range []string{QuotaPerMinute, QuotaConcurrent, QuotaQueue, QuotaBodies} {
 		m.quotas.add(labels("quota", q), 0)
 	}
 	for _, p := range []string{Pool, Cold} {
@@ -222,6 +228,12 @@ func (m *Metrics) WritePrometheus(w io.Writer) {
 	}
 	if m.gauges.Queued != nil {
 		single(&b, "agentrun_queued", "gauge", "Runs waiting for a slot.", float64(m.gauges.Queued()))
+	}
+	if m.gauges.Reading != nil {
+		single(&b, "agentrun_bodies_reading", "gauge", "Task bodies being read.", float64(m.gauges.Reading()))
+	}
+	if m.gauges.BodyBytes != nil {
+		single(&b, "agentrun_body_bytes", "gauge", "Bytes of the task body budget in use: bodies being read, and read ones waiting for a run slot.", float64(m.gauges.BodyBytes()))
 	}
 	if m.gauges.Pool != nil {
 		st := m.gauges.Pool()

@@ -62,6 +62,48 @@ func (e *quotaError) Kind() errkind.Kind { return errkind.Quota }
 // acquire counts a run of session, or says why it may not start (a
 // *quotaError) and when it may be tried again. release ends the run.
 func (q *quotas) acquire(session string) (release func(), retry time.Duration, err error) {
+	h, retry, err := q.take(session)
+	if err != nil {
+		return nil, retry, err
+	}
+	return h.release, 0, nil
+}
+
+// quotaHold is a run counted against its session's quota.
+type quotaHold struct {
+	q     *quotas
+	u     *use
+	start time.Time // zero without runs_per_minute
+	once  sync.Once
+}
+
+// release ends the run; again is nothing.
+func (h *quotaHold) release() { h.end(false) }
+
+// undo takes the run back as if it had not been counted, start included:
+// it never started (no run slot). Again, or after release, is nothing.
+func (h *quotaHold) undo() { h.end(true) }
+
+func (h *quotaHold) end(undo bool) {
+	h.once.Do(func() {
+		h.q.mu.Lock()
+		defer h.q.mu.Unlock()
+		h.u.running--
+		if !undo || h.start.IsZero() {
+			return
+		}
+		// The latest start at that time, if it is still in the window.
+		for i := len(h.u.starts) - 1; i >= 0; i-- {
+			if h.u.starts[i].Equal(h.start) {
+				h.u.starts = append(h.u.starts[:i], h.u.starts[i+1:]...)
+				return
+			}
+		}
+	})
+}
+
+// take is acquire's count, which the hold can undo.
+func (q *quotas) take(session string) (_ *quotaHold, retry time.Duration, err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := q.now()
@@ -88,18 +130,13 @@ func (q *quotas) acquire(session string) (release func(), retry time.Duration, e
 		return nil, time.Second, &quotaError{metrics.QuotaConcurrent,
 			fmt.Sprintf("session %q already has %d runs going on, its quota", session, q.concurrent)}
 	}
+	h := &quotaHold{q: q, u: u}
 	if q.perMinute > 0 {
+		h.start = now
 		u.starts = append(u.starts, now)
 	}
 	u.running++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			q.mu.Lock()
-			defer q.mu.Unlock()
-			u.running--
-		})
-	}, 0, nil
+	return h, 0, nil
 }
 
 // prune drops the starts that left the window.

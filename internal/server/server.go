@@ -14,7 +14,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -53,6 +52,7 @@ type Server struct {
 	slots     atomic.Pointer[chan struct{}]
 	teardowns atomic.Pointer[chan struct{}] // answered runs tearing down apart from the slots
 	decoding  chan struct{}                 // one large task decoded at a time
+	bodies    bodyBudget                    // task bodies held outside run slots
 	queued    atomic.Int64
 	running   atomic.Int64
 	quotas    *quotas
@@ -94,7 +94,8 @@ func New(cfg *config.Config, run runapi.Func, pool func() runapi.PoolStats) *Ser
 		quotas:   newQuotas(cfg.Server.Quota.RunsPerMinute, cfg.Server.Quota.Concurrent, time.Now)}
 	s.cfg.Store(cfg)
 	s.setCapacity(cfg.Server.MaxConcurrent)
-	g := metrics.Gauges{Running: s.running.Load, Queued: s.queued.Load, Held: s.approvals.count}
+	g := metrics.Gauges{Running: s.running.Load, Queued: s.queued.Load, Held: s.approvals.count,
+		Reading: s.bodies.reading.Load, BodyBytes: s.bodies.used.Load}
 	if pool != nil {
 		g.Pool = func() metrics.PoolStats {
 			st := pool()
@@ -175,8 +176,8 @@ var (
 )
 
 // HTTPServer is an http.Server for the API with its read deadlines set
-// (headers within 10 s, a task body within 30 s of its admission), and
-// which lets a request waiting for a run slot see its client leave.
+// (headers within 10 s, a task body within 30 s of them), and which lets
+// a request waiting for a run slot see its client leave.
 func (s *Server) HTTPServer() *http.Server {
 	return &http.Server{Handler: s.Handler(), ReadHeaderTimeout: headerTimeout, IdleTimeout: idleTimeout,
 		MaxHeaderBytes: 64 << 10,
@@ -283,9 +284,22 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cfg := s.cfg.Load() // the whole request is under one config
-	// The run slot comes first: only requests holding one read their
-	// bodies, so the bodies in memory are at most max_concurrent.
-	t, err := s.admit(r.Context(), cfg, r.ContentLength, func() ([]byte, error) { return readBody(w, r) }, true)
+	if r.ContentLength > task.MaxTaskBytes {
+		s.metrics.Refused(cfg.Runtime, "")
+		writeRefusal(w, tooLarge(r.ContentLength))
+		return
+	}
+	// The body comes first, under its own bounds (bodies.go): a client
+	// that does not send it never holds a run slot or a queue place.
+	body, err := s.readBody(w, r)
+	if err != nil {
+		if errBodyMemory(err) {
+			s.metrics.Refused(cfg.Runtime, metrics.QuotaBodies)
+		}
+		writeRefusal(w, err)
+		return
+	}
+	t, err := s.admit(r.Context(), cfg, body)
 	if err != nil {
 		writeRefusal(w, err)
 		return
@@ -351,8 +365,8 @@ const bigTask = 1 << 20
 // copies), so tasks larger than bigTask are decoded one at a time: the
 // memory this takes is bounded by one such task, not by max_concurrent of
 // them.
-func (s *Server) load(ctx context.Context, data []byte, cfg *config.Config) (*task.Plan, error) {
-	if len(data) > bigTask {
+func (s *Server) load(ctx context.Context, body *taskBody, cfg *config.Config) (*task.Plan, error) {
+	if body.size > bigTask {
 		select {
 		case s.decoding <- struct{}{}:
 		case <-ctx.Done():
@@ -363,41 +377,8 @@ func (s *Server) load(ctx context.Context, data []byte, cfg *config.Config) (*ta
 		// one's peak.
 		runtime.GC()
 	}
-	return task.Load(data, cfg)
-}
-
-// bodyDeadline bounds the reading of a task once its request holds a run
-// slot: a client that sends slowly loses its request instead of holding
-// the slot. A variable for the tests.
-var bodyDeadline = 30 * time.Second
-
-// readBody reads the task, at most task.MaxTaskBytes within bodyDeadline.
-// Its error's kind is the answer's: TooLarge, Timeout, else Invalid.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(bodyDeadline))
-	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength) + bytes.MinRead)
-	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, task.MaxTaskBytes))
-	var tooBig *http.MaxBytesError
-	var ne net.Error
-	if err == nil {
-		// Lifted: the server watches the connection to see the client go.
-		_ = rc.SetReadDeadline(time.Time{})
-		return buf.Bytes(), nil
-	}
-	// The rest of the body is not waited for (the deadline stays): the
-	// connection is closed after the answer.
-	r.Body.Close()
-	switch {
-	case errors.As(err, &tooBig):
-		return nil, errkind.Mark(errkind.TooLarge, fmt.Errorf("task is larger than the maximum %d bytes", task.MaxTaskBytes))
-	case errors.As(err, &ne) && ne.Timeout():
-		return nil, errkind.Mark(errkind.Timeout, fmt.Errorf("reading task: not sent within %v", bodyDeadline))
-	}
-	return nil, errkind.Mark(errkind.Invalid, fmt.Errorf("reading task: %w", err))
+	// A body of chunks is joined here, one large one at a time too.
+	return task.Load(body.bytes(), cfg)
 }
 
 // writeResult answers with the result, or with its error's status when
@@ -448,9 +429,7 @@ func (s *Server) admitRefusal(runtime string, err error) *Refusal {
 // result (Error set when agentrun could not run it), or a *Refusal.
 func (s *Server) RunTask(ctx context.Context, data []byte) (*result.Result, error) {
 	cfg := s.cfg.Load()
-	// The task is in memory already: the refusals that cost nothing come
-	// before the wait for a run slot.
-	t, err := s.admit(ctx, cfg, int64(len(data)), func() ([]byte, error) { return data, nil }, false)
+	t, err := s.admit(ctx, cfg, bodyOf(data))
 	if err != nil {
 		return nil, err
 	}
@@ -483,8 +462,9 @@ func writeRefusal(w http.ResponseWriter, err error) {
 }
 
 // setCapacity makes n run slots and n tear-down slots for the runs
-// admitted from now on.
+// admitted from now on, and the body budget for n slots.
 func (s *Server) setCapacity(n int) {
+	s.bodies.max.Store(bodyMemory(n))
 	slots, teardowns := make(chan struct{}, n), make(chan struct{}, n)
 	s.slots.Store(&slots)
 	s.teardowns.Store(&teardowns)
@@ -549,20 +529,19 @@ func (t *ticket) done() {
 	}
 }
 
-// admit admits the task that read reads, of size bytes (-1 when not
-// known), for both doors (POST /v1/runs, RunTask), or refuses it with a
-// *Refusal: too large (413), no run slot (503: the queue full, the client
-// gone), a task that does not load (400, 403), its kept session unknown
-// or busy (404, 409), over its session's quota (429); an error of read is
-// its own. The metrics count each refusal but a session's. With
-// slotFirst (a request's body still to be read) the run slot is taken
-// before read; otherwise (a task in memory) after the quota, so that no
-// refusal waits in the queue first. The ticket's done gives back what it
-// holds.
-func (s *Server) admit(ctx context.Context, cfg *config.Config, size int64, read func() ([]byte, error), slotFirst bool) (_ *ticket, err error) {
-	if size > task.MaxTaskBytes {
+// admit admits the task body, read whole, for both doors (POST /v1/runs,
+// RunTask), or refuses it with a *Refusal: too large (413), a task that
+// does not load (400, 403), its kept session unknown or busy (404, 409),
+// over its session's quota (429), no run slot (503: the queue full, the
+// client gone). The metrics count each refusal but a session's. The run
+// slot comes last, so that no refusal waits in the queue first. The body
+// holds its bytes of the budget until the request holds a run slot or is
+// refused; the ticket's done gives back what the ticket holds.
+func (s *Server) admit(ctx context.Context, cfg *config.Config, body *taskBody) (_ *ticket, err error) {
+	defer body.free()
+	if body.size > task.MaxTaskBytes {
 		s.metrics.Refused(cfg.Runtime, "")
-		return nil, tooLarge(size)
+		return nil, tooLarge(int64(body.size))
 	}
 	t := &ticket{}
 	defer func() {
@@ -570,16 +549,7 @@ func (s *Server) admit(ctx context.Context, cfg *config.Config, size int64, read
 			t.done()
 		}
 	}()
-	if slotFirst {
-		if t.slot, err = s.slotFor(ctx, cfg, cfg.Runtime); err != nil {
-			return nil, err
-		}
-	}
-	data, err := read()
-	if err != nil {
-		return nil, err
-	}
-	if t.plan, err = s.load(ctx, data, cfg); err != nil {
+	if t.plan, err = s.load(ctx, body, cfg); err != nil {
 		s.metrics.Refused(cfg.Runtime, "")
 		return nil, taskRefusal(err)
 	}
@@ -588,15 +558,15 @@ func (s *Server) admit(ctx context.Context, cfg *config.Config, size int64, read
 	if err := s.checkSession(t.plan); err != nil {
 		return nil, refusal(err, errkind.Unknown, "session")
 	}
-	release, retry, err := s.quotas.acquire(t.plan.Session)
+	hold, retry, err := s.quotas.take(t.plan.Session)
 	if err != nil {
 		return nil, s.quotaRefusal(t.plan, err, retry)
 	}
-	t.release = release
-	if !slotFirst {
-		if t.slot, err = s.slotFor(ctx, cfg, t.plan.Runtime); err != nil {
-			return nil, err
-		}
+	t.release = hold.release
+	if t.slot, err = s.slotFor(ctx, cfg, t.plan.Runtime); err != nil {
+		// It never ran: not counted against runs_per_minute either.
+		hold.undo()
+		return nil, err
 	}
 	return t, nil
 }
@@ -627,8 +597,8 @@ func (s *Server) takeSlot(ctx context.Context, cfg *config.Config) (*admission, 
 		return nil, fmt.Errorf("%w: %d runs going on and %d waiting, the most it takes", errQueueFull, cfg.Server.MaxConcurrent, cfg.Server.Queue)
 	}
 	defer s.queued.Add(-1)
-	// The body is not read while waiting, so the HTTP server does not see
-	// the client leave: the connection is watched here.
+	// The HTTP server sees the client leave once the body is read, and
+	// ends ctx; the connection is watched here as well.
 	conn, _ := ctx.Value(connKey{}).(net.Conn)
 	tick := time.NewTicker(peerPoll)
 	defer tick.Stop()

@@ -490,51 +490,8 @@ func waitRunning(t *testing.T, url string, n int64) {
 	}
 }
 
-// countingReader counts what the server took of a body.
-type countingReader struct {
-	n    atomic.Int64
-	left int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	if c.left == 0 {
-		return 0, io.EOF
-	}
-	if int64(len(p)) > c.left {
-		p = p[:c.left]
-	}
-	for i := range p {
-		p[i] = ' '
-	}
-	c.left -= int64(len(p))
-	c.n.Add(int64(len(p)))
-	return len(p), nil
-}
-
-// TestAPIReadsBodiesOnlyWhenAdmitted: a request waiting for a run slot has
-// not had its body read: the bodies held in memory are bounded by the run
-// slots, not by the queue.
-func TestAPIReadsBodiesOnlyWhenAdmitted(t *testing.T) {
-	release := make(chan struct{})
-	ts := testServer(t, func(c *config.Config) { c.Server.MaxConcurrent, c.Server.Queue = 1, 4 }, busyRun(release))
-	defer close(release)
-	go http.Post(ts.URL+"/v1/runs", "application/json", strings.NewReader(`{"code": "first"}`))
-	waitRunning(t, ts.URL, 1)
-
-	// 16 MiB of spaces before the task: far more than socket buffers hold.
-	const size = 16 << 20
-	body := &countingReader{left: size}
-	req, _ := http.NewRequest("POST", ts.URL+"/v1/runs", io.MultiReader(body, strings.NewReader(`{"code": "second"}`)))
-	req.ContentLength = size + int64(len(`{"code": "second"}`))
-	go http.DefaultClient.Do(req)
-	time.Sleep(500 * time.Millisecond)
-	if n := body.n.Load(); n >= size/2 {
-		t.Fatalf("the server read %d bytes of a queued request's body; want it left unread until admitted", n)
-	}
-}
-
 // TestAPIBodyDeadline: a client that stops sending its body is answered
-// 408 within the body deadline, and its slot comes free.
+// 408 within the body deadline, and the run slot it never took is free.
 func TestAPIBodyDeadline(t *testing.T) {
 	old := bodyDeadline
 	bodyDeadline = 300 * time.Millisecond
@@ -869,9 +826,9 @@ func send(t *testing.T, method, url, ctype, body string, hdr map[string]string) 
 }
 
 // TestAdmitOrders: with every run slot taken and no queue, a task over
-// its session's quota is refused as such (429) by RunTask, whose task is
-// in memory and checked before the wait for a slot, while POST /v1/runs,
-// which reads a body only once it holds a slot, answers 503.
+// its session's quota is refused as such (429), by RunTask and by POST
+// /v1/runs alike: the task, read whole, is checked before the wait for a
+// slot.
 func TestAdmitOrders(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
@@ -889,7 +846,7 @@ func TestAdmitOrders(t *testing.T) {
 	if ref, ok := err.(*Refusal); !ok || ref.Status != http.StatusTooManyRequests {
 		t.Errorf("RunTask over the quota with the slots taken: %v, want a 429 refusal", err)
 	}
-	if code := send(t, http.MethodPost, ts.URL+"/v1/runs", "application/json", `{"code": "x", "session": "s"}`, nil); code != http.StatusServiceUnavailable {
-		t.Errorf("POST /v1/runs over the quota with the slots taken: %d, want 503", code)
+	if code := send(t, http.MethodPost, ts.URL+"/v1/runs", "application/json", `{"code": "x", "session": "s"}`, nil); code != http.StatusTooManyRequests {
+		t.Errorf("POST /v1/runs over the quota with the slots taken: %d, want 429", code)
 	}
 }

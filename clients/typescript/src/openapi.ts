@@ -161,7 +161,7 @@ export interface paths {
         };
         /**
          * Prometheus metrics
-         * @description The Prometheus text format: `agentrun_runs_total{outcome,runtime}`, `agentrun_run_duration_seconds{path}` and `agentrun_setup_seconds{path}` histograms, `agentrun_running`, `agentrun_queued`, `agentrun_pool_ready{image}`, `agentrun_pool_hits_total{image}`, `agentrun_pool_misses_total{image}`, `agentrun_pool_warm{image,reason}`, `agentrun_egress_total{decision}`, `agentrun_quota_refusals_total{quota}`, and the Go runtime's and the process's own.
+         * @description The Prometheus text format: `agentrun_runs_total{outcome,runtime}`, `agentrun_run_duration_seconds{path}` and `agentrun_setup_seconds{path}` histograms, `agentrun_running`, `agentrun_queued`, `agentrun_bodies_reading`, `agentrun_body_bytes`, `agentrun_pool_ready{image}`, `agentrun_pool_hits_total{image}`, `agentrun_pool_misses_total{image}`, `agentrun_pool_warm{image,reason}`, `agentrun_egress_total{decision}`, `agentrun_quota_refusals_total{quota}`, and the Go runtime's and the process's own.
          */
         get: operations["metrics"];
         put?: never;
@@ -904,7 +904,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description `server.max_concurrent` runs go on and `server.queue` wait: the server is busy. */
+        /** @description `server.max_concurrent` runs go on and `server.queue` wait, or the task bodies being read or waiting for a run slot hold serve's budget for them: the server is busy. */
         Busy: {
             headers: {
                 "Retry-After": components["headers"]["RetryAfter"];
@@ -1013,7 +1013,7 @@ export interface operations {
             path?: never;
             cookie?: never;
         };
-        /** @description task.json, at most 32 MiB, sent within 30 s of the request's admission. */
+        /** @description task.json, at most 32 MiB, sent within 30 s of the request's headers. */
         requestBody: {
             content: {
                 "application/json": components["schemas"]["Task"];
@@ -1058,7 +1058,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] | components["schemas"]["Result"];
                 };
             };
-            /** @description The task was not sent within 30 s of the request's admission. */
+            /** @description The task was not sent within 30 s of the request's headers. */
             408: {
                 headers: {
                     [name: string]: unknown;
