@@ -3,7 +3,7 @@ package image
 import (
 	"testing"
 
-	"github.com/agentrun/agentrun/internal/oracle"
+	"github.com/agentrun/agentrun/test/oracle"
 )
 
 // TestIsHostname: isHostname accepts exactly what the rule, as a regular

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentrun/agentrun/internal/oracle"
+	"github.com/agentrun/agentrun/test/oracle"
 )
 
 // TestNames: each name check accepts exactly what its regular expression

@@ -3,7 +3,7 @@ package runner
 import (
 	"testing"
 
-	"github.com/agentrun/agentrun/internal/oracle"
+	"github.com/agentrun/agentrun/test/oracle"
 )
 
 // TestIsPythonName: isPythonName accepts exactly what the rule's regular

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/agentrun/agentrun/internal/names"
-	"github.com/agentrun/agentrun/internal/oracle"
+	"github.com/agentrun/agentrun/test/oracle"
 )
 
 // TestNames: the task's name checks accept exactly what their rules, as

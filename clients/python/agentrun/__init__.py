@@ -7,13 +7,15 @@ through agentrun serve's API. Standard library only (Python 3.9+).
     r["stdout"], r["exit_code"]
     for ev in c.stream(code="...", on_approval=lambda a: ask_human(a)):
         ...
-    sid = c.sessions.new(); c.sessions.write(sid, "in/a.txt", b"...")
+    sid = c.sessions.create(); c.sessions.write(sid, "in/a.txt", b"...")
     c.run(code="...", session=sid, keep_workspace=True)
 
-Refusals raise agentrun.Error (status, field, message, retry_after).
+Refusals raise agentrun.AgentrunError, also named agentrun.Error (status,
+field, message, retry_after). The names are the TypeScript client's, in
+snake_case.
 """
 
-from .client import DEFAULT_ADDRESS, Client, Context, Error, Sessions, TransportError
+from .client import DEFAULT_ADDRESS, AgentrunError, Client, Context, Error, Sessions, TransportError
 
 __version__ = "0.1.0"
-__all__ = ["Client", "Context", "Sessions", "Error", "TransportError", "DEFAULT_ADDRESS"]
+__all__ = ["Client", "Context", "Sessions", "AgentrunError", "Error", "TransportError", "DEFAULT_ADDRESS"]

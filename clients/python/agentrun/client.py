@@ -1,9 +1,10 @@
 """The client of agentrun serve's HTTP API (internal/server/openapi.json).
 
 Standard library only; Python 3.9 or later. Every call is bounded by a
-timeout; a refusal raises Error with the server's status, the task field
-at fault and, for 429 and 503, when to try again. Nothing is retried
-unless the client is asked to (retries=N).
+timeout; a refusal raises AgentrunError (Error) with the server's status,
+the task field at fault and, for 429 and 503, when to try again. Nothing
+is retried unless the client is asked to (retries=N). The names are the
+TypeScript client's, snake_case (docs/clients.md).
 """
 
 import base64
@@ -14,7 +15,7 @@ import socket
 import time
 import urllib.parse
 
-__all__ = ["Client", "Sessions", "Error", "TransportError", "DEFAULT_ADDRESS"]
+__all__ = ["Client", "Sessions", "AgentrunError", "Error", "TransportError", "DEFAULT_ADDRESS"]
 
 DEFAULT_ADDRESS = "unix:///run/agentrun/agentrun.sock"
 
@@ -63,6 +64,10 @@ class Error(Exception):
     def __repr__(self):
         return "agentrun.Error(status=%r, field=%r, message=%r, retry_after=%r)" % (
             self.status, self.field, self.message, self.retry_after)
+
+
+# The TypeScript client's name for Error.
+AgentrunError = Error
 
 
 class TransportError(Error):
@@ -331,7 +336,7 @@ class Context:
         self._c = client
         self._made = session_id is None
         self.tools = list(tools) if tools else None
-        self.id = client.sessions.new() if session_id is None else session_id
+        self.id = client.sessions.create() if session_id is None else session_id
 
     def _with_tools(self, task):
         """task with the context's tools, unless it names its own."""
@@ -379,9 +384,12 @@ class Sessions:
     def __init__(self, client):
         self._c = client
 
-    def new(self):
+    def create(self):
         """Makes a session and returns its id (a capability: keep it)."""
         return self._c._json_call("POST", "/v1/sessions")["id"]
+
+    # The name create had before it took the TypeScript client's.
+    new = create
 
     def get(self, session_id):
         """The session (created, last_used, max_bytes, busy, ...) and its files."""

@@ -12,6 +12,7 @@ POSTs to AGENTRUN_TEST_SERVICE_URL are held for approval.
 
 import json
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -90,6 +91,26 @@ class ClientTest(unittest.TestCase):
         with open(doc) as f:
             task = json.load(f)["components"]["schemas"]["Task"]["properties"]
         self.assertEqual(sorted(agentrun.client._TASK_FIELDS), sorted(task))
+
+    def test_names_are_the_typescript_clients(self):
+        # Each class the TypeScript client exports, and each public method
+        # of its classes, is here by the same name (camelCase as
+        # snake_case), when the client runs from a checkout.
+        src = os.path.join(os.path.dirname(__file__), "..", "..", "typescript", "src", "index.ts")
+        if not os.path.exists(src):
+            self.skipTest("not in a checkout: no %s" % src)
+        with open(src) as f:
+            text = f.read()
+        classes = re.findall(r"^export class (\w+)[^\n]*\{\n(.*?)^\}", text, re.M | re.S)
+        self.assertIn("Sessions", [name for name, _ in classes])
+        for name, body in classes:
+            self.assertTrue(hasattr(agentrun, name), "agentrun has no %s" % name)
+            methods = re.findall(r"^  (/\*\*[^\n]*@internal[^\n]*\*/\n  )?(?:async )?\*?(\w+)\(", body, re.M)
+            for internal, method in methods:
+                if internal or method == "constructor":
+                    continue
+                snake = re.sub(r"[A-Z]", lambda m: "_" + m.group(0).lower(), method)
+                self.assertTrue(hasattr(getattr(agentrun, name), snake), "agentrun.%s has no %s" % (name, snake))
 
     def test_context_tools(self):
         # A context's tools go with each of its runs, unless a run names

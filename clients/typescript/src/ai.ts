@@ -10,19 +10,13 @@
  */
 
 import { tool } from "ai";
-import { z } from "zod";
 import type { Client } from "./index.js";
-import { DEFAULT_DESCRIPTION, runCode, type RunCodeOptions } from "./tool.js";
+import { DEFAULT_DESCRIPTION, runCode, runCodeInputSchema, type RunCodeOptions } from "./tool.js";
 
 export type { RunCodeInput, RunCodeOptions, RunCodeOutput } from "./tool.js";
 
 /** The tool's input: the model's program, its language and its files. */
-export const runCodeInput = z.object({
-  code: z.string().describe("The program to run."),
-  language: z.string().optional().describe("Its language: python, node, bash or sh."),
-  files: z.record(z.string(), z.string()).optional()
-    .describe("Text files written into the working directory first, by relative name."),
-});
+export const runCodeInput = runCodeInputSchema("optional");
 
 /**
  * An AI SDK tool that runs the model's code with client. options.task

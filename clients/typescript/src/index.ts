@@ -12,6 +12,7 @@
 import * as http from "node:http";
 import * as https from "node:https";
 import type { components } from "./openapi.js";
+import { TASK_PROPERTIES } from "./task.js";
 
 type Schemas = components["schemas"];
 
@@ -52,10 +53,8 @@ const MAX_LINE = 64 << 20;
 // The longest Retry-After (seconds) a retry waits.
 const MAX_RETRY_WAIT = 30;
 
-const TASK_FIELDS = new Set([
-  "id", "session", "keep_workspace", "keep_state", "reset_state", "image", "language", "code", "command",
-  "stdin", "files", "collect", "env", "limits", "network", "runtime", "tools", "timeout",
-]);
+// What a RunTask may name: task.json's fields, and timeout.
+const TASK_FIELDS = new Set<string>([...TASK_PROPERTIES, "timeout"]);
 
 /**
  * A task for {@link Client.run} and {@link Client.stream}: task.json's

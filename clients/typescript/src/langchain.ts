@@ -11,19 +11,14 @@
  */
 
 import { tool } from "@langchain/core/tools";
-import { z } from "zod";
+import type { z } from "zod";
 import type { Client } from "./index.js";
-import { DEFAULT_DESCRIPTION, DEFAULT_NAME, runCode, type RunCodeOptions } from "./tool.js";
+import { DEFAULT_DESCRIPTION, DEFAULT_NAME, runCode, runCodeInputSchema, type RunCodeOptions } from "./tool.js";
 
 export type { RunCodeInput, RunCodeOptions, RunCodeOutput } from "./tool.js";
 
 /** The tool's input: the model's program, its language and its files. */
-export const runCodeInput = z.object({
-  code: z.string().describe("The program to run."),
-  language: z.string().optional().describe("Its language: python, node, bash or sh."),
-  files: z.record(z.string(), z.string()).optional()
-    .describe("Text files written into the working directory first, by relative name."),
-});
+export const runCodeInput = runCodeInputSchema("optional");
 
 /**
  * A LangChain tool that runs the model's code with client; its answer is

@@ -23,9 +23,8 @@ import {
   type SandboxExecResult, type SandboxSession, type SandboxSessionState, type WorkspaceArchiveData,
   type ExposedPortEndpoint, type WriteStdinArgs,
 } from "@openai/agents/sandbox";
-import { z } from "zod";
 import { AgentrunError, TransportError, type Client, type RunTask } from "./index.js";
-import { DEFAULT_DESCRIPTION, DEFAULT_NAME, runCode, type RunCodeOptions } from "./tool.js";
+import { DEFAULT_DESCRIPTION, DEFAULT_NAME, runCode, runCodeInputSchema, type RunCodeOptions } from "./tool.js";
 
 export type { RunCodeInput, RunCodeOptions, RunCodeOutput } from "./tool.js";
 
@@ -34,12 +33,7 @@ export type { RunCodeInput, RunCodeOptions, RunCodeOutput } from "./tool.js";
  * no open-ended objects: language and files are null when not given, and
  * files is a list of {name, content}.
  */
-export const runCodeInput = z.object({
-  code: z.string().describe("The program to run."),
-  language: z.string().nullable().describe("Its language: python, node, bash or sh; null for the default."),
-  files: z.array(z.object({ name: z.string(), content: z.string() })).nullable()
-    .describe("Text files written into the working directory first; null for none."),
-});
+export const runCodeInput = runCodeInputSchema("strict");
 
 /**
  * An Agents SDK function tool that runs the model's code with client. A

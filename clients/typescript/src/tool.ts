@@ -5,7 +5,9 @@
  * @module
  */
 
+import { z } from "zod";
 import type { Client, Result, RunTask } from "./index.js";
+import { RUN_CODE_INPUT } from "./task.js";
 
 /** What the model gives a run_code tool. */
 export interface RunCodeInput {
@@ -39,6 +41,59 @@ export interface RunCodeOutput {
   stdout_truncated: boolean;
   stderr_truncated: boolean;
   duration_ms: number;
+}
+
+type Properties = typeof RUN_CODE_INPUT.properties;
+type Field = keyof Properties;
+type Text = z.ZodString;
+type NamedText = z.ZodObject<{ name: Text; content: Text }>;
+/** A field's value: text, or a map of names to text (files)... */
+type Value<F extends Field> = Properties[F] extends { type: "object" } ? z.ZodRecord<Text, Text> : Text;
+/** ...which the strict form gives as a list of {name, content}. */
+type StrictValue<F extends Field> = Properties[F] extends { type: "object" } ? z.ZodArray<NamedText> : Text;
+type Given = (typeof RUN_CODE_INPUT.required)[number];
+
+/** The input of the AI SDK's and LangChain's run_code tools: a field not given is absent. */
+export type OptionalInputSchema = z.ZodObject<{ [F in Field]: F extends Given ? Value<F> : z.ZodOptional<Value<F>> }>;
+/**
+ * The input of the Agents SDK's run_code tool. Its strict schemas want
+ * every field present and no open-ended objects: a field not given is
+ * null, and a map is a list of {name, content}.
+ */
+export type StrictInputSchema = z.ZodObject<{ [F in Field]: F extends Given ? StrictValue<F> : z.ZodNullable<StrictValue<F>> }>;
+
+/** What the model reads of each field of its input, in each form. */
+const WORDS: Record<Field, { optional: string; strict: string }> = {
+  code: { optional: "The program to run.", strict: "The program to run." },
+  language: {
+    optional: "Its language: python, node, bash or sh.",
+    strict: "Its language: python, node, bash or sh; null for the default.",
+  },
+  files: {
+    optional: "Text files written into the working directory first, by relative name.",
+    strict: "Text files written into the working directory first; null for none.",
+  },
+};
+
+/**
+ * A run_code tool's input as zod, from the one definition of it
+ * (RUN_CODE_INPUT, task.json's code, language and files as the OpenAPI
+ * document types them): "optional" for the AI SDK and LangChain, "strict"
+ * for the Agents SDK.
+ */
+export function runCodeInputSchema(form: "optional"): OptionalInputSchema;
+export function runCodeInputSchema(form: "strict"): StrictInputSchema;
+export function runCodeInputSchema(form: "optional" | "strict"): z.ZodObject {
+  const required: readonly string[] = RUN_CODE_INPUT.required;
+  const shape: Record<string, z.ZodType> = {};
+  for (const [name, p] of Object.entries(RUN_CODE_INPUT.properties) as [Field, Properties[Field]][]) {
+    let s: z.ZodType = p.type === "string" ? z.string()
+      : form === "strict" ? z.array(z.object({ name: z.string(), content: z.string() }))
+      : z.record(z.string(), z.string());
+    if (!required.includes(name)) s = form === "strict" ? s.nullable() : s.optional();
+    shape[name] = s.describe(WORDS[name][form]);
+  }
+  return z.object(shape);
 }
 
 export const DEFAULT_NAME = "run_code";

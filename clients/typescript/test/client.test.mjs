@@ -51,6 +51,14 @@ describe("client", () => {
       "src/openapi.ts differs from the document's types: run npm run openapi");
   });
 
+  test("task.ts is what scripts/task.mjs makes of the document", () => {
+    const out = join(mkdtempSync(join(tmpdir(), "task-")), "task.ts");
+    execFileSync(process.execPath, [join(root, "scripts", "task.mjs"),
+      join(root, "..", "..", "internal", "server", "openapi.json"), out], { stdio: "pipe" });
+    assert.ok(readFileSync(out, "utf8") === readFileSync(join(root, "src", "task.ts"), "utf8"),
+      "src/task.ts differs from the document's task fields: run npm run openapi");
+  });
+
   test("task fields", () => {
     assert.deepEqual(toTask({ code: "x", files: { a: "t", b: new Uint8Array([0, 255]), c: { content: "y" } }, timeout: 1.5 }),
       { code: "x", files: { a: { content: "t" }, b: { content_base64: "AP8=" }, c: { content: "y" } }, limits: { timeout: "1.5s" } });
