@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/jsonkeys"
 	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/secret"
@@ -40,7 +41,7 @@ const (
 	// decision when the policy names no time.
 	DefaultApprovalTimeout = 60 * time.Second
 	// bodyExcerpt is how much of a held request's body the approver sees.
-	bodyExcerpt = netpolicy.BodyExcerptBytes
+	bodyExcerpt = approvals.BodyExcerptBytes
 	// MaxURLBytes bounds the URL of a request to a service as it is shown
 	// and recorded (scheme, host, path and query, escaped by
 	// untrusted.Text): a longer one is refused with 403 before anyone is
@@ -255,7 +256,7 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *ne
 		}
 		body = replay(start, body)
 		excerpt := start[:min(len(start), bodyExcerpt)]
-		a := netpolicy.Approval{Service: svc.Name, Method: shownMethod, URL: shownURL,
+		a := approvals.Approval{Service: svc.Name, Method: shownMethod, URL: shownURL,
 			BodyExcerpt: untrusted.Text(string(excerpt)), BodyCut: len(start) > bodyExcerpt}
 		hctx, stop := untilHangup(ctx, client)
 		d := p.approve(hctx, a)
@@ -488,7 +489,7 @@ func textResponse(req *http.Request, status int, msg, header string) *http.Respo
 // approve holds a request until the policy's approver decides, the
 // approval times out, or ctx (the request, or the run) ends. It records
 // the decision.
-func (p *Proxy) approve(ctx context.Context, a netpolicy.Approval) netpolicy.ApprovalRecord {
+func (p *Proxy) approve(ctx context.Context, a approvals.Approval) netpolicy.ApprovalRecord {
 	var idb [8]byte
 	rand.Read(idb[:])
 	a.ID = "ap-" + hex.EncodeToString(idb[:])

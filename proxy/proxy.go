@@ -17,6 +17,7 @@ import (
 	"github.com/miekg/dns"
 	"golang.org/x/time/rate"
 
+	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/hostaddr"
 	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/netns"
@@ -93,7 +94,7 @@ type Policy struct {
 	UpstreamRoots *x509.CertPool
 	// Approve decides requests that a rule with Approve holds; nil denies
 	// them all ("no way to ask").
-	Approve netpolicy.ApproveFunc
+	Approve approvals.Func
 	// ApprovalTimeout is how long a held request waits for a decision
 	// before it is denied; 0 means DefaultApprovalTimeout.
 	ApprovalTimeout time.Duration

@@ -22,6 +22,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/proxy/proxytest"
 	"github.com/agentrun/agentrun/test/testenv"
@@ -29,7 +30,7 @@ import (
 
 const testSecret = "s3cret-0123456789abcdef"
 
-func newServiceRun(t *testing.T, approve netpolicy.ApproveFunc, timeout time.Duration) (*run, *proxytest.HeaderLog) {
+func newServiceRun(t *testing.T, approve approvals.Func, timeout time.Duration) (*run, *proxytest.HeaderLog) {
 	t.Helper()
 	testenv.RequireRoot(t)
 	in := proxytest.NewInternet(t)
@@ -266,15 +267,15 @@ func TestServiceBlindTunnelAndCA(t *testing.T) {
 }
 
 func TestServiceApproval(t *testing.T) {
-	asks := make(chan netpolicy.Approval, 8)
+	asks := make(chan approvals.Approval, 8)
 	answers := make(chan bool, 8)
-	approve := func(ctx context.Context, a netpolicy.Approval) netpolicy.Decision {
+	approve := func(ctx context.Context, a approvals.Approval) approvals.Decision {
 		asks <- a
 		select {
 		case ok := <-answers:
-			return netpolicy.Decision{Approved: ok, By: "test operator"}
+			return approvals.Decision{Approved: ok, By: "test operator"}
 		case <-ctx.Done():
-			return netpolicy.Decision{}
+			return approvals.Decision{}
 		}
 	}
 	r, rc := newServiceRun(t, approve, 2*time.Second)
@@ -459,11 +460,11 @@ const hostileBody = "{\"title\":\"hi\"}\n\nApprove this request?\n\x1b[2J\x1b[H\
 
 // approvingRun is a service run whose approver approves every held
 // request, handing it to the channel first.
-func approvingRun(t *testing.T) (*run, chan netpolicy.Approval) {
-	asks := make(chan netpolicy.Approval, 8)
-	approve := func(ctx context.Context, a netpolicy.Approval) netpolicy.Decision {
+func approvingRun(t *testing.T) (*run, chan approvals.Approval) {
+	asks := make(chan approvals.Approval, 8)
+	approve := func(ctx context.Context, a approvals.Approval) approvals.Decision {
 		asks <- a
-		return netpolicy.Decision{Approved: true, By: "test operator"}
+		return approvals.Decision{Approved: true, By: "test operator"}
 	}
 	r, _ := newServiceRun(t, approve, 5*time.Second)
 	return r, asks
@@ -486,7 +487,7 @@ func TestServiceApprovalShown(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	showable := func(a netpolicy.Approval) {
+	showable := func(a approvals.Approval) {
 		t.Helper()
 		for name, v := range map[string]string{"method": a.Method, "url": a.URL, "body_excerpt": a.BodyExcerpt} {
 			if bad := proxytest.Unshowable(v); bad != "" {
@@ -609,9 +610,9 @@ func TestServiceApprovalDuplicateKeys(t *testing.T) {
 // approval's time ran out before the approver returned it: the request
 // is sent and recorded as decided, never as timed out.
 func TestServiceApprovalTakenAtTimeout(t *testing.T) {
-	approve := func(ctx context.Context, a netpolicy.Approval) netpolicy.Decision {
+	approve := func(ctx context.Context, a approvals.Approval) approvals.Decision {
 		<-ctx.Done() // taken at the last moment, returned just after
-		return netpolicy.Decision{Approved: true, By: "operator (late)", Taken: true}
+		return approvals.Decision{Approved: true, By: "operator (late)", Taken: true}
 	}
 	r, rc := newServiceRun(t, approve, 200*time.Millisecond)
 	resp, err := r.serviceClient().Post("https://api.internet.test/api/write/x", "text/plain", strings.NewReader("p"))
@@ -635,9 +636,9 @@ func TestServiceApprovalTakenAtTimeout(t *testing.T) {
 // once or twice in the path, which a server reads as a shorter path than
 // the one matched. The record holds the path with its query.
 func TestServiceEchoMethodsAndDelimiters(t *testing.T) {
-	r, rc := newServiceRun(t, func(ctx context.Context, a netpolicy.Approval) netpolicy.Decision {
+	r, rc := newServiceRun(t, func(ctx context.Context, a approvals.Approval) approvals.Decision {
 		t.Errorf("asked about %s %s", a.Method, a.URL)
-		return netpolicy.Decision{By: "test operator"}
+		return approvals.Decision{By: "test operator"}
 	}, 5*time.Second)
 	if code, body := r.rawService("DELETE /api/any/x?a=1&b=%22 HTTP/1.1"); code != 200 {
 		t.Fatalf("DELETE under a \"*\" rule: %d %q; want 200", code, body)
@@ -679,10 +680,10 @@ func TestServiceEchoMethodsAndDelimiters(t *testing.T) {
 // refused before any rule or approver sees the request: the method and
 // path matched and shown are the ones the service acts on.
 func TestServiceOverrideHeaders(t *testing.T) {
-	asks := make(chan netpolicy.Approval, 8)
-	r, rc := newServiceRun(t, func(ctx context.Context, a netpolicy.Approval) netpolicy.Decision {
+	asks := make(chan approvals.Approval, 8)
+	r, rc := newServiceRun(t, func(ctx context.Context, a approvals.Approval) approvals.Decision {
 		asks <- a
-		return netpolicy.Decision{Approved: true, By: "test operator"}
+		return approvals.Decision{Approved: true, By: "test operator"}
 	}, 5*time.Second)
 	c := r.serviceClient()
 	for _, tc := range []struct{ method, path, header, value string }{
@@ -719,14 +720,14 @@ func TestServiceOverrideHeaders(t *testing.T) {
 // once cannot keep out of it a request let through, nor a decision a
 // person took.
 func TestServiceApprovalRecordedPastTheBound(t *testing.T) {
-	approve := func(ctx context.Context, a netpolicy.Approval) netpolicy.Decision {
+	approve := func(ctx context.Context, a approvals.Approval) approvals.Decision {
 		switch {
 		case strings.HasSuffix(a.URL, "/let-through"):
-			return netpolicy.Decision{Approved: true, By: "operator (alice)", Taken: true}
+			return approvals.Decision{Approved: true, By: "operator (alice)", Taken: true}
 		case strings.HasSuffix(a.URL, "/refused"):
-			return netpolicy.Decision{By: "operator (bob)", Taken: true}
+			return approvals.Decision{By: "operator (bob)", Taken: true}
 		}
-		return netpolicy.Decision{By: "too many calls waiting"}
+		return approvals.Decision{By: "too many calls waiting"}
 	}
 	r, _ := newServiceRun(t, approve, 5*time.Second)
 	r.px.unlimitHeldRate()
@@ -765,10 +766,10 @@ func TestServiceApprovalRecordedPastTheBound(t *testing.T) {
 // the path too, and shown to the approver. A form body too long to be
 // checked is refused.
 func TestServiceMethodParam(t *testing.T) {
-	asks := make(chan netpolicy.Approval, 8)
-	r, rc := newServiceRun(t, func(ctx context.Context, a netpolicy.Approval) netpolicy.Decision {
+	asks := make(chan approvals.Approval, 8)
+	r, rc := newServiceRun(t, func(ctx context.Context, a approvals.Approval) approvals.Decision {
 		asks <- a
-		return netpolicy.Decision{Approved: true, By: "test operator"}
+		return approvals.Decision{Approved: true, By: "test operator"}
 	}, 5*time.Second)
 	c := r.serviceClient()
 	send := func(method, path, ctype, body string) (int, string) {
@@ -849,18 +850,18 @@ func TestServiceMethodParam(t *testing.T) {
 // sends nothing, and the run's record says it was abandoned.
 func TestServiceApprovalWithdrawnOnHangup(t *testing.T) {
 	type ask struct {
-		a     netpolicy.Approval
+		a     approvals.Approval
 		ended <-chan struct{}
 	}
 	asks := make(chan ask, 1)
 	answers := make(chan bool, 1)
-	r, rc := newServiceRun(t, func(ctx context.Context, a netpolicy.Approval) netpolicy.Decision {
+	r, rc := newServiceRun(t, func(ctx context.Context, a approvals.Approval) approvals.Decision {
 		asks <- ask{a, ctx.Done()}
 		select {
 		case ok := <-answers:
-			return netpolicy.Decision{Approved: ok, By: "test operator", Taken: true}
+			return approvals.Decision{Approved: ok, By: "test operator", Taken: true}
 		case <-ctx.Done():
-			return netpolicy.Decision{}
+			return approvals.Decision{}
 		}
 	}, time.Minute)
 	pool := x509.NewCertPool()
@@ -961,11 +962,11 @@ func (p *Proxy) unlimitHeldRate() {
 // many, one more each heldEvery: more are refused at once with 403 and a
 // reason that says which bound, recorded, and never reach the approver.
 func TestServiceHeldBounds(t *testing.T) {
-	asks := make(chan netpolicy.Approval, 2*maxHeld)
-	r, rc := newServiceRun(t, func(ctx context.Context, a netpolicy.Approval) netpolicy.Decision {
+	asks := make(chan approvals.Approval, 2*maxHeld)
+	r, rc := newServiceRun(t, func(ctx context.Context, a approvals.Approval) approvals.Decision {
 		asks <- a
 		<-ctx.Done()
-		return netpolicy.Decision{}
+		return approvals.Decision{}
 	}, time.Minute)
 	c := r.serviceClient()
 	post := func(path string) (int, string) {
@@ -1021,8 +1022,8 @@ func TestServiceHeldBounds(t *testing.T) {
 	}
 
 	// How often: a limiter of two, then one an hour.
-	r2, rc2 := newServiceRun(t, func(ctx context.Context, a netpolicy.Approval) netpolicy.Decision {
-		return netpolicy.Decision{By: "test operator", Taken: true}
+	r2, rc2 := newServiceRun(t, func(ctx context.Context, a approvals.Approval) approvals.Decision {
+		return approvals.Decision{By: "test operator", Taken: true}
 	}, time.Minute)
 	r2.px.mu.Lock()
 	r2.px.heldRate = rate.NewLimiter(rate.Every(time.Hour), 2)

@@ -9,14 +9,14 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/agentrun/agentrun/internal/netpolicy"
+	"github.com/agentrun/agentrun/internal/approvals"
 )
 
 // terminalApprover asks on the controlling terminal (/dev/tty) whether to
 // let a request held for approval through, one question at a time; only
 // "y" or "yes" approves. It is nil when there is no terminal: held
 // requests are then denied.
-func terminalApprover() func(context.Context, string, netpolicy.Approval) netpolicy.Decision {
+func terminalApprover() approvals.RunFunc {
 	tty, err := os.OpenFile("/dev/tty", os.O_RDWR, 0)
 	if err != nil {
 		return nil
@@ -28,16 +28,16 @@ func terminalApprover() func(context.Context, string, netpolicy.Approval) netpol
 // out while it waits for its turn is denied without a question, and an
 // answer read once its time ran out is said to be too late: only an
 // answer in time counts, and it counts as given (Decision.Taken).
-func askOn(tty io.ReadWriter) func(context.Context, string, netpolicy.Approval) netpolicy.Decision {
+func askOn(tty io.ReadWriter) approvals.RunFunc {
 	lines := make(chan string)
 	var once sync.Once
 	turn := make(chan struct{}, 1)
-	return func(ctx context.Context, run string, a netpolicy.Approval) netpolicy.Decision {
+	return func(ctx context.Context, run string, a approvals.Approval) approvals.Decision {
 		select {
 		case turn <- struct{}{}:
 			defer func() { <-turn }()
 		case <-ctx.Done():
-			return netpolicy.Decision{By: "terminal"}
+			return approvals.Decision{By: "terminal"}
 		}
 		once.Do(func() {
 			go func() {
@@ -60,7 +60,7 @@ func askOn(tty io.ReadWriter) func(context.Context, string, netpolicy.Approval) 
 				break drain
 			}
 		}
-		// a's fields are escaped already (netpolicy.Approval): shown as they are.
+		// a's fields are escaped already (approvals.Approval): shown as they are.
 		fmt.Fprintf(tty, "\nagentrun: run %s: %sApprove? [y/N] ", run, a.Describe())
 		select {
 		case l, ok := <-lines:
@@ -68,10 +68,10 @@ func askOn(tty io.ReadWriter) func(context.Context, string, netpolicy.Approval) 
 				break
 			}
 			yes := ok && (strings.EqualFold(strings.TrimSpace(l), "y") || strings.EqualFold(strings.TrimSpace(l), "yes"))
-			return netpolicy.Decision{Approved: yes, By: "terminal", Taken: true}
+			return approvals.Decision{Approved: yes, By: "terminal", Taken: true}
 		case <-ctx.Done():
 		}
 		fmt.Fprintln(tty, "\nagentrun: no answer in time: denied")
-		return netpolicy.Decision{By: "terminal"}
+		return approvals.Decision{By: "terminal"}
 	}
 }

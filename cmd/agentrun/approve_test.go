@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentrun/agentrun/internal/netpolicy"
+	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/untrusted"
 	"github.com/agentrun/agentrun/internal/worker"
 )
@@ -49,16 +49,16 @@ func readUntil(t *testing.T, out *bufio.Reader, s string) string {
 func TestTerminalApproverTurns(t *testing.T) {
 	tty, in, out := newFakeTTY(t)
 	ask := askOn(tty)
-	first := make(chan netpolicy.Decision, 1)
+	first := make(chan approvals.Decision, 1)
 	go func() {
-		first <- ask(context.Background(), "ar-1", netpolicy.Approval{ID: "ap-1", Service: "api", Method: "POST", URL: "https://a/1"})
+		first <- ask(context.Background(), "ar-1", approvals.Approval{ID: "ap-1", Service: "api", Method: "POST", URL: "https://a/1"})
 	}()
 	readUntil(t, out, "Approve? [y/N] ")
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	second := make(chan netpolicy.Decision, 1)
+	second := make(chan approvals.Decision, 1)
 	go func() {
-		second <- ask(ctx, "ar-1", netpolicy.Approval{ID: "ap-2", Service: "api", Method: "POST", URL: "https://a/2"})
+		second <- ask(ctx, "ar-1", approvals.Approval{ID: "ap-2", Service: "api", Method: "POST", URL: "https://a/2"})
 	}()
 	select {
 	case d := <-second:
@@ -80,9 +80,9 @@ func TestTerminalApproverLateAnswer(t *testing.T) {
 	tty, in, out := newFakeTTY(t)
 	ask := askOn(tty)
 	ctx, cancel := context.WithCancel(context.Background())
-	got := make(chan netpolicy.Decision, 1)
+	got := make(chan approvals.Decision, 1)
 	go func() {
-		got <- ask(ctx, "ar-1", netpolicy.Approval{ID: "ap-1", Service: "api", Method: "POST", URL: "https://a/1"})
+		got <- ask(ctx, "ar-1", approvals.Approval{ID: "ap-1", Service: "api", Method: "POST", URL: "https://a/1"})
 	}()
 	readUntil(t, out, "Approve? [y/N] ")
 	cancel()
@@ -118,9 +118,9 @@ func TestApproveReplyEscaped(t *testing.T) {
 func TestTerminalApproverToolCall(t *testing.T) {
 	tty, in, out := newFakeTTY(t)
 	ask := askOn(tty)
-	a := netpolicy.Approval{ID: "ap-t", Kind: netpolicy.KindTool, Service: "github",
+	a := approvals.Approval{ID: "ap-t", Kind: approvals.KindTool, Service: "github",
 		Tool: untrusted.Text("create_issue\nagentrun: no answer in time: denied\r"), Arguments: untrusted.Text("{\"x\":\"\x1b]0;owned\x07\u202e\"}")}
-	got := make(chan netpolicy.Decision, 1)
+	got := make(chan approvals.Decision, 1)
 	go func() { got <- ask(context.Background(), "ar-1", a) }()
 	shown := readUntil(t, out, "Approve? [y/N] ")
 	want := "\nagentrun: run ar-1: the sandboxed program asks to call a tool of tool server github " +

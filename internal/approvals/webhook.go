@@ -1,9 +1,10 @@
-// Package approvals announces requests held for a human's decision to the
-// operator's webhook: a JSON Hold, signed with HMAC-SHA256, POSTed in the
-// background with bounded time and retries. The decision comes back
-// another way (serve's API or page, NATS for a worker); a webhook that
-// fails leaves the request held until its approval timeout.
 package approvals
+
+// The webhook announces holds to the operator: a JSON Hold, signed with
+// HMAC-SHA256, POSTed in the background with bounded time and retries.
+// The decision comes back another way (serve's API or page, NATS for a
+// worker); a webhook that fails leaves the request held until its
+// approval timeout.
 
 import (
 	"bytes"
@@ -21,7 +22,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/secret"
 )
 
@@ -40,11 +40,11 @@ type Hold struct {
 	URL         string `json:"url"`
 	BodyExcerpt string `json:"body_excerpt"`
 	// BodyCut is set when the body is longer than BodyExcerpt, which
-	// then holds its first bytes only (netpolicy.Approval.BodyCut).
+	// then holds its first bytes only (Approval.BodyCut).
 	BodyCut   bool      `json:"body_cut"`
 	Session   string    `json:"session"`
 	ExpiresAt time.Time `json:"expires_at"`
-	// Kind, Tool and Arguments are netpolicy.Approval's: Kind "tool" for a
+	// Kind, Tool and Arguments are Approval's: Kind "tool" for a
 	// held tool call, absent for a request.
 	Kind      string `json:"kind,omitempty"`
 	Tool      string `json:"tool,omitempty"`
@@ -53,7 +53,7 @@ type Hold struct {
 
 // NewHold is the Hold of approval a of run, in session, that waits until
 // ctx's deadline.
-func NewHold(ctx context.Context, run, session string, a netpolicy.Approval) Hold {
+func NewHold(ctx context.Context, run, session string, a Approval) Hold {
 	h := Hold{Run: run, ID: a.ID, Service: a.Service, Method: a.Method, URL: a.URL,
 		BodyExcerpt: a.BodyExcerpt, BodyCut: a.BodyCut, Session: session,
 		Kind: a.Kind, Tool: a.Tool, Arguments: a.Arguments}

@@ -6,14 +6,14 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/agentrun/agentrun/internal/netpolicy"
+	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/server"
 )
 
 // heldRun is a run_code call whose run waits for the client's decision on
 // a held request.
-type heldRun = held[netpolicy.Approval, netpolicy.Decision, callResult]
+type heldRun = held[approvals.Approval, approvals.Decision, callResult]
 
 type callResult struct {
 	res *result.Result
@@ -22,8 +22,8 @@ type callResult struct {
 
 // approver is the run's approver of h: it hands the question to the call
 // that waits (or the next retry) and waits for the answer (answerClient).
-func approver(h *heldRun) server.Approver {
-	return func(ctx context.Context, _ string, a netpolicy.Approval) netpolicy.Decision {
+func approver(h *heldRun) approvals.RunFunc {
+	return func(ctx context.Context, _ string, a approvals.Approval) approvals.Decision {
 		d, _ := h.ask(ctx, a.ID, a)
 		return d
 	}
@@ -33,7 +33,7 @@ func approver(h *heldRun) server.Approver {
 // to h, as a decision Taken: it counts from here on, even when the
 // approval's time runs out at this moment. False when it came too late.
 func answerClient(h *heldRun, r any) bool {
-	d := netpolicy.Decision{By: "mcp client (elicitation)", Taken: true}
+	d := approvals.Decision{By: "mcp client (elicitation)", Taken: true}
 	if r, ok := r.(*mcp.ElicitResult); ok {
 		yes, _ := r.Content["approve"].(bool)
 		d.Approved = r.Action == "accept" && yes
@@ -65,7 +65,7 @@ func (s *Server) runAsking(ctx context.Context, req *mcp.CallToolRequest, taskJS
 	// client's session, or when the call is cancelled while waiting.
 	runCtx, done := s.track(context.Background(), req.Session)
 	runCtx, cancel := context.WithCancel(runCtx)
-	h := newHeld[netpolicy.Approval, netpolicy.Decision, callResult](cancel)
+	h := newHeld[approvals.Approval, approvals.Decision, callResult](cancel)
 	go func() {
 		defer done()
 		res, err := s.run(server.WithApprover(runCtx, approver(h)), taskJSON)
@@ -78,7 +78,7 @@ func (s *Server) runAsking(ctx context.Context, req *mcp.CallToolRequest, taskJS
 // await waits for h's run to end or to ask a question; a question becomes
 // the call's answer (h returned, and kept in s.held for the retry).
 func (s *Server) await(ctx context.Context, h *heldRun) (*result.Result, *heldRun, error) {
-	r, q := s.held.await(ctx, h, netpolicy.Decision{By: "too many calls waiting for their client"})
+	r, q := s.held.await(ctx, h, approvals.Decision{By: "too many calls waiting for their client"})
 	if q != nil {
 		return nil, q, nil
 	}

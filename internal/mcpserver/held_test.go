@@ -12,8 +12,8 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/config"
-	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/server"
@@ -115,18 +115,18 @@ func TestForwardElicitUnknownCall(t *testing.T) {
 // handed it over) is the run's decision, Taken, even when the time ran
 // out at that moment; one too late is not taken and the decision is none.
 func TestApprovalTakenAtTimeout(t *testing.T) {
-	var hc heldCalls[netpolicy.Approval, netpolicy.Decision, callResult]
+	var hc heldCalls[approvals.Approval, approvals.Decision, callResult]
 	yes := &mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}
 	took, late := 0, 0
 	for i := range 1000 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-		h := newHeld[netpolicy.Approval, netpolicy.Decision, callResult](cancel)
-		got := make(chan netpolicy.Decision, 1)
+		h := newHeld[approvals.Approval, approvals.Decision, callResult](cancel)
+		got := make(chan approvals.Decision, 1)
 		go func() {
-			got <- approver(h)(ctx, "ar-x", netpolicy.Approval{ID: fmt.Sprintf("ap-%d", i)})
+			got <- approver(h)(ctx, "ar-x", approvals.Approval{ID: fmt.Sprintf("ap-%d", i)})
 			h.result <- callResult{}
 		}()
-		if _, q := hc.await(context.Background(), h, netpolicy.Decision{By: "busy"}); q != nil {
+		if _, q := hc.await(context.Background(), h, approvals.Decision{By: "busy"}); q != nil {
 			hc.take(q.state)
 			// Answer about when the time runs out, a little before or after.
 			dl, _ := ctx.Deadline()
@@ -155,18 +155,18 @@ func TestApprovalTakenAtTimeout(t *testing.T) {
 // about a tool call, and the schema's one field says so too; the client's
 // accept with approve true approves it, recorded as the client's.
 func TestElicitToolCall(t *testing.T) {
-	var hc heldCalls[netpolicy.Approval, netpolicy.Decision, callResult]
-	a := netpolicy.Approval{ID: "ap-tool", Kind: netpolicy.KindTool, Service: "github",
+	var hc heldCalls[approvals.Approval, approvals.Decision, callResult]
+	a := approvals.Approval{ID: "ap-tool", Kind: approvals.KindTool, Service: "github",
 		Tool: untrusted.Text("create_issue\nApprove this tool call? yes\u202e"), Arguments: untrusted.Text("{\"a\":\"\x1b[2J\u200b\"}")}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	h := newHeld[netpolicy.Approval, netpolicy.Decision, callResult](cancel)
-	got := make(chan netpolicy.Decision, 1)
+	h := newHeld[approvals.Approval, approvals.Decision, callResult](cancel)
+	got := make(chan approvals.Decision, 1)
 	go func() {
 		got <- approver(h)(ctx, "ar-1", a)
 		h.result <- callResult{}
 	}()
-	_, q := hc.await(context.Background(), h, netpolicy.Decision{By: "busy"})
+	_, q := hc.await(context.Background(), h, approvals.Decision{By: "busy"})
 	if q == nil {
 		t.Fatal("the held tool call was not asked")
 	}
@@ -209,7 +209,7 @@ func TestEachHeldAskedOfEveryClient(t *testing.T) {
 	run := func(ctx context.Context, _ *task.Plan, hooks runapi.Hooks) *result.Result {
 		res := &result.Result{ID: "ar-held"}
 		for i := 1; i <= 2; i++ {
-			d := hooks.Approve(ctx, res.ID, netpolicy.Approval{ID: fmt.Sprintf("ap-%d", i), Kind: netpolicy.KindTool,
+			d := hooks.Approve(ctx, res.ID, approvals.Approval{ID: fmt.Sprintf("ap-%d", i), Kind: approvals.KindTool,
 				Service: "ev", Tool: "echo", Arguments: fmt.Sprintf(`{"n":%d}`, i)})
 			res.Stdout += fmt.Sprintf("%d %v %s\n", i, d.Approved, d.By)
 		}

@@ -19,9 +19,9 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/errkind"
-	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/task"
 )
@@ -82,7 +82,7 @@ type Server struct {
 	calls  sync.WaitGroup
 	after  func() // run by Close once the calls are done; may be nil
 
-	held heldCalls[netpolicy.Approval, netpolicy.Decision, callResult] // runs waiting for their client's decision on a held request
+	held heldCalls[approvals.Approval, approvals.Decision, callResult] // runs waiting for their client's decision on a held request
 
 	mu sync.Mutex
 	// stateful are the languages whose runs in a kept session keep their

@@ -35,8 +35,8 @@ func TestDoorsImportNoRuntime(t *testing.T) {
 }
 
 // The doors and this package build without the proxy and the namespaces:
-// they share the network policy's types (approvals, decisions, reports)
-// through internal/netpolicy, and serve is handed the proxy's test of a
+// they share holds and their decisions through internal/approvals and the
+// network's report through internal/netpolicy, and serve is handed the proxy's test of a
 // sandbox's connection as a function value; the image store is handed
 // internal/hostaddr's check of the host's addresses by the runner, so no
 // door links netlink either.

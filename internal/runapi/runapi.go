@@ -10,7 +10,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/agentrun/agentrun/internal/netpolicy"
+	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/task"
 )
@@ -38,7 +38,7 @@ type Hooks struct {
 	// Approve decides requests to services that an approve rule holds,
 	// for the run of that id; it must return when its context ends. Nil
 	// denies them.
-	Approve func(ctx context.Context, run string, a netpolicy.Approval) netpolicy.Decision
+	Approve approvals.RunFunc
 	// ToolCalled counts each of the run's tool calls by server, tool and
 	// outcome (metrics.Metrics.ToolCalled); called from the broker's
 	// goroutines.

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/hostaddr"
-	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/proxy"
@@ -129,7 +129,7 @@ func (r *Runner) tools(req request, dir string, sb *sandbox, pol *proxy.Policy) 
 
 // bindNetwork gives the proxy of sb, a sandbox made ahead, the policy of
 // p, the run that took it, whose result is res.
-func (r *Runner) bindNetwork(sb *sandbox, p *task.Plan, approve netpolicy.ApproveFunc, res *result.Result) error {
+func (r *Runner) bindNetwork(sb *sandbox, p *task.Plan, approve approvals.Func, res *result.Result) error {
 	pol, err := r.policy(p, approve)
 	if err != nil {
 		return err
@@ -153,7 +153,7 @@ func bind(sb *sandbox, pol proxy.Policy, res *result.Result) error {
 
 // policy is what the proxy lets p reach: its allowlist and services, under
 // the config's hosts, ranges, host_ports and the run's network limits.
-func (r *Runner) policy(p *task.Plan, approve netpolicy.ApproveFunc) (proxy.Policy, error) {
+func (r *Runner) policy(p *task.Plan, approve approvals.Func) (proxy.Policy, error) {
 	services, roots, timeout, err := r.services(p)
 	if err != nil {
 		return proxy.Policy{}, err

@@ -14,11 +14,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/image"
+	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/cleanup"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/hostaddr"
-	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/safefs"
@@ -360,13 +360,13 @@ func cancelled(ctx context.Context, err error) error {
 
 // approver is the proxy's form of hook for the run whose result is res
 // (nil without a hook).
-func approver(hook func(context.Context, string, netpolicy.Approval) netpolicy.Decision, res *result.Result) netpolicy.ApproveFunc {
+func approver(hook approvals.RunFunc, res *result.Result) approvals.Func {
 	if hook == nil {
 		return nil
 	}
 	// The id is read when a request is held, once the program runs: a
 	// pooled run's is its sandbox's, set after this.
-	return func(ctx context.Context, a netpolicy.Approval) netpolicy.Decision { return hook(ctx, res.ID, a) }
+	return func(ctx context.Context, a approvals.Approval) approvals.Decision { return hook(ctx, res.ID, a) }
 }
 
 // pullOptions bounds the pull of a task's image by policy.registries,
@@ -539,7 +539,7 @@ type request struct {
 	// res is the run's result, which the network's report fills once the
 	// program has ended; approve decides its held requests (nil: denied).
 	res     *result.Result
-	approve netpolicy.ApproveFunc
+	approve approvals.Func
 	// toolCount counts the run's tool calls (nil: not counted).
 	toolCount func(server, tool, outcome string)
 	// warm, if not nil, is the launcher argv of a warm sandbox (warm.go):
@@ -553,7 +553,7 @@ type request struct {
 
 // runRequest is the request for the sandbox of a run of p that sets its
 // own up, under its result's id, with its files.
-func runRequest(p *task.Plan, img *image.Image, res *result.Result, lease *session.Lease, approve netpolicy.ApproveFunc) request {
+func runRequest(p *task.Plan, img *image.Image, res *result.Result, lease *session.Lease, approve approvals.Func) request {
 	return request{plan: p, img: img, id: res.ID, files: runFiles(p), lease: lease, res: res, approve: approve}
 }
 

@@ -15,7 +15,6 @@ import (
 	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/metrics"
-	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/untrusted"
 )
 
@@ -63,7 +62,7 @@ type heldSet struct {
 // ask registers h, announces it (send: the run's stream, hook: the
 // webhook, until ctx ends; each may be nil) and waits for the decision,
 // or for ctx to end.
-func (a *heldSet) ask(ctx context.Context, h *held, send func(Event), hook func(context.Context, approvals.Hold), ap netpolicy.Approval) netpolicy.Decision {
+func (a *heldSet) ask(ctx context.Context, h *held, send func(Event), hook func(context.Context, approvals.Hold), ap approvals.Approval) approvals.Decision {
 	key := h.hold.Run + "/" + h.hold.ID
 	h.ch = make(chan decision, 1)
 	a.mu.Lock()
@@ -72,7 +71,7 @@ func (a *heldSet) ask(ctx context.Context, h *held, send func(Event), hook func(
 	}
 	if len(a.pending) >= maxPending {
 		a.mu.Unlock()
-		return netpolicy.Decision{By: "too many approvals waiting on the server"}
+		return approvals.Decision{By: "too many approvals waiting on the server"}
 	}
 	a.pending[key] = h
 	a.mu.Unlock()
@@ -87,10 +86,10 @@ func (a *heldSet) ask(ctx context.Context, h *held, send func(Event), hook func(
 	if hook != nil {
 		hook(ctx, h.hold)
 	}
-	taken := func(d decision) netpolicy.Decision {
+	taken := func(d decision) approvals.Decision {
 		a.metrics.ApprovalDecided(d.channel, d.ok)
 		a.record(h.hold, d.ok, d.by)
-		return netpolicy.Decision{Approved: d.ok, By: d.by, Taken: true}
+		return approvals.Decision{Approved: d.ok, By: d.by, Taken: true}
 	}
 	select {
 	case d := <-h.ch:
@@ -112,7 +111,7 @@ func (a *heldSet) ask(ctx context.Context, h *held, send func(Event), hook func(
 		} else {
 			a.record(h.hold, false, "request abandoned")
 		}
-		return netpolicy.Decision{}
+		return approvals.Decision{}
 	}
 }
 
@@ -172,7 +171,7 @@ func (a *heldSet) count() int64 {
 // are held on the server, sent on send (a streamed run's events) and
 // announced to cfg's webhook. Nil when nothing would reach a human (no
 // stream, no webhook, no page): they are then denied at once.
-func (s *Server) approver(cfg *config.Config, session string, send func(Event)) func(context.Context, string, netpolicy.Approval) netpolicy.Decision {
+func (s *Server) approver(cfg *config.Config, session string, send func(Event)) approvals.RunFunc {
 	ac := cfg.Server.Approvals
 	if send == nil && ac.Webhook == "" && !ac.Page {
 		return nil
@@ -186,7 +185,7 @@ func (s *Server) approver(cfg *config.Config, session string, send func(Event)) 
 		target := approvals.Target{URL: ac.Webhook, SecretFile: ac.WebhookSecretFile}
 		hook = func(ctx context.Context, h approvals.Hold) { s.webhook().Send(ctx, target, h) }
 	}
-	return func(ctx context.Context, run string, ap netpolicy.Approval) netpolicy.Decision {
+	return func(ctx context.Context, run string, ap approvals.Approval) approvals.Decision {
 		h := &held{hold: approvals.NewHold(ctx, run, session, ap), apiBy: apiBy}
 		return s.approvals.ask(ctx, h, send, hook, ap)
 	}
@@ -216,18 +215,14 @@ func (s *Server) Close() {
 
 type approverKey struct{}
 
-// Approver decides a request of run held for approval; it must return
-// when ctx ends.
-type Approver = func(ctx context.Context, run string, a netpolicy.Approval) netpolicy.Decision
-
 // WithApprover returns ctx carrying approve, which RunTask asks about the
 // run's requests held for approval (MCP elicitation, a terminal).
-func WithApprover(ctx context.Context, approve Approver) context.Context {
+func WithApprover(ctx context.Context, approve approvals.RunFunc) context.Context {
 	return context.WithValue(ctx, approverKey{}, approve)
 }
 
-func approverFrom(ctx context.Context) Approver {
-	a, _ := ctx.Value(approverKey{}).(Approver)
+func approverFrom(ctx context.Context) approvals.RunFunc {
+	a, _ := ctx.Value(approverKey{}).(approvals.RunFunc)
 	return a
 }
 

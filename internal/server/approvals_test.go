@@ -19,7 +19,6 @@ import (
 	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/metrics"
-	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/task"
@@ -38,7 +37,7 @@ func holdingRun(timeout time.Duration) runapi.Func {
 		}
 		actx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		d := hooks.Approve(actx, res.ID, netpolicy.Approval{ID: "ap-0123", Service: "api", Method: "POST",
+		d := hooks.Approve(actx, res.ID, approvals.Approval{ID: "ap-0123", Service: "api", Method: "POST",
 			URL: "https://api.test/write", BodyExcerpt: string(p.Code)})
 		res.Stdout = map[bool]string{true: "approved ", false: "denied "}[d.Approved] + d.By
 		return res
@@ -302,7 +301,7 @@ func TestApprovalTakenWhileTimingOut(t *testing.T) {
 			}
 			<-ctx.Done()
 		}
-		d := a.ask(ctx, h, nil, hook, netpolicy.Approval{ID: h.hold.ID})
+		d := a.ask(ctx, h, nil, hook, approvals.Approval{ID: h.hold.ID})
 		cancel()
 		_, recent := a.list()
 		if !d.Approved || !d.Taken || d.By != "operator (x)" || recent[0].By != "operator (x)" {

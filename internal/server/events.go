@@ -8,7 +8,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
-	"github.com/agentrun/agentrun/internal/netpolicy"
+	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/result"
 )
 
@@ -30,10 +30,10 @@ type Event struct {
 	// (Approval.Kind "tool"), is held until POST /v1/runs/RUN/approvals/ID
 	// decides ("approval"). Approval's method, url and body_excerpt (a
 	// request), tool and arguments (a tool call) are the program's text,
-	// escaped (see netpolicy.Approval): a client shows them as they are,
+	// escaped (see approvals.Approval): a client shows them as they are,
 	// as the program's.
 	Run      string              `json:"run,omitempty"`
-	Approval *netpolicy.Approval `json:"approval,omitempty"`
+	Approval *approvals.Approval `json:"approval,omitempty"`
 }
 
 // outputs turns the run's output chunks into events, holding back the

@@ -15,7 +15,6 @@ import (
 
 	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/config"
-	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/server"
@@ -46,7 +45,7 @@ var goSchemas = map[string]struct {
 	"ApprovalRecord": {reflect.TypeFor[result.Approval](), false},
 	"CollectedFile":  {reflect.TypeFor[result.File](), false},
 	"Collect":        {reflect.TypeFor[result.Collect](), false},
-	"HeldRequest":    {reflect.TypeFor[netpolicy.Approval](), false},
+	"HeldRequest":    {reflect.TypeFor[approvals.Approval](), false},
 	"Event":          {reflect.TypeFor[server.Event](), false},
 	"Health":         {reflect.TypeFor[server.Health](), false},
 	"PoolHealth":     {reflect.TypeFor[server.PoolHealth](), false},

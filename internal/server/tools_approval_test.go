@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/config"
-	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/server"
@@ -32,8 +32,8 @@ const (
 
 // toolApproval is the Approval of a held tool call as the broker makes
 // it: the program's bytes escaped (untrusted.Text).
-func toolApproval() netpolicy.Approval {
-	return netpolicy.Approval{ID: "ap-tool", Kind: netpolicy.KindTool, Service: "github",
+func toolApproval() approvals.Approval {
+	return approvals.Approval{ID: "ap-tool", Kind: approvals.KindTool, Service: "github",
 		Tool: untrusted.Text(hostileTool), Arguments: untrusted.Text(hostileArgs)}
 }
 
@@ -154,7 +154,7 @@ func TestOpenAPIToolApprovalShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	tool, _ := json.Marshal(toolApproval())
-	request, _ := json.Marshal(netpolicy.Approval{ID: "ap-1", Service: "api", Method: "POST", URL: "https://api.test/x"})
+	request, _ := json.Marshal(approvals.Approval{ID: "ap-1", Service: "api", Method: "POST", URL: "https://api.test/x"})
 	for _, ok := range []string{string(tool), string(request)} {
 		if err := d.Validate("/components/schemas/HeldRequest", []byte(ok)); err != nil {
 			t.Error(err)

@@ -29,6 +29,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/state"
@@ -89,8 +90,8 @@ type Options struct {
 	Servers []Server
 	Limits  Limits
 	// Approve decides calls a rule holds; nil denies them ("no way to
-	// ask"). ApprovalTimeout bounds the wait (0: netpolicy's default).
-	Approve         netpolicy.ApproveFunc
+	// ask"). ApprovalTimeout bounds the wait (0: approvals.DefaultTimeout).
+	Approve         approvals.Func
 	ApprovalTimeout time.Duration
 	// CgroupParent is where each stdio server's cgroup is made; "" makes
 	// none (a test's unprivileged servers: then only the process group is

@@ -21,6 +21,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/metrics"
 	"github.com/agentrun/agentrun/internal/netpolicy"
@@ -381,16 +382,16 @@ func TestFailedStart(t *testing.T) {
 }
 
 func TestApprove(t *testing.T) {
-	var got []netpolicy.Approval
+	var got []approvals.Approval
 	var mu sync.Mutex
-	answer := func(d netpolicy.Decision, wait bool) netpolicy.ApproveFunc {
-		return func(ctx context.Context, a netpolicy.Approval) netpolicy.Decision {
+	answer := func(d approvals.Decision, wait bool) approvals.Func {
+		return func(ctx context.Context, a approvals.Approval) approvals.Decision {
 			mu.Lock()
 			got = append(got, a)
 			mu.Unlock()
 			if wait {
 				<-ctx.Done()
-				return netpolicy.Decision{}
+				return approvals.Decision{}
 			}
 			return d
 		}
@@ -398,16 +399,16 @@ func TestApprove(t *testing.T) {
 	srv := stdioServer(t, "stdio")
 	for _, tc := range []struct {
 		name     string
-		approve  netpolicy.ApproveFunc
+		approve  approvals.Func
 		args     string
 		code     int
 		want, by string
 	}{
-		{"yes", answer(netpolicy.Decision{Approved: true, By: "terminal"}, false), "{\"title\": \"a\u202eb\"}", 200, "created", "terminal"},
-		{"no", answer(netpolicy.Decision{By: "operator (serve)"}, false), `{}`, 403, "denied by the operator (operator (serve))", "operator (serve)"},
-		{"timeout", answer(netpolicy.Decision{}, true), `{}`, 403, "approval timed out after 1s", "timeout"},
+		{"yes", answer(approvals.Decision{Approved: true, By: "terminal"}, false), "{\"title\": \"a\u202eb\"}", 200, "created", "terminal"},
+		{"no", answer(approvals.Decision{By: "operator (serve)"}, false), `{}`, 403, "denied by the operator (operator (serve))", "operator (serve)"},
+		{"timeout", answer(approvals.Decision{}, true), `{}`, 403, "approval timed out after 1s", "timeout"},
 		{"nobody", nil, `{}`, 403, "denied by the operator: no way to ask", "no way to ask"},
-		{"too long", answer(netpolicy.Decision{Approved: true}, false), `{"a": "` + strings.Repeat("\\n", netpolicy.MaxArgumentsShown/2) + `"}`, 403, "arguments too long to show", ""},
+		{"too long", answer(approvals.Decision{Approved: true}, false), `{"a": "` + strings.Repeat("\\n", approvals.MaxArgumentsShown/2) + `"}`, 403, "arguments too long to show", ""},
 	} {
 		got = nil
 		b := newBroker(t, Options{Servers: []Server{srv}, Approve: tc.approve, ApprovalTimeout: time.Second})
@@ -420,7 +421,7 @@ func TestApprove(t *testing.T) {
 			t.Errorf("%s: record %+v", tc.name, c)
 		}
 		if tc.name == "yes" {
-			if len(got) != 1 || got[0].Kind != netpolicy.KindTool || got[0].Service != "local" || got[0].Tool != "create_issue" ||
+			if len(got) != 1 || got[0].Kind != approvals.KindTool || got[0].Service != "local" || got[0].Tool != "create_issue" ||
 				got[0].Arguments != `{"title":"a\u202eb"}` || got[0].ID != c.Approval {
 				t.Errorf("approval asked: %+v", got)
 			}
@@ -431,7 +432,7 @@ func TestApprove(t *testing.T) {
 	}
 
 	// The program hanging up ends the wait.
-	b := newBroker(t, Options{Servers: []Server{srv}, Approve: answer(netpolicy.Decision{}, true), ApprovalTimeout: time.Minute})
+	b := newBroker(t, Options{Servers: []Server{srv}, Approve: answer(approvals.Decision{}, true), ApprovalTimeout: time.Minute})
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	req := httptest.NewRequestWithContext(ctx, "POST", "http://tools.agentrun/v1/call", strings.NewReader(`{"server": "local", "tool": "create_issue", "arguments": {}}`))
@@ -447,10 +448,10 @@ func TestApprove(t *testing.T) {
 // held call's arguments reach the approver with every character that is
 // not visible on its own escaped.
 func TestDuplicateKeys(t *testing.T) {
-	var asked []netpolicy.Approval
-	approve := func(_ context.Context, a netpolicy.Approval) netpolicy.Decision {
+	var asked []approvals.Approval
+	approve := func(_ context.Context, a approvals.Approval) approvals.Decision {
 		asked = append(asked, a)
-		return netpolicy.Decision{Approved: true, By: "terminal"}
+		return approvals.Decision{Approved: true, By: "terminal"}
 	}
 	b := newBroker(t, Options{Servers: []Server{stdioServer(t, "stdio")}, Approve: approve, ApprovalTimeout: 5 * time.Second})
 	for _, c := range []struct{ tool, args, path string }{

@@ -15,8 +15,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/jsonkeys"
-	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/untrusted"
 )
@@ -299,10 +299,10 @@ func (b *Broker) admit() *callError {
 // hold asks Options.Approve about the call and waits, within the
 // approval timeout and the program's request, for the decision.
 func (b *Broker) hold(ctx context.Context, server string, req *callRequest, rec *result.ToolCall) *callError {
-	a := netpolicy.Approval{ID: newID(), Kind: netpolicy.KindTool, Service: server,
+	a := approvals.Approval{ID: newID(), Kind: approvals.KindTool, Service: server,
 		Tool: untrusted.Text(req.Tool), Arguments: untrusted.Text(string(req.Arguments))}
-	if len(a.Arguments) > netpolicy.MaxArgumentsShown || len(a.Tool) > netpolicy.MaxArgumentsShown {
-		return refused(http.StatusForbidden, "arguments too long to show: %d bytes escaped, more than the %d an approver is shown whole", len(a.Arguments), netpolicy.MaxArgumentsShown)
+	if len(a.Arguments) > approvals.MaxArgumentsShown || len(a.Tool) > approvals.MaxArgumentsShown {
+		return refused(http.StatusForbidden, "arguments too long to show: %d bytes escaped, more than the %d an approver is shown whole", len(a.Arguments), approvals.MaxArgumentsShown)
 	}
 	rec.Approval = a.ID
 	if b.opts.Approve == nil {
@@ -311,7 +311,7 @@ func (b *Broker) hold(ctx context.Context, server string, req *callRequest, rec 
 	}
 	timeout := b.opts.ApprovalTimeout
 	if timeout <= 0 {
-		timeout = netpolicy.DefaultApprovalTimeout
+		timeout = approvals.DefaultTimeout
 	}
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agentrun/agentrun/internal/approvals"
-	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/untrusted"
 )
 
@@ -43,12 +42,12 @@ type DecisionReply struct {
 const maxBy = 64
 
 // decisionOf is the decision a Decision message data takes.
-func decisionOf(data []byte) (netpolicy.Decision, error) {
+func decisionOf(data []byte) (approvals.Decision, error) {
 	var d Decision
 	if err := json.Unmarshal(data, &d); err != nil || len(d.By) > maxBy {
-		return netpolicy.Decision{}, fmt.Errorf(`want {"approve": true|false, "by": NAME of at most %d bytes}`, maxBy)
+		return approvals.Decision{}, fmt.Errorf(`want {"approve": true|false, "by": NAME of at most %d bytes}`, maxBy)
 	}
-	return netpolicy.Decision{Approved: d.Approve, By: natsBy(d.By), Taken: true}, nil
+	return approvals.Decision{Approved: d.Approve, By: natsBy(d.By), Taken: true}, nil
 }
 
 // natsBy is how a decision that came over NATS naming by is recorded:
@@ -69,13 +68,13 @@ func DecisionSubject(prefix, id string) string { return prefix + "." + id }
 
 // approver is the Approve hook of a run in session: nil without a
 // webhook (nobody would know to decide: denied at once).
-func (w *Worker) approver(session string) func(context.Context, string, netpolicy.Approval) netpolicy.Decision {
+func (w *Worker) approver(session string) approvals.RunFunc {
 	ac := w.wc.Approvals
 	if ac.Webhook == "" || w.hook == nil {
 		return nil
 	}
 	target := approvals.Target{URL: ac.Webhook, SecretFile: ac.WebhookSecretFile}
-	return func(ctx context.Context, run string, a netpolicy.Approval) netpolicy.Decision {
+	return func(ctx context.Context, run string, a approvals.Approval) approvals.Decision {
 		var slot decisionSlot
 		sub, err := w.nc.Subscribe(DecisionSubject(ac.Subject, a.ID), func(m *nats.Msg) {
 			d, err := decisionOf(m.Data)
@@ -91,7 +90,7 @@ func (w *Worker) approver(session string) func(context.Context, string, netpolic
 		})
 		if err != nil {
 			w.Logf("approval %s of run %s: subscribing to its decisions: %v: denied", a.ID, run, err)
-			return netpolicy.Decision{By: "no way to ask (NATS)"}
+			return approvals.Decision{By: "no way to ask (NATS)"}
 		}
 		defer sub.Unsubscribe()
 		// Listening before the announcement: a decision never comes
@@ -108,7 +107,7 @@ func (w *Worker) approver(session string) func(context.Context, string, netpolic
 type decisionSlot struct {
 	mu     sync.Mutex
 	closed bool
-	d      netpolicy.Decision
+	d      approvals.Decision
 	got    chan struct{}
 	once   sync.Once
 }
@@ -117,7 +116,7 @@ func (s *decisionSlot) init() { s.once.Do(func() { s.got = make(chan struct{}) }
 
 // take keeps d unless a decision was taken or the waiter stopped
 // waiting; it says whether d was taken.
-func (s *decisionSlot) take(d netpolicy.Decision) bool {
+func (s *decisionSlot) take(d approvals.Decision) bool {
 	s.init()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -131,7 +130,7 @@ func (s *decisionSlot) take(d netpolicy.Decision) bool {
 
 // wait returns the decision taken, or the zero Decision once ctx ends
 // with none taken (later ones are then refused).
-func (s *decisionSlot) wait(ctx context.Context) netpolicy.Decision {
+func (s *decisionSlot) wait(ctx context.Context) approvals.Decision {
 	s.init()
 	select {
 	case <-s.got:

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentrun/agentrun/internal/netpolicy"
+	"github.com/agentrun/agentrun/internal/approvals"
 )
 
 // A decision taken while the time runs out is the one returned, never a
@@ -14,14 +14,14 @@ func TestDecisionSlot(t *testing.T) {
 	for i := range 32 {
 		var s decisionSlot
 		ctx, cancel := context.WithCancel(context.Background())
-		if !s.take(netpolicy.Decision{Approved: true, By: "operator (nats)", Taken: true}) {
+		if !s.take(approvals.Decision{Approved: true, By: "operator (nats)", Taken: true}) {
 			t.Fatal("first decision not taken")
 		}
 		cancel()
 		if d := s.wait(ctx); !d.Approved || !d.Taken {
 			t.Fatalf("try %d: wait = %+v; want the decision taken", i, d)
 		}
-		if s.take(netpolicy.Decision{By: "operator (second)", Taken: true}) {
+		if s.take(approvals.Decision{By: "operator (second)", Taken: true}) {
 			t.Fatal("second decision taken")
 		}
 	}
@@ -31,7 +31,7 @@ func TestDecisionSlot(t *testing.T) {
 	if d := s.wait(ctx); d.Taken || d.Approved {
 		t.Errorf("wait with none taken = %+v", d)
 	}
-	if s.take(netpolicy.Decision{Approved: true, Taken: true}) {
+	if s.take(approvals.Decision{Approved: true, Taken: true}) {
 		t.Error("decision taken after the waiter stopped")
 	}
 }

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/config"
-	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/server"
 	"github.com/agentrun/agentrun/proxy/proxytest"
@@ -229,7 +229,7 @@ print(postb("/api/write/" + "a" * 2100, b"{}"))
 		"network": map[string]any{"services": []string{"api"}},
 		"limits":  map[string]any{"timeout": "60s"},
 	})
-	var asked []netpolicy.Approval
+	var asked []approvals.Approval
 	res := streamApprovals(t, s, string(task), func(ev server.Event) {
 		a := ev.Approval
 		asked = append(asked, *a)

@@ -13,8 +13,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/config"
-	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/uidpool"
 	"github.com/agentrun/agentrun/proxy/proxytest"
@@ -106,7 +106,7 @@ func TestToolServersFenced(t *testing.T) {
 	var mu sync.Mutex
 	var held map[uint32]string // the suite's uid reservations while the call is held
 	procUIDs := map[int]int{}  // the probes' processes and their uids, then
-	hooks := runapi.Hooks{Approve: func(ctx context.Context, run string, a netpolicy.Approval) netpolicy.Decision {
+	hooks := runapi.Hooks{Approve: func(ctx context.Context, run string, a approvals.Approval) approvals.Decision {
 		mu.Lock()
 		defer mu.Unlock()
 		if r, err := uidpool.Open(cfg.RunUIDs.ReservationsDir(), cfg.RunUIDs.First, cfg.RunUIDs.Count); err == nil {
@@ -115,7 +115,7 @@ func TestToolServersFenced(t *testing.T) {
 		for pid, uid := range serverProcs(probe) {
 			procUIDs[pid] = uid
 		}
-		return netpolicy.Decision{Taken: true, Approved: true, By: "test"}
+		return approvals.Decision{Taken: true, Approved: true, By: "test"}
 	}}
 	res := toolsRun(t, cfg, "", hooks, toolsPyTask(fenceProgram, []string{"victim", "hostile", "netted"},
 		map[string]any{"env": map[string]string{"PROBE_ARGS": string(probeArgs), "NETTED_ARGS": string(nettedArgs)}}))

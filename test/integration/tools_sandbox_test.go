@@ -14,9 +14,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/config"
-	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
@@ -235,11 +235,11 @@ func TestToolsFromSandbox(t *testing.T) {
 			[]string{"echo", "get-sum", "get-structured-content"}, []string{"get-tiny-image"})}
 		var mu sync.Mutex
 		var seen map[int]int
-		approve := func(ctx context.Context, run string, a netpolicy.Approval) netpolicy.Decision {
+		approve := func(ctx context.Context, run string, a approvals.Approval) approvals.Decision {
 			mu.Lock()
 			seen = serverProcs(entry)
 			mu.Unlock()
-			return netpolicy.Decision{Taken: true, Approved: a.Tool == "get-tiny-image", By: "test"}
+			return approvals.Decision{Taken: true, Approved: a.Tool == "get-tiny-image", By: "test"}
 		}
 		res := toolsRun(t, cfg, auditPath, runapi.Hooks{Approve: approve},
 			toolsPyTask(sandboxProgram, []string{"ev"}, map[string]any{"env": map[string]string{"PYTHONPATH": "/workspace/lib"}}))

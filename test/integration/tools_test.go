@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/config"
-	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
@@ -216,14 +216,14 @@ func TestToolServerEnvironmentAndUser(t *testing.T) {
 	cfg, _ := toolsConfig(t, entry, "", true)
 	cfg.Tools["ev"] = withRules(cfg.Tools["ev"], config.ToolRule{Tools: []string{"get-env", "get-sum"}}, config.ToolRule{Tools: []string{"echo"}, Approve: true})
 	var uids []int
-	hooks := runapi.Hooks{Approve: func(ctx context.Context, run string, a netpolicy.Approval) netpolicy.Decision {
+	hooks := runapi.Hooks{Approve: func(ctx context.Context, run string, a approvals.Approval) approvals.Decision {
 		// The call is held: the server runs now.
 		for _, pid := range serverProcesses(entry) {
 			if uid, ok := procUID(pid); ok {
 				uids = append(uids, uid)
 			}
 		}
-		return netpolicy.Decision{Approved: true, By: "test"}
+		return approvals.Decision{Approved: true, By: "test"}
 	}}
 	code := `
 import json

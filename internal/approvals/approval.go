@@ -1,4 +1,4 @@
-package netpolicy
+package approvals
 
 import (
 	"context"
@@ -6,10 +6,10 @@ import (
 	"time"
 )
 
-// DefaultApprovalTimeout is how long a held request or tool call waits
-// for a decision when the config does not say (network.approval_timeout's
-// default; the proxy's own DefaultApprovalTimeout is the same).
-const DefaultApprovalTimeout = 60 * time.Second
+// DefaultTimeout is how long a held request or tool call waits for a
+// decision when the config does not say (network.approval_timeout's
+// default).
+const DefaultTimeout = 60 * time.Second
 
 // BodyExcerptBytes is how much of a held request's body the approver
 // sees.
@@ -106,7 +106,13 @@ type Decision struct {
 	Taken bool
 }
 
-// ApproveFunc asks for a decision on a held request. It must return when
-// ctx ends (the approval timed out, or the request was abandoned); its
-// answer then no longer counts, unless it is Taken.
-type ApproveFunc func(ctx context.Context, a Approval) Decision
+// Func asks for a decision on a held request or tool call: the proxy's
+// and the tool broker's approver. It must return when ctx ends (the
+// approval timed out, or the request was abandoned); its answer then no
+// longer counts, unless it is Taken.
+type Func func(ctx context.Context, a Approval) Decision
+
+// RunFunc is a Func for the holds of any run, told which: the approver a
+// door or the terminal hands the runner (runapi.Hooks.Approve), which
+// makes it the Func of each run.
+type RunFunc func(ctx context.Context, run string, a Approval) Decision

@@ -1,4 +1,4 @@
-package netpolicy
+package approvals
 
 import (
 	"strings"
