@@ -4,10 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -37,9 +35,6 @@ const (
 	// More are refused at once, so that a program that holds and abandons
 	// requests in a loop cannot keep its approvers' channels busy.
 	heldEvery = time.Second
-	// DefaultApprovalTimeout is how long a held request waits for a
-	// decision when the policy names no time.
-	DefaultApprovalTimeout = 60 * time.Second
 	// bodyExcerpt is how much of a held request's body the approver sees.
 	bodyExcerpt = approvals.BodyExcerptBytes
 	// MaxURLBytes bounds the URL of a request to a service as it is shown
@@ -490,9 +485,7 @@ func textResponse(req *http.Request, status int, msg, header string) *http.Respo
 // approval times out, or ctx (the request, or the run) ends. It records
 // the decision.
 func (p *Proxy) approve(ctx context.Context, a approvals.Approval) netpolicy.ApprovalRecord {
-	var idb [8]byte
-	rand.Read(idb[:])
-	a.ID = "ap-" + hex.EncodeToString(idb[:])
+	a.ID = approvals.NewID()
 	rec := netpolicy.ApprovalRecord{ID: a.ID, Service: a.Service, Method: a.Method, URL: a.URL}
 	p.mu.Lock()
 	full := p.held >= maxHeld
@@ -510,20 +503,16 @@ func (p *Proxy) approve(ctx context.Context, a approvals.Approval) netpolicy.App
 		p.releaseHeld()
 		rec.By = "no way to ask"
 	default:
-		timeout := p.policy.ApprovalTimeout
-		if timeout <= 0 {
-			timeout = DefaultApprovalTimeout
-		}
-		actx, cancel := context.WithTimeout(ctx, timeout)
+		// The hold ends with the request, or the run.
+		rctx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(p.ctx, cancel)
-		d := p.policy.Approve(actx, a)
+		d, end := approvals.Ask(rctx, p.policy.Approve, a, p.policy.ApprovalTimeout)
 		stop()
-		// A decision taken counts as it was told, even when the time ran
-		// out (or the request ended) between taking it and returning.
-		switch {
-		case !d.Taken && errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:
+		cancel()
+		switch end {
+		case approvals.TimedOut:
 			rec.By = "timeout"
-		case !d.Taken && actx.Err() != nil:
+		case approvals.Withdrawn:
 			rec.By = reasonAbandoned
 		default:
 			rec.Approved, rec.By, rec.Taken = d.Approved, printable(d.By), d.Taken
@@ -531,7 +520,6 @@ func (p *Proxy) approve(ctx context.Context, a approvals.Approval) netpolicy.App
 				rec.By = "approver"
 			}
 		}
-		cancel()
 		p.releaseHeld()
 	}
 	// Past the bound, a program's flood of requests refused at once (or

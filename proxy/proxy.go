@@ -96,7 +96,7 @@ type Policy struct {
 	// them all ("no way to ask").
 	Approve approvals.Func
 	// ApprovalTimeout is how long a held request waits for a decision
-	// before it is denied; 0 means DefaultApprovalTimeout.
+	// before it is denied; 0 means approvals.DefaultTimeout.
 	ApprovalTimeout time.Duration
 
 	// Tools, if not nil, is the run's tool broker: the sandbox reaches it

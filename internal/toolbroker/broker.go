@@ -323,13 +323,6 @@ func (b *Broker) Close() error {
 	return errors.Join(errs...)
 }
 
-// newID is a fresh approval id, as the proxy makes them.
-func newID() string {
-	var idb [8]byte
-	rand.Read(idb[:])
-	return "ap-" + hex.EncodeToString(idb[:])
-}
-
 // Shared keeps the servers marked Shared between runs, for a runner's
 // lifetime. Its zero value is ready to use. A shared server sees every
 // run's calls (and what they leave in it): mark only servers that keep

@@ -299,7 +299,7 @@ func (b *Broker) admit() *callError {
 // hold asks Options.Approve about the call and waits, within the
 // approval timeout and the program's request, for the decision.
 func (b *Broker) hold(ctx context.Context, server string, req *callRequest, rec *result.ToolCall) *callError {
-	a := approvals.Approval{ID: newID(), Kind: approvals.KindTool, Service: server,
+	a := approvals.Approval{ID: approvals.NewID(), Kind: approvals.KindTool, Service: server,
 		Tool: untrusted.Text(req.Tool), Arguments: untrusted.Text(string(req.Arguments))}
 	if len(a.Arguments) > approvals.MaxArgumentsShown || len(a.Tool) > approvals.MaxArgumentsShown {
 		return refused(http.StatusForbidden, "arguments too long to show: %d bytes escaped, more than the %d an approver is shown whole", len(a.Arguments), approvals.MaxArgumentsShown)
@@ -309,18 +309,12 @@ func (b *Broker) hold(ctx context.Context, server string, req *callRequest, rec 
 		rec.By = "no way to ask"
 		return refused(http.StatusForbidden, "denied by the operator: no way to ask (the call needs approval)")
 	}
-	timeout := b.opts.ApprovalTimeout
-	if timeout <= 0 {
-		timeout = approvals.DefaultTimeout
-	}
-	actx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	d := b.opts.Approve(actx, a)
-	switch {
-	case !d.Taken && errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:
+	d, end := approvals.Ask(ctx, b.opts.Approve, a, b.opts.ApprovalTimeout)
+	switch end {
+	case approvals.TimedOut:
 		rec.By = "timeout"
-		return refused(http.StatusForbidden, "approval timed out after %s: denied", timeout)
-	case !d.Taken && actx.Err() != nil:
+		return refused(http.StatusForbidden, "approval timed out after %s: denied", approvals.Timeout(b.opts.ApprovalTimeout))
+	case approvals.Withdrawn:
 		rec.By = "abandoned"
 		return refused(http.StatusForbidden, "the call was abandoned while held for approval")
 	}
