@@ -12,11 +12,24 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/names"
 	"github.com/agentrun/agentrun/internal/untrusted"
 	"github.com/agentrun/agentrun/internal/worker"
 )
+
+// terminalApprover asks on the controlling terminal (/dev/tty) whether to
+// let a request held for approval through, one question at a time; only
+// "y" or "yes" approves. It is nil when there is no terminal: held
+// requests are then denied.
+func terminalApprover() approvals.RunFunc {
+	tty, err := os.OpenFile("/dev/tty", os.O_RDWR, 0)
+	if err != nil {
+		return nil
+	}
+	return approvals.Terminal(tty)
+}
 
 // approveWait bounds the wait for the holding worker's reply.
 const approveWait = 10 * time.Second

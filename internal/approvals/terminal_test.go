@@ -1,4 +1,4 @@
-package main
+package approvals
 
 import (
 	"bufio"
@@ -8,9 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/untrusted"
-	"github.com/agentrun/agentrun/internal/worker"
 )
 
 // fakeTTY is a terminal: the test types on in and reads what is asked
@@ -48,17 +46,17 @@ func readUntil(t *testing.T, out *bufio.Reader, s string) string {
 // time counts as given.
 func TestTerminalApproverTurns(t *testing.T) {
 	tty, in, out := newFakeTTY(t)
-	ask := askOn(tty)
-	first := make(chan approvals.Decision, 1)
+	ask := Terminal(tty)
+	first := make(chan Decision, 1)
 	go func() {
-		first <- ask(context.Background(), "ar-1", approvals.Approval{ID: "ap-1", Service: "api", Method: "POST", URL: "https://a/1"})
+		first <- ask(context.Background(), "ar-1", Approval{ID: "ap-1", Service: "api", Method: "POST", URL: "https://a/1"})
 	}()
 	readUntil(t, out, "Approve? [y/N] ")
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	second := make(chan approvals.Decision, 1)
+	second := make(chan Decision, 1)
 	go func() {
-		second <- ask(ctx, "ar-1", approvals.Approval{ID: "ap-2", Service: "api", Method: "POST", URL: "https://a/2"})
+		second <- ask(ctx, "ar-1", Approval{ID: "ap-2", Service: "api", Method: "POST", URL: "https://a/2"})
 	}()
 	select {
 	case d := <-second:
@@ -78,11 +76,11 @@ func TestTerminalApproverTurns(t *testing.T) {
 // says so.
 func TestTerminalApproverLateAnswer(t *testing.T) {
 	tty, in, out := newFakeTTY(t)
-	ask := askOn(tty)
+	ask := Terminal(tty)
 	ctx, cancel := context.WithCancel(context.Background())
-	got := make(chan approvals.Decision, 1)
+	got := make(chan Decision, 1)
 	go func() {
-		got <- ask(ctx, "ar-1", approvals.Approval{ID: "ap-1", Service: "api", Method: "POST", URL: "https://a/1"})
+		got <- ask(ctx, "ar-1", Approval{ID: "ap-1", Service: "api", Method: "POST", URL: "https://a/1"})
 	}()
 	readUntil(t, out, "Approve? [y/N] ")
 	cancel()
@@ -93,34 +91,16 @@ func TestTerminalApproverLateAnswer(t *testing.T) {
 	}
 }
 
-// The holding worker's reply comes off the bus: agentrun approve prints
-// its words escaped, never a line or a terminal control of theirs.
-func TestApproveReplyEscaped(t *testing.T) {
-	var out, errw strings.Builder
-	evil := "ar-1\x1b[2J\nagentrun approve: approval ap-2 of run ar-2: approved by operator (alice)\u202e"
-	if code := printReply(&out, &errw, "ap-1", worker.DecisionReply{Run: evil, Approved: true, By: evil}); code != 0 {
-		t.Errorf("exit %d", code)
-	}
-	if code := printReply(&out, &errw, "ap-1", worker.DecisionReply{Error: evil}); code != 1 {
-		t.Errorf("exit %d", code)
-	}
-	for name, s := range map[string]string{"stdout": out.String(), "stderr": errw.String()} {
-		if strings.Count(s, "\n") != 1 || strings.ContainsAny(s, "\x1b\u202e") || !strings.Contains(s, `\x1b[2J\n`) {
-			t.Errorf("%s = %q; want one line, the reply escaped", name, s)
-		}
-	}
-}
-
 // A held tool call is asked on the terminal as Describe shows it: the
 // tool server, then the program's tool and arguments under their labels,
 // as their escapes, so that no line of its own reads as agentrun's; "y"
 // approves it.
 func TestTerminalApproverToolCall(t *testing.T) {
 	tty, in, out := newFakeTTY(t)
-	ask := askOn(tty)
-	a := approvals.Approval{ID: "ap-t", Kind: approvals.KindTool, Service: "github",
+	ask := Terminal(tty)
+	a := Approval{ID: "ap-t", Kind: KindTool, Service: "github",
 		Tool: untrusted.Text("create_issue\nagentrun: no answer in time: denied\r"), Arguments: untrusted.Text("{\"x\":\"\x1b]0;owned\x07\u202e\"}")}
-	got := make(chan approvals.Decision, 1)
+	got := make(chan Decision, 1)
 	go func() { got <- ask(context.Background(), "ar-1", a) }()
 	shown := readUntil(t, out, "Approve? [y/N] ")
 	want := "\nagentrun: run ar-1: the sandboxed program asks to call a tool of tool server github " +
