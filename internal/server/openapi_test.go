@@ -54,7 +54,7 @@ var goSchemas = map[string]struct {
 	"SessionFile":    {reflect.TypeFor[session.File](), false},
 	"ApprovalsPage":  {reflect.TypeFor[server.UIList](), false},
 	"PageHeld":       {reflect.TypeFor[server.UIList]().Field(0).Type.Elem(), false},
-	"PageDecided":    {reflect.TypeFor[server.Decided](), false},
+	"PageDecided":    {reflect.TypeFor[approvals.Decided](), false},
 	"WebhookHold":    {reflect.TypeFor[approvals.Hold](), false},
 	"ForkRequest":    {reflect.TypeFor[server.ForkRequest](), true},
 	"State":          {reflect.TypeFor[result.State](), false},

@@ -58,8 +58,8 @@ type Server struct {
 	quotas    *quotas
 	metrics   *metrics.Metrics
 	extra     map[string]http.Handler // more routes, behind the same auth
-	approvals heldSet
-	hook      *approvals.Webhook // started at first use
+	holds     approvals.Pending       // held requests and tool calls, and the last decisions
+	hook      *approvals.Webhook      // started at first use
 	hookOnce  sync.Once
 	ui        uiSessions
 	guesses   guesses // of server.token, on the API and the page
@@ -94,7 +94,7 @@ func New(cfg *config.Config, run runapi.Func, pool func() runapi.PoolStats) *Ser
 		quotas:   newQuotas(cfg.Server.Quota.RunsPerMinute, cfg.Server.Quota.Concurrent, time.Now)}
 	s.cfg.Store(cfg)
 	s.setCapacity(cfg.Server.MaxConcurrent)
-	g := metrics.Gauges{Running: s.running.Load, Queued: s.queued.Load, Held: s.approvals.count,
+	g := metrics.Gauges{Running: s.running.Load, Queued: s.queued.Load, Held: s.holds.Count,
 		Reading: s.bodies.reading.Load, BodyBytes: s.bodies.used.Load}
 	if pool != nil {
 		g.Pool = func() metrics.PoolStats {
@@ -116,7 +116,7 @@ func New(cfg *config.Config, run runapi.Func, pool func() runapi.PoolStats) *Ser
 		}
 	}
 	s.metrics = metrics.New(g)
-	s.approvals.metrics = s.metrics
+	s.holds.Counted, s.holds.TimedOut = s.metrics.ApprovalDecided, s.metrics.ApprovalTimedOut
 	return s
 }
 

@@ -280,8 +280,8 @@ type uiHeld struct {
 
 // UIList is the body of GET /ui/approvals.json.
 type UIList struct {
-	Held   []uiHeld  `json:"held"`
-	Recent []Decided `json:"recent"`
+	Held   []uiHeld            `json:"held"`
+	Recent []approvals.Decided `json:"recent"`
 }
 
 func (s *Server) uiList(w http.ResponseWriter, r *http.Request) {
@@ -295,14 +295,14 @@ func (s *Server) uiList(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "", "log in at "+uiPage)
 		return
 	}
-	hs, recent := s.approvals.list()
+	hs, recent := s.holds.List()
 	l := UIList{Held: make([]uiHeld, 0, len(hs)), Recent: recent}
 	now := time.Now()
 	for _, h := range hs {
 		l.Held = append(l.Held, uiHeld{Hold: h, LeftMS: max(0, h.ExpiresAt.Sub(now).Milliseconds())})
 	}
 	if l.Recent == nil {
-		l.Recent = []Decided{}
+		l.Recent = []approvals.Decided{}
 	}
 	writeJSON(w, http.StatusOK, l)
 }
@@ -351,7 +351,7 @@ func (s *Server) uiDecide(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "approve", "approve: want true or false")
 		return
 	}
-	if !s.approvals.decide(run, id, approve, "operator (page)", metrics.ChannelPage) {
+	if !s.holds.Decide(run, id, approve, approvals.Operator(approvals.ViaPage, ""), metrics.ChannelPage) {
 		writeError(w, http.StatusNotFound, "", fmt.Sprintf("no approval %q of run %q is waiting: it was decided, timed out, or its request ended", id, run))
 		return
 	}

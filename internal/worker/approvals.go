@@ -4,13 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/agentrun/agentrun/internal/approvals"
-	"github.com/agentrun/agentrun/internal/untrusted"
 )
 
 // A worker's requests held for approval (worker.approvals): each is
@@ -25,7 +23,7 @@ import (
 // Decision is the message that decides a held request.
 type Decision struct {
 	Approve bool   `json:"approve"`
-	By      string `json:"by,omitempty"` // who decides; recorded as "operator (nats: BY)" (natsBy)
+	By      string `json:"by,omitempty"` // who decides; recorded as "operator (nats: BY)" (approvals.Operator)
 }
 
 // DecisionReply is the holding worker's answer to a Decision: the run
@@ -38,29 +36,13 @@ type DecisionReply struct {
 	Error    string `json:"error,omitempty"`
 }
 
-// maxBy bounds Decision.By.
-const maxBy = 64
-
 // decisionOf is the decision a Decision message data takes.
 func decisionOf(data []byte) (approvals.Decision, error) {
 	var d Decision
-	if err := json.Unmarshal(data, &d); err != nil || len(d.By) > maxBy {
-		return approvals.Decision{}, fmt.Errorf(`want {"approve": true|false, "by": NAME of at most %d bytes}`, maxBy)
+	if err := json.Unmarshal(data, &d); err != nil || len(d.By) > approvals.MaxName {
+		return approvals.Decision{}, fmt.Errorf(`want {"approve": true|false, "by": NAME of at most %d bytes}`, approvals.MaxName)
 	}
-	return approvals.Decision{Approved: d.Approve, By: natsBy(d.By), Taken: true}, nil
-}
-
-// natsBy is how a decision that came over NATS naming by is recorded:
-// "operator (nats: BY)", or "operator (nats)" without a name. The name
-// is the operator's own words and is kept under the channel's label, so
-// that it never reads as a channel's ("--by page" is not "operator
-// (page)", the approvals page's label), the shape serve's API gives a
-// name ("operator (serve API: BY)"). It is escaped as untrusted text.
-func natsBy(by string) string {
-	if by == "" {
-		return "operator (nats)"
-	}
-	return "operator (nats: " + untrusted.Text(by) + ")"
+	return approvals.Decision{Approved: d.Approve, By: approvals.Operator(approvals.ViaNATS, d.By), Taken: true}, nil
 }
 
 // DecisionSubject is the subject on which approval id is decided.
@@ -75,14 +57,14 @@ func (w *Worker) approver(session string) approvals.RunFunc {
 	}
 	target := approvals.Target{URL: ac.Webhook, SecretFile: ac.WebhookSecretFile}
 	return func(ctx context.Context, run string, a approvals.Approval) approvals.Decision {
-		var slot decisionSlot
+		var slot approvals.Slot
 		sub, err := w.nc.Subscribe(DecisionSubject(ac.Subject, a.ID), func(m *nats.Msg) {
 			d, err := decisionOf(m.Data)
 			if err != nil {
 				reply(m, DecisionReply{Error: err.Error()})
 				return
 			}
-			if !slot.take(d) {
+			if !slot.Take(d) {
 				reply(m, DecisionReply{Run: run, Error: "no longer held: it was decided, timed out, or its request ended"})
 				return
 			}
@@ -97,49 +79,8 @@ func (w *Worker) approver(session string) approvals.RunFunc {
 		// before the subscription.
 		_ = w.nc.FlushTimeout(5 * time.Second)
 		w.hook.Send(ctx, target, approvals.NewHold(ctx, run, session, a))
-		return slot.wait(ctx)
+		return slot.Wait(ctx)
 	}
-}
-
-// decisionSlot takes the first decision on a held request, until its
-// waiter stops waiting: a decision taken (and replied to as taken) is the
-// one returned, even when ctx ends at the same moment.
-type decisionSlot struct {
-	mu     sync.Mutex
-	closed bool
-	d      approvals.Decision
-	got    chan struct{}
-	once   sync.Once
-}
-
-func (s *decisionSlot) init() { s.once.Do(func() { s.got = make(chan struct{}) }) }
-
-// take keeps d unless a decision was taken or the waiter stopped
-// waiting; it says whether d was taken.
-func (s *decisionSlot) take(d approvals.Decision) bool {
-	s.init()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false
-	}
-	s.closed, s.d = true, d
-	close(s.got)
-	return true
-}
-
-// wait returns the decision taken, or the zero Decision once ctx ends
-// with none taken (later ones are then refused).
-func (s *decisionSlot) wait(ctx context.Context) approvals.Decision {
-	s.init()
-	select {
-	case <-s.got:
-	case <-ctx.Done():
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.closed = true
-	return s.d
 }
 
 func reply(m *nats.Msg, r DecisionReply) {

@@ -1,40 +1,11 @@
 package worker
 
 import (
-	"context"
 	"strings"
 	"testing"
 
 	"github.com/agentrun/agentrun/internal/approvals"
 )
-
-// A decision taken while the time runs out is the one returned, never a
-// timeout; once the waiter stopped waiting none is taken.
-func TestDecisionSlot(t *testing.T) {
-	for i := range 32 {
-		var s decisionSlot
-		ctx, cancel := context.WithCancel(context.Background())
-		if !s.take(approvals.Decision{Approved: true, By: "operator (nats)", Taken: true}) {
-			t.Fatal("first decision not taken")
-		}
-		cancel()
-		if d := s.wait(ctx); !d.Approved || !d.Taken {
-			t.Fatalf("try %d: wait = %+v; want the decision taken", i, d)
-		}
-		if s.take(approvals.Decision{By: "operator (second)", Taken: true}) {
-			t.Fatal("second decision taken")
-		}
-	}
-	var s decisionSlot
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if d := s.wait(ctx); d.Taken || d.Approved {
-		t.Errorf("wait with none taken = %+v", d)
-	}
-	if s.take(approvals.Decision{Approved: true, Taken: true}) {
-		t.Error("decision taken after the waiter stopped")
-	}
-}
 
 // A name given with a decision over NATS is recorded under the channel's
 // label, never as a label of its own: "--by page" does not read as the
@@ -54,7 +25,7 @@ func TestDecisionByKeptApartFromChannels(t *testing.T) {
 			t.Errorf("decisionOf(%s) = %+v, %v; want approved, taken, by %q", data, d, err, want)
 		}
 	}
-	for _, bad := range []string{`{"approve": "yes"}`, `not json`, `{"approve": true, "by": "` + strings.Repeat("x", maxBy+1) + `"}`} {
+	for _, bad := range []string{`{"approve": "yes"}`, `not json`, `{"approve": true, "by": "` + strings.Repeat("x", approvals.MaxName+1) + `"}`} {
 		if _, err := decisionOf([]byte(bad)); err == nil || !strings.Contains(err.Error(), "want {") {
 			t.Errorf("decisionOf(%.30s): %v; want the shape it wants", bad, err)
 		}
