@@ -8,14 +8,12 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/agentrun/agentrun/internal/endpoint"
 	"github.com/agentrun/agentrun/internal/errkind"
-	"github.com/agentrun/agentrun/internal/names"
 	"github.com/agentrun/agentrun/internal/netpolicy"
 )
 
@@ -33,89 +31,24 @@ import (
 // Such pulls never use the environment's HTTP proxy, which would dial in
 // their place.
 type Registries struct {
-	hosts map[string]bool // name.Registry.RegistryStr() forms: "host" or "host:port"
+	hosts map[string]bool // name.Registry.RegistryStr() forms (endpoint.Registry.Key): "host" or "host:port"
 	own   func(netip.Addr) (bool, error)
 }
 
 // NewRegistries lists registry hosts, each checked as it was read
-// (ParseRegistry). A host without a port is listed on ports 443 and 80.
+// (endpoint.ParseRegistry, the config's policy.registries). A host
+// without a port is listed on ports 443 and 80.
 // own says whether an address is the host's own (hostaddr.Own; an error
 // refuses), which an unlisted host's never is.
-func NewRegistries(entries []Registry, own func(netip.Addr) (bool, error)) *Registries {
+func NewRegistries(entries []endpoint.Registry, own func(netip.Addr) (bool, error)) *Registries {
 	if own == nil {
 		own = func(netip.Addr) (bool, error) { return false, errors.New("no check of the host's own addresses") }
 	}
 	r := &Registries{hosts: map[string]bool{}, own: own}
 	for _, e := range entries {
-		r.hosts[e.key] = true
+		r.hosts[e.Key()] = true
 	}
 	return r
-}
-
-// Registry is one registry host entry, checked as it is read: "host",
-// "host:port" or an IP address with a port ("127.0.0.1:5000",
-// "[::1]:5000"); "docker.io" is Docker Hub. policy.registries is read
-// into them as the config is decoded.
-type Registry struct {
-	text string // as written
-	key  string // name.Registry.RegistryStr(): what pulls compare
-}
-
-// ParseRegistry checks one registry host entry (CheckRegistry).
-func ParseRegistry(s string) (Registry, error) {
-	if err := CheckRegistry(s); err != nil {
-		return Registry{}, err
-	}
-	reg, _ := name.NewRegistry(s, name.StrictValidation)
-	return Registry{text: s, key: reg.RegistryStr()}, nil
-}
-
-// String is the entry as written.
-func (r Registry) String() string { return r.text }
-
-// UnmarshalText reads an entry by ParseRegistry's rules.
-func (r *Registry) UnmarshalText(b []byte) error {
-	v, err := ParseRegistry(string(b))
-	if err != nil {
-		return err
-	}
-	*r = v
-	return nil
-}
-
-// MarshalText writes the entry as it was written.
-func (r Registry) MarshalText() ([]byte, error) { return []byte(r.text), nil }
-
-// isHostname reports whether s is dot-separated labels of A-Z a-z 0-9 and
-// inner hyphens (checked byte by byte, package names: a regular expression
-// would be compiled at every start of the binary, every container's init
-// included).
-func isHostname(s string) bool {
-	for label := range strings.SplitSeq(s, ".") {
-		if label == "" || label[0] == '-' || label[len(label)-1] == '-' || !names.Only(label, "-") {
-			return false
-		}
-	}
-	return true
-}
-
-// CheckRegistry checks one registry host entry (ParseRegistry).
-func CheckRegistry(entry string) error {
-	bad := fmt.Errorf("%q: want a registry host name, host:port or ip:port", entry)
-	host, port := entry, ""
-	if h, p, err := net.SplitHostPort(entry); err == nil {
-		host, port = h, p
-		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
-			return bad
-		}
-	}
-	if _, err := netip.ParseAddr(host); err != nil && !isHostname(host) {
-		return bad
-	}
-	if _, err := name.NewRegistry(entry, name.StrictValidation); err != nil {
-		return fmt.Errorf("%q: %v", entry, err)
-	}
-	return nil
 }
 
 // lists reports whether the registry of a reference (its RegistryStr) is

@@ -13,11 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/vishvananda/netlink"
 
 	"github.com/agentrun/agentrun/image/imagetest"
+	"github.com/agentrun/agentrun/internal/endpoint"
 	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/hostaddr"
+	"github.com/agentrun/agentrun/test/oracle"
 	"github.com/agentrun/agentrun/test/testenv"
 )
 
@@ -49,10 +52,10 @@ func acceptCounterAt(t *testing.T, ip string) (addr string, accepts *atomic.Int6
 	return ln.Addr().String(), accepts
 }
 
-// mustParseRegistry is ParseRegistry of an entry known to be good.
-func mustParseRegistry(t *testing.T, s string) Registry {
+// mustParseRegistry is endpoint.ParseRegistry of an entry known to be good.
+func mustParseRegistry(t *testing.T, s string) endpoint.Registry {
 	t.Helper()
-	r, err := ParseRegistry(s)
+	r, err := endpoint.ParseRegistry(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,9 +64,9 @@ func mustParseRegistry(t *testing.T, s string) Registry {
 
 func registries(t *testing.T, hosts ...string) *Registries {
 	t.Helper()
-	var entries []Registry
+	var entries []endpoint.Registry
 	for _, h := range hosts {
-		e, err := ParseRegistry(h)
+		e, err := endpoint.ParseRegistry(h)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -333,12 +336,12 @@ func TestPathIsNotAReference(t *testing.T) {
 
 func TestParseRegistryRefusesBadEntries(t *testing.T) {
 	for _, bad := range []string{"", "http://x", "a/b", "x@y", "a..b", "a:0", "a:x", "[::1]"} {
-		if _, err := ParseRegistry(bad); err == nil {
+		if _, err := endpoint.ParseRegistry(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
-	if r := mustParseRegistry(t, "docker.io"); r.String() != "docker.io" || r.key != "index.docker.io" {
-		t.Errorf("docker.io read as %q (%q); want it shown as written, listed as index.docker.io", r.String(), r.key)
+	if r := mustParseRegistry(t, "docker.io"); r.String() != "docker.io" || r.Key() != "index.docker.io" {
+		t.Errorf("docker.io read as %q (%q); want it shown as written, listed as index.docker.io", r.String(), r.Key())
 	}
 	r := registries(t, "docker.io", "127.0.0.1:5000", "reg.example", "[::1]:5000")
 	for _, ok := range [][2]string{{"index.docker.io", "443"}, {"127.0.0.1", "5000"}, {"reg.example", "80"}, {"::1", "5000"}} {
@@ -349,6 +352,27 @@ func TestParseRegistryRefusesBadEntries(t *testing.T) {
 	for _, no := range [][2]string{{"127.0.0.1", "5001"}, {"reg.example", "5000"}, {"localhost", "5000"}} {
 		if r.listsAddr(no[0], no[1]) {
 			t.Errorf("%v listed", no)
+		}
+	}
+}
+
+// The config reads policy.registries without go-containerregistry
+// (internal/endpoint), and reads an entry as go-containerregistry does:
+// an entry it accepts is one that the strict name.NewRegistry accepts,
+// naming the registry that pulls compare; one it refuses past its own
+// host and port rules, name.NewRegistry refuses, in its words.
+func TestRegistryEntryAsContainerregistryReadsIt(t *testing.T) {
+	cases := []string{"docker.io", "index.docker.io", "127.0.0.1:5000", "[::1]:5000", "::1", "[::1]", "fe80::1%eth0",
+		"[fe80::1%25eth0]:5000", "a:65535", "a:65536", "1.2.3.4", "a.b-c.d:1", "A.B", "::ffff:1.2.3.4", "1::"}
+	cases = append(cases, oracle.Random(3, 20000, 10, "a1.-:[]%")...)
+	for _, s := range cases {
+		r, err := endpoint.ParseRegistry(s)
+		reg, nerr := name.NewRegistry(s, name.StrictValidation)
+		switch {
+		case err == nil && (nerr != nil || reg.RegistryStr() != r.Key()):
+			t.Errorf("%q: read as %q; name.NewRegistry: %q, %v", s, r.Key(), reg.RegistryStr(), nerr)
+		case err != nil && nerr != nil && strings.Contains(err.Error(), "RFC 3986") && err.Error() != fmt.Sprintf("%q: %v", s, nerr):
+			t.Errorf("%q: %v; name.NewRegistry: %v", s, err, nerr)
 		}
 	}
 }

@@ -13,15 +13,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/endpoint"
 	"github.com/agentrun/agentrun/internal/secret"
 )
 
@@ -288,7 +287,7 @@ func (w *Webhook) send() {
 			jctx, jcancel := context.WithCancel(ctx)
 			stop := context.AfterFunc(j.ctx, jcancel)
 			if err := w.deliver(jctx, j.t, j.h); err != nil {
-				w.Logf("approval %s of run %s: webhook %s: %v", j.h.ID, j.h.Run, Redact(j.t.URL), err)
+				w.Logf("approval %s of run %s: webhook %s: %v", j.h.ID, j.h.Run, endpoint.Redact(j.t.URL), err)
 			}
 			stop()
 			jcancel()
@@ -352,41 +351,14 @@ func (w *Webhook) post(ctx context.Context, t Target, body []byte) error {
 	return nil
 }
 
-// CheckURL accepts an http or https URL with a host and no fragment, the
-// form of a webhook. Its errors show the URL as Redact does.
-func CheckURL(s string) error {
-	req, err := http.NewRequest(http.MethodPost, s, nil)
-	switch {
-	case err != nil:
-		return errors.New("not a URL")
-	case req.URL.Scheme != "http" && req.URL.Scheme != "https":
-		return fmt.Errorf("%s: want an http:// or https:// URL", Redact(s))
-	case req.URL.Host == "" || req.URL.Fragment != "" || strings.ContainsAny(s, " \t\r\n"):
-		return fmt.Errorf("%s: want a URL with a host and no fragment", Redact(s))
-	}
-	return nil
-}
-
-// Redact is the webhook URL s as logs and errors show it: its scheme and
-// host (with the port) and "/…", never its path, query or user info, any
-// of which may carry a secret of the receiver's; "…" alone when s has no
-// host to show.
-func Redact(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.Scheme == "" || u.Host == "" || strings.ContainsAny(u.Host, "@/?# \t\r\n") {
-		return "…"
-	}
-	return u.Scheme + "://" + u.Host + "/…"
-}
-
 // redactErr is err, an error of net/http's, with the URL a *url.Error
-// names whole shown as Redact does.
+// names whole shown as endpoint.Redact does.
 func redactErr(err error) error {
 	ue, ok := err.(*url.Error)
 	if !ok {
 		return err
 	}
-	return &url.Error{Op: ue.Op, URL: Redact(ue.URL), Err: redactErr(ue.Err)}
+	return &url.Error{Op: ue.Op, URL: endpoint.Redact(ue.URL), Err: redactErr(ue.Err)}
 }
 
 // CheckSecret reads a webhook's secret file, when one is configured, as

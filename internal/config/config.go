@@ -9,9 +9,9 @@ import (
 	"net/netip"
 	"os"
 
-	"github.com/agentrun/agentrun/image"
+	"github.com/agentrun/agentrun/internal/endpoint"
 	"github.com/agentrun/agentrun/internal/netpolicy"
-	"github.com/agentrun/agentrun/internal/uidpool"
+	"github.com/agentrun/agentrun/internal/uidrange"
 )
 
 // Policy holds the maxima a task may ask for, in the same syntax as the
@@ -28,7 +28,7 @@ type Policy struct {
 	// server.pool's) and what the store already holds need no entry. A
 	// pull for a task never connects to a loopback, private, link-local
 	// or other non-global address of a host not listed here.
-	Registries []image.Registry `json:"registries,omitempty"`
+	Registries []endpoint.Registry `json:"registries,omitempty"`
 }
 
 // Network configures the egress proxy: static host entries (name to IP, used
@@ -261,7 +261,7 @@ func (s Sessions) StateBytes() int64 {
 // takes one id, as its uid and gid, for its whole life, so that the
 // kernel's per-user limits are its own. No host user or group may hold
 // an id of the range. Dir is where the ids are reserved: one dir for every
-// agentrun of the host, whatever its state dir (uidpool.DefaultDir), so
+// agentrun of the host, whatever its state dir (uidrange.DefaultDir), so
 // that two of them never give one id to two sandboxes; another dir suits
 // only a range no other agentrun of the host uses (a test suite's).
 type RunUIDs struct {
@@ -271,10 +271,10 @@ type RunUIDs struct {
 }
 
 // ReservationsDir is where the ids are reserved: Dir, or
-// uidpool.DefaultDir when Dir is "".
+// uidrange.DefaultDir when Dir is "".
 func (r RunUIDs) ReservationsDir() string {
 	if r.Dir == "" {
-		return uidpool.DefaultDir
+		return uidrange.DefaultDir
 	}
 	return r.Dir
 }
@@ -389,7 +389,7 @@ func Default() *Config {
 		// agentrun group may enter; the state dir itself is root's alone.
 		StateDir:     "/run/agentrun/state",
 		CgroupParent: DefaultCgroupParent,
-		RunUIDs:      RunUIDs{First: uidpool.DefaultFirst, Count: uidpool.DefaultCount, Dir: uidpool.DefaultDir},
+		RunUIDs:      RunUIDs{First: uidrange.DefaultFirst, Count: uidrange.DefaultCount, Dir: uidrange.DefaultDir},
 		Audit:        "/var/log/agentrun/audit.jsonl",
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentrun/agentrun/image"
+	"github.com/agentrun/agentrun/internal/endpoint"
 )
 
 // TestReloadTableClassifiesEveryKey: every key of the config, found by
@@ -112,7 +112,7 @@ func TestRestartOnly(t *testing.T) {
 	next.StateDir = "/elsewhere"
 	next.CgroupParent = "/other"
 	next.SeccompHelper = SeccompHelperOff
-	reg, err := image.ParseRegistry("registry.example")
+	reg, err := endpoint.ParseRegistry("registry.example")
 	if err != nil {
 		t.Fatal(err)
 	}

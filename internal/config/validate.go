@@ -10,9 +10,9 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/agentrun/agentrun/internal/approvals"
+	"github.com/agentrun/agentrun/internal/endpoint"
 	"github.com/agentrun/agentrun/internal/netpolicy"
-	"github.com/agentrun/agentrun/internal/uidpool"
+	"github.com/agentrun/agentrun/internal/uidrange"
 )
 
 // Validate checks every value of c and returns the first problem found,
@@ -75,11 +75,11 @@ func (c *Config) Validate() error {
 	if err := checkCgroupParent(c.CgroupParent); err != nil {
 		return fieldErr("cgroup_parent", err)
 	}
-	if err := uidpool.Check(c.RunUIDs.First, c.RunUIDs.Count); err != nil {
+	if err := uidrange.Check(c.RunUIDs.First, c.RunUIDs.Count); err != nil {
 		return fieldErr("run_uids", err)
 	}
 	if c.RunUIDs.Dir != "" && !isCleanAbs(c.RunUIDs.Dir) {
-		return fieldErr("run_uids.dir", fmt.Errorf("%q is not a clean absolute path (where every agentrun of the host reserves ids, %s)", c.RunUIDs.Dir, uidpool.DefaultDir))
+		return fieldErr("run_uids.dir", fmt.Errorf("%q is not a clean absolute path (where every agentrun of the host reserves ids, %s)", c.RunUIDs.Dir, uidrange.DefaultDir))
 	}
 	if c.StoreMax.Bytes() <= 0 {
 		return fieldErr("store_max_size", fmt.Errorf("%q: want a size such as \"20g\"", c.StoreMax))
@@ -354,7 +354,7 @@ func checkWebhook(field, url, secretFile string) error {
 		}
 		return nil
 	}
-	if err := approvals.CheckURL(url); err != nil {
+	if err := endpoint.CheckWebhook(url); err != nil {
 		return fieldErr(field+".webhook", err)
 	}
 	if !isCleanAbs(secretFile) {

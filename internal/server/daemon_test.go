@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/endpoint"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/task"
@@ -278,7 +278,7 @@ func (h *reloaded) block(t *testing.T) {
 // message naming the key, and the daemon, the API and the door keep the
 // config before. A row without a case here fails the test.
 func TestReloadRefusesEachRestartOnlyKey(t *testing.T) {
-	reg, err := image.ParseRegistry("registry.example")
+	reg, err := endpoint.ParseRegistry("registry.example")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,24 +29,18 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/agentrun/agentrun/internal/uidrange"
 )
 
-// Default range: 65536 ids from 2,000,000,000, far above the ids of
-// regular users (1000 and up), system users and nobody (65534), and below
-// 2^31 so that no tool reads them as negative.
+// The range's defaults and bound, the rule run_uids is checked by
+// (uidrange's).
 const (
-	DefaultFirst = 2000000000
-	DefaultCount = 65536
+	DefaultFirst = uidrange.DefaultFirst
+	DefaultCount = uidrange.DefaultCount
+	DefaultDir   = uidrange.DefaultDir
+	MaxID        = uidrange.MaxID
 )
-
-// DefaultDir is where every agentrun of the host reserves its ids, unless
-// its config names another dir (run_uids.dir): a test suite's, say, whose
-// ranges no service of the host uses.
-const DefaultDir = "/run/agentrun/uids"
-
-// MaxID is the highest id a range may hold: (uid_t)-1 means "no change"
-// to chown and setresuid.
-const MaxID = 1<<32 - 2
 
 // ErrExhausted is returned when every id of the range is reserved.
 var ErrExhausted = errors.New("every id of the range is in use")
@@ -61,7 +55,7 @@ type Range struct {
 // live in dir (created 0700; its missing parents 0755, as /run/agentrun,
 // which holds serve's socket, is).
 func Open(dir string, first, count int64) (*Range, error) {
-	if err := Check(first, count); err != nil {
+	if err := uidrange.Check(first, count); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
@@ -71,21 +65,6 @@ func Open(dir string, first, count int64) (*Range, error) {
 		return nil, fmt.Errorf("creating uid reservations dir: %w", err)
 	}
 	return &Range{dir: dir, first: uint32(first), count: uint32(count)}, nil
-}
-
-// Check reports whether first and count make a usable range: at least one
-// id, none below 65536 (root, system and regular users, nobody), none past
-// MaxID.
-func Check(first, count int64) error {
-	switch {
-	case count < 1:
-		return errors.New("count must be at least 1")
-	case first < 65536:
-		return fmt.Errorf("first %d is below 65536: the range would overlap the host's own users (root, regular users, nobody)", first)
-	case first > MaxID || count > MaxID || first+count-1 > MaxID:
-		return fmt.Errorf("range %d+%d ends past %d", first, count, uint64(MaxID))
-	}
-	return nil
 }
 
 // Take reserves a free id for owner (a run's dir: an absolute, clean

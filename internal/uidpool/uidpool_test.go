@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/agentrun/agentrun/internal/uidrange"
 )
 
 // TestTakeConcurrent: takers at once never get the same id, every id is
@@ -156,7 +158,7 @@ func TestCheck(t *testing.T) {
 		{100000, 0, false},
 		{-1, 10, false},
 	} {
-		if err := Check(c.first, c.count); (err == nil) != c.ok {
+		if err := uidrange.Check(c.first, c.count); (err == nil) != c.ok {
 			t.Errorf("Check(%d, %d) = %v", c.first, c.count, err)
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/image/imagetest"
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/endpoint"
 	"github.com/agentrun/agentrun/internal/result"
 )
 
@@ -135,10 +136,10 @@ func assertStoreEmpty(t testing.TB, dir string) {
 
 func hexOf(digest string) string { return strings.TrimPrefix(digest, "sha256:") }
 
-// mustParseRegistry is image.ParseRegistry of an entry known to be good.
-func mustParseRegistry(t testing.TB, s string) image.Registry {
+// mustParseRegistry is endpoint.ParseRegistry of an entry known to be good.
+func mustParseRegistry(t testing.TB, s string) endpoint.Registry {
 	t.Helper()
-	r, err := image.ParseRegistry(s)
+	r, err := endpoint.ParseRegistry(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +235,7 @@ func TestPullRegistryPython(t *testing.T) {
 			host := reg.start(t)
 			digest := imagetest.Push(t, host, "agentrun/python", "3", img)
 			cfg := storeConfig(t)
-			cfg.Policy.Registries = []image.Registry{mustParseRegistry(t, host)}
+			cfg.Policy.Registries = []endpoint.Registry{mustParseRegistry(t, host)}
 			for _, ref := range []string{host + "/agentrun/python:3", host + "/agentrun/python@" + digest} {
 				res := runTaskWith(t, cfg, nil, pyTask("print(45)", map[string]any{"image": ref}))
 				if res.Stdout != "45\n" || res.ExitCode != 0 {
