@@ -50,6 +50,10 @@ func (e *Error) Error() string { return fmt.Sprintf("image %q: %v", e.Ref, e.Err
 
 func (e *Error) Unwrap() error { return e.Err }
 
+// Field is the task's field the error is about, "image", which serve's
+// error answer names (its doors build without this package).
+func (e *Error) Field() string { return "image" }
+
 // Kind is the kind of Err, or errkind.Unusable when Err has none (an
 // image that cannot run: unpacking refused it, or it is of a form not
 // handled).

@@ -59,3 +59,40 @@ func TestDoorsImportNoProxy(t *testing.T) {
 		}
 	}
 }
+
+// The doors, the config and the task build without the image store and
+// its registry client: policy.registries is read by the syntax alone
+// (internal/endpoint) and handed to the store where the runner builds it,
+// and serve tells an image's error by its field (image.Error.Field). The
+// config links neither the approvals' webhook nor the uid pool either:
+// it checks a webhook's URL and run_uids by their syntax
+// (internal/endpoint, internal/uidrange).
+func TestDoorsImportNoImageStore(t *testing.T) {
+	banned := []string{
+		"github.com/agentrun/agentrun/image",
+		"github.com/google/go-containerregistry",
+	}
+	configBanned := append(banned,
+		"github.com/agentrun/agentrun/internal/approvals",
+		"github.com/agentrun/agentrun/internal/uidpool")
+	for _, tc := range []struct {
+		pkgs   []string
+		banned []string
+	}{
+		{[]string{".", "../server", "../worker", "../mcpserver"}, banned},
+		{[]string{"../config", "../task"}, configBanned},
+	} {
+		// go test puts its own go first in PATH.
+		out, err := exec.Command("go", append([]string{"list", "-tags", "seccomp,runc_nocriu", "-deps"}, tc.pkgs...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list: %v: %s", err, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			for _, b := range tc.banned {
+				if dep == b || strings.HasPrefix(dep, b+"/") {
+					t.Errorf("%v depend on %s", tc.pkgs, dep)
+				}
+			}
+		}
+	}
+}

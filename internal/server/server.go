@@ -33,7 +33,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/errkind"
@@ -381,6 +380,10 @@ func (s *Server) load(ctx context.Context, body *taskBody, cfg *config.Config) (
 	return task.Load(body.bytes(), cfg)
 }
 
+// fieldError is an error about one field of the task: an image that
+// could not be had (image.Error) is the "image" field's.
+type fieldError interface{ Field() string }
+
 // writeResult answers with the result, or with its error's status when
 // agentrun could not run it: a session busy or unknown (409, 404) or an
 // image that could not be had, the client's to fix; 500 the host's.
@@ -389,9 +392,9 @@ func writeResult(w http.ResponseWriter, res *result.Result) {
 	if res.Error != "" {
 		status = statusOf(res.Err)
 	}
-	var ie *image.Error
-	if errors.As(res.Err, &ie) {
-		writeError(w, status, "image", res.Error+" (run "+res.ID+")")
+	var fe fieldError
+	if errors.As(res.Err, &fe) {
+		writeError(w, status, fe.Field(), res.Error+" (run "+res.ID+")")
 		return
 	}
 	writeJSON(w, status, res)
