@@ -250,9 +250,7 @@ func (p *Proxy) serviceRoundTrip(ctx context.Context, req *http.Request, svc *ne
 			}
 		}
 		body = replay(start, body)
-		excerpt := start[:min(len(start), bodyExcerpt)]
-		a := approvals.Approval{Service: svc.Name, Method: shownMethod, URL: shownURL,
-			BodyExcerpt: untrusted.Text(string(excerpt)), BodyCut: len(start) > bodyExcerpt}
+		a := approvals.Request(svc.Name, shownMethod, shownURL, start)
 		hctx, stop := untilHangup(ctx, client)
 		d := p.approve(hctx, a)
 		gone := errors.Is(context.Cause(hctx), errHungUp) || ctx.Err() != nil

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/agentrun/agentrun/internal/untrusted"
 )
 
 // DefaultTimeout is how long a held request or tool call waits for a
@@ -56,6 +58,30 @@ const KindTool = "tool"
 // MaxArgumentsShown is the longest escaped arguments of a held tool call
 // shown to a human; a longer call is refused before asking.
 const MaxArgumentsShown = 4096
+
+// Request is the Approval of a request to service: method and url as the
+// proxy shows and records them, escaped already (untrusted.Text), and
+// the start of its body, of which the approver is shown the first
+// BodyExcerptBytes, escaped, and told when there is more (BodyCut). The
+// proxy gives it its ID.
+func Request(service, method, url string, body []byte) Approval {
+	excerpt := body[:min(len(body), BodyExcerptBytes)]
+	return Approval{Service: service, Method: method, URL: url,
+		BodyExcerpt: untrusted.Text(string(excerpt)), BodyCut: len(body) > BodyExcerptBytes}
+}
+
+// ToolCall is the Approval, under a fresh id, of a call to tool of tool
+// server server with args (JSON): the tool's name and the arguments
+// escaped (untrusted.Text) and whole. It is an error when either is
+// longer escaped than MaxArgumentsShown: the call could not be shown
+// whole, and is refused before anyone is asked.
+func ToolCall(server, tool string, args []byte) (Approval, error) {
+	a := Approval{ID: NewID(), Kind: KindTool, Service: server, Tool: untrusted.Text(tool), Arguments: untrusted.Text(string(args))}
+	if len(a.Arguments) > MaxArgumentsShown || len(a.Tool) > MaxArgumentsShown {
+		return Approval{}, fmt.Errorf("arguments too long to show: %d bytes escaped, more than the %d an approver is shown whole", len(a.Arguments), MaxArgumentsShown)
+	}
+	return a, nil
+}
 
 // Describe is the held request for a human, in lines that each end in a
 // newline, the program's words labelled as its own: which service it asks

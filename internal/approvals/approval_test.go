@@ -54,3 +54,25 @@ func TestApprovalDescribeTool(t *testing.T) {
 		t.Errorf("Describe() without arguments = %q", got)
 	}
 }
+
+// A held request shows the start of its body escaped and says when there
+// is more; a held tool call shows its name and arguments escaped and
+// whole, or is refused when it could not be.
+func TestRequestAndToolCall(t *testing.T) {
+	body := []byte(strings.Repeat("\x1b", BodyExcerptBytes) + "tail")
+	a := Request("api", "POST", "https://api.example/x", body)
+	if !a.BodyCut || a.BodyExcerpt != strings.Repeat(`\x1b`, BodyExcerptBytes) || a.Kind != "" || a.Service != "api" {
+		t.Errorf("Request of a long body: %+v", a)
+	}
+	if a := Request("api", "GET", "u", []byte("short\n")); a.BodyCut || a.BodyExcerpt != `short\n` {
+		t.Errorf("Request of a short body: %+v", a)
+	}
+	a, err := ToolCall("github", "create\n", []byte(`{"a":"`+"\u202e"+`"}`))
+	if err != nil || a.Kind != KindTool || a.Tool != `create\n` || a.Arguments != `{"a":"\u202e"}` || !strings.HasPrefix(a.ID, "ap-") {
+		t.Errorf("ToolCall = %+v, %v", a, err)
+	}
+	long := []byte(`"` + strings.Repeat("\x00", MaxArgumentsShown/4) + `"`)
+	if _, err := ToolCall("github", "t", long); err == nil || !strings.Contains(err.Error(), "too long to show") {
+		t.Errorf("ToolCall of arguments too long to show escaped: %v", err)
+	}
+}

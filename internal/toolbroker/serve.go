@@ -299,10 +299,9 @@ func (b *Broker) admit() *callError {
 // hold asks Options.Approve about the call and waits, within the
 // approval timeout and the program's request, for the decision.
 func (b *Broker) hold(ctx context.Context, server string, req *callRequest, rec *result.ToolCall) *callError {
-	a := approvals.Approval{ID: approvals.NewID(), Kind: approvals.KindTool, Service: server,
-		Tool: untrusted.Text(req.Tool), Arguments: untrusted.Text(string(req.Arguments))}
-	if len(a.Arguments) > approvals.MaxArgumentsShown || len(a.Tool) > approvals.MaxArgumentsShown {
-		return refused(http.StatusForbidden, "arguments too long to show: %d bytes escaped, more than the %d an approver is shown whole", len(a.Arguments), approvals.MaxArgumentsShown)
+	a, err := approvals.ToolCall(server, req.Tool, req.Arguments)
+	if err != nil {
+		return refused(http.StatusForbidden, "%v", err)
 	}
 	rec.Approval = a.ID
 	if b.opts.Approve == nil {
