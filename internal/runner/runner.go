@@ -440,7 +440,7 @@ func (r *Runner) adoptSession(sb *sandbox, req request) error {
 	if err := req.lease.Mount(stage); err != nil {
 		return err
 	}
-	ws, err := workspace.Adopt(stage, spec.UID, spec.GID, req.files)
+	ws, err := workspace.Adopt(stage, r.sessions.MaxBytes(), spec.UID, spec.GID, req.files)
 	if err != nil {
 		return err
 	}
@@ -728,7 +728,7 @@ func (s *sandboxSetup) workspace() error {
 	}
 	// The disk keeps one owner, the sandbox user of the store, which
 	// the run sees as its own uid through an id-mapped mount.
-	ws, err := workspace.Adopt(wsDir, spec.UID, spec.GID, s.req.files)
+	ws, err := workspace.Adopt(wsDir, s.r.sessions.MaxBytes(), spec.UID, spec.GID, s.req.files)
 	if err != nil {
 		return err
 	}
