@@ -1,9 +1,9 @@
 // Package session keeps workspaces that outlive a run.
 //
 // A session is a directory <store_dir>/sessions/<id> holding disk.img, a
-// sparse file of sessions.max_bytes formatted as ext4, lock and created
-// (its creation time, which Get reports: the disk's own times move with
-// every write). The disk
+// sparse file of sessions.max_bytes formatted as ext4, lock, created (its
+// creation time, which Get reports: the disk's own times move with every
+// write) and, once a stateful run has left one, state (state.go). The disk
 // image is the kernel-enforced cap: a program that fills it gets ENOSPC and
 // the host file never grows past its size. It is mounted (loop device with
 // autoclear, nosuid,nodev,noexec) only while a run or a host-side file

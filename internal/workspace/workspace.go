@@ -113,6 +113,19 @@ func (w *Workspace) write(name string, data []byte, uid, gid int) error {
 	return w.writeFrom(name, bytes.NewReader(data), int64(len(data)), uid, gid)
 }
 
+// WriteFrom writes the file name (workspace-relative, already validated;
+// parents are created) from the size bytes of r, owned by uid and gid,
+// replacing what is there (a symlink is replaced, never written through;
+// a directory is an error).
+func (w *Workspace) WriteFrom(name string, r io.Reader, size int64, uid, gid int) error {
+	rw := *w
+	rw.replace = true
+	if err := rw.writeFrom(name, r, size, uid, gid); err != nil {
+		return fmt.Errorf("writing workspace file %q: %w", name, err)
+	}
+	return nil
+}
+
 // writeFrom writes name from the size bytes of r. Its errors name the
 // file as the task named it, never its host path; one that does not fit
 // (ENOSPC, EDQUOT) is ErrNoRoom.
@@ -160,6 +173,32 @@ func (w *Workspace) writeFrom(name string, r io.Reader, size int64, uid, gid int
 		return bare(err)
 	}
 	return nil
+}
+
+// OpenRegular opens the workspace's regular file name to read: never
+// through a symlink at its end, never blocking on a fifo; anything but a
+// regular file is refused.
+func (w *Workspace) OpenRegular(name string) (*os.File, error) {
+	f, err := w.root.OpenFile(name, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, bare(err)
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%q is not a regular file", name)
+	}
+	return f, nil
+}
+
+// RemoveAll removes the workspace's name and, if it is a directory,
+// everything under it, never following a link.
+func (w *Workspace) RemoveAll(name string) error {
+	return w.root.RemoveAll(name)
 }
 
 // bare is err without the host path that an *fs.PathError names.
