@@ -340,6 +340,11 @@ func (r *Runner) runInSandbox(ctx context.Context, p *task.Plan, res *result.Res
 		if serr := sb.ws.Sync(); serr != nil && err == nil {
 			err = fmt.Errorf("keeping the session's files: %w", serr)
 		}
+		if sb.stateKept {
+			if serr := lease.SyncState(); serr != nil && err == nil {
+				err = serr
+			}
+		}
 	}
 	if cerr := sb.undo.Clean(); cerr != nil && err == nil {
 		err = fmt.Errorf("cleaning up: %w", cerr)
@@ -448,7 +453,7 @@ func (r *Runner) adoptSession(sb *sandbox, req request) error {
 	if err := req.lease.Mount(stage); err != nil {
 		return err
 	}
-	ws, err := workspace.Adopt(stage, spec.UID, spec.GID, req.files)
+	ws, err := workspace.Adopt(stage, r.sessions.MaxBytes(), spec.UID, spec.GID, req.files)
 	if err != nil {
 		return err
 	}
@@ -456,11 +461,14 @@ func (r *Runner) adoptSession(sb *sandbox, req request) error {
 	// with that workspace's, once the container is gone, and the lease
 	// is released after both.
 	sb.undo.Add(ws.Close)
+	if err := stateIn(ws, req.lease, req.plan); err != nil {
+		return err
+	}
 	attrs := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC)
 	if err := uidpool.RemapOnto(stage, sb.ws.Dir, sb.idmap, attrs); err != nil {
 		return err
 	}
-	sb.ws = ws
+	sb.ws, sb.lease = ws, req.lease
 	return nil
 }
 
@@ -479,7 +487,7 @@ func (r *Runner) execute(ctx context.Context, p *task.Plan, sb *sandbox, res *re
 	}
 	display.finish(res)
 	if p.KeepState {
-		res.State = readState(sb.display)
+		res.State, sb.stateKept = keepState(sb, readState(sb.display), r.cfg.Sessions.StateBytes())
 	}
 	if len(p.Collect) > 0 {
 		if res.Files, res.Collect, err = sb.ws.Collect(p.Collect, workspace.Limits{}); err != nil {
@@ -519,6 +527,12 @@ type sandbox struct {
 	// the result with what it recorded (the proxy's report); it runs
 	// before the result is final.
 	settle cleanup.Cleanup
+
+	// lease is the kept session whose disk is ws, once the sandbox is a
+	// run's in one; stateKept: its run's state became the session's
+	// (keepState), which is synced with the disk after the answer.
+	lease     *session.Lease
+	stateKept bool
 }
 
 // request is what setup makes one sandbox for: a run's, or one made
@@ -736,12 +750,15 @@ func (s *sandboxSetup) workspace() error {
 	}
 	// The disk keeps one owner, the sandbox user of the store, which
 	// the run sees as its own uid through an id-mapped mount.
-	ws, err := workspace.Adopt(wsDir, spec.UID, spec.GID, s.req.files)
+	ws, err := workspace.Adopt(wsDir, s.r.sessions.MaxBytes(), spec.UID, spec.GID, s.req.files)
 	if err != nil {
 		return err
 	}
-	sb.ws = ws
+	sb.ws, sb.lease = ws, s.req.lease
 	sb.undo.Add(sb.ws.Close)
+	if err := stateIn(ws, s.req.lease, p); err != nil {
+		return err
+	}
 	return uidpool.Remap(wsDir, spec.UID, uint32(sb.uid))
 }
 
