@@ -59,3 +59,28 @@ func TestDoorsImportNoProxy(t *testing.T) {
 		}
 	}
 }
+
+// doors are the packages through which a task or a person reaches the
+// runner, each on a protocol of its own: a new door is a row here.
+var doors = []string{"internal/server", "internal/worker", "internal/mcpserver"}
+
+// No door depends on another: what they share (a refusal, the approver
+// handed on with a task) is in this package, and a door that hands a
+// task to another is handed the other's function (cmd/agentrun wires
+// serve's RunTask into MCP).
+func TestDoorsImportNoDoor(t *testing.T) {
+	const module = "github.com/agentrun/agentrun/"
+	for _, door := range doors {
+		out, err := exec.Command("go", "list", "-tags", "seccomp,runc_nocriu", "-deps", "../../"+door).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list: %v: %s", err, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			for _, other := range doors {
+				if other != door && (dep == module+other || strings.HasPrefix(dep, module+other+"/")) {
+					t.Errorf("%s depends on %s", door, dep)
+				}
+			}
+		}
+	}
+}
