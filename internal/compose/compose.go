@@ -1,10 +1,10 @@
 // Package compose puts agentrun's machinery together from a config: it
 // chooses the runtimes the host offers (runtime/runc, and runtime/runsc
 // where runsc can run) and hands them to the runner, and hands doctor the
-// same machinery to try the host with. No other package picks a backend,
-// or wires libcontainer, runsc or netlink for a use of its own (a test of
-// this package says so); cmd/agentrun and the root tests open their
-// runners here.
+// same machinery to try the host with (Doctor). No package but this one
+// and cmd/agentrun depends on a backend, and doctor wires no
+// libcontainer or netlink of its own (the tests of this package say so);
+// cmd/agentrun and the root tests open their runners here.
 package compose
 
 import (
