@@ -45,7 +45,7 @@ const (
 )
 
 // TaskFunc runs a task (task.json bytes) and returns its result, whose
-// Error is set when agentrun could not run it; or a *server.Refusal when
+// Error is set when agentrun could not run it; or a *runapi.Refusal when
 // the task was refused (bad task, above policy, over quota, busy); or
 // another error when the run could not even be asked for.
 // server.Server.RunTask is one. (The runner's own runapi.Func takes a

@@ -31,8 +31,6 @@ import (
 	"github.com/agentrun/agentrun/netns"
 	"github.com/agentrun/agentrun/proxy"
 	"github.com/agentrun/agentrun/runtime/backend"
-	"github.com/agentrun/agentrun/runtime/runc"
-	"github.com/agentrun/agentrun/runtime/runsc"
 	"github.com/agentrun/agentrun/runtime/spec"
 )
 
@@ -52,7 +50,7 @@ type Runner struct {
 	store       *image.Store
 	regs        *image.Registries // where a task's own image may come from
 	pool        *Pool             // nil without a pool
-	init        string            // the init's copy in BinDir (stageBinary)
+	init        string            // the init's copy in BinDir (StageBinary)
 	sessions    *session.Store
 	uids        *uidpool.Range // each sandbox's own host uid and gid
 	// sharedTools holds the tool servers the config marks shared, for
@@ -71,10 +69,17 @@ type Runner struct {
 	leftovers map[string]backend.Leftovers
 }
 
-// New prepares a runner from cfg: its state directories and backends.
-func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
+// ErrNotRoot is New's error, and the composition's (internal/compose),
+// when agentrun does not run as root.
+var ErrNotRoot = errors.New("agentrun must run as root (it creates namespaces, cgroups and mounts)")
+
+// New prepares a runner from cfg: its state directories, with the
+// runtimes it is handed (internal/compose chooses them), by name: a run
+// that asks for one whose Backend is nil gets the reason it is missing,
+// and gc still removes what its runs left behind.
+func New(cfg *config.Config, log *audit.Log, runtimes ...backend.Runtime) (*Runner, error) {
 	if os.Geteuid() != 0 {
-		return nil, errors.New("agentrun must run as root (it creates namespaces, cgroups and mounts)")
+		return nil, ErrNotRoot
 	}
 	r := &Runner{cfg: cfg, audit: log, backends: map[string]backend.Backend{}, unavailable: map[string]error{},
 		leftovers: map[string]backend.Leftovers{}, runsDir: state.RunsDir(cfg.StateDir), sharedTools: &toolbroker.Shared{Dir: toolsDir(cfg)},
@@ -83,7 +88,7 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 		return nil, fmt.Errorf("%w (apt-get install tini, or set config key init)", err)
 	}
 	var err error
-	if r.init, err = stageBinary(cfg.Init, "init"); err != nil {
+	if r.init, err = StageBinary(cfg.Init, "init"); err != nil {
 		return nil, fmt.Errorf("the sandbox's init: %w", err)
 	}
 	for _, dir := range []string{r.runsDir, toolsDir(cfg)} {
@@ -106,32 +111,15 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	if r.nets, err = netns.NewSubnets(netns.DefaultCIDR); err != nil {
 		return nil, err
 	}
-	lc, err := runc.New(filepath.Join(cfg.StateDir, "runc"))
-	if err != nil {
-		return nil, err
-	}
-	lc.SeccompCache = filepath.Join(cfg.StateDir, "seccomp")
-	lc.CgroupParent = cfg.CgroupParent
-	if lc.SeccompHelper, err = SeccompHelper(cfg); err != nil {
-		return nil, err
-	}
-	if lc.SeccompHelper != "" {
-		if lc.SeccompHelper, err = stageBinary(lc.SeccompHelper, runc.SeccompHelper); err != nil {
-			return nil, fmt.Errorf("the seccomp helper: %w", err)
+	for _, rt := range runtimes {
+		switch {
+		case rt.Backend != nil:
+			r.backends[rt.Name], r.leftovers[rt.Name] = rt.Backend, rt.Backend
+		case rt.Leftovers != nil:
+			r.unavailable[rt.Name], r.leftovers[rt.Name] = rt.Missing, rt.Leftovers
+		default:
+			r.unavailable[rt.Name] = rt.Missing
 		}
-	}
-	r.backends[config.RuntimeLibcontainer] = lc
-	// runsc is optional: a run that asks for it gets the reason it is
-	// missing, and gc still removes what runsc runs left behind.
-	runscDir := filepath.Join(cfg.StateDir, "runsc")
-	if sc, err := runsc.New(cfg.Runsc.Path, cfg.Runsc.Flags, runscDir, cfg.RunscCgroupParent()); err == nil {
-		r.backends[config.RuntimeRunsc] = sc
-	} else {
-		r.unavailable[config.RuntimeRunsc] = err
-		r.leftovers[config.RuntimeRunsc] = runsc.Leftovers(runscDir, cfg.RunscCgroupParent())
-	}
-	for name, be := range r.backends {
-		r.leftovers[name] = be
 	}
 	return r, nil
 }
@@ -150,24 +138,6 @@ func (r *Runner) Close() error {
 	return nil
 }
 
-// SeccompHelper is the agentrun-seccomp that config key seccomp_helper
-// names: for "" the one beside the binary or in ../lib/agentrun from it
-// (runc.FindSeccompHelper), if any; for "off" none; else the path, which
-// must pass runc.CheckSeccompHelper. "" means libcontainer compiles the
-// filter in every container's init.
-func SeccompHelper(cfg *config.Config) (string, error) {
-	switch cfg.SeccompHelper {
-	case "":
-		return runc.FindSeccompHelper(), nil
-	case config.SeccompHelperOff:
-		return "", nil
-	}
-	if err := runc.CheckSeccompHelper(cfg.SeccompHelper); err != nil {
-		return "", fmt.Errorf("%w (make build puts it in bin/; or set config key seccomp_helper to \"\")", err)
-	}
-	return cfg.SeccompHelper, nil
-}
-
 // PrecompiledSeccomp compiles the sandbox's seccomp filter for
 // libcontainer runs, if it is not yet, to be loaded in each sandbox by
 // agentrun-seccomp (runtime/runc); when libcontainer compiles it in every
@@ -176,7 +146,7 @@ func (r *Runner) PrecompiledSeccomp() error {
 	if r.cfg.SeccompHelper == config.SeccompHelperOff {
 		return errors.New("config key seccomp_helper is off")
 	}
-	lc, ok := r.backends[config.RuntimeLibcontainer].(*runc.Backend)
+	lc, ok := r.backends[config.RuntimeLibcontainer].(interface{ PrecompiledSeccomp() error })
 	if !ok {
 		return errors.New("no libcontainer backend")
 	}

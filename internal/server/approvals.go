@@ -214,23 +214,6 @@ func (s *Server) Close() {
 	}
 }
 
-type approverKey struct{}
-
-// Approver decides a request of run held for approval; it must return
-// when ctx ends.
-type Approver = func(ctx context.Context, run string, a netpolicy.Approval) netpolicy.Decision
-
-// WithApprover returns ctx carrying approve, which RunTask asks about the
-// run's requests held for approval (MCP elicitation, a terminal).
-func WithApprover(ctx context.Context, approve Approver) context.Context {
-	return context.WithValue(ctx, approverKey{}, approve)
-}
-
-func approverFrom(ctx context.Context) Approver {
-	a, _ := ctx.Value(approverKey{}).(Approver)
-	return a
-}
-
 // Decision is the body of POST /v1/runs/RUN/approvals/ID. By, optional,
 // names who decides (a webhook's receiver passes its user's name): the
 // decision is recorded as "operator (serve API: BY)" (apiByName), never as
