@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/agentrun/agentrun/internal/compose"
 	"github.com/agentrun/agentrun/internal/doctor"
 )
 
@@ -14,7 +15,7 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) int {
 	if cfg == nil {
 		return code
 	}
-	checks := doctor.Run(context.Background(), cfg)
+	checks := doctor.Run(context.Background(), cfg, compose.Doctor{})
 	doctor.Print(stdout, checks)
 	if doctor.Failed(checks) {
 		fmt.Fprintln(stdout, "\nagentrun cannot run sandboxes on this host until the failures above are fixed.")

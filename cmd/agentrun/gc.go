@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/agentrun/agentrun/internal/runner"
+	"github.com/agentrun/agentrun/internal/compose"
 )
 
 // cmdGC removes what agentrun processes that died left behind.
@@ -13,7 +13,7 @@ func cmdGC(args []string, stdout, stderr io.Writer) int {
 	if cfg == nil {
 		return code
 	}
-	r, err := runner.New(cfg, nil)
+	r, err := compose.Runner(cfg, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "agentrun gc: %v\n", err)
 		return 1

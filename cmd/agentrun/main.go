@@ -9,8 +9,9 @@
 //
 // This package parses arguments and the config, and wires the internal
 // packages together: run, serve, worker and mcp open the audit log and the
-// runner (internal/runner, which does a run's work) through one helper,
-// openRunner, which also runs gc; serve, worker and mcp hand it to
+// runner (internal/runner, which does a run's work, on the backends that
+// internal/compose chooses) through one helper, openRunner, which also
+// runs gc; serve, worker and mcp hand it to
 // internal/server, internal/worker and internal/mcpserver. Its init makes
 // the binary libcontainer's container init when it is re-executed as one
 // (runc.InitHook), before anything else runs.

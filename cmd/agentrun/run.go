@@ -2,15 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"syscall"
 
@@ -19,7 +16,6 @@ import (
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/server"
 	"github.com/agentrun/agentrun/internal/task"
-	"github.com/agentrun/agentrun/internal/untrusted"
 )
 
 func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -210,97 +206,7 @@ func readTask(path string, stdin io.Reader) ([]byte, error) {
 // program's output, to out; in text mode its summary to errw.
 func writeResult(out, errw io.Writer, res *result.Result, format string) error {
 	if format == "json" {
-		return writeJSON(out, res)
+		return res.WriteJSON(out)
 	}
-	return writeText(out, errw, res)
-}
-
-func writeJSON(w io.Writer, res *result.Result) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(res)
-}
-
-// writeText writes the program's stdout to out and its stderr to errw as
-// it wrote them, escaped by untrusted.Lines (its lines kept, nothing else
-// that could move, colour, reorder or hide text on a terminal), and a
-// marker where a stream was cut at its cap. Then on errw: the summary,
-// the collected files and the network denials, each on one line of its
-// own with the names the program chose escaped by untrusted.Text, so
-// that no name can start a line that reads as agentrun's; or, when
-// agentrun could not run the task, the error alone.
-func writeText(out, errw io.Writer, res *result.Result) error {
-	for _, s := range []struct {
-		w         io.Writer
-		name      string
-		data      []byte
-		truncated bool
-		total     int64
-	}{
-		{out, "stdout", res.RawStdout(), res.StdoutTruncated, res.StdoutBytes},
-		{errw, "stderr", res.RawStderr(), res.StderrTruncated, res.StderrBytes},
-	} {
-		var b strings.Builder
-		b.WriteString(untrusted.Lines(string(s.data)))
-		if s.truncated {
-			if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
-				b.WriteString("\n")
-			}
-			fmt.Fprintf(&b, "[agentrun %s] %s truncated: %d of %d bytes kept\n", res.ID, s.name, len(s.data), s.total)
-		}
-		if _, err := io.WriteString(s.w, b.String()); err != nil {
-			return err
-		}
-	}
-	var b strings.Builder
-	if res.Error != "" {
-		fmt.Fprintf(&b, "agentrun: error: %s\n", untrusted.Text(strings.Join(strings.Fields(res.Error), " ")))
-		_, err := io.WriteString(errw, b.String())
-		return err
-	}
-	tag := "[agentrun " + res.ID + "]"
-	fmt.Fprintf(&b, "%s %s\n", tag, summary(res))
-	for _, name := range slices.Sorted(maps.Keys(res.Files)) {
-		f := res.Files[name]
-		fmt.Fprintf(&b, "%s file %s: %d bytes", tag, untrusted.Text(name), f.Size)
-		if f.Truncated {
-			b.WriteString(", truncated")
-		}
-		if f.Error != "" {
-			b.WriteString(", not returned: " + untrusted.Text(f.Error))
-		}
-		b.WriteString("\n")
-	}
-	for _, d := range res.Network.Denied {
-		fmt.Fprintf(&b, "%s network denied %s:%d: %s", tag, untrusted.Text(d.Host), d.Port, d.Reason)
-		if d.Count > 1 {
-			fmt.Fprintf(&b, " (%d times)", d.Count)
-		}
-		b.WriteString("\n")
-	}
-	_, err := io.WriteString(errw, b.String())
-	return err
-}
-
-func summary(res *result.Result) string {
-	var parts []string
-	switch {
-	case res.TimedOut:
-		parts = append(parts, "timed out")
-	case res.OOMKilled:
-		parts = append(parts, "killed: out of memory")
-	case res.Signal != "":
-		parts = append(parts, "killed by "+res.Signal)
-	default:
-		parts = append(parts, fmt.Sprintf("exit %d", res.ExitCode))
-	}
-	parts = append(parts, fmt.Sprintf("%d ms", res.DurationMS), fmt.Sprintf("cpu %d ms", res.CPUMS),
-		fmt.Sprintf("peak %.1f MiB", float64(res.MemoryPeakBytes)/(1<<20)))
-	if n := len(res.Network.Allowed); n > 0 {
-		parts = append(parts, fmt.Sprintf("%d allowed destinations", n))
-	}
-	if res.Network.None {
-		parts = append(parts, "no network")
-	}
-	return strings.Join(parts, ", ")
+	return res.WriteText(out, errw)
 }

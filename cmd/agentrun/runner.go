@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/agentrun/agentrun/internal/audit"
+	"github.com/agentrun/agentrun/internal/compose"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/runner"
 )
@@ -17,7 +18,7 @@ func openRunner(cfg *config.Config, auditPath string, logf func(string, ...any))
 	if err != nil {
 		return nil, nil, err
 	}
-	if r, err = runner.New(cfg, log); err != nil {
+	if r, err = compose.Runner(cfg, log); err != nil {
 		log.Close()
 		return nil, nil, err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -30,6 +31,39 @@ const sessionsUsage = `usage: agentrun sessions [--config F] [--json] <command>
   fork ID N        make N sessions (1 to 64), each a copy of session ID; print their ids
 `
 
+// sessionsCall is one call of a sessions subcommand: the store, the
+// subcommand's arguments, and where it reads and writes.
+type sessionsCall struct {
+	st     *session.Store
+	args   []string // after the subcommand's name
+	stdin  io.Reader
+	stdout io.Writer
+	json   bool // --json
+}
+
+// sessionsCommands are the subcommands of sessions, by name: how many
+// arguments each takes, and what runs it. A subcommand returns what
+// --json prints, or nil when it has printed what it prints; or its
+// failure (a usageError exits 2).
+var sessionsCommands = map[string]sessionsCommand{
+	"new":   {0, sessionsNew},
+	"ls":    {0, sessionsList},
+	"rm":    {1, sessionsRemove},
+	"files": {1, sessionsFiles},
+	"cat":   {2, sessionsCat},
+	"put":   {2, sessionsPut},
+	"fork":  {2, sessionsFork},
+}
+
+// sessionsCommand is a subcommand of sessions.
+type sessionsCommand struct {
+	args int // how many arguments it takes
+	run  func(c *sessionsCall) (any, error)
+}
+
+// usageError is a subcommand's argument that does not parse.
+type usageError struct{ error }
+
 // cmdSessions manages kept session workspaces.
 func cmdSessions(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sessions", flag.ContinueOnError)
@@ -40,107 +74,31 @@ func cmdSessions(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if !ok {
 		return 2
 	}
-	want := map[string]int{"new": 1, "ls": 1, "rm": 2, "files": 2, "cat": 3, "put": 3, "fork": 3}
-	if len(pos) == 0 || want[pos[0]] != len(pos) {
+	var sub sessionsCommand
+	if len(pos) > 0 {
+		sub = sessionsCommands[pos[0]]
+	}
+	if sub.run == nil || sub.args != len(pos)-1 {
 		fmt.Fprint(stderr, sessionsUsage)
 		return 2
 	}
-	cfg, err := config.Load(*cfgPath)
-	if err != nil {
-		fmt.Fprintf(stderr, "agentrun sessions: %v\n", err)
-		return 1
+	st, code := openSessions(*cfgPath, stderr)
+	if st == nil {
+		return code
 	}
-	if os.Geteuid() != 0 {
-		fmt.Fprintln(stderr, "agentrun sessions: must run as root (sessions are disks it mounts)")
-		return 1
-	}
-	st, err := session.Open(cfg, spec.UID, spec.GID)
-	if err != nil {
-		fmt.Fprintf(stderr, "agentrun sessions: %v\n", err)
-		return 1
-	}
-	var out any
-	switch pos[0] {
-	case "new":
-		var id string
-		if id, err = st.Create(); err == nil {
-			out = map[string]string{"id": id}
-			if !*asJSON {
-				fmt.Fprintln(stdout, id)
-				return 0
-			}
-		}
-	case "ls":
-		var all []session.Info
-		if all, err = st.All(); err == nil {
-			out = all
-			if !*asJSON {
-				for _, in := range all {
-					busy := ""
-					if in.Busy {
-						busy = " busy"
-					}
-					fmt.Fprintf(stdout, "%s  last used %s  %d bytes on disk%s\n", in.ID, in.LastUsed.UTC().Format(time.RFC3339), in.DiskBytes, busy)
-				}
-				return 0
-			}
-		}
-	case "rm":
-		if err = st.Remove(pos[1]); err == nil {
-			return 0
-		}
-	case "files":
-		var l *session.Listing
-		if l, err = st.Files(pos[1]); err == nil {
-			out = l
-			if !*asJSON {
-				for _, f := range l.Files {
-					fmt.Fprintf(stdout, "%-7s %10d  %s  %s\n", f.Type, f.Size, f.MTime.Format(time.RFC3339), printable(f.Name))
-				}
-				if l.Truncated {
-					fmt.Fprintf(stdout, "(listing cut at %d entries or %d levels)\n", session.MaxList, session.MaxListDepth)
-				}
-				return 0
-			}
-		}
-	case "cat":
-		var data []byte
-		if data, err = st.ReadFile(pos[1], pos[2]); err == nil {
-			_, err = stdout.Write(data)
-			if err == nil {
-				return 0
-			}
-		}
-	case "put":
-		if err = st.WriteFile(pos[1], pos[2], stdin); err == nil {
-			return 0
-		}
-	case "fork":
-		n, convErr := strconv.Atoi(pos[2])
-		if convErr != nil {
-			fmt.Fprintf(stderr, "agentrun sessions fork: count %q is not a number\n", pos[2])
-			return 2
-		}
-		// Interrupted, a fork rolls back: no copy is left.
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		var f *session.Forked
-		if f, err = st.Fork(ctx, pos[1], n); err == nil {
-			out = f
-			if !*asJSON {
-				for _, id := range f.IDs {
-					fmt.Fprintln(stdout, id)
-				}
-				return 0
-			}
-		}
-	}
+	out, err := sub.run(&sessionsCall{st: st, args: pos[1:], stdin: stdin, stdout: stdout, json: *asJSON})
 	if err != nil {
 		fmt.Fprintf(stderr, "agentrun sessions %s: %v\n", pos[0], err)
-		if errkind.Of(err) == errkind.Busy {
+		switch {
+		case errors.As(err, new(usageError)):
+			return 2
+		case errkind.Of(err) == errkind.Busy:
 			return 125
 		}
 		return 1
+	}
+	if out == nil {
+		return 0
 	}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
@@ -148,6 +106,103 @@ func cmdSessions(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// openSessions opens the session store of the config at cfgPath, as root;
+// on failure it says why on stderr and returns the exit status.
+func openSessions(cfgPath string, stderr io.Writer) (*session.Store, int) {
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "agentrun sessions: %v\n", err)
+		return nil, 1
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(stderr, "agentrun sessions: must run as root (sessions are disks it mounts)")
+		return nil, 1
+	}
+	st, err := session.Open(cfg, spec.UID, spec.GID)
+	if err != nil {
+		fmt.Fprintf(stderr, "agentrun sessions: %v\n", err)
+		return nil, 1
+	}
+	return st, 0
+}
+
+// sessionsNew creates a session and prints its id.
+func sessionsNew(c *sessionsCall) (any, error) {
+	id, err := c.st.Create()
+	if err != nil || c.json {
+		return map[string]string{"id": id}, err
+	}
+	fmt.Fprintln(c.stdout, id)
+	return nil, nil
+}
+
+// sessionsList lists the sessions: id, last use, disk use, busy.
+func sessionsList(c *sessionsCall) (any, error) {
+	all, err := c.st.All()
+	if err != nil || c.json {
+		return all, err
+	}
+	for _, in := range all {
+		busy := ""
+		if in.Busy {
+			busy = " busy"
+		}
+		fmt.Fprintf(c.stdout, "%s  last used %s  %d bytes on disk%s\n", in.ID, in.LastUsed.UTC().Format(time.RFC3339), in.DiskBytes, busy)
+	}
+	return nil, nil
+}
+
+// sessionsRemove removes a session.
+func sessionsRemove(c *sessionsCall) (any, error) { return nil, c.st.Remove(c.args[0]) }
+
+// sessionsFiles lists a session's files, their names escaped (printable).
+func sessionsFiles(c *sessionsCall) (any, error) {
+	l, err := c.st.Files(c.args[0])
+	if err != nil || c.json {
+		return l, err
+	}
+	for _, f := range l.Files {
+		fmt.Fprintf(c.stdout, "%-7s %10d  %s  %s\n", f.Type, f.Size, f.MTime.Format(time.RFC3339), printable(f.Name))
+	}
+	if l.Truncated {
+		fmt.Fprintf(c.stdout, "(listing cut at %d entries or %d levels)\n", session.MaxList, session.MaxListDepth)
+	}
+	return nil, nil
+}
+
+// sessionsCat writes a session's file to stdout, as it is.
+func sessionsCat(c *sessionsCall) (any, error) {
+	data, err := c.st.ReadFile(c.args[0], c.args[1])
+	if err == nil {
+		_, err = c.stdout.Write(data)
+	}
+	return nil, err
+}
+
+// sessionsPut writes stdin to a session's file.
+func sessionsPut(c *sessionsCall) (any, error) {
+	return nil, c.st.WriteFile(c.args[0], c.args[1], c.stdin)
+}
+
+// sessionsFork makes N copies of a session and prints their ids.
+// Interrupted, a fork rolls back: no copy is left.
+func sessionsFork(c *sessionsCall) (any, error) {
+	n, err := strconv.Atoi(c.args[1])
+	if err != nil {
+		return nil, usageError{fmt.Errorf("count %q is not a number", c.args[1])}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	f, err := c.st.Fork(ctx, c.args[0], n)
+	if err != nil || c.json {
+		return f, err
+	}
+	for _, id := range f.IDs {
+		fmt.Fprintln(c.stdout, id)
+	}
+	return nil, nil
 }
 
 // printable is name as is, or quoted with every character that is not

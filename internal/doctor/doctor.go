@@ -3,7 +3,6 @@ package doctor
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,16 +15,11 @@ import (
 	"time"
 
 	"github.com/opencontainers/cgroups"
-	"github.com/opencontainers/runc/libcontainer/exeseal"
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/config"
-	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/uidpool"
-	"github.com/agentrun/agentrun/runtime/runc"
 	"github.com/agentrun/agentrun/runtime/spec"
 )
 
@@ -47,11 +41,34 @@ type Check struct {
 	Fix    string // how to fix a warning or failure
 }
 
-// Run performs every check against the host and cfg.
-func Run(ctx context.Context, cfg *config.Config) []Check {
+// Machinery is what doctor tries of the packages that make a sandbox, as a
+// run uses them: internal/compose, which wires them for the runner, hands
+// it in, so that doctor links no backend, libcontainer or netlink of its
+// own.
+type Machinery interface {
+	// Network makes a run's network namespaces and the veth between
+	// them, and removes them.
+	Network() error
+	// SeccompHelper is the agentrun-seccomp that cfg names: "" for none
+	// (there is none beside the binary), an error for one that is unfit.
+	SeccompHelper(cfg *config.Config) (string, error)
+	// PrecompiledSeccomp compiles the sandbox's seccomp filter once, for
+	// helper to load in each sandbox; an error says why it is not.
+	PrecompiledSeccomp(helper string) error
+	// SealBinary seals this binary for a container's init in dir, as
+	// libcontainer does; copied says it had to copy the binary (size
+	// bytes) into memory.
+	SealBinary(dir string) (copied bool, size int64, err error)
+}
+
+// Run performs every check against the host and cfg, trying m's
+// machinery.
+func Run(ctx context.Context, cfg *config.Config, m Machinery) []Check {
 	checks := []func(*config.Config) Check{
 		checkRoot, checkKernel, checkUserns, checkBPF, checkIOUring, checkModules, checkCgroups, checkSeccomp, checkFilesystems,
-		checkNamespaces, checkRunsc, checkInit, checkSeccompHelper, checkStateDir, checkBinarySeal, checkStoreDir, checkRunUIDs, checkClock,
+		func(*config.Config) Check { return checkNamespaces(m) }, checkRunsc, checkInit,
+		func(cfg *config.Config) Check { return checkSeccompHelper(cfg, m) }, checkStateDir,
+		func(cfg *config.Config) Check { return checkBinarySeal(cfg, m) }, checkStoreDir, checkRunUIDs, checkClock,
 		func(cfg *config.Config) Check { return checkImage(ctx, cfg) },
 	}
 	out := make([]Check, 0, len(checks))
@@ -207,46 +224,16 @@ func checkFilesystems(*config.Config) Check {
 	return c
 }
 
-// checkNamespaces creates a network namespace with a veth in it, the way an
-// allowlisted run does, and removes it.
-func checkNamespaces(*config.Config) (c Check) {
+// checkNamespaces makes a run's network namespaces and their veth, as an
+// allowlisted run does, and removes them.
+func checkNamespaces(m Machinery) (c Check) {
 	c = Check{Name: "namespaces"}
 	for _, ns := range []string{"pid", "net", "ipc", "uts", "mnt", "cgroup"} {
 		if _, err := os.Stat("/proc/self/ns/" + ns); err != nil {
 			return Check{Name: c.Name, Status: Fail, Detail: "no " + ns + " namespace", Fix: "use a kernel with CONFIG_" + strings.ToUpper(ns) + "_NS"}
 		}
 	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // not unlocked: the thread ends with the goroutine if restoring fails
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		ns, err := netns.New()
-		if err != nil {
-			errc <- fmt.Errorf("creating a network namespace: %w", err)
-			return
-		}
-		defer ns.Close()
-		h, err := netlink.NewHandleAt(ns)
-		if err == nil {
-			err = h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "doctor0"}, PeerName: "doctor1"})
-			h.Close()
-			if err != nil {
-				err = fmt.Errorf("creating a veth: %w", err)
-			}
-		}
-		if rerr := netns.Set(orig); rerr != nil {
-			errc <- errors.Join(err, rerr)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- err
-	}()
-	if err := <-errc; err != nil {
+	if err := m.Network(); err != nil {
 		return Check{Name: c.Name, Status: Fail, Detail: err.Error(), Fix: "agentrun needs CAP_NET_ADMIN and CAP_SYS_ADMIN; inside a container, run it privileged"}
 	}
 	c.Status, c.Detail = OK, "pid net ipc uts mnt cgroup; netns + veth creation works"
@@ -282,23 +269,23 @@ func checkInit(cfg *config.Config) Check {
 // (runtime/runc/seccomp.go): once, for agentrun-seccomp to load in each
 // sandbox. Without the helper libcontainer compiles it in every
 // container's init, which costs each run a few milliseconds of CPU.
-func checkSeccompHelper(cfg *config.Config) Check {
+func checkSeccompHelper(cfg *config.Config, m Machinery) Check {
 	c := Check{Name: "seccomp helper"}
 	if cfg.SeccompHelper == config.SeccompHelperOff {
 		c.Status, c.Detail = OK, "off (config key seccomp_helper): libcontainer compiles the seccomp filter in every container's init"
 		return c
 	}
-	helper, err := runner.SeccompHelper(cfg)
+	helper, err := m.SeccompHelper(cfg)
 	if err != nil {
 		c.Status, c.Detail, c.Fix = Fail, err.Error(), "install agentrun-seccomp (make install, or the Debian package), or set config key seccomp_helper to \"\""
 		return c
 	}
 	if helper == "" {
-		c.Status, c.Detail = Warn, "no "+runc.SeccompHelper+" beside the agentrun binary or in ../lib/agentrun: libcontainer compiles the seccomp filter in every container's init"
+		c.Status, c.Detail = Warn, "no agentrun-seccomp beside the agentrun binary or in ../lib/agentrun: libcontainer compiles the seccomp filter in every container's init"
 		c.Fix = "install agentrun-seccomp (make install, or the Debian package) or set config key seccomp_helper"
 		return c
 	}
-	if err := (&runc.Backend{SeccompHelper: helper}).PrecompiledSeccomp(); err != nil {
+	if err := m.PrecompiledSeccomp(helper); err != nil {
 		c.Status, c.Detail = Warn, err.Error()
 		c.Fix = "runs still work: libcontainer compiles the filter in every container's init"
 		return c
@@ -318,7 +305,7 @@ func checkStoreDir(cfg *config.Config) Check { return checkDir("store dir", cfg.
 // copies the binary into a memfd for every container, which costs about
 // as much as the rest of a run's set-up. It is tried here as a run tries
 // it, in a state dir of its own under the runc backend's.
-func checkBinarySeal(cfg *config.Config) Check {
+func checkBinarySeal(cfg *config.Config, m Machinery) Check {
 	c := Check{Name: "binary seal"}
 	dir := filepath.Join(cfg.StateDir, "runc")
 	err := os.MkdirAll(dir, 0o700)
@@ -331,21 +318,16 @@ func checkBinarySeal(cfg *config.Config) Check {
 		return c
 	}
 	defer os.RemoveAll(tmp)
-	f, err := exeseal.CloneSelfExe(tmp)
+	copied, size, err := m.SealBinary(tmp)
 	if err != nil {
 		c.Status, c.Detail = Fail, "sealing this binary for a container's init: "+err.Error()
 		return c
 	}
-	defer f.Close()
-	if !exeseal.IsCloned(f) {
+	if !copied {
 		c.Status, c.Detail = OK, "sealed read-only through overlayfs: no copy per container"
 		return c
 	}
 	exe, _ := os.Readlink("/proc/self/exe")
-	var size int64
-	if st, err := f.Stat(); err == nil {
-		size = st.Size()
-	}
 	c.Status = Warn
 	c.Detail = fmt.Sprintf("overlayfs cannot seal %s: libcontainer copies its %d MiB into memory for every container", exe, size>>20)
 	c.Fix = "install agentrun in a directory that does not hold state_dir (" + cfg.StateDir + "), such as /usr/local/bin, on a kernel with overlayfs"

@@ -8,7 +8,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/result"
-	"github.com/agentrun/agentrun/internal/server"
+	"github.com/agentrun/agentrun/internal/runapi"
 )
 
 // heldRun is a run_code call whose run waits for the client's decision on
@@ -22,7 +22,7 @@ type callResult struct {
 
 // approver is the run's approver of h: it hands the question to the call
 // that waits (or the next retry) and waits for the answer (answerClient).
-func approver(h *heldRun) approvals.RunFunc {
+func approver(h *heldRun) runapi.Approver {
 	return func(ctx context.Context, _ string, a approvals.Approval) approvals.Decision {
 		d, _ := h.ask(ctx, a.ID, a)
 		return d
@@ -50,7 +50,7 @@ func (s *Server) runAsking(ctx context.Context, req *mcp.CallToolRequest, taskJS
 	if req.Params != nil && req.Params.RequestState != "" {
 		h := s.held.take(req.Params.RequestState)
 		if h == nil {
-			return nil, nil, &server.Refusal{Msg: "the approval this call answers is no longer waiting (it timed out, or its run ended)"}
+			return nil, nil, &runapi.Refusal{Msg: "the approval this call answers is no longer waiting (it timed out, or its run ended)"}
 		}
 		// An answer too late (the approval timed out as the retry came)
 		// is not taken: the run's result says so.
@@ -68,7 +68,7 @@ func (s *Server) runAsking(ctx context.Context, req *mcp.CallToolRequest, taskJS
 	h := newHeld[approvals.Approval, approvals.Decision, callResult](cancel)
 	go func() {
 		defer done()
-		res, err := s.run(server.WithApprover(runCtx, approver(h)), taskJSON)
+		res, err := s.run(runapi.WithApprover(runCtx, approver(h)), taskJSON)
 		cancel()
 		h.result <- callResult{res, err}
 	}()

@@ -9,7 +9,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentrun/agentrun/internal/errkind"
-	"github.com/agentrun/agentrun/internal/server"
+	"github.com/agentrun/agentrun/internal/runapi"
 )
 
 // toolError is tool's answer to err, by err's kind: the one place where
@@ -19,13 +19,13 @@ import (
 // large, over a quota or the store's bound, or the host busy, in the
 // error's own words. Anything else is the host's (unmarked, an upstream
 // that failed, an image of the config that cannot run): logged, and
-// answered without its detail. A *server.Refusal is the server's own
+// answered without its detail. A *runapi.Refusal is the server's own
 // refusal of a task, already worded: refused, unless its kind is the
 // host's, as when serve could not have the config's image, so that a
 // call forwarded to serve is answered as one run here.
 func (s *Server) toolError(tool, session string, err error) *mcp.CallToolResult {
 	kind := errkind.Of(err)
-	var ref *server.Refusal
+	var ref *runapi.Refusal
 	switch {
 	case hostKind(kind):
 		s.logf("%s (session %s): %v", tool, session, err)
@@ -49,7 +49,7 @@ func hostKind(k errkind.Kind) bool {
 
 // refused is the answer to a refused task: what is wrong, named as the
 // model wrote it, so that it can fix the call.
-func refused(tool string, ref *server.Refusal) *mcp.CallToolResult {
+func refused(tool string, ref *runapi.Refusal) *mcp.CallToolResult {
 	msg := strings.TrimPrefix(ref.Msg, "task: ")
 	for _, n := range argNames {
 		msg = strings.ReplaceAll(msg, n.field, n.arg)

@@ -14,7 +14,7 @@ import (
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/result"
-	"github.com/agentrun/agentrun/internal/server"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/session"
 )
 
@@ -84,17 +84,17 @@ func TestToolErrorAnswers(t *testing.T) {
 		{ReadFileTool, fmt.Errorf("%w: ss-1", session.ErrBusy), "read_file refused: session ss-1 is busy"},
 		{ToolName, errors.New("dial unix /run/agentrun.sock: connection refused"),
 			"agentrun could not run the code because of a problem on the host, not in the code; the operator's log has the details."},
-		{ToolName, &server.Refusal{Status: 403, Field: "limits.timeout", Msg: "task: limits.timeout: 5m exceeds policy maximum 60s"},
+		{ToolName, &runapi.Refusal{Why: errkind.Policy, Field: "limits.timeout", Msg: "task: limits.timeout: 5m exceeds policy maximum 60s"},
 			"run_code refused: timeout: 5m exceeds policy maximum 60s"},
-		{ToolName, fmt.Errorf("asking: %w", &server.Refusal{Status: 429, Msg: "over the quota", RetryAfter: 1500 * time.Millisecond}),
+		{ToolName, fmt.Errorf("asking: %w", &runapi.Refusal{Why: errkind.Quota, Msg: "over the quota", RetryAfter: 1500 * time.Millisecond}),
 			"run_code refused: over the quota (try again in 2s)"},
 		// serve's answer when it could not have the config's image, as
 		// the forwarding client gets it: the host's, as a run here.
-		{ToolName, &server.Refusal{Status: 422, Field: "image", Msg: "the server refused the task (422): image reg/x: not found"},
+		{ToolName, &runapi.Refusal{Why: errkind.Unusable, Field: "image", Msg: "the server refused the task (422): image reg/x: not found"},
 			"agentrun could not run the code because of a problem on the host, not in the code; the operator's log has the details."},
-		{ToolName, &server.Refusal{Status: 502, Field: "image", Msg: "the server refused the task (502): image reg/x: unreachable"},
+		{ToolName, &runapi.Refusal{Why: errkind.Upstream, Field: "image", Msg: "the server refused the task (502): image reg/x: unreachable"},
 			"agentrun could not run the code because of a problem on the host, not in the code; the operator's log has the details."},
-		{ToolName, &server.Refusal{Status: 418, Msg: "the server refused the task (418): odd"},
+		{ToolName, &runapi.Refusal{Why: errkind.Unknown, Msg: "the server refused the task (418): odd"},
 			"agentrun could not run the code because of a problem on the host, not in the code; the operator's log has the details."},
 	} {
 		sid := "ss-1"

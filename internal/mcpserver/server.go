@@ -45,7 +45,7 @@ const (
 )
 
 // TaskFunc runs a task (task.json bytes) and returns its result, whose
-// Error is set when agentrun could not run it; or a *server.Refusal when
+// Error is set when agentrun could not run it; or a *runapi.Refusal when
 // the task was refused (bad task, above policy, over quota, busy); or
 // another error when the run could not even be asked for.
 // server.Server.RunTask is one. (The runner's own runapi.Func takes a
@@ -322,10 +322,12 @@ func (s *Server) runCode(ctx context.Context, req *mcp.CallToolRequest, args Arg
 	case err != nil:
 		return s.toolError(ToolName, session, err), nil, nil
 	case res.Error != "":
-		if k := errkind.Of(res.Err); k == errkind.Busy || k == errkind.NotFound {
+		if k := errkind.Of(res.Err); k == errkind.Busy || k == errkind.NotFound || k == errkind.TooLarge {
 			// A kept session taken (or removed) by another call between
 			// the server's check and the run's lock: refused, as the
-			// check refuses it (and serve answers 409, 404).
+			// check refuses it (and serve answers 409, 404); files that
+			// do not fit in the workspace or the session's disk: refused
+			// naming the file and the bound (serve answers 413).
 			return s.toolError(ToolName, session, res.Err), nil, nil
 		}
 		// An image of the config that cannot be had, a workspace that

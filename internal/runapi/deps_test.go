@@ -13,8 +13,7 @@ import (
 // are not runtimes.)
 func TestDoorsImportNoRuntime(t *testing.T) {
 	// go test puts its own go first in PATH.
-	out, err := exec.Command("go", "list", "-tags", "seccomp,runc_nocriu", "-deps",
-		".", "../server", "../worker", "../mcpserver").CombinedOutput()
+	out, err := exec.Command("go", goListDeps(doorDirs(".")...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v: %s", err, out)
 	}
@@ -28,7 +27,7 @@ func TestDoorsImportNoRuntime(t *testing.T) {
 	for _, dep := range strings.Fields(string(out)) {
 		for _, b := range banned {
 			if strings.HasPrefix(dep, b) {
-				t.Errorf("internal/server, worker, mcpserver or runapi depend on %s", dep)
+				t.Errorf("a door or runapi depends on %s", dep)
 			}
 		}
 	}
@@ -41,8 +40,7 @@ func TestDoorsImportNoRuntime(t *testing.T) {
 // internal/hostaddr's check of the host's addresses by the runner, so no
 // door links netlink either.
 func TestDoorsImportNoProxy(t *testing.T) {
-	out, err := exec.Command("go", "list", "-tags", "seccomp,runc_nocriu", "-deps",
-		".", "../server", "../worker", "../mcpserver", "../approvals").CombinedOutput()
+	out, err := exec.Command("go", goListDeps(doorDirs(".", "../approvals")...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v: %s", err, out)
 	}
@@ -54,7 +52,47 @@ func TestDoorsImportNoProxy(t *testing.T) {
 	for _, dep := range strings.Fields(string(out)) {
 		for _, b := range banned {
 			if dep == b || strings.HasPrefix(dep, b+"/") {
-				t.Errorf("internal/server, worker, mcpserver, approvals or runapi depend on %s", dep)
+				t.Errorf("a door, approvals or runapi depends on %s", dep)
+			}
+		}
+	}
+}
+
+// doors are the packages through which a task or a person reaches the
+// runner, each on a protocol of its own: a new door is a row here, and
+// every rule of this file holds for it.
+var doors = []string{"internal/server", "internal/worker", "internal/mcpserver"}
+
+// doorDirs are the doors' directories from here, and then extra.
+func doorDirs(extra ...string) []string {
+	var dirs []string
+	for _, d := range doors {
+		dirs = append(dirs, "../../"+d)
+	}
+	return append(dirs, extra...)
+}
+
+// goListDeps are go list's arguments for what pkgs depend on.
+func goListDeps(pkgs ...string) []string {
+	return append([]string{"list", "-tags", "seccomp,runc_nocriu", "-deps"}, pkgs...)
+}
+
+// No door depends on another: what they share (a refusal, the approver
+// handed on with a task) is in this package, and a door that hands a
+// task to another is handed the other's function (cmd/agentrun wires
+// serve's RunTask into MCP).
+func TestDoorsImportNoDoor(t *testing.T) {
+	const module = "github.com/agentrun/agentrun/"
+	for _, door := range doors {
+		out, err := exec.Command("go", goListDeps("../../"+door)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list: %v: %s", err, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			for _, other := range doors {
+				if other != door && (dep == module+other || strings.HasPrefix(dep, module+other+"/")) {
+					t.Errorf("%s depends on %s", door, dep)
+				}
 			}
 		}
 	}

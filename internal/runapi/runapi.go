@@ -1,9 +1,11 @@
 // Package runapi is what the doors (serve, the NATS worker, MCP) need of
 // the runner: the function that runs a plan (Func), the hooks a caller
-// follows a run with (Hooks) and what the warm pool holds (PoolStats).
-// It never imports the runner or a runtime, so that the doors build
-// without libcontainer; cmd/agentrun hands them the runner's Run and
-// its pool's Stats.
+// follows a run with (Hooks) and what the warm pool holds (PoolStats);
+// and what they share without importing one another (doors.go): a
+// task's refusal (Refusal), and the approver that a door handing a task
+// to another passes on with it (WithApprover). It never imports the
+// runner or a runtime, so that the doors build without libcontainer;
+// cmd/agentrun hands them the runner's Run and its pool's Stats.
 package runapi
 
 import (

@@ -54,10 +54,12 @@ type stagedCopy struct {
 	path     string
 }
 
-// stageBinary returns the path in BinDir of a copy of the host file bin
+// StageBinary returns the path in BinDir of a copy of the host file bin
 // (checked by the caller: the init's checks), as name-<sum of its
-// content>, mounting BinDir and copying bin there if need be.
-func stageBinary(bin, name string) (string, error) {
+// content>, mounting BinDir and copying bin there if need be. The runner
+// stages the init; internal/compose a backend's own (libcontainer's
+// agentrun-seccomp).
+func StageBinary(bin, name string) (string, error) {
 	staged.Lock()
 	defer staged.Unlock()
 	st, err := os.Stat(bin)

@@ -3,7 +3,9 @@
 // workspace, spec and the backend's prepared container) or takes one from
 // the warm pool, runs the program on the plan's backend, collects files,
 // and removes everything it made, on every path. It never asks which
-// backend a run has: what differs between them is in their Traits.
+// backend a run has: what differs between them is in their Traits. Nor
+// does it choose them: New is handed the host's runtimes
+// (backend.Runtime), which internal/compose makes.
 //
 // The set-up order of a sandbox is written once, in Runner.setup, for one
 // request (a run's, or the pool's), each step pushing its undo on the

@@ -190,9 +190,36 @@ def state_begin(main):
     except BaseException as e:
         return {"keep": False, "error": "the state module failed: %s: %s" % (type(e).__name__, e)}
     sys.modules["agentrun_state"] = mod
+    before = _fignums()
     st = mod.begin(main, keep, reset, limit, path)
+    _close_restored(before)
     st["mod"] = mod
     return st
+
+
+def _fignums():
+    """The numbers of the figures open in pyplot, if it is imported."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    try:
+        return set(pyplot.get_fignums()) if pyplot is not None else set()
+    except Exception:
+        return set()
+
+
+def _close_restored(before):
+    """Closes the figures that the state's restore opened in pyplot (a
+    figure pickled while open opens itself again when unpickled): a
+    restored figure is not this run's output, as a notebook's figures are
+    closed after the cell that made them. It stays what the globals hold,
+    shown where the code shows it (display, its last expression)."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is None:
+        return
+    for num in _fignums() - before:
+        try:
+            pyplot.close(num)
+        except Exception:
+            pass
 
 
 def state_end(st, main):

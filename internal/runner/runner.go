@@ -31,8 +31,6 @@ import (
 	"github.com/agentrun/agentrun/netns"
 	"github.com/agentrun/agentrun/proxy"
 	"github.com/agentrun/agentrun/runtime/backend"
-	"github.com/agentrun/agentrun/runtime/runc"
-	"github.com/agentrun/agentrun/runtime/runsc"
 	"github.com/agentrun/agentrun/runtime/spec"
 )
 
@@ -52,7 +50,7 @@ type Runner struct {
 	store       *image.Store
 	regs        *image.Registries // where a task's own image may come from
 	pool        *Pool             // nil without a pool
-	init        string            // the init's copy in BinDir (stageBinary)
+	init        string            // the init's copy in BinDir (StageBinary)
 	sessions    *session.Store
 	uids        *uidpool.Range // each sandbox's own host uid and gid
 	// sharedTools holds the tool servers the config marks shared, for
@@ -71,10 +69,17 @@ type Runner struct {
 	leftovers map[string]backend.Leftovers
 }
 
-// New prepares a runner from cfg: its state directories and backends.
-func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
+// ErrNotRoot is New's error, and the composition's (internal/compose),
+// when agentrun does not run as root.
+var ErrNotRoot = errors.New("agentrun must run as root (it creates namespaces, cgroups and mounts)")
+
+// New prepares a runner from cfg: its state directories, with the
+// runtimes it is handed (internal/compose chooses them), by name: a run
+// that asks for one whose Backend is nil gets the reason it is missing,
+// and gc still removes what its runs left behind.
+func New(cfg *config.Config, log *audit.Log, runtimes ...backend.Runtime) (*Runner, error) {
 	if os.Geteuid() != 0 {
-		return nil, errors.New("agentrun must run as root (it creates namespaces, cgroups and mounts)")
+		return nil, ErrNotRoot
 	}
 	r := &Runner{cfg: cfg, audit: log, backends: map[string]backend.Backend{}, unavailable: map[string]error{},
 		leftovers: map[string]backend.Leftovers{}, runsDir: state.RunsDir(cfg.StateDir), sharedTools: &toolbroker.Shared{Dir: toolsDir(cfg)},
@@ -83,7 +88,7 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 		return nil, fmt.Errorf("%w (apt-get install tini, or set config key init)", err)
 	}
 	var err error
-	if r.init, err = stageBinary(cfg.Init, "init"); err != nil {
+	if r.init, err = StageBinary(cfg.Init, "init"); err != nil {
 		return nil, fmt.Errorf("the sandbox's init: %w", err)
 	}
 	for _, dir := range []string{r.runsDir, toolsDir(cfg)} {
@@ -106,32 +111,15 @@ func New(cfg *config.Config, log *audit.Log) (*Runner, error) {
 	if r.nets, err = netns.NewSubnets(netns.DefaultCIDR); err != nil {
 		return nil, err
 	}
-	lc, err := runc.New(filepath.Join(cfg.StateDir, "runc"))
-	if err != nil {
-		return nil, err
-	}
-	lc.SeccompCache = filepath.Join(cfg.StateDir, "seccomp")
-	lc.CgroupParent = cfg.CgroupParent
-	if lc.SeccompHelper, err = SeccompHelper(cfg); err != nil {
-		return nil, err
-	}
-	if lc.SeccompHelper != "" {
-		if lc.SeccompHelper, err = stageBinary(lc.SeccompHelper, runc.SeccompHelper); err != nil {
-			return nil, fmt.Errorf("the seccomp helper: %w", err)
+	for _, rt := range runtimes {
+		switch {
+		case rt.Backend != nil:
+			r.backends[rt.Name], r.leftovers[rt.Name] = rt.Backend, rt.Backend
+		case rt.Leftovers != nil:
+			r.unavailable[rt.Name], r.leftovers[rt.Name] = rt.Missing, rt.Leftovers
+		default:
+			r.unavailable[rt.Name] = rt.Missing
 		}
-	}
-	r.backends[config.RuntimeLibcontainer] = lc
-	// runsc is optional: a run that asks for it gets the reason it is
-	// missing, and gc still removes what runsc runs left behind.
-	runscDir := filepath.Join(cfg.StateDir, "runsc")
-	if sc, err := runsc.New(cfg.Runsc.Path, cfg.Runsc.Flags, runscDir, cfg.RunscCgroupParent()); err == nil {
-		r.backends[config.RuntimeRunsc] = sc
-	} else {
-		r.unavailable[config.RuntimeRunsc] = err
-		r.leftovers[config.RuntimeRunsc] = runsc.Leftovers(runscDir, cfg.RunscCgroupParent())
-	}
-	for name, be := range r.backends {
-		r.leftovers[name] = be
 	}
 	return r, nil
 }
@@ -150,24 +138,6 @@ func (r *Runner) Close() error {
 	return nil
 }
 
-// SeccompHelper is the agentrun-seccomp that config key seccomp_helper
-// names: for "" the one beside the binary or in ../lib/agentrun from it
-// (runc.FindSeccompHelper), if any; for "off" none; else the path, which
-// must pass runc.CheckSeccompHelper. "" means libcontainer compiles the
-// filter in every container's init.
-func SeccompHelper(cfg *config.Config) (string, error) {
-	switch cfg.SeccompHelper {
-	case "":
-		return runc.FindSeccompHelper(), nil
-	case config.SeccompHelperOff:
-		return "", nil
-	}
-	if err := runc.CheckSeccompHelper(cfg.SeccompHelper); err != nil {
-		return "", fmt.Errorf("%w (make build puts it in bin/; or set config key seccomp_helper to \"\")", err)
-	}
-	return cfg.SeccompHelper, nil
-}
-
 // PrecompiledSeccomp compiles the sandbox's seccomp filter for
 // libcontainer runs, if it is not yet, to be loaded in each sandbox by
 // agentrun-seccomp (runtime/runc); when libcontainer compiles it in every
@@ -176,7 +146,7 @@ func (r *Runner) PrecompiledSeccomp() error {
 	if r.cfg.SeccompHelper == config.SeccompHelperOff {
 		return errors.New("config key seccomp_helper is off")
 	}
-	lc, ok := r.backends[config.RuntimeLibcontainer].(*runc.Backend)
+	lc, ok := r.backends[config.RuntimeLibcontainer].(interface{ PrecompiledSeccomp() error })
 	if !ok {
 		return errors.New("no libcontainer backend")
 	}
@@ -340,6 +310,11 @@ func (r *Runner) runInSandbox(ctx context.Context, p *task.Plan, res *result.Res
 		if serr := sb.ws.Sync(); serr != nil && err == nil {
 			err = fmt.Errorf("keeping the session's files: %w", serr)
 		}
+		if sb.stateKept {
+			if serr := lease.SyncState(); serr != nil && err == nil {
+				err = serr
+			}
+		}
 	}
 	if cerr := sb.undo.Clean(); cerr != nil && err == nil {
 		err = fmt.Errorf("cleaning up: %w", cerr)
@@ -448,7 +423,7 @@ func (r *Runner) adoptSession(sb *sandbox, req request) error {
 	if err := req.lease.Mount(stage); err != nil {
 		return err
 	}
-	ws, err := workspace.Adopt(stage, spec.UID, spec.GID, req.files)
+	ws, err := workspace.Adopt(stage, r.sessions.MaxBytes(), spec.UID, spec.GID, req.files)
 	if err != nil {
 		return err
 	}
@@ -456,11 +431,14 @@ func (r *Runner) adoptSession(sb *sandbox, req request) error {
 	// with that workspace's, once the container is gone, and the lease
 	// is released after both.
 	sb.undo.Add(ws.Close)
+	if err := stateIn(ws, req.lease, req.plan); err != nil {
+		return err
+	}
 	attrs := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC)
 	if err := uidpool.RemapOnto(stage, sb.ws.Dir, sb.idmap, attrs); err != nil {
 		return err
 	}
-	sb.ws = ws
+	sb.ws, sb.lease = ws, req.lease
 	return nil
 }
 
@@ -479,7 +457,7 @@ func (r *Runner) execute(ctx context.Context, p *task.Plan, sb *sandbox, res *re
 	}
 	display.finish(res)
 	if p.KeepState {
-		res.State = readState(sb.display)
+		res.State, sb.stateKept = keepState(sb, readState(sb.display), r.cfg.Sessions.StateBytes())
 	}
 	if len(p.Collect) > 0 {
 		if res.Files, res.Collect, err = sb.ws.Collect(p.Collect, workspace.Limits{}); err != nil {
@@ -519,6 +497,12 @@ type sandbox struct {
 	// the result with what it recorded (the proxy's report); it runs
 	// before the result is final.
 	settle cleanup.Cleanup
+
+	// lease is the kept session whose disk is ws, once the sandbox is a
+	// run's in one; stateKept: its run's state became the session's
+	// (keepState), which is synced with the disk after the answer.
+	lease     *session.Lease
+	stateKept bool
 }
 
 // request is what setup makes one sandbox for: a run's, or one made
@@ -736,12 +720,15 @@ func (s *sandboxSetup) workspace() error {
 	}
 	// The disk keeps one owner, the sandbox user of the store, which
 	// the run sees as its own uid through an id-mapped mount.
-	ws, err := workspace.Adopt(wsDir, spec.UID, spec.GID, s.req.files)
+	ws, err := workspace.Adopt(wsDir, s.r.sessions.MaxBytes(), spec.UID, spec.GID, s.req.files)
 	if err != nil {
 		return err
 	}
-	sb.ws = ws
+	sb.ws, sb.lease = ws, s.req.lease
 	sb.undo.Add(sb.ws.Close)
+	if err := stateIn(ws, s.req.lease, p); err != nil {
+		return err
+	}
 	return uidpool.Remap(wsDir, spec.UID, uint32(sb.uid))
 }
 

@@ -1,7 +1,11 @@
 # agentrun's kept state (keep_state): the globals of __main__ that one run
 # of a kept session leaves, restored at the start of the next. It runs
 # inside the sandbox only, under every restriction of the run: the host
-# never reads a state, it is the program's own bytes.
+# never parses a state, it is the program's own bytes. agentrun puts the
+# session's state at the request's file before the run (a copy of its
+# own, which no sandbox can write), and takes the file the run leaves
+# there as the session's next state only when end's report says it was
+# saved, and only within the cap by its size (internal/runner/state.go).
 #
 # A state file holds, after its magic line, a pickle of a dict: "modules"
 # (global name -> module name, imported again by name) and "chunks", each
@@ -194,16 +198,17 @@ def dump(main, path, max_bytes):
         return report
     report["saved"] = True
     if _same(path, body):
-        # What was restored, unchanged: not written again.
+        # What was restored, unchanged: not written again, and agentrun
+        # keeps the session's state as it is.
+        report["unchanged"] = True
         return report
     report["saved"] = False
     d = os.path.dirname(path)
     os.makedirs(d, exist_ok=True)
     tmp = path + ".tmp"
-    # No fsync: the run's end syncs the session's disk (syncfs, which
-    # flushes the loop device's file) before its tear-down; a rename over
-    # the old file makes ext4 write the new one's blocks before the rename
-    # commits, so a crash before that leaves one or the other.
+    # Written aside and renamed into place, so that agentrun finds either
+    # a whole state or none; no fsync: agentrun copies it out of the disk
+    # once the run has ended.
     with open(tmp, "wb") as f:
         f.write(MAGIC)
         f.write(body)

@@ -52,7 +52,7 @@ func TestReadStateBounded(t *testing.T) {
 	long := "\x1b[31mred\u202e" + strings.Repeat("y", 4*maxStateText)
 	dropped[long] = long
 	write(map[string]any{"kept": kept, "dropped": dropped, "bytes": 7, "saved": true, "reason": long})
-	st := readState(openDir(t, dir))
+	st := readState(openDir(t, dir)).state
 	if len(st.Kept) != maxStateNames || len(st.Dropped) != maxStateNames || !st.Saved || st.Bytes != 7 {
 		t.Errorf("kept %d, dropped %d, saved %v, bytes %d; want %d names each", len(st.Kept), len(st.Dropped), st.Saved, st.Bytes, maxStateNames)
 	}
@@ -68,7 +68,7 @@ func TestReadStateBounded(t *testing.T) {
 		if err := os.WriteFile(report, data, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if st := readState(openDir(t, dir)); st.Saved || st.Reason == "" {
+		if st := readState(openDir(t, dir)).state; st.Saved || st.Reason == "" {
 			t.Errorf("%s: %+v; want not saved, with a reason", name, st)
 		}
 	}
@@ -78,7 +78,7 @@ func TestReadStateBounded(t *testing.T) {
 	if err := os.Symlink(target, report); err != nil {
 		t.Fatal(err)
 	}
-	if st := readState(openDir(t, dir)); st.Saved {
+	if st := readState(openDir(t, dir)).state; st.Saved {
 		t.Errorf("a report through a symlink was read: %+v", st)
 	}
 }

@@ -44,7 +44,7 @@ const (
 	binDir    = "host-only: BinDir, agentrun's staged binaries, read-only in a sandbox"
 	imageRead = "the image's rootfs, read at set-up before any sandbox process runs in it; an image's links are its layout and os.Root keeps them inside"
 	procSys   = "host-only: /proc or /sys of the host"
-	store     = "host-only: the session store's directories and disk image files (a sandbox writes inside the disk's file system, never these)"
+	store     = "host-only: the session store's directories and disk image files, its kept state and its created time (a sandbox writes inside the disk's file system, never these)"
 	removeAll = "os.RemoveAll walks with openat(O_NOFOLLOW) and unlinkat: it never follows a link, and the sandbox is dead and its mounts gone"
 	runscDir  = "host-only: runsc's root, bundle and log files of runsc's own host processes"
 	runcDir   = "host-only: libcontainer's state dir"
@@ -58,6 +58,15 @@ const (
 // sandbox could write, keyed file:function:call (a method as
 // Type.Method), each with why.
 var allowed = map[string]string{
+	"internal/session/session.go:Store.created:os.OpenFile":          store,
+	"internal/session/session.go:writeCreated:os.OpenFile":           store,
+	"internal/session/state.go:Lease.NewState:os.OpenFile":           store,
+	"internal/session/state.go:Lease.ResetState:os.Remove":           store,
+	"internal/session/state.go:Lease.State:os.OpenFile":              store,
+	"internal/session/state.go:Lease.SyncState:os.OpenFile":          store,
+	"internal/session/state.go:StateWriter.Abort:os.Remove":          store,
+	"internal/session/state.go:StateWriter.Commit:os.Remove":         store,
+	"internal/session/state.go:StateWriter.Commit:os.Rename":         store,
 	"internal/runner/tools.go:Runner.toolNetwork:os.Open":            "host-only: the network namespace netns made for a tool server, by its bind mount in the state dir",
 	"internal/toolbroker/broker.go:ReclaimShared:os.OpenFile":        toolsDir,
 	"internal/toolbroker/broker.go:ReclaimShared:os.Remove":          toolsDir,
@@ -79,8 +88,8 @@ var allowed = map[string]string{
 	"internal/runner/bindir.go:pruneCopies:os.ReadDir":               binDir,
 	"internal/runner/bindir.go:pruneCopies:os.Remove":                binDir,
 	"internal/runner/bindir.go:sameCopy:os.OpenFile":                 binDir,
-	"internal/runner/bindir.go:stageBinary:os.Lstat":                 binDir,
-	"internal/runner/bindir.go:stageBinary:os.Stat":                  "host-only: the host binary being staged",
+	"internal/runner/bindir.go:StageBinary:os.Lstat":                 binDir,
+	"internal/runner/bindir.go:StageBinary:os.Stat":                  "host-only: the host binary being staged",
 	"internal/runner/bindir.go:writeCopy:os.CreateTemp":              binDir,
 	"internal/runner/bindir.go:writeCopy:os.Remove":                  binDir,
 	"internal/runner/bindir.go:writeCopy:os.Rename":                  binDir,

@@ -235,6 +235,52 @@ func (d *Dir) Remove(name string) error {
 	})
 }
 
+// maxRemoveDepth bounds how deep RemoveAll goes into a tree: it holds one
+// open directory a level.
+const maxRemoveDepth = 256
+
+// RemoveAll removes name below d and, when it is a directory, everything
+// under it, as os.RemoveAll does, but below d: a link is removed, never
+// followed, no mount is crossed, and a tree nested deeper than
+// maxRemoveDepth is an error. A name that is not there is no error.
+func (d *Dir) RemoveAll(name string) error {
+	return d.removeAll(name, 0)
+}
+
+func (d *Dir) removeAll(name string, depth int) error {
+	err := d.Remove(name)
+	if err == nil || errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) {
+		return err
+	}
+	if depth >= maxRemoveDepth {
+		return d.err("removeall", name, errors.New("nested too deep to remove"))
+	}
+	sub, err := d.Sub(name)
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	for {
+		// In batches: a directory's entries are never all in memory.
+		ents, err := sub.ReadDir(256)
+		for _, e := range ents {
+			if err := sub.removeAll(e.Name(), depth+1); err != nil {
+				return err
+			}
+		}
+		if errors.Is(err, io.EOF) || err == nil && len(ents) == 0 {
+			break
+		}
+		if err != nil {
+			return d.err("removeall", name, err)
+		}
+	}
+	return d.Remove(name)
+}
+
 // Rename renames oldname to newname, both below d, replacing what
 // newname named (a link itself, never what it names).
 func (d *Dir) Rename(oldname, newname string) error {

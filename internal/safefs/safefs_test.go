@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -301,6 +302,43 @@ func TestMagicLinksRefused(t *testing.T) {
 		}
 		if _, err := d.ReadFile("status", 1<<20); err != nil {
 			t.Errorf("ReadFile(status), no link on its way: %v", err)
+		}
+	})
+}
+
+// TestRemoveAll: a tree below the Dir goes whole, its links removed and
+// never followed (the host file and the directory a link names stay), a
+// missing name is no error, a link in the path to it is refused, and a
+// tree nested past maxRemoveDepth is an error, not a walk without end.
+func TestRemoveAll(t *testing.T) {
+	both(t, func(t *testing.T) {
+		d, root, outside := tree(t)
+		must(t, d.MkdirAll("x/y/z", 0o755))
+		must(t, d.WriteFile("x/y/z/file", []byte("a"), 0o644))
+		for i := range 600 {
+			must(t, d.WriteFile("x/y/many"+strconv.Itoa(i), nil, 0o644))
+		}
+		must(t, os.Symlink(outside, filepath.Join(root, "x", "y", "out")))
+		must(t, os.Symlink(filepath.Join(root, "d"), filepath.Join(root, "x", "in")))
+		must(t, d.RemoveAll("x"))
+		if _, err := os.Lstat(filepath.Join(root, "x")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("x left: %v", err)
+		}
+		if _, err := os.Stat(filepath.Join(root, "d", "g")); err != nil {
+			t.Errorf("d/g, named by a removed link, is gone: %v", err)
+		}
+		untouched(t, outside)
+		must(t, d.RemoveAll("x"))
+		if err := d.RemoveAll("dlink/secret"); err == nil {
+			t.Error("RemoveAll through a link removed")
+		}
+		must(t, d.RemoveAll("dlink"))
+		untouched(t, outside)
+
+		deep := strings.Repeat("n/", maxRemoveDepth+2)
+		must(t, d.MkdirAll(strings.TrimSuffix(deep, "/"), 0o755))
+		if err := d.RemoveAll("n"); err == nil {
+			t.Errorf("a tree %d deep removed", maxRemoveDepth+2)
 		}
 	})
 }

@@ -64,19 +64,6 @@ func (s *Server) Close() {
 	}
 }
 
-type approverKey struct{}
-
-// WithApprover returns ctx carrying approve, which RunTask asks about the
-// run's requests held for approval (MCP elicitation, a terminal).
-func WithApprover(ctx context.Context, approve approvals.RunFunc) context.Context {
-	return context.WithValue(ctx, approverKey{}, approve)
-}
-
-func approverFrom(ctx context.Context) approvals.RunFunc {
-	a, _ := ctx.Value(approverKey{}).(approvals.RunFunc)
-	return a
-}
-
 // Decision is the body of POST /v1/runs/RUN/approvals/ID. By, optional,
 // names who decides (a webhook's receiver passes its user's name): the
 // decision is recorded as "operator (serve API: BY)" (approvals.Operator),

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentrun/agentrun/internal/errkind"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/task"
 )
 
@@ -139,14 +140,14 @@ func (b *taskBody) grow(left int64) ([]byte, error) {
 // errBodyMemory tells a refusal for the body budget from the others of
 // readBody (for the metrics).
 func errBodyMemory(err error) bool {
-	var ref *Refusal
-	return errors.As(err, &ref) && ref.Status == http.StatusServiceUnavailable
+	var ref *runapi.Refusal
+	return errors.As(err, &ref) && ref.Why == errkind.Unavailable
 }
 
 // readBody reads r's task, at most task.MaxTaskBytes within bodyDeadline,
 // into chunks counted against the body budget; the body's free gives them
 // back. Its error's kind is the answer's: TooLarge, Timeout, else Invalid;
-// or a 503 *Refusal when the budget has no room.
+// or a 503 *runapi.Refusal when the budget has no room.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (_ *taskBody, err error) {
 	s.bodies.reading.Add(1)
 	defer s.bodies.reading.Add(-1)

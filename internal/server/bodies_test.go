@@ -199,7 +199,7 @@ func TestQueueRefusalTakesNoQuota(t *testing.T) {
 	go s.RunTask(context.Background(), []byte(`{"code": "busy", "session": "a"}`))
 	waitRunning(t, ts.URL, 1)
 	for range 3 {
-		if _, err := s.RunTask(context.Background(), []byte(`{"code": "x", "session": "b"}`)); err == nil || err.(*Refusal).Status != http.StatusServiceUnavailable {
+		if _, err := s.RunTask(context.Background(), []byte(`{"code": "x", "session": "b"}`)); err == nil || httpStatus(err.(*runapi.Refusal).Kind()) != http.StatusServiceUnavailable {
 			t.Fatalf("RunTask with the slot taken: %v; want 503", err)
 		}
 		if code := send(t, http.MethodPost, ts.URL+"/v1/runs", "application/json", `{"code": "x", "session": "b"}`, nil); code != http.StatusServiceUnavailable {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/task"
 )
 
@@ -56,7 +57,7 @@ var (
 
 // Run sends the task (task.json bytes) and returns its result. A result
 // with Error set (the server could not run the task) is returned as is; a
-// refusal (bad task, over policy or quota, server busy) is a *Refusal, and
+// refusal (bad task, over policy or quota, server busy) is a *runapi.Refusal, and
 // a server that cannot be reached another error. A 429 or 503 is tried
 // again after its Retry-After, a bounded number of times (see MaxRetries).
 func (c *Client) Run(ctx context.Context, taskJSON []byte) (*result.Result, error) {
@@ -104,7 +105,7 @@ func (c *Client) runOnce(ctx context.Context, taskJSON []byte) (_ *result.Result
 	if json.Unmarshal(body, &apiErr) != nil || apiErr.Error == "" {
 		return nil, wait, fmt.Errorf("the server answered %s", resp.Status)
 	}
-	ref := &Refusal{Status: resp.StatusCode, Field: apiErr.Field,
+	ref := &runapi.Refusal{Why: statusKind(resp.StatusCode), Field: apiErr.Field,
 		Msg: fmt.Sprintf("the server refused the task (%d): %s", resp.StatusCode, apiErr.Error)}
 	if retry := resp.Header.Get("Retry-After"); retry != "" {
 		ref.Msg += " (retry after " + retry + "s)"

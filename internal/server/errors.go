@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/agentrun/agentrun/internal/errkind"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/task"
 )
 
@@ -44,25 +44,12 @@ func httpStatus(k errkind.Kind) int {
 // statusOf is the HTTP status of err by its kind.
 func statusOf(err error) int { return httpStatus(errkind.Of(err)) }
 
-// Refusal is a task the server would not run, with the HTTP status that
-// says why: 400 bad task, 403 above policy, 404 or 409 a kept session
-// unknown or busy, 413 too large, 429 over a session quota, 503 busy.
-// Field names the task field at fault, if one is.
-type Refusal struct {
-	Status     int
-	Field      string
-	Msg        string
-	RetryAfter time.Duration // when it may be tried again; 0 if not said
-}
-
-func (r *Refusal) Error() string { return r.Msg }
-
-// Kind is the kind whose status the refusal has (errkind.Unknown for a
-// status no kind has), so that a refusal that crossed HTTP (Client) is
-// told apart as the one that did not.
-func (r *Refusal) Kind() errkind.Kind {
+// statusKind is the kind whose status is status (errkind.Unknown for a
+// status no kind has): a refusal that crossed HTTP (Client) is told apart
+// as the one that did not.
+func statusKind(status int) errkind.Kind {
 	for _, k := range errkind.All() {
-		if httpStatus(k) == r.Status {
+		if httpStatus(k) == status {
 			return k
 		}
 	}
@@ -70,13 +57,13 @@ func (r *Refusal) Kind() errkind.Kind {
 }
 
 // refusal is the refusal of err by its kind, or by def when it has none.
-func refusal(err error, def errkind.Kind, field string) *Refusal {
-	return &Refusal{Status: httpStatus(errkind.Or(err, def)), Field: field, Msg: err.Error()}
+func refusal(err error, def errkind.Kind, field string) *runapi.Refusal {
+	return &runapi.Refusal{Why: errkind.Or(err, def), Field: field, Msg: err.Error()}
 }
 
 // taskRefusal is the refusal of a task that does not load: 400, or 403
 // above policy, naming the field at fault.
-func taskRefusal(err error) *Refusal {
+func taskRefusal(err error) *runapi.Refusal {
 	field := ""
 	var te *task.Error
 	if errors.As(err, &te) {
@@ -86,6 +73,6 @@ func taskRefusal(err error) *Refusal {
 }
 
 // tooLarge is the refusal of a task of n bytes, over task.MaxTaskBytes.
-func tooLarge(n int64) *Refusal {
+func tooLarge(n int64) *runapi.Refusal {
 	return refusal(fmt.Errorf("task is %d bytes, more than the maximum %d", n, task.MaxTaskBytes), errkind.TooLarge, "")
 }

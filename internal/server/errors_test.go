@@ -113,7 +113,7 @@ func TestHTTPStatus(t *testing.T) {
 func TestRefusals(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		ref   *Refusal
+		ref   *runapi.Refusal
 		want  int
 		field string
 	}{
@@ -124,7 +124,7 @@ func TestRefusals(t *testing.T) {
 		{"session", refusal(fmt.Errorf("%w: ss-1", session.ErrBusy), errkind.Unknown, "session"), http.StatusConflict, "session"},
 		{"unmarked", refusal(errors.New("x"), errkind.Unknown, ""), http.StatusInternalServerError, ""},
 	} {
-		if tc.ref.Status != tc.want || tc.ref.Field != tc.field {
+		if httpStatus(tc.ref.Kind()) != tc.want || tc.ref.Field != tc.field {
 			t.Errorf("%s: %+v; want status %d, field %q", tc.name, tc.ref, tc.want, tc.field)
 		}
 	}
@@ -137,11 +137,11 @@ func TestRefusals(t *testing.T) {
 // HTTP is told apart as the one that did not.
 func TestRefusalKind(t *testing.T) {
 	for _, k := range errkind.All() {
-		if got := (&Refusal{Status: httpStatus(k)}).Kind(); got != k {
+		if got := (&runapi.Refusal{Why: statusKind(httpStatus(k))}).Kind(); got != k {
 			t.Errorf("a refusal of status %d: kind %v; want %v", httpStatus(k), got, k)
 		}
 	}
-	if got := errkind.Of(fmt.Errorf("asking: %w", &Refusal{Status: 418})); got != errkind.Unknown {
+	if got := errkind.Of(fmt.Errorf("asking: %w", &runapi.Refusal{Why: statusKind(418)})); got != errkind.Unknown {
 		t.Errorf("a refusal of status 418: kind %v; want unknown", got)
 	}
 }

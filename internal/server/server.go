@@ -404,7 +404,7 @@ func writeResult(w http.ResponseWriter, res *result.Result) {
 var errQueueFull = errkind.New(errkind.Unavailable, "server busy")
 
 // quotaRefusal is the 429 of a run over its session's quota, counted.
-func (s *Server) quotaRefusal(plan *task.Plan, err error, retry time.Duration) *Refusal {
+func (s *Server) quotaRefusal(plan *task.Plan, err error, retry time.Duration) *runapi.Refusal {
 	quota := ""
 	if qe := (*quotaError)(nil); errors.As(err, &qe) {
 		quota = qe.quota
@@ -416,7 +416,7 @@ func (s *Server) quotaRefusal(plan *task.Plan, err error, retry time.Duration) *
 }
 
 // admitRefusal is the 503 of a run that got no run slot, counted.
-func (s *Server) admitRefusal(runtime string, err error) *Refusal {
+func (s *Server) admitRefusal(runtime string, err error) *runapi.Refusal {
 	quota := ""
 	if errors.Is(err, errQueueFull) {
 		quota = metrics.QuotaQueue
@@ -429,7 +429,7 @@ func (s *Server) admitRefusal(runtime string, err error) *Refusal {
 
 // RunTask runs task.json under the server's policy, quotas and admission,
 // as POST /v1/runs does, for the server's other doors (MCP). It returns the
-// result (Error set when agentrun could not run it), or a *Refusal.
+// result (Error set when agentrun could not run it), or a *runapi.Refusal.
 func (s *Server) RunTask(ctx context.Context, data []byte) (*result.Result, error) {
 	cfg := s.cfg.Load()
 	t, err := s.admit(ctx, cfg, bodyOf(data))
@@ -441,7 +441,7 @@ func (s *Server) RunTask(ctx context.Context, data []byte) (*result.Result, erro
 	s.running.Add(1)
 	defer s.running.Add(-1)
 	admitted, pooled := time.Now(), false
-	approve := approverFrom(ctx)
+	approve := runapi.ApproverFrom(ctx)
 	if approve == nil {
 		approve = s.approver(cfg, plan.Session, nil)
 	}
@@ -454,14 +454,14 @@ func (s *Server) RunTask(ctx context.Context, data []byte) (*result.Result, erro
 }
 
 func writeRefusal(w http.ResponseWriter, err error) {
-	ref, ok := err.(*Refusal)
+	ref, ok := err.(*runapi.Refusal)
 	if !ok {
 		ref = refusal(err, errkind.Unknown, "")
 	}
 	if ref.RetryAfter > 0 {
 		w.Header().Set("Retry-After", retryAfter(ref.RetryAfter))
 	}
-	writeError(w, ref.Status, ref.Field, ref.Msg)
+	writeError(w, httpStatus(ref.Why), ref.Field, ref.Msg)
 }
 
 // setCapacity makes n run slots and n tear-down slots for the runs
@@ -533,7 +533,7 @@ func (t *ticket) done() {
 }
 
 // admit admits the task body, read whole, for both doors (POST /v1/runs,
-// RunTask), or refuses it with a *Refusal: too large (413), a task that
+// RunTask), or refuses it with a *runapi.Refusal: too large (413), a task that
 // does not load (400, 403), its kept session unknown or busy (404, 409),
 // over its session's quota (429), no run slot (503: the queue full, the
 // client gone). The metrics count each refusal but a session's. The run

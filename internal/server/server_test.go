@@ -344,8 +344,8 @@ func TestClient(t *testing.T) {
 		t.Errorf("over quota: %v", err)
 	}
 	_, err = c.Run(context.Background(), []byte(`{"code": 1}`))
-	if ref, ok := err.(*Refusal); !ok || ref.Status != 400 || ref.Field != "code" || !strings.Contains(err.Error(), "400") {
-		t.Errorf("bad task: %#v; want a *Refusal naming code", err)
+	if ref, ok := err.(*runapi.Refusal); !ok || httpStatus(ref.Kind()) != 400 || ref.Field != "code" || !strings.Contains(err.Error(), "400") {
+		t.Errorf("bad task: %#v; want a *runapi.Refusal naming code", err)
 	}
 	bad, _ := NewClient(addr, "wrong")
 	if _, err := bad.Run(context.Background(), []byte(`{"code": "x"}`)); err == nil || !strings.Contains(err.Error(), "401") {
@@ -843,7 +843,7 @@ func TestAdmitOrders(t *testing.T) {
 	waitRunning(t, ts.URL, 1)
 
 	_, err := s.RunTask(context.Background(), []byte(`{"code": "x", "session": "s"}`))
-	if ref, ok := err.(*Refusal); !ok || ref.Status != http.StatusTooManyRequests {
+	if ref, ok := err.(*runapi.Refusal); !ok || httpStatus(ref.Kind()) != http.StatusTooManyRequests {
 		t.Errorf("RunTask over the quota with the slots taken: %v, want a 429 refusal", err)
 	}
 	if code := send(t, http.MethodPost, ts.URL+"/v1/runs", "application/json", `{"code": "x", "session": "s"}`, nil); code != http.StatusTooManyRequests {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -35,9 +36,9 @@ type Forked struct {
 var forkHook func(i int) error
 
 // Fork makes n new sessions (1 to MaxFork), each holding a copy of every
-// regular file of session id's directory (its disk, and whatever state
-// beside it) but its lock, which each copy gets fresh: independent from
-// then on. The source is held (ErrBusy while a run or file access has it)
+// regular file of session id's directory (its disk, and its kept state)
+// but its lock and creation time, which each copy gets fresh:
+// independent from then on. The source is held (ErrBusy while a run or file access has it)
 // and its disk detached while it is copied. It is all or nothing: a fork
 // past sessions.max is refused whole (ErrFull), so is one whose copies the
 // store has no room for (ErrNoRoom), and a failure removes the copies made so far.
@@ -110,6 +111,9 @@ func (s *Store) Fork(ctx context.Context, id string, n int) (_ *Forked, err erro
 		if err := newLock(filepath.Join(tmps[i], "lock")); err != nil {
 			return nil, err
 		}
+		if err := writeCreated(tmps[i], time.Now()); err != nil {
+			return nil, err
+		}
 		if forkHook != nil {
 			if err := forkHook(i); err != nil {
 				return nil, err
@@ -141,7 +145,8 @@ func newLock(path string) error {
 }
 
 // sourceFiles lists the regular files of the session directory dir but its
-// lock, and the bytes they hold on the host. Anything else there (none is
+// lock and its creation time (each copy gets its own) and a state not
+// committed, and the bytes they hold on the host. Anything else there (none is
 // made by agentrun) is never followed or copied.
 func sourceFiles(dir string) (names []string, held int64, err error) {
 	ents, err := os.ReadDir(dir)
@@ -149,7 +154,7 @@ func sourceFiles(dir string) (names []string, held int64, err error) {
 		return nil, 0, fmt.Errorf("reading session: %w", err)
 	}
 	for _, e := range ents {
-		if e.Name() == "lock" || !e.Type().IsRegular() {
+		if e.Name() == "lock" || e.Name() == createdName || e.Name() == stateNewName || !e.Type().IsRegular() {
 			continue
 		}
 		var st unix.Stat_t

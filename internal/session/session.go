@@ -1,7 +1,9 @@
 // Package session keeps workspaces that outlive a run.
 //
 // A session is a directory <store_dir>/sessions/<id> holding disk.img, a
-// sparse file of sessions.max_bytes formatted as ext4, and lock. The disk
+// sparse file of sessions.max_bytes formatted as ext4, lock, created (its
+// creation time, which Get reports: the disk's own times move with every
+// write) and, once a stateful run has left one, state (state.go). The disk
 // image is the kernel-enforced cap: a program that fills it gets ENOSPC and
 // the host file never grows past its size. It is mounted (loop device with
 // autoclear, nosuid,nodev,noexec) only while a run or a host-side file
@@ -26,6 +28,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -160,6 +163,9 @@ func (s *Store) Create() (_ string, err error) {
 	if err := mkfs(img, s.uid, s.gid); err != nil {
 		return "", err
 	}
+	if err := writeCreated(tmp, time.Now()); err != nil {
+		return "", err
+	}
 	lock, err := state.Lock(filepath.Join(tmp, "lock"), unix.LOCK_EX|unix.LOCK_NB)
 	if err != nil {
 		return "", fmt.Errorf("creating session lock: %w", err)
@@ -260,10 +266,52 @@ func (s *Store) Get(id string) (*Info, error) {
 	if err := unix.Lstat(s.path(id, "lock"), &lst); err != nil {
 		return nil, ErrNotFound
 	}
-	in := &Info{ID: id, Created: time.Unix(dst.Ctim.Unix()), LastUsed: time.Unix(lst.Mtim.Unix()),
+	in := &Info{ID: id, Created: s.created(id, &dst), LastUsed: time.Unix(lst.Mtim.Unix()),
 		MaxBytes: dst.Size, DiskBytes: dst.Blocks * 512}
 	in.Busy = s.busy(id)
 	return in, nil
+}
+
+// createdName is the file of a session's directory that holds its
+// creation time, in RFC 3339 with nanoseconds: written once, at its
+// creation or fork, by agentrun alone (no sandbox reaches the session's
+// directory).
+const createdName = "created"
+
+// maxCreated bounds what Get reads of it.
+const maxCreated = 64
+
+// writeCreated records t as the creation time of the session being made
+// in directory dir.
+func writeCreated(dir string, t time.Time) error {
+	f, err := os.OpenFile(filepath.Join(dir, createdName), os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("recording the session's creation time: %w", err)
+	}
+	_, err = f.WriteString(t.UTC().Format(time.RFC3339Nano))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("recording the session's creation time: %w", err)
+	}
+	return nil
+}
+
+// created is session id's creation time: what writeCreated recorded, or,
+// for a session made before agentrun recorded it, the change time of its
+// disk (disk, its stat), which moves with every write.
+func (s *Store) created(id string, disk *unix.Stat_t) time.Time {
+	f, err := os.OpenFile(s.path(id, createdName), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err == nil {
+		defer f.Close()
+		b := make([]byte, maxCreated)
+		n, _ := io.ReadFull(f, b)
+		if t, err := time.Parse(time.RFC3339Nano, string(b[:n])); err == nil {
+			return t
+		}
+	}
+	return time.Unix(disk.Ctim.Unix())
 }
 
 // busy reports whether session id is held by a user that has not

@@ -1,8 +1,10 @@
 package workspace
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -12,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/safefs"
 )
 
@@ -25,21 +28,30 @@ type Workspace struct {
 	replace bool
 	// shared: Share made its mount shared.
 	shared bool
+	// capacity says what bounds the workspace's size, for the refusal of
+	// a file that does not fit.
+	capacity string
 }
+
+// ErrNoRoom is wrapped by the refusal of a file that does not fit in the
+// workspace (errkind.TooLarge): it names the file, as the task named it,
+// and the bound, never a host path.
+var ErrNoRoom = errkind.New(errkind.TooLarge, "no room in the workspace")
 
 // Create mounts a tmpfs of size bytes at dir (created, 0700), owned by uid
 // and gid, and writes files into it (names are workspace-relative and
 // already validated; parents are created). On error nothing is left mounted.
 func Create(dir string, size int64, uid, gid int, files map[string][]byte) (_ *Workspace, err error) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating workspace dir: %w", err)
+		return nil, fmt.Errorf("creating workspace dir: %w", bare(err))
 	}
 	opts := "size=" + strconv.FormatInt(size, 10) + ",mode=0700,uid=" + strconv.Itoa(uid) + ",gid=" + strconv.Itoa(gid)
 	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
 		os.Remove(dir)
 		return nil, fmt.Errorf("mounting workspace tmpfs: %w", err)
 	}
-	return open(&Workspace{Dir: dir}, uid, gid, files)
+	capacity := fmt.Sprintf("the workspace size (limits.workspace_size) is %d bytes", size)
+	return open(&Workspace{Dir: dir, capacity: capacity}, uid, gid, files)
 }
 
 // maxStacked bounds the mounts Close removes from a shared workspace's
@@ -61,10 +73,12 @@ func (w *Workspace) Share() error {
 }
 
 // Adopt makes the file system already mounted at dir (a kept session's
-// disk) the workspace and writes files into it, replacing files of the
-// same name. Close unmounts it. On error nothing is left mounted.
-func Adopt(dir string, uid, gid int, files map[string][]byte) (*Workspace, error) {
-	return open(&Workspace{Dir: dir, replace: true}, uid, gid, files)
+// disk, of size bytes) the workspace and writes files into it, replacing
+// files of the same name. Close unmounts it. On error nothing is left
+// mounted.
+func Adopt(dir string, size int64, uid, gid int, files map[string][]byte) (*Workspace, error) {
+	capacity := fmt.Sprintf("the session's disk (sessions.max_bytes) is %d bytes, with what it already holds", size)
+	return open(&Workspace{Dir: dir, replace: true, capacity: capacity}, uid, gid, files)
 }
 
 // open opens the root of w, mounted at w.Dir, and writes files into it; on
@@ -97,6 +111,31 @@ func (w *Workspace) Write(files map[string][]byte, uid, gid int) error {
 }
 
 func (w *Workspace) write(name string, data []byte, uid, gid int) error {
+	return w.writeFrom(name, bytes.NewReader(data), int64(len(data)), uid, gid)
+}
+
+// WriteFrom writes the file name (workspace-relative, already validated;
+// parents are created) from the size bytes of r, owned by uid and gid,
+// replacing what is there (a symlink is replaced, never written through;
+// a directory is an error).
+func (w *Workspace) WriteFrom(name string, r io.Reader, size int64, uid, gid int) error {
+	rw := *w
+	rw.replace = true
+	if err := rw.writeFrom(name, r, size, uid, gid); err != nil {
+		return fmt.Errorf("writing workspace file %q: %w", name, err)
+	}
+	return nil
+}
+
+// writeFrom writes name from the size bytes of r. Its errors name the
+// file as the task named it, never its host path; one that does not fit
+// (ENOSPC, EDQUOT) is ErrNoRoom.
+func (w *Workspace) writeFrom(name string, r io.Reader, size int64, uid, gid int) (err error) {
+	defer func() {
+		if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+			err = fmt.Errorf("%w for its %d bytes: %s", ErrNoRoom, size, w.capacity)
+		}
+	}()
 	if dir := path.Dir(name); dir != "." {
 		if err := w.root.MkdirAll(dir, 0o755); err != nil {
 			return err
@@ -119,18 +158,57 @@ func (w *Workspace) write(name string, data []byte, uid, gid int) error {
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		if errors.Is(err, unix.ENOSPC) {
-			return fmt.Errorf("files exceed the workspace size: %w", err)
-		}
-		return err
+	// The file's own errors name its host path: they are said without it.
+	n, err := io.Copy(f, io.LimitReader(r, size))
+	if err == nil && n != size {
+		err = fmt.Errorf("%d bytes of %d: %w", n, size, io.ErrUnexpectedEOF)
 	}
-	if err := f.Chown(uid, gid); err != nil {
-		f.Close()
-		return err
+	if err == nil {
+		err = f.Chown(uid, gid)
 	}
-	return f.Close()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		w.root.Remove(name)
+		return bare(err)
+	}
+	return nil
+}
+
+// OpenRegular opens the workspace's regular file name to read: never
+// through a symlink at its end, never blocking on a fifo; anything but a
+// regular file is refused.
+func (w *Workspace) OpenRegular(name string) (*os.File, error) {
+	f, err := w.root.OpenFile(name, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, bare(err)
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%q is not a regular file", name)
+	}
+	return f, nil
+}
+
+// RemoveAll removes the workspace's name and, if it is a directory,
+// everything under it, never following a link.
+func (w *Workspace) RemoveAll(name string) error {
+	return w.root.RemoveAll(name)
+}
+
+// bare is err without the host path that an *fs.PathError names.
+func bare(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w", pe.Op, pe.Err)
+	}
+	return err
 }
 
 // Sync writes what the workspace's file system holds through to its
@@ -169,7 +247,7 @@ func (w *Workspace) Close() error {
 		}
 	}
 	if err := os.Remove(w.Dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		errs = append(errs, fmt.Errorf("removing workspace dir: %w", err))
+		errs = append(errs, fmt.Errorf("removing workspace dir: %w", bare(err)))
 	}
 	return errors.Join(errs...)
 }

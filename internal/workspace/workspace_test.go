@@ -3,6 +3,7 @@ package workspace
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/test/testenv"
 )
@@ -54,12 +56,19 @@ func TestCreateWritesFilesOwnedByNobody(t *testing.T) {
 	}
 }
 
+// TestCreateRefusesFilesOverSize: a file that does not fit is refused as
+// too large (413 on serve), naming the file as the task named it and the
+// workspace's size, never the host path of the workspace.
 func TestCreateRefusesFilesOverSize(t *testing.T) {
 	testenv.RequireRoot(t)
 	dir := filepath.Join(t.TempDir(), "ws")
 	_, err := Create(dir, 64<<10, 65534, 65534, map[string][]byte{"big": make([]byte, 1<<20)})
-	if err == nil || !strings.Contains(err.Error(), "workspace size") {
-		t.Fatalf("Create with 1 MiB in a 64 KiB workspace: err = %v; want workspace size error", err)
+	if err == nil || !strings.Contains(err.Error(), "workspace size") || !strings.Contains(err.Error(), `"big"`) ||
+		!strings.Contains(err.Error(), "65536") || !errors.Is(err, ErrNoRoom) || errkind.Of(err) != errkind.TooLarge {
+		t.Fatalf("Create with 1 MiB in a 64 KiB workspace: err = %v; want the file, the workspace size, too large", err)
+	}
+	if strings.Contains(err.Error(), dir) {
+		t.Errorf("the refusal names the workspace's host path: %v", err)
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("failed Create left %s behind: %v", dir, err)
@@ -258,7 +267,7 @@ func TestNoLinkFollowedInside(t *testing.T) {
 	os.WriteFile(filepath.Join(w.Dir, "real", "f"), []byte("f"), 0o644)
 	os.Symlink("real", filepath.Join(w.Dir, "via"))
 	os.Symlink("real/f", filepath.Join(w.Dir, "leaf"))
-	kept, err := Adopt(w.Dir, 65534, 65534, nil)
+	kept, err := Adopt(w.Dir, 1<<20, 65534, 65534, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

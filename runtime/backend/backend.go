@@ -90,6 +90,22 @@ type Leftovers interface {
 	Cleanup(id string) error
 }
 
+// Runtime is a runtime, by the name a task gives it (config.Runtime*), as
+// the host has it: its Backend, or, when the host cannot run it, why not
+// (Missing) and what still removes the runs that an agentrun which could
+// left behind (Leftovers). internal/compose makes the host's and hands
+// them to the runner, which picks none itself.
+type Runtime struct {
+	Name string
+	// Backend runs the runtime's containers; nil when the host cannot.
+	Backend Backend
+	// Missing says why Backend is nil.
+	Missing error
+	// Leftovers cleans up after the runtime's runs when Backend is nil
+	// (Backend does it otherwise); nil when nothing can.
+	Leftovers Leftovers
+}
+
 // Prepared is a container set up by Prepare, whose program has not run.
 type Prepared interface {
 	// Exec starts the program, feeds it prog's stdin and waits for it to

@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/image/imagetest"
+	"github.com/agentrun/agentrun/internal/compose"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
@@ -173,9 +174,9 @@ func battery(t *testing.T, rt string, pooled, warm bool, allow []string) {
 	if err != nil {
 		t.Fatalf("task.Load: %v", err)
 	}
-	r, err := runner.New(cfg, nil)
+	r, err := compose.Runner(cfg, nil)
 	if err != nil {
-		t.Fatalf("runner.New: %v", err)
+		t.Fatalf("compose.Runner: %v", err)
 	}
 	var pool *runner.Pool
 	if pooled {

@@ -113,13 +113,16 @@ pack() {
 # variant plus PACKAGES (comma-separated), docs stripped.
 debian() {
 	local dir=$1
-	need mmdebstrap mmdebstrap --quiet --variant=essential --include="$2" \
+	need mmdebstrap mmdebstrap
+	mmdebstrap --quiet --variant=essential --include="$2" \
 		--dpkgopt='path-exclude=/usr/share/man/*' \
 		--dpkgopt='path-exclude=/usr/share/doc/*' \
 		--dpkgopt='path-exclude=/usr/share/locale/*' \
 		--dpkgopt='path-exclude=/usr/share/info/*' \
 		--customize-hook='rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/*' \
 		"$suite" "$dir/rootfs"
+	# A root without Debian's own tools is no image: never stamp one.
+	[ -x "$dir/rootfs/usr/bin/dpkg" ] || { echo "build.sh: mmdebstrap left no Debian root in $dir" >&2; exit 1; }
 	finish "$dir/rootfs"
 	pack "$dir"
 }

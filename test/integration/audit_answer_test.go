@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/agentrun/agentrun/internal/audit"
+	"github.com/agentrun/agentrun/internal/compose"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
-	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/server"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/proxy/proxytest"
@@ -58,7 +58,7 @@ func TestAuditRecordBeforeAnswer(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer log.Close()
-		r, err := runner.New(cfg, log)
+		r, err := compose.Runner(cfg, log)
 		if err != nil {
 			t.Fatal(err)
 		}

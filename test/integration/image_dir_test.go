@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/agentrun/agentrun/image/imagetest"
+	"github.com/agentrun/agentrun/internal/compose"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
-	"github.com/agentrun/agentrun/internal/runner"
 )
 
 // A dir: image without the mount points a container needs runs through a
@@ -78,7 +78,7 @@ func TestSIGTERMCleansUp(t *testing.T) {
 func TestCancelledBeforeTheProgramStarts(t *testing.T) {
 	eachRuntime(t, func(t *testing.T, rt string) {
 		cfg := cfgFor(t, rt)
-		r, err := runner.New(cfg, nil)
+		r, err := compose.Runner(cfg, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,7 +103,7 @@ func TestCancelledBeforeTheProgramStarts(t *testing.T) {
 func TestCancelledDuringSetup(t *testing.T) {
 	eachRuntime(t, func(t *testing.T, rt string) {
 		cfg := cfgFor(t, rt)
-		r, err := runner.New(cfg, nil)
+		r, err := compose.Runner(cfg, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/compose"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
-	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
 )
 
@@ -54,7 +54,7 @@ func noLauncherCode(t *testing.T) string {
 func TestLauncherBytecode(t *testing.T) {
 	dir := noLauncherCode(t)
 	cfg := testConfig(t)
-	r, err := runner.New(cfg, nil)
+	r, err := compose.Runner(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

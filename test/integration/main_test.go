@@ -17,10 +17,10 @@ import (
 	"time"
 
 	"github.com/agentrun/agentrun/internal/audit"
+	"github.com/agentrun/agentrun/internal/compose"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
-	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/runtime/runc"
 	"github.com/agentrun/agentrun/runtime/spec"
@@ -165,9 +165,9 @@ func runOnly(t testing.TB, cfg *config.Config, log *audit.Log, taskJSON string) 
 		t.Errorf("task.Load: %v", err)
 		return &result.Result{}
 	}
-	r, err := runner.New(cfg, log)
+	r, err := compose.Runner(cfg, log)
 	if err != nil {
-		t.Errorf("runner.New: %v", err)
+		t.Errorf("compose.Runner: %v", err)
 		return &result.Result{}
 	}
 	return r.Run(context.Background(), plan, runapi.Hooks{})

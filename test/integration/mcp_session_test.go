@@ -277,7 +277,9 @@ open("big", "wb").write(b"a" * (17 << 20))`})
 }
 
 // TestMCPSessionFull: write_file into a session past sessions.max_bytes is
-// refused as too large, and keeps nothing of the file.
+// refused as too large, and keeps nothing of the file; so is run_code
+// with files that do not fit, naming the file and the bound, never a
+// host path.
 func TestMCPSessionFull(t *testing.T) {
 	removeNewSessions(t)
 	cfg := testConfig(t)
@@ -297,6 +299,11 @@ func TestMCPSessionFull(t *testing.T) {
 	}
 	if res := callTool(t, cs, "read_file", map[string]any{"session": id, "path": "f2"}); !res.IsError || !strings.Contains(answerText(t, res), "no such file") {
 		t.Errorf("the file that did not fit was kept: %q", answerText(t, res))
+	}
+	res = callTool(t, cs, "run_code", map[string]any{"session": id, "code": "print(1)", "files": map[string]string{"big.bin": content}})
+	if txt := answerText(t, res); !res.IsError || !strings.Contains(txt, `run_code refused: writing workspace file "big.bin": no room`) ||
+		!strings.Contains(txt, "sessions.max_bytes") || strings.Contains(txt, cfg.StateDir) {
+		t.Errorf("run_code with files past the session's disk: %v %q", res.IsError, txt)
 	}
 	assertNoLeaks(t)
 }

@@ -17,10 +17,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentrun/agentrun/internal/audit"
+	"github.com/agentrun/agentrun/internal/compose"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/mcpserver"
 	"github.com/agentrun/agentrun/internal/result"
-	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/server"
 )
 
@@ -42,7 +42,7 @@ func mcpClient(t *testing.T, transport mcp.Transport) *mcp.ClientSession {
 // runner under cfg, and an SDK client connected to it in memory.
 func inProcessMCP(t *testing.T, cfg *config.Config, log *audit.Log) *mcp.ClientSession {
 	t.Helper()
-	r, err := runner.New(cfg, log)
+	r, err := compose.Runner(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}

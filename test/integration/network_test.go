@@ -18,11 +18,11 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/agentrun/agentrun/internal/audit"
+	"github.com/agentrun/agentrun/internal/compose"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/hostaddr"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
-	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/proxy"
 	"github.com/agentrun/agentrun/proxy/proxytest"
@@ -480,7 +480,7 @@ func pyList(ss []string) string {
 func TestTwentyAllowlistRunsAtOnce(t *testing.T) {
 	in := proxytest.NewInternet(t)
 	cfg := netConfig(t, in)
-	r, err := runner.New(cfg, nil)
+	r, err := compose.Runner(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

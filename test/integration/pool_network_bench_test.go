@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/compose"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
@@ -25,11 +26,11 @@ import (
 func BenchmarkAllowlistRun(b *testing.B) {
 	in := proxytest.NewInternet(b)
 	cfg := netConfig(b, in)
-	coldR, err := runner.New(cfg, nil)
+	coldR, err := compose.Runner(cfg, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	pooledR, err := runner.New(cfg, nil)
+	pooledR, err := compose.Runner(cfg, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/compose"
 	"github.com/agentrun/agentrun/internal/result"
-	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/server"
 	"github.com/agentrun/agentrun/proxy/proxytest"
 )
@@ -186,7 +186,7 @@ func TestPoolAllowlistLeavesNothing(t *testing.T) {
 	cfg := netConfig(t, in)
 	linksBefore, nsBefore := hostLinks(t), netnsFDs(t)
 	goroutinesBefore := goroutines()
-	r, err := runner.New(cfg, nil)
+	r, err := compose.Runner(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/agentrun/agentrun/image"
+	"github.com/agentrun/agentrun/internal/compose"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
@@ -49,7 +50,7 @@ func newPooled(t *testing.T, n int, seedTask string) *pooled {
 // warm settings taken, seeded with the shape of seedTask.
 func newPooledCfg(t *testing.T, cfg *config.Config, seedTask string) *pooled {
 	t.Helper()
-	r, err := runner.New(cfg, nil)
+	r, err := compose.Runner(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +383,7 @@ func TestPoolFollowsTaskShape(t *testing.T) {
 func TestPoolSkipsSandboxesOfARemovedImage(t *testing.T) {
 	ref := "oci:" + busyboxLayout() + ":latest"
 	cfg := testConfig(t)
-	r, err := runner.New(cfg, nil)
+	r, err := compose.Runner(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -604,7 +605,7 @@ func TestPoolWaitsWhileRunsOutnumberCPUs(t *testing.T) {
 // the other.
 func TestPoolFillsInParallel(t *testing.T) {
 	cfg := testConfig(t)
-	r, err := runner.New(cfg, nil)
+	r, err := compose.Runner(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/compose"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
@@ -152,7 +153,7 @@ func TestRunUIDsDistinct(t *testing.T) {
 	eachRuntime(t, func(t *testing.T, rt string) {
 		cfg := cfgFor(t, rt)
 		cfg.RunUIDs = config.RunUIDs{First: 3000000000, Count: 2}
-		r, err := runner.New(cfg, nil)
+		r, err := compose.Runner(cfg, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,7 +188,7 @@ func TestRunUIDsDistinct(t *testing.T) {
 func TestRunUIDsExhausted(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.RunUIDs = config.RunUIDs{First: 3000000000, Count: 1}
-	r, err := runner.New(cfg, nil)
+	r, err := compose.Runner(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,11 +216,11 @@ func TestRunUIDsTwoStateDirs(t *testing.T) {
 	cfgA.RunUIDs = config.RunUIDs{First: 3000000000, Count: 1}
 	cfgB := *cfgA
 	cfgB.StateDir = filepath.Join(t.TempDir(), "state")
-	rA, err := runner.New(cfgA, nil)
+	rA, err := compose.Runner(cfgA, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rB, err := runner.New(&cfgB, nil)
+	rB, err := compose.Runner(&cfgB, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +306,7 @@ print('mqueue', 'ok' if q >= 0 else errno.errorcode.get(ctypes.get_errno()))
 // sentry's own (and not per host user), so this is libcontainer's.
 func TestRunUIDsOwnUserLimits(t *testing.T) {
 	cfg := testConfig(t)
-	r, err := runner.New(cfg, nil)
+	r, err := compose.Runner(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +446,7 @@ func sandboxUID42(out string) bool {
 func TestRunUIDsHaveAName(t *testing.T) {
 	eachRuntime(t, func(t *testing.T, rt string) {
 		cfg := cfgFor(t, rt)
-		r, err := runner.New(cfg, nil)
+		r, err := compose.Runner(cfg, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

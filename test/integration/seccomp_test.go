@@ -15,8 +15,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrun/agentrun/internal/compose"
 	"github.com/agentrun/agentrun/internal/config"
-	"github.com/agentrun/agentrun/internal/runner"
 )
 
 // filter is one seccomp filter of a process, as the kernel holds it.
@@ -177,7 +177,7 @@ func TestSeccompHelperUnfit(t *testing.T) {
 	for _, helper := range []string{"/nonexistent/agentrun-seccomp", writable} {
 		cfg := testConfig(t)
 		cfg.SeccompHelper = helper
-		_, err := runner.New(cfg, nil)
+		_, err := compose.Runner(cfg, nil)
 		if err == nil || !strings.Contains(err.Error(), "seccomp helper") || !strings.Contains(err.Error(), "seccomp_helper") {
 			t.Errorf("seccomp_helper %s: %v", helper, err)
 		}
@@ -189,7 +189,7 @@ func TestSeccompHelperUnfit(t *testing.T) {
 // mcp log it at start).
 func TestRunnerPrecompiledSeccomp(t *testing.T) {
 	cfg := testConfig(t)
-	r, err := runner.New(cfg, nil)
+	r, err := compose.Runner(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestRunnerPrecompiledSeccomp(t *testing.T) {
 		t.Errorf("with the helper: %v", err)
 	}
 	cfg.SeccompHelper = config.SeccompHelperOff
-	if r, err = runner.New(cfg, nil); err != nil {
+	if r, err = compose.Runner(cfg, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.PrecompiledSeccomp(); err == nil || !strings.Contains(err.Error(), "seccomp_helper is off") {

@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/agentrun/agentrun/internal/compose"
 	"github.com/agentrun/agentrun/internal/runapi"
-	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
 )
 
@@ -15,7 +15,7 @@ import (
 
 func benchRun(b *testing.B, keep bool) {
 	cfg := sessionCfg(b, "libcontainer", "256m")
-	r, err := runner.New(cfg, nil)
+	r, err := compose.Runner(cfg, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func BenchmarkSessionRun(b *testing.B) { benchRun(b, true) }
 // to empty its root) and rm.
 func BenchmarkSessionCreate(b *testing.B) {
 	cfg := sessionCfg(b, "libcontainer", "256m")
-	r, err := runner.New(cfg, nil)
+	r, err := compose.Runner(cfg, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func BenchmarkSessionCreate(b *testing.B) {
 // BenchmarkSessionFiles: one host-side listing (lock, mount, walk, unmount).
 func BenchmarkSessionFiles(b *testing.B) {
 	cfg := sessionCfg(b, "libcontainer", "256m")
-	r, err := runner.New(cfg, nil)
+	r, err := compose.Runner(cfg, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

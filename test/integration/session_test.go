@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/compose"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
@@ -37,7 +38,7 @@ func sessionCfg(t testing.TB, rt, maxBytes string) *config.Config {
 // test ends.
 func newSession(t testing.TB, cfg *config.Config) (*runner.Runner, string) {
 	t.Helper()
-	r, err := runner.New(cfg, nil)
+	r, err := compose.Runner(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"github.com/agentrun/agentrun/internal/audit"
+	"github.com/agentrun/agentrun/internal/compose"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
-	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/proxy/proxytest"
 )
@@ -168,7 +168,7 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer log.Close()
-	r, err := runner.New(cfg, log)
+	r, err := compose.Runner(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,21 @@ import (
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
+	"github.com/agentrun/agentrun/internal/runner"
 )
+
+// runStateful runs python code with keep_state in session id, with extra
+// task fields (which may unset keep_state), and requires it to succeed.
+func runStateful(t testing.TB, r *runner.Runner, cfg *config.Config, id, code string, extra map[string]any) *result.Result {
+	t.Helper()
+	m := map[string]any{"keep_state": true}
+	for k, v := range extra {
+		m[k] = v
+	}
+	res := runSession(t, r, cfg, id, code, m)
+	mustOK(t, res)
+	return res
+}
 
 // TestStateCarriesGlobals: a kept session's globals carry from one call to
 // the next, each call a fresh sandbox: numbers, containers, instances,
@@ -30,13 +44,7 @@ func TestStateCarriesGlobals(t *testing.T) {
 			cfg := sessionCfg(t, rt, "64m")
 			r, id := newSession(t, cfg)
 			run := func(code string, extra map[string]any) *result.Result {
-				m := map[string]any{"keep_state": true}
-				for k, v := range extra {
-					m[k] = v
-				}
-				res := runSession(t, r, cfg, id, code, m)
-				mustOK(t, res)
-				return res
+				return runStateful(t, r, cfg, id, code, extra)
 			}
 			res := run(`import json as js
 import threading, subprocess
@@ -215,6 +223,98 @@ x += 1`, nil, true)
 	if res = call("print(x)", nil, true); res.Stdout != "43\n" {
 		t.Errorf("warm call after the cold one: stdout %q, stderr %q", res.Stdout, res.Stderr)
 	}
+}
+
+// forgeState is a program that writes a state of its own making (state.py's
+// format, MAGIC and all: the module is readable) where the launcher keeps
+// the session's, holding planted, a global of mb MiB, and n = 99; with
+// report, it writes the launcher's report too, saying that it saved it.
+// Then it leaves through os._exit, before the launcher's end.
+func forgeState(mb int, report bool) string {
+	code := fmt.Sprintf(`import os, json
+ns = {}
+exec(compile(open("/dev/agentrun-state.py").read(), "state", "exec"), ns)
+rep = ns["dump"]({"planted": b"p" * (%d << 20), "n": 99}, %q, 1 << 40)
+assert rep["saved"], rep
+`, mb, runner.StateFile)
+	if report {
+		code += `open("/dev/agentrun-display/state", "w").write(json.dumps(rep))
+`
+	}
+	return code + "os._exit(0)\n"
+}
+
+// TestStateForgedByTheProgram: the state a call leaves is the session's
+// only once the launcher reports a clean save and the host finds it
+// within sessions.state_max_bytes by its size: a program that writes a
+// 20 MiB state where the launcher keeps it and leaves through os._exit,
+// with or without a forged report, keeps the previous state, and the next
+// call restores that one; the session's state on the host stays within
+// the cap throughout. The launcher's copy in the disk is the program's to
+// write: the next call gets the host's copy there again. On both runtimes.
+func TestStateForgedByTheProgram(t *testing.T) {
+	for _, rt := range runtimes {
+		t.Run(rt, func(t *testing.T) {
+			cfg := sessionCfg(t, rt, "64m")
+			cfg.Sessions.StateMaxBytes = config.MustSize("1m")
+			r, id := newSession(t, cfg)
+			run := func(code string) *result.Result {
+				t.Helper()
+				return runSession(t, r, cfg, id, code, map[string]any{"keep_state": true,
+					"limits": map[string]any{"memory": "512m", "timeout": "60s"}})
+			}
+			hostState := filepath.Join(cfg.StoreDir, "sessions", id, "state")
+			withinCap := func(when string) {
+				t.Helper()
+				fi, err := os.Lstat(hostState)
+				if err != nil || !fi.Mode().IsRegular() || fi.Size() > 1<<20 {
+					t.Errorf("%s: the session's state on the host: %v, %v", when, fi, err)
+				}
+			}
+			mustOK(t, run("n = 1"))
+			withinCap("after a clean save")
+			if res := run(forgeState(20, false)); res.State == nil || res.State.Saved {
+				t.Errorf("forged state, no report: state %+v, stderr %s", res.State, res.Stderr)
+			}
+			withinCap("after a forged state")
+			res := run(forgeState(20, true))
+			if res.State == nil || res.State.Saved || !strings.Contains(res.State.Reason, "state_max_bytes") {
+				t.Errorf("forged state and report: state %+v, stderr %s", res.State, res.Stderr)
+			}
+			withinCap("after a forged state and report")
+			res = run(`print(n, "planted" in globals())`)
+			mustOK(t, res)
+			if res.Stdout != "1 False\n" {
+				t.Errorf("after the forged calls: %q; want the first call's n and no planted global", res.Stdout)
+			}
+			// A fifo or a link where the state should be, reported as
+			// saved: never opened through, never waited on.
+			for what, make := range map[string]string{
+				"fifo": "os.mkfifo(path)",
+				"link": "os.symlink('/etc/passwd', path)",
+			} {
+				res := run(fmt.Sprintf(`import os, json
+path = %q
+os.remove(path)
+%s
+open("/dev/agentrun-display/state", "w").write(json.dumps({"kept": ["n"], "dropped": {}, "bytes": 1, "saved": True}))
+os._exit(0)`, runner.StateFile, make))
+				if res.State == nil || res.State.Saved {
+					t.Errorf("a %s reported as the state: %+v", what, res.State)
+				}
+			}
+			withinCap("after a fifo and a link")
+			// A state within the cap that the program wrote and reported
+			// itself is its own: kept (the documented residual).
+			if res := run(forgeState(0, true)); res.State == nil || !res.State.Saved {
+				t.Errorf("forged state within the cap, reported: %+v", res.State)
+			}
+			if res := run("print(n)"); res.Stdout != "99\n" {
+				t.Errorf("after a reported state within the cap: %q", res.Stdout)
+			}
+		})
+	}
+	assertNoLeaks(t)
 }
 
 // TestStateRequestPlantedLink: code that runs in a warm sandbox before its

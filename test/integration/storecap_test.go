@@ -10,10 +10,10 @@ import (
 
 	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/image/imagetest"
+	"github.com/agentrun/agentrun/internal/compose"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
-	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
 )
 
@@ -25,7 +25,7 @@ func TestStoreCapNeverRemovesImagesInUse(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.StoreDir = newStoreDir(t)
 	cfg.StoreMax = config.MustSize("1k")
-	r, err := runner.New(cfg, nil)
+	r, err := compose.Runner(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,10 +16,10 @@ import (
 
 	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/audit"
+	"github.com/agentrun/agentrun/internal/compose"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
-	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/proxy/proxytest"
 )
@@ -82,9 +82,9 @@ func toolsRun(t *testing.T, cfg *config.Config, auditPath string, hooks runapi.H
 		}
 		defer log.Close()
 	}
-	r, err := runner.New(cfg, log)
+	r, err := compose.Runner(cfg, log)
 	if err != nil {
-		t.Fatalf("runner.New: %v", err)
+		t.Fatalf("compose.Runner: %v", err)
 	}
 	defer r.Close()
 	res := r.Run(context.Background(), plan, hooks)
@@ -379,9 +379,9 @@ func TestToolsSharedServer(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	r, err := runner.New(cfg, nil)
+	r, err := compose.Runner(cfg, nil)
 	if err != nil {
-		t.Fatalf("runner.New: %v", err)
+		t.Fatalf("compose.Runner: %v", err)
 	}
 	closed := false
 	defer func() {

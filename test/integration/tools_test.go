@@ -11,10 +11,10 @@ import (
 
 	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/audit"
+	"github.com/agentrun/agentrun/internal/compose"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
-	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
 )
 
@@ -67,9 +67,9 @@ func runTools(t *testing.T, cfg *config.Config, hooks runapi.Hooks, taskJSON str
 	if err != nil {
 		t.Fatalf("task.Load: %v", err)
 	}
-	r, err := runner.New(cfg, log)
+	r, err := compose.Runner(cfg, log)
 	if err != nil {
-		t.Fatalf("runner.New: %v", err)
+		t.Fatalf("compose.Runner: %v", err)
 	}
 	res := r.Run(context.Background(), plan, hooks)
 	if res.Error != "" {

@@ -20,7 +20,9 @@ import (
 // fakePyplot is a matplotlib.pyplot with what agentrun's launcher uses
 // of it (figure, get_fignums, close, show, a figure's savefig): the test
 // images have no matplotlib. A figure's PNG is a PNG signature and its
-// number; the real show fails, so that only the launcher's may run.
+// number; the real show fails, so that only the launcher's may run. A
+// figure pickled while open opens itself again, under the next number,
+// when unpickled, as matplotlib's does.
 const fakePyplot = `import os
 _figs = {}
 class Figure:
@@ -31,6 +33,13 @@ class Figure:
         f.write(b"\x89PNG\r\n\x1a\n" + b"fig%d" % self.num)
     def __repr__(self):
         return "<Figure %d>" % self.num
+    def __getstate__(self):
+        return {"num": self.num, "open": _figs.get(self.num) is self}
+    def __setstate__(self, state):
+        self.num = state["num"]
+        if state["open"]:
+            self.num = max(_figs, default=0) + 1
+            _figs[self.num] = self
 def figure(num=None):
     if num is None:
         num = max(_figs, default=0) + 1
@@ -38,7 +47,10 @@ def figure(num=None):
 def get_fignums():
     return sorted(_figs)
 def close(which):
-    _figs.clear()
+    if which == "all":
+        _figs.clear()
+    else:
+        _figs.pop(which, None)
 def show():
     raise RuntimeError("the real show ran")
 `
@@ -419,4 +431,52 @@ func TestValuesMatplotlib(t *testing.T) {
 		}
 		check(t, p.run(pyTask(matplotlibCode, extra), true))
 	})
+}
+
+// TestValuesRestoredFigureNotShown: a figure left open in a global is
+// shown by the call that made it, and not by the later calls of the
+// context that restore it (its unpickling opens it again in pyplot): only
+// what a call makes, or shows itself, is its output.
+func TestValuesRestoredFigureNotShown(t *testing.T) {
+	cfg := sessionCfg(t, "libcontainer", "32m")
+	r, id := newSession(t, cfg)
+	run := func(code string, extra map[string]any) *result.Result {
+		t.Helper()
+		return runStateful(t, r, cfg, id, code, extra)
+	}
+	if res := run("import matplotlib.pyplot as plt\nfig = plt.figure()", withFakeMatplotlib(nil)); len(res.Display) != 1 {
+		t.Fatalf("the call that made the figure: display %q, state %+v", res.Display, res.State)
+	}
+	if res := run("1 + 1", nil); len(res.Display) != 0 || res.Value["text/plain"] != "2" {
+		t.Errorf("a later call: display %q, value %q; want no figure", res.Display, res.Value)
+	}
+	if res := run("g = plt.figure()", nil); len(res.Display) != 1 {
+		t.Errorf("a call that makes another figure: display %q; want it alone", res.Display)
+	}
+	if res := run("display(fig)", nil); !reflect.DeepEqual(res.Display, []map[string]string{{"text/plain": "<Figure 1>", "image/png": png("fig1")}}) {
+		t.Errorf("a call that shows the restored figure: display %q", res.Display)
+	}
+}
+
+// TestValuesRestoredFigureNotShownMatplotlib: the same with the real
+// matplotlib (the python-data image), whose figures reopen themselves in
+// pyplot when unpickled.
+func TestValuesRestoredFigureNotShownMatplotlib(t *testing.T) {
+	ref := pythonData(t)
+	cfg := sessionCfg(t, "libcontainer", "64m")
+	r, id := newSession(t, cfg)
+	run := func(code string) *result.Result {
+		t.Helper()
+		return runStateful(t, r, cfg, id, code, map[string]any{"image": ref, "limits": map[string]any{"timeout": "60s", "memory": "512m"}})
+	}
+	if res := run("import matplotlib.pyplot as plt\nfig = plt.figure()\nplt.plot([1, 2])"); len(res.Display) != 1 || !res.State.Saved || !slices.Contains(res.State.Kept, "fig") {
+		t.Fatalf("the call that made the figure: %d display bundles, state %+v", len(res.Display), res.State)
+	}
+	if res := run("1 + 1"); len(res.Display) != 0 || res.Value["text/plain"] != "2" {
+		t.Errorf("a later call: %d display bundles, value %q; want no figure", len(res.Display), res.Value)
+	}
+	res := run("display(fig)\nprint(len(fig.axes[0].lines))")
+	if len(res.Display) != 1 || !strings.HasPrefix(res.Display[0]["text/plain"], "<Figure size") || res.Stdout != "1\n" {
+		t.Errorf("a call that shows the restored figure: %d display bundles (%v), stdout %q", len(res.Display), res.Display, res.Stdout)
+	}
 }

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/compose"
 	"github.com/agentrun/agentrun/internal/runapi"
-	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/internal/worker"
 )
@@ -27,7 +27,7 @@ func BenchmarkWorker(b *testing.B) {
 
 	b.Run("local", func(b *testing.B) {
 		cfg := testConfig(b)
-		r, err := runner.New(cfg, nil)
+		r, err := compose.Runner(cfg, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1076,13 +1076,13 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] | components["schemas"]["Result"];
                 };
             };
-            /** @description The task is larger than 32 MiB. */
+            /** @description The task is larger than 32 MiB; or its files do not fit in the workspace (`limits.workspace_size`) or in the kept session's disk (`sessions.max_bytes`, with what it holds): the result, with `error` naming the file and the bound. */
             413: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Error"];
+                    "application/json": components["schemas"]["Error"] | components["schemas"]["Result"];
                 };
             };
             421: components["responses"]["MisdirectedHost"];

@@ -33,10 +33,16 @@ const (
 )
 
 // cloneArgs is struct clone_args of include/uapi/linux/sched.h, its first
-// version (CLONE_ARGS_SIZE_VER0, 64 bytes).
-type cloneArgs struct {
-	flags, pidfd, childTID, parentTID, exitSignal, stack, stackSize, tls uint64
-}
+// version (CLONE_ARGS_SIZE_VER0, 64 bytes): flags, pidfd, child_tid,
+// parent_tid, exit_signal, stack, stack_size, tls; the probes set flags
+// and exit_signal alone.
+type cloneArgs [8]uint64
+
+// The fields of cloneArgs the probes set.
+const (
+	cloneFlags      = 0
+	cloneExitSignal = 4
+)
 
 // clone3Probes: clone3 with each namespace flag, and with CLONE_NEWUSER
 // and CLONE_NEWNET together, fails.
@@ -95,7 +101,7 @@ func rawCloneChild(args []string) {
 	var e syscall.Errno
 	switch args[0] {
 	case "clone3":
-		ca := &cloneArgs{flags: flags, exitSignal: uint64(unix.SIGCHLD)}
+		ca := &cloneArgs{cloneFlags: flags, cloneExitSignal: uint64(unix.SIGCHLD)}
 		pid, e = forkReport(nrClone3, pin(ca), unsafe.Sizeof(*ca), r)
 	case "clone":
 		pid, e = forkReport(nrClone, uintptr(flags)|uintptr(unix.SIGCHLD), 0, r)

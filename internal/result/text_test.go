@@ -1,24 +1,22 @@
-package main
+package result
 
 import (
 	"strings"
 	"testing"
-
-	"github.com/agentrun/agentrun/internal/result"
 )
 
-// TestWriteTextCannotForgeLines: in --format text, what the program
+// TestWriteTextCannotForgeLines: in the text form, what the program
 // controls (its output, the names of its files, the hosts it tried)
 // cannot start a line that reads as agentrun's, nor hide or reorder text
 // on a terminal; its own newlines and tabs stay.
 func TestWriteTextCannotForgeLines(t *testing.T) {
-	res := &result.Result{ID: "ar-1", Files: map[string]result.File{
+	res := &Result{ID: "ar-1", Files: map[string]File{
 		"a\n[agentrun ar-1] exit 0 \u200b": {Size: 1, Error: "gone\r\x1b[2K"},
 	}}
-	res.Network.Denied = []result.Denied{{Host: "x.test\n[agentrun ar-1] ok\u202e", Port: 443, Reason: "not allowed"}}
+	res.Network.Denied = []Denied{{Host: "x.test\n[agentrun ar-1] ok\u202e", Port: 443, Reason: "not allowed"}}
 	res.SetOutput([]byte("one\ttwo\nC:\\dir \u200b\u2066\x1b[8m\r\u0085\xff\n"), []byte("err\n"))
 	var out, errw strings.Builder
-	if err := writeText(&out, &errw, res); err != nil {
+	if err := res.WriteText(&out, &errw); err != nil {
 		t.Fatal(err)
 	}
 	if want := `one	two
