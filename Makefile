@@ -49,7 +49,7 @@ COMMIT        := $(shell git rev-parse HEAD 2>/dev/null)$(shell git status --por
 LDFLAGS       := -X main.version=$(VERSION) -X 'main.commit=$(COMMIT)' -X main.runscVersion=$(RUNSC_VERSION)
 UNITS         := agentrun.socket agentrun.service agentrun@.service agentrun-worker.service
 
-.PHONY: all build install deb deps images runsc mcp-client mcp-servers approvals-page openapi-validator ts-client demo test unit integration fuzz vet bench soak vm-test clean
+.PHONY: all build install deb deps images runsc mcp-client mcp-servers approvals-page openapi-validator ts-client demo test unit lint-launcher integration fuzz vet bench soak vm-test clean
 
 all: build
 
@@ -103,10 +103,20 @@ vet:
 # workspace make namespaces, veths, mounts and cgroups: root), and test/docs:
 # every relative link and #anchor of README.md and docs/*.md resolves,
 # docs/architecture.md's layout names every Go package, and docs/config.md's
-# limits are config.LimitTable's; and the Python client's own tests.
-unit:
+# limits are config.LimitTable's; the Python launcher's lint; and the
+# Python client's own tests.
+unit: lint-launcher
 	$(GO) test -tags $(TAGS) -count=1 ./internal/... ./runtime/spec/ ./runtime/backend/ ./runtime/cgroup/ ./runtime/runc/ ./image/... ./netns/... ./proxy/... ./cmd/... ./test/bench/ ./test/docs/
 	cd clients/python && PYTHONPATH=. $(PYTHON) -S -B -m unittest discover -s tests
+
+# lint-launcher: agentrun's Python launcher (internal/launcher's .py files,
+# which run in every sandbox's interpreter) compiles with Debian's python3
+# (its bytecode written to a directory removed after) and passes pyflakes
+# (Debian's pyflakes3: no undefined, unused or shadowed name).
+LAUNCHER_PY := $(wildcard internal/launcher/*.py internal/launcher/testdata/*.py)
+lint-launcher:
+	tmp=$$(mktemp -d) && PYTHONPYCACHEPREFIX=$$tmp $(PYTHON) -m py_compile $(LAUNCHER_PY); rc=$$?; rm -rf "$$tmp"; exit $$rc
+	pyflakes3 $(LAUNCHER_PY)
 
 # mcp-client installs the TypeScript MCP SDK the integration suite drives
 # agentrun mcp with (test/mcp-client, from its package-lock.json).

@@ -11,7 +11,7 @@
 // request (a run's, or the pool's), each step pushing its undo on the
 // sandbox's cleanup stack; the pool (Pool) makes its sandboxes with it,
 // warm ones too (warm.go: the interpreter started ahead by agentrun's
-// launcher, warm.py, which the run hands over to). Runner.GC removes what
+// warm launcher, internal/launcher's, which the run hands over to). Runner.GC removes what
 // dead runs left, by the protocol of package state. What the doors
 // (serve, the worker, MCP) use of a runner is in package runapi.
 package runner

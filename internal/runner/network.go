@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/approvals"
 	"github.com/agentrun/agentrun/internal/hostaddr"
+	"github.com/agentrun/agentrun/internal/launcher"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/proxy"
@@ -109,7 +110,7 @@ func (r *Runner) network(req request, rootfs, dir string, sb *sandbox) ([]spec.S
 
 // tools makes the broker of req's run, which names tools, for pol to
 // serve as tools.agentrun, and returns the spec options of its Python
-// module. The broker is closed, and its record put in req.res, once the
+// module (launcher.ToolsOpts). The broker is closed, and its record put in req.res, once the
 // program has ended (sb.settle), or on undo.
 func (r *Runner) tools(req request, dir string, sb *sandbox, pol *proxy.Policy) ([]spec.SpecOpt, error) {
 	b, err := r.toolBroker(req, dir)
@@ -124,7 +125,7 @@ func (r *Runner) tools(req request, dir string, sb *sandbox, pol *proxy.Policy) 
 		res.Tools = b.Report()
 		return err
 	})
-	return toolsModuleOpts(dir, &sb.undo)
+	return launcher.ToolsOpts(etcWriter(dir, &sb.undo))
 }
 
 // bindNetwork gives the proxy of sb, a sandbox made ahead, the policy of

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/launcher"
 	"github.com/agentrun/agentrun/internal/netpolicy"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/task"
@@ -455,7 +456,7 @@ func warmPool(t *testing.T, size int, f *fakeSetup) (*Pool, *image.Image) {
 // launcher's argv is the language's with the launcher before the file.
 func TestWarmFor(t *testing.T) {
 	p, _ := warmPool(t, 1, &fakeSetup{})
-	want := []string{"python3", "-u", LauncherPath, backend.FDArg, "numpy,pandas", "/workspace/main.py"}
+	want := []string{"python3", "-u", launcher.WarmPath, backend.FDArg, "numpy,pandas", "/workspace/main.py"}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if got := p.warmFor(testPlan()); !reflect.DeepEqual(got, want) {

@@ -19,6 +19,7 @@ import (
 	"github.com/agentrun/agentrun/internal/cleanup"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/hostaddr"
+	"github.com/agentrun/agentrun/internal/launcher"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/safefs"
@@ -57,7 +58,7 @@ type Runner struct {
 	// the runner's lifetime (their processes die with agentrun).
 	sharedTools *toolbroker.Shared
 	// codes is the run launcher's bytecode by image and interpreter.
-	codes *launcherCodes
+	codes *launcher.Codes
 
 	// Logf, when set, gets what the result does not say: a registry's
 	// words behind an image error's summary. Set it before the first run.
@@ -82,8 +83,8 @@ func New(cfg *config.Config, log *audit.Log, runtimes ...backend.Runtime) (*Runn
 		return nil, ErrNotRoot
 	}
 	r := &Runner{cfg: cfg, audit: log, backends: map[string]backend.Backend{}, unavailable: map[string]error{},
-		leftovers: map[string]backend.Leftovers{}, runsDir: state.RunsDir(cfg.StateDir), sharedTools: &toolbroker.Shared{Dir: toolsDir(cfg)},
-		codes: newLauncherCodes(filepath.Join(cfg.StateDir, "launcher"))}
+		leftovers: map[string]backend.Leftovers{}, runsDir: state.RunsDir(cfg.StateDir), sharedTools: &toolbroker.Shared{Dir: toolsDir(cfg)}}
+	r.codes = launcher.NewCodes(filepath.Join(cfg.StateDir, "launcher"), r.compileLauncher, r.logf)
 	if err := spec.CheckInit(cfg.Init); err != nil {
 		return nil, fmt.Errorf("%w (apt-get install tini, or set config key init)", err)
 	}
@@ -131,7 +132,7 @@ func (r *Runner) Sessions() *session.Store { return r.sessions }
 // config marks shared (and their cgroups). Call it once no run is in
 // progress; a run after it gets no shared server.
 func (r *Runner) Close() error {
-	r.codes.close()
+	r.codes.Close()
 	if err := r.sharedTools.Close(); err != nil {
 		return fmt.Errorf("stopping the shared tool servers: %w", err)
 	}
@@ -398,8 +399,8 @@ func (r *Runner) handOver(sb *sandbox, req request) error {
 	if err := r.adoptSession(sb, req); err != nil {
 		return err
 	}
-	if st := newStateRequest(req.plan, r.cfg); st != nil {
-		return st.write(sb.display)
+	if st := launcher.NewStateRequest(req.plan, r.cfg.Sessions.StateBytes()); st != nil {
+		return st.Write(sb.display)
 	}
 	return nil
 }
@@ -414,7 +415,7 @@ func (r *Runner) handOver(sb *sandbox, req request) error {
 // (workspace.Share, spec.WithWorkspaceSlave). The sandbox's own tmpfs
 // stays under it, empty. The sandbox's processes were made before the
 // run and are the launcher's alone, which enters the new /workspace
-// after the hand-over (warm.py).
+// after the hand-over (agentrun_warm.py).
 func (r *Runner) adoptSession(sb *sandbox, req request) error {
 	if !sb.sessionReady {
 		return errors.New("a pooled sandbox whose workspace cannot take a kept session's disk")
@@ -445,8 +446,8 @@ func (r *Runner) adoptSession(sb *sandbox, req request) error {
 // execute runs the program of sb to its end and collects its files;
 // hooks get its output and display bundles as they come.
 func (r *Runner) execute(ctx context.Context, p *task.Plan, sb *sandbox, res *result.Result, hooks runapi.Hooks) (err error) {
-	display := newDisplayReader(sb.display, p.Limits.OutputBytes, hooks.Display)
-	stop := display.watch()
+	display := launcher.NewDisplayReader(sb.display, p.Limits.OutputBytes, hooks.Display)
+	stop := display.Watch()
 	out, err := sb.prep.Exec(ctx, backend.Program{Stdin: p.Stdin, Timeout: p.Limits.Timeout, OutputLimit: p.Limits.OutputBytes, Output: backend.OutputFunc(hooks.Output)})
 	stop()
 	if out != nil {
@@ -455,9 +456,9 @@ func (r *Runner) execute(ctx context.Context, p *task.Plan, sb *sandbox, res *re
 	if err != nil {
 		return err
 	}
-	display.finish(res)
+	display.Finish(res)
 	if p.KeepState {
-		res.State, sb.stateKept = keepState(sb, readState(sb.display), r.cfg.Sessions.StateBytes())
+		res.State, sb.stateKept = keepState(sb, launcher.ReadState(sb.display), r.cfg.Sessions.StateBytes())
 	}
 	if len(p.Collect) > 0 {
 		if res.Files, res.Collect, err = sb.ws.Collect(p.Collect, workspace.Limits{}); err != nil {
@@ -479,7 +480,7 @@ type sandbox struct {
 	uid    int // the host uid and gid its processes run as: its own
 	ws     *workspace.Workspace
 	// display is its display directory, where a Python run's values are
-	// shown (values.go), held open; nil without one.
+	// shown (internal/launcher), held open; nil without one.
 	display *safefs.Dir
 	// sessionReady: a warm sandbox, whose workspace can take a kept
 	// session's disk (adoptSession); fileSize is what its file size
@@ -530,8 +531,8 @@ type request struct {
 	// its program is the launcher, started by setup, which returns once it
 	// is ready. Only the pool makes warm sandboxes.
 	warm []string
-	// compile: the sandbox compiles the run launcher (launchcode.go); it
-	// gets the launcher's source and nothing else of values'.
+	// compile: the sandbox compiles the run launcher (launcher.Codes); it
+	// gets the launcher's source and nothing else of the launcher's.
 	compile bool
 }
 
@@ -581,8 +582,8 @@ func (r *Runner) setup(ctx context.Context, req request) (_ *sandbox, err error)
 		s.network,      // its namespaces and proxy, or the loopback alone
 		s.workspace,    // a fresh one, or the kept session's disk
 		s.identity,     // passwd and group naming its uid
-		s.values,       // the run launcher's display dir and state
-		s.warmLauncher, // a warm sandbox's launcher and its handover
+		s.launcher,     // the Python launcher's files, display dir and state
+		s.warmLauncher, // a warm sandbox's handover
 		s.buildSpec,    // composed and validated
 		// The container, up to its program's exec.
 		func() error { return s.prepare(ctx) },
@@ -736,60 +737,6 @@ func (s *sandboxSetup) workspace() error {
 func (s *sandboxSetup) identity() (err error) {
 	s.idOpts, err = identity(s.rootfs, s.dir, s.sb.uid, &s.sb.undo)
 	return err
-}
-
-// values gives a run of agentrun's run launcher, and a warm sandbox, its
-// display dir and state (values.go); the run launcher becomes the
-// program.
-func (s *sandboxSetup) values() error {
-	p := s.req.plan
-	if s.req.compile {
-		// The launcher alone, which the compile reads.
-		opts, err := launcherFiles(s.dir, nil, &s.sb.undo)
-		s.launchOpts = append(s.launchOpts, opts...)
-		return err
-	}
-	argv := launcherArgv(p)
-	if argv == nil && s.req.warm == nil {
-		return nil
-	}
-	var st *stateRequest
-	if !s.req.pooled {
-		st = newStateRequest(p, s.r.cfg)
-	}
-	var code []byte
-	if argv != nil {
-		code = s.r.launcherCode(p, s.req.img)
-	}
-	valueOpts, display, err := values(s.dir, s.sb.uid, st, s.req.warm != nil, code, &s.sb.undo)
-	if err != nil {
-		return err
-	}
-	s.launchOpts = append(s.launchOpts, valueOpts...)
-	if argv != nil {
-		s.launchOpts = append(s.launchOpts, spec.WithArgs(argv...))
-	}
-	s.sb.display = display
-	return nil
-}
-
-// warmLauncher makes a warm sandbox's program its launcher (warm.go),
-// which says on the handover when it is ready.
-func (s *sandboxSetup) warmLauncher() error {
-	if s.req.warm == nil {
-		return nil
-	}
-	// From the run's etc tmpfs, as the identity files: the sandbox's
-	// mountinfo names no host path.
-	path, err := writeEtc(s.dir, &s.sb.undo, launcherName, launcher)
-	if err != nil {
-		return fmt.Errorf("writing the warm launcher: %w", err)
-	}
-	if s.handover, err = backend.NewHandover("warm program"); err != nil {
-		return err
-	}
-	s.launchOpts = append(s.launchOpts, spec.WithArgs(s.req.warm...), spec.WithReadonlyFile(path, LauncherPath))
-	return nil
 }
 
 // buildSpec composes the sandbox's spec, run as its own uid and gid, and

@@ -1,7 +1,6 @@
 package runner
 
 import (
-	_ "embed"
 	"errors"
 	"fmt"
 	"os"
@@ -14,19 +13,7 @@ import (
 	"github.com/agentrun/agentrun/internal/toolbroker"
 	"github.com/agentrun/agentrun/proxy"
 	"github.com/agentrun/agentrun/runtime/cgroup"
-	"github.com/agentrun/agentrun/runtime/spec"
 )
-
-// toolsModule is the source of agentrun_tools, the Python module a run
-// with tools imports to call them: agentrun's own, mounted read-only.
-//
-//go:embed agentrun_tools.py
-var toolsModule []byte
-
-// ToolsModuleDir is where a run with tools finds agentrun_tools.py,
-// first on its PYTHONPATH: in the sandbox's /dev tmpfs, as the launchers,
-// from the run's etc tmpfs, so that its mountinfo names no host path.
-const ToolsModuleDir = "/dev/agentrun-python"
 
 // toolBroker makes the broker of req's run, which names tools: the
 // servers and bounds of its plan (those of the config that admitted it,
@@ -95,19 +82,6 @@ func (r *Runner) toolNetwork(s toolbroker.Server) (_ *toolbroker.Network, err er
 		return nil, fmt.Errorf("opening the network namespace: %w", err)
 	}
 	return &toolbroker.Network{Netns: ns, Env: prx.Env(), ResolvConf: prx.ResolvConf(), Hosts: prx.Hosts(), Close: undo.Clean}, nil
-}
-
-// toolsModuleOpts mounts agentrun_tools in ToolsModuleDir, read-only, and
-// puts the directory first on PYTHONPATH (before any the task gives).
-func toolsModuleOpts(dir string, undo *cleanup.Cleanup) ([]spec.SpecOpt, error) {
-	path, err := writeEtc(dir, undo, "python/agentrun_tools.py", toolsModule)
-	if err != nil {
-		return nil, fmt.Errorf("writing agentrun_tools: %w", err)
-	}
-	return []spec.SpecOpt{
-		spec.WithReadonlyFile(path, ToolsModuleDir+"/agentrun_tools.py"),
-		spec.WithEnvListFirst("PYTHONPATH", ToolsModuleDir),
-	}, nil
 }
 
 // toolsDir is the state dir of the tool servers: their cgroup-parent

@@ -2,24 +2,24 @@ package runner
 
 import (
 	"crypto/sha256"
-	_ "embed"
 	"encoding/hex"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/launcher"
 	"github.com/agentrun/agentrun/internal/task"
-	"github.com/agentrun/agentrun/runtime/backend"
 	"github.com/agentrun/agentrun/runtime/spec"
 )
 
-// A warm sandbox is a pooled sandbox whose program, agentrun's launcher
-// (warm.py), already runs: the language's interpreter, started under all
-// of the sandbox's restrictions, with the configured modules imported,
-// waiting for its one run on a hand-over channel (backend.Handover). The
-// run that takes it writes its files and code into /workspace as any run
-// does, and the hand-over lets the launcher run the code as __main__.
+// A warm sandbox is a pooled sandbox whose program, agentrun's warm
+// launcher (internal/launcher's agentrun_warm.py), already runs: the
+// language's interpreter, started under all of the sandbox's
+// restrictions, with the configured modules imported, waiting for its one
+// run on a hand-over channel (backend.Handover). The run that takes it
+// writes its files and code into /workspace as any run does, and the
+// hand-over lets the launcher run the code as __main__.
 //
 // A task runs warm when its image has warm settings that have not failed,
 // its runtime's backend can start a program ahead (Traits.Warm: runsc
@@ -32,16 +32,6 @@ import (
 // the run launcher does. Warm sandboxes that fail (a preload the image
 // lacks, a launcher that dies or says anything but ready) make their image
 // get plain sandboxes until the settings change; runapi.PoolStats.Warm says why.
-
-//go:embed warm.py
-var launcher []byte
-
-// LauncherPath is where the launcher is mounted in a warm sandbox: in its
-// own /dev tmpfs, as the init is, so that no image needs a mount point.
-// Its source is the run's etc tmpfs (writeEtc), under launcherName.
-const LauncherPath = "/dev/agentrun-warm.py"
-
-const launcherName = "agentrun-warm.py"
 
 // warmReadyWait bounds a warm sandbox's start and imports.
 const warmReadyWait = 60 * time.Second
@@ -99,7 +89,7 @@ func (p *Pool) warmFor(plan *task.Plan) []string {
 			return nil
 		}
 		if a == "{file}" {
-			argv = append(argv, LauncherPath, backend.FDArg, strings.Join(w.cfg.Preload, ","), file)
+			argv = append(argv, launcher.WarmArgs(w.cfg.Preload, file)...)
 		} else {
 			argv = append(argv, a)
 		}

@@ -19,7 +19,7 @@ import (
 // path is either in allowed, with the reason it does not reach into such a
 // tree, or goes through safefs.
 var scanned = []string{
-	"internal/runner", "internal/workspace", "internal/session", "internal/state",
+	"internal/runner", "internal/launcher", "internal/workspace", "internal/session", "internal/state",
 	"internal/uidpool", "internal/toolbroker", "internal/server", "internal/mcpserver",
 	"internal/worker", "runtime/runc", "runtime/runsc", "runtime/backend",
 }
@@ -80,6 +80,9 @@ var allowed = map[string]string{
 	"internal/toolbroker/fence.go:fenceNetwork:os.MkdirTemp":         fence,
 	"internal/toolbroker/fence.go:fenceNetwork:os.RemoveAll":         fence,
 	"internal/toolbroker/fence.go:fenceNetwork:os.WriteFile":         fence,
+	"internal/launcher/code.go:pruneLauncherCodes:os.ReadDir":        "host-only: the cache of the run launcher's bytecode (root's, 0700)",
+	"internal/launcher/code.go:pruneLauncherCodes:os.Remove":         "host-only: the cache of the run launcher's bytecode (root's, 0700)",
+	"internal/launcher/launcher.go:values:os.Mkdir":                  runDir,
 	"internal/runner/bindir.go:copyInto:os.Open":                     "host-only: the host binary being staged, which the init's checks passed",
 	"internal/runner/bindir.go:isTmpfsMount:unix.Lstat":              binDir,
 	"internal/runner/bindir.go:isTmpfsMount:unix.Stat":               binDir,
@@ -101,8 +104,6 @@ var allowed = map[string]string{
 	"internal/runner/identity.go:writeEtc:os.Lstat":                  runDir,
 	"internal/runner/identity.go:writeEtc:os.MkdirAll":               etcTmpfs,
 	"internal/runner/identity.go:writeEtc:os.WriteFile":              etcTmpfs,
-	"internal/runner/launchcode.go:pruneLauncherCodes:os.ReadDir":    "host-only: the cache of the run launcher's bytecode (root's, 0700)",
-	"internal/runner/launchcode.go:pruneLauncherCodes:os.Remove":     "host-only: the cache of the run launcher's bytecode (root's, 0700)",
 	"internal/runner/pool.go:shapeKey:unix.Stat":                     "the image store's rootfs directory itself, never a sandbox's",
 	"internal/runner/rootfs.go:checkProgram:os.OpenRoot":             imageRead,
 	"internal/runner/rootfs.go:mountOverlay:os.Chmod":                "host-only: the overlay's upper directory, made just before, before the overlay is mounted",
@@ -114,7 +115,6 @@ var allowed = map[string]string{
 	"internal/runner/services.go:trustCA:os.OpenRoot":                imageRead,
 	"internal/runner/tools.go:Runner.cleanToolCgroups:filepath.Glob": "host-only: the cgroup file system",
 	"internal/runner/tools.go:Runner.removeToolsParent:os.MkdirAll":  stateDir,
-	"internal/runner/values.go:values:os.Mkdir":                      runDir,
 	"internal/server/listen.go:listen:os.Chmod":                      sockDir,
 	"internal/server/listen.go:listen:os.Chown":                      sockDir,
 	"internal/server/listen.go:listen:os.Remove":                     sockDir,

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentrun/agentrun/internal/compose"
+	"github.com/agentrun/agentrun/internal/launcher"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/task"
@@ -20,14 +21,14 @@ import (
 
 // launcherProbe says whether the run's launcher bytecode is mounted, and
 // the marker that a test's own bytecode of the launcher sets.
-const launcherProbe = "import builtins, os\nprint(os.path.exists('/dev/agentrun-run.pyc'), getattr(builtins, 'marker', None))"
+const launcherProbe = "import builtins, os\nprint(os.path.exists('" + launcher.RunCodePath + "'), getattr(builtins, 'marker', None))"
 
 // markedLauncher prints, in base64, bytecode of the run launcher made as
 // agentrun's compile makes it, but that sets builtins.marker first.
 const markedLauncher = `import sys, marshal, binascii
 m = sys.modules["_frozen_importlib_external"].MAGIC_NUMBER
-src = b"import builtins\nbuiltins.marker = 1\n" + open("/dev/agentrun-run.py", "rb").read()
-c = compile(src, "/dev/agentrun-run.py", "exec", dont_inherit=True)
+src = b"import builtins\nbuiltins.marker = 1\n" + open("` + launcher.RunPath + `", "rb").read()
+c = compile(src, "` + launcher.RunPath + `", "exec", dont_inherit=True)
 print(binascii.b2a_base64(m + marshal.dumps(c)).decode().strip())`
 
 // noLauncherCode removes the suite's kept launcher bytecode, now and when
@@ -106,13 +107,13 @@ func TestLauncherBytecode(t *testing.T) {
 		t.Errorf("a run after the compile: %q, want its bytecode mounted", out)
 	}
 	res := run(`import errno
-for p in ("/dev/agentrun-run.pyc", "/dev/agentrun-start.py", "/dev/agentrun-run.py"):
+for p in ("` + launcher.RunCodePath + `", "` + launcher.StartPath + `", "` + launcher.RunPath + `"):
     try:
         open(p, "r+b").write(b"x")
         print("wrote", p)
     except OSError as e:
         print(p, e.errno in (errno.EROFS, errno.EACCES))`)
-	if want := "/dev/agentrun-run.pyc True\n/dev/agentrun-start.py True\n/dev/agentrun-run.py True\n"; res.Stdout != want {
+	if want := launcher.RunCodePath + " True\n" + launcher.StartPath + " True\n" + launcher.RunPath + " True\n"; res.Stdout != want {
 		t.Errorf("writing the launcher's files: %q, want each refused", res.Stdout)
 	}
 	if after, err := os.ReadFile(file); err != nil || !bytes.Equal(after, code) {

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/launcher"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
@@ -225,18 +226,19 @@ x += 1`, nil, true)
 	}
 }
 
-// forgeState is a program that writes a state of its own making (state.py's
-// format, MAGIC and all: the module is readable) where the launcher keeps
-// the session's, holding planted, a global of mb MiB, and n = 99; with
-// report, it writes the launcher's report too, saying that it saved it.
-// Then it leaves through os._exit, before the launcher's end.
+// forgeState is a program that writes a state of its own making
+// (agentrun_state.py's format, MAGIC and all: the module is readable)
+// where the launcher keeps the session's, holding planted, a global of mb
+// MiB, and n = 99; with report, it writes the launcher's report too,
+// saying that it saved it. Then it leaves through os._exit, before the
+// launcher's end.
 func forgeState(mb int, report bool) string {
 	code := fmt.Sprintf(`import os, json
 ns = {}
-exec(compile(open("/dev/agentrun-state.py").read(), "state", "exec"), ns)
+exec(compile(open(%q).read(), "state", "exec"), ns)
 rep = ns["dump"]({"planted": b"p" * (%d << 20), "n": 99}, %q, 1 << 40)
 assert rep["saved"], rep
-`, mb, runner.StateFile)
+`, launcher.StatePath, mb, launcher.StateFile)
 	if report {
 		code += `open("/dev/agentrun-display/state", "w").write(json.dumps(rep))
 `
@@ -298,7 +300,7 @@ path = %q
 os.remove(path)
 %s
 open("/dev/agentrun-display/state", "w").write(json.dumps({"kept": ["n"], "dropped": {}, "bytes": 1, "saved": True}))
-os._exit(0)`, runner.StateFile, make))
+os._exit(0)`, launcher.StateFile, make))
 				if res.State == nil || res.State.Saved {
 					t.Errorf("a %s reported as the state: %+v", what, res.State)
 				}

@@ -210,12 +210,12 @@ func TestValuesCold(t *testing.T) {
 	})
 }
 
-// TestValuesLibraryOnNeed: a cold run compiles the launcher's library
-// (runlib.py) only once something needs it, here display(); a program
-// that has replaced the builtins the launcher loads it with still gets
-// its value shown.
+// TestValuesLibraryOnNeed: a cold run loads the launcher's library
+// (agentrun_runlib.py) only once something needs it, here display(); a
+// program that has replaced the builtins the launcher loads it with still
+// gets its value shown.
 func TestValuesLibraryOnNeed(t *testing.T) {
-	res := runIn(t, "libcontainer", pyTask("import builtins\nns = builtins.display.__globals__\nprint('bundle' in ns)\ndisplay(1)\nprint('bundle' in ns)\n", nil))
+	res := runIn(t, "libcontainer", pyTask("import builtins\nns = builtins.display.__globals__\nprint(bool(ns['_lib']))\ndisplay(1)\nprint(bool(ns['_lib']))\n", nil))
 	if res.Stdout != "False\nTrue\n" || !reflect.DeepEqual(res.Display, []map[string]string{{"text/plain": "1"}}) {
 		t.Errorf("stdout %q, display %q; want the library loaded at display() alone (stderr %q)", res.Stdout, res.Display, res.Stderr)
 	}

@@ -97,10 +97,10 @@ func TestWarmExitsAsCold(t *testing.T) {
 	}
 }
 
-// TestColdLauncherExitsAsPlain: through agentrun's run launcher (run.py,
-// which every cold run of Python code goes through), each way a program
-// ends gives the exit status, stdout and stderr of python3 run on the file
-// itself.
+// TestColdLauncherExitsAsPlain: through agentrun's run launcher
+// (agentrun_run.py, which every cold run of Python code goes through),
+// each way a program ends gives the exit status, stdout and stderr of
+// python3 run on the file itself.
 func TestColdLauncherExitsAsPlain(t *testing.T) {
 	for _, tc := range warmExitCases {
 		t.Run(tc.name, func(t *testing.T) {

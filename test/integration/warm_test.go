@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/launcher"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
-	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/runtime/spec"
 )
 
@@ -253,7 +253,7 @@ func killLaunchers(t *testing.T) int {
 	for _, f := range procs {
 		b, err := os.ReadFile(f)
 		// The launcher, not the init above it.
-		if err != nil || !strings.Contains(string(b), "\x00"+runner.LauncherPath+"\x00") || strings.HasPrefix(string(b), spec.InitPath+"\x00") {
+		if err != nil || !strings.Contains(string(b), "\x00"+launcher.WarmPath+"\x00") || strings.HasPrefix(string(b), spec.InitPath+"\x00") {
 			continue
 		}
 		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(f)))
@@ -309,7 +309,7 @@ print("done")`
 // its preload argument says; run cold, it prints its code file (its last
 // argument, after agentrun's run launcher).
 const fakePython = `#!/bin/sh
-if [ "$2" != ` + "/dev/agentrun-warm.py" + ` ]; then for f; do :; done; cat "$f"; exit 0; fi
+if [ "$2" != ` + launcher.WarmPath + ` ]; then for f; do :; done; cat "$f"; exit 0; fi
 fd=$3
 case $4 in
 close) eval "exec $fd>&-"; exit 0 ;;

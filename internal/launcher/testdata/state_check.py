@@ -1,10 +1,9 @@
-# Checks state.py on the host's python3 (TestStateModule): a state of
-# every kind of global round-trips, what cannot is named, the cap holds.
+# Checks agentrun_state.py on the host's python3 (TestStateModule): a state
+# of every kind of global round-trips, what cannot is named, the cap holds.
 import importlib.util
 import os
 import sys
 import tempfile
-import threading
 spec = importlib.util.spec_from_file_location("agentrun_state", sys.argv[1])
 m = importlib.util.module_from_spec(spec); sys.modules["agentrun_state"] = m; spec.loader.exec_module(m)
 path = os.path.join(tempfile.mkdtemp(), "state")

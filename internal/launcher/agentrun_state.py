@@ -5,7 +5,7 @@
 # session's state at the request's file before the run (a copy of its
 # own, which no sandbox can write), and takes the file the run leaves
 # there as the session's next state only when end's report says it was
-# saved, and only within the cap by its size (internal/runner/state.go).
+# saved, and only within the cap by its size (internal/runner, state.go).
 #
 # A state file holds, after its magic line, a pickle of a dict: "modules"
 # (global name -> module name, imported again by name) and "chunks", each
@@ -268,12 +268,13 @@ def load(main, path):
     return dropped
 
 
-# Where a run's state report goes, which agentrun reads (state.go).
+# Where a run's state report goes, which agentrun reads (internal/launcher,
+# state.go).
 REPORT = "/dev/agentrun-display/state"
 
 
 def begin(main, keep, reset, limit, path):
-    """A run's start, with agentrun's state request (run.py's
+    """A run's start, with agentrun's state request (agentrun_run's
     state_begin): the state at path removed (reset), or restored into
     namespace main (keep); returns what end needs."""
     dropped = {}

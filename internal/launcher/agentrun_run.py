@@ -1,16 +1,18 @@
-# agentrun's run launcher (internal/runner/values.go): what shows a Python
-# run's values and figures, as a notebook does. It is agentrun's own file,
-# mounted read-only at /dev/agentrun-run.py. A cold or pooled run of
-# Python code is started as
+# agentrun's run launcher (internal/launcher): what shows a Python run's
+# values and figures, as a notebook does, and runs a kept session's state
+# in and out. It is agentrun's own file, mounted read-only at RUN
+# (/dev/agentrun-python/agentrun_run.py). A cold or pooled run of Python
+# code is started as
 #
 #     <the language's argv, with the launcher's start before FILE:> START FILE ...
 #
-# where START (runstart.py) runs this file's code in its own namespace, as
-# if it were this file (from the bytecode this image's interpreter made of
-# it, when agentrun has it). It runs FILE as __main__ the way `python3
-# FILE` runs it (argv, sys.path[0], __file__, tracebacks, exit status); a
-# warm run's launcher (warm.py) executes this file's source for as_main(),
-# start(), program() and the interpreter's end (end, exit_status, report).
+# where START (agentrun_start.py) loads this file as the module
+# agentrun_run (from the bytecode this image's interpreter made of it,
+# when agentrun has it) and calls its main(), which runs FILE as __main__
+# the way `python3 FILE` runs it (argv, sys.path[0], __file__, tracebacks,
+# exit status); a warm run's launcher (agentrun_warm.py) loads it too, for
+# as_main(), start(), program(), state_begin() and state_end(), and the
+# interpreter's end from lib() (end, exit_status, report).
 #
 # start() sets the run up: a display(obj) builtin, matplotlib's Agg
 # backend (MPLBACKEND, unless set), a hook on matplotlib.pyplot's show
@@ -19,71 +21,99 @@
 # statement show its value. Nothing here imports a module the
 # interpreter's start did not.
 #
-# This file is what every run needs; the rest of the launcher (runlib.py,
-# mounted read-only at RUNLIB: MIME bundles, figures, the interpreter's
-# end) is compiled into this file's namespace at its first need (_rest):
-# a value shown, display(), pyplot imported, an uncaught exception. The
+# This file is what every run needs; the rest of the launcher
+# (agentrun_runlib.py, mounted read-only at RUNLIB: MIME bundles, figures,
+# the interpreter's end) is loaded at its first need (lib()): a value
+# shown, display(), pyplot imported, an uncaught exception. The
 # interpreter compiles a program's file at each start, and the rest is
 # most of the launcher: a run that shows nothing and raises nothing does
 # not pay for it.
+#
+# agentrun's modules are loaded by load(), not imported: an import would
+# look through the task's sys.path, sys.meta_path and builtins, which its
+# code may have changed by the time the rest is needed, and would leave
+# them in sys.modules, where the task sees them (agentrun_state alone is
+# put there: a kept state names its functions).
 import os
 import sys
 
-RUNLIB = "/dev/agentrun-runlib.py"
-# runlib_code is runlib.py's code where a warm launcher compiled it ahead.
+RUNLIB = "/dev/agentrun-python/agentrun_runlib.py"
+# runlib_code is agentrun_runlib.py's code where a warm launcher compiled
+# it ahead.
 runlib_code = None
 
-# What _rest uses, as the launcher's start found them: the task may
+# What load uses, as the launcher's start found them: the task may
 # replace builtins before the rest is needed.
-_ns = globals()
-_open, _compile, _exec = open, compile, exec
-_loaded = []
+_open, _compile, _exec, _module = open, compile, exec, type(sys)
+_lib = []
 
 
-def _rest():
-    """Compiles and runs runlib.py in this file's namespace, once: True
-    once it is there, False if it cannot be (then nothing is shown)."""
-    if _loaded:
-        return True
+def load(name, path, code=None):
+    """A new module name from agentrun's file at path: from code where it
+    was compiled ahead, else compiled from the file. It is in no
+    sys.modules."""
+    mod = _module(name)
+    mod.__file__ = path
+    if code is None:
+        with _open(path, "rb") as f:
+            code = _compile(f.read(), path, "exec")
+    _exec(code, mod.__dict__)
+    return mod
+
+
+def lib():
+    """The rest of the launcher, agentrun_runlib, loaded once and given
+    what this module found at the launcher's start; None if it cannot be
+    (then nothing is shown)."""
+    if _lib:
+        return _lib[0]
     try:
-        code = runlib_code
-        if code is None:
-            with _open(RUNLIB, "rb") as f:
-                code = _compile(f.read(), RUNLIB, "exec")
-        _exec(code, _ns)
+        mod = load("agentrun_runlib", RUNLIB, runlib_code)
+        mod.launchers, mod.at_exit = launchers, _at_exit
+        mod.excepthook, mod.default_unraisablehook, mod.modules = _excepthook, _unraisablehook, _modules
     except Exception:
-        return False
-    _loaded.append(True)
-    return True
+        return None
+    # Its frames are the launcher's, left out of a reported traceback.
+    launchers.append(mod.__dict__)
+    _lib.append(mod)
+    return mod
 
 
 def display(*objs, **kwargs):
     """Shows each of objs in the run's result, as IPython's display does."""
-    if _rest():
-        _display_objs(objs)
+    rest = lib()
+    if rest is not None:
+        rest.display_objs(objs)
 
 
 def _show_value(value):
     """Called with the value of a module's last expression statement."""
-    if value is not None and _rest():
-        _show(value)
+    if value is not None:
+        rest = lib()
+        if rest is not None:
+            rest.show_value(value)
 
 
 class _Finder:
     """Finds matplotlib.pyplot, once, through the launcher's library
-    (runlib.py's _find_pyplot), which hooks its show."""
+    (agentrun_runlib's find_pyplot), which hooks its show."""
 
     @classmethod
     def find_spec(cls, name, path=None, target=None):
-        if name != "matplotlib.pyplot" or not _rest():
+        if name != "matplotlib.pyplot":
             return None
-        return _find_pyplot(cls, name, path, target)
+        rest = lib()
+        if rest is None:
+            return None
+        return rest.find_pyplot(cls, name, path, target)
 
 
 def _at_exit():
     pyplot = sys.modules.get("matplotlib.pyplot")
-    if pyplot is not None and _rest():
-        _show_figures(pyplot, False)
+    if pyplot is not None:
+        rest = lib()
+        if rest is not None:
+            rest.show_figures(pyplot, False)
 
 
 def start():
@@ -96,8 +126,9 @@ def start():
     os.environ.setdefault("MPLBACKEND", "Agg")
     atexit.register(_at_exit)
     if "matplotlib.pyplot" in sys.modules:
-        if _rest():
-            _hook_pyplot(sys.modules["matplotlib.pyplot"])
+        rest = lib()
+        if rest is not None:
+            rest.hook_pyplot(sys.modules["matplotlib.pyplot"])
     else:
         sys.meta_path.insert(0, _Finder)
 
@@ -121,17 +152,16 @@ def program(tree):
 _ONLY_AST = 0x400  # ast.PyCF_ONLY_AST, without importing ast
 
 
-# The interpreter's end, as CPython's C code does it (_Py_HandleSystemExit,
-# _PyErr_PrintEx, Py_FinalizeEx), for warm.py's runs and, on an uncaught
-# exception, for this launcher's own. The interpreter's own hooks and
-# modules, whatever the task makes of sys's names.
-_display = sys.__excepthook__
-_default_unraisablehook = sys.__unraisablehook__
+# The interpreter's own hooks and modules, as the launcher's start found
+# them, whatever the task makes of sys's names: the interpreter's end
+# (agentrun_runlib's end and report) uses them.
+_excepthook = sys.__excepthook__
+_unraisablehook = sys.__unraisablehook__
 _modules = sys.modules
-_MISSING = object()
 
 # launchers are the globals of the launchers' frames, left out of a
-# reported traceback: this file's, and warm.py's, which adds its own.
+# reported traceback: this module's, the launcher's start's or warm
+# launcher's (each adds its own), and agentrun_runlib's once loaded.
 launchers = [globals()]
 
 
@@ -140,7 +170,7 @@ def as_main(argv, launcher, extra):
     sys.argv is argv, sys.path[0] the file's directory, sys.orig_argv
     without launcher's file and its extra arguments, and a new __main__
     module for the file; returns the file's source, its path and the
-    module's namespace. This launcher's and warm.py's."""
+    module's namespace. main()'s, and the warm launcher's."""
     path = argv[0]
     sys.argv[:] = argv
     sys.path[0] = os.path.dirname(os.path.realpath(path))
@@ -161,32 +191,29 @@ def as_main(argv, launcher, extra):
     return source, path, main.__dict__
 
 
-# The state of a run with keep_state (state.go): the request agentrun put
-# in the display directory, state.py's module, the report written back.
+# The state of a run with keep_state (internal/launcher, state.go): the
+# request agentrun put in the display directory, the state's module
+# (agentrun_state.py), the report written back.
 STATE_REQUEST = "/dev/agentrun-display/state-request"
-STATE_MODULE = "/dev/agentrun-state.py"
-# state_code is state.py's code where a warm launcher compiled it ahead.
+STATE_MODULE = "/dev/agentrun-python/agentrun_state.py"
+# state_code is agentrun_state.py's code where a warm launcher compiled it
+# ahead.
 state_code = None
 
 
 def state_begin(main):
     """Reads agentrun's state request: None for a run without state.
-    Otherwise state.py's begin removes the state (reset) or restores it
-    into namespace main (keep), and this returns what state_end needs."""
+    Otherwise agentrun_state's begin removes the state (reset) or
+    restores it into namespace main (keep), and this returns what
+    state_end needs."""
     try:
         with open(STATE_REQUEST, "rb") as f:
             fields = dict(kv.split("=", 1) for kv in f.read(4096).decode().split())
         keep, reset, limit, path = fields["keep"] == "1", fields["reset"] == "1", int(fields["max"]), fields["file"]
     except (OSError, ValueError, KeyError):
         return None
-    mod = type(sys)("agentrun_state")
-    mod.__file__ = STATE_MODULE
     try:
-        code = state_code
-        if code is None:
-            with open(STATE_MODULE, "rb") as f:
-                code = compile(f.read(), STATE_MODULE, "exec")
-        exec(code, mod.__dict__)
+        mod = load("agentrun_state", STATE_MODULE, state_code)
     except BaseException as e:
         return {"keep": False, "error": "the state module failed: %s: %s" % (type(e).__name__, e)}
     sys.modules["agentrun_state"] = mod
@@ -224,26 +251,31 @@ def _close_restored(before):
 
 def state_end(st, main):
     """Saves the state of namespace main (a run with keep_state) and writes
-    the report agentrun reads (state.py's end); never fails the run."""
+    the report agentrun reads (agentrun_state's end); never fails the
+    run."""
     if st is not None and st["keep"]:
         st["mod"].end(st, main)
 
 
-if __name__ == "__main__":
-    _source, _path, _globals = as_main(sys.argv[1:], __file__, 0)
+def main(launcher, own):
+    """Runs a cold or pooled run's code file, sys.argv[1], from the
+    launcher's start (launcher, its file; own, its globals)."""
+    launchers.append(own)
+    source, path, globals_ = as_main(sys.argv[1:], launcher, 0)
     start()
-    _state = state_begin(_globals)
-    _error = None
+    state = state_begin(globals_)
+    error = None
     try:
-        exec(compile(program(compile(_source, _path, "exec", _ONLY_AST)), _path, "exec"), _globals)
+        exec(compile(program(compile(source, path, "exec", _ONLY_AST)), path, "exec"), globals_)
     except SystemExit:
-        state_end(_state, _globals)
+        state_end(state, globals_)
         raise
     except BaseException as e:
-        _error = e
+        error = e
         del e
-    state_end(_state, _globals)
-    if _error is not None:
-        if not _rest():
-            raise _error  # reported by the interpreter itself
-        report(_error, _cold_end)
+    state_end(state, globals_)
+    if error is not None:
+        rest = lib()
+        if rest is None:
+            raise error  # reported by the interpreter itself
+        rest.report(error, rest.cold_end)

@@ -1,4 +1,4 @@
-package runner
+package launcher
 
 import (
 	"bytes"
@@ -90,8 +90,8 @@ func TestLauncherCodeFiles(t *testing.T) {
 
 // TestLauncherCodesInMemory: at most maxLauncherCodes, the oldest going.
 func TestLauncherCodesInMemory(t *testing.T) {
-	c := newLauncherCodes(t.TempDir())
-	defer c.close()
+	c := NewCodes(t.TempDir(), nil, nil)
+	defer c.Close()
 	for i := range maxLauncherCodes + 5 {
 		c.keep(fmt.Sprint(i), []byte("x"))
 	}
@@ -130,7 +130,7 @@ func TestCompilePlan(t *testing.T) {
 	if c.Limits.Memory != p.Limits.Memory || c.Limits.Timeout != launcherCompileTimeout || c.Limits.OutputBytes < 4*maxLauncherCode/3 {
 		t.Errorf("compile limits %+v", c.Limits)
 	}
-	if launcherArgv(c) != nil {
+	if startArgv(c) != nil {
 		t.Error("the compile would run through the launcher")
 	}
 }

@@ -1,4 +1,4 @@
-package runner
+package launcher
 
 import (
 	"encoding/json"
@@ -13,15 +13,16 @@ import (
 )
 
 // TestStateModule runs testdata/state_check.py on the host's python3
-// against state.py: globals of every kind round-trip (functions, lambdas,
-// closures and classes by value, modules by name, shared objects shared),
-// what cannot be pickled is named, and a state past its cap is not kept.
+// against agentrun_state.py: globals of every kind round-trip (functions,
+// lambdas, closures and classes by value, modules by name, shared objects
+// shared), what cannot be pickled is named, and a state past its cap is
+// not kept.
 func TestStateModule(t *testing.T) {
 	py, err := exec.LookPath("python3")
 	if err != nil {
 		t.Fatalf("python3 is needed (Debian's python3): %v", err)
 	}
-	out, err := exec.Command(py, "testdata/state_check.py", "state.py").CombinedOutput()
+	out, err := exec.Command(py, "testdata/state_check.py", "agentrun_state.py").CombinedOutput()
 	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "ok") {
 		t.Fatalf("state_check.py: %v\n%s", err, out)
 	}
@@ -52,7 +53,7 @@ func TestReadStateBounded(t *testing.T) {
 	long := "\x1b[31mred\u202e" + strings.Repeat("y", 4*maxStateText)
 	dropped[long] = long
 	write(map[string]any{"kept": kept, "dropped": dropped, "bytes": 7, "saved": true, "reason": long})
-	st := readState(openDir(t, dir)).state
+	st := ReadState(openDir(t, dir)).State
 	if len(st.Kept) != maxStateNames || len(st.Dropped) != maxStateNames || !st.Saved || st.Bytes != 7 {
 		t.Errorf("kept %d, dropped %d, saved %v, bytes %d; want %d names each", len(st.Kept), len(st.Dropped), st.Saved, st.Bytes, maxStateNames)
 	}
@@ -68,7 +69,7 @@ func TestReadStateBounded(t *testing.T) {
 		if err := os.WriteFile(report, data, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if st := readState(openDir(t, dir)).state; st.Saved || st.Reason == "" {
+		if st := ReadState(openDir(t, dir)).State; st.Saved || st.Reason == "" {
 			t.Errorf("%s: %+v; want not saved, with a reason", name, st)
 		}
 	}
@@ -78,7 +79,7 @@ func TestReadStateBounded(t *testing.T) {
 	if err := os.Symlink(target, report); err != nil {
 		t.Fatal(err)
 	}
-	if st := readState(openDir(t, dir)).state; st.Saved {
+	if st := ReadState(openDir(t, dir)).State; st.Saved {
 		t.Errorf("a report through a symlink was read: %+v", st)
 	}
 }
@@ -99,7 +100,7 @@ func openDir(t *testing.T, dir string) *safefs.Dir {
 // that does not exist, a file of its own words) is replaced by agentrun's
 // request; the host's files are not written through the link.
 func TestStateRequestNotThroughLink(t *testing.T) {
-	q := &stateRequest{keep: true, maxBytes: 10}
+	q := &StateRequest{keep: true, maxBytes: 10}
 	want := "keep=1 reset=0 max=10 file=" + StateFile + "\n"
 	host := t.TempDir()
 	victim, absent := filepath.Join(host, "victim"), filepath.Join(host, "absent")
@@ -115,7 +116,7 @@ func TestStateRequestNotThroughLink(t *testing.T) {
 		if err := plant(filepath.Join(dir, stateRequestFile)); err != nil {
 			t.Fatal(err)
 		}
-		if err := q.write(openDir(t, dir)); err != nil {
+		if err := q.Write(openDir(t, dir)); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 		fi, err := os.Lstat(filepath.Join(dir, stateRequestFile))

@@ -1,7 +1,8 @@
-# The rest of agentrun's run launcher (run.py): what only some runs need,
-# compiled and run in run.py's namespace at its first need (run.py's
-# _rest), so that its names are run.py's and its frames the launcher's. It
-# is agentrun's own file, mounted read-only at /dev/agentrun-runlib.py.
+# The rest of agentrun's run launcher (agentrun_run.py): what only some
+# runs need, loaded as the module agentrun_runlib at its first need
+# (agentrun_run's lib()), which gives it what it found at the launcher's
+# start. It is agentrun's own file, mounted read-only at
+# /dev/agentrun-python/agentrun_runlib.py.
 #
 # Each value and each displayed object is written as one JSON line,
 # {"value": BUNDLE} or {"display": BUNDLE}, to CHANNEL, which agentrun
@@ -9,9 +10,23 @@
 # strings (image/png as base64). Nothing here imports a module the
 # interpreter's start did not, but where an object asks for it (binascii
 # for a PNG, json for _repr_json_). The interpreter's end (end,
-# exit_status, report) uses the hooks and modules run.py found at the
-# launcher's start.
+# exit_status, report) uses the hooks and modules agentrun_run found at
+# the launcher's start.
+import os
+import sys
+
 CHANNEL = "/dev/agentrun-display/bundles"
+
+# What agentrun_run found at the launcher's start, before any of the
+# task's code ran, set by its lib() as it loads this module: the globals
+# of the launchers' frames, left out of a reported traceback (_own), its
+# atexit handler (which shows the figures still open), and the
+# interpreter's own sys.__excepthook__, sys.__unraisablehook__ and
+# sys.modules, whatever the task makes of sys's names.
+launchers = []
+at_exit = excepthook = default_unraisablehook = modules = None
+
+_MISSING = object()
 
 
 # The _repr_*_ methods of IPython's display protocol, by MIME type.
@@ -156,7 +171,7 @@ def bundle(obj):
     return b
 
 
-def _display_objs(objs):
+def display_objs(objs):
     """Shows each of objs in the run's result (display)."""
     for obj in objs:
         if _is_figure(obj):
@@ -164,14 +179,14 @@ def _display_objs(objs):
         _write("display", bundle(obj))
 
 
-def _show(value):
+def show_value(value):
     """Shows value, not None, as the value of the code's last expression."""
     if _is_figure(value):
         _shown.append(value)
     _write("value", bundle(value))
 
 
-def _show_figures(pyplot, close):
+def show_figures(pyplot, close):
     try:
         nums = list(pyplot.get_fignums())
     except Exception:
@@ -182,7 +197,7 @@ def _show_figures(pyplot, close):
         except Exception:
             continue
         if not any(fig is f for f in _shown):
-            display(fig)
+            display_objs((fig,))
     if close:
         try:
             pyplot.close("all")
@@ -190,12 +205,12 @@ def _show_figures(pyplot, close):
             pass
 
 
-def _hook_pyplot(pyplot):
+def hook_pyplot(pyplot):
     real = getattr(pyplot, "show", None)
 
     def show(*args, **kwargs):
         """Shows every open figure in the run's result and closes it."""
-        _show_figures(pyplot, True)
+        show_figures(pyplot, True)
 
     if real is not None:
         show.__doc__ = real.__doc__
@@ -205,14 +220,15 @@ def _hook_pyplot(pyplot):
     # moves after it, so as to run before it.
     import atexit
 
-    atexit.unregister(_at_exit)
-    atexit.register(_at_exit)
+    atexit.unregister(at_exit)
+    atexit.register(at_exit)
 
 
 def _own(tb):
     """tb without its first entries that are a launcher's frames (this
-    file's, and warm.py's: launchers): the interpreter reports an exception
-    from the task's frames only."""
+    module's, agentrun_run's, and the launcher's start's or the warm
+    launcher's: launchers): the interpreter reports an exception from the
+    task's frames only."""
     while tb is not None and any(tb.tb_frame.f_globals is g for g in launchers):
         tb = tb.tb_next
     return tb
@@ -255,7 +271,7 @@ def _call_unraisablehook(hook, args):
     as the interpreter does: a hook that fails is reported through the
     default one, as "Exception ignored in sys.unraisablehook"."""
     if hook is None:
-        hook = _default_unraisablehook
+        hook = default_unraisablehook
     failure = None
     try:
         hook(args)
@@ -266,7 +282,7 @@ def _call_unraisablehook(hook, args):
         failure.__traceback__ = tb
         msg = "Exception ignored in sys.unraisablehook"
         try:
-            _default_unraisablehook(type(args)((type(failure), failure, tb, msg, hook)))
+            default_unraisablehook(type(args)((type(failure), failure, tb, msg, hook)))
         except BaseException:
             pass
 
@@ -348,7 +364,7 @@ def end(status, interrupted=False):
     flushed, 120 if that fails; 130 after an uncaught KeyboardInterrupt),
     but without tearing every module down: the preloads' teardown (pandas')
     would cost the run tens of milliseconds of CPU after its code ended."""
-    threading = _modules.get("threading")
+    threading = modules.get("threading")
     if threading is not None:
         failure = None
         try:
@@ -417,7 +433,7 @@ def report(e, finish):
     failure = None
     if hook is _MISSING:
         _write_stderr("sys.excepthook is missing\n")
-        _display(type(e), e, tb)
+        excepthook(type(e), e, tb)
     else:
         try:
             hook(type(e), e, tb)
@@ -429,9 +445,9 @@ def report(e, finish):
         tb2 = _own(failure.__traceback__)
         failure.__traceback__ = tb2
         _write_stderr("Error in sys.excepthook:\n")
-        _display(type(failure), failure, tb2)
+        excepthook(type(failure), failure, tb2)
         _write_stderr("\nOriginal exception was:\n")
-        _display(type(e), e, tb)
+        excepthook(type(e), e, tb)
         del failure, tb2
     interrupted = type(e) is KeyboardInterrupt
     del e, tb
@@ -452,12 +468,12 @@ class _Loader:
 
     def exec_module(self, module):
         self._loader.exec_module(module)
-        _hook_pyplot(module)
+        hook_pyplot(module)
 
 
-def _find_pyplot(finder, name, path, target):
+def find_pyplot(finder, name, path, target):
     """matplotlib.pyplot's spec, found by the other finders once finder
-    (run.py's, which asks only for it) has left sys.meta_path, with a
+    (agentrun_run's, which asks only for it) has left sys.meta_path, with a
     loader that hooks its show."""
     try:
         sys.meta_path.remove(finder)
@@ -475,7 +491,7 @@ def _find_pyplot(finder, name, path, target):
     return None
 
 
-def _cold_end(status, interrupted):
+def cold_end(status, interrupted):
     """Ends a cold run after an uncaught exception: through the
     interpreter's own end (SystemExit with the status, raised where no
     exception is being handled); after a KeyboardInterrupt, as the

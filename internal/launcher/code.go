@@ -1,9 +1,8 @@
-package runner
+package launcher
 
 import (
 	"context"
 	"crypto/sha256"
-	_ "embed"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -19,16 +18,16 @@ import (
 	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/cachefile"
 	"github.com/agentrun/agentrun/internal/result"
-	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/task"
 )
 
 // The run launcher's bytecode. Python compiles the file it is given to
 // run at every start, and never caches it: the launcher's compile was a
 // tenth of a pooled print(45)'s CPU. So a cold or pooled run's program is
-// the launcher's start (runstart.py), a file of a few lines, which loads
-// the launcher from the bytecode that the run's own image and interpreter
-// made of it, when agentrun has it, and compiles its source otherwise.
+// the launcher's start (agentrun_start.py), a file of a few lines, which
+// loads the launcher from the bytecode that the run's own image and
+// interpreter made of it, when agentrun has it, and compiles its source
+// otherwise.
 //
 // That bytecode is made once per image and interpreter (argv[0]), in a
 // sandbox of its own that runs nothing but agentrun's compile program: no
@@ -41,25 +40,9 @@ import (
 // state dir (launcher/, a file per image, interpreter and launcher), each
 // at most maxLauncherCode bytes and at most maxLauncherCodes of them.
 //
-// Only a long-lived runner makes it (MakeLauncherCode: serve, the worker,
-// mcp), after a run's set-up has found none, one compile at a time and one
-// try per key per process; every runner uses what is there.
-
-//go:embed runstart.py
-var runStart []byte
-
-// RunStartPath is where the launcher's start is mounted, read-only, in
-// the sandbox's /dev tmpfs: the program of a cold or pooled Python run
-// (launcherArgv).
-const RunStartPath = "/dev/agentrun-start.py"
-
-const runStartName = "agentrun-start.py"
-
-// RunCodePath is where the launcher's bytecode is mounted, read-only,
-// when agentrun has it for the run's image and interpreter.
-const RunCodePath = "/dev/agentrun-run.pyc"
-
-const runCodeName = "agentrun-run.pyc"
+// Only a long-lived runner makes it (Codes.Make: serve, the worker, mcp),
+// after a run's set-up has found none, one compile at a time and one try
+// per key per process; every runner uses what is there.
 
 // maxLauncherCode bounds a launcher's bytecode (CPython 3.11 makes 11 KB).
 const maxLauncherCode = 256 << 10
@@ -76,14 +59,21 @@ const launcherCompileTimeout = 10 * time.Second
 // base64 on stdout.
 const compileLauncher = `import sys, marshal, binascii
 m = sys.modules["_frozen_importlib_external"].MAGIC_NUMBER
-with open("` + RunLauncherPath + `", "rb") as f:
-    c = compile(f.read(), "` + RunLauncherPath + `", "exec", dont_inherit=True)
+with open("` + RunPath + `", "rb") as f:
+    c = compile(f.read(), "` + RunPath + `", "exec", dont_inherit=True)
 sys.stdout.write(binascii.b2a_base64(m + marshal.dumps(c)).decode())
 `
 
-// launcherCodes holds the launcher's bytecode by key (launcherKey).
-type launcherCodes struct {
-	dir string // the state dir's launcher/
+// CompileFunc runs p, a compile's plan (compilePlan), in img, in a
+// sandbox of its own that gets the run launcher's source alone
+// (Request.Compile), and returns its result.
+type CompileFunc func(ctx context.Context, p *task.Plan, img *image.Image) (*result.Result, error)
+
+// Codes holds the run launcher's bytecode by key (launcherKey).
+type Codes struct {
+	dir     string // the state dir's launcher/
+	compile CompileFunc
+	logf    func(format string, args ...any)
 
 	mu    sync.Mutex
 	make  bool
@@ -97,24 +87,25 @@ type launcherCodes struct {
 	bg     sync.WaitGroup
 }
 
-func newLauncherCodes(dir string) *launcherCodes {
+// NewCodes is the bytecode kept in dir, made with compile, whose failures
+// go to logf (a compile's run of its own is on no run's result).
+func NewCodes(dir string, compile CompileFunc, logf func(format string, args ...any)) *Codes {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &launcherCodes{dir: dir, mem: map[string][]byte{}, tried: map[string]bool{}, ctx: ctx, cancel: cancel}
+	return &Codes{dir: dir, compile: compile, logf: logf, mem: map[string][]byte{}, tried: map[string]bool{}, ctx: ctx, cancel: cancel}
 }
 
-// MakeLauncherCode has the runner make the run launcher's bytecode for
-// each image and interpreter its Python runs use, once, in a sandbox of
-// its own (see launchcode.go). For a long-lived runner: a compile goes
-// on after the run that asked for it.
-func (r *Runner) MakeLauncherCode() {
-	r.codes.mu.Lock()
-	r.codes.make = true
-	r.codes.mu.Unlock()
+// Make has c make the run launcher's bytecode for each image and
+// interpreter its Python runs use, once, in a sandbox of its own. For a
+// long-lived runner: a compile goes on after the run that asked for it.
+func (c *Codes) Make() {
+	c.mu.Lock()
+	c.make = true
+	c.mu.Unlock()
 }
 
 // launcherSum is the launcher's own hash: a new launcher is compiled anew.
 var launcherSum = sync.OnceValue(func() string {
-	h := sha256.Sum256(runLauncher)
+	h := sha256.Sum256(runSource)
 	return hex.EncodeToString(h[:])
 })
 
@@ -133,11 +124,9 @@ func launcherKey(img *image.Image, argv0 string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// code is the launcher's bytecode for a run of p in img, or nil; when
-// there is none and the runner makes it, a compile starts in the
-// background.
-func (r *Runner) launcherCode(p *task.Plan, img *image.Image) []byte {
-	c := r.codes
+// For is the launcher's bytecode for a run of p in img, or nil; when
+// there is none and c makes it, a compile starts in the background.
+func (c *Codes) For(p *task.Plan, img *image.Image) []byte {
 	key := launcherKey(img, p.Argv[0])
 	c.mu.Lock()
 	b, ok := c.mem[key]
@@ -158,12 +147,12 @@ func (r *Runner) launcherCode(p *task.Plan, img *image.Image) []byte {
 	}
 	c.tried[key], c.busy = true, true
 	c.bg.Go(func() {
-		err := r.compileLauncher(c.ctx, p, img, key)
+		err := c.compileFor(c.ctx, p, img, key)
 		c.mu.Lock()
 		c.busy = false
 		c.mu.Unlock()
-		if err != nil && c.ctx.Err() == nil && r.Logf != nil {
-			r.Logf("the run launcher's bytecode for image %s and %s: %v (its runs compile the launcher)", img.Ref, p.Argv[0], err)
+		if err != nil && c.ctx.Err() == nil && c.logf != nil {
+			c.logf("the run launcher's bytecode for image %s and %s: %v (its runs compile the launcher)", img.Ref, p.Argv[0], err)
 		}
 	})
 	return nil
@@ -171,7 +160,7 @@ func (r *Runner) launcherCode(p *task.Plan, img *image.Image) []byte {
 
 // keep holds b as key's bytecode in memory, the oldest going past
 // maxLauncherCodes. c.mu is held.
-func (c *launcherCodes) keep(key string, b []byte) {
+func (c *Codes) keep(key string, b []byte) {
 	if _, ok := c.mem[key]; !ok {
 		c.order = append(c.order, key)
 	}
@@ -182,8 +171,8 @@ func (c *launcherCodes) keep(key string, b []byte) {
 	}
 }
 
-// close stops the compile going on, if any, and waits for it.
-func (c *launcherCodes) close() {
+// Close stops the compile going on, if any, and waits for it.
+func (c *Codes) Close() {
 	c.cancel()
 	c.bg.Wait()
 }
@@ -219,17 +208,10 @@ func compileLimits(l task.Limits) task.Limits {
 	return l
 }
 
-// compileLauncher makes the launcher's bytecode for runs of p in img, in
-// a sandbox of its own, and keeps it as key's.
-func (r *Runner) compileLauncher(ctx context.Context, p *task.Plan, img *image.Image, key string) error {
-	cp := compilePlan(p)
-	res := &result.Result{ID: newID(), Files: map[string]result.File{}}
-	sb, err := r.setup(ctx, request{plan: cp, img: img, id: res.ID, res: res, compile: true})
-	if err != nil {
-		return err
-	}
-	err = r.execute(ctx, cp, sb, res, runapi.Hooks{})
-	err = errors.Join(err, sb.settle.Clean(), sb.undo.Clean())
+// compileFor makes the launcher's bytecode for runs of p in img, in a
+// sandbox of its own, and keeps it as key's.
+func (c *Codes) compileFor(ctx context.Context, p *task.Plan, img *image.Image, key string) error {
+	res, err := c.compile(ctx, compilePlan(p), img)
 	if err != nil {
 		return err
 	}
@@ -240,10 +222,10 @@ func (r *Runner) compileLauncher(ctx context.Context, p *task.Plan, img *image.I
 	if err != nil || len(b) < 5 || len(b) > maxLauncherCode {
 		return fmt.Errorf("the compile wrote no bytecode (%d bytes of output)", len(res.Stdout))
 	}
-	r.codes.mu.Lock()
-	r.codes.keep(key, b)
-	r.codes.mu.Unlock()
-	return writeLauncherCode(r.codes.dir, key, b)
+	c.mu.Lock()
+	c.keep(key, b)
+	c.mu.Unlock()
+	return writeLauncherCode(c.dir, key, b)
 }
 
 // firstLine is s's first line, at most 200 bytes.

@@ -1,12 +1,13 @@
-# agentrun's warm launcher (internal/runner/warm.go). It is the program of a
-# warm pooled sandbox, started under every restriction of the sandbox as
+# agentrun's warm launcher (internal/launcher; the pool's side is
+# internal/runner's warm.go). It is the program of a warm pooled sandbox,
+# started under every restriction of the sandbox as
 #
 #     <the language's argv, with {file} replaced by:> LAUNCHER FD PRELOAD FILE
 #
 # and is agentrun's own file, mounted read-only: no image can change it. It
 # imports the modules of PRELOAD (comma-separated) with its output sent to
 # /dev/null, compiles agentrun's run launcher, its library and the state
-# module (VALUES, RUNLIB, STATE), says "ready" (or "fail REASON") on the
+# module (RUN, RUNLIB, STATE), says "ready" (or "fail REASON") on the
 # socket at descriptor FD, and waits. At the run's take agentrun has written the task's files
 # and code into /workspace; it says "go", the launcher says "ok", waits for
 # agentrun to close its end, closes its own, and runs FILE as __main__ the
@@ -15,16 +16,16 @@
 # interpreter's own start does not: the task sees sys.modules as a cold
 # run's, plus the preloaded modules. It reads a SystemExit, reports an
 # uncaught exception and ends the interpreter as CPython's own C code does
-# (run.py's exit_status, report and end), without the teardown of every
-# module.
+# (agentrun_runlib's exit_status, report and end), without the teardown of
+# every module.
 # One thing it cannot see: sys.exit(VALUE) hands the interpreter VALUE
 # itself, which an except clause (this launcher's, or any the exception
 # passes through in a cold run) gets as SystemExit(VALUE) made from it, so
 # that sys.exit(()) and sys.exit((3,)) read as SystemExit() and
 # SystemExit(3), and an exception with a code attribute as SystemExit(it).
 # Values and figures are shown, and a kept session's state restored and
-# saved, by agentrun's run launcher (run.py, mounted at VALUES), as in a
-# cold run.
+# saved, by agentrun's run launcher (agentrun_run.py, mounted at RUN), as
+# in a cold run.
 import os
 import sys
 
@@ -91,9 +92,9 @@ def _prepare():
     return argv
 
 
-VALUES = "/dev/agentrun-run.py"
-RUNLIB = "/dev/agentrun-runlib.py"
-STATE = "/dev/agentrun-state.py"
+RUN = "/dev/agentrun-python/agentrun_run.py"
+RUNLIB = "/dev/agentrun-python/agentrun_runlib.py"
+STATE = "/dev/agentrun-python/agentrun_state.py"
 
 # The launchers' code, compiled before the take (agentrun's own files,
 # read-only; compiling runs none of it): a run does not wait for it.
@@ -101,46 +102,50 @@ _code = {}
 
 
 def _compile():
-    for path in (VALUES, RUNLIB, STATE):
+    for path in (RUN, RUNLIB, STATE):
         with open(path, "rb") as f:
             _code[path] = compile(f.read(), path, "exec")
 
 
-def _values():
-    """The run launcher's namespace (run.py): as_main() makes the task's
-    file __main__, start() sets the run up, program() makes the code's last
-    expression show its value, state_begin() and state_end() restore and
-    save a kept session's state (with state.py's code, compiled here)."""
-    ns = {"__name__": "agentrun_run", "__file__": VALUES}
-    exec(_code[VALUES], ns)
-    ns["state_code"] = _code[STATE]
-    # The rest of it (runlib.py), compiled here too: a warm run has it all.
-    ns["runlib_code"] = _code[RUNLIB]
-    if not ns["_rest"]():
-        os.write(2, b"agentrun: the run launcher's library (runlib.py) failed\n")
+def _launcher():
+    """The run launcher, the module agentrun_run (made here as its start
+    makes it, in no sys.modules): as_main() makes the task's file __main__,
+    start() sets the run up, program() makes the code's last expression
+    show its value, state_begin() and state_end() restore and save a kept
+    session's state (with agentrun_state.py's code, compiled here). Its
+    library, agentrun_runlib, is loaded here too: a warm run has it all."""
+    run = type(sys)("agentrun_run")
+    run.__file__ = RUN
+    exec(_code[RUN], run.__dict__)
+    run.state_code = _code[STATE]
+    run.runlib_code = _code[RUNLIB]
+    if run.lib() is None:
+        os.write(2, b"agentrun: the run launcher's library (agentrun_runlib.py) failed\n")
         os._exit(1)
-    return ns
+    return run
 
 
-# The interpreter's own ending, in run.py (end, exit_status, report).
+# The interpreter's own ending, in agentrun_runlib (end, exit_status,
+# report).
 _argv = _prepare()
-_run = _values()
+_run = _launcher()
+_lib = _run.lib()
 # This launcher's file and its two arguments (FD, PRELOAD) are not the task's.
-_source, _path, _globals = _run["as_main"](_argv, __file__, 2)
-_run["start"]()
-_run["launchers"].append(globals())
-_program, _end, _exit_status, _report = _run["program"], _run["end"], _run["exit_status"], _run["report"]
+_source, _path, _globals = _run.as_main(_argv, __file__, 2)
+_run.start()
+_run.launchers.append(globals())
+_program, _end, _exit_status, _report = _run.program, _lib.end, _lib.exit_status, _lib.report
 # A run with keep_state: restored before the code, saved after it
-# (exited, raised or not), as in a cold run (run.py's state_begin and
-# state_end).
-_state = _run["state_begin"](_globals)
+# (exited, raised or not), as in a cold run (agentrun_run's state_begin
+# and state_end).
+_state = _run.state_begin(_globals)
 _error = None
 try:
     exec(compile(_program(compile(_source, _path, "exec", 0x400)), _path, "exec"), _globals)
 except BaseException as e:
     _error = e
     del e
-_run["state_end"](_state, _globals)
+_run.state_end(_state, _globals)
 # What follows runs with no exception being handled, as the interpreter's
 # end: the task's excepthook and atexit handlers see none.
 if _error is None:

@@ -1,4 +1,4 @@
-package runner
+package launcher
 
 import (
 	"fmt"
@@ -30,7 +30,7 @@ func TestDisplayReaderIncremental(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want result.Result
-	newDisplayReader(openDir(t, once), budget, nil).finish(&want)
+	NewDisplayReader(openDir(t, once), budget, nil).Finish(&want)
 
 	for _, step := range []int{1, 7, 64, len(channel)} {
 		dir := t.TempDir()
@@ -39,7 +39,7 @@ func TestDisplayReaderIncremental(t *testing.T) {
 			t.Fatal(err)
 		}
 		var emitted []map[string]string
-		d := newDisplayReader(openDir(t, dir), budget, func(b map[string]string) { emitted = append(emitted, b) })
+		d := NewDisplayReader(openDir(t, dir), budget, func(b map[string]string) { emitted = append(emitted, b) })
 		for i := 0; i < len(channel); i += step {
 			if _, err := f.WriteString(channel[i:min(i+step, len(channel))]); err != nil {
 				t.Fatal(err)
@@ -48,7 +48,7 @@ func TestDisplayReaderIncremental(t *testing.T) {
 		}
 		f.Close()
 		var got result.Result
-		d.finish(&got)
+		d.Finish(&got)
 		if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(emitted, want.Display) {
 			t.Errorf("step %d: got %+v, emitted %q; want %+v", step, got, emitted, want)
 		}

@@ -1,0 +1,88 @@
+package launcher
+
+import (
+	_ "embed"
+	"path"
+
+	"github.com/agentrun/agentrun/runtime/spec"
+)
+
+// The paths of agentrun's Python launcher inside a sandbox. The Python
+// files name those they read as string literals of their own, which
+// TestPathsMatchPython holds to these.
+const (
+	// Dir holds agentrun's Python files, each mounted read-only from the
+	// run's etc tmpfs (under etcDir), in the sandbox's own /dev tmpfs: no
+	// image needs a mount point, and the sandbox's mountinfo names no host
+	// path. It is on a run's PYTHONPATH only with tools (ToolsOpts); the
+	// launcher loads its own modules from it by path.
+	Dir = "/dev/agentrun-python"
+
+	// StartPath is the launcher's start, agentrun_start.py: the program of
+	// a cold or pooled Python run (startArgv), put before its code file.
+	StartPath = Dir + "/agentrun_start.py"
+	// RunPath is the run launcher, agentrun_run.py, which the start and the
+	// warm launcher load.
+	RunPath = Dir + "/agentrun_run.py"
+	// RunLibPath is the rest of the run launcher, agentrun_runlib.py,
+	// loaded at its first need.
+	RunLibPath = Dir + "/agentrun_runlib.py"
+	// RunCodePath is the run launcher's bytecode, when agentrun has it for
+	// the run's image and interpreter (code.go).
+	RunCodePath = Dir + "/agentrun_run.pyc"
+	// StatePath is a kept state's module, agentrun_state.py, in every run
+	// with state and every warm sandbox.
+	StatePath = Dir + "/agentrun_state.py"
+	// WarmPath is the warm launcher, agentrun_warm.py: a warm sandbox's
+	// program (WarmArgs).
+	WarmPath = Dir + "/agentrun_warm.py"
+	// ToolsPath is agentrun_tools.py, which a run with tools imports.
+	ToolsPath = Dir + "/agentrun_tools.py"
+
+	// DisplayDir is the sandbox's display directory, writable, in its
+	// /dev: the launcher writes its bundles at ChannelPath, agentrun its
+	// state request at StateRequestPath, and the launcher its report on
+	// the state at StateReportPath.
+	DisplayDir       = "/dev/agentrun-display"
+	ChannelPath      = DisplayDir + "/" + displayFile
+	StateRequestPath = DisplayDir + "/" + stateRequestFile
+	StateReportPath  = DisplayDir + "/" + stateReportFile
+)
+
+// The files of the display directory.
+const (
+	displayFile      = "bundles"
+	stateRequestFile = "state-request"
+	stateReportFile  = "state"
+)
+
+// etcDir is where the run's etc tmpfs holds agentrun's Python files, each
+// under its name in Dir.
+const etcDir = "python"
+
+// The Python files, each named as in Dir.
+var (
+	//go:embed agentrun_start.py
+	startSource []byte
+	//go:embed agentrun_run.py
+	runSource []byte
+	//go:embed agentrun_runlib.py
+	runLibSource []byte
+	//go:embed agentrun_state.py
+	stateSource []byte
+	//go:embed agentrun_warm.py
+	warmSource []byte
+	//go:embed agentrun_tools.py
+	toolsSource []byte
+)
+
+// mount writes data, agentrun's file at in (a path in Dir), into the run's
+// etc tmpfs with etc, and returns the spec option that mounts it at in,
+// read-only.
+func mount(etc WriteFunc, in string, data []byte) (spec.SpecOpt, error) {
+	host, err := etc(etcDir+"/"+path.Base(in), data)
+	if err != nil {
+		return nil, err
+	}
+	return spec.WithReadonlyFile(host, in), nil
+}
