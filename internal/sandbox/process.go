@@ -10,33 +10,15 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/runtime/backend"
 )
 
 // Event is one event of a process, as the API streams it.
-type Event struct {
-	Event string `json:"event"` // start, stdout, stderr, exit
-	Pid   int    `json:"pid,omitempty"`
-	// Data is output that is UTF-8; DataB64 output that is not.
-	Data    string `json:"data,omitempty"`
-	DataB64 []byte `json:"data_b64,omitempty"`
-	// Exit's fields.
-	ExitCode   *int   `json:"exit_code,omitempty"`
-	Signal     string `json:"signal,omitempty"`
-	TimedOut   bool   `json:"timed_out,omitempty"`
-	DurationMS int64  `json:"duration_ms,omitempty"`
-	// Dropped counts, on exit, the output bytes not kept (past the cap).
-	Dropped int64 `json:"dropped_bytes,omitempty"`
-}
+type Event = runapi.ProcessEvent
 
 // Info is a process as a list shows it.
-type Info struct {
-	Pid      int       `json:"pid"`
-	Command  []string  `json:"command"`
-	Started  time.Time `json:"started"`
-	Running  bool      `json:"running"`
-	ExitCode *int      `json:"exit_code,omitempty"`
-}
+type Info = runapi.ProcessInfo
 
 // Process is a process of a sandbox: its events, kept up to a bound,
 // and its stdin while it is open.

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/safefs"
 	"github.com/agentrun/agentrun/internal/task"
@@ -55,6 +56,9 @@ type Sandbox struct {
 	User        string
 	ImageDigest string
 	Created     time.Time
+	// PreviewToken, 128 random bits, will let a client reach its ports
+	// without the API token (not served yet).
+	PreviewToken string
 
 	opt  Options
 	live *runner.Live
@@ -96,7 +100,7 @@ func Create(ctx context.Context, r *runner.Runner, p *task.Plan, user string, op
 		return nil, err
 	}
 	now := time.Now()
-	s := &Sandbox{ID: newID(), User: user, ImageDigest: live.ImageDigest, Created: now, opt: opt, live: live,
+	s := &Sandbox{ID: newID("sb-"), PreviewToken: newID(""), User: user, ImageDigest: live.ImageDigest, Created: now, opt: opt, live: live,
 		expires: now.Add(opt.Lifetime), done: make(chan struct{})}
 	s.timer = time.AfterFunc(opt.Lifetime, func() { _ = s.Close() })
 	go func() {
@@ -110,10 +114,16 @@ func Create(ctx context.Context, r *runner.Runner, p *task.Plan, user string, op
 	return s, nil
 }
 
-func newID() string {
+// newID is prefix and 128 random bits in hex.
+func newID(prefix string) string {
 	var b [16]byte
 	rand.Read(b[:])
-	return "sb-" + hex.EncodeToString(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// Info is the sandbox as the API shows it.
+func (s *Sandbox) Info() runapi.SandboxInfo {
+	return runapi.SandboxInfo{ID: s.ID, ExpiresAt: s.ExpiresAt(), Image: s.ImageDigest, Created: s.Created, PreviewToken: s.PreviewToken}
 }
 
 // ExpiresAt is when the sandbox ends unless extended.
@@ -147,22 +157,9 @@ func (s *Sandbox) SetTimeout(d time.Duration) (time.Time, error) {
 }
 
 // ExecRequest is a process to start.
-type ExecRequest struct {
-	// Command is its argv; Cmd a shell line run by /bin/sh -c. One of
-	// the two.
-	Command []string
-	Cmd     string
-	// Cwd is its working directory ("" is /workspace); Env adds to the
-	// sandbox's environment.
-	Cwd string
-	Env map[string]string
-	// Stdin keeps its stdin open for WriteStdin; otherwise it reads EOF.
-	Stdin bool
-	// Timeout, if positive, kills it after so long.
-	Timeout time.Duration
-}
+type ExecRequest = runapi.ExecRequest
 
-func (req *ExecRequest) argv() ([]string, error) {
+func argvOf(req *ExecRequest) ([]string, error) {
 	switch {
 	case len(req.Command) > 0 && req.Cmd != "":
 		return nil, errors.New("command and cmd are mutually exclusive")
@@ -174,7 +171,7 @@ func (req *ExecRequest) argv() ([]string, error) {
 	return nil, errors.New("no command: give command (an argv) or cmd (a shell line)")
 }
 
-func (req *ExecRequest) env() ([]string, error) {
+func envOf(req *ExecRequest) ([]string, error) {
 	out := make([]string, 0, len(req.Env))
 	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
 		v := req.Env[k]
@@ -189,11 +186,11 @@ func (req *ExecRequest) env() ([]string, error) {
 // Exec starts a process in the sandbox; its events come from the
 // Process.
 func (s *Sandbox) Exec(req ExecRequest) (*Process, error) {
-	argv, err := req.argv()
+	args, err := argvOf(&req)
 	if err != nil {
 		return nil, err
 	}
-	env, err := req.env()
+	vars, err := envOf(&req)
 	if err != nil {
 		return nil, err
 	}
@@ -213,14 +210,14 @@ func (s *Sandbox) Exec(req ExecRequest) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	sp, err := s.live.Spawn(backend.Process{Args: argv, Env: env, Cwd: cwd,
+	sp, err := s.live.Spawn(backend.Process{Args: args, Env: vars, Cwd: cwd,
 		Stdin: pipes.InR, Stdout: pipes.OutW, Stderr: pipes.ErrW})
 	pipes.CloseChildEnds()
 	if err != nil {
 		pipes.CloseAll()
 		return nil, err
 	}
-	p := newProcess(argv, s.opt.OutputBytes)
+	p := newProcess(args, s.opt.OutputBytes)
 	p.pid, p.sp = sp.Pid(), sp
 	p.stdin = pipes.InW
 	if !req.Stdin {
@@ -286,13 +283,7 @@ func (s *Sandbox) Close() error {
 }
 
 // File is one entry of a directory list.
-type File struct {
-	Name  string    `json:"name"`
-	Type  string    `json:"type"` // file, dir, symlink, other
-	Size  int64     `json:"size"`
-	Mode  string    `json:"mode"`
-	MTime time.Time `json:"mtime"`
-}
+type File = runapi.FileInfo
 
 // MaxList bounds the entries a directory list returns.
 const MaxList = 10000

@@ -10,7 +10,7 @@ import (
 // another user's id, or a forged one, is none; an ended sandbox leaves.
 func TestSet(t *testing.T) {
 	set := NewSet(2)
-	a := &Sandbox{ID: newID(), User: "alice", done: make(chan struct{})}
+	a := &Sandbox{ID: newID("sb-"), User: "alice", done: make(chan struct{})}
 	relA, err := set.Reserve()
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +35,7 @@ func TestSet(t *testing.T) {
 	if set.Get("bob", a.ID) != nil || len(set.List("bob")) != 0 {
 		t.Error("bob gets alice's sandbox")
 	}
-	if set.Get("alice", newID()) != nil {
+	if set.Get("alice", newID("sb-")) != nil {
 		t.Error("a forged id names a sandbox")
 	}
 	close(a.done)
@@ -48,9 +48,36 @@ func TestSet(t *testing.T) {
 	}
 }
 
+// SetMax moves the bound for the sandboxes to come; after CloseAll the
+// set takes none.
+func TestSetMaxAndClose(t *testing.T) {
+	set := NewSet(2)
+	rel, err := set.Reserve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rel()
+	set.SetMax(1)
+	if _, err := set.Reserve(); !errors.Is(err, ErrTooMany) {
+		t.Errorf("a second reservation of one: %v", err)
+	}
+	set.SetMax(3)
+	rel2, err := set.Reserve()
+	if err != nil {
+		t.Fatalf("a second reservation of three: %v", err)
+	}
+	rel2()
+	if err := set.CloseAll(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := set.Reserve(); !errors.Is(err, ErrClosed) {
+		t.Errorf("a reservation after CloseAll: %v", err)
+	}
+}
+
 // newID has 128 random bits.
 func TestNewID(t *testing.T) {
-	a, b := newID(), newID()
+	a, b := newID("sb-"), newID("sb-")
 	if a == b || len(a) != len("sb-")+32 {
 		t.Errorf("ids %q, %q", a, b)
 	}
