@@ -104,9 +104,10 @@ type ExecRequest struct {
 type ProcessEvent struct {
 	Event string `json:"event"` // start, stdout, stderr, exit
 	Pid   int    `json:"pid,omitempty"`
-	// Data is output that is UTF-8; DataB64 output that is not.
+	// Data is output that is UTF-8; DataB64 output that is not, in
+	// base64.
 	Data    string `json:"data,omitempty"`
-	DataB64 []byte `json:"data_b64,omitempty"`
+	DataB64 string `json:"data_b64,omitempty"`
 	// Exit's fields.
 	ExitCode   *int   `json:"exit_code,omitempty"`
 	Signal     string `json:"signal,omitempty"`

@@ -2,14 +2,17 @@ package sandbox
 
 import (
 	"context"
-	"errors"
+	"encoding/base64"
+	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/runtime/backend"
 )
@@ -146,7 +149,7 @@ func (p *Process) output(stream string, data []byte) {
 	if utf8.Valid(data) {
 		ev.Data = string(data)
 	} else {
-		ev.DataB64 = append([]byte(nil), data...)
+		ev.DataB64 = base64.StdEncoding.EncodeToString(data)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -167,7 +170,11 @@ func (p *Process) output(stream string, data []byte) {
 	}
 }
 
-func outputLen(e Event) int64 { return int64(len(e.Data) + len(e.DataB64)) }
+// outputLen is the output bytes e carries.
+func outputLen(e Event) int64 {
+	b64 := strings.TrimRight(e.DataB64, "=")
+	return int64(len(e.Data) + base64.StdEncoding.WithPadding(base64.NoPadding).DecodedLen(len(b64)))
+}
 
 func (p *Process) appendLocked(e Event) {
 	p.events = append(p.events, e)
@@ -229,13 +236,13 @@ func (p *Process) WriteStdin(data []byte, close bool) error {
 		if len(data) == 0 && close {
 			return nil
 		}
-		return errors.New("the process's stdin is closed")
+		return errkind.New(errkind.Busy, "the process's stdin is closed")
 	}
 	if len(data) > 0 {
 		// The deadline bounds a write to a process that does not read.
 		_ = in.SetWriteDeadline(time.Now().Add(stdinWait))
 		if _, err := in.Write(data); err != nil {
-			return errors.New("the process did not take its stdin: " + err.Error())
+			return errkind.Mark(errkind.Timeout, fmt.Errorf("the process did not take its stdin: %w", err))
 		}
 	}
 	if close {
@@ -260,7 +267,7 @@ func (p *Process) closeStdinLocked() {
 func (p *Process) Signal(sig unix.Signal) error {
 	select {
 	case <-p.done:
-		return errors.New("the process has ended")
+		return errkind.New(errkind.Busy, "the process has ended")
 	default:
 	}
 	return p.sp.Signal(sig)

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/base64"
 	"testing"
 )
 
@@ -22,7 +23,7 @@ func TestProcessOutputBound(t *testing.T) {
 	}
 	var kept int
 	for _, e := range evs {
-		kept += len(e.Data) + len(e.DataB64)
+		kept += int(outputLen(e))
 	}
 	if kept > 10 {
 		t.Errorf("%d bytes kept past the limit of 10: %+v", kept, evs)
@@ -31,7 +32,7 @@ func TestProcessOutputBound(t *testing.T) {
 		t.Errorf("dropped %d, kept %d", p.dropped, kept)
 	}
 	last := evs[len(evs)-1]
-	if last.Event != "stderr" || string(last.DataB64) != "\xff\xfe" || last.Data != "" {
+	if last.Event != "stderr" || last.DataB64 != base64.StdEncoding.EncodeToString([]byte("\xff\xfe")) || last.Data != "" {
 		t.Errorf("non-UTF-8 output: %+v", last)
 	}
 	if next != p.first+len(p.events) {

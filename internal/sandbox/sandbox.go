@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/safefs"
@@ -137,7 +138,7 @@ func (s *Sandbox) ExpiresAt() time.Time {
 func (s *Sandbox) Done() <-chan struct{} { return s.done }
 
 // ErrEnded is the error of a request to a sandbox that has ended.
-var ErrEnded = errors.New("the sandbox has ended")
+var ErrEnded = errkind.New(errkind.NotFound, "the sandbox has ended")
 
 // SetTimeout makes the sandbox end d from now, within its max lifetime
 // from its creation.
@@ -149,7 +150,7 @@ func (s *Sandbox) SetTimeout(d time.Duration) (time.Time, error) {
 	}
 	at := time.Now().Add(d)
 	if d <= 0 || at.After(s.Created.Add(s.opt.MaxLifetime)) {
-		return time.Time{}, fmt.Errorf("timeout %v: a sandbox lives at most %v from its creation (sandboxes.max_lifetime)", d, s.opt.MaxLifetime)
+		return time.Time{}, errkind.Mark(errkind.Invalid, fmt.Errorf("timeout %v: a sandbox lives at most %v from its creation (sandboxes.max_lifetime)", d, s.opt.MaxLifetime))
 	}
 	s.timer.Reset(d)
 	s.expires = at
@@ -162,13 +163,13 @@ type ExecRequest = runapi.ExecRequest
 func argvOf(req *ExecRequest) ([]string, error) {
 	switch {
 	case len(req.Command) > 0 && req.Cmd != "":
-		return nil, errors.New("command and cmd are mutually exclusive")
+		return nil, errkind.Mark(errkind.Invalid, errors.New("command and cmd are mutually exclusive"))
 	case len(req.Command) > 0:
 		return slices.Clone(req.Command), nil
 	case req.Cmd != "":
 		return []string{"/bin/sh", "-c", req.Cmd}, nil
 	}
-	return nil, errors.New("no command: give command (an argv) or cmd (a shell line)")
+	return nil, errkind.Mark(errkind.Invalid, errors.New("no command: give command (an argv) or cmd (a shell line)"))
 }
 
 func envOf(req *ExecRequest) ([]string, error) {
@@ -176,7 +177,7 @@ func envOf(req *ExecRequest) ([]string, error) {
 	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
 		v := req.Env[k]
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return nil, fmt.Errorf("env %q: not a variable name and value", k)
+			return nil, errkind.Mark(errkind.Invalid, fmt.Errorf("env %q: not a variable name and value", k))
 		}
 		out = append(out, k+"="+v)
 	}
@@ -290,7 +291,7 @@ const MaxList = 10000
 
 // ErrBadPath is wrapped by the refusal of a file path outside the
 // sandbox's writable places that the host reaches (/workspace).
-var ErrBadPath = errors.New("not a path in /workspace")
+var ErrBadPath = errkind.New(errkind.Invalid, "not a path in /workspace")
 
 // rel is name, relative to /workspace or absolute in it, as a
 // workspace-relative name ("." for /workspace itself).
@@ -331,7 +332,7 @@ func (s *Sandbox) ReadFile(name string, max int64) ([]byte, error) {
 		return nil, err
 	}
 	if int64(len(b)) > max {
-		return nil, fmt.Errorf("%q is larger than %d bytes", name, max)
+		return nil, errkind.Mark(errkind.TooLarge, fmt.Errorf("%q is larger than %d bytes", name, max))
 	}
 	return b, nil
 }
