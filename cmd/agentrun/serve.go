@@ -10,6 +10,7 @@ import (
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/mcpserver"
 	"github.com/agentrun/agentrun/internal/runner"
+	"github.com/agentrun/agentrun/internal/sandbox"
 	"github.com/agentrun/agentrun/internal/server"
 )
 
@@ -43,6 +44,7 @@ func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
 	d.ConfigPath = cfgPath
 	d.Egress = runner.IsEgress
 	d.PeerUID = runner.PeerUID
+	d.Sandboxes = sandbox.NewDoor(r, cfg.Sandboxes.Max)
 	d.MCP = func(api *server.Server) server.Door {
 		m := mcpserver.New(cfg, api.RunTask, api.Logf)
 		m.AddSessions(api.Sessions)

@@ -257,6 +257,15 @@ func (s Sessions) StateBytes() int64 {
 	return min(DefaultStateBytes, s.MaxBytes.Bytes())
 }
 
+// Sandboxes bounds serve's live sandboxes (docs/sandboxes.md): how long
+// one lives unless its creation asks otherwise, the most it may live
+// from its creation, and how many live at once.
+type Sandboxes struct {
+	DefaultTimeout Duration `json:"default_timeout"`
+	MaxLifetime    Duration `json:"max_lifetime"`
+	Max            int      `json:"max"`
+}
+
 // RunUIDs is the range of host ids that sandboxes run as: each sandbox
 // takes one id, as its uid and gid, for its whole life, so that the
 // kernel's per-user limits are its own. No host user or group may hold
@@ -301,13 +310,14 @@ type Config struct {
 	// each container's init; "" looks beside the agentrun binary, then in
 	// ../lib/agentrun from it, and without one libcontainer compiles it;
 	// "off" has libcontainer compile it in each init, as runc does.
-	SeccompHelper string   `json:"seccomp_helper"`
-	Server        Server   `json:"server"`
-	Worker        Worker   `json:"worker"`
-	Sessions      Sessions `json:"sessions"`
-	StoreDir      string   `json:"store_dir"`
-	StoreMax      Size     `json:"store_max_size"` // size cap of the image store; least recently used images go first
-	StateDir      string   `json:"state_dir"`
+	SeccompHelper string    `json:"seccomp_helper"`
+	Server        Server    `json:"server"`
+	Worker        Worker    `json:"worker"`
+	Sessions      Sessions  `json:"sessions"`
+	Sandboxes     Sandboxes `json:"sandboxes"`
+	StoreDir      string    `json:"store_dir"`
+	StoreMax      Size      `json:"store_max_size"` // size cap of the image store; least recently used images go first
+	StateDir      string    `json:"state_dir"`
 	// CgroupParent is the cgroup under which libcontainer runs' cgroups
 	// are made, in every hierarchy; runsc runs' go under the same path
 	// with "-runsc" appended (RunscCgroupParent). Two agentruns on one
@@ -382,9 +392,10 @@ func Default() *Config {
 			AckWait: MustDuration("30s"), MaxDeliver: 3, RetryDelay: MustDuration("5s"), Replicas: 1, ResultTTL: MustDuration("24h"),
 			Approvals: WorkerApprovals{Subject: "agentrun.approvals"},
 		},
-		Sessions: Sessions{TTL: MustDuration("1h"), Max: 1000, MaxBytes: MustSize("256m")},
-		StoreDir: "/var/lib/agentrun",
-		StoreMax: MustSize("20g"),
+		Sessions:  Sessions{TTL: MustDuration("1h"), Max: 1000, MaxBytes: MustSize("256m")},
+		Sandboxes: Sandboxes{DefaultTimeout: MustDuration("5m"), MaxLifetime: MustDuration("1h"), Max: 64},
+		StoreDir:  "/var/lib/agentrun",
+		StoreMax:  MustSize("20g"),
 		// Under /run/agentrun, which holds the socket and which the
 		// agentrun group may enter; the state dir itself is root's alone.
 		StateDir:     "/run/agentrun/state",

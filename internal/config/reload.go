@@ -51,6 +51,7 @@ var ReloadTable = []ReloadKey{
 	{Key: "server.hosts", Effect: "the names a request's Host and Origin may give"},
 	{Key: "worker", Effect: "not serve's: `agentrun worker`, `submit` and `result` read it when they start"},
 	{Key: "sessions", Restart: true, Effect: "the store of kept sessions, opened at start"},
+	{Key: "sandboxes", Effect: "the live sandboxes created from then on: their default timeout and max lifetime; the bound on those live at once (those already live stay, past a lower one)"},
 	{Key: "store_dir", Restart: true, Effect: "the image store, opened at start"},
 	{Key: "store_max_size", Restart: true, Effect: "the image store's cap, set at start"},
 	{Key: "state_dir", Restart: true, Effect: "the runner's state, made at start"},

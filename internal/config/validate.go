@@ -67,6 +67,9 @@ func (c *Config) Validate() error {
 	if err := c.Sessions.validate(); err != nil {
 		return err
 	}
+	if err := c.Sandboxes.validate(); err != nil {
+		return err
+	}
 	for _, d := range []struct{ name, path string }{{"store_dir", c.StoreDir}, {"state_dir", c.StateDir}} {
 		if !isCleanAbs(d.path) {
 			return fieldErr(d.name, fmt.Errorf("%q is not a clean absolute path", d.path))
@@ -432,6 +435,25 @@ func (s Sessions) validate() error {
 	}
 	if n := s.StateMaxBytes.Bytes(); n != 0 && (n < 1<<20 || n > s.MaxBytes.Bytes()) {
 		return fieldErr("sessions.state_max_bytes", fmt.Errorf("%q: must be between 1m and sessions.max_bytes (%s)", s.StateMaxBytes, s.MaxBytes))
+	}
+	return nil
+}
+
+// Bounds of the sandboxes section.
+const (
+	MaxSandboxes       = 10000
+	MaxSandboxLifetime = 24 * time.Hour
+)
+
+func (s Sandboxes) validate() error {
+	if !s.MaxLifetime.IsSet() || s.MaxLifetime.Duration() > MaxSandboxLifetime {
+		return fieldErr("sandboxes.max_lifetime", fmt.Errorf("%q: must be above zero and at most %v", s.MaxLifetime, MaxSandboxLifetime))
+	}
+	if !s.DefaultTimeout.IsSet() || s.DefaultTimeout.Duration() > s.MaxLifetime.Duration() {
+		return fieldErr("sandboxes.default_timeout", fmt.Errorf("%q: must be above zero and at most sandboxes.max_lifetime (%s)", s.DefaultTimeout, s.MaxLifetime))
+	}
+	if s.Max < 1 || s.Max > MaxSandboxes {
+		return fieldErr("sandboxes.max", fmt.Errorf("%d: must be between 1 and %d", s.Max, MaxSandboxes))
 	}
 	return nil
 }

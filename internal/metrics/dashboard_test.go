@@ -28,6 +28,7 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 	}
 	// Every gauge set, as serve sets them: every series it may export.
 	m := New(Gauges{Running: func() int64 { return 0 }, Queued: func() int64 { return 0 }, Held: func() int64 { return 0 },
+		Sandboxes: func() int64 { return 0 },
 		Pool: func() PoolStats {
 			return PoolStats{Ready: map[string]int64{"img": 1}, Hits: map[string]int64{"img": 0}, Misses: map[string]int64{"img": 0},
 				Warm: map[string]string{"img": ""}}

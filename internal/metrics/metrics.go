@@ -44,6 +44,8 @@ const (
 	OOM         = "oom"
 	Refused     = "refused" // not started: bad task, above policy, over a quota, queue full
 	Error       = "error"   // agentrun could not run it
+	// Signaled: a live sandbox's process killed by a signal.
+	Signaled = "signaled"
 )
 
 // Paths a run's sandbox comes by, the values of the path label.
@@ -71,6 +73,8 @@ type Gauges struct {
 	Held func() int64
 	// Pool reports the warm pool; nil without one.
 	Pool func() PoolStats
+	// Sandboxes is the number of live sandboxes.
+	Sandboxes func() int64
 }
 
 // PoolStats is the warm pool as the metrics see it, per image reference.
@@ -90,6 +94,7 @@ type Metrics struct {
 	runTime, setupTime   *histograms
 	decided              *counters
 	toolCalls            *counters
+	sandboxProcs         *counters
 	timedOut             atomic.Uint64
 	guessesRefused       atomic.Uint64
 }
@@ -103,13 +108,17 @@ const (
 // New returns the metrics of one server, reading g when scraped.
 func New(g Gauges) *Metrics {
 	m := &Metrics{gauges: g, started: time.Now(),
-		runs:      newCounters("agentrun_runs_total", "Runs by how they ended (refused: never started)."),
-		egress:    newCounters("agentrun_egress_total", "Egress decisions of the runs' proxies: connections allowed, requests denied."),
-		quotas:    newCounters("agentrun_quota_refusals_total", "Runs refused by a session quota or a full queue."),
-		runTime:   newHistograms("agentrun_run_duration_seconds", "Time from a run's admission to its result."),
-		setupTime: newHistograms("agentrun_setup_seconds", "Time to a run's sandbox being ready: from the pool, or set up cold."),
-		decided:   newCounters("agentrun_approvals_decided_total", "Requests held for approval that an operator decided, by channel and outcome."),
-		toolCalls: newCounters("agentrun_tool_calls_total", "Calls of the runs' programs to tool servers, by server, tool and outcome (answered, refused, failed)."),
+		runs:         newCounters("agentrun_runs_total", "Runs by how they ended (refused: never started)."),
+		egress:       newCounters("agentrun_egress_total", "Egress decisions of the runs' proxies: connections allowed, requests denied."),
+		quotas:       newCounters("agentrun_quota_refusals_total", "Runs refused by a session quota or a full queue."),
+		runTime:      newHistograms("agentrun_run_duration_seconds", "Time from a run's admission to its result."),
+		setupTime:    newHistograms("agentrun_setup_seconds", "Time to a run's sandbox being ready: from the pool, or set up cold."),
+		decided:      newCounters("agentrun_approvals_decided_total", "Requests held for approval that an operator decided, by channel and outcome."),
+		toolCalls:    newCounters("agentrun_tool_calls_total", "Calls of the runs' programs to tool servers, by server, tool and outcome (answered, refused, failed)."),
+		sandboxProcs: newCounters("agentrun_sandbox_processes_total", "Processes of live sandboxes by how they ended (refused: never started)."),
+	}
+	for _, o := range []string{OK, ExitNonzero, Timeout, Signaled, Refused, Error} {
+		m.sandboxProcs.add(labels("outcome", o), 0)
 	}
 	for _, c := range []string{ChannelAPI, ChannelPage} {
 		for _, o := range []string{"approved", "denied"} {
@@ -210,6 +219,13 @@ func (m *Metrics) ToolCalled(server, tool, outcome string) {
 	m.toolCalls.add(l, 1)
 }
 
+// SandboxProcess counts a process of a live sandbox that ended, or was
+// refused, by outcome (OK, ExitNonzero, Timeout, Signaled, Refused,
+// Error).
+func (m *Metrics) SandboxProcess(outcome string) {
+	m.sandboxProcs.add(labels("outcome", outcome), 1)
+}
+
 // ApprovalTimedOut counts a held request that no one decided in time.
 func (m *Metrics) ApprovalTimedOut() { m.timedOut.Add(1) }
 
@@ -258,6 +274,10 @@ func (m *Metrics) WritePrometheus(w io.Writer) {
 	}
 	m.decided.write(&b)
 	m.toolCalls.write(&b)
+	if m.gauges.Sandboxes != nil {
+		single(&b, "agentrun_sandboxes_live", "gauge", "Live sandboxes now.", float64(m.gauges.Sandboxes()))
+	}
+	m.sandboxProcs.write(&b)
 	single(&b, "agentrun_approvals_timed_out_total", "counter", "Held requests denied at the approval timeout, no one having decided.", float64(m.timedOut.Load()))
 	single(&b, "agentrun_token_guesses_refused_total", "counter", "Requests carrying server.token refused without comparing it, their source having got it wrong too often.", float64(m.guessesRefused.Load()))
 	writeRuntime(&b, m.started)

@@ -21,7 +21,7 @@ import (
 var scanned = []string{
 	"internal/runner", "internal/launcher", "internal/workspace", "internal/session", "internal/state",
 	"internal/uidpool", "internal/toolbroker", "internal/server", "internal/mcpserver",
-	"internal/worker", "runtime/runc", "runtime/runsc", "runtime/backend",
+	"internal/worker", "internal/sandbox", "runtime/runc", "runtime/runsc", "runtime/backend",
 }
 
 // pathCalls are the calls, by package import path, that resolve a path
@@ -180,6 +180,7 @@ var allowed = map[string]string{
 	"runtime/runc/backend.go:New:os.MkdirAll":                        runcDir,
 	"runtime/runc/backend.go:Prepared.holdMounts:unix.Open":          "the kernel's /proc/<pid>/ns/mnt of the container's init, this process's unwaited child",
 	"runtime/runc/backend.go:destroy:os.RemoveAll":                   runcDir,
+	"runtime/runc/live.go:innerPid:os.Open":                          procSys,
 	"runtime/runc/cleanup.go:Backend.Cleanup:os.RemoveAll":           runcDir,
 	"runtime/runc/seccomp.go:readProgram:os.Open":                    "host-only: this process's /proc/self/mem",
 	"runtime/runc/seccomp.go:sealedFile:os.Open":                     "host-only: this process's /proc/self/fd, a memfd it made",

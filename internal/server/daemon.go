@@ -37,6 +37,9 @@ type Daemon struct {
 	// PeerUID is the API's Server.PeerUID: which user of the host owns a
 	// local TCP client's socket.
 	PeerUID func(client, server netip.AddrPort) (uint32, bool)
+	// Sandboxes are the API's Server.Sandboxes, the live sandboxes of
+	// this host, all ended when the daemon stops; nil: none.
+	Sandboxes runapi.Sandboxes
 
 	logf    func(format string, args ...any)
 	ln      net.Listener
@@ -123,6 +126,10 @@ func (d *Daemon) Run(run runapi.Func, pool runapi.Pool, sessions *session.Store,
 	api.Sessions = sessions
 	api.Egress = d.Egress
 	api.PeerUID = d.PeerUID
+	if d.Sandboxes != nil {
+		d.Sandboxes.SetMax(cfg.Sandboxes.Max)
+		api.Sandboxes = d.Sandboxes
+	}
 	defer api.Close()
 	var door Door
 	if d.MCP != nil {
@@ -184,10 +191,16 @@ func (d *Daemon) expire(ctx context.Context, sessions *session.Store) {
 	}
 }
 
-// drain lets the runs going on finish within the current policy's longest
-// timeout (and 5 s more), then kills those left: kill cancels every run,
-// whose sandboxes are killed and removed.
+// drain ends every live sandbox first (their processes' streams end
+// with them), then lets the runs going on finish within the current
+// policy's longest timeout (and 5 s more), then kills those left: kill
+// cancels every run, whose sandboxes are killed and removed.
 func (d *Daemon) drain(srv *http.Server, door Door, kill func()) {
+	if d.Sandboxes != nil {
+		if err := d.Sandboxes.CloseAll(); err != nil {
+			d.logf("ending the live sandboxes: %v", err)
+		}
+	}
 	d.mu.Lock()
 	longest := d.cfg.Policy.Timeout.Duration()
 	d.mu.Unlock()

@@ -51,11 +51,12 @@ func reloadBase() *config.Config {
 // reloaded is a daemon serving its API, whose runs record their plans
 // and hooks; a run of code "block" waits until the test ends.
 type reloaded struct {
-	d     *Daemon
-	pool  *fakePool
-	door  *fakeDoor
-	url   string
-	token string
+	d         *Daemon
+	pool      *fakePool
+	door      *fakeDoor
+	sandboxes *fakeSandboxes
+	url       string
+	token     string
 
 	mu    sync.Mutex
 	plans []*task.Plan
@@ -64,7 +65,7 @@ type reloaded struct {
 
 func newReloaded(t *testing.T, cfg *config.Config) *reloaded {
 	t.Helper()
-	h := &reloaded{pool: &fakePool{}, door: &fakeDoor{}, token: cfg.Server.Token}
+	h := &reloaded{pool: &fakePool{}, door: &fakeDoor{}, sandboxes: &fakeSandboxes{}, token: cfg.Server.Token}
 	release := make(chan struct{})
 	run := func(ctx context.Context, p *task.Plan, hooks runapi.Hooks) *result.Result {
 		h.mu.Lock()
@@ -79,6 +80,7 @@ func newReloaded(t *testing.T, cfg *config.Config) *reloaded {
 		return &result.Result{ID: "ar-r"}
 	}
 	api := New(cfg, run, nil)
+	api.Sandboxes = h.sandboxes
 	h.d = &Daemon{cfg: cfg, api: api, pool: h.pool, door: h.door}
 	ts := httptest.NewServer(api.Handler())
 	t.Cleanup(func() { close(release); ts.Close() })
@@ -220,6 +222,19 @@ func TestReloadAppliesEachReloadableKey(t *testing.T) {
 				t.Errorf("Host reloaded.example: %d, want 200", got)
 			}
 		}},
+		"sandboxes": {func(c *config.Config) {
+			c.Sandboxes = config.Sandboxes{DefaultTimeout: config.MustDuration("2m"), MaxLifetime: config.MustDuration("30m"), Max: 3}
+		}, func(t *testing.T, h *reloaded) {
+			if got := h.do(t, "POST", "/v1/sandboxes", `{}`, nil); got != 201 {
+				t.Fatalf("POST /v1/sandboxes: %d, want 201", got)
+			}
+			f := h.sandboxes
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if f.max != 3 || f.lifetime != 2*time.Minute || f.maxLifetime != 30*time.Minute {
+				t.Errorf("sandboxes: max %d, a new one's lifetime %v of at most %v; want 3, 2m, 30m", f.max, f.lifetime, f.maxLifetime)
+			}
+		}},
 		"worker": {func(c *config.Config) { c.Worker.Slots = 5 }, func(t *testing.T, h *reloaded) {
 			h.post(t, `{"code": "1"}`, 200)
 		}},
@@ -353,4 +368,32 @@ func TestDaemonReloadRefusals(t *testing.T) {
 	if s := fmt.Sprint(config.RestartOnly(cfg, cfg)); s != "[]" {
 		t.Errorf("RestartOnly of a config and itself: %s", s)
 	}
+}
+
+// fakeSandboxes records what the server asks of its live sandboxes.
+type fakeSandboxes struct {
+	runapi.Sandboxes
+	mu                    sync.Mutex
+	max                   int
+	lifetime, maxLifetime time.Duration
+}
+
+func (f *fakeSandboxes) SetMax(n int) {
+	f.mu.Lock()
+	f.max = n
+	f.mu.Unlock()
+}
+
+func (f *fakeSandboxes) Create(_ context.Context, _ *task.Plan, _ string, lifetime, maxLifetime time.Duration) (runapi.Sandbox, error) {
+	f.mu.Lock()
+	f.lifetime, f.maxLifetime = lifetime, maxLifetime
+	f.mu.Unlock()
+	return fakeSandbox{}, nil
+}
+
+// fakeSandbox is a sandbox that only shows itself.
+type fakeSandbox struct{ runapi.Sandbox }
+
+func (fakeSandbox) Info() runapi.SandboxInfo {
+	return runapi.SandboxInfo{ID: "sb-00000000000000000000000000000000"}
 }

@@ -52,6 +52,14 @@ var goSchemas = map[string]struct {
 	"Error":          {reflect.TypeFor[server.APIError](), false},
 	"SessionInfo":    {reflect.TypeFor[server.SessionInfo](), false},
 	"SessionFile":    {reflect.TypeFor[session.File](), false},
+	"SandboxRequest": {reflect.TypeFor[server.SandboxRequest](), true},
+	"ProcessRequest": {reflect.TypeFor[server.ProcessRequest](), true},
+	"StdinRequest":   {reflect.TypeFor[server.StdinRequest](), true},
+	"TTYSize":        {reflect.TypeFor[server.TTYSize](), true},
+	"Sandbox":        {reflect.TypeFor[runapi.SandboxInfo](), false},
+	"ProcessEvent":   {reflect.TypeFor[runapi.ProcessEvent](), false},
+	"ProcessInfo":    {reflect.TypeFor[runapi.ProcessInfo](), false},
+	"SandboxFile":    {reflect.TypeFor[runapi.FileInfo](), false},
 	"ApprovalsPage":  {reflect.TypeFor[server.UIList](), false},
 	"PageHeld":       {reflect.TypeFor[server.UIList]().Field(0).Type.Elem(), false},
 	"PageDecided":    {reflect.TypeFor[approvals.Decided](), false},
@@ -66,7 +74,7 @@ var goSchemas = map[string]struct {
 
 // handWritten are the document's schemas of no Go type: formats, and
 // answers written as maps (a result's Bundle).
-var handWritten = []string{"Size", "Duration", "DecisionTaken", "NewSession", "JSONRPCMessage", "Bundle"}
+var handWritten = []string{"Size", "Duration", "DecisionTaken", "NewSession", "JSONRPCMessage", "Bundle", "ProcessStarted"}
 
 func openapiDoc(t *testing.T) map[string]any {
 	t.Helper()

@@ -3,6 +3,8 @@
 //	POST /v1/runs            a task (task.json) in, its result out
 //	POST /v1/runs?stream=1   the same as NDJSON events: output as it comes, then the result
 //	POST /v1/runs/RUN/approvals/ID  decide a request held for approval
+//	/v1/sessions…            kept sessions (sessions.go)
+//	/v1/sandboxes…           live sandboxes (sandboxes.go)
 //	GET  /ui/approvals       the approvals page (server.approvals.page)
 //	GET  /healthz            runs going on and waiting, and the warm pool
 //	GET  /metrics            the same and more, in the Prometheus text format
@@ -65,6 +67,9 @@ type Server struct {
 
 	// Logf, when set, gets what goes wrong after a client was answered.
 	Logf func(format string, args ...any)
+	// Sandboxes, set before serving, are the live sandboxes that
+	// /v1/sandboxes serves; nil answers 404 there.
+	Sandboxes runapi.Sandboxes
 	// Sessions, set before serving, is the store of kept sessions that
 	// /v1/sessions serves; nil answers 404 there.
 	Sessions *session.Store
@@ -94,7 +99,13 @@ func New(cfg *config.Config, run runapi.Func, pool func() runapi.PoolStats) *Ser
 	s.cfg.Store(cfg)
 	s.setCapacity(cfg.Server.MaxConcurrent)
 	g := metrics.Gauges{Running: s.running.Load, Queued: s.queued.Load, Held: s.holds.Count,
-		Reading: s.bodies.reading.Load, BodyBytes: s.bodies.used.Load}
+		Reading: s.bodies.reading.Load, BodyBytes: s.bodies.used.Load,
+		Sandboxes: func() int64 {
+			if s.Sandboxes == nil {
+				return 0
+			}
+			return int64(s.Sandboxes.Live())
+		}}
 	if pool != nil {
 		g.Pool = func() metrics.PoolStats {
 			st := pool()
@@ -122,7 +133,8 @@ func New(cfg *config.Config, run runapi.Func, pool func() runapi.PoolStats) *Ser
 // Reload makes cfg the config of the runs admitted from now on: its task
 // defaults, policy, languages, tools and tool_limits (which each run's
 // plan carries to the runner), server.max_concurrent, server.queue,
-// server.quota, server.token, server.hosts and server.approvals. Runs
+// server.quota, server.token, server.hosts, server.approvals and
+// sandboxes (for the live sandboxes created from now on). Runs
 // going on keep theirs; they do not count against a new max_concurrent.
 // cfg must be valid.
 func (s *Server) Reload(cfg *config.Config) {
@@ -131,6 +143,9 @@ func (s *Server) Reload(cfg *config.Config) {
 		s.setCapacity(cfg.Server.MaxConcurrent)
 	}
 	s.quotas.set(cfg.Server.Quota.RunsPerMinute, cfg.Server.Quota.Concurrent)
+	if s.Sandboxes != nil {
+		s.Sandboxes.SetMax(cfg.Sandboxes.Max)
+	}
 	s.cfg.Store(cfg)
 }
 
@@ -143,12 +158,13 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/metrics", only(s.serveMetrics, http.MethodGet, http.MethodHead))
 	mux.HandleFunc("/v1/openapi.json", only(serveOpenAPI, http.MethodGet))
 	s.routeSessions(mux)
+	s.routeSandboxes(mux)
 	s.routeUI(mux)
 	for pattern, h := range s.extra {
 		mux.Handle(pattern, h)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "", fmt.Sprintf("no such endpoint %s: the API is POST /v1/runs, /v1/sessions, GET /healthz and GET /metrics", r.URL.Path))
+		writeError(w, http.StatusNotFound, "", fmt.Sprintf("no such endpoint %s: the API is POST /v1/runs, /v1/sessions, /v1/sandboxes, GET /healthz and GET /metrics", r.URL.Path))
 	})
 	return s.auth(mux)
 }
@@ -273,13 +289,9 @@ func refuseCrossSite(w http.ResponseWriter, r *http.Request) bool {
 }
 
 func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
-	stream := false
-	switch v := r.URL.Query().Get("stream"); v {
-	case "", "0", "false":
-	case "1", "true":
-		stream = true
-	default:
-		writeError(w, http.StatusBadRequest, "", fmt.Sprintf("stream=%q: want 1 or 0", v))
+	stream, ok := queryBool(r, "stream", false)
+	if !ok {
+		writeError(w, http.StatusBadRequest, "", fmt.Sprintf("stream=%q: want 1 or 0", r.URL.Query().Get("stream")))
 		return
 	}
 	cfg := s.cfg.Load() // the whole request is under one config

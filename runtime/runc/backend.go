@@ -97,6 +97,8 @@ type Prepared struct {
 	// handover, for a warm container, is the channel to its program,
 	// which runs from Prepare on; nil once handed over.
 	handover *backend.Handover
+	// spawn is what every process Spawn starts shares with the program.
+	spawn spawnBase
 }
 
 // Prepare creates c's container and starts its init, which stops just
@@ -129,8 +131,9 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 	}
 	// The filter compiled once, loaded by the helper (see seccomp.go).
 	var extra []*os.File
-	if prog := b.precompiled(s.Linux.Seccomp); prog != nil {
-		s, extra = b.withPrecompiledSeccomp(s), []*os.File{prog}
+	filter := b.precompiled(s.Linux.Seccomp)
+	if filter != nil {
+		s, extra = b.withPrecompiledSeccomp(s), []*os.File{filter}
 	}
 	cfg, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{
 		CgroupName:   c.ID,
@@ -209,6 +212,8 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 		Rlimits:         rlimits,
 		Init:            true,
 	}
+	p.spawn = spawnBase{env: c.Spec.Process.Env, cwd: c.Spec.Process.Cwd,
+		uid: p.proc.UID, gid: p.proc.GID, rlimits: rlimits, filter: filter}
 	if err := ctr.Start(p.proc); err != nil {
 		return nil, fmt.Errorf("starting container: %w", err)
 	}

@@ -124,6 +124,7 @@ func TestServeOpenAPI(t *testing.T) {
 		"quota": map[string]any{"runs_per_minute": 2, "concurrent": 0}, "approvals": map[string]any{"page": true}}
 	cfg["policy"] = map[string]any{"local_images": []string{*imagesDir}, "registries": []string{"127.0.0.1:1"}}
 	cfg["sessions"] = map[string]any{"max": 2, "max_bytes": "16m"}
+	cfg["sandboxes"] = map[string]any{"max": 1}
 	s := startServeWith(t, cfg)
 	doc, err := apiDoc()
 	if err != nil {
@@ -164,7 +165,7 @@ func TestServeOpenAPI(t *testing.T) {
 		if strings.HasPrefix(path, "/ui/") {
 			continue // the page's own login: pageAnswers
 		}
-		path = strings.NewReplacer("{run}", "ar-1", "{id}", "x", "{path}", "a.txt").Replace(path)
+		path = strings.NewReplacer("{run}", "ar-1", "{id}", "x", "{path}", "a.txt", "{pid}", "1").Replace(path)
 		expect(method, path, "", 401)
 	}
 	s.token = "0pen-api"
@@ -173,7 +174,7 @@ func TestServeOpenAPI(t *testing.T) {
 	// included, with the token: 421 and 403.
 	for _, op := range doc.Operations() {
 		method, path, _ := strings.Cut(op, " ")
-		path = strings.NewReplacer("{run}", "ar-1", "{id}", "x", "{path}", "a.txt").Replace(path)
+		path = strings.NewReplacer("{run}", "ar-1", "{id}", "x", "{path}", "a.txt", "{pid}", "1").Replace(path)
 		for _, c := range []struct {
 			hdr  map[string]string
 			want int
@@ -239,6 +240,8 @@ func TestServeOpenAPI(t *testing.T) {
 	expect("POST", nobody+"/fork", `{"count": 1}`, 404)
 	expect("POST", sess+"/fork", `{"count": 0}`, 400)
 	expect("POST", sess+"/fork", `{"count": 1}`, 507) // sessions.max is 2
+
+	sandboxAnswers(t, s, expect)
 
 	// Busy: a run holds the session; a second run, the listing, the files
 	// and DELETE are refused; with a second slow run both run slots are
@@ -323,27 +326,34 @@ func TestServeOpenAPI(t *testing.T) {
 
 	// Every operation and status, but for those that cannot be made here.
 	unreached := map[string]string{
-		"POST /v1/runs 408":                      "the body deadline is 30 s",
-		"POST /v1/sessions 404":                  "serve always has sessions",
-		"POST /v1/sessions 500":                  "a host failure",
-		"GET /v1/sessions/{id} 500":              "a host failure",
-		"DELETE /v1/sessions/{id} 500":           "a host failure",
-		"POST /v1/sessions/{id}/fork 500":        "a host failure",
-		"GET /v1/sessions/{id}/files/{path} 413": "a 16 MiB file in a session takes a run to write",
-		"GET /v1/sessions/{id}/files/{path} 500": "a host failure",
-		"PUT /v1/sessions/{id}/files/{path} 500": "a host failure",
-		"GET /mcp 200":                           "checked without its endless body by mcpAnswers",
-		"GET /ui/approvals 404":                  "the page is on here; off, every /ui/ path is 404 (internal/server's tests)",
-		"HEAD /ui/approvals 404":                 "the page is on here",
-		"GET /ui/approvals.json 404":             "the page is on here",
-		"GET /ui/approvals.js 404":               "the page is on here",
-		"HEAD /ui/approvals.js 404":              "the page is on here",
-		"GET /ui/approvals.css 404":              "the page is on here",
-		"HEAD /ui/approvals.css 404":             "the page is on here",
-		"POST /ui/login 404":                     "the page is on here",
-		"GET /mcp 405":                           "the SDK's GET of a stateless server",
-		"GET /mcp 406":                           "the SDK's refusal of an Accept header",
-		"POST /mcp 406":                          "the SDK's refusal of an Accept header",
+		"POST /v1/runs 408":                                 "the body deadline is 30 s",
+		"POST /v1/sessions 404":                             "serve always has sessions",
+		"POST /v1/sessions 500":                             "a host failure",
+		"GET /v1/sessions/{id} 500":                         "a host failure",
+		"DELETE /v1/sessions/{id} 500":                      "a host failure",
+		"POST /v1/sessions/{id}/fork 500":                   "a host failure",
+		"GET /v1/sessions/{id}/files/{path} 413":            "a 16 MiB file in a session takes a run to write",
+		"GET /v1/sessions/{id}/files/{path} 500":            "a host failure",
+		"PUT /v1/sessions/{id}/files/{path} 500":            "a host failure",
+		"POST /v1/sandboxes 500":                            "a host failure",
+		"DELETE /v1/sandboxes/{id} 500":                     "a host failure",
+		"POST /v1/sandboxes/{id}/processes 500":             "a host failure",
+		"POST /v1/sandboxes/{id}/processes/{pid}/stdin 408": "a process that does not read its stdin for 10 s",
+		"GET /v1/sandboxes/{id}/files/{path} 500":           "a host failure",
+		"PUT /v1/sandboxes/{id}/files/{path} 500":           "a host failure",
+		"DELETE /v1/sandboxes/{id}/files/{path} 500":        "a host failure",
+		"GET /mcp 200":                                      "checked without its endless body by mcpAnswers",
+		"GET /ui/approvals 404":                             "the page is on here; off, every /ui/ path is 404 (internal/server's tests)",
+		"HEAD /ui/approvals 404":                            "the page is on here",
+		"GET /ui/approvals.json 404":                        "the page is on here",
+		"GET /ui/approvals.js 404":                          "the page is on here",
+		"HEAD /ui/approvals.js 404":                         "the page is on here",
+		"GET /ui/approvals.css 404":                         "the page is on here",
+		"HEAD /ui/approvals.css 404":                        "the page is on here",
+		"POST /ui/login 404":                                "the page is on here",
+		"GET /mcp 405":                                      "the SDK's GET of a stateless server",
+		"GET /mcp 406":                                      "the SDK's refusal of an Accept header",
+		"POST /mcp 406":                                     "the SDK's refusal of an Accept header",
 	}
 	for _, op := range doc.Operations() {
 		if !doc.Seen(op, "") {
@@ -386,7 +396,7 @@ func guessAnswers(t *testing.T, s *served, doc *openapitest.Doc) {
 		if !slices.Contains(doc.Responses(op), op+" 429") {
 			continue
 		}
-		path = strings.NewReplacer("{run}", "ar-1", "{id}", "x", "{path}", "a.txt").Replace(path)
+		path = strings.NewReplacer("{run}", "ar-1", "{id}", "x", "{path}", "a.txt", "{pid}", "1").Replace(path)
 		var body io.Reader
 		var hdr map[string]string
 		if path == "/ui/login" {
@@ -420,22 +430,102 @@ func waitServeRunning(t *testing.T, s *served, n int64) {
 // body, which the server refuses from its Content-Length.
 func tooBig(t *testing.T, s *served, doc *openapitest.Doc) {
 	t.Helper()
+	declaredTooBig(t, s, "POST", "/v1/runs", 64<<20)
+}
+
+// declaredTooBig sends method path with a Content-Length of n and no
+// body: the answer must be 413, and as the document says.
+func declaredTooBig(t *testing.T, s *served, method, path string, n int) {
+	t.Helper()
 	c, err := net.Dial("tcp", strings.TrimPrefix(s.base, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(30 * time.Second))
-	fmt.Fprintf(c, "POST /v1/runs HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", s.token, 64<<20)
+	fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", method, path, s.token, n)
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != 413 {
-		t.Errorf("a 64 MiB task: %d %s; want 413", resp.StatusCode, b)
+		t.Errorf("%s %s of %d bytes: %d %s; want 413", method, path, n, resp.StatusCode, b)
 	}
-	checkAnswer(t, "POST", "/v1/runs", resp, b)
+	checkAnswer(t, method, path, resp, b)
+}
+
+// sandboxAnswers gets every answer of the live sandboxes' endpoints
+// that can be had here (sandboxes.max is 1), through expect.
+func sandboxAnswers(t *testing.T, s *served, expect func(method, path, body string, want int) []byte) {
+	t.Helper()
+	busybox := `{"image": "` + busyboxImage + `"}`
+	// The image's refusals first: with a sandbox live, sandboxes.max
+	// refuses before the image is looked at.
+	expect("POST", "/v1/sandboxes", `{"image": "dir:`+filepath.Join(*imagesDir, "no-such", "rootfs")+`"}`, 422)
+	expect("POST", "/v1/sandboxes", `{"image": "127.0.0.1:1/x:1"}`, 502)
+	var sb struct{ ID string }
+	if err := json.Unmarshal(expect("POST", "/v1/sandboxes", busybox, 201), &sb); err != nil {
+		t.Fatal(err)
+	}
+	expect("POST", "/v1/sandboxes", busybox, 503) // sandboxes.max is 1
+	expect("POST", "/v1/sandboxes", `{"session": "s"}`, 400)
+	expect("POST", "/v1/sandboxes", `{"image": "`+busyboxImage+`", "limits": {"memory": "100g"}}`, 403)
+	declaredTooBig(t, s, "POST", "/v1/sandboxes", 64<<20)
+	expect("GET", "/v1/sandboxes", "", 200)
+	path := "/v1/sandboxes/" + sb.ID
+	none := "/v1/sandboxes/sb-" + strings.Repeat("0", 32)
+	expect("GET", path, "", 200)
+	expect("GET", none, "", 404)
+	expect("POST", path+"/timeout", `{"timeout": "3m"}`, 200)
+	expect("POST", path+"/timeout", `{"timeout": "3h"}`, 400)
+	expect("POST", none+"/timeout", `{"timeout": "3m"}`, 404)
+	declaredTooBig(t, s, "POST", path+"/timeout", 1<<20)
+
+	procs := path + "/processes"
+	expect("POST", procs, `{"cmd": "head -c 17000000 /dev/zero > big; echo done"}`, 200)
+	var bg struct{ Pid int }
+	if err := json.Unmarshal(expect("POST", procs+"?wait=false", `{"cmd": "read x; sleep 60", "stdin": true}`, 200), &bg); err != nil {
+		t.Fatal(err)
+	}
+	expect("POST", procs, `{}`, 400)
+	expect("POST", none+"/processes", `{"cmd": "true"}`, 404)
+	declaredTooBig(t, s, "POST", procs, 1<<20)
+	expect("GET", procs, "", 200)
+	expect("GET", none+"/processes", "", 404)
+	proc := fmt.Sprintf("%s/%d", procs, bg.Pid)
+	expect("POST", proc+"/stdin", `{"data": "a", "data_b64": "Yg=="}`, 400)
+	expect("POST", proc+"/stdin", `{"data": "line\n", "close": true}`, 204)
+	expect("POST", proc+"/stdin", `{"data": "more"}`, 409)
+	expect("POST", procs+"/999999/stdin", `{"data": "a"}`, 404)
+	declaredTooBig(t, s, "POST", proc+"/stdin", 4<<20)
+	expect("POST", proc+"/signal", `{"signal": "SIGNOPE"}`, 400)
+	expect("POST", proc+"/signal", `{"signal": "SIGKILL"}`, 204)
+	expect("GET", proc+"/events", "", 200) // to its exit
+	expect("POST", proc+"/signal", `{"signal": "SIGKILL"}`, 409)
+	expect("POST", procs+"/999999/signal", `{"signal": "SIGINT"}`, 404)
+	declaredTooBig(t, s, "POST", proc+"/signal", 1<<20)
+	expect("GET", procs+"/999999/events", "", 404)
+
+	files := path + "/files/"
+	expect("PUT", files+"in/a.txt", "hello", 204)
+	expect("GET", files+"in/a.txt", "", 200)
+	expect("GET", files+"in?list=1", "", 200)
+	expect("GET", files+"in/missing", "", 404)
+	expect("GET", files+"a%00b", "", 400)
+	expect("GET", files+"big", "", 413)
+	expect("GET", none+"/files/a.txt", "", 404)
+	expect("PUT", files+"a%00b", "x", 400)
+	expect("PUT", none+"/files/a.txt", "x", 404)
+	declaredTooBig(t, s, "PUT", files+"big", 16<<20+1)
+	if resp, b := s.request("PUT", files+"chunked", io.MultiReader(strings.NewReader("x")), nil, false); resp.StatusCode != 411 {
+		t.Errorf("PUT without a Content-Length: %d %s; want 411", resp.StatusCode, b)
+	}
+	expect("DELETE", files+"in/a.txt", "", 204)
+	expect("DELETE", files+"a%00b", "", 400)
+	expect("DELETE", none+"/files/a.txt", "", 404)
+	expect("DELETE", path, "", 204)
+	expect("DELETE", path, "", 404)
 }
 
 // mcpAnswers speaks MCP's Streamable HTTP on /mcp as far as the document

@@ -134,6 +134,182 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The caller's live sandboxes */
+        get: operations["listSandboxes"];
+        put?: never;
+        /**
+         * Create a live sandbox
+         * @description Sets a sandbox up as a run's (its own uid, cgroup, network, workspace, the same filter) and keeps it up until its timeout, DELETE, or serve's stop. Its id is a capability.
+         */
+        post: operations["createSandbox"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        /** A live sandbox */
+        get: operations["getSandbox"];
+        put?: never;
+        post?: never;
+        /** End a live sandbox */
+        delete: operations["deleteSandbox"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/timeout": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Move a live sandbox's end */
+        post: operations["setSandboxTimeout"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/processes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        /** A live sandbox's processes */
+        get: operations["listSandboxProcesses"];
+        put?: never;
+        /** Start a process in a live sandbox */
+        post: operations["execInSandbox"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/processes/{pid}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
+                id: components["parameters"]["SandboxID"];
+                /** @description The process's pid inside the sandbox. */
+                pid: components["parameters"]["ProcessID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Attach to a process
+         * @description A bounded tail of what the process printed, then what comes, until it exits.
+         */
+        get: operations["attachSandboxProcess"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/processes/{pid}/stdin": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
+                id: components["parameters"]["SandboxID"];
+                /** @description The process's pid inside the sandbox. */
+                pid: components["parameters"]["ProcessID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Write to a process's stdin */
+        post: operations["writeSandboxProcessStdin"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/processes/{pid}/signal": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
+                id: components["parameters"]["SandboxID"];
+                /** @description The process's pid inside the sandbox. */
+                pid: components["parameters"]["ProcessID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Signal a process */
+        post: operations["signalSandboxProcess"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/files/{path}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
+                id: components["parameters"]["SandboxID"];
+                /** @description The file's name relative to the sandbox's `/workspace`; it may hold `/`. A link planted in the sandbox is never followed. */
+                path: string;
+            };
+            cookie?: never;
+        };
+        /** Read a live sandbox's file, or list a directory */
+        get: operations["readSandboxFile"];
+        /** Write a live sandbox's file */
+        put: operations["writeSandboxFile"];
+        post?: never;
+        /** Remove a live sandbox's file or directory */
+        delete: operations["deleteSandboxFile"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -826,6 +1002,95 @@ export interface components {
             /** @description Hex SHA-256 of the arguments as sent. */
             arguments_sha256: string;
         };
+        /** @description A live sandbox: a task's fields but its program. */
+        SandboxRequest: {
+            image?: string;
+            /**
+             * @description `runsc` is refused (not yet).
+             * @enum {string}
+             */
+            runtime?: "libcontainer" | "runsc" | "";
+            limits?: components["schemas"]["Limits"];
+            network?: components["schemas"]["TaskNetwork"];
+            env?: {
+                [key: string]: string;
+            };
+            /** @description Refused (not yet). */
+            tools?: string[];
+            /** @description Refused (not yet). */
+            session?: string;
+            /** @description Its lifetime: default `sandboxes.default_timeout` (5m), at most `sandboxes.max_lifetime` (1h). */
+            timeout?: components["schemas"]["Duration"];
+        };
+        Sandbox: {
+            id: string;
+            /** Format: date-time */
+            expires_at: string;
+            /** @description The image's digest. */
+            image: string;
+            /** Format: date-time */
+            created: string;
+            /** @description 128 random bits for its ports (not served yet). */
+            preview_token?: string;
+        };
+        ProcessRequest: {
+            command?: string[];
+            cmd?: string;
+            /** @description Its working directory: default `/workspace`; a relative one is under it. */
+            cwd?: string;
+            env?: {
+                [key: string]: string;
+            };
+            /** @description Keep its stdin open for …/stdin; otherwise it reads EOF. */
+            stdin?: boolean;
+            /** @description Refused (not yet). */
+            tty?: components["schemas"]["TTYSize"];
+            /** @description Kill it after so long. */
+            timeout?: components["schemas"]["Duration"];
+        };
+        ProcessEvent: {
+            /** @enum {string} */
+            event: "start" | "stdout" | "stderr" | "exit";
+            pid?: number;
+            data?: string;
+            /** @description Output that is not UTF-8, in base64. */
+            data_b64?: string;
+            exit_code?: number;
+            signal?: string;
+            timed_out?: boolean;
+            duration_ms?: number;
+            /** @description Output not kept, past the cap. */
+            dropped_bytes?: number;
+        };
+        ProcessStarted: {
+            pid: number;
+        };
+        ProcessInfo: {
+            pid: number;
+            command: string[] | null;
+            /** Format: date-time */
+            started: string;
+            running: boolean;
+            exit_code?: number;
+        };
+        StdinRequest: {
+            data?: string;
+            data_b64?: string;
+            close?: boolean;
+        };
+        SandboxFile: {
+            name: string;
+            /** @enum {string} */
+            type: "file" | "dir" | "symlink" | "other";
+            size: number;
+            mode: string;
+            /** Format: date-time */
+            mtime: string;
+        };
+        TTYSize: {
+            rows?: number;
+            cols?: number;
+        };
     };
     responses: {
         /** @description Missing or wrong bearer token. */
@@ -987,10 +1252,32 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
+        /** @description No such sandbox of the caller's: it never was, it ended, or it is another's. */
+        NoSuchSandbox: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description No such sandbox of the caller's, or no such process in it. */
+        NoSuchProcess: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
     };
     parameters: {
         /** @description The session's id, as `POST /v1/sessions` or `agentrun sessions new` gave it. */
         SessionID: string;
+        /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
+        SandboxID: string;
+        /** @description The process's pid inside the sandbox. */
+        ProcessID: string;
     };
     requestBodies: never;
     headers: {
@@ -1387,6 +1674,631 @@ export interface operations {
             409: components["responses"]["SessionBusy"];
             /** @description The file is larger than 16 MiB, or the session's disk (`sessions.max_bytes`) is full. */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            421: components["responses"]["MisdirectedHost"];
+            429: components["responses"]["TooManyGuesses"];
+            500: components["responses"]["HostError"];
+        };
+    };
+    listSandboxes: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The caller's live sandboxes, by id. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        sandboxes: components["schemas"]["Sandbox"][];
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["ForeignOrigin"];
+            421: components["responses"]["MisdirectedHost"];
+            429: components["responses"]["TooManyGuesses"];
+        };
+    };
+    createSandbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description A task's fields but its program; `{}` (or no body) takes every default. */
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["SandboxRequest"];
+            };
+        };
+        responses: {
+            /** @description The sandbox, live until `expires_at`. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            /** @description A bad request (the field at fault in `field`): a task field that does not resolve, a timeout past `sandboxes.max_lifetime`, `limits.timeout` (a sandbox's lifetime is `timeout`), or what a live sandbox cannot have yet (`session`, `tools`, the `runsc` runtime). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description Above the config's policy (`field` names the limit or `network`), or an image `policy` refuses; or a browser's cross-site request. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The body is larger than 32 MiB. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            421: components["responses"]["MisdirectedHost"];
+            /** @description An image that cannot run (`field` is `image`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            429: components["responses"]["TooManyGuesses"];
+            500: components["responses"]["HostError"];
+            /** @description The image's registry failed (`field` is `image`). */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description `sandboxes.max` sandboxes are live (the message names the bound), the server is stopping, or the bodies being read hold the server's budget; `Retry-After` says when to try again. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getSandbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The sandbox. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["ForeignOrigin"];
+            404: components["responses"]["NoSuchSandbox"];
+            421: components["responses"]["MisdirectedHost"];
+            429: components["responses"]["TooManyGuesses"];
+        };
+    };
+    deleteSandbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Ended: every process killed (its whole cgroup) and everything torn down. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["CrossSite"];
+            404: components["responses"]["NoSuchSandbox"];
+            421: components["responses"]["MisdirectedHost"];
+            429: components["responses"]["TooManyGuesses"];
+            500: components["responses"]["HostError"];
+        };
+    };
+    setSandboxTimeout: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        /** @description `timeout`: the time it lives from now. */
+        requestBody: {
+            content: {
+                "application/json": {
+                    timeout: components["schemas"]["Duration"];
+                };
+            };
+        };
+        responses: {
+            /** @description The sandbox, with its new `expires_at`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            /** @description No timeout, or one past `sandboxes.max_lifetime` from the sandbox's creation (`field` is `timeout`). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["CrossSite"];
+            404: components["responses"]["NoSuchSandbox"];
+            /** @description The body is larger than 64 KiB. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            421: components["responses"]["MisdirectedHost"];
+            429: components["responses"]["TooManyGuesses"];
+        };
+    };
+    listSandboxProcesses: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Its processes, running and recently ended (at most 256, the oldest ended ones dropped first). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        processes: components["schemas"]["ProcessInfo"][];
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["ForeignOrigin"];
+            404: components["responses"]["NoSuchSandbox"];
+            421: components["responses"]["MisdirectedHost"];
+            429: components["responses"]["TooManyGuesses"];
+        };
+    };
+    execInSandbox: {
+        parameters: {
+            query?: {
+                /** @description `false` or `0`: answer `{"pid"}` at once; the process runs on in the background. */
+                wait?: "1" | "true" | "0" | "false" | "";
+            };
+            header?: never;
+            path: {
+                /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        /** @description The process: `command` (an argv) or `cmd` (a shell line run by `/bin/sh -c`). */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ProcessRequest"];
+            };
+        };
+        responses: {
+            /** @description NDJSON, one ProcessEvent a line: `start` (its pid), `stdout` and `stderr` as it prints (`data`, or `data_b64` for bytes that are not UTF-8), then `exit` last. A client that reads slowly misses what the process's bounded tail dropped meanwhile. With `wait=false`: `{"pid"}` at once, and the process runs on. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-ndjson": components["schemas"]["ProcessEvent"];
+                    "application/json": components["schemas"]["ProcessStarted"];
+                };
+            };
+            /** @description A bad request (the field at fault in `field`): neither or both of `command` and `cmd`, a bad env, `tty` (not yet), a bad `wait`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["CrossSite"];
+            404: components["responses"]["NoSuchSandbox"];
+            /** @description The body is larger than 64 KiB. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            421: components["responses"]["MisdirectedHost"];
+            429: components["responses"]["TooManyGuesses"];
+            500: components["responses"]["HostError"];
+        };
+    };
+    attachSandboxProcess: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
+                id: components["parameters"]["SandboxID"];
+                /** @description The process's pid inside the sandbox. */
+                pid: components["parameters"]["ProcessID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description NDJSON, one ProcessEvent a line: `start` (its pid), `stdout` and `stderr` as it prints (`data`, or `data_b64` for bytes that are not UTF-8), then `exit` last. A client that reads slowly misses what the process's bounded tail dropped meanwhile. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-ndjson": components["schemas"]["ProcessEvent"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["ForeignOrigin"];
+            404: components["responses"]["NoSuchProcess"];
+            421: components["responses"]["MisdirectedHost"];
+            429: components["responses"]["TooManyGuesses"];
+        };
+    };
+    writeSandboxProcessStdin: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
+                id: components["parameters"]["SandboxID"];
+                /** @description The process's pid inside the sandbox. */
+                pid: components["parameters"]["ProcessID"];
+            };
+            cookie?: never;
+        };
+        /** @description What to write: `data` (text) or `data_b64` (bytes), then `close` to close it. */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StdinRequest"];
+            };
+        };
+        responses: {
+            /** @description Written (and closed, with `close`). */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Both `data` and `data_b64`, or a bad body. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["CrossSite"];
+            404: components["responses"]["NoSuchProcess"];
+            /** @description The process did not read its stdin within 10 s. */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Its stdin is closed (or was never kept open: `stdin` false). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description More than 1 MiB to write at once. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            421: components["responses"]["MisdirectedHost"];
+            429: components["responses"]["TooManyGuesses"];
+        };
+    };
+    signalSandboxProcess: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
+                id: components["parameters"]["SandboxID"];
+                /** @description The process's pid inside the sandbox. */
+                pid: components["parameters"]["ProcessID"];
+            };
+            cookie?: never;
+        };
+        /** @description `signal`: the signal's name. */
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description A signal's name: `SIGINT`, `TERM`, `SIGKILL`… */
+                    signal: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Sent. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not a signal's name (`field` is `signal`). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["CrossSite"];
+            404: components["responses"]["NoSuchProcess"];
+            /** @description The process has ended. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The body is larger than 64 KiB. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            421: components["responses"]["MisdirectedHost"];
+            429: components["responses"]["TooManyGuesses"];
+        };
+    };
+    readSandboxFile: {
+        parameters: {
+            query?: {
+                /** @description `1` or `true`: list the directory. */
+                list?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
+                id: components["parameters"]["SandboxID"];
+                /** @description The file's name relative to the sandbox's `/workspace`; it may hold `/`. A link planted in the sandbox is never followed. */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file's bytes (at most 16 MiB); with `list=1`, the directory's entries (at most 10,000), by name. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": string;
+                    "application/json": components["schemas"]["SandboxFile"][];
+                };
+            };
+            /** @description A name outside `/workspace` or holding `..`, a link (never followed), or not a regular file or directory as the request wants. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["ForeignOrigin"];
+            /** @description No such sandbox (it may have ended), or no such file. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            413: components["responses"]["FileTooLarge"];
+            421: components["responses"]["MisdirectedHost"];
+            429: components["responses"]["TooManyGuesses"];
+            500: components["responses"]["HostError"];
+        };
+    };
+    writeSandboxFile: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
+                id: components["parameters"]["SandboxID"];
+                /** @description The file's name relative to the sandbox's `/workspace`; it may hold `/`. A link planted in the sandbox is never followed. */
+                path: string;
+            };
+            cookie?: never;
+        };
+        /** @description The file's bytes (at most 16 MiB), with their Content-Length. */
+        requestBody: {
+            content: {
+                "application/octet-stream": string;
+            };
+        };
+        responses: {
+            /** @description Written, owned by the sandbox's user; a link there is replaced, never written through. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description A name outside `/workspace` or holding `..`, a link (never followed), or not a regular file or directory as the request wants. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["CrossSite"];
+            404: components["responses"]["NoSuchSandbox"];
+            /** @description No Content-Length. */
+            411: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The file is larger than 16 MiB, or does not fit in the workspace. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            421: components["responses"]["MisdirectedHost"];
+            429: components["responses"]["TooManyGuesses"];
+            500: components["responses"]["HostError"];
+        };
+    };
+    deleteSandboxFile: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
+                id: components["parameters"]["SandboxID"];
+                /** @description The file's name relative to the sandbox's `/workspace`; it may hold `/`. A link planted in the sandbox is never followed. */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Removed (a directory with what it holds; a link itself, never what it leads to). */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description A name outside `/workspace` or holding `..`, a link (never followed), or not a regular file or directory as the request wants. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["CrossSite"];
+            /** @description No such sandbox (it may have ended), or no such file. */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -1,0 +1,136 @@
+package runapi
+
+import (
+	"context"
+	"errors"
+	"io"
+	"syscall"
+	"time"
+
+	"github.com/agentrun/agentrun/internal/task"
+)
+
+// Sandboxes is what serve needs of a host's live sandboxes (spec §17):
+// each its user's alone, at most a bound of them live at once. The
+// sandbox package's Door is one; cmd/agentrun hands it to serve.
+type Sandboxes interface {
+	// Create sets up a live sandbox of plan's shape for user, living
+	// lifetime (at most maxLifetime from now, as SetTimeout). Past the
+	// bound it fails with ErrTooManySandboxes; once CloseAll began,
+	// with ErrSandboxesClosed.
+	Create(ctx context.Context, plan *task.Plan, user string, lifetime, maxLifetime time.Duration) (Sandbox, error)
+	// Get is user's sandbox id, nil if none: another user's is none.
+	Get(user, id string) Sandbox
+	// List is user's live sandboxes, by id.
+	List(user string) []Sandbox
+	// SetMax bounds the sandboxes live at once from now on.
+	SetMax(n int)
+	// Live is the number of sandboxes live now.
+	Live() int
+	// CloseAll ends every sandbox, and every later Create fails.
+	CloseAll() error
+}
+
+// ErrTooManySandboxes is wrapped by the refusal of a sandbox past
+// sandboxes.max; ErrSandboxesClosed by that of one while serve stops.
+var (
+	ErrTooManySandboxes = errors.New("too many live sandboxes")
+	ErrSandboxesClosed  = errors.New("the server is stopping: no new sandbox")
+)
+
+// SandboxInfo is a live sandbox as the API shows it.
+type SandboxInfo struct {
+	ID           string    `json:"id"`
+	ExpiresAt    time.Time `json:"expires_at"`
+	Image        string    `json:"image"` // its digest
+	Created      time.Time `json:"created"`
+	PreviewToken string    `json:"preview_token,omitempty"`
+}
+
+// Sandbox is one live sandbox.
+type Sandbox interface {
+	Info() SandboxInfo
+	// SetTimeout makes it end d from now, within its max lifetime.
+	SetTimeout(d time.Duration) (time.Time, error)
+	// Close kills everything in it and tears it down.
+	Close() error
+	// Exec starts a process.
+	Exec(req ExecRequest) (Process, error)
+	// Process is the process of pid, nil if none.
+	Process(pid int) Process
+	// Processes lists its processes, running and recently ended.
+	Processes() []ProcessInfo
+	// ReadFile, WriteFile, Remove and List reach its files in
+	// /workspace, never through a link.
+	ReadFile(name string, max int64) ([]byte, error)
+	WriteFile(name string, r io.Reader, size int64) error
+	Remove(name string) error
+	List(name string) ([]FileInfo, error)
+}
+
+// Process is a process of a live sandbox.
+type Process interface {
+	// Pid is its pid inside the sandbox.
+	Pid() int
+	// Next returns its events from seq on (the oldest kept, if those
+	// were dropped), waiting while there are none and it runs, until
+	// ctx ends; the next seq; and whether the exit is among them.
+	Next(ctx context.Context, seq int) ([]ProcessEvent, int, bool)
+	// Done is closed once its exit event is in; Exit is that event.
+	Done() <-chan struct{}
+	Exit() *ProcessEvent
+	WriteStdin(data []byte, close bool) error
+	Signal(sig syscall.Signal) error
+	Info() ProcessInfo
+}
+
+// ExecRequest is a process to start in a live sandbox.
+type ExecRequest struct {
+	// Command is its argv; Cmd a shell line run by /bin/sh -c. One of
+	// the two.
+	Command []string `json:"command,omitempty"`
+	Cmd     string   `json:"cmd,omitempty"`
+	// Cwd is its working directory ("" is /workspace, a relative one is
+	// under it); Env adds to the sandbox's environment.
+	Cwd string            `json:"cwd,omitempty"`
+	Env map[string]string `json:"env,omitempty"`
+	// Stdin keeps its stdin open for WriteStdin; otherwise it reads EOF.
+	Stdin bool `json:"stdin,omitempty"`
+	// Timeout, if positive, kills it after so long.
+	Timeout time.Duration `json:"-"`
+}
+
+// ProcessEvent is one event of a process, as the API streams it.
+type ProcessEvent struct {
+	Event string `json:"event"` // start, stdout, stderr, exit
+	Pid   int    `json:"pid,omitempty"`
+	// Data is output that is UTF-8; DataB64 output that is not, in
+	// base64.
+	Data    string `json:"data,omitempty"`
+	DataB64 string `json:"data_b64,omitempty"`
+	// Exit's fields.
+	ExitCode   *int   `json:"exit_code,omitempty"`
+	Signal     string `json:"signal,omitempty"`
+	TimedOut   bool   `json:"timed_out,omitempty"`
+	DurationMS int64  `json:"duration_ms,omitempty"`
+	// Dropped counts, on exit, the output bytes not kept (past the cap).
+	Dropped int64 `json:"dropped_bytes,omitempty"`
+}
+
+// ProcessInfo is a process as a list shows it.
+type ProcessInfo struct {
+	Pid      int       `json:"pid"`
+	Command  []string  `json:"command"`
+	Started  time.Time `json:"started"`
+	Running  bool      `json:"running"`
+	ExitCode *int      `json:"exit_code,omitempty"`
+}
+
+// FileInfo is one entry of a live sandbox's directory list.
+type FileInfo struct {
+	Name  string    `json:"name"`
+	Type  string    `json:"type"` // file, dir, symlink, other
+	Size  int64     `json:"size"`
+	Mode  string    `json:"mode"`
+	MTime time.Time `json:"mtime"`
+}

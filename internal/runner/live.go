@@ -1,0 +1,105 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/task"
+	"github.com/agentrun/agentrun/internal/workspace"
+	"github.com/agentrun/agentrun/runtime/backend"
+)
+
+// Live is a sandbox set up as a run's is, every step of it (its own uid,
+// cgroup, network, workspace, identity, spec), whose program, its
+// holder, runs from Live on and keeps it up; its other processes are
+// started with Spawn. Close kills everything in it and tears it all
+// down as after a run. It is internal/sandbox's.
+type Live struct {
+	// ID is the sandbox's, which names its run dir and cgroup.
+	ID string
+	// ImageDigest is its image's.
+	ImageDigest string
+	// UID is the host uid and gid its processes run as.
+	UID int
+	// Workspace is its /workspace, whose files the host reaches only
+	// through its link-safe methods.
+	Workspace *workspace.Workspace
+	// Result gets the network report once it ended.
+	Result *result.Result
+
+	sb     *sandbox
+	live   backend.Live
+	cancel context.CancelFunc
+	ended  chan struct{}
+	close  func() error
+}
+
+// Live sets up p's sandbox, whose program p.Argv holds it up (the
+// image's own, never one of agentrun's), and starts it. It runs until
+// Close, or until it ends by itself (Ended), or at the latest after
+// lifetime. Only a backend whose Prepared is a backend.Live can; a kept
+// session's workspace is refused (not yet).
+func (r *Runner) Live(ctx context.Context, p *task.Plan, lifetime time.Duration) (_ *Live, err error) {
+	if _, ok := r.backends[p.Runtime]; !ok {
+		if err := r.unavailable[p.Runtime]; err != nil {
+			return nil, fmt.Errorf("runtime %s is not available: %w", p.Runtime, err)
+		}
+		return nil, fmt.Errorf("runtime %q is not available", p.Runtime)
+	}
+	if p.KeepWorkspace {
+		return nil, errors.New("a live sandbox cannot have a kept session's workspace yet")
+	}
+	img, err := r.store.Get(ctx, p.Image, r.pullOptions(p))
+	if err != nil {
+		return nil, err
+	}
+	defer img.Release() // the sandbox holds it for its own life
+	res := &result.Result{ID: newID(), Image: p.Image, Runtime: p.Runtime, ImageDigest: img.Digest}
+	req := runRequest(p, img, res, nil, nil)
+	sb, err := r.setup(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	live, ok := sb.prep.(backend.Live)
+	if !ok {
+		return nil, errors.Join(fmt.Errorf("runtime %s cannot run a live sandbox yet", p.Runtime), sb.undo.Clean())
+	}
+	// The holder runs on a context of its own: the sandbox outlives the
+	// request that made it.
+	hold, cancel := context.WithCancel(context.Background())
+	l := &Live{ID: sb.id, ImageDigest: img.Digest, UID: sb.uid, Workspace: sb.ws, Result: res,
+		sb: sb, live: live, cancel: cancel, ended: make(chan struct{})}
+	go func() {
+		defer close(l.ended)
+		_, _ = sb.prep.Exec(hold, backend.Program{Timeout: lifetime, OutputLimit: 4096})
+	}()
+	l.close = func() error {
+		cancel()
+		<-l.ended
+		err := sb.settle.Clean()
+		return errors.Join(err, sb.undo.Clean())
+	}
+	return l, nil
+}
+
+// Spawn starts a process in the sandbox (backend.Live).
+func (l *Live) Spawn(p backend.Process) (backend.Spawned, error) {
+	select {
+	case <-l.ended:
+		return nil, errors.New("the sandbox has ended")
+	default:
+	}
+	return l.live.Spawn(p)
+}
+
+// Ended is closed once the sandbox's holder has ended: killed by Close,
+// at its lifetime, or by itself (the sandbox is then dead, and waits for
+// Close).
+func (l *Live) Ended() <-chan struct{} { return l.ended }
+
+// Close kills every process of the sandbox (its whole cgroup) and tears
+// everything down as after a run. It may be called once.
+func (l *Live) Close() error { return l.close() }

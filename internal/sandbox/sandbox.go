@@ -1,0 +1,411 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentrun/agentrun/internal/errkind"
+	"github.com/agentrun/agentrun/internal/runapi"
+	"github.com/agentrun/agentrun/internal/runner"
+	"github.com/agentrun/agentrun/internal/safefs"
+	"github.com/agentrun/agentrun/internal/task"
+	"github.com/agentrun/agentrun/runtime/backend"
+)
+
+// Holder is the program that holds a live sandbox up: the image's own
+// shell, sleeping in a loop, never a helper of agentrun's.
+var Holder = []string{"/bin/sh", "-c", "while :; do sleep 3600; done"}
+
+// Options bound a sandbox.
+type Options struct {
+	// Lifetime is its time to live from creation; MaxLifetime bounds it
+	// and every SetTimeout, counted from creation.
+	Lifetime, MaxLifetime time.Duration
+	// OutputBytes caps the output kept per process (its stdout and
+	// stderr together); past it the oldest goes, counted.
+	OutputBytes int64
+}
+
+// Defaults of Options' zero fields.
+const (
+	DefaultLifetime    = 5 * time.Minute
+	DefaultMaxLifetime = time.Hour
+	DefaultOutputBytes = 1 << 20
+)
+
+// maxProcesses bounds the processes a sandbox lists: the running ones
+// (which its pids limit bounds too) and the latest ended.
+const maxProcesses = 256
+
+// Sandbox is one live sandbox.
+type Sandbox struct {
+	// ID is its capability: "sb-" and 128 random bits in hex.
+	ID string
+	// User owns it: only its requests reach it.
+	User        string
+	ImageDigest string
+	Created     time.Time
+	// PreviewToken, 128 random bits, will let a client reach its ports
+	// without the API token (not served yet).
+	PreviewToken string
+
+	opt  Options
+	live *runner.Live
+
+	mu      sync.Mutex
+	expires time.Time
+	timer   *time.Timer
+	procs   []*Process // in order of start
+	closed  bool
+	wg      sync.WaitGroup // the processes' watchers
+
+	closeOnce sync.Once
+	closeErr  error
+	done      chan struct{}
+}
+
+// Create sets up a live sandbox from p (its program replaced by Holder)
+// with r, for user. Its lifetime starts now.
+func Create(ctx context.Context, r *runner.Runner, p *task.Plan, user string, opt Options) (*Sandbox, error) {
+	if opt.MaxLifetime <= 0 {
+		opt.MaxLifetime = DefaultMaxLifetime
+	}
+	if opt.Lifetime <= 0 {
+		opt.Lifetime = DefaultLifetime
+	}
+	if opt.Lifetime > opt.MaxLifetime {
+		return nil, fmt.Errorf("timeout %v is past the sandboxes' max lifetime %v", opt.Lifetime, opt.MaxLifetime)
+	}
+	if opt.OutputBytes <= 0 {
+		opt.OutputBytes = DefaultOutputBytes
+	}
+	hp := *p
+	hp.Argv = slices.Clone(Holder)
+	hp.Stdin, hp.Code, hp.CodeFile = nil, nil, ""
+	// The holder's own bound is the max lifetime, and a margin: the
+	// sandbox's timer ends it first.
+	live, err := r.Live(ctx, &hp, opt.MaxLifetime+time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	s := &Sandbox{ID: newID("sb-"), PreviewToken: newID(""), User: user, ImageDigest: live.ImageDigest, Created: now, opt: opt, live: live,
+		expires: now.Add(opt.Lifetime), done: make(chan struct{})}
+	s.timer = time.AfterFunc(opt.Lifetime, func() { _ = s.Close() })
+	go func() {
+		// A holder that died (killed from inside) ends the sandbox.
+		select {
+		case <-live.Ended():
+			_ = s.Close()
+		case <-s.done:
+		}
+	}()
+	return s, nil
+}
+
+// newID is prefix and 128 random bits in hex.
+func newID(prefix string) string {
+	var b [16]byte
+	rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// Info is the sandbox as the API shows it.
+func (s *Sandbox) Info() runapi.SandboxInfo {
+	return runapi.SandboxInfo{ID: s.ID, ExpiresAt: s.ExpiresAt(), Image: s.ImageDigest, Created: s.Created, PreviewToken: s.PreviewToken}
+}
+
+// ExpiresAt is when the sandbox ends unless extended.
+func (s *Sandbox) ExpiresAt() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.expires
+}
+
+// Done is closed once the sandbox has ended and is torn down.
+func (s *Sandbox) Done() <-chan struct{} { return s.done }
+
+// ErrEnded is the error of a request to a sandbox that has ended.
+var ErrEnded = errkind.New(errkind.NotFound, "the sandbox has ended")
+
+// SetTimeout makes the sandbox end d from now, within its max lifetime
+// from its creation.
+func (s *Sandbox) SetTimeout(d time.Duration) (time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return time.Time{}, ErrEnded
+	}
+	at := time.Now().Add(d)
+	if d <= 0 || at.After(s.Created.Add(s.opt.MaxLifetime)) {
+		return time.Time{}, errkind.Mark(errkind.Invalid, fmt.Errorf("timeout %v: a sandbox lives at most %v from its creation (sandboxes.max_lifetime)", d, s.opt.MaxLifetime))
+	}
+	s.timer.Reset(d)
+	s.expires = at
+	return at, nil
+}
+
+// ExecRequest is a process to start.
+type ExecRequest = runapi.ExecRequest
+
+func argvOf(req *ExecRequest) ([]string, error) {
+	switch {
+	case len(req.Command) > 0 && req.Cmd != "":
+		return nil, errkind.Mark(errkind.Invalid, errors.New("command and cmd are mutually exclusive"))
+	case len(req.Command) > 0:
+		return slices.Clone(req.Command), nil
+	case req.Cmd != "":
+		return []string{"/bin/sh", "-c", req.Cmd}, nil
+	}
+	return nil, errkind.Mark(errkind.Invalid, errors.New("no command: give command (an argv) or cmd (a shell line)"))
+}
+
+func envOf(req *ExecRequest) ([]string, error) {
+	out := make([]string, 0, len(req.Env))
+	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
+		v := req.Env[k]
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return nil, errkind.Mark(errkind.Invalid, fmt.Errorf("env %q: not a variable name and value", k))
+		}
+		out = append(out, k+"="+v)
+	}
+	return out, nil
+}
+
+// Exec starts a process in the sandbox; its events come from the
+// Process.
+func (s *Sandbox) Exec(req ExecRequest) (*Process, error) {
+	args, err := argvOf(&req)
+	if err != nil {
+		return nil, err
+	}
+	vars, err := envOf(&req)
+	if err != nil {
+		return nil, err
+	}
+	cwd := req.Cwd
+	if cwd == "" {
+		cwd = "/workspace"
+	}
+	if !path.IsAbs(cwd) {
+		cwd = path.Join("/workspace", cwd)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrEnded
+	}
+	pipes, err := backend.NewPipes()
+	if err != nil {
+		return nil, err
+	}
+	sp, err := s.live.Spawn(backend.Process{Args: args, Env: vars, Cwd: cwd,
+		Stdin: pipes.InR, Stdout: pipes.OutW, Stderr: pipes.ErrW})
+	pipes.CloseChildEnds()
+	if err != nil {
+		pipes.CloseAll()
+		return nil, err
+	}
+	p := newProcess(args, s.opt.OutputBytes)
+	p.pid, p.sp = sp.Pid(), sp
+	p.stdin = pipes.InW
+	if !req.Stdin {
+		p.closeStdinLocked()
+	}
+	p.appendLocked(Event{Event: "start", Pid: p.pid})
+	s.procs = append(s.procs, p)
+	s.trimLocked()
+	s.wg.Go(func() { p.run(pipes.OutR, pipes.ErrR, req.Timeout) })
+	return p, nil
+}
+
+// trimLocked forgets the oldest ended processes past maxProcesses.
+func (s *Sandbox) trimLocked() {
+	for i := 0; len(s.procs) > maxProcesses && i < len(s.procs); {
+		if s.procs[i].Exit() != nil {
+			s.procs = slices.Delete(s.procs, i, i+1)
+			continue
+		}
+		i++
+	}
+}
+
+// Process is the process of pid (inside the sandbox) that the sandbox
+// started, nil if none.
+func (s *Sandbox) Process(pid int) *Process {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := len(s.procs) - 1; i >= 0; i-- {
+		if s.procs[i].pid == pid {
+			return s.procs[i]
+		}
+	}
+	return nil
+}
+
+// Processes lists its processes, running and recently ended.
+func (s *Sandbox) Processes() []Info {
+	s.mu.Lock()
+	procs := slices.Clone(s.procs)
+	s.mu.Unlock()
+	out := make([]Info, 0, len(procs))
+	for _, p := range procs {
+		out = append(out, p.Info())
+	}
+	return out
+}
+
+// Close kills every process of the sandbox (its whole cgroup) and tears
+// everything down as after a run; later calls return the first's error.
+func (s *Sandbox) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.timer.Stop()
+		s.mu.Unlock()
+		s.closeErr = s.live.Close()
+		// Every process died with the cgroup: their watchers end.
+		s.wg.Wait()
+		close(s.done)
+	})
+	return s.closeErr
+}
+
+// File is one entry of a directory list.
+type File = runapi.FileInfo
+
+// MaxList bounds the entries a directory list returns.
+const MaxList = 10000
+
+// ErrBadPath is wrapped by the refusal of a file path outside the
+// sandbox's writable places that the host reaches (/workspace).
+var ErrBadPath = errkind.New(errkind.Invalid, "not a path in /workspace")
+
+// rel is name, relative to /workspace or absolute in it, as a
+// workspace-relative name ("." for /workspace itself).
+func rel(name string) (string, error) {
+	if path.IsAbs(name) {
+		r, ok := strings.CutPrefix(path.Clean(name), "/workspace")
+		if !ok || (r != "" && r[0] != '/') {
+			return "", fmt.Errorf("%w: %q", ErrBadPath, name)
+		}
+		name = strings.TrimPrefix(r, "/")
+		if name == "" {
+			return ".", nil
+		}
+	}
+	if name == "" || name == "." {
+		return ".", nil
+	}
+	if strings.ContainsRune(name, 0) || !fs.ValidPath(name) {
+		return "", fmt.Errorf("%w: %q", ErrBadPath, name)
+	}
+	return name, nil
+}
+
+// ReadFile returns the sandbox's regular file name, at most max bytes
+// (a longer one is refused), never through a link.
+func (s *Sandbox) ReadFile(name string, max int64) ([]byte, error) {
+	r, err := rel(name)
+	if err != nil {
+		return nil, err
+	}
+	f, err := s.live.Workspace.OpenRegular(r)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, errkind.Mark(errkind.TooLarge, fmt.Errorf("%q is larger than %d bytes", name, max))
+	}
+	return b, nil
+}
+
+// WriteFile writes the sandbox's file name from the size bytes of r,
+// owned by the sandbox's user, replacing what is there (a link is
+// replaced, never written through).
+func (s *Sandbox) WriteFile(name string, r io.Reader, size int64) error {
+	n, err := rel(name)
+	if err != nil {
+		return err
+	}
+	if n == "." {
+		return fmt.Errorf("%w: %q is a directory", ErrBadPath, name)
+	}
+	return s.live.Workspace.WriteFrom(n, r, size, s.live.UID, s.live.UID)
+}
+
+// Remove removes the sandbox's file or directory name, never following a
+// link.
+func (s *Sandbox) Remove(name string) error {
+	n, err := rel(name)
+	if err != nil {
+		return err
+	}
+	if n == "." {
+		return fmt.Errorf("%w: %q is the workspace itself", ErrBadPath, name)
+	}
+	return s.live.Workspace.RemoveAll(n)
+}
+
+// List lists the sandbox's directory name (at most MaxList entries),
+// never through a link.
+func (s *Sandbox) List(name string) ([]File, error) {
+	n, err := rel(name)
+	if err != nil {
+		return nil, err
+	}
+	root, err := safefs.Open(s.live.Workspace.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	dir := root
+	if n != "." {
+		if dir, err = root.Sub(n); err != nil {
+			return nil, err
+		}
+		defer dir.Close()
+	}
+	ents, err := dir.ReadDir(MaxList)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	out := make([]File, 0, len(ents))
+	for _, e := range ents {
+		fi, err := e.Info()
+		if err != nil {
+			continue // gone since
+		}
+		f := File{Name: e.Name(), Size: fi.Size(), Mode: fmt.Sprintf("%04o", fi.Mode().Perm()), MTime: fi.ModTime().UTC()}
+		switch {
+		case fi.Mode().IsRegular():
+			f.Type = "file"
+		case fi.IsDir():
+			f.Type = "dir"
+		case fi.Mode()&os.ModeSymlink != 0:
+			f.Type = "symlink"
+		default:
+			f.Type = "other"
+		}
+		out = append(out, f)
+	}
+	slices.SortFunc(out, func(a, b File) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
