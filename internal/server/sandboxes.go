@@ -15,7 +15,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/agentrun/agentrun/image"
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/metrics"
@@ -187,14 +186,14 @@ func (s *Server) sandboxes(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, err := s.Sandboxes.Create(r.Context(), plan, callerOf(r), lifetime, cfg.Sandboxes.MaxLifetime.Duration())
 	if err != nil {
-		var ie *image.Error
+		var fe fieldError
 		switch {
 		case errors.Is(err, runapi.ErrTooManySandboxes), errors.Is(err, runapi.ErrSandboxesClosed):
 			ref := refusal(err, errkind.Unavailable, "")
 			ref.RetryAfter = time.Second
 			writeRefusal(w, ref)
-		case errors.As(err, &ie):
-			writeError(w, statusOf(err), "image", err.Error())
+		case errors.As(err, &fe):
+			writeError(w, statusOf(err), fe.Field(), err.Error())
 		default:
 			writeRefusal(w, err)
 		}
