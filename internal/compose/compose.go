@@ -38,6 +38,11 @@ func Runtimes(cfg *config.Config) ([]backend.Runtime, error) {
 	if os.Geteuid() != 0 {
 		return nil, runner.ErrNotRoot
 	}
+	// The state dir first, as the runner makes its own there: a full or
+	// unwritable one is refused as such, before any backend's part of it.
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating state dir: %w", err)
+	}
 	lc, err := runc.New(filepath.Join(cfg.StateDir, "runc"))
 	if err != nil {
 		return nil, err

@@ -130,7 +130,10 @@ func TestToolsFromCode(t *testing.T) {
 	for _, rt := range runtimes {
 		t.Run(rt, func(t *testing.T) {
 			cfg, _ := toolsConfig(t, entry, "", false)
-			res, line := runTools(t, cfg, runapi.Hooks{}, pyTask(toolsProgram, map[string]any{"tools": []string{"ev"}, "runtime": rt}))
+			// The walk of the whole root reads every file: at half a CPU
+			// under runsc on a loaded host it outlasts the default 5 s.
+			res, line := runTools(t, cfg, runapi.Hooks{}, pyTask(toolsProgram, map[string]any{"tools": []string{"ev"}, "runtime": rt,
+				"limits": map[string]any{"timeout": "60s"}}))
 			for _, want := range []string{
 				"listed ['ev/echo', 'ev/get-sum']\n",
 				"sum The sum of 2 and 40 is 42.\n",
@@ -141,7 +144,7 @@ func TestToolsFromCode(t *testing.T) {
 				"internet refused\n",
 			} {
 				if !strings.Contains(res.Stdout, want) {
-					t.Errorf("stdout lacks %q:\n%s\nstderr: %s", want, res.Stdout, res.Stderr)
+					t.Errorf("stdout lacks %q (exit %d, timed out %v):\n%s\nstderr: %s", want, res.ExitCode, res.TimedOut, res.Stdout, res.Stderr)
 				}
 			}
 			calls := toolCallsOf(t, res)
