@@ -69,7 +69,9 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		res = runOnServer(*serverAddr, os.Getenv("AGENTRUN_TOKEN"), pos[0], stdin)
 	} else {
 		oneShotGC()
-		res = runTask(pos[0], *cfgPath, *auditPath, *storeDir, stdin, stderr)
+		var after func()
+		res, after = runTask(pos[0], *cfgPath, *auditPath, *storeDir, stdin, stderr)
+		defer after()
 	}
 
 	if err := writeResult(out, stderr, res, *format); err != nil {
@@ -124,7 +126,10 @@ func runOnServer(addr, token, taskPath string, stdin io.Reader) *result.Result {
 }
 
 // runTask loads the config and the task and runs it. Whatever fails, it
-// returns a result (with Error set when agentrun could not run the task).
+// returns a result (with Error set when agentrun could not run the task),
+// and what is left to do once the result is written: the run launcher's
+// bytecode made if the run missed it (once per image and interpreter, for
+// the cold runs after this one), then the runner and its log closed.
 // oneShotGCPercent is the GC target of a run in this process: a cold
 // run's set-up allocates about 8 MiB (the config, the plan, libcontainer's
 // parent side), which Go's default target collects twice from its 4 MiB
@@ -141,21 +146,22 @@ func oneShotGC() {
 	}
 }
 
-func runTask(taskPath, cfgPath, auditPath, storeDir string, stdin io.Reader, stderr io.Writer) *result.Result {
+func runTask(taskPath, cfgPath, auditPath, storeDir string, stdin io.Reader, stderr io.Writer) (*result.Result, func()) {
+	none := func() {}
 	cfg, err := config.Load(cfgPath)
 	if err != nil {
-		return result.NotRun(err)
+		return result.NotRun(err), none
 	}
 	if storeDir != "" {
 		cfg.StoreDir = storeDir
 	}
 	data, err := readTask(taskPath, stdin)
 	if err != nil {
-		return result.NotRun(err)
+		return result.NotRun(err), none
 	}
 	plan, err := task.Load(data, cfg)
 	if err != nil {
-		return result.NotRun(err)
+		return result.NotRun(err), none
 	}
 	if auditPath == "" {
 		auditPath = cfg.Audit
@@ -164,16 +170,20 @@ func runTask(taskPath, cfgPath, auditPath, storeDir string, stdin io.Reader, std
 		fmt.Fprintf(stderr, "agentrun: "+format+"\n", args...)
 	})
 	if err != nil {
-		return result.NotRun(err)
+		return result.NotRun(err), none
 	}
-	defer closeLog()
+	r.MakeLauncherCodeAfter()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	var hooks runapi.Hooks
 	if len(plan.Services) > 0 {
 		hooks.Approve = terminalApprover()
 	}
-	return r.Run(ctx, plan, hooks)
+	res := r.Run(ctx, plan, hooks)
+	return res, func() {
+		r.MakeMissedLauncherCode(ctx)
+		stop()
+		closeLog()
+	}
 }
 
 // readTask reads the task file (or stdin for "-"), refusing one larger

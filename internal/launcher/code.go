@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -40,9 +41,17 @@ import (
 // state dir (launcher/, a file per image, interpreter and launcher), each
 // at most maxLauncherCode bytes and at most maxLauncherCodes of them.
 //
-// Only a long-lived runner makes it (Codes.Make: serve, the worker, mcp),
+// A long-lived runner makes it (Codes.Make: serve, the worker, mcp),
 // after a run's set-up has found none, one compile at a time and one try
-// per key per process; every runner uses what is there.
+// per key per process; every runner uses what is there. A one-shot
+// runner (agentrun run) makes it after its run has been answered
+// (Codes.MakeAfter, then MakePending): the first cold run of an image
+// runs the launcher's source, as a run without bytecode does, and its
+// process compiles the bytecode once the result is out, for every cold
+// run after it. A compile that failed there is not tried again by a
+// one-shot runner for launcherRetry (a marker file beside the bytecode's),
+// so that an image whose compile fails costs its runs no extra sandbox
+// each.
 
 // maxLauncherCode bounds a launcher's bytecode (CPython 3.11 makes 11 KB).
 const maxLauncherCode = 256 << 10
@@ -53,6 +62,16 @@ const maxLauncherCodes = 64
 
 // launcherCompileTimeout bounds a compile's sandbox.
 const launcherCompileTimeout = 10 * time.Second
+
+// launcherRetry is how long a one-shot runner leaves a key whose compile
+// failed before it tries again.
+const launcherRetry = time.Hour
+
+// failedSuffix names a key's marker of a failed compile.
+const failedSuffix = ".failed"
+
+// maxPending bounds the compiles a one-shot runner makes after its runs.
+const maxPending = 4
 
 // compileLauncher is the compile's program (python3 -I -S -c): the
 // interpreter's magic number and the launcher's code, marshalled, in
@@ -77,10 +96,13 @@ type Codes struct {
 
 	mu    sync.Mutex
 	make  bool
-	mem   map[string][]byte
-	order []string        // mem's keys, oldest first
-	tried map[string]bool // keys this process made or tried to make
-	busy  bool            // a compile is going on
+	after bool // a miss is compiled by MakePending, not at once
+	// pending are the misses MakePending compiles.
+	pending []pendingCode
+	mem     map[string][]byte
+	order   []string        // mem's keys, oldest first
+	tried   map[string]bool // keys this process made or tried to make
+	busy    bool            // a compile is going on
 
 	ctx    context.Context // the compiles'; close cancels it
 	cancel context.CancelFunc
@@ -101,6 +123,62 @@ func (c *Codes) Make() {
 	c.mu.Lock()
 	c.make = true
 	c.mu.Unlock()
+}
+
+// pendingCode is a miss that MakePending compiles.
+type pendingCode struct {
+	p   *task.Plan
+	img *image.Image
+	key string
+}
+
+// MakeAfter has c make the run launcher's bytecode for the images and
+// interpreters its Python runs missed, in MakePending. For a one-shot
+// runner, whose process would end before a compile started with its run.
+func (c *Codes) MakeAfter() {
+	c.mu.Lock()
+	c.after = true
+	c.mu.Unlock()
+}
+
+// MakePending compiles, one at a time, the bytecode that c's runs missed
+// since MakeAfter, each in a sandbox of its own, and keeps it in the state
+// dir for the next process; a compile that fails is logged and marked, so
+// that one-shot runners leave its key for launcherRetry. It returns when
+// they have ended, or ctx is done.
+func (c *Codes) MakePending(ctx context.Context) {
+	c.mu.Lock()
+	pending := c.pending
+	c.pending = nil
+	c.mu.Unlock()
+	for _, m := range pending {
+		if ctx.Err() != nil {
+			return
+		}
+		err := c.compileFor(ctx, m.p, m.img, m.key)
+		if err == nil || ctx.Err() != nil {
+			continue
+		}
+		if c.logf != nil {
+			c.logf("the run launcher's bytecode for image %s and %s: %v (its runs compile the launcher; tried again in %v)", m.img.Ref, m.p.Argv[0], err, launcherRetry)
+		}
+		_ = cachefile.Write(c.dir, m.key+failedSuffix, []byte(strconv.FormatInt(time.Now().Unix(), 10)))
+	}
+}
+
+// failedLately reports whether a compile of key failed within
+// launcherRetry (its marker in dir).
+func failedLately(dir, key string) bool {
+	b, err := cachefile.Read(filepath.Join(dir, key+failedSuffix), 32)
+	if err != nil {
+		return false
+	}
+	at, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil {
+		return false
+	}
+	age := time.Since(time.Unix(at, 0))
+	return age >= 0 && age < launcherRetry
 }
 
 // launcherSum is the launcher's own hash: a new launcher is compiled anew.
@@ -142,6 +220,13 @@ func (c *Codes) For(p *task.Plan, img *image.Image) []byte {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.after && !c.make {
+		if !c.tried[key] && len(c.pending) < maxPending && !failedLately(c.dir, key) {
+			c.tried[key] = true
+			c.pending = append(c.pending, pendingCode{p: p, img: img, key: key})
+		}
+		return nil
+	}
 	if !c.make || c.busy || c.tried[key] || c.ctx.Err() != nil || len(c.tried) >= 16*maxLauncherCodes {
 		return nil
 	}

@@ -2,15 +2,20 @@ package launcher
 
 import (
 	"bytes"
+	"context"
+	"encoding/base64"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentrun/agentrun/image"
+	"github.com/agentrun/agentrun/internal/cachefile"
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/test/testenv"
 )
@@ -132,5 +137,82 @@ func TestCompilePlan(t *testing.T) {
 	}
 	if startArgv(c) != nil {
 		t.Error("the compile would run through the launcher")
+	}
+}
+
+// TestLauncherCodesAfter: a one-shot runner's miss compiles nothing
+// during its run; MakePending compiles it after, once, and keeps it for
+// the next process. A failed compile is marked, and the next one-shot
+// runner leaves that key for launcherRetry, where a long-lived one tries.
+func TestLauncherCodesAfter(t *testing.T) {
+	testenv.RequireRoot(t) // a cache file is root's
+	dir := filepath.Join(t.TempDir(), "launcher")
+	p, err := task.Load([]byte(`{"language":"python","code":"print(1)"}`), config.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := &image.Image{Ref: "dir:/x", Rootfs: "/x"}
+	compiles := 0
+	ok := func(context.Context, *task.Plan, *image.Image) (*result.Result, error) {
+		compiles++
+		return &result.Result{Stdout: base64.StdEncoding.EncodeToString([]byte("magicbytecode")) + "\n"}, nil
+	}
+	failing := func(context.Context, *task.Plan, *image.Image) (*result.Result, error) {
+		compiles++
+		return &result.Result{ExitCode: 1, Stderr: "SyntaxError"}, nil
+	}
+
+	// oneShot is a one-shot process's run and what it does after.
+	oneShot := func(compile CompileFunc, runs int) {
+		c := NewCodes(dir, compile, func(string, ...any) {})
+		c.MakeAfter()
+		before := compiles
+		for range runs {
+			if b := c.For(p, img); b != nil {
+				t.Fatalf("a miss gave %q", b)
+			}
+		}
+		if compiles != before {
+			t.Fatalf("%d compiles during the runs; want none", compiles)
+		}
+		c.MakePending(context.Background())
+		c.Close()
+	}
+	oneShot(failing, 2)
+	if compiles != 1 {
+		t.Fatalf("%d compiles after two misses of one key; want 1", compiles)
+	}
+	// The next one-shot process leaves the key whose compile failed.
+	oneShot(ok, 1)
+	if compiles != 1 {
+		t.Errorf("a one-shot runner compiled a key that failed a moment ago")
+	}
+	// A long-lived one tries, and its bytecode is every runner's.
+	c := NewCodes(dir, ok, nil)
+	c.Make()
+	c.For(p, img)
+	c.Close()
+	if compiles != 2 {
+		t.Fatalf("%d compiles; want the long-lived runner's", compiles)
+	}
+	c = NewCodes(dir, ok, nil)
+	c.MakeAfter()
+	if b := c.For(p, img); string(b) != "magicbytecode" {
+		t.Errorf("the next process's run got %q, want the kept bytecode", b)
+	}
+	c.Close()
+
+	// Past launcherRetry a one-shot runner tries again.
+	os.Remove(filepath.Join(dir, launcherKey(img, p.Argv[0])))
+	old := strconv.FormatInt(time.Now().Add(-2*launcherRetry).Unix(), 10)
+	if err := cachefile.Write(dir, launcherKey(img, p.Argv[0])+failedSuffix, []byte(old)); err != nil {
+		t.Fatal(err)
+	}
+	oneShot(ok, 1)
+	if compiles != 3 {
+		t.Errorf("%d compiles; want one more past launcherRetry", compiles)
+	}
+	if b, err := readLauncherCode(filepath.Join(dir, launcherKey(img, p.Argv[0]))); err != nil || string(b) != "magicbytecode" {
+		t.Errorf("kept %q, %v", b, err)
 	}
 }

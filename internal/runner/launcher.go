@@ -19,6 +19,16 @@ import (
 // after the run that asked for it.
 func (r *Runner) MakeLauncherCode() { r.codes.Make() }
 
+// MakeLauncherCodeAfter has a one-shot runner make the bytecode its
+// Python runs missed, in MakeMissedLauncherCode, once their results are
+// out (launcher.Codes.MakeAfter).
+func (r *Runner) MakeLauncherCodeAfter() { r.codes.MakeAfter() }
+
+// MakeMissedLauncherCode compiles the bytecode that the runner's runs
+// missed since MakeLauncherCodeAfter, each in a sandbox of its own, and
+// returns when they have ended or ctx is done.
+func (r *Runner) MakeMissedLauncherCode(ctx context.Context) { r.codes.MakePending(ctx) }
+
 // compileLauncher runs cp, the plan of the run launcher's compile
 // (launcher.Codes), in img, in a sandbox of its own that gets the
 // launcher's source alone, and returns its result.

@@ -48,12 +48,13 @@ func envOr(k, def string) string {
 
 // Names of the contenders the targets are about.
 const (
-	runcName   = "runc run (CLI)"
-	runcLCName = "runc run (CLI, agentrun's libcontainer)"
-	coldName   = "agentrun run (cold, no network)"
-	allowName  = "agentrun run (allowlist)"
-	warmName   = "agentrun serve, warm pool"
-	cliName    = "agentrun run --server, warm pool"
+	runcName     = "runc run (CLI)"
+	runcLCName   = "runc run (CLI, agentrun's libcontainer)"
+	coldName     = "agentrun run (cold, no network)"
+	baseColdName = "baseline agentrun run (cold, no network)"
+	allowName    = "agentrun run (allowlist)"
+	warmName     = "agentrun serve, warm pool"
+	cliName      = "agentrun run --server, warm pool"
 )
 
 // concurrencies are those throughput is measured at.
@@ -154,6 +155,9 @@ func main() {
 		{name: "agentrun run (runsc)", note: "gVisor runsc, systrap",
 			cmd: func(int) *exec.Cmd { return exec.Command(*bin, "run", "--config", cfg, runscTask) }},
 		sessionContender(work, rootfs),
+	}
+	if *baseline != "" {
+		cs = append(cs, baselineColdContender(work, rootfs, task))
 	}
 	if *coldOnly {
 		coldReport(os.Stdout, cs)
@@ -274,34 +278,73 @@ func measure(cs []*contender) {
 func coldReport(w io.Writer, all []*contender) {
 	var cs []*contender
 	for _, c := range all {
-		if c.name == "bare chroot python3" || c.name == floorName || c.name == runcName || c.name == runcLCName || c.name == coldName {
+		if c.name == "bare chroot python3" || c.name == floorName || c.name == runcName || c.name == runcLCName || c.name == coldName || c.name == baseColdName {
 			cs = append(cs, c)
 		}
 	}
 	measure(cs)
-	fmt.Fprintf(w, "%d runs each, interleaved, the order reversed every other time; CPU: user+sys per run of the command and the processes it waited for, median:\n\n| contender | median | p90 | CPU/run |\n|---|---|---|---|\n", *n)
+	fmt.Fprintf(w, "%d runs each, interleaved, the order reversed every other time; CPU: user+sys per run of the command and the processes it waited for, median:\n\n| contender | median | p90 | × bare | CPU/run |\n|---|---|---|---|---|\n", *n)
 	byName := map[string]time.Duration{}
+	bare := find(cs, "bare chroot python3")
 	for _, c := range cs {
 		if c.err != "" {
-			fmt.Fprintf(w, "| %s | not measured: %s | | |\n", c.name, c.err)
+			fmt.Fprintf(w, "| %s | not measured: %s | | | |\n", c.name, c.err)
 			continue
 		}
 		byName[c.name] = median(c.times)
-		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", c.name, ms(median(c.times)), ms(pct(c.times, 0.9)), cpuPerRun(c))
+		xBare := "–"
+		if bare.err == "" && len(bare.times) > 0 {
+			xBare = fmt.Sprintf("%.2f×", float64(median(c.times))/float64(median(bare.times)))
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", c.name, ms(median(c.times)), ms(pct(c.times, 0.9)), xBare, cpuPerRun(c))
 	}
 	if cold, ok := byName[coldName]; ok {
-		for _, r := range []string{floorName, runcName, runcLCName} {
+		for _, r := range []string{floorName, runcName, runcLCName, baseColdName} {
 			if d, ok := byName[r]; ok {
 				fmt.Fprintf(w, "\n%s against %s: %.2f×", coldName, r, float64(cold)/float64(d))
 			}
 		}
 		fmt.Fprintln(w)
+		if m, ok := coldAgainstRunc(cs); ok {
+			fmt.Fprintf(w, "\nTarget: cold `agentrun run` ≤ 1.0× %s: %s\n", runcName, m)
+		}
 		if f := find(cs, floorName); f.err == "" && len(f.cpu) > 0 {
 			c := find(cs, coldName)
 			fmt.Fprintf(w, "\n%s above %s: %+.1f ms median, %+.1f ms CPU per run\n", coldName, floorName,
 				msf(cold-median(f.times)), msf(median(c.cpu)-median(f.cpu)))
 		}
 	}
+}
+
+// coldAgainstRunc is the cold-run target's measure: a cold `agentrun
+// run`'s median wall time against `runc run`'s on the same spec, each
+// beside bare python's, and their CPU per run; ok when the ratio is at
+// most 1.0. "" when either was not measured.
+func coldAgainstRunc(cs []*contender) (string, bool) {
+	cold, rc, bare := find(cs, coldName), find(cs, runcName), find(cs, "bare chroot python3")
+	if cold.err != "" || rc.err != "" || len(cold.times) == 0 || len(rc.times) == 0 {
+		return "", false
+	}
+	r := float64(median(cold.times)) / float64(median(rc.times))
+	m := fmt.Sprintf("%.2f× (%s against %s", r, ms(median(cold.times)), ms(median(rc.times)))
+	if bare.err == "" && len(bare.times) > 0 {
+		b := float64(median(bare.times))
+		m += fmt.Sprintf("; %.2f× and %.2f× bare", float64(median(cold.times))/b, float64(median(rc.times))/b)
+	}
+	m += fmt.Sprintf("; CPU/run %s against %s", cpuPerRun(cold), cpuPerRun(rc))
+	if len(cold.cpu) > 0 && len(rc.cpu) > 0 {
+		m += fmt.Sprintf(", %.2f×", float64(median(cold.cpu))/float64(median(rc.cpu)))
+	}
+	return m + ")", r <= 1
+}
+
+// baselineColdContender is the cold run on -baseline's binary, with a
+// state dir of its own (its caches are its own to make).
+func baselineColdContender(work, rootfs, task string) *contender {
+	cfg := filepath.Join(work, "baseline-config.json")
+	write(cfg, fmt.Sprintf(`{"image":"dir:%s","audit":"","state_dir":%q}`, rootfs, filepath.Join(work, "state-baseline")))
+	return &contender{name: baseColdName, note: "the cold run on -baseline's binary (" + filepath.Base(*baseline) + "), a state dir of its own",
+		cmd: func(int) *exec.Cmd { return exec.Command(*baseline, "run", "--config", cfg, task) }}
 }
 
 // msf is d in milliseconds.
@@ -533,16 +576,22 @@ func targets(w io.Writer, cs []*contender, floor time.Duration) {
 	}
 	cold, allow, warm := find(cs, coldName), find(cs, allowName), find(cs, warmName)
 	row("cold `agentrun run` ≤ 2.0× the floor", cold, ratio(cold, 2.0))
-	for _, name := range []string{runcName, runcLCName} {
-		rc := find(cs, name)
-		if rc.err != "" || cold.err != "" {
-			fmt.Fprintf(w, "| cold `agentrun run` ≤ %s | not measured | – |\n", name)
-			continue
-		}
-		row("cold `agentrun run` ≤ "+name, cold, func() (string, bool) {
+	if m, ok := coldAgainstRunc(cs); m != "" {
+		fmt.Fprintf(w, "| cold `agentrun run` ≤ 1.0× %s (wall, median) | %s | %s |\n", runcName, m, map[bool]string{true: "yes", false: "no"}[ok])
+	} else {
+		fmt.Fprintf(w, "| cold `agentrun run` ≤ 1.0× %s (wall, median) | not measured | – |\n", runcName)
+	}
+	if rc := find(cs, runcLCName); rc.err != "" || cold.err != "" {
+		fmt.Fprintf(w, "| cold `agentrun run` ≤ %s | not measured | – |\n", runcLCName)
+	} else {
+		row("cold `agentrun run` ≤ "+runcLCName, cold, func() (string, bool) {
 			r := float64(median(cold.times)) / float64(median(rc.times))
 			return fmt.Sprintf("%.2f× (%s against %s)", r, ms(median(cold.times)), ms(median(rc.times))), r <= 1
 		})
+	}
+	if base := find(cs, baseColdName); base.err == "" && cold.err == "" && len(base.times) > 0 {
+		fmt.Fprintf(w, "| (no target) cold `agentrun run` against -baseline's | %.2f× (%s against %s; CPU/run %s against %s) | – |\n",
+			float64(median(cold.times))/float64(median(base.times)), ms(median(cold.times)), ms(median(base.times)), cpuPerRun(cold), cpuPerRun(base))
 	}
 	row("warm pool ≤ 1.2× the floor", warm, ratio(warm, 1.2))
 	if cold.err == "" {

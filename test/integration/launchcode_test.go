@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -220,5 +221,30 @@ func TestExitEndsLauncherCompile(t *testing.T) {
 				t.Errorf("%s holds %d files after a compile that was stopped", dir, len(ents))
 			}
 		})
+	}
+}
+
+// TestLauncherBytecodeCLI: a cold `agentrun run` that finds no launcher
+// bytecode for its image runs the launcher's source, answers, and then
+// has the image's own interpreter compile it, in a sandbox of its own,
+// before it exits; the next cold run loads it, read-only. Nothing of
+// either is left behind (cli checks).
+func TestLauncherBytecodeCLI(t *testing.T) {
+	dir := noLauncherCode(t)
+	res, _, stderr, code := cli(t, pyTask(launcherProbe, nil), "run", "-")
+	if code != 0 || res == nil || res.Stdout != "False None\n" {
+		t.Fatalf("the first cold run: exit %d, %+v, stderr %q; want no bytecode yet", code, res, stderr)
+	}
+	names, _ := filepath.Glob(filepath.Join(dir, "[0-9a-f]*"))
+	if len(names) != 1 {
+		t.Fatalf("bytecode files %v after the first cold run's exit, want one for the image and python3", names)
+	}
+	res, _, stderr, code = cli(t, pyTask(launcherProbe, nil), "run", "-")
+	if code != 0 || res == nil || res.Stdout != "True None\n" {
+		t.Errorf("the next cold run: exit %d, %+v, stderr %q; want the bytecode mounted", code, res, stderr)
+	}
+	res, _, _, _ = cli(t, pyTask("x = 6 * 7\nx", nil), "run", "-")
+	if res == nil || res.Value == nil || !strings.Contains(fmt.Sprint(res.Value), "42") {
+		t.Errorf("a cold run's value from the bytecode: %+v", res)
 	}
 }
