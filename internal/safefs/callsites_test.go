@@ -58,6 +58,12 @@ const (
 // sandbox could write, keyed file:function:call (a method as
 // Type.Method), each with why.
 var allowed = map[string]string{
+	"internal/runner/stamp.go:readStamp:os.OpenFile":                 binDir,
+	"internal/runner/stamp.go:stampedCopy:syscall.Lstat":             binDir,
+	"internal/runner/stamp.go:writeStamp:os.CreateTemp":              binDir,
+	"internal/runner/stamp.go:writeStamp:os.Remove":                  binDir,
+	"internal/runner/stamp.go:writeStamp:os.Rename":                  binDir,
+	"internal/runner/stamp.go:writeStamp:syscall.Lstat":              binDir,
 	"internal/session/session.go:Store.created:os.OpenFile":          store,
 	"internal/session/session.go:writeCreated:os.OpenFile":           store,
 	"internal/session/state.go:Lease.NewState:os.OpenFile":           store,
