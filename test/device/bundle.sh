@@ -23,6 +23,9 @@ flags=(-tags seccomp,runc_nocriu -trimpath -ldflags "-s -w")
 # runtime/cgroup's v2 paths (cgroup.kill, the v2 freeze, memory.peak) run
 # only on a v2 host.
 "$GO" test -c "${flags[@]}" -o "$work/bin/cgroup.test" ./runtime/cgroup
+# The tool broker's fence (a server started straight into its cgroup with
+# clone3's CLONE_INTO_CGROUP on v2, in namespaces of its own).
+"$GO" test -c "${flags[@]}" -o "$work/bin/toolbroker.test" ./internal/toolbroker
 # runtime/runsc's own tests are left out for size: the integration suite
 # runs every behavioural test on runsc too.
 "$GO" build "${flags[@]}" -o "$work/bin/agentrun" ./cmd/agentrun

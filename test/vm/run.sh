@@ -7,9 +7,10 @@
 # images of test/device/bundle.sh, and runs as root, with no network:
 #
 #   runtime/cgroup's tests (the v2 limits, kill, freeze, usage and OOM),
-#   the integration tests in $AGENTRUN_VM_RUN (by default the ones on
-#   limits, kills, pools, tear-down and gc), and the escape battery,
-#   each on libcontainer.
+#   the tool broker's root tests (a stdio server's fence and cgroup), the
+#   integration tests in $AGENTRUN_VM_RUN (by default the ones on limits,
+#   kills, pools, tear-down, gc and live sandboxes), and the escape
+#   battery, each on libcontainer.
 #
 # runsc is left out: under QEMU's emulation (TCG, some 40 times slower
 # than this host) gVisor's runs take longer than the tests' timeouts, on
@@ -27,7 +28,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 mode=${AGENTRUN_VM_CGROUP:-v2}
 case $mode in v1 | v2) ;; *) echo "vm/run.sh: AGENTRUN_VM_CGROUP is v1 or v2, not $mode" >&2; exit 2 ;; esac
-run=${AGENTRUN_VM_RUN:-'^(TestSumPrints45|TestForkBombHitsPidsLimit|TestMemoryHogIsOOMKilled|TestInfiniteLoopTimesOut|TestTmpFullGivesENOSPC|TestSetsidDoubleForkDiesAtTimeout|TestTimeoutKillsProgramWithoutMainThread|TestConcurrentRunsAreIsolated|TestMissingProgramRollsBack|TestCancelledBeforeTheProgramStarts|TestPoolEnforcesLimits|TestPoolProgramStartsAhead|TestPoolExecFailsAsCold|TestMountsHeldUntilTearDown|TestPoolDropsDeadSandboxes|TestPoolStoppedSandboxDoesNotHang|TestGCAfterSIGKILL|TestRunUIDsOwnUserLimits|TestServeSIGKILLThenGC)$'}
+run=${AGENTRUN_VM_RUN:-'^(TestSumPrints45|TestForkBombHitsPidsLimit|TestMemoryHogIsOOMKilled|TestInfiniteLoopTimesOut|TestTmpFullGivesENOSPC|TestSetsidDoubleForkDiesAtTimeout|TestTimeoutKillsProgramWithoutMainThread|TestConcurrentRunsAreIsolated|TestMissingProgramRollsBack|TestCancelledBeforeTheProgramStarts|TestPoolEnforcesLimits|TestPoolProgramStartsAhead|TestPoolExecFailsAsCold|TestMountsHeldUntilTearDown|TestPoolDropsDeadSandboxes|TestPoolStoppedSandboxDoesNotHang|TestGCAfterSIGKILL|TestRunUIDsOwnUserLimits|TestServeSIGKILLThenGC|TestLiveSandbox|TestLiveSandboxExpires|TestServeLiveSandboxes)$'}
 timeout=${AGENTRUN_VM_TIMEOUT:-3600}
 cache=${AGENTRUN_VM_CACHE:-/var/cache/agentrun/vm}
 work=${AGENTRUN_VM_WORK:-/var/tmp/agentrun-vm}
@@ -113,6 +114,7 @@ suite() {
 	echo "passed: $(grep -cE '^\s*--- PASS' /out/$name.log), exit $r"
 }
 suite cgroup
+suite toolbroker -test.run '^TestRoot'
 suite integration -test.run "$(cat /run.pattern)" -test.skip '/runsc$'
 suite escape -test.run 'TestEscapeBattery/^libcontainer'
 echo "--- left: $(ls -d /sys/fs/cgroup/agentrun* /sys/fs/cgroup/*/agentrun* 2>/dev/null | tr '\n' ' ')"
