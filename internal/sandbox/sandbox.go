@@ -137,6 +137,13 @@ func (s *Sandbox) ExpiresAt() time.Time {
 // Done is closed once the sandbox has ended and is torn down.
 func (s *Sandbox) Done() <-chan struct{} { return s.done }
 
+// ended says whether the sandbox has ended (Close began).
+func (s *Sandbox) ended() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
 // ErrEnded is the error of a request to a sandbox that has ended.
 var ErrEnded = errkind.New(errkind.NotFound, "the sandbox has ended")
 
