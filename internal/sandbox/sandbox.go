@@ -57,13 +57,14 @@ type Sandbox struct {
 	User        string
 	ImageDigest string
 	Created     time.Time
-	// PreviewToken, 128 random bits, will let a client reach its ports
-	// without the API token (not served yet).
+	// PreviewToken, 128 random bits, lets a client reach its ports
+	// (DialPort, through serve) without the API token.
 	PreviewToken string
 
 	opt  Options
 	live *runner.Live
 
+	ports   ports
 	mu      sync.Mutex
 	expires time.Time
 	timer   *time.Timer
@@ -282,6 +283,7 @@ func (s *Sandbox) Close() error {
 		s.closed = true
 		s.timer.Stop()
 		s.mu.Unlock()
+		s.ports.closeAll()
 		s.closeErr = s.live.Close()
 		// Every process died with the cgroup: their watchers end.
 		s.wg.Wait()
