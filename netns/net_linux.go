@@ -58,6 +58,39 @@ func (p *Subnets) Setup() (_ *Net, err error) {
 	return n, nil
 }
 
+// Loopback creates a lone sandbox namespace holding only "lo", up: the
+// network of a sandbox with none that this process must still reach
+// inside (a live sandbox's ports). It has no gateway: Do and DialContext
+// take Sandbox alone, and Listen and ListenPacket fail.
+func Loopback() (_ *Net, err error) {
+	n := &Net{gw: -1, sbx: -1}
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	err = onFreshThread(func() error {
+		var err error
+		if n.sbx, err = netns.New(); err != nil {
+			return fmt.Errorf("creating sandbox namespace: %w", err)
+		}
+		return writeSysctls(sandboxSysctls)
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.SandboxPath = fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), int(n.sbx))
+	h, err := n.handle(Sandbox)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	if err := linkUp(h, "lo"); err != nil {
+		return nil, fmt.Errorf("sandbox namespace: %w", err)
+	}
+	return n, nil
+}
+
 // createPair makes the two namespaces on a thread of its own and tunes
 // their sysctls before any interface exists in them.
 func createPair(n *Net) error {
@@ -347,7 +380,9 @@ func (n *Net) Close() error {
 				*fd = -1
 			}
 		}
-		n.subnets.release(n.idx)
+		if n.subnets != nil {
+			n.subnets.release(n.idx)
+		}
 		n.closeErr = errors.Join(errs...)
 	})
 	return n.closeErr

@@ -388,3 +388,45 @@ func TestDoCarriesPanicAndGoexit(t *testing.T) {
 		}
 	}
 }
+
+// A lone loopback namespace: its lo is up and reached by DialContext,
+// the host's loopback is not, and it has no gateway.
+func TestLoopback(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.NoLeaks(t)
+	host, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	n, err := Loopback()
+	if err != nil {
+		t.Fatalf("Loopback: %v", err)
+	}
+	var inside net.Listener
+	if err := n.Do(Sandbox, func() error {
+		var err error
+		inside, err = net.Listen("tcp4", "127.0.0.1:0")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer inside.Close()
+	ctx := context.Background()
+	c, err := n.DialContext(ctx, Sandbox, "tcp4", inside.Addr().String())
+	if err != nil {
+		t.Fatalf("dialing the namespace's loopback: %v", err)
+	}
+	c.Close()
+	if c, err := n.DialContext(ctx, Sandbox, "tcp4", host.Addr().String()); err == nil {
+		c.Close()
+		t.Errorf("the host's loopback %s was reached from the namespace", host.Addr())
+	}
+	if err := n.Do(Gateway, func() error { return nil }); err == nil {
+		t.Error("Do(Gateway) worked on a loopback namespace")
+	}
+	inside.Close()
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -15,6 +15,9 @@ var errUnsupported = errors.New("network namespaces need linux")
 // Setup is only supported on Linux.
 func (p *Subnets) Setup() (*Net, error) { return nil, errUnsupported }
 
+// Loopback is only supported on Linux.
+func Loopback() (*Net, error) { return nil, errUnsupported }
+
 // Listen is only supported on Linux.
 func (n *Net) Listen(network, addr string) (net.Listener, error) { return nil, errUnsupported }
 

@@ -111,6 +111,11 @@ type Server struct {
 	// listen address and, on a unix socket, "agentrun": the names it is
 	// reached by through a reverse proxy or from another machine.
 	Hosts []string `json:"hosts"`
+	// PreviewDomain, when set, is a domain whose names PORT-ID (a live
+	// sandbox's port and id) serve answers to, as the sandbox's ports
+	// (/v1/sandboxes/ID/ports/PORT): the operator points a wildcard
+	// name at serve.
+	PreviewDomain string `json:"preview_domain,omitempty"`
 }
 
 // Approvals configures how serve asks a human about requests held for

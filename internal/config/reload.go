@@ -49,6 +49,7 @@ var ReloadTable = []ReloadKey{
 	{Key: "server.token", Effect: "the bearer token of every request (never removed from a TCP socket)"},
 	{Key: "server.approvals", Effect: "the webhook of held requests (its secret file read again, and root's) and the approvals page"},
 	{Key: "server.hosts", Effect: "the names a request's Host and Origin may give"},
+	{Key: "server.preview_domain", Effect: "the domain whose names PORT-ID reach live sandboxes' ports, for the requests that come next"},
 	{Key: "worker", Effect: "not serve's: `agentrun worker`, `submit` and `result` read it when they start"},
 	{Key: "sessions", Restart: true, Effect: "the store of kept sessions, opened at start"},
 	{Key: "sandboxes", Effect: "the live sandboxes created from then on: their default timeout and max lifetime; the bound on those live at once (those already live stay, past a lower one)"},

@@ -326,6 +326,14 @@ func (s Server) validate() error {
 			return fieldErr(fmt.Sprintf("server.hosts[%d]", i), err)
 		}
 	}
+	if s.PreviewDomain != "" {
+		if _, err := netip.ParseAddr(s.PreviewDomain); err == nil {
+			return fieldErr("server.preview_domain", fmt.Errorf("%q: an IP address; want a domain name", s.PreviewDomain))
+		}
+		if err := netpolicy.CheckHostname(s.PreviewDomain); err != nil {
+			return fieldErr("server.preview_domain", fmt.Errorf("want a domain name, without scheme, port or wildcard: %w", err))
+		}
+	}
 	return checkWebhook("server.approvals", s.Approvals.Webhook, s.Approvals.WebhookSecretFile)
 }
 

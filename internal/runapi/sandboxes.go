@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"syscall"
 	"time"
 
@@ -66,6 +67,11 @@ type Sandbox interface {
 	WriteFile(name string, r io.Reader, size int64) error
 	Remove(name string) error
 	List(name string) ([]FileInfo, error)
+	// DialPort connects to TCP port on its loopback, from inside its
+	// network namespace, within a bound of connections per sandbox
+	// (errkind.Busy past it); the connection closes when it idles or
+	// the sandbox ends. A port nothing listens on is errkind.Upstream.
+	DialPort(ctx context.Context, port int) (net.Conn, error)
 }
 
 // Process is a process of a live sandbox.

@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/internal/workspace"
+	"github.com/agentrun/agentrun/netns"
 	"github.com/agentrun/agentrun/runtime/backend"
 )
 
@@ -59,6 +63,7 @@ func (r *Runner) Live(ctx context.Context, p *task.Plan, lifetime time.Duration)
 	defer img.Release() // the sandbox holds it for its own life
 	res := &result.Result{ID: newID(), Image: p.Image, Runtime: p.Runtime, ImageDigest: img.Digest}
 	req := runRequest(p, img, res, nil, nil)
+	req.live = true
 	sb, err := r.setup(ctx, req)
 	if err != nil {
 		return nil, err
@@ -93,6 +98,36 @@ func (l *Live) Spawn(p backend.Process) (backend.Spawned, error) {
 	default:
 	}
 	return l.live.Spawn(p)
+}
+
+// DialPort connects to TCP port on the sandbox's loopback (127.0.0.1,
+// else ::1), from a socket made inside its network namespace: the
+// sandbox's own view, never through its proxy, and no listener of the
+// host's that the sandbox could reach.
+func (l *Live) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("port %d: not a TCP port", port)
+	}
+	select {
+	case <-l.ended:
+		return nil, errors.New("the sandbox has ended")
+	default:
+	}
+	n := l.sb.net
+	if n == nil {
+		return nil, errors.New("the sandbox's network namespace is not this process's to reach")
+	}
+	c, err := n.DialContext(ctx, netns.Sandbox, "tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		// A server on the IPv6 loopback alone.
+		if c6, err6 := n.DialContext(ctx, netns.Sandbox, "tcp6", net.JoinHostPort("::1", strconv.Itoa(port))); err6 == nil {
+			return c6, nil
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("port %d in the sandbox: %w", port, err)
+	}
+	return c, nil
 }
 
 // Ended is closed once the sandbox's holder has ended: killed by Close,

@@ -10,6 +10,7 @@ import (
 	"github.com/agentrun/agentrun/internal/launcher"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/task"
+	"github.com/agentrun/agentrun/netns"
 	"github.com/agentrun/agentrun/proxy"
 	"github.com/agentrun/agentrun/runtime/spec"
 )
@@ -46,7 +47,20 @@ func (r *Runner) network(req request, rootfs, dir string, sb *sandbox) ([]spec.S
 		if err != nil {
 			return nil, fmt.Errorf("writing hosts: %w", err)
 		}
-		return []spec.SpecOpt{spec.WithReadonlyFile(hosts, "/etc/hosts")}, nil
+		opts := []spec.SpecOpt{spec.WithReadonlyFile(hosts, "/etc/hosts")}
+		if req.live {
+			// A live sandbox's ports are dialled inside its namespace:
+			// this process holds it, a loopback alone as the spec's
+			// fresh one would be.
+			n, err := netns.Loopback()
+			if err != nil {
+				return nil, fmt.Errorf("setting up the sandbox's loopback: %w", err)
+			}
+			sb.undo.Add(n.Close)
+			sb.net = n
+			opts = append(opts, spec.WithNetworkNamespace(n.SandboxPath))
+		}
+		return opts, nil
 	}
 	var pol proxy.Policy
 	if !req.pooled {
@@ -63,6 +77,7 @@ func (r *Runner) network(req request, rootfs, dir string, sb *sandbox) ([]spec.S
 		return nil, fmt.Errorf("setting up the run's network: %w", err)
 	}
 	sb.undo.Add(n.Close)
+	sb.net = n
 	prx, err := proxy.Open(n)
 	if err != nil {
 		return nil, fmt.Errorf("starting the egress proxy: %w", err)

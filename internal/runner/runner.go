@@ -492,8 +492,11 @@ type sandbox struct {
 	idmap *os.File
 	spec  *specs.Spec
 	proxy *proxy.Proxy // its egress proxy, nil without network
-	prep  backend.Prepared
-	undo  cleanup.Cleanup
+	// net is its network namespace when this process holds it: a
+	// network's, or a live sandbox's loopback (nil for a run with none).
+	net  *netns.Net
+	prep backend.Prepared
+	undo cleanup.Cleanup
 	// settle ends what the run used once its program has ended and fills
 	// the result with what it recorded (the proxy's report); it runs
 	// before the result is final.
@@ -531,6 +534,10 @@ type request struct {
 	// its program is the launcher, started by setup, which returns once it
 	// is ready. Only the pool makes warm sandboxes.
 	warm []string
+	// live: the sandbox is a live one (runner.Live), whose ports this
+	// process dials inside its network namespace, which it holds even
+	// with no network.
+	live bool
 	// compile: the sandbox compiles the run launcher (launcher.Codes); it
 	// gets the launcher's source and nothing else of the launcher's.
 	compile bool

@@ -57,13 +57,14 @@ type Sandbox struct {
 	User        string
 	ImageDigest string
 	Created     time.Time
-	// PreviewToken, 128 random bits, will let a client reach its ports
-	// without the API token (not served yet).
+	// PreviewToken, 128 random bits, lets a client reach its ports
+	// (DialPort, through serve) without the API token.
 	PreviewToken string
 
 	opt  Options
 	live *runner.Live
 
+	ports   ports
 	mu      sync.Mutex
 	expires time.Time
 	timer   *time.Timer
@@ -136,6 +137,13 @@ func (s *Sandbox) ExpiresAt() time.Time {
 
 // Done is closed once the sandbox has ended and is torn down.
 func (s *Sandbox) Done() <-chan struct{} { return s.done }
+
+// ended says whether the sandbox has ended (Close began).
+func (s *Sandbox) ended() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
 
 // ErrEnded is the error of a request to a sandbox that has ended.
 var ErrEnded = errkind.New(errkind.NotFound, "the sandbox has ended")
@@ -275,6 +283,7 @@ func (s *Sandbox) Close() error {
 		s.closed = true
 		s.timer.Stop()
 		s.mu.Unlock()
+		s.ports.closeAll()
 		s.closeErr = s.live.Close()
 		// Every process died with the cgroup: their watchers end.
 		s.wg.Wait()

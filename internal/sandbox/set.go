@@ -87,11 +87,12 @@ func (s *Set) Add(sb *Sandbox) error {
 }
 
 // Get is user's sandbox id, nil if there is none: another user's is
-// none.
+// none, and so is one that ended (whose removal from the set may not
+// have happened yet).
 func (s *Set) Get(user, id string) *Sandbox {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if sb := s.byID[id]; sb != nil && sb.User == user {
+	if sb := s.byID[id]; sb != nil && sb.User == user && !sb.ended() {
 		return sb
 	}
 	return nil
@@ -103,7 +104,7 @@ func (s *Set) List(user string) []*Sandbox {
 	defer s.mu.Unlock()
 	var out []*Sandbox
 	for _, sb := range s.byID {
-		if sb.User == user {
+		if sb.User == user && !sb.ended() {
 			out = append(out, sb)
 		}
 	}

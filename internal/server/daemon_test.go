@@ -222,6 +222,13 @@ func TestReloadAppliesEachReloadableKey(t *testing.T) {
 				t.Errorf("Host reloaded.example: %d, want 200", got)
 			}
 		}},
+		"server.preview_domain": {func(c *config.Config) { c.Server.PreviewDomain = "preview.example" }, func(t *testing.T, h *reloaded) {
+			// A sandbox's port by its name: no longer a foreign Host
+			// (421), the port of a sandbox that is not there.
+			if got := h.do(t, "GET", "/", "", map[string]string{"Host": "8000-sb-1.preview.example"}); got != 404 {
+				t.Errorf("Host 8000-sb-1.preview.example: %d, want 404", got)
+			}
+		}},
 		"sandboxes": {func(c *config.Config) {
 			c.Sandboxes = config.Sandboxes{DefaultTimeout: config.MustDuration("2m"), MaxLifetime: config.MustDuration("30m"), Max: 3}
 		}, func(t *testing.T, h *reloaded) {
@@ -383,6 +390,8 @@ func (f *fakeSandboxes) SetMax(n int) {
 	f.max = n
 	f.mu.Unlock()
 }
+
+func (f *fakeSandboxes) Get(string, string) runapi.Sandbox { return nil }
 
 func (f *fakeSandboxes) Create(_ context.Context, _ *task.Plan, _ string, lifetime, maxLifetime time.Duration) (runapi.Sandbox, error) {
 	f.mu.Lock()

@@ -30,6 +30,18 @@ import (
 func (s *Server) refuseForeignHost(w http.ResponseWriter, r *http.Request) bool {
 	sc := &s.cfg.Load().Server
 	local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if _, _, ok := previewHost(r.Host, sc.PreviewDomain); ok {
+		// A sandbox's port by its name: an Origin may be that name
+		// alone (the sandbox's own pages), and such an Origin is no
+		// other name's, serve's API included.
+		for _, o := range r.Header.Values("Origin") {
+			if !strings.EqualFold(strings.TrimSuffix(originHost(o), "."), strings.TrimSuffix(hostName(r.Host), ".")) {
+				writeError(w, http.StatusForbidden, "", fmt.Sprintf("Origin %s is not this sandbox port's", quoteShort(o)))
+				return true
+			}
+		}
+		return false
+	}
 	if !knownHost(hostName(r.Host), local, sc) {
 		writeError(w, http.StatusMisdirectedRequest, "", fmt.Sprintf(
 			"Host %s is not a name of this server: it answers to localhost, loopback addresses, its listen address%s and the names of server.hosts",

@@ -222,6 +222,10 @@ func (s *Server) auth(next http.Handler) http.Handler {
 		if s.refuseForeignHost(w, r) || refuseCrossSite(w, r) {
 			return
 		}
+		if t, ok := portRoute(r, &s.cfg.Load().Server); ok { // its own credentials
+			s.servePort(w, r, t)
+			return
+		}
 		token := s.cfg.Load().Server.Token
 		if token == "" || isUIPath(r.URL.Path) { // the page checks the token itself
 			next.ServeHTTP(w, r)

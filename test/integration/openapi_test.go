@@ -165,7 +165,7 @@ func TestServeOpenAPI(t *testing.T) {
 		if strings.HasPrefix(path, "/ui/") {
 			continue // the page's own login: pageAnswers
 		}
-		path = strings.NewReplacer("{run}", "ar-1", "{id}", "x", "{path}", "a.txt", "{pid}", "1").Replace(path)
+		path = strings.NewReplacer("{run}", "ar-1", "{id}", "x", "{path}", "a.txt", "{pid}", "1", "{port}", "8000").Replace(path)
 		expect(method, path, "", 401)
 	}
 	s.token = "0pen-api"
@@ -174,7 +174,7 @@ func TestServeOpenAPI(t *testing.T) {
 	// included, with the token: 421 and 403.
 	for _, op := range doc.Operations() {
 		method, path, _ := strings.Cut(op, " ")
-		path = strings.NewReplacer("{run}", "ar-1", "{id}", "x", "{path}", "a.txt", "{pid}", "1").Replace(path)
+		path = strings.NewReplacer("{run}", "ar-1", "{id}", "x", "{path}", "a.txt", "{pid}", "1", "{port}", "8000").Replace(path)
 		for _, c := range []struct {
 			hdr  map[string]string
 			want int
@@ -342,6 +342,9 @@ func TestServeOpenAPI(t *testing.T) {
 		"GET /v1/sandboxes/{id}/files/{path} 500":           "a host failure",
 		"PUT /v1/sandboxes/{id}/files/{path} 500":           "a host failure",
 		"DELETE /v1/sandboxes/{id}/files/{path} 500":        "a host failure",
+		"POST /v1/sandboxes/{id}/ports/{port}/{path} 200":   "busybox's httpd answers a POST 501 (TestServeSandboxPorts posts)",
+		"GET /v1/sandboxes/{id}/ports/{port}/{path} 503":    "64 connections to a sandbox's ports at once",
+		"POST /v1/sandboxes/{id}/ports/{port}/{path} 503":   "64 connections to a sandbox's ports at once",
 		"GET /mcp 200":                                      "checked without its endless body by mcpAnswers",
 		"GET /ui/approvals 404":                             "the page is on here; off, every /ui/ path is 404 (internal/server's tests)",
 		"HEAD /ui/approvals 404":                            "the page is on here",
@@ -396,7 +399,7 @@ func guessAnswers(t *testing.T, s *served, doc *openapitest.Doc) {
 		if !slices.Contains(doc.Responses(op), op+" 429") {
 			continue
 		}
-		path = strings.NewReplacer("{run}", "ar-1", "{id}", "x", "{path}", "a.txt", "{pid}", "1").Replace(path)
+		path = strings.NewReplacer("{run}", "ar-1", "{id}", "x", "{path}", "a.txt", "{pid}", "1", "{port}", "8000").Replace(path)
 		var body io.Reader
 		var hdr map[string]string
 		if path == "/ui/login" {
@@ -506,6 +509,27 @@ func sandboxAnswers(t *testing.T, s *served, expect func(method, path, body stri
 	expect("POST", procs+"/999999/signal", `{"signal": "SIGINT"}`, 404)
 	declaredTooBig(t, s, "POST", proc+"/signal", 1<<20)
 	expect("GET", procs+"/999999/events", "", 404)
+
+	// A port: busybox's httpd serves /workspace on 8000.
+	expect("PUT", path+"/files/port.txt", "served", 204)
+	expect("POST", procs+"?wait=false", `{"command": ["httpd", "-f", "-p", "127.0.0.1:8000", "-h", "/workspace"]}`, 200)
+	ports := path + "/ports/"
+	for i := 0; ; i++ {
+		resp, b := s.request("GET", ports+"8000/port.txt", nil, nil, false)
+		if resp.StatusCode == 200 && string(b) == "served" {
+			break
+		}
+		if resp.StatusCode != 502 || i == 300 {
+			t.Fatalf("GET %s8000/port.txt: %d %.200s", ports, resp.StatusCode, b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	expect("GET", ports+"8001/x", "", 502)
+	expect("POST", ports+"8001/x", "x", 502)
+	expect("GET", ports+"0/x", "", 400)
+	expect("POST", ports+"0/x", "x", 400)
+	expect("GET", none+"/ports/8000/x", "", 404)
+	expect("POST", none+"/ports/8000/x", "x", 404)
 
 	files := path + "/files/"
 	expect("PUT", files+"in/a.txt", "hello", 204)

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrun/agentrun/internal/compose"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/sandbox"
 	"github.com/agentrun/agentrun/internal/task"
@@ -84,7 +85,7 @@ func TestLiveSandbox(t *testing.T) {
 			if !helper {
 				cfg.SeccompHelper = ""
 			}
-			r, err := runner.New(cfg, nil)
+			r, err := compose.Runner(cfg, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -262,7 +263,7 @@ func testLiveSandbox(t *testing.T, r *runner.Runner) {
 // processes with it, and leaves nothing on the host.
 func TestLiveSandboxExpires(t *testing.T) {
 	testenv.RequireRoot(t)
-	r, err := runner.New(testConfig(t), nil)
+	r, err := compose.Runner(testConfig(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -310,6 +310,37 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{id}/ports/{port}/{path}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
+                id: components["parameters"]["SandboxID"];
+                /** @description The TCP port inside the sandbox. */
+                port: number;
+                /** @description The path the sandbox's server gets, from `/`; it may hold `/` (the query goes with it, less `preview_token`). */
+                path: string;
+            };
+            cookie?: never;
+        };
+        /**
+         * Reach a port of a live sandbox (any method; WebSocket upgrades too)
+         * @description Passed on, streamed both ways, to the process listening on TCP `port` on the sandbox's loopback, dialled inside the sandbox's own network namespace (never through its proxy). Any method is passed on (GET and POST are shown), and an `Upgrade` request (WebSocket) switches the connection (101). The same is reached at `PORT-ID.PREVIEW_DOMAIN` by its Host when `server.preview_domain` is set. It needs the bearer token or the sandbox's preview token (the `X-Agentrun-Preview-Token` header or the `preview_token` query parameter); neither reaches the sandbox, nor does serve's page cookie. By path, the answer gets `Content-Security-Policy: sandbox …` (an opaque origin) and loses its `Set-Cookie`. A connection idle 5 minutes either way is closed; at most 64 are open per sandbox.
+         */
+        get: operations["getSandboxPort"];
+        put?: never;
+        /**
+         * Send to a port of a live sandbox
+         * @description Passed on, streamed both ways, to the process listening on TCP `port` on the sandbox's loopback, dialled inside the sandbox's own network namespace (never through its proxy). Any method is passed on (GET and POST are shown), and an `Upgrade` request (WebSocket) switches the connection (101). The same is reached at `PORT-ID.PREVIEW_DOMAIN` by its Host when `server.preview_domain` is set. It needs the bearer token or the sandbox's preview token (the `X-Agentrun-Preview-Token` header or the `preview_token` query parameter); neither reaches the sandbox, nor does serve's page cookie. By path, the answer gets `Content-Security-Policy: sandbox …` (an opaque origin) and loses its `Set-Cookie`. A connection idle 5 minutes either way is closed; at most 64 are open per sandbox.
+         */
+        post: operations["postSandboxPort"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -2309,6 +2340,126 @@ export interface operations {
             421: components["responses"]["MisdirectedHost"];
             429: components["responses"]["TooManyGuesses"];
             500: components["responses"]["HostError"];
+        };
+    };
+    getSandboxPort: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
+                id: components["parameters"]["SandboxID"];
+                /** @description The TCP port inside the sandbox. */
+                port: number;
+                /** @description The path the sandbox's server gets, from `/`; it may hold `/` (the query goes with it, less `preview_token`). */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The sandbox's server's answer, as it gave it (any status, headers and body; 200 shown). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": unknown;
+                };
+            };
+            /** @description The port is not a TCP port (1 to 65535). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["ForeignOrigin"];
+            404: components["responses"]["NoSuchSandbox"];
+            421: components["responses"]["MisdirectedHost"];
+            429: components["responses"]["TooManyGuesses"];
+            /** @description Nothing answers on the port in the sandbox (the reason in `error`). */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description 64 connections to the sandbox's ports are open. */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    postSandboxPort: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
+                id: components["parameters"]["SandboxID"];
+                /** @description The TCP port inside the sandbox. */
+                port: number;
+                /** @description The path the sandbox's server gets, from `/`; it may hold `/` (the query goes with it, less `preview_token`). */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The sandbox's server's answer, as it gave it (any status, headers and body; 200 shown). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": unknown;
+                };
+            };
+            /** @description The port is not a TCP port (1 to 65535). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["ForeignOrigin"];
+            404: components["responses"]["NoSuchSandbox"];
+            421: components["responses"]["MisdirectedHost"];
+            429: components["responses"]["TooManyGuesses"];
+            /** @description Nothing answers on the port in the sandbox (the reason in `error`). */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description 64 connections to the sandbox's ports are open. */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     health: {
