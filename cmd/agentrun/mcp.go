@@ -15,6 +15,8 @@ import (
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/mcpserver"
+	"github.com/agentrun/agentrun/internal/runapi"
+	"github.com/agentrun/agentrun/internal/sandbox"
 	"github.com/agentrun/agentrun/internal/server"
 )
 
@@ -174,9 +176,23 @@ func local(cfgPath string, logf func(string, ...any)) (srv *mcpserver.Server, cl
 	longLived(r, logf)
 	api := server.New(cfg, r.Run, nil)
 	api.Sessions = r.Sessions()
+	api.Sandboxes = sandbox.NewDoor(r, cfg.Sandboxes.Max)
 	srv = mcpserver.New(cfg, api.RunTask, logf)
 	srv.AddSessions(api.Sessions)
+	addShell(srv, api)
 	// As serve's daemon does: the approval webhook's senders, then the
-	// runner and the log.
+	// runner and the log. (srv's Close, before, ended its sandboxes.)
 	return srv, func() error { api.Close(); return closeLog() }, 0
+}
+
+// addShell gives m exec_command and write_stdin when api has live
+// sandboxes: each MCP session's is made as POST /v1/sandboxes makes one
+// with no fields, under the config's defaults.
+func addShell(m *mcpserver.Server, api *server.Server) {
+	if api.Sandboxes == nil {
+		return
+	}
+	m.AddShell(func(ctx context.Context) (runapi.Sandbox, error) {
+		return api.NewSandbox(ctx, &server.SandboxRequest{}, "")
+	})
 }

@@ -48,6 +48,7 @@ func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
 	d.MCP = func(api *server.Server) server.Door {
 		m := mcpserver.New(cfg, api.RunTask, api.Logf)
 		m.AddSessions(api.Sessions)
+		addShell(m, api)
 		return m
 	}
 	sig := make(chan os.Signal, 1)

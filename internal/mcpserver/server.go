@@ -90,6 +90,14 @@ type Server struct {
 	stateful map[string]bool
 	ended    map[*mcp.ServerSession]chan struct{}        // closed when the session ends
 	live     map[string]map[*context.CancelFunc]struct{} // the calls going on, by session id
+
+	// The live-sandbox tools' (AddShell): how to make a sandbox, the
+	// timeout each call sets again, each session's shell, and whether
+	// Close ended them.
+	newSandbox   SandboxFunc
+	sandboxIdle  time.Duration
+	shells       map[*mcp.ServerSession]*shell
+	shellsClosed bool
 }
 
 // New returns the MCP server that runs code with run, describing cfg's
@@ -118,6 +126,7 @@ func (s *Server) Reload(cfg *config.Config) {
 	stateful[""] = stateful[cfg.Language]
 	s.mu.Lock()
 	s.stateful = stateful
+	s.sandboxIdle = cfg.Sandboxes.DefaultTimeout.Duration()
 	s.mu.Unlock()
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:         ToolName,
@@ -150,14 +159,19 @@ func (s *Server) ServeStdio(ctx context.Context) error {
 // that ends its session (DELETE, as a forwarding `agentrun mcp` does when
 // its own client leaves) kills the session's runs first: the SDK closes a
 // session only once its calls have returned, so without this the DELETE
-// would wait for the runs to end by themselves.
+// would wait for the runs to end by themselves. The session's live
+// sandbox is gone before the DELETE is answered.
 func (s *Server) HTTPHandler() http.Handler {
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp },
 		&mcp.StreamableHTTPOptions{SessionTimeout: SessionIdle, MaxRequestBodyBytes: MaxFrameBytes})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if id := r.Header.Get("Mcp-Session-Id"); r.Method == http.MethodDelete && id != "" {
-			s.cancelSession(id)
+		id := r.Header.Get("Mcp-Session-Id")
+		if r.Method != http.MethodDelete || id == "" {
+			h.ServeHTTP(w, r)
+			return
 		}
+		s.cancelSession(id)
+		s.endShellOf(id)
 		h.ServeHTTP(w, r)
 	})
 }
@@ -171,10 +185,12 @@ func (s *Server) cancelSession(id string) {
 	}
 }
 
-// Close kills the runs going on and waits until their sandboxes are gone.
+// Close kills the runs going on and waits until their sandboxes are
+// gone, then ends every session's live sandbox.
 func (s *Server) Close() {
 	s.cancel()
 	s.calls.Wait()
+	s.closeShells()
 	if s.after != nil {
 		s.after()
 	}

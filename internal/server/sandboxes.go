@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -173,33 +174,45 @@ func (s *Server) sandboxes(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"sandboxes": list})
 		return
 	}
-	cfg := s.cfg.Load()
 	var req SandboxRequest
 	if err := s.readSmall(w, r, task.MaxTaskBytes, &req); err != nil {
 		writeRefusal(w, err)
 		return
 	}
-	plan, lifetime, err := sandboxPlan(&req, cfg)
-	if err != nil {
-		writeRefusal(w, err)
-		return
-	}
-	sb, err := s.Sandboxes.Create(r.Context(), plan, callerOf(r), lifetime, cfg.Sandboxes.MaxLifetime.Duration())
+	sb, err := s.NewSandbox(r.Context(), &req, callerOf(r))
 	if err != nil {
 		var fe fieldError
-		switch {
-		case errors.Is(err, runapi.ErrTooManySandboxes), errors.Is(err, runapi.ErrSandboxesClosed):
-			ref := refusal(err, errkind.Unavailable, "")
-			ref.RetryAfter = time.Second
-			writeRefusal(w, ref)
-		case errors.As(err, &fe):
+		if errors.As(err, &fe) {
 			writeError(w, statusOf(err), fe.Field(), err.Error())
-		default:
+		} else {
 			writeRefusal(w, err)
 		}
 		return
 	}
 	writeJSON(w, http.StatusCreated, sb.Info())
+}
+
+// NewSandbox makes a live sandbox of req for user under the current
+// config, as POST /v1/sandboxes does, for the server's other doors (MCP's
+// exec_command). It fails with a *runapi.Refusal (past sandboxes.max or
+// while serve stops: Unavailable, to be tried again), an error naming the
+// task field at fault (an image that cannot be had), or the host's error.
+func (s *Server) NewSandbox(ctx context.Context, req *SandboxRequest, user string) (runapi.Sandbox, error) {
+	if s.Sandboxes == nil {
+		return nil, errNoSandboxes
+	}
+	cfg := s.cfg.Load()
+	plan, lifetime, err := sandboxPlan(req, cfg)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := s.Sandboxes.Create(ctx, plan, user, lifetime, cfg.Sandboxes.MaxLifetime.Duration())
+	if errors.Is(err, runapi.ErrTooManySandboxes) || errors.Is(err, runapi.ErrSandboxesClosed) {
+		ref := refusal(err, errkind.Unavailable, "")
+		ref.RetryAfter = time.Second
+		return nil, ref
+	}
+	return sb, err
 }
 
 // sandboxPlan resolves a sandbox's request as a task's (its program the

@@ -18,7 +18,7 @@ import (
 )
 
 // mcpAllTools are the tools of the MCP server as serve mounts it.
-const mcpAllTools = "fork_session,list_files,new_session,read_file,run_code,write_file"
+const mcpAllTools = "exec_command,fork_session,list_files,new_session,read_file,run_code,write_file,write_stdin"
 
 // mcpTools lists the server's tools.
 func mcpTools(t *testing.T, cs *mcp.ClientSession) []*mcp.Tool {

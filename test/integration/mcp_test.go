@@ -21,6 +21,8 @@ import (
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/mcpserver"
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/runapi"
+	"github.com/agentrun/agentrun/internal/sandbox"
 	"github.com/agentrun/agentrun/internal/server"
 )
 
@@ -37,9 +39,9 @@ func mcpClient(t *testing.T, transport mcp.Transport) *mcp.ClientSession {
 	return cs
 }
 
-// inProcessMCP is the MCP server as serve mounts it (run_code and the
-// kept-session tools), with a real
-// runner under cfg, and an SDK client connected to it in memory.
+// inProcessMCP is the MCP server as serve mounts it (run_code, the
+// kept-session tools and the live-sandbox tools), with a real runner
+// under cfg, and an SDK client connected to it in memory.
 func inProcessMCP(t *testing.T, cfg *config.Config, log *audit.Log) *mcp.ClientSession {
 	t.Helper()
 	r, err := compose.Runner(cfg, log)
@@ -48,8 +50,12 @@ func inProcessMCP(t *testing.T, cfg *config.Config, log *audit.Log) *mcp.ClientS
 	}
 	api := server.New(cfg, r.Run, nil)
 	api.Sessions = r.Sessions()
+	api.Sandboxes = sandbox.NewDoor(r, cfg.Sandboxes.Max)
 	s := mcpserver.New(cfg, api.RunTask, t.Logf)
 	s.AddSessions(api.Sessions)
+	s.AddShell(func(ctx context.Context) (runapi.Sandbox, error) {
+		return api.NewSandbox(ctx, &server.SandboxRequest{}, "")
+	})
 	st, ct := mcp.NewInMemoryTransports()
 	ss, err := s.MCP().Connect(context.Background(), st, nil)
 	if err != nil {

@@ -35,7 +35,7 @@ await client.connect(transport);
 
 const { tools } = await client.listTools();
 const names = tools.map((t) => t.name).sort().join(",");
-check(names === "fork_session,list_files,new_session,read_file,run_code,write_file", "tools/list", names);
+check(names === "exec_command,fork_session,list_files,new_session,read_file,run_code,write_file,write_stdin", "tools/list", names);
 const schema = tools.find((t) => t.name === "run_code").inputSchema;
 check(schema.properties.language.enum.includes("python"), "language enum", schema.properties.language);
 check(schema.required.includes("code"), "required", schema.required);
@@ -77,6 +77,17 @@ check(res.isError, "wrong type", res);
 const png = "import base64, os; os.makedirs('out', exist_ok=True); open('out/dot.png','wb').write(base64.b64decode('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC'))";
 res = await client.callTool({ name: "run_code", arguments: { code: png, collect: ["out/*.png"] } });
 check(!res.isError && res.content.some((c) => c.type === "image" && c.mimeType === "image/png"), "image", res.content.map((c) => c.type));
+
+// The live sandbox of the session: a command that ends within its yield
+// time answers its output and exit code; one that does not, its process,
+// which write_stdin with empty chars follows to its end.
+res = await client.callTool({ name: "exec_command", arguments: { cmd: "echo hi > f; cat f" } });
+check(!res.isError && res.structuredContent.output === "hi\n" && res.structuredContent.exit_code === 0, "exec_command", res);
+res = await client.callTool({ name: "exec_command", arguments: { cmd: "sleep 1; cat f", yield_time_ms: 100 } });
+const pid = res.structuredContent && res.structuredContent.process;
+check(!res.isError && pid > 0 && res.structuredContent.exit_code === undefined, "exec_command still running", res);
+res = await client.callTool({ name: "write_stdin", arguments: { process: pid, chars: "", yield_time_ms: 20000 } });
+check(!res.isError && res.structuredContent.output === "hi\n" && res.structuredContent.exit_code === 0, "write_stdin", res);
 
 await client.close();
 console.log(`ok ${mode}`);

@@ -9,13 +9,18 @@ through agentrun serve's API. Standard library only (Python 3.9+).
         ...
     sid = c.sessions.create(); c.sessions.write(sid, "in/a.txt", b"...")
     c.run(code="...", session=sid, keep_workspace=True)
+    with c.sandboxes.create(timeout="10m") as sb:    # a live sandbox
+        sb.exec("echo hi")["stdout"]
+        p = sb.spawn(["cat"], stdin=True); p.write("x\n", close=True); p.wait()
+        sb.files.write("a.txt", "..."); sb.port_url(3000)
 
 Refusals raise agentrun.AgentrunError, also named agentrun.Error (status,
 field, message, retry_after). The names are the TypeScript client's, in
 snake_case.
 """
 
-from .client import DEFAULT_ADDRESS, AgentrunError, Client, Context, Error, Sessions, TransportError
+from .client import (DEFAULT_ADDRESS, AgentrunError, Client, Context, Error, Sandbox, Sandboxes, SandboxFiles,
+                     SandboxProcess, Sessions, TransportError)
 
 __version__ = "0.1.0"
-__all__ = ["Client", "Context", "Sessions", "AgentrunError", "Error", "TransportError", "DEFAULT_ADDRESS"]
+__all__ = ["Client", "Context", "Sessions", "Sandboxes", "Sandbox", "SandboxProcess", "SandboxFiles", "AgentrunError", "Error", "TransportError", "DEFAULT_ADDRESS"]

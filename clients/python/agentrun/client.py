@@ -15,7 +15,7 @@ import socket
 import time
 import urllib.parse
 
-__all__ = ["Client", "Sessions", "AgentrunError", "Error", "TransportError", "DEFAULT_ADDRESS"]
+__all__ = ["Client", "Sessions", "Sandboxes", "Sandbox", "SandboxProcess", "SandboxFiles", "AgentrunError", "Error", "TransportError", "DEFAULT_ADDRESS"]
 
 DEFAULT_ADDRESS = "unix:///run/agentrun/agentrun.sock"
 
@@ -163,6 +163,7 @@ class Client:
             self._prefix = ""
         self.address = address
         self.sessions = Sessions(self)
+        self.sandboxes = Sandboxes(self)
 
     # --- runs ---
 
@@ -210,22 +211,7 @@ class Client:
             if resp.status != 200:
                 data = _read(resp)
                 raise _refusal(resp.status, resp.headers, _json(resp.status, data))
-            deadline = time.monotonic() + limit
-            while True:
-                if time.monotonic() > deadline:
-                    raise TransportError("stream not ended within %g s" % limit)
-                try:
-                    line = resp.readline(_MAX_LINE + 1)
-                except (OSError, http.client.HTTPException) as e:
-                    raise TransportError("stream cut before the result: %s" % _why(e)) from None
-                if not line:
-                    raise TransportError("stream ended before the result")
-                if len(line) > _MAX_LINE or not line.endswith(b"\n"):
-                    raise TransportError("stream cut before the result: a line of %d bytes without its end" % len(line))
-                try:
-                    ev = json.loads(line)
-                except ValueError:
-                    raise TransportError("stream line is not JSON: %.100r" % line) from None
+            for ev in _ndjson(resp, limit, "the result"):
                 kind = ev.get("event")
                 if kind == "approval" and on_approval is not None:
                     a = dict(ev.get("approval") or {}, run=ev.get("run"))
@@ -245,6 +231,7 @@ class Client:
                     yield ev
                     return
                 yield ev
+            raise TransportError("stream ended before the result")
         finally:
             conn.close()
 
@@ -259,6 +246,22 @@ class Client:
             decision["by"] = by
         body = json.dumps(decision).encode()
         return self._json_call("POST", path, body, "application/json")
+
+    def _events(self, method, path, body, request_timeout):
+        """The events of a process's NDJSON answer (POST …/processes,
+        GET …/events), until its exit; a refusal raises Error."""
+        limit = request_timeout or self.run_timeout
+        conn, resp = self._open(method, path, body, "application/json" if body else None, limit)
+        try:
+            if resp.status != 200:
+                data = _read(resp)
+                raise _refusal(resp.status, resp.headers, _json(resp.status, data))
+            for ev in _ndjson(resp, limit, "the process's exit"):
+                yield ev
+                if ev.get("event") == "exit":
+                    return
+        finally:
+            conn.close()
 
     # --- the server ---
 
@@ -426,6 +429,260 @@ class Sessions:
     @staticmethod
     def _path(session_id, path):
         return "/v1/sessions/%s/files/%s" % (_quote(session_id), _quote(path))
+
+
+def _duration(v):
+    """A duration as the API takes it: "10m", or seconds as a number."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return "%gs" % v
+    return v
+
+
+def _process_request(cmd, cwd, env, stdin, timeout):
+    """The body of POST …/processes: cmd a shell line (str) or an argv."""
+    if isinstance(cmd, str):
+        req = {"cmd": cmd}
+    else:
+        req = {"command": list(cmd)}
+    if cwd is not None:
+        req["cwd"] = cwd
+    if env:
+        req["env"] = dict(env)
+    if stdin:
+        req["stdin"] = True
+    if timeout is not None:
+        req["timeout"] = _duration(timeout)
+    return json.dumps(req).encode()
+
+
+def _outcome(events):
+    """A process's result from its events: stdout and stderr (text, bytes
+    that are not UTF-8 replaced), and the exit's fields."""
+    out = {"stdout": bytearray(), "stderr": bytearray()}
+    res = {"pid": None, "exit_code": None, "signal": None, "timed_out": False, "duration_ms": None, "dropped_bytes": 0}
+    for ev in events:
+        kind = ev.get("event")
+        if kind == "start":
+            res["pid"] = ev.get("pid")
+        elif kind in out:
+            if ev.get("data_b64"):
+                out[kind] += base64.b64decode(ev["data_b64"])
+            else:
+                out[kind] += (ev.get("data") or "").encode()
+        elif kind == "exit":
+            for k in ("exit_code", "signal", "timed_out", "duration_ms", "dropped_bytes"):
+                if ev.get(k) is not None:
+                    res[k] = ev[k]
+            res["stdout"] = out["stdout"].decode("utf-8", "replace")
+            res["stderr"] = out["stderr"].decode("utf-8", "replace")
+            return res
+    raise TransportError("the process's stream ended before its exit")
+
+
+class Sandboxes:
+    """Live sandboxes (Client.sandboxes, docs/sandboxes.md): a sandbox
+    whose processes outlive the call that started them, until it ends
+    (its timeout, close(), or serve stopping)."""
+
+    def __init__(self, client):
+        self._c = client
+
+    def create(self, image=None, runtime=None, limits=None, network=None, env=None, timeout=None):
+        """Makes a live sandbox and returns its Sandbox. timeout is its
+        lifetime ("10m", or seconds); the others are a task's fields."""
+        req = {"image": image, "runtime": runtime, "limits": limits, "network": network, "env": env,
+               "timeout": _duration(timeout) if timeout is not None else None}
+        body = json.dumps({k: v for k, v in req.items() if v is not None}).encode()
+        return Sandbox(self._c, self._c._json_call("POST", "/v1/sandboxes", body, "application/json"))
+
+    def get(self, sandbox_id):
+        """The live sandbox sandbox_id (a capability), as a Sandbox."""
+        return Sandbox(self._c, self._c._json_call("GET", "/v1/sandboxes/" + _quote(sandbox_id)))
+
+    def list(self):
+        """The live sandboxes: dicts of id, expires_at, image, created."""
+        return self._c._json_call("GET", "/v1/sandboxes")["sandboxes"] or []
+
+
+class Sandbox:
+    """A live sandbox: its processes (exec, spawn), files and ports. close()
+    (or leaving a with block) ends it, killing everything in it.
+
+        with c.sandboxes.create(timeout="10m") as sb:
+            sb.exec("echo hi")["stdout"]          # "hi\n"
+            p = sb.spawn(["cat"], stdin=True)
+            p.write("x\n"); p.close_stdin(); p.wait()["stdout"]
+    """
+
+    def __init__(self, client, info):
+        self._c = client
+        self.info = info
+        self.id = info["id"]
+        self.files = SandboxFiles(self)
+
+    def _path(self, rest=""):
+        return "/v1/sandboxes/" + _quote(self.id) + rest
+
+    def get(self):
+        """The sandbox as serve has it now (expires_at, ...); also kept as .info."""
+        self.info = self._c._json_call("GET", self._path())
+        return self.info
+
+    def exec(self, cmd, cwd=None, env=None, timeout=None, request_timeout=None):
+        """Runs cmd (a shell line, or an argv list) to its end and returns
+        its result: stdout, stderr, exit_code, signal, timed_out,
+        duration_ms, dropped_bytes, pid. timeout kills it after so long."""
+        return _outcome(self.exec_stream(cmd, cwd, env, timeout, request_timeout))
+
+    def exec_stream(self, cmd, cwd=None, env=None, timeout=None, request_timeout=None):
+        """Runs cmd and yields its events as they come: start (pid),
+        stdout and stderr (data, or data_b64), and last exit."""
+        body = _process_request(cmd, cwd, env, False, timeout)
+        return self._c._events("POST", self._path("/processes"), body, request_timeout)
+
+    def spawn(self, cmd, cwd=None, env=None, stdin=False, timeout=None):
+        """Starts cmd in the background and returns its SandboxProcess;
+        stdin=True keeps its stdin open for write()."""
+        body = _process_request(cmd, cwd, env, stdin, timeout)
+        res = self._c._json_call("POST", self._path("/processes?wait=false"), body, "application/json")
+        return SandboxProcess(self, res["pid"])
+
+    def process(self, pid):
+        """The SandboxProcess of a process already started (its pid inside)."""
+        return SandboxProcess(self, pid)
+
+    def processes(self):
+        """Its processes, running and recently ended: dicts of pid, command,
+        started, running, exit_code."""
+        return self._c._json_call("GET", self._path("/processes"))["processes"] or []
+
+    def set_timeout(self, timeout):
+        """Makes it end timeout ("10m", or seconds) from now, within its
+        max lifetime; returns the sandbox as serve has it then."""
+        body = json.dumps({"timeout": _duration(timeout)}).encode()
+        self.info = self._c._json_call("POST", self._path("/timeout"), body, "application/json")
+        return self.info
+
+    def port_url(self, port):
+        """The URL through serve of TCP port inside it (HTTP and
+        WebSocket), /v1/sandboxes/ID/ports/PORT/: with the API's token, or
+        the sandbox's preview_token. On a unix socket, the path alone."""
+        path = self._path("/ports/%d/" % int(port))
+        if self._c._unix is not None:
+            return path
+        return "%s://%s%s%s" % ("https" if self._c._https else "http", self._c._host, self._c._prefix, path)
+
+    def close(self):
+        """Ends it: every process killed, everything torn down. One that
+        had ended already is no error."""
+        try:
+            self._c._json_call("DELETE", self._path())
+        except Error as e:
+            if e.status != 404:
+                raise
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class SandboxProcess:
+    """A process of a live sandbox (Sandbox.spawn, Sandbox.process)."""
+
+    def __init__(self, sandbox, pid):
+        self.sandbox = sandbox
+        self.pid = pid
+
+    def _path(self, rest):
+        return self.sandbox._path("/processes/%d%s" % (int(self.pid), rest))
+
+    def write(self, data, close=False):
+        """Writes data (str, or bytes) to its stdin, at most 1 MiB a
+        call; close=True closes its stdin after."""
+        req = {"close": bool(close)}
+        if isinstance(data, str):
+            req["data"] = data
+        else:
+            req["data_b64"] = base64.b64encode(bytes(data)).decode("ascii")
+        self.sandbox._c._json_call("POST", self._path("/stdin"), json.dumps(req).encode(), "application/json")
+
+    def close_stdin(self):
+        """Closes its stdin: the end of its input."""
+        self.write("", close=True)
+
+    def signal(self, signal="SIGTERM"):
+        """Sends it signal ("SIGINT", "TERM", ...)."""
+        body = json.dumps({"signal": signal}).encode()
+        self.sandbox._c._json_call("POST", self._path("/signal"), body, "application/json")
+
+    def events(self, request_timeout=None):
+        """Attaches: yields the kept tail of its events, then those to
+        come, until its exit."""
+        return self.sandbox._c._events("GET", self._path("/events"), None, request_timeout)
+
+    def wait(self, request_timeout=None):
+        """Waits for its end and returns its result as Sandbox.exec does
+        (stdout and stderr as far as the sandbox kept them)."""
+        return _outcome(self.events(request_timeout))
+
+
+class SandboxFiles:
+    """The files of a live sandbox's /workspace (Sandbox.files): names
+    relative to it, or absolute in it; never through a link."""
+
+    def __init__(self, sandbox):
+        self._sb = sandbox
+
+    def _path(self, name, query=""):
+        return self._sb._path("/files/" + _quote(name) + query)
+
+    def read(self, path):
+        """The bytes of the file, at most 16 MiB."""
+        c = self._sb._c
+        status, headers, data = c._call("GET", self._path(path), None, None, c.timeout)
+        if status == 200:
+            return data
+        raise _refusal(status, headers, _json(status, data))
+
+    def write(self, path, data):
+        """Writes data (bytes, or str as UTF-8) as the file, at most 16 MiB."""
+        if isinstance(data, str):
+            data = data.encode()
+        self._sb._c._json_call("PUT", self._path(path), bytes(data), "application/octet-stream")
+
+    def list(self, path=""):
+        """The directory's entries (/workspace's by default): dicts of name, type, size, mode, mtime."""
+        return self._sb._c._json_call("GET", self._path(path, "?list=1")) or []
+
+    def remove(self, path):
+        """Removes the file (or empty directory)."""
+        self._sb._c._json_call("DELETE", self._path(path))
+
+
+def _ndjson(resp, limit, what):
+    """The events of an NDJSON answer as dicts, each line at most
+    _MAX_LINE bytes, until it ends; all of it within limit seconds. A
+    line cut short raises TransportError naming what it was cut before."""
+    deadline = time.monotonic() + limit
+    while True:
+        if time.monotonic() > deadline:
+            raise TransportError("stream not ended within %g s" % limit)
+        try:
+            line = resp.readline(_MAX_LINE + 1)
+        except (OSError, http.client.HTTPException) as e:
+            raise TransportError("stream cut before %s: %s" % (what, _why(e))) from None
+        if not line:
+            return
+        if len(line) > _MAX_LINE or not line.endswith(b"\n"):
+            raise TransportError("stream cut before %s: a line of %d bytes without its end" % (what, len(line)))
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            raise TransportError("stream line is not JSON: %.100r" % line) from None
+        yield ev
 
 
 def _read(resp):

@@ -494,6 +494,46 @@ class ServeTest(unittest.TestCase):
                 t.join()
         self.assertEqual(len(done), 2)
 
+    def test_sandbox(self):
+        # A live sandbox: exec to its end, a process spawned and fed,
+        # files both ways, its timeout, its port's URL; closed, it is
+        # gone.
+        with self.c.sandboxes.create(timeout="2m") as sb:
+            self.assertRegex(sb.id, r"^sb-[0-9a-f]{32}$")
+            self.assertIn(sb.id, [x["id"] for x in self.c.sandboxes.list()])
+            r = sb.exec("echo hi; echo err >&2; exit 3")
+            self.assertEqual((r["stdout"], r["stderr"], r["exit_code"]), ("hi\n", "err\n", 3))
+            self.assertEqual(sb.exec(["printf", "%s", "a b"])["stdout"], "a b")
+            kinds = [ev["event"] for ev in sb.exec_stream("echo x")]
+            self.assertEqual((kinds[0], kinds[-1]), ("start", "exit"))
+
+            p = sb.spawn("cat; echo end", stdin=True)
+            self.assertIn(p.pid, [x["pid"] for x in sb.processes()])
+            p.write("one\n")
+            p.write(b"two\n", close=True)
+            r = p.wait()
+            self.assertEqual((r["stdout"], r["exit_code"]), ("one\ntwo\nend\n", 0))
+            slow = sb.spawn(["sleep", "600"])
+            slow.signal("SIGKILL")
+            self.assertEqual(slow.wait()["signal"], "SIGKILL")
+
+            sb.files.write("d/in.bin", b"\x00\xffdata")
+            self.assertEqual(sb.exec("cat d/in.bin | od -An -c | tr -s ' '")["stdout"].split(), ["\\0", "377", "d", "a", "t", "a"])
+            sb.exec("echo made > out.txt")
+            self.assertEqual(sb.files.read("out.txt"), b"made\n")
+            self.assertEqual(sorted(f["name"] for f in sb.files.list()), ["d", "out.txt"])
+            self.assertEqual([f["name"] for f in sb.files.list("d")], ["in.bin"])
+            sb.files.remove("out.txt")
+            self.refused(404, sb.files.read, "out.txt")
+
+            before = sb.info["expires_at"]
+            self.assertNotEqual(sb.set_timeout(90)["expires_at"], before)
+            self.assertTrue(sb.port_url(3000).endswith("/v1/sandboxes/%s/ports/3000/" % sb.id), sb.port_url(3000))
+            self.assertEqual(self.c.sandboxes.get(sb.id).id, sb.id)
+        self.assertNotIn(sb.id, [x["id"] for x in self.c.sandboxes.list()])
+        self.refused(404, self.c.sandboxes.get, sb.id)
+        sb.close()  # again: no error
+
     @unittest.skipUnless(TOKEN, "no token on this server")
     def test_wrong_token(self):
         c = agentrun.Client(ADDRESS, token="wrong")

@@ -42,6 +42,37 @@ export type ForkAnswer = Schemas["ForkAnswer"];
 export type TaskFile = Schemas["TaskFile"];
 /** A stateful run's report on the state it left: kept, dropped, bytes, saved, reason. */
 export type State = Schemas["State"];
+/** The body of POST /v1/sandboxes: a task's fields but its program, and its lifetime. */
+export type SandboxRequest = Schemas["SandboxRequest"];
+/** A live sandbox as serve shows it: id, expires_at, image, created. */
+export type SandboxInfo = Schemas["Sandbox"];
+/** One event of a live sandbox's process: start, stdout, stderr, exit. */
+export type ProcessEvent = Schemas["ProcessEvent"];
+/** A live sandbox's process as a list shows it. */
+export type ProcessInfo = Schemas["ProcessInfo"];
+/** One entry of a live sandbox's directory. */
+export type SandboxFile = Schemas["SandboxFile"];
+
+/** A process to run in a live sandbox: a shell line, or an argv. */
+export interface ProcessOptions {
+  /** Its working directory: absolute, or relative to /workspace (the default). */
+  cwd?: string;
+  env?: Record<string, string>;
+  /** Kill it after so long ("30s", or seconds). */
+  timeout?: string | number;
+}
+
+/** The outcome of a live sandbox's process (Sandbox.exec, SandboxProcess.wait). */
+export interface ProcessResult {
+  pid?: number;
+  stdout: string;
+  stderr: string;
+  exit_code?: number;
+  signal?: string;
+  timed_out: boolean;
+  duration_ms?: number;
+  dropped_bytes: number;
+}
 
 /** The address a client uses when given none and $AGENTRUN_SERVER is unset. */
 export const DEFAULT_ADDRESS = "unix:///run/agentrun/agentrun.sock";
@@ -155,6 +186,7 @@ interface Answer {
 export class Client {
   readonly address: string;
   readonly sessions: Sessions;
+  readonly sandboxes: Sandboxes;
   /** Milliseconds an ordinary call may take. */
   readonly timeoutMs: number;
   private readonly token?: string;
@@ -193,6 +225,7 @@ export class Client {
       throw new TypeError(`address ${JSON.stringify(address)}: want unix:///path, http://host:port or https://host:port`);
     }
     this.sessions = new Sessions(this);
+    this.sandboxes = new Sandboxes(this);
   }
 
   // --- runs ---
@@ -230,12 +263,7 @@ export class Client {
         throw refusal(ans.status, ans.headers, parseJSON(ans.status, data));
       }
       for await (const line of lines(ans.body)) {
-        let ev: Event;
-        try {
-          ev = JSON.parse(line.toString("utf8")) as Event;
-        } catch {
-          throw new TransportError(`stream line is not JSON: ${JSON.stringify(line.subarray(0, 100).toString())}`);
-        }
+        const ev = parseLine(line) as Event;
         if (ev.event === "approval" && options.onApproval && ev.approval && ev.run) {
           const ok = await options.onApproval({ ...ev.approval, run: ev.run });
           if (ok !== undefined && ok !== null) {
@@ -321,6 +349,30 @@ export class Client {
     } finally {
       ans.close();
     }
+  }
+
+  /** @internal The events of a process's NDJSON answer (POST …/processes, GET …/events), until its exit. */
+  async *events(method: string, path: string, body: Buffer | undefined, timeoutMs?: number): AsyncGenerator<ProcessEvent, void, undefined> {
+    const ans = await this.open(method, path, body, body ? "application/json" : undefined, timeoutMs ?? this.runTimeoutMs, false);
+    try {
+      if (ans.status !== 200) {
+        const data = await readAll(ans.body);
+        throw refusal(ans.status, ans.headers, parseJSON(ans.status, data));
+      }
+      for await (const line of lines(ans.body)) {
+        const ev = parseLine(line) as ProcessEvent;
+        yield ev;
+        if (ev.event === "exit") return;
+      }
+      throw new TransportError("the process's stream ended before its exit");
+    } finally {
+      ans.close();
+    }
+  }
+
+  /** @internal The base of the URLs of the server, "" on a unix socket. */
+  base(): string {
+    return this.url ? this.url.origin + this.url.pathname.replace(/\/+$/, "") : "";
   }
 
   /** Sends a request, retrying a 429 or 503 when asked; the answer's body is unread. */
@@ -437,6 +489,231 @@ export class Sessions {
       Buffer.from(JSON.stringify({ count })), "application/json")) as ForkAnswer;
     return { ...res, sessions: res.sessions ?? [] };
   }
+}
+
+/**
+ * Live sandboxes ({@link Client.sandboxes}, docs/sandboxes.md): a sandbox
+ * whose processes outlive the call that started them, until it ends (its
+ * timeout, close(), or serve stopping).
+ */
+export class Sandboxes {
+  constructor(private readonly c: Client) {}
+
+  /**
+   * Makes a live sandbox: a task's fields but its program, and `timeout`
+   * its lifetime ("10m", or seconds). `await using sb = await
+   * c.sandboxes.create()` ends it at the end of the block.
+   */
+  async create(req: Omit<SandboxRequest, "timeout"> & { timeout?: string | number } = {}): Promise<Sandbox> {
+    const body: SandboxRequest = { ...req, timeout: duration(req.timeout) } as SandboxRequest;
+    const info = (await this.c.jsonCall("POST", "/v1/sandboxes", Buffer.from(JSON.stringify(body)),
+      "application/json")) as SandboxInfo;
+    return new Sandbox(this.c, info);
+  }
+
+  /** The live sandbox id (a capability), as a Sandbox. */
+  async get(id: string): Promise<Sandbox> {
+    return new Sandbox(this.c, (await this.c.jsonCall("GET", "/v1/sandboxes/" + quote(id))) as SandboxInfo);
+  }
+
+  /** The live sandboxes. */
+  async list(): Promise<SandboxInfo[]> {
+    return ((await this.c.jsonCall("GET", "/v1/sandboxes")) as { sandboxes: SandboxInfo[] | null }).sandboxes ?? [];
+  }
+}
+
+/**
+ * A live sandbox: its processes (exec, spawn), files and ports. close()
+ * (or the end of an `await using` block) ends it, killing everything in
+ * it.
+ */
+export class Sandbox {
+  readonly id: string;
+  readonly files: SandboxFiles;
+  /** The sandbox as serve last showed it. */
+  info: SandboxInfo;
+
+  /** @internal */
+  constructor(readonly client: Client, info: SandboxInfo) {
+    this.info = info;
+    this.id = info.id;
+    this.files = new SandboxFiles(this);
+  }
+
+  /** @internal */
+  path(rest = ""): string {
+    return "/v1/sandboxes/" + quote(this.id) + rest;
+  }
+
+  /** The sandbox as serve has it now (expires_at, ...); also kept as `info`. */
+  async get(): Promise<SandboxInfo> {
+    this.info = (await this.client.jsonCall("GET", this.path())) as SandboxInfo;
+    return this.info;
+  }
+
+  /**
+   * Runs cmd (a shell line, or an argv) to its end: stdout, stderr,
+   * exit_code, signal, timed_out, duration_ms, dropped_bytes, pid.
+   */
+  async exec(cmd: string | string[], options: ProcessOptions & { timeoutMs?: number } = {}): Promise<ProcessResult> {
+    return outcome(this.execStream(cmd, options));
+  }
+
+  /** Runs cmd and yields its events as they come: start, stdout, stderr, and last exit. */
+  execStream(cmd: string | string[], options: ProcessOptions & { timeoutMs?: number } = {}): AsyncGenerator<ProcessEvent, void, undefined> {
+    return this.client.events("POST", this.path("/processes"), processRequest(cmd, options, false), options.timeoutMs);
+  }
+
+  /** Starts cmd in the background; `stdin: true` keeps its stdin open for write(). */
+  async spawn(cmd: string | string[], options: ProcessOptions & { stdin?: boolean } = {}): Promise<SandboxProcess> {
+    const res = (await this.client.jsonCall("POST", this.path("/processes?wait=false"),
+      processRequest(cmd, options, options.stdin ?? false), "application/json")) as Schemas["ProcessStarted"];
+    return new SandboxProcess(this, res.pid);
+  }
+
+  /** The SandboxProcess of a process already started (its pid inside). */
+  process(pid: number): SandboxProcess {
+    return new SandboxProcess(this, pid);
+  }
+
+  /** Its processes, running and recently ended. */
+  async processes(): Promise<ProcessInfo[]> {
+    return ((await this.client.jsonCall("GET", this.path("/processes"))) as { processes: ProcessInfo[] | null }).processes ?? [];
+  }
+
+  /** Makes it end timeout ("10m", or seconds) from now, within its max lifetime. */
+  async setTimeout(timeout: string | number): Promise<SandboxInfo> {
+    this.info = (await this.client.jsonCall("POST", this.path("/timeout"),
+      Buffer.from(JSON.stringify({ timeout: duration(timeout) })), "application/json")) as SandboxInfo;
+    return this.info;
+  }
+
+  /**
+   * The URL through serve of TCP port inside it (HTTP and WebSocket),
+   * /v1/sandboxes/ID/ports/PORT/: with the API's token, or the sandbox's
+   * preview_token. On a unix socket, the path alone.
+   */
+  portUrl(port: number): string {
+    if (!Number.isInteger(port) || port < 1 || port > 65535) throw new TypeError(`port ${port}: want 1 to 65535`);
+    return this.client.base() + this.path(`/ports/${port}/`);
+  }
+
+  /** Ends it: every process killed, everything torn down. One that had ended already is no error. */
+  async close(): Promise<void> {
+    try {
+      await this.client.jsonCall("DELETE", this.path());
+    } catch (e) {
+      if (!(e instanceof AgentrunError) || e.status !== 404) throw e;
+    }
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
+
+/** A process of a live sandbox ({@link Sandbox.spawn}, {@link Sandbox.process}). */
+export class SandboxProcess {
+  constructor(readonly sandbox: Sandbox, readonly pid: number) {}
+
+  private path(rest: string): string {
+    return this.sandbox.path(`/processes/${this.pid}${rest}`);
+  }
+
+  /** Writes data (a string, or bytes) to its stdin, at most 1 MiB a call; `close` closes it after. */
+  async write(data: string | Uint8Array, close = false): Promise<void> {
+    const req: Schemas["StdinRequest"] = { close };
+    if (typeof data === "string") req.data = data;
+    else req.data_b64 = Buffer.from(data).toString("base64");
+    await this.sandbox.client.jsonCall("POST", this.path("/stdin"), Buffer.from(JSON.stringify(req)), "application/json");
+  }
+
+  /** Closes its stdin: the end of its input. */
+  async closeStdin(): Promise<void> {
+    await this.write("", true);
+  }
+
+  /** Sends it signal ("SIGINT", "TERM", ...). */
+  async signal(signal = "SIGTERM"): Promise<void> {
+    await this.sandbox.client.jsonCall("POST", this.path("/signal"), Buffer.from(JSON.stringify({ signal })), "application/json");
+  }
+
+  /** Attaches: the kept tail of its events, then those to come, until its exit. */
+  events(options: { timeoutMs?: number } = {}): AsyncGenerator<ProcessEvent, void, undefined> {
+    return this.sandbox.client.events("GET", this.path("/events"), undefined, options.timeoutMs);
+  }
+
+  /** Waits for its end: its result as {@link Sandbox.exec} gives it (output as far as the sandbox kept it). */
+  async wait(options: { timeoutMs?: number } = {}): Promise<ProcessResult> {
+    return outcome(this.events(options));
+  }
+}
+
+/** The files of a live sandbox's /workspace: names relative to it, or absolute in it; never through a link. */
+export class SandboxFiles {
+  constructor(private readonly sb: Sandbox) {}
+
+  private path(name: string, query = ""): string {
+    return this.sb.path("/files/" + quote(name) + query);
+  }
+
+  /** The bytes of the file, at most 16 MiB. */
+  async read(path: string): Promise<Buffer> {
+    const c = this.sb.client;
+    const { status, headers, data } = await c.call("GET", this.path(path), undefined, undefined, c.timeoutMs);
+    if (status === 200) return data;
+    throw refusal(status, headers, parseJSON(status, data));
+  }
+
+  /** Writes data (bytes, or a string as UTF-8) as the file, at most 16 MiB. */
+  async write(path: string, data: string | Uint8Array): Promise<void> {
+    const body = typeof data === "string" ? Buffer.from(data, "utf8") : Buffer.from(data);
+    await this.sb.client.jsonCall("PUT", this.path(path), body, "application/octet-stream");
+  }
+
+  /** The directory's entries (/workspace's by default). */
+  async list(path = ""): Promise<SandboxFile[]> {
+    return ((await this.sb.client.jsonCall("GET", this.path(path, "?list=1"))) as SandboxFile[] | null) ?? [];
+  }
+
+  /** Removes the file (or empty directory). */
+  async remove(path: string): Promise<void> {
+    await this.sb.client.jsonCall("DELETE", this.path(path));
+  }
+}
+
+/** A duration as the API takes it: "10m", or seconds as a number. */
+function duration(v: string | number | undefined): string | undefined {
+  return typeof v === "number" ? `${v}s` : v;
+}
+
+/** The body of POST …/processes. */
+function processRequest(cmd: string | string[], o: ProcessOptions, stdin: boolean): Buffer {
+  const req: Schemas["ProcessRequest"] = typeof cmd === "string" ? { cmd } : { command: [...cmd] };
+  if (o.cwd !== undefined) req.cwd = o.cwd;
+  if (o.env) req.env = { ...o.env };
+  if (stdin) req.stdin = true;
+  if (o.timeout !== undefined) req.timeout = duration(o.timeout);
+  return Buffer.from(JSON.stringify(req));
+}
+
+/** A process's result from its events; bytes that are not UTF-8 replaced. */
+async function outcome(events: AsyncIterable<ProcessEvent>): Promise<ProcessResult> {
+  const out: Record<"stdout" | "stderr", Buffer[]> = { stdout: [], stderr: [] };
+  let pid: number | undefined;
+  for await (const ev of events) {
+    if (ev.event === "start") pid = ev.pid;
+    else if (ev.event === "stdout" || ev.event === "stderr") {
+      out[ev.event].push(ev.data_b64 ? Buffer.from(ev.data_b64, "base64") : Buffer.from(ev.data ?? "", "utf8"));
+    } else if (ev.event === "exit") {
+      return {
+        pid, stdout: Buffer.concat(out.stdout).toString("utf8"), stderr: Buffer.concat(out.stderr).toString("utf8"),
+        exit_code: ev.exit_code, signal: ev.signal || undefined, timed_out: ev.timed_out ?? false,
+        duration_ms: ev.duration_ms, dropped_bytes: ev.dropped_bytes ?? 0,
+      };
+    }
+  }
+  throw new TransportError("the process's stream ended before its exit");
 }
 
 /** A task of a {@link Context}: a RunTask without the fields the context sets. */
@@ -602,6 +879,15 @@ async function* lines(body: http.IncomingMessage): AsyncGenerator<Buffer> {
     throw e instanceof TransportError ? e : new TransportError(`stream cut before the result: ${why(e)}`);
   }
   if (heldLen) throw new TransportError(`stream cut before the result: a line of ${heldLen} bytes without its end`);
+}
+
+/** One line of a stream, as JSON. */
+function parseLine(line: Buffer): unknown {
+  try {
+    return JSON.parse(line.toString("utf8"));
+  } catch {
+    throw new TransportError(`stream line is not JSON: ${JSON.stringify(line.subarray(0, 100).toString())}`);
+  }
 }
 
 function parseJSON(status: number, data: Buffer): unknown {

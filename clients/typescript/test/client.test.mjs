@@ -355,6 +355,53 @@ describe("serve", { skip: !ADDRESS && "no agentrun serve (AGENTRUN_TEST_ADDRESS)
     assert.ok(e.retryAfter > 0, String(e.retryAfter));
   });
 
+  test("sandboxes", async () => {
+    // A live sandbox: exec to its end, a process spawned and fed, files
+    // both ways, its timeout, its port's URL; disposed of (as the end of
+    // an `await using` block does: Node 20 has no syntax for it), it is
+    // gone.
+    const sb = await c.sandboxes.create({ timeout: "2m" });
+    const id = sb.id;
+    try {
+      assert.match(sb.id, /^sb-[0-9a-f]{32}$/);
+      assert.ok((await c.sandboxes.list()).some((x) => x.id === id));
+      let r = await sb.exec("echo hi; echo err >&2; exit 3");
+      assert.deepEqual([r.stdout, r.stderr, r.exit_code], ["hi\n", "err\n", 3]);
+      assert.equal((await sb.exec(["printf", "%s", "a b"])).stdout, "a b");
+      const kinds = [];
+      for await (const ev of sb.execStream("echo x")) kinds.push(ev.event);
+      assert.deepEqual([kinds[0], kinds.at(-1)], ["start", "exit"]);
+
+      const p = await sb.spawn("cat; echo end", { stdin: true });
+      assert.ok((await sb.processes()).some((x) => x.pid === p.pid));
+      await p.write("one\n");
+      await p.write(new Uint8Array([116, 119, 111, 10]), true);
+      r = await p.wait();
+      assert.deepEqual([r.stdout, r.exit_code], ["one\ntwo\nend\n", 0]);
+      const slow = await sb.spawn(["sleep", "600"]);
+      await slow.signal("SIGKILL");
+      assert.equal((await slow.wait()).signal, "SIGKILL");
+
+      await sb.files.write("d/in.bin", new Uint8Array([0, 255, 100]));
+      assert.deepEqual([...(await sb.files.read("d/in.bin"))], [0, 255, 100]);
+      await sb.exec("echo made > out.txt");
+      assert.equal((await sb.files.read("out.txt")).toString(), "made\n");
+      assert.deepEqual((await sb.files.list()).map((f) => f.name).sort(), ["d", "out.txt"]);
+      assert.deepEqual((await sb.files.list("d")).map((f) => f.name), ["in.bin"]);
+      await sb.files.remove("out.txt");
+      await refused(404, () => sb.files.read("out.txt"));
+
+      const before = sb.info.expires_at;
+      assert.notEqual((await sb.setTimeout(90)).expires_at, before);
+      assert.ok(sb.portUrl(3000).endsWith(`/v1/sandboxes/${sb.id}/ports/3000/`), sb.portUrl(3000));
+      assert.equal((await c.sandboxes.get(sb.id)).id, sb.id);
+    } finally {
+      await sb[Symbol.asyncDispose]();
+    }
+    assert.ok(!(await c.sandboxes.list()).some((x) => x.id === id));
+    await refused(404, () => c.sandboxes.get(id));
+  });
+
   test("wrong token", { skip: !TOKEN && "no token on this server" }, async () => {
     const bad = new Client(ADDRESS, { token: "wrong" });
     await refused(401, () => bad.health());
