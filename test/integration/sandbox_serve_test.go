@@ -201,7 +201,7 @@ func TestServeLiveSandboxes(t *testing.T) {
 	}
 	resp, b = s.do("POST", sb+"/timeout", `{"timeout": "10m"}`)
 	var moved runapi.SandboxInfo
-	if err := json.Unmarshal(b, &moved); resp.StatusCode != 200 || err != nil || moved.ExpiresAt.Sub(time.Now()) < 9*time.Minute {
+	if err := json.Unmarshal(b, &moved); resp.StatusCode != 200 || err != nil || time.Until(moved.ExpiresAt) < 9*time.Minute {
 		t.Errorf("timeout 10m: %d %s", resp.StatusCode, b)
 	}
 	if resp, _ := s.do("POST", sb+"/timeout", `{"timeout": "2h"}`); resp.StatusCode != 400 {
