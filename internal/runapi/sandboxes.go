@@ -81,8 +81,20 @@ type Process interface {
 	Exit() *ProcessEvent
 	WriteStdin(data []byte, close bool) error
 	Signal(sig syscall.Signal) error
+	// Resize sets the size of its pseudo-terminal (ExecRequest.TTY).
+	Resize(size TTYSize) error
 	Info() ProcessInfo
 }
+
+// TTYSize is a pseudo-terminal's size, each at least 1 and at most
+// MaxTTYSize.
+type TTYSize struct {
+	Rows int `json:"rows"`
+	Cols int `json:"cols"`
+}
+
+// MaxTTYSize bounds a pseudo-terminal's rows and columns.
+const MaxTTYSize = 1000
 
 // ExecRequest is a process to start in a live sandbox.
 type ExecRequest struct {
@@ -96,13 +108,17 @@ type ExecRequest struct {
 	Env map[string]string `json:"env,omitempty"`
 	// Stdin keeps its stdin open for WriteStdin; otherwise it reads EOF.
 	Stdin bool `json:"stdin,omitempty"`
+	// TTY, if set, gives it a pseudo-terminal of that size as its
+	// stdin, stdout and stderr: its output comes as "pty" events, its
+	// stdin is kept open and goes to the terminal.
+	TTY *TTYSize `json:"tty,omitempty"`
 	// Timeout, if positive, kills it after so long.
 	Timeout time.Duration `json:"-"`
 }
 
 // ProcessEvent is one event of a process, as the API streams it.
 type ProcessEvent struct {
-	Event string `json:"event"` // start, stdout, stderr, exit
+	Event string `json:"event"` // start, stdout, stderr, pty, exit
 	Pid   int    `json:"pid,omitempty"`
 	// Data is output that is UTF-8; DataB64 output that is not, in
 	// base64.
@@ -121,6 +137,7 @@ type ProcessEvent struct {
 type ProcessInfo struct {
 	Pid      int       `json:"pid"`
 	Command  []string  `json:"command"`
+	TTY      bool      `json:"tty,omitempty"`
 	Started  time.Time `json:"started"`
 	Running  bool      `json:"running"`
 	ExitCode *int      `json:"exit_code,omitempty"`
