@@ -2,7 +2,9 @@ package runapi
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"syscall"
 	"time"
@@ -131,6 +133,19 @@ type ProcessEvent struct {
 	DurationMS int64  `json:"duration_ms,omitempty"`
 	// Dropped counts, on exit, the output bytes not kept (past the cap).
 	Dropped int64 `json:"dropped_bytes,omitempty"`
+}
+
+// Output is the bytes an output event carries: Data's, or DataB64's
+// decoded.
+func (e ProcessEvent) Output() ([]byte, error) {
+	if e.DataB64 != "" {
+		b, err := base64.StdEncoding.DecodeString(e.DataB64)
+		if err != nil {
+			return nil, fmt.Errorf("an event's data_b64: %w", err)
+		}
+		return b, nil
+	}
+	return []byte(e.Data), nil
 }
 
 // ProcessInfo is a process as a list shows it.
