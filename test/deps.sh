@@ -4,13 +4,14 @@
 # for the unit tests; mmdebstrap: the Debian root the package installs into;
 # chromium: the headless browser the approvals page is tested in;
 # python3, pip and setuptools: the Python client's tests and its install;
-# pyflakes3: the lint of the Python launcher, make lint-launcher).
+# pyflakes3: the lint of the Python launcher, make lint-launcher;
+# tmux: the terminal `agentrun shell` is tested in).
 # Node.js and npm (the MCP test client) count as present when their commands
 # are, whichever package brought them: a host's own Node.js build (such as
 # nodesource's, which ships npm inside and conflicts with Debian's npm) is
 # kept. Needs root; a no-op when all are present.
 set -euo pipefail
-pkgs=(gcc make libc6-dev pkg-config libseccomp-dev busybox-static mmdebstrap ca-certificates runc bubblewrap docker-registry iproute2 skopeo umoci time nats-server systemd tini e2fsprogs chromium python3 python3-pip python3-setuptools pyflakes3)
+pkgs=(gcc make libc6-dev pkg-config libseccomp-dev busybox-static mmdebstrap ca-certificates runc bubblewrap docker-registry iproute2 skopeo umoci time nats-server systemd tini e2fsprogs chromium python3 python3-pip python3-setuptools pyflakes3 tmux)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -5,7 +5,8 @@
 //	agentrun task.json               the same
 //
 // and the commands of usage below (serve, worker, submit, result, approve,
-// sessions, mcp, doctor, gc, pull, images, rmi, prune, version).
+// sessions, sandbox, shell, mcp, doctor, gc, pull, images, rmi, prune,
+// version).
 //
 // This package parses arguments and the config, and wires the internal
 // packages together: run, serve, worker and mcp open the audit log and the
@@ -67,6 +68,16 @@ commands:
         kept session workspaces: create one (prints its id, for a task's
         "session" with "keep_workspace": true), list, remove, list or read
         or write its files
+  sandbox [--server ADDR] [--json] create|ls|exec ID -- CMD...|ps ID|kill ID PID|rm ID
+        live sandboxes on agentrun serve (--server, $AGENTRUN_SERVER, else
+        the config's server.listen; token from $AGENTRUN_TOKEN): create one
+        (--image, --allow HOST, --timeout D; prints its id), list them, run
+        a command in one (its output here, its exit status ours), list its
+        processes, signal one (--signal S, default SIGTERM), end it
+  shell [--server ADDR] [--image I] [--allow HOST]... [--timeout D]
+        an interactive shell (bash if the image has it, else /bin/sh) on
+        this terminal in a new live sandbox on serve, ended with it
+        (Ctrl-D or exit), as docker run -it --rm gives
   mcp [--server ADDR | [--local] --config F]
         serve the MCP tool run_code over stdio: forwarded to agentrun serve
         (--server, $AGENTRUN_SERVER, else the config's server.listen), or,
@@ -121,6 +132,10 @@ func dispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return cmdApprove(args[1:], stdout, stderr)
 	case "sessions":
 		return cmdSessions(args[1:], stdin, stdout, stderr)
+	case "sandbox":
+		return cmdSandbox(args[1:], stdout, stderr)
+	case "shell":
+		return cmdShell(args[1:], os.Stdin, stdout, stderr)
 	case "mcp":
 		return cmdMCP(args[1:], stderr)
 	case "doctor":

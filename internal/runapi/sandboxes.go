@@ -2,7 +2,9 @@ package runapi
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"syscall"
@@ -87,8 +89,20 @@ type Process interface {
 	Exit() *ProcessEvent
 	WriteStdin(data []byte, close bool) error
 	Signal(sig syscall.Signal) error
+	// Resize sets the size of its pseudo-terminal (ExecRequest.TTY).
+	Resize(size TTYSize) error
 	Info() ProcessInfo
 }
+
+// TTYSize is a pseudo-terminal's size, each at least 1 and at most
+// MaxTTYSize.
+type TTYSize struct {
+	Rows int `json:"rows"`
+	Cols int `json:"cols"`
+}
+
+// MaxTTYSize bounds a pseudo-terminal's rows and columns.
+const MaxTTYSize = 1000
 
 // ExecRequest is a process to start in a live sandbox.
 type ExecRequest struct {
@@ -102,13 +116,17 @@ type ExecRequest struct {
 	Env map[string]string `json:"env,omitempty"`
 	// Stdin keeps its stdin open for WriteStdin; otherwise it reads EOF.
 	Stdin bool `json:"stdin,omitempty"`
+	// TTY, if set, gives it a pseudo-terminal of that size as its
+	// stdin, stdout and stderr: its output comes as "pty" events, its
+	// stdin is kept open and goes to the terminal.
+	TTY *TTYSize `json:"tty,omitempty"`
 	// Timeout, if positive, kills it after so long.
 	Timeout time.Duration `json:"-"`
 }
 
 // ProcessEvent is one event of a process, as the API streams it.
 type ProcessEvent struct {
-	Event string `json:"event"` // start, stdout, stderr, exit
+	Event string `json:"event"` // start, stdout, stderr, pty, exit
 	Pid   int    `json:"pid,omitempty"`
 	// Data is output that is UTF-8; DataB64 output that is not, in
 	// base64.
@@ -123,10 +141,24 @@ type ProcessEvent struct {
 	Dropped int64 `json:"dropped_bytes,omitempty"`
 }
 
+// Output is the bytes an output event carries: Data's, or DataB64's
+// decoded.
+func (e ProcessEvent) Output() ([]byte, error) {
+	if e.DataB64 != "" {
+		b, err := base64.StdEncoding.DecodeString(e.DataB64)
+		if err != nil {
+			return nil, fmt.Errorf("an event's data_b64: %w", err)
+		}
+		return b, nil
+	}
+	return []byte(e.Data), nil
+}
+
 // ProcessInfo is a process as a list shows it.
 type ProcessInfo struct {
 	Pid      int       `json:"pid"`
 	Command  []string  `json:"command"`
+	TTY      bool      `json:"tty,omitempty"`
 	Started  time.Time `json:"started"`
 	Running  bool      `json:"running"`
 	ExitCode *int      `json:"exit_code,omitempty"`

@@ -31,6 +31,10 @@ type Process struct {
 	started time.Time
 	sp      backend.Spawned
 
+	// pty is the master of its pseudo-terminal, nil without one; it is
+	// its stdin too, and closed only once the process ended.
+	pty *os.File
+
 	mu    sync.Mutex
 	stdin *os.File // nil once closed
 	// events holds the start, the output kept and the exit; first is the
@@ -58,12 +62,19 @@ func newProcess(argv []string, limit int64) *Process {
 		changed: make(chan struct{}), done: make(chan struct{})}
 }
 
-// run reads p's output from outR and errR, enforces its timeout (0:
-// none) and, once it ended, adds its exit event.
-func (p *Process) run(outR, errR *os.File, timeout time.Duration) {
+// stream is an output of a process and the name of its events.
+type stream struct {
+	r    *os.File
+	name string
+}
+
+// run reads p's outputs, enforces its timeout (0: none) and, once it
+// ended, adds its exit event.
+func (p *Process) run(timeout time.Duration, outs ...stream) {
 	var wg sync.WaitGroup
-	wg.Go(func() { p.read(outR, "stdout") })
-	wg.Go(func() { p.read(errR, "stderr") })
+	for _, o := range outs {
+		wg.Go(func() { p.read(o.r, o.name) })
+	}
 	waited := make(chan *os.ProcessState, 1)
 	go func() {
 		ps, _ := p.sp.Wait()
@@ -85,12 +96,10 @@ func (p *Process) run(outR, errR *os.File, timeout time.Duration) {
 	select {
 	case <-drained:
 	case <-time.After(outputGrace):
-		outR.Close()
-		errR.Close()
+		closeAll(outs)
 		<-drained
 	}
-	outR.Close()
-	errR.Close()
+	closeAll(outs)
 	var o backend.Outcome
 	o.SetExit(ps, timedOut)
 	code := o.ExitCode
@@ -103,6 +112,14 @@ func (p *Process) run(outR, errR *os.File, timeout time.Duration) {
 	p.mu.Unlock()
 }
 
+func closeAll(outs []stream) {
+	for _, o := range outs {
+		o.r.Close()
+	}
+}
+
+// read makes events of r's output until it ends: at EOF, at EIO (a
+// terminal's master once no process holds its other end), or closed.
 func (p *Process) read(r *os.File, stream string) {
 	buf := make([]byte, readChunk)
 	var pending []byte // an incomplete UTF-8 sequence at a chunk's end
@@ -121,7 +138,7 @@ func (p *Process) read(r *os.File, stream string) {
 			if len(pending) > 0 {
 				p.output(stream, pending)
 			}
-			return // EOF, or closed past outputGrace
+			return // EOF, EIO, or closed past outputGrace
 		}
 	}
 }
@@ -227,8 +244,13 @@ func (p *Process) Next(ctx context.Context, seq int) ([]Event, int, bool) {
 }
 
 // WriteStdin writes data to the process's stdin, and closes it after if
-// close is set.
+// close is set. A terminal's stdin stays open while the process runs:
+// close writes the terminal's end of file (Ctrl-D) instead.
 func (p *Process) WriteStdin(data []byte, close bool) error {
+	if p.pty != nil && close {
+		data = append(data[:len(data):len(data)], eot)
+		close = false
+	}
 	p.mu.Lock()
 	in := p.stdin
 	p.mu.Unlock()
@@ -256,11 +278,46 @@ func (p *Process) WriteStdin(data []byte, close bool) error {
 // stdinWait bounds one write to a process's stdin.
 const stdinWait = 10 * time.Second
 
+// eot is a terminal's end of file, as its line discipline has it by
+// default (VEOF, Ctrl-D).
+const eot = 0x04
+
 func (p *Process) closeStdinLocked() {
-	if p.stdin != nil {
+	// A terminal's master is its output too: run closes it.
+	if p.stdin != nil && p.stdin != p.pty {
 		p.stdin.Close()
-		p.stdin = nil
 	}
+	p.stdin = nil
+}
+
+// Resize sets the size of the process's pseudo-terminal.
+func (p *Process) Resize(size runapi.TTYSize) error {
+	ws, err := winSize(size)
+	if err != nil {
+		return err
+	}
+	if p.pty == nil {
+		return errkind.New(errkind.Busy, "the process has no pseudo-terminal")
+	}
+	select {
+	case <-p.done:
+		return errkind.New(errkind.Busy, "the process has ended")
+	default:
+	}
+	raw, err := p.pty.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ierr error
+	if err := raw.Control(func(fd uintptr) {
+		ierr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: ws.Rows, Col: ws.Cols})
+	}); err != nil {
+		return errkind.New(errkind.Busy, "the process has ended")
+	}
+	if ierr != nil {
+		return fmt.Errorf("resizing the terminal: %w", ierr)
+	}
+	return nil
 }
 
 // Signal sends sig to the process while it runs.
@@ -277,7 +334,7 @@ func (p *Process) Signal(sig unix.Signal) error {
 func (p *Process) Info() Info {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	in := Info{Pid: p.pid, Command: p.argv, Started: p.started, Running: p.exit == nil}
+	in := Info{Pid: p.pid, Command: p.argv, TTY: p.pty != nil, Started: p.started, Running: p.exit == nil}
 	if p.exit != nil {
 		in.ExitCode = p.exit.ExitCode
 	}

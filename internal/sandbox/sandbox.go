@@ -210,10 +210,19 @@ func (s *Sandbox) Exec(req ExecRequest) (*Process, error) {
 	if !path.IsAbs(cwd) {
 		cwd = path.Join("/workspace", cwd)
 	}
+	var size *backend.WinSize
+	if req.TTY != nil {
+		if size, err = winSize(*req.TTY); err != nil {
+			return nil, err
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, ErrEnded
+	}
+	if size != nil {
+		return s.execTTYLocked(args, vars, cwd, size, req.Timeout)
 	}
 	pipes, err := backend.NewPipes()
 	if err != nil {
@@ -226,17 +235,46 @@ func (s *Sandbox) Exec(req ExecRequest) (*Process, error) {
 		pipes.CloseAll()
 		return nil, err
 	}
-	p := newProcess(args, s.opt.OutputBytes)
-	p.pid, p.sp = sp.Pid(), sp
+	p := s.startLocked(args, sp)
 	p.stdin = pipes.InW
 	if !req.Stdin {
 		p.closeStdinLocked()
 	}
+	s.wg.Go(func() { p.run(req.Timeout, stream{pipes.OutR, "stdout"}, stream{pipes.ErrR, "stderr"}) })
+	return p, nil
+}
+
+// execTTYLocked starts a process whose stdio is a pseudo-terminal of
+// size: its output comes as "pty" events, its stdin goes to the
+// terminal and stays open.
+func (s *Sandbox) execTTYLocked(args, vars []string, cwd string, size *backend.WinSize, timeout time.Duration) (*Process, error) {
+	sp, err := s.live.Spawn(backend.Process{Args: args, Env: vars, Cwd: cwd, TTY: size})
+	if err != nil {
+		return nil, err
+	}
+	p := s.startLocked(args, sp)
+	p.pty = sp.PTY()
+	p.stdin = p.pty
+	s.wg.Go(func() { p.run(timeout, stream{p.pty, "pty"}) })
+	return p, nil
+}
+
+// startLocked keeps sp, just started, as a process of the sandbox.
+func (s *Sandbox) startLocked(args []string, sp backend.Spawned) *Process {
+	p := newProcess(args, s.opt.OutputBytes)
+	p.pid, p.sp = sp.Pid(), sp
 	p.appendLocked(Event{Event: "start", Pid: p.pid})
 	s.procs = append(s.procs, p)
 	s.trimLocked()
-	s.wg.Go(func() { p.run(pipes.OutR, pipes.ErrR, req.Timeout) })
-	return p, nil
+	return p
+}
+
+// winSize is size as a terminal's, refused outside 1..MaxTTYSize.
+func winSize(size runapi.TTYSize) (*backend.WinSize, error) {
+	if size.Rows < 1 || size.Rows > runapi.MaxTTYSize || size.Cols < 1 || size.Cols > runapi.MaxTTYSize {
+		return nil, errkind.Mark(errkind.Invalid, fmt.Errorf("a terminal of %d rows and %d columns: each is 1 to %d", size.Rows, size.Cols, runapi.MaxTTYSize))
+	}
+	return &backend.WinSize{Rows: uint16(size.Rows), Cols: uint16(size.Cols)}, nil
 }
 
 // trimLocked forgets the oldest ended processes past maxProcesses.

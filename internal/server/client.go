@@ -101,12 +101,11 @@ func (c *Client) runOnce(ctx context.Context, taskJSON []byte) (_ *result.Result
 		return &res, -1, nil
 	}
 	wait = -1
-	var apiErr APIError
-	if json.Unmarshal(body, &apiErr) != nil || apiErr.Error == "" {
-		return nil, wait, fmt.Errorf("the server answered %s", resp.Status)
+	err = answerRefusal(resp, body, "the task")
+	ref, ok := err.(*runapi.Refusal)
+	if !ok {
+		return nil, wait, err
 	}
-	ref := &runapi.Refusal{Why: statusKind(resp.StatusCode), Field: apiErr.Field,
-		Msg: fmt.Sprintf("the server refused the task (%d): %s", resp.StatusCode, apiErr.Error)}
 	if retry := resp.Header.Get("Retry-After"); retry != "" {
 		ref.Msg += " (retry after " + retry + "s)"
 		if n, err := strconv.Atoi(retry); err == nil && n >= 0 {

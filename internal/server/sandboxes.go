@@ -30,7 +30,7 @@ import (
 //	POST /v1/sandboxes/ID/timeout
 //	POST|GET /v1/sandboxes/ID/processes
 //	GET  /v1/sandboxes/ID/processes/PID/events
-//	POST /v1/sandboxes/ID/processes/PID/stdin, …/signal
+//	POST /v1/sandboxes/ID/processes/PID/stdin, …/signal, …/resize
 //	GET|PUT|DELETE /v1/sandboxes/ID/files/PATH (GET …?list=1)
 
 // SandboxRequest is the body of POST /v1/sandboxes: a task's fields but
@@ -57,11 +57,9 @@ type ProcessRequest struct {
 	Timeout config.Duration   `json:"timeout"`
 }
 
-// TTYSize is a pseudo-terminal's size (not served yet).
-type TTYSize struct {
-	Rows int `json:"rows"`
-	Cols int `json:"cols"`
-}
+// TTYSize is a pseudo-terminal's size: rows and cols each 1 to
+// runapi.MaxTTYSize.
+type TTYSize = runapi.TTYSize
 
 // StdinRequest is the body of POST …/processes/PID/stdin: Data (UTF-8)
 // or DataB64 (any bytes), then the stdin closed if Close.
@@ -93,6 +91,7 @@ func (s *Server) routeSandboxes(mux *http.ServeMux) {
 	mux.HandleFunc("/v1/sandboxes/{id}/processes/{pid}/events", s.withProcess(s.processEvents, http.MethodGet))
 	mux.HandleFunc("/v1/sandboxes/{id}/processes/{pid}/stdin", s.withProcess(s.processStdin, http.MethodPost))
 	mux.HandleFunc("/v1/sandboxes/{id}/processes/{pid}/signal", s.withProcess(s.processSignal, http.MethodPost))
+	mux.HandleFunc("/v1/sandboxes/{id}/processes/{pid}/resize", s.withProcess(s.processResize, http.MethodPost))
 	mux.HandleFunc("/v1/sandboxes/{id}/files/{path...}", s.withSandbox(s.sandboxFile, http.MethodGet, http.MethodPut, http.MethodDelete))
 }
 
@@ -298,11 +297,13 @@ func (s *Server) processes(w http.ResponseWriter, r *http.Request, sb runapi.San
 		return
 	}
 	if req.TTY != nil {
-		writeError(w, http.StatusBadRequest, "tty", "tty: a live sandbox's process cannot have a pseudo-terminal yet")
-		return
+		if err := checkTTYSize(*req.TTY, "tty."); err != nil {
+			writeRefusal(w, err)
+			return
+		}
 	}
 	p, err := sb.Exec(runapi.ExecRequest{Command: req.Command, Cmd: req.Cmd, Cwd: req.Cwd, Env: req.Env,
-		Stdin: req.Stdin, Timeout: req.Timeout.Duration()})
+		Stdin: req.Stdin, TTY: req.TTY, Timeout: req.Timeout.Duration()})
 	if err != nil {
 		s.metrics.SandboxProcess(metrics.Refused)
 		writeRefusal(w, err)
@@ -431,6 +432,38 @@ func (s *Server) processSignal(w http.ResponseWriter, r *http.Request, p runapi.
 		return
 	}
 	if err := p.Signal(syscall.Signal(sig)); err != nil {
+		writeRefusal(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// checkTTYSize refuses a terminal's size outside 1..runapi.MaxTTYSize,
+// naming the field (prefix and rows or cols).
+func checkTTYSize(size TTYSize, prefix string) error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"rows", size.Rows}, {"cols", size.Cols}} {
+		if f.v < 1 || f.v > runapi.MaxTTYSize {
+			return &runapi.Refusal{Why: errkind.Invalid, Field: prefix + f.name,
+				Msg: fmt.Sprintf("%s%s: %d; want 1 to %d", prefix, f.name, f.v, runapi.MaxTTYSize)}
+		}
+	}
+	return nil
+}
+
+func (s *Server) processResize(w http.ResponseWriter, r *http.Request, p runapi.Process) {
+	var req TTYSize
+	if err := s.readSmall(w, r, maxControlBody, &req); err != nil {
+		writeRefusal(w, err)
+		return
+	}
+	if err := checkTTYSize(req, ""); err != nil {
+		writeRefusal(w, err)
+		return
+	}
+	if err := p.Resize(req); err != nil {
 		writeRefusal(w, err)
 		return
 	}

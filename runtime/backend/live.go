@@ -19,7 +19,8 @@ type Live interface {
 
 // Process is one process Spawn starts. Stdin, Stdout and Stderr are the
 // child ends of its pipes (Pipes), which the caller closes once Spawn
-// returns.
+// returns; with TTY they are nil, and the process's stdio is a
+// pseudo-terminal made inside the container.
 type Process struct {
 	Args []string
 	// Env is added to the container's own environment (later wins).
@@ -28,6 +29,15 @@ type Process struct {
 	// container's.
 	Cwd                   string
 	Stdin, Stdout, Stderr *os.File
+	// TTY, if set, gives the process a pseudo-terminal of that size as
+	// its stdin, stdout and stderr, made by the container's own init
+	// in the container's devpts; its master is Spawned.PTY.
+	TTY *WinSize
+}
+
+// WinSize is a terminal's size.
+type WinSize struct {
+	Rows, Cols uint16
 }
 
 // Spawned is a process Spawn started.
@@ -38,4 +48,8 @@ type Spawned interface {
 	Signal(sig os.Signal) error
 	// Wait waits for the process to end; it may be called once.
 	Wait() (*os.ProcessState, error)
+	// PTY is the master of its pseudo-terminal (Process.TTY), nil
+	// without one: non-blocking, the caller's to read, write, resize
+	// and close.
+	PTY() *os.File
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
+	"github.com/opencontainers/runc/libcontainer/utils"
+	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/runtime/backend"
 )
@@ -36,6 +38,12 @@ type spawnBase struct {
 // without a slash is looked up in PATH by the image's /bin/sh, as `exec`;
 // its words are arguments, never a shell line); otherwise libcontainer's
 // setns init loads the container's filter itself.
+//
+// With proc.TTY, its stdio is a pseudo-terminal that the container's init
+// makes in the container's own devpts (/dev/pts, newinstance) before it
+// executes the process, as `runc exec -t` has it: the init sends its
+// master back over a socket pair, and the process's stdio is the other
+// end, its controlling terminal.
 func (p *Prepared) Spawn(proc backend.Process) (backend.Spawned, error) {
 	if len(proc.Args) == 0 {
 		return nil, errors.New("spawn: no command")
@@ -68,22 +76,84 @@ func (p *Prepared) Spawn(proc backend.Process) (backend.Spawned, error) {
 		NoNewPrivileges: &nnp,
 		Rlimits:         b.rlimits,
 	}
+	var sock *os.File // our end of the console socket
+	if proc.TTY != nil {
+		parent, child, err := utils.NewSockPair("console")
+		if err != nil {
+			return nil, fmt.Errorf("spawn: a console socket: %w", err)
+		}
+		defer child.Close()
+		defer parent.Close()
+		sock = parent
+		lp.Stdin, lp.Stdout, lp.Stderr = nil, nil, nil
+		lp.ConsoleSocket = child
+		lp.ConsoleWidth, lp.ConsoleHeight = proc.TTY.Cols, proc.TTY.Rows
+	}
 	if err := p.ctr.Run(lp); err != nil {
 		return nil, fmt.Errorf("starting a process in sandbox %s: %w", p.ctr.ID(), err)
 	}
+	kill := func(err error) (backend.Spawned, error) {
+		_ = lp.Signal(os.Kill)
+		_, _ = lp.Wait()
+		return nil, err
+	}
+	var pty *os.File
+	if sock != nil {
+		// The init sent the master before it executed the process, or
+		// died: with the child end closed here, the receive ends.
+		_ = lp.ConsoleSocket.Close()
+		var err error
+		if pty, err = recvPTY(sock); err != nil {
+			return kill(fmt.Errorf("the pseudo-terminal of a process in sandbox %s: %w", p.ctr.ID(), err))
+		}
+	}
 	hostPid, err := lp.Pid()
+	if err == nil {
+		var pid int
+		if pid, err = innerPid(hostPid); err == nil {
+			return &spawned{proc: lp, pid: pid, pty: pty}, nil
+		}
+	}
+	if pty != nil {
+		pty.Close()
+	}
+	return kill(err)
+}
+
+// recvPTY receives the master of a pseudo-terminal from the container's
+// init over sock, checks that it is one, and makes it non-blocking (its
+// reads and writes go through Go's poller: deadlines, and a Close that
+// ends a read).
+func recvPTY(sock *os.File) (*os.File, error) {
+	//lint:ignore SA1019 libcontainer's own receiver of its console socket (moved to runc's internal/cmsg)
+	f, err := utils.RecvFile(sock)
 	if err != nil {
-		_ = lp.Signal(os.Kill)
-		_, _ = lp.Wait()
 		return nil, err
 	}
-	pid, err := innerPid(hostPid)
+	defer f.Close()
+	raw, err := f.SyscallConn()
 	if err != nil {
-		_ = lp.Signal(os.Kill)
-		_, _ = lp.Wait()
 		return nil, err
 	}
-	return &spawned{proc: lp, pid: pid}, nil
+	fd := -1
+	var cerr error
+	if err := raw.Control(func(r uintptr) {
+		if _, cerr = unix.IoctlGetUint32(int(r), unix.TIOCGPTN); cerr != nil {
+			cerr = fmt.Errorf("what was sent is not a pseudo-terminal's master: %w", cerr)
+			return
+		}
+		fd, cerr = unix.FcntlInt(r, unix.F_DUPFD_CLOEXEC, 3)
+	}); err != nil {
+		return nil, err
+	}
+	if cerr != nil {
+		return nil, cerr
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "pty"), nil
 }
 
 // innerPid reads the pid, in its innermost pid namespace, of host
@@ -111,10 +181,12 @@ func innerPid(pid int) (int, error) {
 type spawned struct {
 	proc *libcontainer.Process
 	pid  int
+	pty  *os.File
 }
 
 func (s *spawned) Pid() int                        { return s.pid }
 func (s *spawned) Signal(sig os.Signal) error      { return s.proc.Signal(sig) }
 func (s *spawned) Wait() (*os.ProcessState, error) { return s.proc.Wait() }
+func (s *spawned) PTY() *os.File                   { return s.pty }
 
 var _ backend.Live = (*Prepared)(nil)

@@ -509,6 +509,20 @@ func sandboxAnswers(t *testing.T, s *served, expect func(method, path, body stri
 	expect("POST", procs+"/999999/signal", `{"signal": "SIGINT"}`, 404)
 	declaredTooBig(t, s, "POST", proc+"/signal", 1<<20)
 	expect("GET", procs+"/999999/events", "", 404)
+	// A pseudo-terminal: made, resized, refused out of bounds, ended.
+	var tp struct{ Pid int }
+	if err := json.Unmarshal(expect("POST", procs+"?wait=false", `{"command": ["/bin/sh"], "tty": {"rows": 24, "cols": 80}}`, 200), &tp); err != nil {
+		t.Fatal(err)
+	}
+	expect("POST", procs, `{"cmd": "true", "tty": {"rows": 1001, "cols": 80}}`, 400)
+	tproc := fmt.Sprintf("%s/%d", procs, tp.Pid)
+	expect("POST", tproc+"/resize", `{"rows": 50, "cols": 120}`, 204)
+	expect("POST", tproc+"/resize", `{"rows": 0, "cols": 120}`, 400)
+	expect("POST", procs+"/999999/resize", `{"rows": 5, "cols": 5}`, 404)
+	declaredTooBig(t, s, "POST", tproc+"/resize", 1<<20)
+	expect("POST", tproc+"/stdin", `{"data": "exit\n"}`, 204)
+	expect("GET", tproc+"/events", "", 200) // to its exit
+	expect("POST", tproc+"/resize", `{"rows": 5, "cols": 5}`, 409)
 
 	// A port: busybox's httpd serves /workspace on 8000.
 	expect("PUT", path+"/files/port.txt", "served", 204)

@@ -78,17 +78,25 @@ func sandboxStream(t *testing.T, s *served, method, path, body string, on func(r
 // its exit event.
 func execOut(t *testing.T, s *served, id, body string) (string, runapi.ProcessEvent) {
 	t.Helper()
+	outs, exit := execOutputs(t, s, id, body)
+	return outs["stdout"], exit
+}
+
+// execOutputs runs body's process to its end and returns its output by
+// event (stdout, stderr, pty) and its exit event.
+func execOutputs(t *testing.T, s *served, id, body string) (map[string]string, runapi.ProcessEvent) {
+	t.Helper()
 	evs := sandboxStream(t, s, "POST", "/v1/sandboxes/"+id+"/processes", body, nil)
-	var out strings.Builder
+	outs := map[string]string{}
 	for _, ev := range evs {
-		if ev.Event == "stdout" {
-			out.WriteString(ev.Data)
+		if ev.Event != "start" && ev.Event != "exit" {
+			outs[ev.Event] += ev.Data
 		}
 	}
 	if len(evs) == 0 || evs[len(evs)-1].Event != "exit" || evs[len(evs)-1].ExitCode == nil {
 		t.Fatalf("process %s: no exit event last: %+v", body, evs)
 	}
-	return out.String(), evs[len(evs)-1]
+	return outs, evs[len(evs)-1]
 }
 
 // TestServeLiveSandboxes: over serve's API a live sandbox is created, a

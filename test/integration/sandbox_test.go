@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/internal/compose"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/sandbox"
 	"github.com/agentrun/agentrun/internal/task"
@@ -37,8 +38,8 @@ func newLiveSandbox(t *testing.T, r *runner.Runner, opt sandbox.Options) *sandbo
 	return sb
 }
 
-// liveExec runs req in sb to its end and returns its stdout, stderr and
-// exit event.
+// liveExec runs req in sb to its end and returns its stdout (or what its
+// terminal printed), stderr and exit event.
 func liveExec(t *testing.T, sb *sandbox.Sandbox, req sandbox.ExecRequest) (string, string, sandbox.Event) {
 	t.Helper()
 	p, err := sb.Exec(req)
@@ -59,7 +60,7 @@ func collect(t *testing.T, p *sandbox.Process) (string, string, sandbox.Event) {
 		seq = next
 		for _, e := range evs {
 			switch e.Event {
-			case "stdout":
+			case "stdout", "pty":
 				out.WriteString(e.Data)
 			case "stderr":
 				errOut.WriteString(e.Data)
@@ -123,6 +124,22 @@ func testLiveSandbox(t *testing.T, r *runner.Runner) {
 	initStatus, _, _ := liveExec(t, a, sandbox.ExecRequest{Cmd: "cat /proc/1/status"})
 	if f, g := filters(status), filters(initStatus); f == "" || f != g {
 		t.Errorf("an exec'd process has %q seccomp filters, the sandbox's init %q", f, g)
+	}
+
+	// A process with a terminal is the same exec: the same uid,
+	// no_new_privs, no capabilities and the same filter.
+	ttyStatus, _, _ := liveExec(t, a, sandbox.ExecRequest{Cmd: "tty; id -u; cat /proc/self/status", TTY: &runapi.TTYSize{Rows: 24, Cols: 80}})
+	ttyStatus = strings.ReplaceAll(ttyStatus, "\r\n", "\n")
+	if !strings.HasPrefix(ttyStatus, "/dev/pts/") || !strings.Contains(ttyStatus, "\n"+strings.TrimSpace(out)+"\n") {
+		t.Errorf("a tty process's tty and uid (want %s): %q", strings.TrimSpace(out), ttyStatus)
+	}
+	for _, want := range []string{"NoNewPrivs:\t1", "Seccomp:\t2", "CapEff:\t0000000000000000", "CapBnd:\t0000000000000000"} {
+		if !strings.Contains(ttyStatus, want+"\n") {
+			t.Errorf("a tty process's status lacks %q:\n%s", want, ttyStatus)
+		}
+	}
+	if f, g := filters(ttyStatus), filters(initStatus); f != g {
+		t.Errorf("a tty process has %q seccomp filters, the sandbox's init %q", f, g)
 	}
 
 	// A process in the background outlives its request.

@@ -286,6 +286,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{id}/processes/{pid}/resize": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
+                id: components["parameters"]["SandboxID"];
+                /** @description The process's pid inside the sandbox. */
+                pid: components["parameters"]["ProcessID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Resize a process's pseudo-terminal */
+        post: operations["resizeSandboxProcess"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{id}/files/{path}": {
         parameters: {
             query?: never;
@@ -1074,14 +1096,14 @@ export interface components {
             };
             /** @description Keep its stdin open for …/stdin; otherwise it reads EOF. */
             stdin?: boolean;
-            /** @description Refused (not yet). */
+            /** @description Give it a pseudo-terminal of this size, made in the sandbox's own devpts, as its stdin, stdout and stderr: its output comes as `pty` events, its stdin stays open and goes to the terminal, …/resize sets its size. */
             tty?: components["schemas"]["TTYSize"];
             /** @description Kill it after so long. */
             timeout?: components["schemas"]["Duration"];
         };
         ProcessEvent: {
             /** @enum {string} */
-            event: "start" | "stdout" | "stderr" | "exit";
+            event: "start" | "stdout" | "stderr" | "pty" | "exit";
             pid?: number;
             data?: string;
             /** @description Output that is not UTF-8, in base64. */
@@ -1099,6 +1121,8 @@ export interface components {
         ProcessInfo: {
             pid: number;
             command: string[] | null;
+            /** @description It has a pseudo-terminal. */
+            tty?: boolean;
             /** Format: date-time */
             started: string;
             running: boolean;
@@ -1107,6 +1131,7 @@ export interface components {
         StdinRequest: {
             data?: string;
             data_b64?: string;
+            /** @description Close its stdin after the data; for a process with a `tty`, write the terminal's end of file (Ctrl-D) instead: a terminal stays open while its process runs. */
             close?: boolean;
         };
         SandboxFile: {
@@ -1119,8 +1144,8 @@ export interface components {
             mtime: string;
         };
         TTYSize: {
-            rows?: number;
-            cols?: number;
+            rows: number;
+            cols: number;
         };
     };
     responses: {
@@ -1984,7 +2009,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description NDJSON, one ProcessEvent a line: `start` (its pid), `stdout` and `stderr` as it prints (`data`, or `data_b64` for bytes that are not UTF-8), then `exit` last. A client that reads slowly misses what the process's bounded tail dropped meanwhile. With `wait=false`: `{"pid"}` at once, and the process runs on. */
+            /** @description NDJSON, one ProcessEvent a line: `start` (its pid), `stdout` and `stderr` as it prints (`pty` for a process with a `tty`) (`data`, or `data_b64` for bytes that are not UTF-8), then `exit` last. A client that reads slowly misses what the process's bounded tail dropped meanwhile. With `wait=false`: `{"pid"}` at once, and the process runs on. */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -1994,7 +2019,7 @@ export interface operations {
                     "application/json": components["schemas"]["ProcessStarted"];
                 };
             };
-            /** @description A bad request (the field at fault in `field`): neither or both of `command` and `cmd`, a bad env, `tty` (not yet), a bad `wait`. */
+            /** @description A bad request (the field at fault in `field`): neither or both of `command` and `cmd`, a bad env, a `tty` size outside 1 to 1000 (`tty.rows`, `tty.cols`), a bad `wait`. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2034,7 +2059,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description NDJSON, one ProcessEvent a line: `start` (its pid), `stdout` and `stderr` as it prints (`data`, or `data_b64` for bytes that are not UTF-8), then `exit` last. A client that reads slowly misses what the process's bounded tail dropped meanwhile. */
+            /** @description NDJSON, one ProcessEvent a line: `start` (its pid), `stdout` and `stderr` as it prints (`pty` for a process with a `tty`) (`data`, or `data_b64` for bytes that are not UTF-8), then `exit` last. A client that reads slowly misses what the process's bounded tail dropped meanwhile. */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -2161,6 +2186,66 @@ export interface operations {
             403: components["responses"]["CrossSite"];
             404: components["responses"]["NoSuchProcess"];
             /** @description The process has ended. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The body is larger than 64 KiB. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            421: components["responses"]["MisdirectedHost"];
+            429: components["responses"]["TooManyGuesses"];
+        };
+    };
+    resizeSandboxProcess: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
+                id: components["parameters"]["SandboxID"];
+                /** @description The process's pid inside the sandbox. */
+                pid: components["parameters"]["ProcessID"];
+            };
+            cookie?: never;
+        };
+        /** @description The terminal's new size. */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TTYSize"];
+            };
+        };
+        responses: {
+            /** @description Resized: the process gets SIGWINCH. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description `rows` or `cols` outside 1 to 1000 (`field` names it). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["CrossSite"];
+            404: components["responses"]["NoSuchProcess"];
+            /** @description The process has ended, or has no pseudo-terminal. */
             409: {
                 headers: {
                     [name: string]: unknown;
