@@ -41,6 +41,40 @@ type Record struct {
 	Detail          string         `json:"detail,omitempty"` // system error detail kept out of the result
 	// Truncated is set when the record was cut to MaxRecordBytes.
 	Truncated *Truncation `json:"truncated,omitempty"`
+
+	// A live sandbox's record has Kind "sandbox", its user, why it
+	// ended, and its processes; its ID is the sandbox's, its usage that
+	// of its whole cgroup, its duration its life.
+	Kind  string `json:"kind,omitempty"`
+	User  string `json:"user,omitempty"`
+	Ended string `json:"ended,omitempty"`
+	// Processes are its processes in the order they ended, at most
+	// MaxProcesses; ProcessesNotListed counts those past it.
+	Processes          []Process `json:"processes,omitempty"`
+	ProcessesNotListed int       `json:"processes_not_listed,omitempty"`
+}
+
+// KindSandbox is the Kind of a live sandbox's record.
+const KindSandbox = "sandbox"
+
+// MaxProcesses bounds the processes a sandbox's record lists.
+const MaxProcesses = 1000
+
+// Process is one process of a live sandbox, as its record lists it.
+type Process struct {
+	// Pid is its pid inside the sandbox.
+	Pid int `json:"pid"`
+	// Command is its argv, each word escaped (untrusted.Text), the
+	// words together cut to about maxCommand bytes (see CommandOf);
+	// CommandWords is how many words it had when some were left out.
+	Command      []string  `json:"command"`
+	CommandWords int       `json:"command_words,omitempty"`
+	TTY          bool      `json:"tty,omitempty"`
+	Started      time.Time `json:"started"`
+	ExitCode     int       `json:"exit_code"`
+	Signal       string    `json:"signal,omitempty"`
+	TimedOut     bool      `json:"timed_out"`
+	DurationMS   int64     `json:"duration_ms"`
 }
 
 // Limits are the limits the run was given and the network it was allowed.

@@ -20,6 +20,8 @@ const (
 	// maxPath bounds each service request's path and approval's URL,
 	// cut with a mark and the whole's SHA-256 (untrusted.Cut).
 	maxPath = 512
+	// maxCommand bounds a process's command, its words escaped.
+	maxCommand = 1 << 10
 )
 
 // Truncation says what a record left out to stay within MaxRecordBytes:
@@ -36,6 +38,30 @@ type Truncation struct {
 	NetworkApprovals int `json:"network_approvals,omitempty"`
 	// ToolCalls: the tool calls (those a person decided kept first).
 	ToolCalls int `json:"tool_calls,omitempty"`
+	// Processes: a live sandbox's processes listed.
+	Processes int `json:"processes,omitempty"`
+}
+
+// CommandOf is argv as a record lists it: each word escaped with
+// untrusted.Text, the words kept while they add up to at most about
+// maxCommand bytes, the one that passes it cut with a mark and its
+// SHA-256 (untrusted.Cut), the rest left out; words is len(argv) when
+// some were left out, else 0.
+func CommandOf(argv []string) (cmd []string, words int) {
+	left := maxCommand
+	for i, w := range argv {
+		e := untrusted.Text(w)
+		if len(e) > left {
+			cmd = append(cmd, untrusted.Cut(e, left))
+			if i+1 < len(argv) {
+				words = len(argv)
+			}
+			return cmd, words
+		}
+		cmd = append(cmd, e)
+		left -= len(e)
+	}
+	return cmd, 0
 }
 
 // marshalBounded encodes rec as one line of at most MaxRecordBytes: long
@@ -98,6 +124,7 @@ func marshalBounded(rec *Record) ([]byte, error) {
 		r.Tools = &tools
 		calls = tools.Calls
 	}
+	r.Processes = slices.Clone(r.Processes)
 	t := &Truncation{}
 	for {
 		line, err = json.Marshal(&r)
@@ -105,7 +132,7 @@ func marshalBounded(rec *Record) ([]byte, error) {
 			return append(line, '\n'), err
 		}
 		n := &r.Network
-		if len(r.Files)+len(n.Allowed)+len(n.Denied)+len(n.Failed)+len(n.Requests)+len(n.Approvals)+len(r.Limits.NetworkAllow)+len(calls) == 0 {
+		if len(r.Files)+len(n.Allowed)+len(n.Denied)+len(n.Failed)+len(n.Requests)+len(n.Approvals)+len(r.Limits.NetworkAllow)+len(calls)+len(r.Processes) == 0 {
 			return nil, fmt.Errorf("audit record of %d bytes even with its lists emptied", len(line))
 		}
 		r.Truncated = t
@@ -116,6 +143,7 @@ func marshalBounded(rec *Record) ([]byte, error) {
 		n.Requests = halve(n.Requests, &t.NetworkRequests)
 		n.Approvals = halveKeeping(n.Approvals, &t.NetworkApprovals, decidedByPerson)
 		r.Limits.NetworkAllow = halve(r.Limits.NetworkAllow, &t.NetworkAllow)
+		r.Processes = halve(r.Processes, &t.Processes)
 		if r.Tools != nil {
 			calls = halveKeeping(calls, &t.ToolCalls, func(c result.ToolCall) bool { return c.By != "" })
 			r.Tools.Calls = calls

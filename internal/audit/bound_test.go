@@ -246,3 +246,40 @@ func TestRecordKeepsDecidedToolCalls(t *testing.T) {
 		t.Errorf("kept %d calls, decided %v; want the list cut, ap-yes and ap-no kept", len(got.Tools.Calls), decided)
 	}
 }
+
+// A process's command is escaped word by word (an ESC and a newline
+// are shown as \x1b and \n, never written raw) and cut to its bound,
+// saying how many words it had; a sandbox's record of 1000 processes of
+// long commands is cut to its line, saying how many it listed.
+func TestRecordProcessesBounded(t *testing.T) {
+	cmd, words := CommandOf([]string{"printf", "\x1b[2J\nx"})
+	if !slices.Equal(cmd, []string{"printf", `\x1b[2J\nx`}) || words != 0 {
+		t.Errorf("CommandOf = %q, %d", cmd, words)
+	}
+	long := make([]string, 100)
+	for i := range long {
+		long[i] = strings.Repeat("w", 100)
+	}
+	cmd, words = CommandOf(long)
+	if n := len(strings.Join(cmd, "")); n > maxCommand+200 || words != 100 || !strings.Contains(cmd[len(cmd)-1], "…[cut: ") {
+		t.Errorf("a command of 100 long words: %d bytes in %d words, words %d, last %q", n, len(cmd), words, cmd[len(cmd)-1])
+	}
+	rec := &Record{ID: "sb-1", Kind: KindSandbox, ProcessesNotListed: 5}
+	for i := range MaxProcesses {
+		rec.Processes = append(rec.Processes, Process{Pid: i + 2, Command: cmd})
+	}
+	line, err := marshalBounded(rec)
+	if err != nil || len(line) > MaxRecordBytes {
+		t.Fatalf("%d bytes, %v", len(line), err)
+	}
+	var got Record
+	if err := json.Unmarshal(line, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Truncated == nil || got.Truncated.Processes != MaxProcesses || len(got.Processes) == 0 || got.ProcessesNotListed != 5 {
+		t.Errorf("truncated %+v, %d listed, %d not listed", got.Truncated, len(got.Processes), got.ProcessesNotListed)
+	}
+	if len(rec.Processes) != MaxProcesses {
+		t.Error("the caller's record was changed")
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/internal/workspace"
@@ -34,8 +35,14 @@ type Live struct {
 	// Result gets the network report once it ended.
 	Result *result.Result
 
-	sb     *sandbox
-	live   backend.Live
+	sb      *sandbox
+	live    backend.Live
+	created time.Time
+	limits  audit.Limits
+	audit   *audit.Log
+	// holder is the holder's outcome (the whole cgroup's usage), set
+	// before ended is closed; nil if it could not run.
+	holder *backend.Outcome
 	cancel context.CancelFunc
 	ended  chan struct{}
 	close  func() error
@@ -62,6 +69,10 @@ func (r *Runner) Live(ctx context.Context, p *task.Plan, lifetime time.Duration)
 	}
 	defer img.Release() // the sandbox holds it for its own life
 	res := &result.Result{ID: newID(), Image: p.Image, Runtime: p.Runtime, ImageDigest: img.Digest}
+	res.Network.Allowed, res.Network.Denied, res.Network.Failed = []result.Allowed{}, []result.Denied{}, []result.Failed{}
+	if p.Offline() {
+		res.Network = result.NoNetwork()
+	}
 	req := runRequest(p, img, res, nil, nil)
 	req.live = true
 	sb, err := r.setup(ctx, req)
@@ -76,10 +87,11 @@ func (r *Runner) Live(ctx context.Context, p *task.Plan, lifetime time.Duration)
 	// request that made it.
 	hold, cancel := context.WithCancel(context.Background())
 	l := &Live{ID: sb.id, ImageDigest: img.Digest, UID: sb.uid, Workspace: sb.ws, Result: res,
-		sb: sb, live: live, cancel: cancel, ended: make(chan struct{})}
+		sb: sb, live: live, cancel: cancel, ended: make(chan struct{}),
+		created: time.Now(), limits: auditLimits(p), audit: r.audit}
 	go func() {
 		defer close(l.ended)
-		_, _ = sb.prep.Exec(hold, backend.Program{Timeout: lifetime, OutputLimit: 4096})
+		l.holder, _ = sb.prep.Exec(hold, backend.Program{Timeout: lifetime, OutputLimit: 4096})
 	}()
 	l.close = func() error {
 		cancel()
@@ -138,3 +150,27 @@ func (l *Live) Ended() <-chan struct{} { return l.ended }
 // Close kills every process of the sandbox (its whole cgroup) and tears
 // everything down as after a run. It may be called once.
 func (l *Live) Close() error { return l.close() }
+
+// Record is the sandbox's audit record as far as the runner knows it,
+// once Close has returned: its image, runtime, limits, network report,
+// tool calls, life and the usage of its whole cgroup (cpu, memory peak,
+// an OOM kill). The caller adds its id, user and processes, and writes
+// it with WriteRecord.
+func (l *Live) Record() *audit.Record {
+	res := l.Result
+	rec := &audit.Record{Time: l.created.UTC(), Kind: audit.KindSandbox,
+		Image: res.Image, ImageDigest: res.ImageDigest, Runtime: res.Runtime, Limits: l.limits,
+		Network: res.Network, Tools: res.Tools, DurationMS: time.Since(l.created).Milliseconds()}
+	if o := l.holder; o != nil {
+		rec.CPUMS, rec.MemoryPeakBytes, rec.OOMKilled = o.CPU.Milliseconds(), o.MemoryPeak, o.OOMKilled
+	}
+	return rec
+}
+
+// WriteRecord appends rec to the runner's audit log, if it has one.
+func (l *Live) WriteRecord(rec *audit.Record) error {
+	if l.audit == nil {
+		return nil
+	}
+	return l.audit.Write(rec)
+}

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/runtime/backend"
@@ -328,6 +329,18 @@ func (p *Process) Signal(sig unix.Signal) error {
 	default:
 	}
 	return p.sp.Signal(sig)
+}
+
+// record is the process, once it ended, as the audit record lists it.
+func (p *Process) record() audit.Process {
+	cmd, words := audit.CommandOf(p.argv)
+	r := audit.Process{Pid: p.pid, Command: cmd, CommandWords: words, TTY: p.pty != nil, Started: p.started.UTC()}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e := p.exit; e != nil {
+		r.ExitCode, r.Signal, r.TimedOut, r.DurationMS = *e.ExitCode, e.Signal, e.TimedOut, e.DurationMS
+	}
+	return r
 }
 
 // Info is the process as a list shows it.

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
@@ -70,7 +71,11 @@ type Sandbox struct {
 	timer   *time.Timer
 	procs   []*Process // in order of start
 	closed  bool
-	wg      sync.WaitGroup // the processes' watchers
+	// records are the processes that ended, as the audit record lists
+	// them (at most audit.MaxProcesses); unlisted counts those past it.
+	records  []audit.Process
+	unlisted int
+	wg       sync.WaitGroup // the processes' watchers
 
 	closeOnce sync.Once
 	closeErr  error
@@ -104,12 +109,12 @@ func Create(ctx context.Context, r *runner.Runner, p *task.Plan, user string, op
 	now := time.Now()
 	s := &Sandbox{ID: newID("sb-"), PreviewToken: newID(""), User: user, ImageDigest: live.ImageDigest, Created: now, opt: opt, live: live,
 		expires: now.Add(opt.Lifetime), done: make(chan struct{})}
-	s.timer = time.AfterFunc(opt.Lifetime, func() { _ = s.Close() })
+	s.timer = time.AfterFunc(opt.Lifetime, func() { _ = s.end(EndExpired) })
 	go func() {
 		// A holder that died (killed from inside) ends the sandbox.
 		select {
 		case <-live.Ended():
-			_ = s.Close()
+			_ = s.end(EndHolder)
 		case <-s.done:
 		}
 	}()
@@ -240,7 +245,10 @@ func (s *Sandbox) Exec(req ExecRequest) (*Process, error) {
 	if !req.Stdin {
 		p.closeStdinLocked()
 	}
-	s.wg.Go(func() { p.run(req.Timeout, stream{pipes.OutR, "stdout"}, stream{pipes.ErrR, "stderr"}) })
+	s.wg.Go(func() {
+		p.run(req.Timeout, stream{pipes.OutR, "stdout"}, stream{pipes.ErrR, "stderr"})
+		s.noteEnded(p)
+	})
 	return p, nil
 }
 
@@ -255,7 +263,10 @@ func (s *Sandbox) execTTYLocked(args, vars []string, cwd string, size *backend.W
 	p := s.startLocked(args, sp)
 	p.pty = sp.PTY()
 	p.stdin = p.pty
-	s.wg.Go(func() { p.run(timeout, stream{p.pty, "pty"}) })
+	s.wg.Go(func() {
+		p.run(timeout, stream{p.pty, "pty"})
+		s.noteEnded(p)
+	})
 	return p, nil
 }
 
@@ -313,21 +324,63 @@ func (s *Sandbox) Processes() []Info {
 	return out
 }
 
-// Close kills every process of the sandbox (its whole cgroup) and tears
-// everything down as after a run; later calls return the first's error.
-func (s *Sandbox) Close() error {
+// noteEnded keeps p, whose exit event is in, for the audit record.
+func (s *Sandbox) noteEnded(p *Process) {
+	rec := p.record()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.records) >= audit.MaxProcesses {
+		s.unlisted++
+		return
+	}
+	s.records = append(s.records, rec)
+}
+
+// Why a sandbox ended, as its audit record says.
+const (
+	EndDeleted = "deleted"          // Close: DELETE, or its door's end
+	EndExpired = "expired"          // its timeout
+	EndStopped = "server stopped"   // CloseAll: serve's stop
+	EndHolder  = "its holder ended" // killed from inside, or its lifetime
+)
+
+// Close kills every process of the sandbox (its whole cgroup), tears
+// everything down as after a run, and writes its audit record; later
+// calls return the first's error.
+func (s *Sandbox) Close() error { return s.end(EndDeleted) }
+
+// end is Close, the record saying why the sandbox ended (the first
+// call's why).
+func (s *Sandbox) end(why string) error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closed = true
 		s.timer.Stop()
 		s.mu.Unlock()
 		s.ports.closeAll()
-		s.closeErr = s.live.Close()
-		// Every process died with the cgroup: their watchers end.
+		err := s.live.Close()
+		// Every process died with the cgroup: their watchers end, each
+		// noting its process for the record.
 		s.wg.Wait()
+		s.closeErr = errors.Join(err, s.writeRecord(why))
 		close(s.done)
 	})
 	return s.closeErr
+}
+
+// writeRecord writes the sandbox's audit record, once it is torn down:
+// the runner's part (image, limits, network, usage) and its own (id,
+// user, why it ended, its processes).
+func (s *Sandbox) writeRecord(why string) error {
+	rec := s.live.Record()
+	rec.ID, rec.User, rec.Ended = s.ID, s.User, why
+	s.mu.Lock()
+	rec.Processes, rec.ProcessesNotListed = s.records, s.unlisted
+	s.mu.Unlock()
+	if err := s.live.WriteRecord(rec); err != nil {
+		return fmt.Errorf("sandbox %s: %w", s.ID, err)
+	}
+	return nil
 }
 
 // File is one entry of a directory list.

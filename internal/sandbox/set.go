@@ -73,7 +73,7 @@ func (s *Set) Add(sb *Sandbox) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return errors.Join(ErrClosed, sb.Close())
+		return errors.Join(ErrClosed, sb.end(EndStopped))
 	}
 	s.byID[sb.ID] = sb
 	s.mu.Unlock()
@@ -126,7 +126,7 @@ func (s *Set) CloseAll() error {
 	errs := make([]error, len(all))
 	var wg sync.WaitGroup
 	for i, sb := range all {
-		wg.Go(func() { errs[i] = sb.Close() })
+		wg.Go(func() { errs[i] = sb.end(EndStopped) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
