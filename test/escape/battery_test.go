@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"debug/elf"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -30,8 +31,10 @@ import (
 	"github.com/agentrun/agentrun/image/imagetest"
 	"github.com/agentrun/agentrun/internal/compose"
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/result"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
+	"github.com/agentrun/agentrun/internal/sandbox"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/test/testenv"
 )
@@ -68,24 +71,29 @@ func TestEscapeBattery(t *testing.T) {
 		rts = []string{rt}
 	}
 	for _, rt := range rts {
-		t.Run(rt, func(t *testing.T) { battery(t, rt, false, false, nil) })
+		t.Run(rt, func(t *testing.T) { battery(t, rt, false, false, nil, false) })
 		// The same probes in a sandbox the pool made ahead.
-		t.Run(rt+"-pooled", func(t *testing.T) { battery(t, rt, true, false, nil) })
+		t.Run(rt+"-pooled", func(t *testing.T) { battery(t, rt, true, false, nil, false) })
 		if rt == config.RuntimeLibcontainer {
 			// And in one it made ahead with a network, its proxy bound
 			// to the task's allowlist as the run took it.
-			t.Run(rt+"-pooled-allowlist", func(t *testing.T) { battery(t, rt, true, false, []string{"example.com"}) })
+			t.Run(rt+"-pooled-allowlist", func(t *testing.T) { battery(t, rt, true, false, []string{"example.com"}, false) })
 			// And in a warm one: the probe is exec'd by the task's code
 			// from the interpreter the pool started ahead.
-			t.Run(rt+"-warm", func(t *testing.T) { battery(t, rt, true, true, nil) })
+			t.Run(rt+"-warm", func(t *testing.T) { battery(t, rt, true, true, nil, false) })
+			// And as a process exec'd into a live sandbox (spec §17):
+			// everything the battery proves for a run holds for every
+			// process of a live sandbox.
+			t.Run(rt+"-live", func(t *testing.T) { battery(t, rt, false, false, nil, true) })
 		}
 	}
 }
 
 // battery runs the probes under runtime rt, in a sandbox taken from a
 // pool if pooled (a warm one, on the python image, if warm), with a network
-// allowlist if allow is not empty.
-func battery(t *testing.T, rt string, pooled, warm bool, allow []string) {
+// allowlist if allow is not empty, as a process exec'd into a live
+// sandbox of the same task (its holder the sandbox's program) if live.
+func battery(t *testing.T, rt string, pooled, warm bool, allow []string, live bool) {
 	expect, ok := expectations[rt]
 	if !ok {
 		t.Fatalf("no expectation table for runtime %q", rt)
@@ -193,7 +201,12 @@ func battery(t *testing.T, rt string, pooled, warm bool, allow []string) {
 			}
 		}
 	}
-	res := r.Run(context.Background(), plan, runapi.Hooks{})
+	var res *result.Result
+	if live {
+		res = liveRun(t, r, plan)
+	} else {
+		res = r.Run(context.Background(), plan, runapi.Hooks{})
+	}
 	if pooled {
 		if st := pool.Stats(); st.Hits != 1 || warm && st.Warm[plan.Image] != runapi.WarmOK {
 			t.Errorf("the probes did not run in a pooled sandbox (warm: %v): %+v", warm, st)
@@ -260,6 +273,9 @@ func battery(t *testing.T, rt string, pooled, warm bool, allow []string) {
 		if len(allow) > 0 {
 			label += "-allowlist"
 		}
+		if live {
+			label += "-live"
+		}
 		path = strings.TrimSuffix(path, ".md") + "-" + label + ".md"
 		if err := os.WriteFile(path, []byte(markdown(rt, probes, expect)), 0o644); err != nil {
 			t.Errorf("writing the report: %v", err)
@@ -267,6 +283,58 @@ func battery(t *testing.T, rt string, pooled, warm bool, allow []string) {
 			t.Logf("report written to %s", path)
 		}
 	}
+}
+
+// liveRun runs plan's command as a process exec'd into a live sandbox set
+// up from plan (internal/sandbox, as serve's does), and returns its
+// outcome as a run's result; the sandbox is ended after.
+func liveRun(t *testing.T, r *runner.Runner, plan *task.Plan) *result.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res := &result.Result{}
+	sb, err := sandbox.Create(ctx, r, plan, "escape", sandbox.Options{Lifetime: 5 * time.Minute})
+	if err != nil {
+		res.Error = "creating the live sandbox: " + err.Error()
+		return res
+	}
+	defer func() {
+		if err := sb.Close(); err != nil {
+			t.Errorf("ending the live sandbox: %v", err)
+		}
+	}()
+	p, err := sb.Exec(sandbox.ExecRequest{Command: plan.Argv, Timeout: 60 * time.Second})
+	if err != nil {
+		res.Error = "exec: " + err.Error()
+		return res
+	}
+	var stdout, stderr strings.Builder
+	for seq, done := 0, false; !done; {
+		var evs []sandbox.Event
+		evs, seq, done = p.Next(ctx, seq)
+		if ctx.Err() != nil {
+			res.Error = "the probe did not end: " + ctx.Err().Error()
+			return res
+		}
+		for _, ev := range evs {
+			data := ev.Data
+			if ev.DataB64 != "" {
+				b, _ := base64.StdEncoding.DecodeString(ev.DataB64)
+				data = string(b)
+			}
+			switch ev.Event {
+			case "stdout":
+				stdout.WriteString(data)
+			case "stderr":
+				stderr.WriteString(data)
+			case "exit":
+				res.ExitCode, res.Signal, res.TimedOut, res.DurationMS = *ev.ExitCode, ev.Signal, ev.TimedOut, ev.DurationMS
+				res.StdoutTruncated = ev.Dropped > 0
+			}
+		}
+	}
+	res.Stdout, res.Stderr = stdout.String(), stderr.String()
+	return res
 }
 
 // judge applies one probe's result and its runtime expectation.

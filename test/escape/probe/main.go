@@ -12,7 +12,8 @@
 // finished probe readable line by line.
 //
 // The probe refuses to run outside a sandbox (it must be pid 1 of its pid
-// namespace and not root): several probes would change a host if they
+// namespace, the child of a sandbox's init, or exec'd into a live sandbox,
+// and not root): several probes would change a host if they
 // succeeded there. Run with elevated ids (a setuid or file-capability copy of
 // it), it only reports who it is and exits.
 //
@@ -207,8 +208,8 @@ func splitList(s string) []string {
 }
 
 // inSandbox reports whether the probe runs as pid 1 of a pid namespace,
-// or as the child of a sandbox's init: pid 1 is /dev/init, which no host
-// runs as its init.
+// or as the child of a sandbox's init or exec'd into its namespace: pid 1
+// is /dev/init, which no host runs as its init.
 func inSandbox() bool {
 	if os.Getpid() == 1 {
 		return true
@@ -222,5 +223,10 @@ func inSandbox() bool {
 	defer unix.Close(fd)
 	b := make([]byte, 64)
 	n, _ := unix.Read(fd, b)
-	return n > 0 && os.Getppid() == 1 && strings.HasPrefix(string(b[:n]), "/dev/init\x00")
+	// A child of the sandbox's init (a run's program under the seccomp
+	// helper), or a process exec'd into a live sandbox, whose parent is
+	// outside its pid namespace (ppid 0; on a host only pid 1 and
+	// kthreadd have none): either way pid 1 is the sandbox's init.
+	ppid := os.Getppid()
+	return n > 0 && (ppid == 1 || ppid == 0) && strings.HasPrefix(string(b[:n]), "/dev/init\x00")
 }
