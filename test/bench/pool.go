@@ -59,6 +59,12 @@ func startServePool(exe, work, rootfs, name, poolEntry, runtime string) (*served
 		"server":{"listen":%q,"max_concurrent":8,"queue":64,"quota":{"runs_per_minute":0,"concurrent":0},"pool":{%q:%s}}}`,
 		image, runtime, filepath.Join(work, name+"-state"), filepath.Join(work, name+"-store"), *runscBin, filepath.Dir(filepath.Dir(rootfs)),
 		"unix://"+sock, image, poolEntry))
+	return launchServe(exe, cfg, sock)
+}
+
+// launchServe starts `exe serve` with config file cfg, whose
+// server.listen is unix socket sock, and returns once it listens.
+func launchServe(exe, cfg, sock string) (*served, error) {
 	s := &served{cmd: exec.Command(exe, "serve", "--config", cfg), sock: sock}
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {

@@ -189,16 +189,10 @@ func stateReport(w io.Writer, ss *stateSection) {
 		return
 	}
 	fmt.Fprintf(w, "The python-data test image (numpy, pandas), cold `agentrun run`s in kept sessions, and `agentrun serve` with a warm pool of 2 (numpy and pandas preloaded; spaced: the pool full and idle before each run), %d runs per contender, interleaved, the order reversed every other time. A run with keep_state restores the session's state before its code and saves it after; on the warm pool it takes a warm sandbox, the session's disk mounted on its workspace at the take.\n\n", *n)
-	fmt.Fprintln(w, "| contender | median | p90 | CPU/run | note |")
-	fmt.Fprintln(w, "|---|---|---|---|---|")
+	cpuTable(w, ss.cs)
 	byName := map[string]*contender{}
 	for _, c := range ss.cs {
 		byName[c.name] = c
-		if c.err != "" || len(c.times) == 0 {
-			fmt.Fprintf(w, "| %s | not measured: %s | | | |\n", c.name, c.err)
-			continue
-		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", c.name, ms(median(c.times)), ms(pct(c.times, 0.9)), cpuPerRun(c), c.note)
 	}
 	ratio := func(a, b string) string {
 		ca, cb := byName[a], byName[b]
@@ -212,4 +206,17 @@ func stateReport(w io.Writer, ss *stateSection) {
 		ratio(stateWarmSmall, stateWarmPlain),
 		ratio("agentrun run, keep_state: restore the 51 MB frame", "agentrun run, kept session: build the 51 MB frame"))
 	fmt.Fprintln(w, "\nThe frame here is made of random numbers, about 35 ms of work once numpy and pandas are imported (both contenders import them: unpickling the frame does): restoring it is an unpickle of 51 MB (about 125 ms in the sandbox's python) and the run's end pickles it again (about 130 ms; a state that did not change is not written again). So a state pays off where what made it costs more than its pickle: a frame read from files, a model fitted, a computation; not where it is as cheap to make again as this one.")
+}
+
+// cpuTable writes the table of cs's medians, p90s, CPU per run and notes.
+func cpuTable(w io.Writer, cs []*contender) {
+	fmt.Fprintln(w, "| contender | median | p90 | CPU/run | note |")
+	fmt.Fprintln(w, "|---|---|---|---|---|")
+	for _, c := range cs {
+		if c.err != "" || len(c.times) == 0 {
+			fmt.Fprintf(w, "| %s | not measured: %s | | | |\n", c.name, strings.ReplaceAll(firstLine(c.err), "|", "/"))
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", c.name, ms(median(c.times)), ms(pct(c.times, 0.9)), cpuPerRun(c), c.note)
+	}
 }
