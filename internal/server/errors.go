@@ -1,7 +1,6 @@
 package server
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 
@@ -59,17 +58,6 @@ func statusKind(status int) errkind.Kind {
 // refusal is the refusal of err by its kind, or by def when it has none.
 func refusal(err error, def errkind.Kind, field string) *runapi.Refusal {
 	return &runapi.Refusal{Why: errkind.Or(err, def), Field: field, Msg: err.Error()}
-}
-
-// taskRefusal is the refusal of a task that does not load: 400, or 403
-// above policy, naming the field at fault.
-func taskRefusal(err error) *runapi.Refusal {
-	field := ""
-	var te *task.Error
-	if errors.As(err, &te) {
-		field = te.Field
-	}
-	return refusal(err, errkind.Invalid, field)
 }
 
 // tooLarge is the refusal of a task of n bytes, over task.MaxTaskBytes.

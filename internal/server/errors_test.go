@@ -117,9 +117,9 @@ func TestRefusals(t *testing.T) {
 		want  int
 		field string
 	}{
-		{"task", taskRefusal(&task.Error{Field: "code", Reason: "missing"}), http.StatusBadRequest, "code"},
-		{"policy", taskRefusal(&task.Error{Field: "limits.memory", Reason: "over", Err: errkind.ErrPolicy}), http.StatusForbidden, "limits.memory"},
-		{"load gave up", taskRefusal(fmt.Errorf("gave up waiting to decode the task: %w", context.Canceled)), http.StatusBadRequest, ""},
+		{"task", runapi.TaskRefusal(&task.Error{Field: "code", Reason: "missing"}), http.StatusBadRequest, "code"},
+		{"policy", runapi.TaskRefusal(&task.Error{Field: "limits.memory", Reason: "over", Err: errkind.ErrPolicy}), http.StatusForbidden, "limits.memory"},
+		{"load gave up", runapi.TaskRefusal(fmt.Errorf("gave up waiting to decode the task: %w", context.Canceled)), http.StatusBadRequest, ""},
 		{"too large", tooLarge(task.MaxTaskBytes + 1), http.StatusRequestEntityTooLarge, ""},
 		{"session", refusal(fmt.Errorf("%w: ss-1", session.ErrBusy), errkind.Unknown, "session"), http.StatusConflict, "session"},
 		{"unmarked", refusal(errors.New("x"), errkind.Unknown, ""), http.StatusInternalServerError, ""},

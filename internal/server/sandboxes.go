@@ -33,18 +33,9 @@ import (
 //	POST /v1/sandboxes/ID/processes/PID/stdin, …/signal, …/resize
 //	GET|PUT|DELETE /v1/sandboxes/ID/files/PATH (GET …?list=1)
 
-// SandboxRequest is the body of POST /v1/sandboxes: a task's fields but
-// its program, and Timeout, the sandbox's lifetime.
-type SandboxRequest struct {
-	Image   string            `json:"image"`
-	Runtime string            `json:"runtime"`
-	Limits  config.Limits     `json:"limits"`
-	Network task.Network      `json:"network"`
-	Env     map[string]string `json:"env"`
-	Tools   []string          `json:"tools"`
-	Session string            `json:"session"`
-	Timeout config.Duration   `json:"timeout"`
-}
+// SandboxRequest is the body of POST /v1/sandboxes (runapi's, shared
+// with the other doors).
+type SandboxRequest = runapi.SandboxRequest
 
 // ProcessRequest is the body of POST /v1/sandboxes/ID/processes.
 type ProcessRequest struct {
@@ -201,7 +192,7 @@ func (s *Server) NewSandbox(ctx context.Context, req *SandboxRequest, user strin
 		return nil, errNoSandboxes
 	}
 	cfg := s.cfg.Load()
-	plan, lifetime, err := sandboxPlan(req, cfg)
+	plan, lifetime, err := runapi.SandboxPlan(req, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -212,42 +203,6 @@ func (s *Server) NewSandbox(ctx context.Context, req *SandboxRequest, user strin
 		return nil, ref
 	}
 	return sb, err
-}
-
-// sandboxPlan resolves a sandbox's request as a task's (its program the
-// sandbox's holder), refusing what live sandboxes do not have yet, and
-// its lifetime.
-func sandboxPlan(req *SandboxRequest, cfg *config.Config) (*task.Plan, time.Duration, error) {
-	notYet := func(field, what string) error {
-		return &runapi.Refusal{Why: errkind.Invalid, Field: field, Msg: field + ": a live sandbox cannot have " + what + " yet"}
-	}
-	switch {
-	case req.Session != "":
-		return nil, 0, notYet("session", "a kept session's workspace")
-	case len(req.Tools) > 0:
-		return nil, 0, notYet("tools", "tool servers")
-	case req.Runtime == config.RuntimeRunsc:
-		return nil, 0, notYet("runtime", "the runsc runtime")
-	case req.Limits.Timeout.IsSet():
-		return nil, 0, &runapi.Refusal{Why: errkind.Invalid, Field: "limits.timeout", Msg: "limits.timeout: a sandbox's lifetime is its timeout, and each process's the process's own"}
-	}
-	lifetime, maxLife := cfg.Sandboxes.DefaultTimeout.Duration(), cfg.Sandboxes.MaxLifetime.Duration()
-	if req.Timeout.IsSet() {
-		lifetime = req.Timeout.Duration()
-		if lifetime > maxLife {
-			return nil, 0, &runapi.Refusal{Why: errkind.Invalid, Field: "timeout", Msg: fmt.Sprintf("timeout: %s is past the sandboxes' max lifetime %v (sandboxes.max_lifetime)", req.Timeout, maxLife)}
-		}
-	}
-	t := &task.Task{Image: req.Image, Runtime: req.Runtime, Limits: req.Limits, Network: req.Network, Env: req.Env,
-		Command: []string{"/bin/sh"}} // replaced by the sandbox's holder
-	plan, err := t.Resolve(cfg)
-	if err != nil {
-		return nil, 0, taskRefusal(err)
-	}
-	if plan.Runtime == config.RuntimeRunsc {
-		return nil, 0, notYet("runtime", "the runsc runtime (the config's default)")
-	}
-	return plan, lifetime, nil
 }
 
 func (s *Server) sandbox(w http.ResponseWriter, r *http.Request, sb runapi.Sandbox) {

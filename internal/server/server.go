@@ -570,7 +570,7 @@ func (s *Server) admit(ctx context.Context, cfg *config.Config, body *taskBody) 
 	}()
 	if t.plan, err = s.load(ctx, body, cfg); err != nil {
 		s.metrics.Refused(cfg.Runtime, "")
-		return nil, taskRefusal(err)
+		return nil, runapi.TaskRefusal(err)
 	}
 	// The cheap refusals first: a kept session that does not exist (or
 	// is busy) takes no quota entry.
