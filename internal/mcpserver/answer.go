@@ -106,19 +106,36 @@ func answer(res *result.Result) (*mcp.CallToolResult, *Output) {
 	return &mcp.CallToolResult{Content: content}, out
 }
 
-// bundleTexts are the text MIME types of a bundle given to the model, in
-// the order given.
-var bundleTexts = []string{"text/plain", "text/markdown", "text/html", "text/latex", "image/svg+xml", "application/json"}
+// bundleTexts are the text MIME types of a bundle, the one given to the
+// model first: a bundle's value is sent once, in the first of these it
+// has (a frame's text/plain, not its text/html too); the others are in
+// structuredContent.
+var bundleTexts = []string{"text/markdown", "text/plain", "text/latex", "application/json", "text/html", "image/svg+xml"}
 
 // bundleContent is the content of a MIME bundle of the result's display
-// or value, called what: its images as image content, each text as text
-// content headed by what and its MIME type.
+// or value, called what: its images as image content, and one text as
+// text content headed by what, its MIME type and the other types the
+// bundle has.
 func bundleContent(what string, b result.Bundle) []mcp.Content {
 	var content []mcp.Content
+	var shown string
+	var others []string
 	for _, mime := range bundleTexts {
-		if v, ok := b[mime]; ok {
-			content = append(content, &mcp.TextContent{Text: fmt.Sprintf("%s (%s):\n%s", what, mime, v)})
+		if _, ok := b[mime]; !ok {
+			continue
 		}
+		if shown == "" {
+			shown = mime
+		} else {
+			others = append(others, mime)
+		}
+	}
+	if shown != "" {
+		head := fmt.Sprintf("%s (%s)", what, shown)
+		if len(others) > 0 {
+			head = fmt.Sprintf("%s (%s; also %s in structuredContent)", what, shown, strings.Join(others, ", "))
+		}
+		content = append(content, &mcp.TextContent{Text: head + ":\n" + b[shown]})
 	}
 	for _, mime := range []string{"image/png", "image/jpeg"} {
 		if data, err := base64.StdEncoding.DecodeString(b[mime]); err == nil && len(data) > 0 {

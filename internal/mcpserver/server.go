@@ -118,10 +118,8 @@ func New(cfg *config.Config, run TaskFunc, logf func(format string, args ...any)
 // whose runs in a kept session keep their state.
 func (s *Server) Reload(cfg *config.Config) {
 	stateful := map[string]bool{}
-	for name := range cfg.Languages {
-		if task.IsPython(&task.Plan{CodeFile: task.CodeFileName(name), Argv: cfg.Languages[name]}) {
-			stateful[name] = true
-		}
+	for _, name := range pythonNames(cfg) {
+		stateful[name] = true
 	}
 	stateful[""] = stateful[cfg.Language]
 	s.mu.Lock()
@@ -422,9 +420,27 @@ func toolDescription(cfg *config.Config) string {
 	}
 	fmt.Fprintf(&b, "Limits: timeout %s by default, at most %s; memory %s; output kept %d bytes per stream. ",
 		cfg.Limits.Timeout, cfg.Policy.Timeout, cfg.Limits.Memory, deref(cfg.Limits.OutputBytes))
+	if py := pythonNames(cfg); len(py) > 0 {
+		fmt.Fprintf(&b, "In Python (%s), as in a notebook: the value of a final expression comes back (its text, or a table's), "+
+			"and so do matplotlib figures shown with plt.show() or left open, as images, and whatever display(obj) shows; "+
+			"no need to print them. ", strings.Join(py, ", "))
+	}
 	b.WriteString("Files listed in collect come back: images as images, other files as resources. " +
 		"A non-zero exit, a timeout or an out-of-memory kill is a normal answer that says so.")
 	return b.String()
+}
+
+// pythonNames are the config's languages that run Python (those whose
+// runs give a value and figures), sorted.
+func pythonNames(cfg *config.Config) []string {
+	var names []string
+	for _, name := range config.LanguageNames(cfg) {
+		if task.IsPython(&task.Plan{CodeFile: task.CodeFileName(name), Argv: cfg.Languages[name]}) {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	return names
 }
 
 func allowNetwork(cfg *config.Config) bool {
@@ -452,65 +468,68 @@ func inputSchema(cfg *config.Config) *jsonschema.Schema {
 	pathItem := func() *jsonschema.Schema {
 		return &jsonschema.Schema{Type: "string", MinLength: ptr(1), MaxLength: ptr(task.MaxPathLen)}
 	}
-	network := &jsonschema.Schema{Type: "array", Items: &jsonschema.Schema{Type: "string", MinLength: ptr(1), MaxLength: ptr(260)},
-		MaxItems: ptr(task.MaxAllow),
-		Description: "Hosts the program may reach, e.g. [\"pypi.org\", \"*.pythonhosted.org\", \"api.example.com:8443\"] " +
-			"(port 443 and 80 when none is given). Absent or empty: no network at all."}
-	if !allowNetwork(cfg) {
-		network.MaxItems = ptr(0)
-		network.Description = "Not available on this host: the policy allows no network."
+	props := map[string]*jsonschema.Schema{
+		"language": {Type: "string", Enum: enum, MaxLength: ptr(64), Description: "Language of code (default " + cfg.Language + ")."},
+		"code": {Type: "string", MaxLength: ptr(MaxCodeChars),
+			Description: "The program's source, written to a file in /workspace and run."},
+		"files": {Type: "object", MaxProperties: ptr(task.MaxFiles),
+			PropertyNames:        pathItem(),
+			AdditionalProperties: &jsonschema.Schema{Type: "string"},
+			Description: fmt.Sprintf("Text files written into /workspace before the run: relative path -> content "+
+				"(all files at most %s by default, %s at most).", cfg.Limits.WorkspaceSize, cfg.Policy.WorkspaceSize)},
+		"stdin": str("Standard input of the program."),
+		"collect": {Type: "array", Items: pathItem(), MaxItems: ptr(task.MaxCollect),
+			Description: "Globs relative to /workspace of files to return after the run, e.g. [\"out/*.png\", \"report.md\"]."},
+		"session": {Type: "string", Pattern: `^ss-[0-9a-f]{32}$`,
+			Description: "A kept session's id (from new_session): the run's /workspace is that session's, kept after the run, " +
+				"with files and the code file written over it; Python code there also starts with the globals the session's last Python run left " +
+				"(variables, functions, classes, imports), as in a notebook, and leaves its own. Absent: a fresh /workspace, gone after the run."},
+		"reset_state": {Type: "boolean",
+			Description: "With session: forget the session's Python globals before this run (its files stay)."},
+		"timeout": {Type: "string", Pattern: `^[0-9]+(\.[0-9]+)?(ms|s|m|h)([0-9]+(\.[0-9]+)?(ms|s|m))*$`,
+			Description: fmt.Sprintf("Wall-clock limit, a duration such as \"10s\" or \"1m\": %s by default, at most %s.",
+				cfg.Limits.Timeout, cfg.Policy.Timeout)},
+	}
+	// What this host does not offer is left out: the model is not shown
+	// a parameter it could only be refused for.
+	if allowNetwork(cfg) {
+		props["network_allow"] = &jsonschema.Schema{Type: "array", Items: &jsonschema.Schema{Type: "string", MinLength: ptr(1), MaxLength: ptr(260)},
+			MaxItems: ptr(task.MaxAllow),
+			Description: "Hosts the program may reach, e.g. [\"pypi.org\", \"*.pythonhosted.org\", \"api.example.com:8443\"] " +
+				"(port 443 and 80 when none is given). Absent or empty: no network at all."}
+	}
+	if sc := services(cfg); sc != nil {
+		props["network_services"] = sc
+	}
+	if sc := toolServers(cfg); sc != nil {
+		props["tools"] = sc
 	}
 	return &jsonschema.Schema{
-		Type:     "object",
-		Required: []string{"code"},
-		Properties: map[string]*jsonschema.Schema{
-			"language": {Type: "string", Enum: enum, MaxLength: ptr(64), Description: "Language of code (default " + cfg.Language + ")."},
-			"code": {Type: "string", MaxLength: ptr(MaxCodeChars),
-				Description: "The program's source, written to a file in /workspace and run."},
-			"files": {Type: "object", MaxProperties: ptr(task.MaxFiles),
-				PropertyNames:        pathItem(),
-				AdditionalProperties: &jsonschema.Schema{Type: "string"},
-				Description: fmt.Sprintf("Text files written into /workspace before the run: relative path -> content "+
-					"(all files at most %s by default, %s at most).", cfg.Limits.WorkspaceSize, cfg.Policy.WorkspaceSize)},
-			"stdin": str("Standard input of the program."),
-			"collect": {Type: "array", Items: pathItem(), MaxItems: ptr(task.MaxCollect),
-				Description: "Globs relative to /workspace of files to return after the run, e.g. [\"out/*.png\", \"report.md\"]."},
-			"network_allow":    network,
-			"network_services": services(cfg),
-			"tools":            toolServers(cfg),
-			"session": {Type: "string", Pattern: `^ss-[0-9a-f]{32}$`,
-				Description: "A kept session's id (from new_session): the run's /workspace is that session's, kept after the run, " +
-					"with files and the code file written over it; Python code there also starts with the globals the session's last Python run left " +
-					"(variables, functions, classes, imports), as in a notebook, and leaves its own. Absent: a fresh /workspace, gone after the run."},
-			"reset_state": {Type: "boolean",
-				Description: "With session: forget the session's Python globals before this run (its files stay)."},
-			"timeout": {Type: "string", Pattern: `^[0-9]+(\.[0-9]+)?(ms|s|m|h)([0-9]+(\.[0-9]+)?(ms|s|m))*$`,
-				Description: fmt.Sprintf("Wall-clock limit, a duration such as \"10s\" or \"1m\": %s by default, at most %s.",
-					cfg.Limits.Timeout, cfg.Policy.Timeout)},
-		},
+		Type:                 "object",
+		Required:             []string{"code"},
+		Properties:           props,
 		AdditionalProperties: &jsonschema.Schema{Not: &jsonschema.Schema{}},
 	}
 }
 
-// services is the schema of network_services: the config's services.
+// services is the schema of network_services: the config's services;
+// nil when the host offers none (none configured, or no network).
 func services(cfg *config.Config) *jsonschema.Schema {
 	names := enumOf(cfg.Network.Services)
-	sc := &jsonschema.Schema{Type: "array", Items: &jsonschema.Schema{Type: "string", Enum: names}, MaxItems: ptr(len(names)),
+	if len(names) == 0 || !allowNetwork(cfg) {
+		return nil
+	}
+	return &jsonschema.Schema{Type: "array", Items: &jsonschema.Schema{Type: "string", Enum: names}, MaxItems: ptr(len(names)),
 		Description: "Services the program may call by their URL (HTTPS through the proxy, which adds their credentials: " +
 			"the program never sees them, and only the requests the operator's rules allow pass; some wait for a human's approval)."}
-	if len(names) == 0 || !allowNetwork(cfg) {
-		sc.Items, sc.MaxItems = &jsonschema.Schema{Type: "string"}, ptr(0)
-		sc.Description = "Not available on this host: no services are configured."
-	}
-	return sc
 }
 
-// toolServers is the schema of tools: the config's tool servers.
+// toolServers is the schema of tools: the config's tool servers; nil
+// when none is configured.
 func toolServers(cfg *config.Config) *jsonschema.Schema {
 	names := enumOf(cfg.Tools)
 	if len(names) == 0 {
-		return &jsonschema.Schema{Type: "array", Items: &jsonschema.Schema{Type: "string"}, MaxItems: ptr(0),
-			Description: "Not available on this host: no tool servers are configured."}
+		return nil
 	}
 	return &jsonschema.Schema{Type: "array", Items: &jsonschema.Schema{Type: "string", Enum: names}, MaxItems: ptr(len(names)),
 		Description: "Tool servers (MCP servers on the host) whose tools the program may call from its code, with or without network: " +

@@ -145,6 +145,16 @@ func TestMCPRunCode(t *testing.T) {
 			t.Errorf("schema has no %q: %s", p, schema)
 		}
 	}
+	// No tool server or service in this config: their arguments are not
+	// offered at all.
+	for _, p := range []string{"tools", "network_services"} {
+		if _, ok := sch.Properties[p]; ok {
+			t.Errorf("schema offers %q with none configured: %s", p, schema)
+		}
+	}
+	if !strings.Contains(runCode.Description, "final expression") || !strings.Contains(runCode.Description, "plt.show()") {
+		t.Errorf("run_code's description does not tell of values and figures: %s", runCode.Description)
+	}
 	if len(sch.Required) != 1 || sch.Required[0] != "code" || sch.Properties["code"].MaxLength != mcpserver.MaxCodeChars {
 		t.Errorf("schema: required %v, code maxLength %d", sch.Required, sch.Properties["code"].MaxLength)
 	}

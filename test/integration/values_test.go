@@ -336,7 +336,8 @@ func TestValuesStream(t *testing.T) {
 }
 
 // TestValuesMCP: run_code's answer gives a display's PNG as image content
-// and its texts and the value as text content.
+// and each bundle's value once as text content (its first text type, the
+// others named), all of them in structuredContent.
 func TestValuesMCP(t *testing.T) {
 	cs := inProcessMCP(t, testConfig(t), nil)
 	res := call(t, cs, map[string]any{"code": valuesDoorCode})
@@ -357,11 +358,17 @@ func TestValuesMCP(t *testing.T) {
 		}
 	}
 	all := strings.Join(texts, "\n--\n")
-	for _, want := range []string{"display 1 (text/plain):\n'first'", "display 2 (text/html):\n<b>rich</b>",
-		"display 2 (text/markdown):\n**rich**", "value (text/plain):\n42"} {
+	for _, want := range []string{"display 1 (text/plain):\n'first'",
+		"display 2 (text/markdown; also text/plain, application/json, text/html in structuredContent):\n**rich**",
+		"value (text/plain):\n42"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("texts %q lack %q", all, want)
 		}
+	}
+	// Each bundle's value is sent once: Rich's markdown, not its HTML or
+	// text beside it.
+	if strings.Contains(all, "<b>rich</b>") || strings.Contains(all, "Rich()") || len(texts) != 3 {
+		t.Errorf("texts %q; want one per bundle", all)
 	}
 	if images != 1 {
 		t.Errorf("%d images; want 1", images)

@@ -39,6 +39,10 @@ check(names === "exec_command,fork_session,list_files,new_session,read_file,run_
 const schema = tools.find((t) => t.name === "run_code").inputSchema;
 check(schema.properties.language.enum.includes("python"), "language enum", schema.properties.language);
 check(schema.required.includes("code"), "required", schema.required);
+// Not offered with none configured: no tools or network_services argument.
+check(!("tools" in schema.properties) && !("network_services" in schema.properties), "arguments not offered", schema.properties);
+const runCodeTool = tools.find((t) => t.name === "run_code");
+check(/final expression/.test(runCodeTool.description) && /plt\.show\(\)/.test(runCodeTool.description), "values and figures told", runCodeTool.description);
 
 // A kept session: a file written by the client is read by a run in it,
 // whose file the client reads back (structured results validated by the SDK).
