@@ -49,7 +49,7 @@ COMMIT        := $(shell git rev-parse HEAD 2>/dev/null)$(shell git status --por
 LDFLAGS       := -X main.version=$(VERSION) -X 'main.commit=$(COMMIT)' -X main.runscVersion=$(RUNSC_VERSION)
 UNITS         := agentrun.socket agentrun.service agentrun@.service agentrun-worker.service
 
-.PHONY: all build install deb deps images runsc mcp-client mcp-servers approvals-page openapi-validator ts-client demo test unit lint-launcher integration fuzz vet bench soak vm-test clean
+.PHONY: all build install deb deps images runsc mcp-client mcp-servers approvals-page openapi-validator ts-client demo test unit lint-launcher lint-python-client python-client integration fuzz vet bench soak vm-test clean
 
 all: build
 
@@ -105,9 +105,23 @@ vet:
 # docs/architecture.md's layout names every Go package, and docs/config.md's
 # limits are config.LimitTable's; the Python launcher's lint; and the
 # Python client's own tests.
-unit: lint-launcher
+unit: lint-launcher lint-python-client
 	$(GO) test -tags $(TAGS) -count=1 ./internal/... ./runtime/spec/ ./runtime/backend/ ./runtime/cgroup/ ./runtime/runc/ ./image/... ./netns/... ./proxy/... ./cmd/... ./test/bench/ ./test/docs/
 	cd clients/python && PYTHONPATH=. $(PYTHON) -S -B -m unittest discover -s tests
+
+# lint-python-client: the Python client (its package, build backend and
+# type generator) passes mypy --strict as Python 3.9 reads it (Debian's
+# python3-mypy; no cache left behind) and pyflakes.
+PYCLIENT_PY := clients/python/agentrun clients/python/build_backend.py clients/python/gen_types.py
+lint-python-client:
+	$(PYTHON) -m mypy --strict --python-version 3.9 --no-incremental --cache-dir=/dev/null $(PYCLIENT_PY)
+	pyflakes3 $(PYCLIENT_PY) clients/python/tests
+
+# python-client: the Python client's wheel and sdist in bin/python, built
+# by its own backend with the standard library alone (what pip install
+# ./clients/python builds).
+python-client:
+	cd clients/python && PYTHONDONTWRITEBYTECODE=1 $(PYTHON) build_backend.py $(CURDIR)/bin/python
 
 # lint-launcher: agentrun's Python launcher (internal/launcher's .py files,
 # which run in every sandbox's interpreter) compiles with Debian's python3

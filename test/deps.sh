@@ -3,7 +3,9 @@
 # when any is missing (systemd: systemd-analyze and systemd-socket-activate
 # for the unit tests; mmdebstrap: the Debian root the package installs into;
 # chromium: the headless browser the approvals page is tested in;
-# python3, pip and setuptools: the Python client's tests and its install;
+# python3 and python3-venv: the Python client's tests, and its install in a
+# fresh venv (pip from the venv's ensurepip, nothing else); python3-mypy:
+# the client's type check, make lint-python-client;
 # pyflakes3: the lint of the Python launcher, make lint-launcher;
 # tmux: the terminal `agentrun shell` is tested in).
 # Node.js and npm (the MCP test client) count as present when their commands
@@ -11,7 +13,7 @@
 # nodesource's, which ships npm inside and conflicts with Debian's npm) is
 # kept. Needs root; a no-op when all are present.
 set -euo pipefail
-pkgs=(gcc make libc6-dev pkg-config libseccomp-dev busybox-static mmdebstrap ca-certificates runc bubblewrap docker-registry iproute2 skopeo umoci time nats-server systemd tini e2fsprogs chromium python3 python3-pip python3-setuptools pyflakes3 tmux)
+pkgs=(gcc make libc6-dev pkg-config libseccomp-dev busybox-static mmdebstrap ca-certificates runc bubblewrap docker-registry iproute2 skopeo umoci time nats-server systemd tini e2fsprogs chromium python3 python3-venv python3-mypy pyflakes3 tmux)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -13,7 +13,8 @@ import (
 	"github.com/agentrun/agentrun/internal/config"
 )
 
-// TestLinks checks every relative link of README.md and docs/*.md.
+// TestLinks checks every relative link of README.md, docs/*.md and the
+// Python client's README (which points at its pages here).
 func TestLinks(t *testing.T) {
 	root := filepath.Join("..", "..")
 	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
@@ -23,7 +24,7 @@ func TestLinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files := []string{"README.md"}
+	files := []string{"README.md", "clients/python/README.md"}
 	for _, p := range pages {
 		rel, err := filepath.Rel(root, p)
 		if err != nil {

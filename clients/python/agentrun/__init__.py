@@ -9,6 +9,9 @@ through agentrun serve's API. Standard library only (Python 3.9+).
         ...
     sid = c.sessions.create(); c.sessions.write(sid, "in/a.txt", b"...")
     c.run(code="...", session=sid, keep_workspace=True)
+    c.run(code="6 * 7")["value"]                     # {"text/plain": "42"}, and "display": figures
+    with c.context() as ctx:                         # globals kept between runs
+        ctx.run("x = 1"); ctx.run("x + 1"); a, b = ctx.fork(2)
     with c.sandboxes.create(timeout="10m") as sb:    # a live sandbox
         sb.exec("echo hi")["stdout"]
         p = sb.spawn(["cat"], stdin=True); p.write("x\n", close=True); p.wait()
@@ -16,11 +19,19 @@ through agentrun serve's API. Standard library only (Python 3.9+).
 
 Refusals raise agentrun.AgentrunError, also named agentrun.Error (status,
 field, message, retry_after). The names are the TypeScript client's, in
-snake_case.
+snake_case. Results are typed dicts (agentrun.Result, agentrun.Event, ...:
+agentrun.types, from serve's OpenAPI document); the package is typed
+(PEP 561).
 """
 
-from .client import (DEFAULT_ADDRESS, AgentrunError, Client, Context, Error, Sandbox, Sandboxes, SandboxFiles,
-                     SandboxProcess, Sessions, TransportError)
+from .client import (DEFAULT_ADDRESS, AgentrunError, Approval, Client, Context, Error, ProcessResult, Sandbox, Sandboxes,
+                     SandboxFiles, SandboxProcess, Sessions, TransportError)
+from .types import (Bundle, Event, ForkAnswer, Health, HeldRequest, Limits, ProcessEvent, ProcessInfo, Result,
+                    SandboxFile, SandboxInfo, SandboxRequest, SessionFile, SessionInfo, State, Task, TaskFile,
+                    TaskNetwork)
 
 __version__ = "0.1.0"
-__all__ = ["Client", "Context", "Sessions", "Sandboxes", "Sandbox", "SandboxProcess", "SandboxFiles", "AgentrunError", "Error", "TransportError", "DEFAULT_ADDRESS"]
+__all__ = ["Client", "Context", "Sessions", "Sandboxes", "Sandbox", "SandboxProcess", "SandboxFiles", "AgentrunError",
+           "Error", "TransportError", "DEFAULT_ADDRESS", "Approval", "ProcessResult", "Bundle", "Event", "ForkAnswer",
+           "Health", "HeldRequest", "Limits", "ProcessEvent", "ProcessInfo", "Result", "SandboxFile", "SandboxInfo",
+           "SandboxRequest", "SessionFile", "SessionInfo", "State", "Task", "TaskFile", "TaskNetwork"]

@@ -14,8 +14,15 @@ import os
 import socket
 import time
 import urllib.parse
+from types import TracebackType
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Type, TypedDict,
+                    Union, cast)
 
-__all__ = ["Client", "Sessions", "Sandboxes", "Sandbox", "SandboxProcess", "SandboxFiles", "AgentrunError", "Error", "TransportError", "DEFAULT_ADDRESS"]
+from .types import (DecisionTaken, Event, ForkAnswer, Health, HeldRequest, Limits, ProcessEvent, ProcessInfo, Result,
+                    SandboxFile, SandboxInfo, SessionFile, SessionInfo, TaskNetwork)
+
+__all__ = ["Client", "Context", "Sessions", "Sandboxes", "Sandbox", "SandboxProcess", "SandboxFiles", "AgentrunError", "Error",
+           "TransportError", "DEFAULT_ADDRESS", "Approval", "ProcessResult"]
 
 DEFAULT_ADDRESS = "unix:///run/agentrun/agentrun.sock"
 
@@ -32,6 +39,29 @@ _TASK_FIELDS = frozenset([
 ])
 
 
+class Approval(HeldRequest, total=False):
+    """A request held for a decision, as Client.stream's on_approval gets
+    it: the held request, and the run it is of."""
+
+    run: str
+
+
+class ProcessResult(TypedDict):
+    """The outcome of a live sandbox's process (Sandbox.exec,
+    SandboxProcess.wait): its output as text (bytes that are not UTF-8
+    replaced) and its exit's fields; dropped_bytes counts output the
+    sandbox did not keep."""
+
+    pid: Optional[int]
+    stdout: str
+    stderr: str
+    exit_code: Optional[int]
+    signal: Optional[str]
+    timed_out: bool
+    duration_ms: Optional[int]
+    dropped_bytes: int
+
+
 class Error(Exception):
     """A refusal or failure of a call.
 
@@ -44,7 +74,8 @@ class Error(Exception):
     not run: status 500, result["error"] says why), else None.
     """
 
-    def __init__(self, message, status=None, field=None, retry_after=None, result=None):
+    def __init__(self, message: str, status: Optional[int] = None, field: Optional[str] = None,
+                 retry_after: Optional[float] = None, result: Optional[Result] = None) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
@@ -52,7 +83,7 @@ class Error(Exception):
         self.retry_after = retry_after
         self.result = result
 
-    def __str__(self):
+    def __str__(self) -> str:
         parts = []
         if self.status is not None:
             parts.append(str(self.status))
@@ -61,7 +92,7 @@ class Error(Exception):
         parts.append(self.message)
         return " ".join(parts)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "agentrun.Error(status=%r, field=%r, message=%r, retry_after=%r)" % (
             self.status, self.field, self.message, self.retry_after)
 
@@ -79,11 +110,11 @@ class _UnixConnection(http.client.HTTPConnection):
     """HTTP over a unix socket, as Host "agentrun": a name serve takes
     as its own there (it refuses a Host that is not one of its names)."""
 
-    def __init__(self, path, timeout):
+    def __init__(self, path: str, timeout: float) -> None:
         super().__init__("agentrun", timeout=timeout)
         self._path = path
 
-    def connect(self):
+    def connect(self) -> None:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             s.settimeout(self.timeout)
@@ -94,12 +125,12 @@ class _UnixConnection(http.client.HTTPConnection):
         self.sock = s
 
 
-def _task(fields):
+def _task(fields: Mapping[str, Any]) -> Dict[str, Any]:
     """task.json from run()'s keywords. files values may be str (text),
     bytes (sent as base64) or a {"content"|"content_base64": ...} dict;
     timeout is limits.timeout ("5s", or seconds as a number)."""
     fields = dict(fields)
-    task = {}
+    task: Dict[str, Any] = {}
     timeout = fields.pop("timeout", None)
     unknown = sorted(set(fields) - _TASK_FIELDS)
     if unknown:
@@ -123,7 +154,7 @@ def _task(fields):
     return task
 
 
-def _quote(path):
+def _quote(path: str) -> str:
     """A session file's name as one path segment: slashes and dots escaped,
     so that no part of it is read as a dot segment before the server
     checks it."""
@@ -143,31 +174,32 @@ class Client:
     server's Retry-After (at most 30 s); 0, the default: never.
     """
 
-    def __init__(self, address=None, token=None, timeout=30.0, run_timeout=600.0, retries=0):
+    def __init__(self, address: Optional[str] = None, token: Optional[str] = None, timeout: float = 30.0,
+                 run_timeout: float = 600.0, retries: int = 0) -> None:
         address = address or os.environ.get("AGENTRUN_SERVER") or DEFAULT_ADDRESS
         self.token = token if token is not None else os.environ.get("AGENTRUN_TOKEN") or None
         self.timeout = timeout
         self.run_timeout = run_timeout
         self.retries = retries
         u = urllib.parse.urlsplit(address)
+        self._unix: Optional[str] = None
+        self._host: Optional[str] = None
+        self._https = False
+        self._prefix = ""
         if u.scheme == "unix":
             self._unix = u.path or u.netloc
-            self._host, self._https = None, False
         elif u.scheme in ("http", "https"):
-            self._unix = None
             self._host, self._https = u.netloc, u.scheme == "https"
             self._prefix = u.path.rstrip("/")
         else:
             raise ValueError("address %r: want unix:///path, http://host:port or https://host:port" % address)
-        if self._unix is not None:
-            self._prefix = ""
         self.address = address
         self.sessions = Sessions(self)
         self.sandboxes = Sandboxes(self)
 
     # --- runs ---
 
-    def run(self, request_timeout=None, **task):
+    def run(self, request_timeout: Optional[float] = None, **task: Any) -> Result:
         """Runs a task (task.json's fields as keywords) and returns its
         result as a dict: stdout, stderr, exit_code, timed_out, ... The
         program's own failure is a result; a task the server refuses, or
@@ -178,10 +210,10 @@ class Client:
                                            request_timeout or self.run_timeout, retry=True)
         res = _json(status, data)
         if status == 200:
-            return res
+            return cast(Result, res)
         raise _refusal(status, headers, res)
 
-    def context(self, session_id=None, tools=None):
+    def context(self, session_id: Optional[str] = None, tools: Optional[Sequence[str]] = None) -> "Context":
         """A notebook-like context: a kept session whose Python globals
         carry from one run to the next (keep_state), each run still a
         fresh sandbox. Without session_id it makes a session; close()
@@ -190,7 +222,8 @@ class Client:
         tools), unless a run names its own."""
         return Context(self, session_id, tools)
 
-    def stream(self, on_approval=None, request_timeout=None, **task):
+    def stream(self, on_approval: Optional[Callable[["Approval"], Optional[bool]]] = None,
+               request_timeout: Optional[float] = None, **task: Any) -> Iterator[Event]:
         """Runs a task and yields its events as dicts as they come:
         {"event": "stdout"|"stderr", "data": ...}, {"event": "approval",
         "run": ..., "approval": {...}}, and last {"event": "result",
@@ -211,22 +244,23 @@ class Client:
             if resp.status != 200:
                 data = _read(resp)
                 raise _refusal(resp.status, resp.headers, _json(resp.status, data))
-            for ev in _ndjson(resp, limit, "the result"):
+            for line in _ndjson(resp, limit, "the result"):
+                ev = cast(Event, line)
                 kind = ev.get("event")
                 if kind == "approval" and on_approval is not None:
-                    a = dict(ev.get("approval") or {}, run=ev.get("run"))
+                    a = cast(Approval, dict(ev.get("approval") or {}, run=ev.get("run")))
                     ok = on_approval(a)
                     if ok is not None:
                         try:
-                            self.approve(ev.get("run"), a.get("id"), bool(ok))
+                            self.approve(ev.get("run") or "", a.get("id") or "", bool(ok))
                         except Error as e:
                             # Too late: it timed out or its request ended,
                             # as the result's network.approvals will say.
                             if e.status != 404:
                                 raise
                 if kind == "result":
-                    res = ev.get("result") or {}
-                    if res.get("error"):
+                    res = ev.get("result")
+                    if res and res.get("error"):
                         raise Error(res["error"], status=500, result=res)
                     yield ev
                     return
@@ -235,19 +269,20 @@ class Client:
         finally:
             conn.close()
 
-    def approve(self, run, approval_id, approve, by=None):
+    def approve(self, run: str, approval_id: str, approve: bool, by: Optional[str] = None) -> DecisionTaken:
         """Decides a request of run held for approval (the approval
         event's run and approval["id"]); by, at most 64 bytes, names who
         decided in the result and the audit record ("operator (serve API:
         BY)")."""
         path = "/v1/runs/%s/approvals/%s" % (_quote(run), _quote(approval_id))
-        decision = {"approve": bool(approve)}
+        decision: Dict[str, Any] = {"approve": bool(approve)}
         if by is not None:
             decision["by"] = by
         body = json.dumps(decision).encode()
-        return self._json_call("POST", path, body, "application/json")
+        return cast(DecisionTaken, self._json_call("POST", path, body, "application/json"))
 
-    def _events(self, method, path, body, request_timeout):
+    def _events(self, method: str, path: str, body: Optional[bytes],
+                request_timeout: Optional[float]) -> Iterator[ProcessEvent]:
         """The events of a process's NDJSON answer (POST …/processes,
         GET …/events), until its exit; a refusal raises Error."""
         limit = request_timeout or self.run_timeout
@@ -257,7 +292,7 @@ class Client:
                 data = _read(resp)
                 raise _refusal(resp.status, resp.headers, _json(resp.status, data))
             for ev in _ndjson(resp, limit, "the process's exit"):
-                yield ev
+                yield cast(ProcessEvent, ev)
                 if ev.get("event") == "exit":
                     return
         finally:
@@ -265,17 +300,18 @@ class Client:
 
     # --- the server ---
 
-    def health(self):
+    def health(self) -> Health:
         """GET /healthz: runs going on and waiting, and the warm pool."""
-        return self._json_call("GET", "/healthz")
+        return cast(Health, self._json_call("GET", "/healthz"))
 
-    def openapi(self):
+    def openapi(self) -> Dict[str, Any]:
         """The OpenAPI document of the server's API."""
-        return self._json_call("GET", "/v1/openapi.json")
+        return cast(Dict[str, Any], self._json_call("GET", "/v1/openapi.json"))
 
     # --- plumbing ---
 
-    def _json_call(self, method, path, body=None, ctype=None, ok=(200, 201)):
+    def _json_call(self, method: str, path: str, body: Optional[bytes] = None, ctype: Optional[str] = None,
+                   ok: Tuple[int, ...] = (200, 201)) -> Any:
         status, headers, data = self._call(method, path, body, ctype, self.timeout)
         if status == 204:
             return None
@@ -284,7 +320,8 @@ class Client:
             return res
         raise _refusal(status, headers, res)
 
-    def _call(self, method, path, body, ctype, timeout, retry=False):
+    def _call(self, method: str, path: str, body: Optional[bytes], ctype: Optional[str], timeout: float,
+              retry: bool = False) -> Tuple[int, http.client.HTTPMessage, bytes]:
         """Sends a request and reads its whole answer: (status, headers, body)."""
         conn, resp = self._open(method, path, body, ctype, timeout, retry)
         try:
@@ -292,7 +329,8 @@ class Client:
         finally:
             conn.close()
 
-    def _open(self, method, path, body, ctype, timeout, retry=False):
+    def _open(self, method: str, path: str, body: Optional[bytes], ctype: Optional[str], timeout: float,
+              retry: bool = False) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         """Sends a request, retrying a 429 or 503 when asked; returns the
         connection and the answer, its body unread."""
         attempt = 0
@@ -317,12 +355,13 @@ class Client:
                 continue
             return conn, resp
 
-    def _connect(self, timeout):
+    def _connect(self, timeout: float) -> http.client.HTTPConnection:
         if self._unix is not None:
             return _UnixConnection(self._unix, timeout)
+        host = self._host or ""
         if self._https:
-            return http.client.HTTPSConnection(self._host, timeout=timeout)
-        return http.client.HTTPConnection(self._host, timeout=timeout)
+            return http.client.HTTPSConnection(host, timeout=timeout)
+        return http.client.HTTPConnection(host, timeout=timeout)
 
 
 class Context:
@@ -335,111 +374,115 @@ class Context:
             ctx.run("x + 1")["value"]["text/plain"]   # "2"
     """
 
-    def __init__(self, client, session_id=None, tools=None):
+    def __init__(self, client: Client, session_id: Optional[str] = None, tools: Optional[Sequence[str]] = None) -> None:
         self._c = client
         self._made = session_id is None
         self.tools = list(tools) if tools else None
         self.id = client.sessions.create() if session_id is None else session_id
 
-    def _with_tools(self, task):
+    def _with_tools(self, task: Dict[str, Any]) -> Dict[str, Any]:
         """task with the context's tools, unless it names its own."""
         if self.tools and task.get("tools") is None:
             task["tools"] = self.tools
         return task
 
-    def run(self, code, **task):
+    def run(self, code: str, **task: Any) -> Result:
         """Runs code (Python) with the context's state (and tools); the
         result as Client.run gives it, its "state" saying what was kept."""
         return self._c.run(code=code, session=self.id, keep_state=True, **self._with_tools(task))
 
-    def stream(self, code, on_approval=None, **task):
+    def stream(self, code: str, on_approval: Optional[Callable[["Approval"], Optional[bool]]] = None,
+               **task: Any) -> Iterator[Event]:
         """Client.stream of code with the context's state (and tools)."""
         return self._c.stream(on_approval=on_approval, code=code, session=self.id, keep_state=True,
                               **self._with_tools(task))
 
-    def reset(self):
+    def reset(self) -> None:
         """Clears the state: the next run starts with no globals (the
         session's files stay)."""
         self._c.run(code="pass", session=self.id, reset_state=True)
 
-    def fork(self, count):
+    def fork(self, count: int) -> List["Context"]:
         """count new contexts (1 to 64), each a copy of this one's state and
         files, independent from then on."""
         return [Context(self._c, sid) for sid in self._c.sessions.fork(self.id, count)]
 
-    def close(self):
+    def close(self) -> None:
         """Removes the session, its files and state."""
         self._c.sessions.delete(self.id)
 
-    def __enter__(self):
+    def __enter__(self) -> "Context":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, kind: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
         if self._made:
             self.close()
-        return False
 
 
 class Sessions:
     """Kept sessions: a /workspace that outlives a run (Client.sessions).
     A run uses one with session=ID, keep_workspace=True."""
 
-    def __init__(self, client):
+    def __init__(self, client: Client) -> None:
         self._c = client
 
-    def create(self):
+    def create(self) -> str:
         """Makes a session and returns its id (a capability: keep it)."""
-        return self._c._json_call("POST", "/v1/sessions")["id"]
+        return cast(str, self._c._json_call("POST", "/v1/sessions")["id"])
 
     # The name create had before it took the TypeScript client's.
     new = create
 
-    def get(self, session_id):
+    def get(self, session_id: str) -> SessionInfo:
         """The session (created, last_used, max_bytes, busy, ...) and its files."""
-        return self._c._json_call("GET", "/v1/sessions/" + _quote(session_id))
+        return cast(SessionInfo, self._c._json_call("GET", "/v1/sessions/" + _quote(session_id)))
 
-    def files(self, session_id):
+    def files(self, session_id: str) -> List[SessionFile]:
         """The session's files: dicts of name, type, size, mtime."""
         return self.get(session_id)["files"] or []
 
-    def read(self, session_id, path):
+    def read(self, session_id: str, path: str) -> bytes:
         """The bytes of the session's file path (relative to /workspace)."""
         status, headers, data = self._c._call("GET", self._path(session_id, path), None, None, self._c.timeout)
         if status == 200:
             return data
         raise _refusal(status, headers, _json(status, data))
 
-    def write(self, session_id, path, data):
+    def write(self, session_id: str, path: str, data: Union[str, bytes, bytearray, memoryview]) -> None:
         """Writes data (bytes, or str as UTF-8) as the session's file path."""
         if isinstance(data, str):
             data = data.encode()
         self._c._json_call("PUT", self._path(session_id, path), bytes(data), "application/octet-stream")
 
-    def delete(self, session_id):
+    def delete(self, session_id: str) -> None:
         """Removes the session and its files."""
         self._c._json_call("DELETE", "/v1/sessions/" + _quote(session_id))
 
-    def fork(self, session_id, count):
+    def fork(self, session_id: str, count: int) -> List[str]:
         """Makes count new sessions (1 to 64), each a copy of the session's
         files (and state), independent from then on; returns their ids."""
         body = json.dumps({"count": count}).encode()
-        res = self._c._json_call("POST", "/v1/sessions/%s/fork" % _quote(session_id), body, "application/json")
-        return [s["id"] for s in res["sessions"]]
+        res = cast(ForkAnswer, self._c._json_call("POST", "/v1/sessions/%s/fork" % _quote(session_id), body,
+                                                  "application/json"))
+        return [s["id"] for s in res["sessions"] or []]
 
     @staticmethod
-    def _path(session_id, path):
+    def _path(session_id: str, path: str) -> str:
         return "/v1/sessions/%s/files/%s" % (_quote(session_id), _quote(path))
 
 
-def _duration(v):
+def _duration(v: Union[str, float]) -> str:
     """A duration as the API takes it: "10m", or seconds as a number."""
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         return "%gs" % v
     return v
 
 
-def _process_request(cmd, cwd, env, stdin, timeout):
+def _process_request(cmd: Union[str, Sequence[str]], cwd: Optional[str], env: Optional[Mapping[str, str]], stdin: bool,
+                     timeout: Optional[Union[str, float]]) -> bytes:
     """The body of POST …/processes: cmd a shell line (str) or an argv."""
+    req: Dict[str, Any]
     if isinstance(cmd, str):
         req = {"cmd": cmd}
     else:
@@ -455,27 +498,23 @@ def _process_request(cmd, cwd, env, stdin, timeout):
     return json.dumps(req).encode()
 
 
-def _outcome(events):
+def _outcome(events: Iterable[ProcessEvent]) -> "ProcessResult":
     """A process's result from its events: stdout and stderr (text, bytes
     that are not UTF-8 replaced), and the exit's fields."""
     out = {"stdout": bytearray(), "stderr": bytearray()}
-    res = {"pid": None, "exit_code": None, "signal": None, "timed_out": False, "duration_ms": None, "dropped_bytes": 0}
+    pid: Optional[int] = None
     for ev in events:
         kind = ev.get("event")
         if kind == "start":
-            res["pid"] = ev.get("pid")
-        elif kind in out:
-            if ev.get("data_b64"):
-                out[kind] += base64.b64decode(ev["data_b64"])
-            else:
-                out[kind] += (ev.get("data") or "").encode()
+            pid = ev.get("pid")
+        elif kind == "stdout" or kind == "stderr":
+            b64 = ev.get("data_b64")
+            out[kind] += base64.b64decode(b64) if b64 else (ev.get("data") or "").encode()
         elif kind == "exit":
-            for k in ("exit_code", "signal", "timed_out", "duration_ms", "dropped_bytes"):
-                if ev.get(k) is not None:
-                    res[k] = ev[k]
-            res["stdout"] = out["stdout"].decode("utf-8", "replace")
-            res["stderr"] = out["stderr"].decode("utf-8", "replace")
-            return res
+            return {"pid": pid, "stdout": out["stdout"].decode("utf-8", "replace"),
+                    "stderr": out["stderr"].decode("utf-8", "replace"), "exit_code": ev.get("exit_code"),
+                    "signal": ev.get("signal"), "timed_out": bool(ev.get("timed_out")),
+                    "duration_ms": ev.get("duration_ms"), "dropped_bytes": ev.get("dropped_bytes") or 0}
     raise TransportError("the process's stream ended before its exit")
 
 
@@ -484,10 +523,12 @@ class Sandboxes:
     whose processes outlive the call that started them, until it ends
     (its timeout, close(), or serve stopping)."""
 
-    def __init__(self, client):
+    def __init__(self, client: Client) -> None:
         self._c = client
 
-    def create(self, image=None, runtime=None, limits=None, network=None, env=None, timeout=None):
+    def create(self, image: Optional[str] = None, runtime: Optional[str] = None, limits: Optional[Limits] = None,
+               network: Optional[TaskNetwork] = None, env: Optional[Mapping[str, str]] = None,
+               timeout: Optional[Union[str, float]] = None) -> "Sandbox":
         """Makes a live sandbox and returns its Sandbox. timeout is its
         lifetime ("10m", or seconds); the others are a task's fields."""
         req = {"image": image, "runtime": runtime, "limits": limits, "network": network, "env": env,
@@ -495,13 +536,13 @@ class Sandboxes:
         body = json.dumps({k: v for k, v in req.items() if v is not None}).encode()
         return Sandbox(self._c, self._c._json_call("POST", "/v1/sandboxes", body, "application/json"))
 
-    def get(self, sandbox_id):
+    def get(self, sandbox_id: str) -> "Sandbox":
         """The live sandbox sandbox_id (a capability), as a Sandbox."""
         return Sandbox(self._c, self._c._json_call("GET", "/v1/sandboxes/" + _quote(sandbox_id)))
 
-    def list(self):
+    def list(self) -> List[SandboxInfo]:
         """The live sandboxes: dicts of id, expires_at, image, created."""
-        return self._c._json_call("GET", "/v1/sandboxes")["sandboxes"] or []
+        return cast(List[SandboxInfo], self._c._json_call("GET", "/v1/sandboxes")["sandboxes"] or [])
 
 
 class Sandbox:
@@ -514,56 +555,60 @@ class Sandbox:
             p.write("x\n"); p.close_stdin(); p.wait()["stdout"]
     """
 
-    def __init__(self, client, info):
+    def __init__(self, client: Client, info: SandboxInfo) -> None:
         self._c = client
         self.info = info
         self.id = info["id"]
         self.files = SandboxFiles(self)
 
-    def _path(self, rest=""):
+    def _path(self, rest: str = "") -> str:
         return "/v1/sandboxes/" + _quote(self.id) + rest
 
-    def get(self):
+    def get(self) -> SandboxInfo:
         """The sandbox as serve has it now (expires_at, ...); also kept as .info."""
-        self.info = self._c._json_call("GET", self._path())
+        self.info = cast(SandboxInfo, self._c._json_call("GET", self._path()))
         return self.info
 
-    def exec(self, cmd, cwd=None, env=None, timeout=None, request_timeout=None):
+    def exec(self, cmd: Union[str, Sequence[str]], cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
+             timeout: Optional[Union[str, float]] = None, request_timeout: Optional[float] = None) -> "ProcessResult":
         """Runs cmd (a shell line, or an argv list) to its end and returns
         its result: stdout, stderr, exit_code, signal, timed_out,
         duration_ms, dropped_bytes, pid. timeout kills it after so long."""
         return _outcome(self.exec_stream(cmd, cwd, env, timeout, request_timeout))
 
-    def exec_stream(self, cmd, cwd=None, env=None, timeout=None, request_timeout=None):
+    def exec_stream(self, cmd: Union[str, Sequence[str]], cwd: Optional[str] = None,
+                    env: Optional[Mapping[str, str]] = None, timeout: Optional[Union[str, float]] = None,
+                    request_timeout: Optional[float] = None) -> Iterator[ProcessEvent]:
         """Runs cmd and yields its events as they come: start (pid),
         stdout and stderr (data, or data_b64), and last exit."""
         body = _process_request(cmd, cwd, env, False, timeout)
         return self._c._events("POST", self._path("/processes"), body, request_timeout)
 
-    def spawn(self, cmd, cwd=None, env=None, stdin=False, timeout=None):
+    def spawn(self, cmd: Union[str, Sequence[str]], cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
+              stdin: bool = False, timeout: Optional[Union[str, float]] = None) -> "SandboxProcess":
         """Starts cmd in the background and returns its SandboxProcess;
         stdin=True keeps its stdin open for write()."""
         body = _process_request(cmd, cwd, env, stdin, timeout)
         res = self._c._json_call("POST", self._path("/processes?wait=false"), body, "application/json")
         return SandboxProcess(self, res["pid"])
 
-    def process(self, pid):
+    def process(self, pid: int) -> "SandboxProcess":
         """The SandboxProcess of a process already started (its pid inside)."""
         return SandboxProcess(self, pid)
 
-    def processes(self):
+    def processes(self) -> List[ProcessInfo]:
         """Its processes, running and recently ended: dicts of pid, command,
         started, running, exit_code."""
-        return self._c._json_call("GET", self._path("/processes"))["processes"] or []
+        return cast(List[ProcessInfo], self._c._json_call("GET", self._path("/processes"))["processes"] or [])
 
-    def set_timeout(self, timeout):
+    def set_timeout(self, timeout: Union[str, float]) -> SandboxInfo:
         """Makes it end timeout ("10m", or seconds) from now, within its
         max lifetime; returns the sandbox as serve has it then."""
         body = json.dumps({"timeout": _duration(timeout)}).encode()
-        self.info = self._c._json_call("POST", self._path("/timeout"), body, "application/json")
+        self.info = cast(SandboxInfo, self._c._json_call("POST", self._path("/timeout"), body, "application/json"))
         return self.info
 
-    def port_url(self, port):
+    def port_url(self, port: int) -> str:
         """The URL through serve of TCP port inside it (HTTP and
         WebSocket), /v1/sandboxes/ID/ports/PORT/: with the API's token, or
         the sandbox's preview_token. On a unix socket, the path alone."""
@@ -572,7 +617,7 @@ class Sandbox:
             return path
         return "%s://%s%s%s" % ("https" if self._c._https else "http", self._c._host, self._c._prefix, path)
 
-    def close(self):
+    def close(self) -> None:
         """Ends it: every process killed, everything torn down. One that
         had ended already is no error."""
         try:
@@ -581,49 +626,49 @@ class Sandbox:
             if e.status != 404:
                 raise
 
-    def __enter__(self):
+    def __enter__(self) -> "Sandbox":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, kind: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
         self.close()
-        return False
 
 
 class SandboxProcess:
     """A process of a live sandbox (Sandbox.spawn, Sandbox.process)."""
 
-    def __init__(self, sandbox, pid):
+    def __init__(self, sandbox: Sandbox, pid: int) -> None:
         self.sandbox = sandbox
         self.pid = pid
 
-    def _path(self, rest):
+    def _path(self, rest: str) -> str:
         return self.sandbox._path("/processes/%d%s" % (int(self.pid), rest))
 
-    def write(self, data, close=False):
+    def write(self, data: Union[str, bytes, bytearray, memoryview], close: bool = False) -> None:
         """Writes data (str, or bytes) to its stdin, at most 1 MiB a
         call; close=True closes its stdin after."""
-        req = {"close": bool(close)}
+        req: Dict[str, Any] = {"close": bool(close)}
         if isinstance(data, str):
             req["data"] = data
         else:
             req["data_b64"] = base64.b64encode(bytes(data)).decode("ascii")
         self.sandbox._c._json_call("POST", self._path("/stdin"), json.dumps(req).encode(), "application/json")
 
-    def close_stdin(self):
+    def close_stdin(self) -> None:
         """Closes its stdin: the end of its input."""
         self.write("", close=True)
 
-    def signal(self, signal="SIGTERM"):
+    def signal(self, signal: str = "SIGTERM") -> None:
         """Sends it signal ("SIGINT", "TERM", ...)."""
         body = json.dumps({"signal": signal}).encode()
         self.sandbox._c._json_call("POST", self._path("/signal"), body, "application/json")
 
-    def events(self, request_timeout=None):
+    def events(self, request_timeout: Optional[float] = None) -> Iterator[ProcessEvent]:
         """Attaches: yields the kept tail of its events, then those to
         come, until its exit."""
         return self.sandbox._c._events("GET", self._path("/events"), None, request_timeout)
 
-    def wait(self, request_timeout=None):
+    def wait(self, request_timeout: Optional[float] = None) -> "ProcessResult":
         """Waits for its end and returns its result as Sandbox.exec does
         (stdout and stderr as far as the sandbox kept them)."""
         return _outcome(self.events(request_timeout))
@@ -633,13 +678,13 @@ class SandboxFiles:
     """The files of a live sandbox's /workspace (Sandbox.files): names
     relative to it, or absolute in it; never through a link."""
 
-    def __init__(self, sandbox):
+    def __init__(self, sandbox: Sandbox) -> None:
         self._sb = sandbox
 
-    def _path(self, name, query=""):
+    def _path(self, name: str, query: str = "") -> str:
         return self._sb._path("/files/" + _quote(name) + query)
 
-    def read(self, path):
+    def read(self, path: str) -> bytes:
         """The bytes of the file, at most 16 MiB."""
         c = self._sb._c
         status, headers, data = c._call("GET", self._path(path), None, None, c.timeout)
@@ -647,22 +692,22 @@ class SandboxFiles:
             return data
         raise _refusal(status, headers, _json(status, data))
 
-    def write(self, path, data):
+    def write(self, path: str, data: Union[str, bytes, bytearray, memoryview]) -> None:
         """Writes data (bytes, or str as UTF-8) as the file, at most 16 MiB."""
         if isinstance(data, str):
             data = data.encode()
         self._sb._c._json_call("PUT", self._path(path), bytes(data), "application/octet-stream")
 
-    def list(self, path=""):
+    def list(self, path: str = "") -> List[SandboxFile]:
         """The directory's entries (/workspace's by default): dicts of name, type, size, mode, mtime."""
-        return self._sb._c._json_call("GET", self._path(path, "?list=1")) or []
+        return cast(List[SandboxFile], self._sb._c._json_call("GET", self._path(path, "?list=1")) or [])
 
-    def remove(self, path):
+    def remove(self, path: str) -> None:
         """Removes the file (or empty directory)."""
         self._sb._c._json_call("DELETE", self._path(path))
 
 
-def _ndjson(resp, limit, what):
+def _ndjson(resp: http.client.HTTPResponse, limit: float, what: str) -> Iterator[Dict[str, Any]]:
     """The events of an NDJSON answer as dicts, each line at most
     _MAX_LINE bytes, until it ends; all of it within limit seconds. A
     line cut short raises TransportError naming what it was cut before."""
@@ -685,7 +730,7 @@ def _ndjson(resp, limit, what):
         yield ev
 
 
-def _read(resp):
+def _read(resp: http.client.HTTPResponse) -> bytes:
     """The whole body of resp, at most _MAX_ANSWER bytes."""
     if resp.length is not None and resp.length > _MAX_ANSWER:
         raise TransportError("answer of %d bytes, more than %d" % (resp.length, _MAX_ANSWER))
@@ -700,14 +745,14 @@ def _read(resp):
     return data
 
 
-def _json(status, data):
+def _json(status: int, data: bytes) -> Any:
     try:
         return json.loads(data) if data else {}
     except ValueError:
         raise Error("answer is not JSON: %.200r" % data, status=status) from None
 
 
-def _refusal(status, headers, body):
+def _refusal(status: int, headers: http.client.HTTPMessage, body: Any) -> Error:
     """The Error of a refusal: the API's {"error", "field"}, or a result
     with its error (500: agentrun could not run the task)."""
     if not isinstance(body, dict):
@@ -719,7 +764,7 @@ def _refusal(status, headers, body):
                  retry_after=_retry_after(headers))
 
 
-def _retry_after(headers):
+def _retry_after(headers: http.client.HTTPMessage) -> Optional[float]:
     v = headers.get("Retry-After")
     try:
         return float(v) if v is not None else None
@@ -727,7 +772,7 @@ def _retry_after(headers):
         return None
 
 
-def _why(e):
+def _why(e: BaseException) -> str:
     if isinstance(e, socket.timeout):
         return "timed out"
     return str(e) or type(e).__name__

@@ -18,6 +18,7 @@ import socket
 import tempfile
 import threading
 import time
+import typing
 import unittest
 import uuid
 
@@ -111,6 +112,26 @@ class ClientTest(unittest.TestCase):
                     continue
                 snake = re.sub(r"[A-Z]", lambda m: "_" + m.group(0).lower(), method)
                 self.assertTrue(hasattr(getattr(agentrun, name), snake), "agentrun.%s has no %s" % (name, snake))
+
+    def test_types_are_the_typescript_clients(self):
+        # Each type the TypeScript client exports from the OpenAPI
+        # document is agentrun's by the same name, with the same fields;
+        # and so is ProcessResult, the clients' own (from a checkout).
+        src = os.path.join(os.path.dirname(__file__), "..", "..", "typescript", "src", "index.ts")
+        doc = os.path.join(os.path.dirname(__file__), "..", "..", "..", "internal", "server", "openapi.json")
+        if not os.path.exists(src) or not os.path.exists(doc):
+            self.skipTest("not in a checkout: no %s or %s" % (src, doc))
+        with open(src) as f:
+            text = f.read()
+        with open(doc) as f:
+            schemas = json.load(f)["components"]["schemas"]
+        exported = re.findall(r'^export type (\w+) = Schemas\["(\w+)"\];', text, re.M)
+        self.assertIn(("SandboxInfo", "Sandbox"), exported)
+        for name, schema in exported:
+            self.assertIn(name, agentrun.__all__)
+            self.assertEqual(sorted(typing.get_type_hints(getattr(agentrun, name))), sorted(schemas[schema]["properties"]), name)
+        body = re.search(r"^export interface ProcessResult \{\n(.*?)^\}", text, re.M | re.S).group(1)
+        self.assertEqual(sorted(typing.get_type_hints(agentrun.ProcessResult)), sorted(re.findall(r"^  (\w+)\??:", body, re.M)))
 
     def test_context_tools(self):
         # A context's tools go with each of its runs, unless a run names
@@ -414,6 +435,18 @@ class ServeTest(unittest.TestCase):
                 for f in forks:
                     f.close()
         self.refused(404, self.c.sessions.get, ctx.id)
+
+    def test_values(self):
+        # A final expression's value and what display() shows, in the
+        # result and, streamed, as display events as they come.
+        code = "display('first')\nprint('out')\n6 * 7"
+        r = self.c.run(code=code, session=self.session())
+        self.assertEqual((r["stdout"], r["value"], r["display"]), ("out\n", {"text/plain": "42"}, [{"text/plain": "'first'"}]))
+        events = list(self.c.stream(code=code, session=self.session()))
+        self.assertEqual([ev.get("display") for ev in events if ev["event"] == "display"], [{"text/plain": "'first'"}])
+        self.assertEqual("".join(ev.get("data", "") for ev in events if ev["event"] == "stdout"), "out\n")
+        self.assertEqual(events[-1]["event"], "result")
+        self.assertEqual(events[-1]["result"]["value"], {"text/plain": "42"})
 
     def test_refusals(self):
         e = self.refused(400, self.c.run, code="print(1)", limits={"memory": "lots"}, session=self.session())
