@@ -92,7 +92,7 @@ class Followed {
   exitCode?: number;
   signal?: string;
   error?: string;
-  private wake?: () => void;
+  private readonly wake = new Set<() => void>();
   private readonly decoders = { stdout: new StringDecoder("utf8"), stderr: new StringDecoder("utf8") };
 
   constructor(readonly pid: number, readonly tty: boolean) {}
@@ -128,19 +128,21 @@ class Followed {
     if (this.done) return;
     this.done = true;
     this.error = error;
-    this.wake?.();
+    for (const w of this.wake) w();
   }
 
   /** Resolves once it has ended or ms have passed. */
   async waitFor(ms: number): Promise<void> {
     if (this.done || ms <= 0) return;
     let timer: NodeJS.Timeout | undefined;
+    let wake: (() => void) | undefined;
     await new Promise<void>((resolve) => {
-      this.wake = resolve;
+      wake = resolve;
+      this.wake.add(resolve);
       timer = setTimeout(resolve, ms);
     });
     clearTimeout(timer);
-    this.wake = undefined;
+    this.wake.delete(wake!);
   }
 
   /** What it printed since the last take: merged, and by stream; the bytes dropped since. */
