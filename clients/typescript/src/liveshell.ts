@@ -47,7 +47,7 @@ export interface ShellResult {
   signal?: string;
   /** The process (its pid in the sandbox) while it runs: give it to write. */
   process?: number;
-  /** Output bytes left out of this answer: cut from its middle, or dropped while it was not read. */
+  /** Output bytes left out of this answer: cut from its middle, or dropped here while no call read it. */
   cut_bytes?: number;
   /** Why its output can no longer be read (its stream was cut), if so. */
   error?: string;
@@ -101,7 +101,8 @@ class Followed {
     if (ev.event === "exit") {
       this.exitCode = ev.exit_code;
       this.signal = ev.signal || undefined;
-      this.dropped += ev.dropped_bytes ?? 0;
+      // Its dropped_bytes counts what the sandbox's kept tail let go,
+      // which this stream, reading all along, did get: not counted here.
       this.end();
       return;
     }
@@ -252,7 +253,7 @@ export class LiveShell {
   private answer(p: Followed, maxOutputBytes?: number): ShellResult {
     const got = p.take();
     const max = Math.min(MAX_ANSWER_OUTPUT, maxOutputBytes !== undefined && maxOutputBytes >= 0 ? maxOutputBytes : MAX_ANSWER_OUTPUT);
-    const { text, cut } = cutMiddle(got.output, max);
+    const { text, cut } = cutMiddle(got.output, max, got.dropped);
     const a: ShellResult = { output: text, stdout: got.stdout, stderr: got.stderr };
     if (p.done) {
       this.followed.delete(p.pid);
@@ -262,7 +263,7 @@ export class LiveShell {
     } else {
       a.process = p.pid;
     }
-    if (cut + got.dropped > 0) a.cut_bytes = cut + got.dropped;
+    if (cut > 0) a.cut_bytes = cut;
     return a;
   }
 }
@@ -272,11 +273,18 @@ function yieldTime(ms: number | undefined, dflt: number): number {
   return Math.min(ms, MAX_YIELD_MS);
 }
 
-/** text as UTF-8 cut to max bytes by leaving out its middle, with a mark saying how much went. */
-export function cutMiddle(data: Buffer, max: number): { text: string; cut: number } {
-  if (data.length <= max) return { text: data.toString("utf8"), cut: 0 };
+/**
+ * data as UTF-8 cut to max bytes by leaving out its middle, with a mark
+ * saying how many bytes went in all, counting `before` bytes that went
+ * before data was kept (marked at its start when nothing else is cut).
+ */
+export function cutMiddle(data: Buffer, max: number, before = 0): { text: string; cut: number } {
+  if (data.length <= max) {
+    const text = data.toString("utf8");
+    return { text: before ? `[… ${before} bytes of output cut …]\n${text}` : text, cut: before };
+  }
   const half = Math.floor(max / 2);
-  const cut = data.length - 2 * half;
+  const cut = data.length - 2 * half + before;
   const head = data.subarray(0, half).toString("utf8").replace(/\uFFFD$/, "");
   const tail = data.subarray(data.length - half).toString("utf8").replace(/^\uFFFD/, "");
   return { text: `${head}\n[… ${cut} bytes of output cut …]\n${tail}`, cut };

@@ -592,7 +592,6 @@ export class AgentrunSandboxSession implements SandboxSession<AgentrunSandboxSes
 /** The SDK's result of an answer of the shell. */
 function execResult(r: ShellResult, start: number): SandboxExecResult {
   let output = r.output;
-  if (r.cut_bytes) output = `[...${r.cut_bytes} bytes of output cut...]\n` + output;
   if (r.error) output += `\n[agentrun: ${r.error}]`;
   const res: SandboxExecResult = { output, stdout: r.stdout, stderr: r.stderr, wallTimeSeconds: (Date.now() - start) / 1000 };
   if (r.process !== undefined) res.sessionId = r.process;

@@ -109,6 +109,15 @@ test("shellTools: exec_command and write_stdin on a live sandbox", { skip }, asy
     const [pid, before] = [out.process, out.output];
     out = await invoke(write, { process: pid, chars: "line\n", close_stdin: null, yield_time_ms: 10000 });
     assert.deepEqual([before + out.output, out.exit_code, out.process], ["ready\ngot line\n/tmp\n", 0, undefined]);
+    // close_stdin ends cat's input.
+    out = await invoke(exec, { cmd: "cat", workdir: null, yield_time_ms: 0 });
+    out = await invoke(write, { process: out.process, chars: "to cat", close_stdin: true, yield_time_ms: 10000 });
+    assert.deepEqual(out, { output: "to cat", exit_code: 0 });
+    // Past an answer's 64 KiB the middle is cut, and every byte left out is counted.
+    out = await invoke(exec, { cmd: "head -c 1500000 /dev/zero | tr '\\0' a", workdir: null, yield_time_ms: 30000 });
+    assert.equal(out.exit_code, 0);
+    assert.equal(out.cut_bytes, 1500000 - (64 << 10));
+    assert.match(out.output, new RegExp(`^a{${32 << 10}}\\n\\[… ${1500000 - (64 << 10)} bytes of output cut …\\]\\na{${32 << 10}}$`));
     // It ended and was told: the model learns why it cannot write to it.
     const refused = await invoke(write, { process: pid, chars: "x", close_stdin: null, yield_time_ms: 0 });
     assert.match(refused, /^agentrun refused the write: process: no process \d+ of this shell is running/);
@@ -188,6 +197,11 @@ test("the sandbox client: a SandboxAgent's shell, write_stdin and apply_patch on
       assert.match(body, /Directory listing/);
       assert.equal((await fetch(ep.url.replace(/\?.*/, ""))).status, 401);
     }
+
+    // An image of the workspace, as the SDK's image output.
+    await session.sandbox.files.write("dot.png", Buffer.from(PNG, "base64"));
+    assert.deepEqual(await session.viewImage({ path: "dot.png" }), { type: "image", image: { data: PNG, mediaType: "image/png" } });
+    await assert.rejects(session.viewImage({ path: "src/app.py" }), SandboxProviderError);
 
     // Files: link-safe reads through serve; outside /workspace refused.
     assert.deepEqual((await session.listDir({ path: "src" })).map((e) => [e.name, e.path, e.type]), [["app.py", "src/app.py", "file"]]);
