@@ -234,3 +234,19 @@ test("the sandbox client: a SandboxAgent's shell, write_stdin and apply_patch on
   await assert.rejects(sandboxes.resume(session.state), (e) => e instanceof SandboxProviderError && e.details.status === 404);
   await assert.rejects(sandboxes.create({ manifest: new Manifest({ root: "/srv" }) }), SandboxUnsupportedFeatureError);
 });
+
+test("the sandbox client: a run's own live sandbox, made from the agent's manifest, ends with the run", { skip }, async () => {
+  const c = client();
+  const before = new Set((await c.sandboxes.list()).map((s) => s.id));
+  const model = new ScriptedModel([
+    [functionCall("exec_command", { cmd: "cat note.txt; echo \"$WHO\"" }, { callId: "o1" })],
+    modelResponder((call) => [assistantMessage(lastOutput(call))]),
+  ]);
+  const agent = new SandboxAgent({
+    name: "coder", model, capabilities: [shell()],
+    defaultManifest: new Manifest({ entries: { "note.txt": { type: "file", content: "from the manifest\n" } }, environment: { WHO: "agentrun" } }),
+  });
+  const res = await run(agent, "read", { sandbox: { client: new AgentrunSandboxClient(c, { sandbox: { timeout: "1m" } }) } });
+  assert.match(res.finalOutput, /Process exited with code 0\nOutput:\nfrom the manifest\nagentrun\n$/);
+  assert.deepEqual((await c.sandboxes.list()).filter((s) => !before.has(s.id)), []);
+});
