@@ -18,8 +18,10 @@ import (
 // stream them, decide held requests through onApproval (the service of
 // serviceServeConfig), use sessions, meet refusals, and invoke each
 // adapter as its framework does (the AI SDK tool's execute, the LangChain
-// tool's invoke, the Agents SDK tool's invoke and its sandbox client's
-// sessions), without a model. Then the package as npm packs it is
+// tool's invoke, the Agents SDK's tools invoked and run by its Runner
+// with a scripted model, no network, and its sandbox client on a live
+// sandbox driven by a SandboxAgent's own shell, write_stdin and
+// apply_patch tools). Then the package as npm packs it is
 // installed into a fresh project beside the frameworks and each of its
 // subpaths is imported there (tsPackage).
 func TestTypeScriptClient(t *testing.T) {

@@ -1,32 +1,37 @@
 /**
  * agentrun for the OpenAI Agents SDK (`@openai/agents`, a peer
- * dependency): runCodeTool, a function tool, and AgentrunSandboxClient,
- * the SDK's sandbox client over agentrun's kept sessions.
- *
- * A sandbox session of the SDK is one kept session of agentrun serve: its
- * files outlive each call, and each exec is a fresh sandbox over them (a
- * run with the command, the session and keep_workspace). What needs a
- * sandbox that outlives a call (a process still running after exec
- * returns, writeStdin, a PTY, exposed ports, running as another user) is
- * refused with the SDK's SandboxUnsupportedFeatureError.
+ * dependency): runCodeTool, a function tool whose answer carries what a
+ * notebook shows (the value, figures as images, the state kept);
+ * shellTools, Codex's exec_command and write_stdin on a live sandbox; and
+ * AgentrunSandboxClient, the SDK's sandbox client on live sandboxes, for
+ * a SandboxAgent's own shell, write_stdin, apply_patch and exposed ports.
  *
  * @module
  */
 
 import { readFile } from "node:fs/promises";
-import { tool } from "@openai/agents";
+import { z } from "zod";
+import {
+  applyDiff, tool, type ApplyPatchOperation, type ApplyPatchResult, type Editor, type ToolOutputImage,
+  type ToolOutputText,
+} from "@openai/agents";
 import {
   Manifest, SandboxExecTransportError, SandboxPathResolutionError, SandboxProviderError,
   SandboxUnsupportedFeatureError, SandboxWorkspaceReadNotFoundError, normalizeSandboxClientCreateArgs,
   type Entry, type ExecCommandArgs, type ListDirectoryArgs, type MaterializeEntryArgs, type ReadFileArgs,
   type SandboxClient, type SandboxClientCreateArgs, type SandboxClientOptions, type SandboxDirectoryEntry,
   type SandboxExecResult, type SandboxSession, type SandboxSessionState, type WorkspaceArchiveData,
-  type ExposedPortEndpoint, type WriteStdinArgs,
+  type ExposedPortEndpoint, type ViewImageArgs, type WriteStdinArgs,
 } from "@openai/agents/sandbox";
-import { AgentrunError, TransportError, type Client, type RunTask } from "./index.js";
-import { DEFAULT_DESCRIPTION, DEFAULT_NAME, runCode, runCodeInputSchema, type RunCodeOptions } from "./tool.js";
+import {
+  AgentrunError, TransportError, type Client, type Context, type Result, type RunTask, type Sandbox,
+  type SandboxRequest,
+} from "./index.js";
+import { LiveShell, MAX_ANSWER_OUTPUT, type ShellResult } from "./liveshell.js";
+import { DEFAULT_DESCRIPTION, DEFAULT_NAME, runCodeInputSchema, type RunCodeOptions, type RunCodeOutput } from "./tool.js";
 
 export type { RunCodeInput, RunCodeOptions, RunCodeOutput } from "./tool.js";
+export { LiveShell, type ShellResult } from "./liveshell.js";
 
 /**
  * The tool's input. The SDK's strict schemas want every field present and
@@ -35,45 +40,222 @@ export type { RunCodeInput, RunCodeOptions, RunCodeOutput } from "./tool.js";
  */
 export const runCodeInput = runCodeInputSchema("strict");
 
+/** The most of a value's (or display's) text/html an answer carries, in characters; past it, cut and said. */
+export const MAX_HTML = 16 << 10;
+/** The most of a value's other texts (text/plain, ...) an answer carries, in characters; past it, cut and said. */
+export const MAX_TEXT = 64 << 10;
+/** Image types given to the model as images. */
+const IMAGE_TYPES = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+
+/** Options of {@link runCodeTool}. */
+export interface AgentsRunCodeOptions extends RunCodeOptions {
+  /**
+   * A kept session whose Python globals carry from one call to the next
+   * (keep_state): the model's calls share their state, each still a fresh
+   * sandbox. The caller makes and removes the session.
+   */
+  session?: string;
+  /** As session, with a {@link Context}'s session and its tool servers (unless task names its own). */
+  context?: Context;
+}
+
 /**
- * An Agents SDK function tool that runs the model's code with client. A
- * refusal (AgentrunError) is told to the model as its reason.
+ * What the model reads of a run: its outcome and output, and what a
+ * notebook shows. `value` is the final expression's MIME bundle and
+ * `display` the displayed ones, their texts cut (text/html to
+ * {@link MAX_HTML}, others to {@link MAX_TEXT}) and each image given as
+ * an image of the answer (the bundle says which); `state` what a stateful
+ * call kept; `cut` says what was cut or left out.
  */
-export function runCodeTool(client: Client, options: RunCodeOptions = {}) {
+export interface AgentsRunCodeOutput extends RunCodeOutput {
+  value?: Record<string, string>;
+  display?: Record<string, string>[];
+  state?: Result["state"];
+  cut?: string[];
+}
+
+const STATEFUL_WORDS = " Calls share Python's globals as a notebook's cells do: variables, functions, classes and imports " +
+  "that a call defines are there in the next (processes, open files and sockets are not).";
+const VALUE_WORDS = " A final expression's value comes back (text/plain, text/html), and images (matplotlib figures, " +
+  "display(obj)) come back as images.";
+
+/**
+ * An Agents SDK function tool that runs the model's code with client. Its
+ * answer is {@link AgentsRunCodeOutput} as JSON text, followed by the
+ * run's images as the SDK's image outputs when it has any. With
+ * `session` or `context` the calls share their state (§11). A refusal is
+ * told to the model as its reason and field, never a stack.
+ */
+export function runCodeTool(client: Client, options: AgentsRunCodeOptions = {}) {
+  const session = options.context?.id ?? options.session;
   return tool({
     name: options.name ?? DEFAULT_NAME,
-    description: options.description ?? DEFAULT_DESCRIPTION,
+    description: options.description ?? DEFAULT_DESCRIPTION + VALUE_WORDS + (session ? STATEFUL_WORDS : ""),
     parameters: runCodeInput,
-    execute: async (input) => runCode(client, {
-      code: input.code,
-      language: input.language,
-      files: input.files ? Object.fromEntries(input.files.map((f) => [f.name, f.content])) : null,
-    }, options),
-    errorFunction: (_ctx, error) =>
-      error instanceof AgentrunError ? `agentrun refused the run: ${error.toString()}` : `the run failed: ${String(error)}`,
+    execute: async (input) => {
+      const task: RunTask = { ...(options.task ?? {}), code: input.code };
+      const language = input.language || options.language;
+      if (language) task.language = language;
+      if (input.files) task.files = Object.fromEntries(input.files.map((f) => [f.name, f.content]));
+      if (session) {
+        task.session = session;
+        task.keep_state = true;
+        if (options.context?.tools && task.tools == null) task.tools = [...options.context.tools];
+      }
+      return runAnswer(await client.run(task));
+    },
+    errorFunction: (_ctx, error) => errorText("the run", error),
   });
 }
 
-/** The options of every sandbox an {@link AgentrunSandboxClient} makes. */
-export interface AgentrunSandboxClientOptions extends SandboxClientOptions {
-  /** Task fields each exec gets: image, limits, network, runtime, timeout. */
-  task?: Omit<RunTask, "code" | "command" | "session" | "keep_workspace" | "files" | "language" | "stdin">;
+/**
+ * A run's answer: its fields as {@link AgentsRunCodeOutput}; with images,
+ * a list of the SDK's tool outputs, that text first and each image after
+ * it in order (displays', then the value's).
+ */
+export function runAnswer(r: Result): AgentsRunCodeOutput | (ToolOutputText | ToolOutputImage)[] {
+  const out: AgentsRunCodeOutput = {
+    exit_code: r.exit_code, stdout: r.stdout, stderr: r.stderr, timed_out: r.timed_out, oom_killed: r.oom_killed,
+    stdout_truncated: r.stdout_truncated, stderr_truncated: r.stderr_truncated, duration_ms: r.duration_ms,
+  };
+  const images: ToolOutputImage[] = [];
+  const cut: string[] = [];
+  const shown = (what: string, b: Record<string, string>) => {
+    const o: Record<string, string> = {};
+    for (const [mime, data] of Object.entries(b)) {
+      if (IMAGE_TYPES.includes(mime)) {
+        images.push({ type: "image", image: { data, mediaType: mime } });
+        o[mime] = `[image ${images.length} of this answer]`;
+        continue;
+      }
+      const max = mime === "text/html" ? MAX_HTML : MAX_TEXT;
+      o[mime] = data.length > max ? data.slice(0, max) : data;
+      if (data.length > max) cut.push(`${what} ${mime}: ${max} of ${data.length} characters kept`);
+    }
+    return o;
+  };
+  if (r.stdout_truncated) cut.push(`stdout: ${r.stdout_bytes ?? "more"} bytes printed, the first kept`);
+  if (r.stderr_truncated) cut.push(`stderr: ${r.stderr_bytes ?? "more"} bytes printed, the first kept`);
+  if (r.display?.length) out.display = r.display.map((b, i) => shown(`display ${i + 1}`, b));
+  if (r.display_dropped) cut.push(`${r.display_dropped} displayed object(s) left out, past the output cap or 16`);
+  if (r.value) out.value = shown("value", r.value);
+  if (r.state) out.state = r.state;
+  if (cut.length) out.cut = cut;
+  if (!images.length) return out;
+  return [{ type: "text", text: JSON.stringify(out) }, ...images];
 }
 
-/** A sandbox session's state: the manifest and the kept session it lives in. */
+/**
+ * The text a model reads for a failed call of what: a refusal's reason,
+ * the field at fault and when to try again; any other error's message.
+ * Never a stack.
+ */
+function errorText(what: string, error: unknown): string {
+  if (error instanceof AgentrunError && !(error instanceof TransportError)) {
+    if (error.result) return `agentrun could not run ${what}: ${error.result.error || error.message}; trying again may work`;
+    let s = `agentrun refused ${what}`;
+    if (error.status !== undefined) s += ` (${error.status})`;
+    s += ": " + (error.field ? `${error.field}: ` : "") + error.message;
+    if (error.retryAfter !== undefined) s += ` (try again in ${error.retryAfter} s)`;
+    return s;
+  }
+  return `${what} failed: ${error instanceof Error ? error.message : String(error)}`;
+}
+
+// --- a shell ---
+
+
+const YIELD_WORDS = "How long to wait for the process to end before answering with what it printed so far, in ms; " +
+  "null for the default (10000 for exec_command, 250 for write_stdin), at most 30000.";
+
+/** exec_command's input, strict: every field present, null when not given. */
+export const execCommandInput = z.object({
+  cmd: z.string().min(1).max(64 << 10)
+    .describe("The shell command line, run by /bin/sh -c, e.g. \"ls -la\" or \"python3 -m pytest -q 2>&1 | tail -20\"."),
+  workdir: z.string().max(4096).nullable().describe("Its working directory: absolute, or relative to /workspace; null for /workspace."),
+  yield_time_ms: z.number().int().min(0).nullable().describe(YIELD_WORDS),
+});
+
+/** write_stdin's input, strict. */
+export const writeStdinInput = z.object({
+  process: z.number().int().min(1).describe("The process an answer of exec_command (or write_stdin) gave."),
+  chars: z.string().max(1 << 20).nullable().describe("Text to write to its stdin (\"\\n\" ends a line); empty or null to only read."),
+  close_stdin: z.boolean().nullable().describe("After chars, close its stdin: the end of its input."),
+  yield_time_ms: z.number().int().min(0).nullable().describe(YIELD_WORDS),
+});
+
+/**
+ * Codex's pair of shell tools on a live sandbox, for an Agents SDK agent
+ * (a plain Agent's tools): exec_command runs a command line and answers
+ * `{output, exit_code}` when it ended within the yield time, else
+ * `{output, process}` while it runs on; write_stdin writes to a running
+ * process (or only reads) and answers the same way. The caller ends the
+ * sandbox (`await using sb = await c.sandboxes.create()`).
+ */
+export function shellTools(sandbox: Sandbox) {
+  const shell = new LiveShell(sandbox);
+  const answer = ({ stdout: _o, stderr: _e, ...a }: ShellResult) => a;
+  return [
+    tool({
+      name: "exec_command",
+      description: "Run a shell command (/bin/sh -c) in a live Linux sandbox, an unprivileged user's. Files in /workspace " +
+        "(the default directory) and /tmp, and processes left running, persist from one call to the next; each command " +
+        "starts in its own shell, so cd and variables do not. The call waits up to yield_time_ms for the command to end: " +
+        "then the answer has its output and exit_code. A command still running then goes on, and the answer has what it " +
+        "printed so far and its process: call write_stdin with it to type into its stdin, or with empty chars to wait for " +
+        `more output and its exit. An answer carries at most ${MAX_ANSWER_OUTPUT} bytes of output (the middle of longer ` +
+        "output is cut, and cut_bytes says how much).",
+      parameters: execCommandInput,
+      execute: async (input) => answer(await shell.exec(input.cmd, {
+        workdir: input.workdir ?? undefined, yieldMs: input.yield_time_ms ?? undefined,
+      })),
+      errorFunction: (_ctx, error) => errorText("the command", error),
+    }),
+    tool({
+      name: "write_stdin",
+      description: "Write chars to the stdin of a process that exec_command left running (a REPL, a prompt, cat), then wait " +
+        "up to yield_time_ms for it to end, answering as exec_command does: the output printed since the last answer about " +
+        "it, and exit_code once it has ended, else the process again. With empty chars it only waits and reads: the way to " +
+        "follow a long command. There is no terminal: end its input with close_stdin; \"\\u0003\" sends it SIGINT.",
+      parameters: writeStdinInput,
+      execute: async (input) => answer(await shell.write(input.process, input.chars ?? "", {
+        closeStdin: input.close_stdin ?? false, yieldMs: input.yield_time_ms ?? undefined,
+      })),
+      errorFunction: (_ctx, error) => errorText("the write", error),
+    }),
+  ];
+}
+
+// --- the SDK's sandbox client ---
+
+/** The options of every sandbox an {@link AgentrunSandboxClient} makes. */
+export interface AgentrunSandboxClientOptions extends SandboxClientOptions {
+  /** The live sandbox's request: image, limits, network, env, runtime, and timeout (its lifetime). */
+  sandbox?: Omit<SandboxRequest, "timeout"> & { timeout?: string | number };
+  /**
+   * serve's `server.preview_domain`, when set: exposed ports are then
+   * reached by name (`PORT-ID.DOMAIN`) instead of by path.
+   */
+  previewDomain?: string;
+}
+
+/** A sandbox session's state: the manifest and the live sandbox it runs in. */
 export interface AgentrunSandboxSessionState extends SandboxSessionState {
-  /** The kept session's id, "ss-...": a capability. */
-  sessionId: string;
+  /** The live sandbox's id, "sb-...": a capability. */
+  sandboxId: string;
   environment: Record<string, string>;
 }
 
 const WORKSPACE = "/workspace";
 const ARCHIVE = ".agentrun-workspace.tar";
+/** The largest image viewImage gives, as the SDK's own sandboxes do. */
+const MAX_IMAGE = 10 << 20;
 
 /**
- * The Agents SDK's SandboxClient on agentrun serve: create makes a kept
- * session and writes the manifest's files into it, resume takes one up
- * again, delete removes it.
+ * The Agents SDK's SandboxClient on agentrun serve's live sandboxes:
+ * create makes one (every guarantee of a run's sandbox, its processes
+ * outliving a call) and writes the manifest's files into its
+ * /workspace, resume takes one up again by its id, delete ends it.
  */
 export class AgentrunSandboxClient implements SandboxClient<AgentrunSandboxClientOptions, AgentrunSandboxSessionState> {
   readonly backendId = "agentrun";
@@ -88,14 +270,15 @@ export class AgentrunSandboxClient implements SandboxClient<AgentrunSandboxClien
       throw new SandboxUnsupportedFeatureError(`manifest root ${manifest.root}: agentrun's workspace is ${WORKSPACE}`,
         { root: manifest.root });
     }
+    const opts = { ...this.options, ...(options ?? {}) };
     const environment = await manifest.resolveEnvironment();
-    const sessionId = await provider(() => this.client.sessions.create());
-    const state: AgentrunSandboxSessionState = { manifest, sessionId, environment, workspaceReady: false };
-    const session = new AgentrunSandboxSession(this.client, state, { ...this.options, ...(options ?? {}) });
+    const sb = await provider(() => this.client.sandboxes.create(opts.sandbox ?? {}));
+    const state: AgentrunSandboxSessionState = { manifest, sandboxId: sb.id, environment, workspaceReady: false };
+    const session = new AgentrunSandboxSession(sb, state, opts);
     try {
       await session.applyManifest(manifest);
     } catch (e) {
-      await this.client.sessions.delete(sessionId).catch(() => {});
+      await sb.close().catch(() => {});
       throw e;
     }
     state.workspaceReady = true;
@@ -103,52 +286,134 @@ export class AgentrunSandboxClient implements SandboxClient<AgentrunSandboxClien
   }
 
   async resume(state: AgentrunSandboxSessionState): Promise<AgentrunSandboxSession> {
-    await provider(() => this.client.sessions.get(state.sessionId));
-    return new AgentrunSandboxSession(this.client, state, this.options);
+    const sb = await provider(() => this.client.sandboxes.get(state.sandboxId));
+    return new AgentrunSandboxSession(sb, state, this.options);
   }
 
   async delete(state: AgentrunSandboxSessionState): Promise<void> {
-    await deleteSession(this.client, state.sessionId);
+    await provider(async () => (await this.client.sandboxes.get(state.sandboxId)).close()).catch((e) => {
+      if (!(e instanceof SandboxProviderError && e.details?.status === 404)) throw e;
+    });
   }
 }
 
 /**
- * One sandbox session of the SDK: an agentrun kept session. Each exec is
- * a fresh sandbox over its files; nothing else outlives a call.
+ * One sandbox session of the SDK: an agentrun live sandbox. A command
+ * still running after its yield time goes on, with a session id for
+ * writeStdin; a PTY is the sandbox's own terminal; files go through
+ * serve's link-safe files API; ports through serve with the sandbox's
+ * preview token.
  */
 export class AgentrunSandboxSession implements SandboxSession<AgentrunSandboxSessionState> {
-  constructor(private readonly client: Client, readonly state: AgentrunSandboxSessionState,
-    private readonly options: AgentrunSandboxClientOptions = {}) {}
+  private readonly shell: LiveShell;
 
-  supportsPty(): boolean {
-    return false;
+  constructor(readonly sandbox: Sandbox, readonly state: AgentrunSandboxSessionState,
+    private readonly options: AgentrunSandboxClientOptions = {}) {
+    this.shell = new LiveShell(sandbox, state.environment ?? {});
   }
 
-  /** Runs cmd with /bin/sh (or args.shell) in a fresh sandbox over the session's files, to its end. */
+  supportsPty(): boolean {
+    return true;
+  }
+
+  /**
+   * Runs cmd with /bin/sh (or args.shell) -c, its stdin kept open, on a
+   * terminal with args.tty: it answers when the command ends or
+   * yieldTimeMs passes; one still running has a sessionId for writeStdin.
+   */
   async exec(args: ExecCommandArgs): Promise<SandboxExecResult> {
-    if (args.tty) throw unsupported("a TTY", "tty");
     if (args.runAs) throw unsupported("running as another user", "runAs");
     const start = Date.now();
-    let script = args.cmd;
-    if (args.workdir) script = `cd -- ${shellQuote(this.absolute(args.workdir))} && ${script}`;
-    const r = await this.run([args.shell || "/bin/sh", "-c", script], true);
-    return {
-      output: r.stdout + r.stderr, stdout: r.stdout, stderr: r.stderr,
-      wallTimeSeconds: (Date.now() - start) / 1000, exitCode: r.exit_code,
-    };
+    const r = await this.execShell(() => this.shell.exec(args.cmd, {
+      workdir: args.workdir ? this.absolute(args.workdir) : undefined, shell: args.shell, tty: args.tty,
+      yieldMs: args.yieldTimeMs, maxOutputBytes: outputBytes(args.maxOutputTokens),
+    }), args.cmd);
+    return execResult(r, start);
   }
 
   async execCommand(args: ExecCommandArgs): Promise<string> {
-    const r = await this.exec(args);
-    return `exit code ${r.exitCode}\n${r.output}`;
+    return formatExec(await this.exec(args));
   }
 
-  async writeStdin(_args: WriteStdinArgs): Promise<string> {
-    throw unsupported("writing to a process after exec returned (each exec runs to its end)", "writeStdin");
+  /** Writes chars to a running command's stdin (Ctrl-C without a terminal: SIGINT) and answers with its new output. */
+  async writeStdin(args: WriteStdinArgs): Promise<string> {
+    const start = Date.now();
+    try {
+      const r = await this.shell.write(args.sessionId, args.chars ?? "", {
+        yieldMs: args.yieldTimeMs, maxOutputBytes: outputBytes(args.maxOutputTokens),
+      });
+      return formatExec(execResult(r, start));
+    } catch (e) {
+      if (e instanceof AgentrunError && e.field === "process") {
+        return formatExec({ output: `write_stdin failed: ${e.message}`, stdout: "", stderr: "", wallTimeSeconds: 0, exitCode: 1 });
+      }
+      throw providerError(e);
+    }
   }
 
+  /**
+   * The endpoint of TCP port inside, through serve: serve's host and port,
+   * `url` the whole URL (the port's path, with the preview token),
+   * `query` the token. With the client's previewDomain, the host is
+   * PORT-ID.DOMAIN and a URL built from host, port and query alone works.
+   */
   async resolveExposedPort(port: number): Promise<ExposedPortEndpoint> {
-    throw unsupported("exposed ports", "exposedPorts", { port });
+    if (!Number.isInteger(port) || port < 1 || port > 65535) {
+      throw new SandboxPathResolutionError(`port ${port}: want 1 to 65535`, { port });
+    }
+    const base = this.sandbox.client.base();
+    if (!base) throw unsupported("exposed ports through a unix socket's client (give the client serve's http(s) address)", "exposedPorts", { port });
+    const u = new URL(base);
+    const token = this.sandbox.info.preview_token ?? (await provider(() => this.sandbox.get())).preview_token;
+    if (!token) throw new SandboxProviderError("serve gave this sandbox no preview token", { port });
+    const query = `preview_token=${encodeURIComponent(token)}`;
+    const tls = u.protocol === "https:";
+    const servePort = Number(u.port) || (tls ? 443 : 80);
+    const domain = this.options.previewDomain;
+    const endpoint: ExposedPortEndpoint = domain
+      ? { host: `${port}-${this.sandbox.id}.${domain}`, port: servePort, tls, query }
+      : { host: u.hostname.replace(/^\[|\]$/g, ""), port: servePort, tls, query };
+    endpoint.url = domain
+      ? `${u.protocol}//${endpoint.host}${u.port ? ":" + u.port : ""}/?${query}`
+      : `${this.sandbox.portUrl(port)}?${query}`;
+    (this.state.exposedPorts ??= {})[String(port)] = endpoint;
+    return endpoint;
+  }
+
+  /** An editor for apply_patch: V4A diffs applied to files read and written through serve's files API. */
+  createEditor(runAs?: string): Editor {
+    if (runAs) throw unsupported("running as another user", "runAs");
+    const done = (output: string): ApplyPatchResult => ({ status: "completed", output });
+    return {
+      createFile: async (op: Extract<ApplyPatchOperation, { type: "create_file" }>) => {
+        const rel = this.relative(op.path);
+        await provider(() => this.sandbox.files.write(rel, applyDiff("", op.diff, "create")));
+        return done(`Created ${op.path}`);
+      },
+      updateFile: async (op: Extract<ApplyPatchOperation, { type: "update_file" }>) => {
+        const rel = this.relative(op.path);
+        const text = new TextDecoder().decode(await this.readFile({ path: op.path }));
+        const next = applyDiff(text, op.diff);
+        const to = op.moveTo ? this.relative(op.moveTo) : rel;
+        await provider(() => this.sandbox.files.write(to, next));
+        if (to !== rel) await provider(() => this.sandbox.files.remove(rel));
+        return done(to !== rel ? `Updated ${op.path} and moved it to ${op.moveTo}` : `Updated ${op.path}`);
+      },
+      deleteFile: async (op: Extract<ApplyPatchOperation, { type: "delete_file" }>) => {
+        const rel = this.relative(op.path);
+        await provider(() => this.sandbox.files.remove(rel));
+        return done(`Deleted ${op.path}`);
+      },
+    };
+  }
+
+  /** An image file of the workspace, at most 10 MiB, as the SDK's image output. */
+  async viewImage(args: ViewImageArgs): Promise<ToolOutputImage> {
+    const bytes = await this.readFile({ path: args.path, runAs: args.runAs });
+    if (bytes.length > MAX_IMAGE) throw new SandboxProviderError(`Image file exceeds the 10 MB limit: ${args.path}`, { path: args.path });
+    const mediaType = imageType(bytes);
+    if (!mediaType) throw new SandboxProviderError(`${args.path}: not a supported image file (png, jpeg, gif, webp)`, { path: args.path });
+    return { type: "image", image: { data: Buffer.from(bytes).toString("base64"), mediaType } };
   }
 
   /** The bytes of a file of the workspace. */
@@ -156,11 +421,11 @@ export class AgentrunSandboxSession implements SandboxSession<AgentrunSandboxSes
     if (args.runAs) throw unsupported("running as another user", "runAs");
     const rel = this.relative(args.path);
     try {
-      const data = await this.client.sessions.read(this.state.sessionId, rel);
+      const data = await this.sandbox.files.read(rel);
       const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
       return args.maxBytes !== undefined && bytes.length > args.maxBytes ? bytes.subarray(0, args.maxBytes) : bytes;
     } catch (e) {
-      if (e instanceof AgentrunError && e.status === 400) {
+      if (e instanceof AgentrunError && (e.status === 404 || e.status === 400)) {
         throw new SandboxWorkspaceReadNotFoundError(`${args.path}: ${e.message}`, { path: args.path });
       }
       throw providerError(e);
@@ -171,35 +436,25 @@ export class AgentrunSandboxSession implements SandboxSession<AgentrunSandboxSes
   async listDir(args: ListDirectoryArgs): Promise<SandboxDirectoryEntry[]> {
     if (args.runAs) throw unsupported("running as another user", "runAs");
     const rel = this.relative(args.path);
-    const files = await provider(() => this.client.sessions.files(this.state.sessionId));
-    if (rel && !files.some((f) => f.name === rel && f.type === "dir")) {
-      throw new SandboxWorkspaceReadNotFoundError(`${args.path}: no such directory`, { path: args.path });
-    }
+    const entries = await this.list(rel);
+    if (!entries) throw new SandboxWorkspaceReadNotFoundError(`${args.path}: no such directory`, { path: args.path });
     const prefix = rel ? rel + "/" : "";
-    return files
-      .filter((f) => f.name.startsWith(prefix) && !f.name.slice(prefix.length).includes("/"))
-      .map((f) => ({
-        name: f.name.slice(prefix.length), path: f.name,
-        type: f.type === "file" ? "file" : f.type === "dir" ? "dir" : "other",
-      }));
+    return entries.map((f) => ({
+      name: f.name, path: prefix + f.name, type: f.type === "file" ? "file" : f.type === "dir" ? "dir" : "other",
+    }));
   }
 
   async pathExists(path: string): Promise<boolean> {
-    const rel = this.relative(path);
-    if (!rel) return true;
-    const files = await provider(() => this.client.sessions.files(this.state.sessionId));
-    return files.some((f) => f.name === rel);
+    return (await this.entry(path)) !== undefined;
   }
 
   async directoryExists(path: string): Promise<boolean> {
-    const rel = this.relative(path);
-    if (!rel) return true;
-    const files = await provider(() => this.client.sessions.files(this.state.sessionId));
-    return files.some((f) => f.name === rel && f.type === "dir");
+    return (await this.entry(path)) === "dir";
   }
 
   /** Writes a manifest entry: a file, a local file, or a directory and its children. */
   async materializeEntry(args: MaterializeEntryArgs): Promise<void> {
+    if (args.runAs) throw unsupported("running as another user", "runAs");
     const dirs: string[] = [];
     await this.materialize(this.relative(args.path), args.entry, dirs);
     await this.makeDirs(dirs);
@@ -213,72 +468,87 @@ export class AgentrunSandboxSession implements SandboxSession<AgentrunSandboxSes
     await this.makeDirs(dirs);
   }
 
-  /** The workspace as a tar archive, made by tar in a sandbox. */
+  /** The workspace as a tar archive (at most 16 MiB, the files API's bound), made by tar in the sandbox. */
   async persistWorkspace(): Promise<Uint8Array> {
-    await this.check(await this.run(["/bin/sh", "-c",
-      `tar -cf /tmp/${ARCHIVE} -C ${WORKSPACE} . && mv /tmp/${ARCHIVE} ${WORKSPACE}/${ARCHIVE}`], false), "tar -c");
-    const data = await provider(() => this.client.sessions.read(this.state.sessionId, ARCHIVE));
-    await this.check(await this.run(["rm", "-f", `${WORKSPACE}/${ARCHIVE}`], false), "rm");
-    return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    await this.check(`tar -cf /tmp/${ARCHIVE} -C ${WORKSPACE} . && mv /tmp/${ARCHIVE} ${WORKSPACE}/${ARCHIVE}`, "tar -c");
+    try {
+      const data = await provider(() => this.sandbox.files.read(ARCHIVE));
+      return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    } finally {
+      await this.sandbox.files.remove(ARCHIVE).catch(() => {});
+    }
   }
 
-  /** Unpacks a tar archive of persistWorkspace into the workspace. */
+  /** Unpacks a tar archive of persistWorkspace into the workspace, with tar in the sandbox. */
   async hydrateWorkspace(data: WorkspaceArchiveData): Promise<void> {
     const bytes = typeof data === "string" ? Buffer.from(data, "binary") :
       data instanceof Uint8Array ? data : new Uint8Array(data);
-    await provider(() => this.client.sessions.write(this.state.sessionId, ARCHIVE, bytes));
-    await this.check(await this.run(["/bin/sh", "-c",
-      `tar -xf ${WORKSPACE}/${ARCHIVE} -C ${WORKSPACE}; s=$?; rm -f ${WORKSPACE}/${ARCHIVE}; exit $s`], false), "tar -x");
+    await provider(() => this.sandbox.files.write(ARCHIVE, bytes));
+    await this.check(`tar -xf ${WORKSPACE}/${ARCHIVE} -C ${WORKSPACE}; s=$?; rm -f ${WORKSPACE}/${ARCHIVE}; exit $s`, "tar -x");
   }
 
   async running(): Promise<boolean> {
     try {
-      await this.client.sessions.get(this.state.sessionId);
+      await this.sandbox.get();
       return true;
     } catch {
       return false;
     }
   }
 
-  /** Removes the kept session and its files. */
+  /** Ends the live sandbox: every process killed, everything torn down. */
   async delete(): Promise<void> {
-    await deleteSession(this.client, this.state.sessionId);
+    await provider(() => this.sandbox.close());
   }
 
   async close(): Promise<void> {}
 
   // --- plumbing ---
 
-  /** A run over the session's files: the command, the options' task, the manifest's environment. */
-  private async run(command: string[], withEnv: boolean) {
-    const task: RunTask = {
-      ...(this.options.task ?? {}), command, session: this.state.sessionId, keep_workspace: true,
-    };
-    if (withEnv && Object.keys(this.state.environment ?? {}).length) {
-      task.env = { ...(task.env ?? {}), ...this.state.environment };
-    }
+  private async execShell(fn: () => Promise<ShellResult>, cmd: string): Promise<ShellResult> {
     try {
-      return await this.client.run(task);
+      return await fn();
     } catch (e) {
-      if (e instanceof TransportError) throw new SandboxExecTransportError(e.message, { command });
+      if (e instanceof TransportError) throw new SandboxExecTransportError(e.message, { command: cmd });
       throw providerError(e);
     }
   }
 
-  private async check(r: { exit_code: number; stderr: string }, what: string): Promise<void> {
+  /** Runs a command line of the session's own to its end; a failure throws. */
+  private async check(cmd: string, what: string): Promise<void> {
+    const r = await provider(() => this.sandbox.exec(cmd, { timeoutMs: this.sandbox.client.timeoutMs * 10 }));
     if (r.exit_code !== 0) {
-      throw new SandboxProviderError(`${what} in the sandbox exited ${r.exit_code}: ${r.stderr.trim()}`,
+      throw new SandboxProviderError(`${what} in the sandbox exited ${r.exit_code ?? r.signal}: ${r.stderr.trim()}`,
         { exitCode: r.exit_code });
     }
+  }
+
+  /** A directory's entries, or undefined when there is no such directory. */
+  private async list(rel: string) {
+    try {
+      return await this.sandbox.files.list(rel);
+    } catch (e) {
+      if (e instanceof AgentrunError && (e.status === 404 || e.status === 400)) return undefined;
+      throw providerError(e);
+    }
+  }
+
+  /** The type of a path of the workspace ("dir", "file", ...), undefined when there is none; never through a link. */
+  private async entry(path: string): Promise<string | undefined> {
+    const rel = this.relative(path);
+    if (!rel) return "dir";
+    const i = rel.lastIndexOf("/");
+    const entries = await this.list(i < 0 ? "" : rel.slice(0, i));
+    return entries?.find((f) => f.name === rel.slice(i + 1))?.type;
   }
 
   private async materialize(rel: string, entry: Entry, dirs: string[]): Promise<void> {
     switch (entry.type) {
       case "file":
-        await provider(() => this.client.sessions.write(this.state.sessionId, rel, entry.content));
+        await provider(() => this.sandbox.files.write(rel, entry.content));
         return;
       case "local_file":
-        await provider(async () => this.client.sessions.write(this.state.sessionId, rel, await readFile(entry.src)));
+        await provider(async () => this.sandbox.files.write(rel, await readFile(entry.src)));
         return;
       case "dir": {
         const children = Object.entries(entry.children ?? {});
@@ -292,10 +562,10 @@ export class AgentrunSandboxSession implements SandboxSession<AgentrunSandboxSes
     }
   }
 
-  /** Makes empty directories, in one sandbox. */
+  /** Makes empty directories, with one mkdir in the sandbox. */
   private async makeDirs(dirs: string[]): Promise<void> {
-    const wanted = dirs.filter((d) => d);
-    if (wanted.length) await this.check(await this.run(["mkdir", "-p", "--", ...wanted.map((d) => this.absolute(d))], false), "mkdir");
+    const wanted = dirs.filter((d) => d).map((d) => shellQuote(`${WORKSPACE}/${d}`));
+    if (wanted.length) await this.check(`mkdir -p -- ${wanted.join(" ")}`, "mkdir");
   }
 
   /** A path of the workspace, relative to it; one outside it is refused. */
@@ -319,8 +589,47 @@ export class AgentrunSandboxSession implements SandboxSession<AgentrunSandboxSes
   }
 }
 
+/** The SDK's result of an answer of the shell. */
+function execResult(r: ShellResult, start: number): SandboxExecResult {
+  let output = r.output;
+  if (r.error) output += `\n[agentrun: ${r.error}]`;
+  const res: SandboxExecResult = { output, stdout: r.stdout, stderr: r.stderr, wallTimeSeconds: (Date.now() - start) / 1000 };
+  if (r.process !== undefined) res.sessionId = r.process;
+  else res.exitCode = r.exit_code ?? (r.signal ? 128 + signalNumber(r.signal) : 1);
+  return res;
+}
+
+/** An answer as the SDK's own sandboxes (and Codex) give it to the model. */
+function formatExec(r: SandboxExecResult): string {
+  const lines = [`Wall time: ${r.wallTimeSeconds.toFixed(4)} seconds`];
+  if (typeof r.sessionId === "number") lines.push(`Process running with session ID ${r.sessionId}`);
+  else if (typeof r.exitCode === "number") lines.push(`Process exited with code ${r.exitCode}`);
+  lines.push("Output:", r.output);
+  return lines.join("\n");
+}
+
+/** maxOutputTokens as bytes, about 4 to a token as the SDK counts. */
+function outputBytes(tokens: number | undefined): number | undefined {
+  return tokens === undefined || tokens === null ? undefined : Math.max(0, tokens) * 4;
+}
+
+const SIGNALS: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGKILL: 9, SIGPIPE: 13, SIGTERM: 15 };
+function signalNumber(name: string): number {
+  return SIGNALS[name] ?? 0;
+}
+
+/** The image type of bytes, from their first bytes; undefined when none of png, jpeg, gif, webp. */
+function imageType(b: Uint8Array): string | undefined {
+  const head = Buffer.from(b.subarray(0, 12));
+  if (head.subarray(0, 8).equals(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]))) return "image/png";
+  if (head[0] === 0xff && head[1] === 0xd8 && head[2] === 0xff) return "image/jpeg";
+  if (head.subarray(0, 4).toString("latin1") === "GIF8") return "image/gif";
+  if (head.subarray(0, 4).toString("latin1") === "RIFF" && head.subarray(8, 12).toString("latin1") === "WEBP") return "image/webp";
+  return undefined;
+}
+
 function outside(path: string): SandboxPathResolutionError {
-  return new SandboxPathResolutionError(`${path}: outside ${WORKSPACE}, the only directory agentrun keeps`, { path });
+  return new SandboxPathResolutionError(`${path}: outside ${WORKSPACE}, the only directory agentrun's files API reaches`, { path });
 }
 
 function unsupported(what: string, feature: string, details: Record<string, unknown> = {}): SandboxUnsupportedFeatureError {
@@ -338,14 +647,6 @@ async function provider<T>(fn: () => Promise<T>): Promise<T> {
     return await fn();
   } catch (e) {
     throw providerError(e);
-  }
-}
-
-async function deleteSession(client: Client, id: string): Promise<void> {
-  try {
-    await client.sessions.delete(id);
-  } catch (e) {
-    if (!(e instanceof AgentrunError && e.status === 404)) throw providerError(e);
   }
 }
 
