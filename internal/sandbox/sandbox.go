@@ -64,6 +64,9 @@ type Sandbox struct {
 
 	opt  Options
 	live *runner.Live
+	// memory is its memory limit, which the set's sandboxes.max_memory
+	// counts.
+	memory int64
 
 	ports   ports
 	mu      sync.Mutex
@@ -108,7 +111,7 @@ func Create(ctx context.Context, r *runner.Runner, p *task.Plan, user string, op
 	}
 	now := time.Now()
 	s := &Sandbox{ID: newID("sb-"), PreviewToken: newID(""), User: user, ImageDigest: live.ImageDigest, Created: now, opt: opt, live: live,
-		expires: now.Add(opt.Lifetime), done: make(chan struct{})}
+		expires: now.Add(opt.Lifetime), done: make(chan struct{}), memory: p.Limits.Memory}
 	s.timer = time.AfterFunc(opt.Lifetime, func() { _ = s.end(EndExpired) })
 	go func() {
 		// A holder that died (killed from inside) ends the sandbox.

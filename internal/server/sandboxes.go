@@ -202,6 +202,12 @@ func (s *Server) NewSandbox(ctx context.Context, req *SandboxRequest, user strin
 		ref.RetryAfter = time.Second
 		return nil, ref
 	}
+	if errors.Is(err, runapi.ErrSandboxQuota) {
+		// The user's own sandboxes: one of them has to end first.
+		ref := refusal(err, errkind.Quota, "")
+		ref.RetryAfter = time.Second
+		return nil, ref
+	}
 	return sb, err
 }
 
