@@ -451,7 +451,7 @@ func (s *Sandbox) WriteFile(name string, r io.Reader, size int64) error {
 	if n == "." {
 		return fmt.Errorf("%w: %q is a directory", ErrBadPath, name)
 	}
-	return s.live.Workspace.WriteFrom(n, r, size, s.live.UID, s.live.UID)
+	return s.live.Workspace.WriteFrom(n, r, size, s.live.FileUID, s.live.FileGID)
 }
 
 // Remove removes the sandbox's file or directory name, never following a

@@ -196,6 +196,11 @@ func (s *Server) NewSandbox(ctx context.Context, req *SandboxRequest, user strin
 	if err != nil {
 		return nil, err
 	}
+	// A kept session that does not exist, or is busy, is refused before
+	// anything is set up (the runner's lock decides a race).
+	if err := s.checkSession(plan); err != nil {
+		return nil, refusal(err, errkind.Unknown, "session")
+	}
 	sb, err := s.Sandboxes.Create(ctx, plan, user, lifetime, cfg.Sandboxes.MaxLifetime.Duration())
 	if errors.Is(err, runapi.ErrTooManySandboxes) || errors.Is(err, runapi.ErrSandboxesClosed) {
 		ref := refusal(err, errkind.Unavailable, "")
