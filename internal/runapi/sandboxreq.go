@@ -33,8 +33,6 @@ func SandboxPlan(req *SandboxRequest, cfg *config.Config) (*task.Plan, time.Dura
 	switch {
 	case req.Session != "" && !task.IsKeptSessionID(req.Session):
 		return nil, 0, &Refusal{Why: errkind.Invalid, Field: "session", Msg: fmt.Sprintf("session: %q is not a kept session's id (ss- and 32 hex digits, from POST /v1/sessions)", req.Session)}
-	case len(req.Tools) > 0:
-		return nil, 0, notYet("tools", "tool servers")
 	case req.Runtime == config.RuntimeRunsc:
 		return nil, 0, notYet("runtime", "the runsc runtime")
 	case req.Limits.Timeout.IsSet():
@@ -47,7 +45,7 @@ func SandboxPlan(req *SandboxRequest, cfg *config.Config) (*task.Plan, time.Dura
 			return nil, 0, &Refusal{Why: errkind.Invalid, Field: "timeout", Msg: fmt.Sprintf("timeout: %s is past the sandboxes' max lifetime %v (sandboxes.max_lifetime)", req.Timeout, maxLife)}
 		}
 	}
-	t := &task.Task{Image: req.Image, Runtime: req.Runtime, Limits: req.Limits, Network: req.Network, Env: req.Env,
+	t := &task.Task{Image: req.Image, Runtime: req.Runtime, Limits: req.Limits, Network: req.Network, Env: req.Env, Tools: req.Tools,
 		Session: req.Session, KeepWorkspace: req.Session != "", // its /workspace the session's, kept
 		Command: []string{"/bin/sh"}} // replaced by the sandbox's holder
 	plan, err := t.Resolve(cfg)

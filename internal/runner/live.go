@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/session"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/internal/workspace"
@@ -61,7 +62,11 @@ type Live struct {
 // with a kept session (KeepWorkspace) has the session's disk as its
 // /workspace and holds the session for its whole life, as a run does:
 // a run or another sandbox of the session is refused (session.ErrBusy)
-// until Close has synced the disk and unmounted it.
+// until Close has synced the disk and unmounted it. A plan that names
+// tools gets their broker at http://tools.agentrun for its whole life,
+// as a run does; its calls held for approval, and its network's held
+// requests, are decided by the approver ctx carries
+// (runapi.WithApprover; none: denied), and are in Record.
 func (r *Runner) Live(ctx context.Context, p *task.Plan, lifetime time.Duration) (_ *Live, err error) {
 	if _, ok := r.backends[p.Runtime]; !ok {
 		if err := r.unavailable[p.Runtime]; err != nil {
@@ -90,7 +95,7 @@ func (r *Runner) Live(ctx context.Context, p *task.Plan, lifetime time.Duration)
 	if p.Offline() {
 		res.Network = result.NoNetwork()
 	}
-	req := runRequest(p, img, res, lease, nil)
+	req := runRequest(p, img, res, lease, approver(runapi.ApproverFrom(ctx), res))
 	req.live = true
 	sb, err := r.setup(ctx, req)
 	if err != nil {

@@ -201,6 +201,11 @@ func (s *Server) NewSandbox(ctx context.Context, req *SandboxRequest, user strin
 	if err := s.checkSession(plan); err != nil {
 		return nil, refusal(err, errkind.Unknown, "session")
 	}
+	// Its held tool calls and requests, for its whole life: the door's
+	// approver (MCP's elicitation), else serve's page and webhook.
+	if runapi.ApproverFrom(ctx) == nil {
+		ctx = runapi.WithApprover(ctx, s.approver(cfg, plan.Session, nil))
+	}
 	sb, err := s.Sandboxes.Create(ctx, plan, user, lifetime, cfg.Sandboxes.MaxLifetime.Duration())
 	if errors.Is(err, runapi.ErrTooManySandboxes) || errors.Is(err, runapi.ErrSandboxesClosed) {
 		ref := refusal(err, errkind.Unavailable, "")
