@@ -66,7 +66,8 @@ type Live struct {
 // tools gets their broker at http://tools.agentrun for its whole life,
 // as a run does; its calls held for approval, and its network's held
 // requests, are decided by the approver ctx carries
-// (runapi.WithApprover; none: denied), and are in Record.
+// (runapi.WithApprover; none: denied), and are in Record; its calls
+// are counted by the counter ctx carries (runapi.WithToolCounter).
 func (r *Runner) Live(ctx context.Context, p *task.Plan, lifetime time.Duration) (_ *Live, err error) {
 	if _, ok := r.backends[p.Runtime]; !ok {
 		if err := r.unavailable[p.Runtime]; err != nil {
@@ -96,6 +97,7 @@ func (r *Runner) Live(ctx context.Context, p *task.Plan, lifetime time.Duration)
 		res.Network = result.NoNetwork()
 	}
 	req := runRequest(p, img, res, lease, approver(runapi.ApproverFrom(ctx), res))
+	req.toolCount = runapi.ToolCounterFrom(ctx)
 	req.live = true
 	sb, err := r.setup(ctx, req)
 	if err != nil {

@@ -206,6 +206,7 @@ func (s *Server) NewSandbox(ctx context.Context, req *SandboxRequest, user strin
 	if runapi.ApproverFrom(ctx) == nil {
 		ctx = runapi.WithApprover(ctx, s.approver(cfg, plan.Session, nil))
 	}
+	ctx = runapi.WithToolCounter(ctx, s.metrics.ToolCalled)
 	sb, err := s.Sandboxes.Create(ctx, plan, user, lifetime, cfg.Sandboxes.MaxLifetime.Duration())
 	if errors.Is(err, runapi.ErrTooManySandboxes) || errors.Is(err, runapi.ErrSandboxesClosed) {
 		ref := refusal(err, errkind.Unavailable, "")

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,8 +18,9 @@ import (
 // config that the sandbox does not name is refused, so is a tool no rule
 // allows; a call held for approval waits on serve's approvals (here the
 // page's list and POST /v1/runs/RUN/approvals/ID) and, approved, gets
-// its answer. The sandbox's audit record lists every call, arguments
-// only as their SHA-256. Nothing is left.
+// its answer. The calls are counted in serve's metrics, and the
+// sandbox's audit record lists every one, arguments only as their
+// SHA-256. Nothing is left.
 func TestServeSandboxTools(t *testing.T) {
 	entry := everythingEntry(t)
 	auditPath := filepath.Join(t.TempDir(), "audit.jsonl")
@@ -81,6 +83,13 @@ func TestServeSandboxTools(t *testing.T) {
 		t.Errorf("the approved call answered %q", got)
 	}
 
+	_, m := s.do("GET", "/metrics", "")
+	for _, want := range []string{`agentrun_tool_calls_total{outcome="answered",server="ev",tool="get-sum"} 1`,
+		`agentrun_tool_calls_total{outcome="answered",server="ev",tool="echo"} 1`} {
+		if !strings.Contains(string(m), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 	if resp, b := s.do("DELETE", "/v1/sandboxes/"+sb.ID, ""); resp.StatusCode != 204 {
 		t.Fatalf("DELETE: %d %s", resp.StatusCode, b)
 	}
