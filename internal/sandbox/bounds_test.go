@@ -43,3 +43,34 @@ func TestPortConnsBound(t *testing.T) {
 		t.Errorf("a connection past %d open: %v", MaxPortConns, err)
 	}
 }
+
+// The output a sandbox keeps of its ended processes is bounded all
+// together: past maxEndedOutput the oldest ended go, the newest and the
+// running stay.
+func TestEndedOutputBound(t *testing.T) {
+	const each = 1 << 20
+	s := &Sandbox{}
+	running := newProcess([]string{"yes"}, each)
+	running.output("stdout", make([]byte, each))
+	s.procs = append(s.procs, running)
+	var last *Process
+	for range 3 * maxEndedOutput / each {
+		p := newProcess([]string{"head"}, each)
+		p.output("stdout", make([]byte, each))
+		code := 0
+		p.exit = &Event{Event: "exit", ExitCode: &code}
+		s.procs = append(s.procs, p)
+		s.noteEnded(p)
+		last = p
+	}
+	var kept int64
+	for _, p := range s.procs {
+		kept += p.endedOutput()
+	}
+	if kept > maxEndedOutput || kept < maxEndedOutput-each {
+		t.Errorf("ended processes keep %d bytes; want at most %d, and no fewer than one less", kept, maxEndedOutput)
+	}
+	if s.procs[0] != running || s.procs[len(s.procs)-1] != last {
+		t.Error("the running process or the newest ended one was dropped")
+	}
+}

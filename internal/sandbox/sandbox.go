@@ -291,10 +291,16 @@ func winSize(size runapi.TTYSize) (*backend.WinSize, error) {
 	return &backend.WinSize{Rows: uint16(size.Rows), Cols: uint16(size.Cols)}, nil
 }
 
-// trimLocked forgets the oldest ended processes past maxProcesses.
+// trimLocked forgets the oldest ended processes past maxProcesses, and
+// while the ended ones keep more than maxEndedOutput.
 func (s *Sandbox) trimLocked() {
-	for i := 0; len(s.procs) > maxProcesses && i < len(s.procs); {
+	var kept int64
+	for _, p := range s.procs {
+		kept += p.endedOutput()
+	}
+	for i := 0; (len(s.procs) > maxProcesses || kept > maxEndedOutput) && i < len(s.procs); {
 		if s.procs[i].Exit() != nil {
+			kept -= s.procs[i].endedOutput()
 			s.procs = slices.Delete(s.procs, i, i+1)
 			continue
 		}
@@ -332,6 +338,7 @@ func (s *Sandbox) noteEnded(p *Process) {
 	rec := p.record()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.trimLocked() // its output now counts among the ended ones'
 	if len(s.records) >= audit.MaxProcesses {
 		s.unlisted++
 		return
