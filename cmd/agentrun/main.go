@@ -75,6 +75,7 @@ commands:
         a command in one (its output here, its exit status ours), list its
         processes, signal one (--signal S, default SIGTERM), end it
   shell [--server ADDR] [--image I] [--allow HOST]... [--timeout D]
+        [--session ID] [--tool T]...
         an interactive shell (bash if the image has it, else /bin/sh) on
         this terminal in a new live sandbox on serve, ended with it
         (Ctrl-D or exit), as docker run -it --rm gives

@@ -176,7 +176,7 @@ func local(cfgPath string, logf func(string, ...any)) (srv *mcpserver.Server, cl
 	longLived(r, logf)
 	api := server.New(cfg, r.Run, nil)
 	api.Sessions = r.Sessions()
-	api.Sandboxes = sandbox.NewDoor(r, cfg.Sandboxes.Max)
+	api.Sandboxes = sandbox.NewDoor(r, cfg.Sandboxes)
 	srv = mcpserver.New(cfg, api.RunTask, logf)
 	srv.AddSessions(api.Sessions)
 	addShell(srv, api)

@@ -23,7 +23,7 @@ import (
 )
 
 const sandboxUsage = `usage: agentrun sandbox [--server ADDR] [--config F] [--json] <command>
-  create [--image I] [--allow HOST]... [--timeout D]
+  create [--image I] [--allow HOST]... [--timeout D] [--session ID] [--tool T]...
                       make a live sandbox and print its id
   ls                  list the live sandboxes
   exec ID [--] CMD... run CMD in sandbox ID: its stdout and stderr here
@@ -63,19 +63,23 @@ type sandboxFlags struct {
 	image   *string
 	allow   *hostList
 	timeout *string
+	session *string
+	tools   *hostList
 }
 
 func addSandboxFlags(fs *flag.FlagSet) sandboxFlags {
 	f := sandboxFlags{image: fs.String("image", "", "the sandbox's image (default: the server's)"), allow: &hostList{},
-		timeout: fs.String("timeout", "", "its lifetime, such as 10m (default: the server's sandboxes.default_timeout)")}
+		timeout: fs.String("timeout", "", "its lifetime, such as 10m (default: the server's sandboxes.default_timeout)"),
+		session: fs.String("session", "", "a kept session whose files are its /workspace, and stay"), tools: &hostList{}}
 	fs.Var(f.allow, "allow", "a host it may reach (repeatable)")
+	fs.Var(f.tools, "tool", "a tool server of the config it may call (repeatable)")
 	return f
 }
 
 // request is the sandbox the flags shape; a --timeout that is not a
 // duration is a usage error.
 func (f sandboxFlags) request() (server.SandboxRequest, error) {
-	req := server.SandboxRequest{Image: *f.image, Network: task.Network{Allow: *f.allow}}
+	req := server.SandboxRequest{Image: *f.image, Network: task.Network{Allow: *f.allow}, Session: *f.session, Tools: *f.tools}
 	if err := req.Timeout.UnmarshalText([]byte(*f.timeout)); err != nil {
 		return req, fmt.Errorf("--timeout %q: %w", *f.timeout, err)
 	}

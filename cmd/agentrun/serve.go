@@ -44,7 +44,7 @@ func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
 	d.ConfigPath = cfgPath
 	d.Egress = runner.IsEgress
 	d.PeerUID = runner.PeerUID
-	d.Sandboxes = sandbox.NewDoor(r, cfg.Sandboxes.Max)
+	d.Sandboxes = sandbox.NewDoor(r, cfg.Sandboxes)
 	d.MCP = func(api *server.Server) server.Door {
 		m := mcpserver.New(cfg, api.RunTask, api.Logf)
 		m.AddSessions(api.Sessions)

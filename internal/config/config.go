@@ -264,11 +264,15 @@ func (s Sessions) StateBytes() int64 {
 
 // Sandboxes bounds serve's live sandboxes (docs/sandboxes.md): how long
 // one lives unless its creation asks otherwise, the most it may live
-// from its creation, and how many live at once.
+// from its creation, how many live at once, how many of one user's
+// (PerUser, 0: no bound but Max), and the most memory their limits add
+// up to (MaxMemory, unset: no bound but Max times each one's limit).
 type Sandboxes struct {
 	DefaultTimeout Duration `json:"default_timeout"`
 	MaxLifetime    Duration `json:"max_lifetime"`
 	Max            int      `json:"max"`
+	PerUser        int      `json:"per_user"`
+	MaxMemory      Size     `json:"max_memory"`
 }
 
 // RunUIDs is the range of host ids that sandboxes run as: each sandbox

@@ -52,7 +52,7 @@ var ReloadTable = []ReloadKey{
 	{Key: "server.preview_domain", Effect: "the domain whose names PORT-ID reach live sandboxes' ports, for the requests that come next"},
 	{Key: "worker", Effect: "not serve's: `agentrun worker`, `submit` and `result` read it when they start"},
 	{Key: "sessions", Restart: true, Effect: "the store of kept sessions, opened at start"},
-	{Key: "sandboxes", Effect: "the live sandboxes created from then on: their default timeout and max lifetime; the bound on those live at once (those already live stay, past a lower one)"},
+	{Key: "sandboxes", Effect: "the live sandboxes created from then on: their default timeout and max lifetime; the bounds on those live at once, on one user's and on the memory their limits add up to (those already live stay, past lower ones)"},
 	{Key: "store_dir", Restart: true, Effect: "the image store, opened at start"},
 	{Key: "store_max_size", Restart: true, Effect: "the image store's cap, set at start"},
 	{Key: "state_dir", Restart: true, Effect: "the runner's state, made at start"},

@@ -451,6 +451,7 @@ func (s Sessions) validate() error {
 const (
 	MaxSandboxes       = 10000
 	MaxSandboxLifetime = 24 * time.Hour
+	MinSandboxesMemory = 16 << 20
 )
 
 func (s Sandboxes) validate() error {
@@ -462,6 +463,12 @@ func (s Sandboxes) validate() error {
 	}
 	if s.Max < 1 || s.Max > MaxSandboxes {
 		return fieldErr("sandboxes.max", fmt.Errorf("%d: must be between 1 and %d", s.Max, MaxSandboxes))
+	}
+	if s.PerUser < 0 || s.PerUser > s.Max {
+		return fieldErr("sandboxes.per_user", fmt.Errorf("%d: must be between 0 (no bound but sandboxes.max) and sandboxes.max (%d)", s.PerUser, s.Max))
+	}
+	if s.MaxMemory.IsSet() && s.MaxMemory.Bytes() < MinSandboxesMemory {
+		return fieldErr("sandboxes.max_memory", fmt.Errorf("%q: must be at least 16m", s.MaxMemory))
 	}
 	return nil
 }

@@ -44,3 +44,18 @@ func ApproverFrom(ctx context.Context) Approver {
 	a, _ := ctx.Value(approverKey{}).(Approver)
 	return a
 }
+
+type toolCounterKey struct{}
+
+// WithToolCounter returns ctx carrying count, which counts each tool call
+// of what is made with ctx by server, tool and outcome (Hooks.ToolCalled):
+// serve hands its metrics' to a live sandbox's set-up this way.
+func WithToolCounter(ctx context.Context, count func(server, tool, outcome string)) context.Context {
+	return context.WithValue(ctx, toolCounterKey{}, count)
+}
+
+// ToolCounterFrom is the counter ctx carries (WithToolCounter), or nil.
+func ToolCounterFrom(ctx context.Context) func(server, tool, outcome string) {
+	f, _ := ctx.Value(toolCounterKey{}).(func(server, tool, outcome string))
+	return f
+}

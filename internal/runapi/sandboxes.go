@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/task"
 )
 
@@ -19,15 +20,18 @@ import (
 type Sandboxes interface {
 	// Create sets up a live sandbox of plan's shape for user, living
 	// lifetime (at most maxLifetime from now, as SetTimeout). Past the
-	// bound it fails with ErrTooManySandboxes; once CloseAll began,
-	// with ErrSandboxesClosed.
+	// bound it fails with ErrTooManySandboxes (sandboxes.max or
+	// max_memory), past user's with ErrSandboxQuota; once CloseAll
+	// began, with ErrSandboxesClosed.
 	Create(ctx context.Context, plan *task.Plan, user string, lifetime, maxLifetime time.Duration) (Sandbox, error)
 	// Get is user's sandbox id, nil if none: another user's is none.
 	Get(user, id string) Sandbox
 	// List is user's live sandboxes, by id.
 	List(user string) []Sandbox
-	// SetMax bounds the sandboxes live at once from now on.
-	SetMax(n int)
+	// SetBounds bounds the sandboxes created from now on: sandboxes.max
+	// live at once, per_user of one user's, max_memory their memory
+	// limits add up to.
+	SetBounds(b config.Sandboxes)
 	// Live is the number of sandboxes live now.
 	Live() int
 	// CloseAll ends every sandbox, and every later Create fails.
@@ -35,9 +39,12 @@ type Sandboxes interface {
 }
 
 // ErrTooManySandboxes is wrapped by the refusal of a sandbox past
-// sandboxes.max; ErrSandboxesClosed by that of one while serve stops.
+// sandboxes.max or max_memory; ErrSandboxQuota by that of one past
+// sandboxes.per_user; ErrSandboxesClosed by that of one while serve
+// stops.
 var (
 	ErrTooManySandboxes = errors.New("too many live sandboxes")
+	ErrSandboxQuota     = errors.New("too many live sandboxes of one user")
 	ErrSandboxesClosed  = errors.New("the server is stopping: no new sandbox")
 )
 

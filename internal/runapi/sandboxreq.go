@@ -24,17 +24,15 @@ type SandboxRequest struct {
 }
 
 // SandboxPlan resolves a sandbox's request as a task's (its program the
-// sandbox's holder), refusing what live sandboxes do not have yet, and
-// its lifetime.
+// sandbox's holder; a session its kept workspace), refusing what live
+// sandboxes do not have yet, and its lifetime.
 func SandboxPlan(req *SandboxRequest, cfg *config.Config) (*task.Plan, time.Duration, error) {
 	notYet := func(field, what string) error {
 		return &Refusal{Why: errkind.Invalid, Field: field, Msg: field + ": a live sandbox cannot have " + what + " yet"}
 	}
 	switch {
-	case req.Session != "":
-		return nil, 0, notYet("session", "a kept session's workspace")
-	case len(req.Tools) > 0:
-		return nil, 0, notYet("tools", "tool servers")
+	case req.Session != "" && !task.IsKeptSessionID(req.Session):
+		return nil, 0, &Refusal{Why: errkind.Invalid, Field: "session", Msg: fmt.Sprintf("session: %q is not a kept session's id (ss- and 32 hex digits, from POST /v1/sessions)", req.Session)}
 	case req.Runtime == config.RuntimeRunsc:
 		return nil, 0, notYet("runtime", "the runsc runtime")
 	case req.Limits.Timeout.IsSet():
@@ -47,7 +45,8 @@ func SandboxPlan(req *SandboxRequest, cfg *config.Config) (*task.Plan, time.Dura
 			return nil, 0, &Refusal{Why: errkind.Invalid, Field: "timeout", Msg: fmt.Sprintf("timeout: %s is past the sandboxes' max lifetime %v (sandboxes.max_lifetime)", req.Timeout, maxLife)}
 		}
 	}
-	t := &task.Task{Image: req.Image, Runtime: req.Runtime, Limits: req.Limits, Network: req.Network, Env: req.Env,
+	t := &task.Task{Image: req.Image, Runtime: req.Runtime, Limits: req.Limits, Network: req.Network, Env: req.Env, Tools: req.Tools,
+		Session: req.Session, KeepWorkspace: req.Session != "", // its /workspace the session's, kept
 		Command: []string{"/bin/sh"}} // replaced by the sandbox's holder
 	plan, err := t.Resolve(cfg)
 	if err != nil {

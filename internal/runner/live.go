@@ -11,10 +11,13 @@ import (
 
 	"github.com/agentrun/agentrun/internal/audit"
 	"github.com/agentrun/agentrun/internal/result"
+	"github.com/agentrun/agentrun/internal/runapi"
+	"github.com/agentrun/agentrun/internal/session"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/internal/workspace"
 	"github.com/agentrun/agentrun/netns"
 	"github.com/agentrun/agentrun/runtime/backend"
+	"github.com/agentrun/agentrun/runtime/spec"
 )
 
 // Live is a sandbox set up as a run's is, every step of it (its own uid,
@@ -30,8 +33,12 @@ type Live struct {
 	// UID is the host uid and gid its processes run as.
 	UID int
 	// Workspace is its /workspace, whose files the host reaches only
-	// through its link-safe methods.
-	Workspace *workspace.Workspace
+	// through its link-safe methods, and which the files written there
+	// are owned by on the host as FileUID and FileGID: UID, or in a kept
+	// session's disk the store's owner, which the sandbox sees as UID
+	// through an id-mapped mount.
+	Workspace        *workspace.Workspace
+	FileUID, FileGID int
 	// Result gets the network report once it ended.
 	Result *result.Result
 
@@ -51,8 +58,16 @@ type Live struct {
 // Live sets up p's sandbox, whose program p.Argv holds it up (the
 // image's own, never one of agentrun's), and starts it. It runs until
 // Close, or until it ends by itself (Ended), or at the latest after
-// lifetime. Only a backend whose Prepared is a backend.Live can; a kept
-// session's workspace is refused (not yet).
+// lifetime. Only a backend whose Prepared is a backend.Live can. A plan
+// with a kept session (KeepWorkspace) has the session's disk as its
+// /workspace and holds the session for its whole life, as a run does:
+// a run or another sandbox of the session is refused (session.ErrBusy)
+// until Close has synced the disk and unmounted it. A plan that names
+// tools gets their broker at http://tools.agentrun for its whole life,
+// as a run does; its calls held for approval, and its network's held
+// requests, are decided by the approver ctx carries
+// (runapi.WithApprover; none: denied), and are in Record; its calls
+// are counted by the counter ctx carries (runapi.WithToolCounter).
 func (r *Runner) Live(ctx context.Context, p *task.Plan, lifetime time.Duration) (_ *Live, err error) {
 	if _, ok := r.backends[p.Runtime]; !ok {
 		if err := r.unavailable[p.Runtime]; err != nil {
@@ -60,8 +75,16 @@ func (r *Runner) Live(ctx context.Context, p *task.Plan, lifetime time.Duration)
 		}
 		return nil, fmt.Errorf("runtime %q is not available", p.Runtime)
 	}
+	var lease *session.Lease
 	if p.KeepWorkspace {
-		return nil, errors.New("a live sandbox cannot have a kept session's workspace yet")
+		if lease, err = r.sessions.Lock(p.Session); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				lease.Release()
+			}
+		}()
 	}
 	img, err := r.store.Get(ctx, p.Image, r.pullOptions(p))
 	if err != nil {
@@ -73,7 +96,8 @@ func (r *Runner) Live(ctx context.Context, p *task.Plan, lifetime time.Duration)
 	if p.Offline() {
 		res.Network = result.NoNetwork()
 	}
-	req := runRequest(p, img, res, nil, nil)
+	req := runRequest(p, img, res, lease, approver(runapi.ApproverFrom(ctx), res))
+	req.toolCount = runapi.ToolCounterFrom(ctx)
 	req.live = true
 	sb, err := r.setup(ctx, req)
 	if err != nil {
@@ -86,18 +110,34 @@ func (r *Runner) Live(ctx context.Context, p *task.Plan, lifetime time.Duration)
 	// The holder runs on a context of its own: the sandbox outlives the
 	// request that made it.
 	hold, cancel := context.WithCancel(context.Background())
-	l := &Live{ID: sb.id, ImageDigest: img.Digest, UID: sb.uid, Workspace: sb.ws, Result: res,
+	l := &Live{ID: sb.id, ImageDigest: img.Digest, UID: sb.uid, Workspace: sb.ws, FileUID: sb.uid, FileGID: sb.uid, Result: res,
 		sb: sb, live: live, cancel: cancel, ended: make(chan struct{}),
 		created: time.Now(), limits: auditLimits(p), audit: r.audit}
 	go func() {
 		defer close(l.ended)
 		l.holder, _ = sb.prep.Exec(hold, backend.Program{Timeout: lifetime, OutputLimit: 4096})
 	}()
+	if lease != nil {
+		l.FileUID, l.FileGID = int(spec.UID), int(spec.GID)
+	}
 	l.close = func() error {
 		cancel()
 		<-l.ended
 		err := sb.settle.Clean()
-		return errors.Join(err, sb.undo.Clean())
+		if lease == nil {
+			return errors.Join(err, sb.undo.Clean())
+		}
+		// As after a run in a kept session: a next user of the session
+		// waits for the tear-down instead of being refused; the files
+		// are put on the host's disk, the disk unmounted, and only then
+		// the session let go.
+		lease.Ending()
+		if serr := sb.ws.Sync(); serr != nil {
+			err = errors.Join(err, fmt.Errorf("keeping the session's files: %w", serr))
+		}
+		err = errors.Join(err, sb.undo.Clean())
+		lease.Release()
+		return err
 	}
 	return l, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/task"
@@ -18,12 +19,16 @@ type Door struct {
 
 var _ runapi.Sandboxes = (*Door)(nil)
 
-// NewDoor keeps at most max live sandboxes at once, set up by r.
-func NewDoor(r *runner.Runner, max int) *Door { return &Door{r: r, set: NewSet(max)} }
+// NewDoor keeps live sandboxes within the config's bounds, set up by r.
+func NewDoor(r *runner.Runner, b config.Sandboxes) *Door {
+	d := &Door{r: r, set: NewSet(b.Max)}
+	d.SetBounds(b)
+	return d
+}
 
-// Create sets up a sandbox within the set's bound and keeps it there.
+// Create sets up a sandbox within the set's bounds and keeps it there.
 func (d *Door) Create(ctx context.Context, plan *task.Plan, user string, lifetime, maxLifetime time.Duration) (runapi.Sandbox, error) {
-	release, err := d.set.Reserve()
+	release, err := d.set.Reserve(user, plan.Limits.Memory)
 	if err != nil {
 		return nil, err
 	}
@@ -55,8 +60,8 @@ func (d *Door) List(user string) []runapi.Sandbox {
 	return out
 }
 
-// SetMax bounds the sandboxes to come.
-func (d *Door) SetMax(n int) { d.set.SetMax(n) }
+// SetBounds bounds the sandboxes to come.
+func (d *Door) SetBounds(b config.Sandboxes) { d.set.SetBounds(BoundsOf(b)) }
 
 // Live is the number of live sandboxes.
 func (d *Door) Live() int { return d.set.Len() }

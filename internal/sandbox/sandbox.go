@@ -64,6 +64,9 @@ type Sandbox struct {
 
 	opt  Options
 	live *runner.Live
+	// memory is its memory limit, which the set's sandboxes.max_memory
+	// counts.
+	memory int64
 
 	ports   ports
 	mu      sync.Mutex
@@ -108,7 +111,7 @@ func Create(ctx context.Context, r *runner.Runner, p *task.Plan, user string, op
 	}
 	now := time.Now()
 	s := &Sandbox{ID: newID("sb-"), PreviewToken: newID(""), User: user, ImageDigest: live.ImageDigest, Created: now, opt: opt, live: live,
-		expires: now.Add(opt.Lifetime), done: make(chan struct{})}
+		expires: now.Add(opt.Lifetime), done: make(chan struct{}), memory: p.Limits.Memory}
 	s.timer = time.AfterFunc(opt.Lifetime, func() { _ = s.end(EndExpired) })
 	go func() {
 		// A holder that died (killed from inside) ends the sandbox.
@@ -288,10 +291,16 @@ func winSize(size runapi.TTYSize) (*backend.WinSize, error) {
 	return &backend.WinSize{Rows: uint16(size.Rows), Cols: uint16(size.Cols)}, nil
 }
 
-// trimLocked forgets the oldest ended processes past maxProcesses.
+// trimLocked forgets the oldest ended processes past maxProcesses, and
+// while the ended ones keep more than maxEndedOutput.
 func (s *Sandbox) trimLocked() {
-	for i := 0; len(s.procs) > maxProcesses && i < len(s.procs); {
+	var kept int64
+	for _, p := range s.procs {
+		kept += p.endedOutput()
+	}
+	for i := 0; (len(s.procs) > maxProcesses || kept > maxEndedOutput) && i < len(s.procs); {
 		if s.procs[i].Exit() != nil {
+			kept -= s.procs[i].endedOutput()
 			s.procs = slices.Delete(s.procs, i, i+1)
 			continue
 		}
@@ -329,6 +338,7 @@ func (s *Sandbox) noteEnded(p *Process) {
 	rec := p.record()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.trimLocked() // its output now counts among the ended ones'
 	if len(s.records) >= audit.MaxProcesses {
 		s.unlisted++
 		return
@@ -448,7 +458,7 @@ func (s *Sandbox) WriteFile(name string, r io.Reader, size int64) error {
 	if n == "." {
 		return fmt.Errorf("%w: %q is a directory", ErrBadPath, name)
 	}
-	return s.live.Workspace.WriteFrom(n, r, size, s.live.UID, s.live.UID)
+	return s.live.Workspace.WriteFrom(n, r, size, s.live.FileUID, s.live.FileGID)
 }
 
 // Remove removes the sandbox's file or directory name, never following a

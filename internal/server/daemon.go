@@ -127,7 +127,7 @@ func (d *Daemon) Run(run runapi.Func, pool runapi.Pool, sessions *session.Store,
 	api.Egress = d.Egress
 	api.PeerUID = d.PeerUID
 	if d.Sandboxes != nil {
-		d.Sandboxes.SetMax(cfg.Sandboxes.Max)
+		d.Sandboxes.SetBounds(cfg.Sandboxes)
 		api.Sandboxes = d.Sandboxes
 	}
 	defer api.Close()

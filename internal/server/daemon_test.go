@@ -230,7 +230,8 @@ func TestReloadAppliesEachReloadableKey(t *testing.T) {
 			}
 		}},
 		"sandboxes": {func(c *config.Config) {
-			c.Sandboxes = config.Sandboxes{DefaultTimeout: config.MustDuration("2m"), MaxLifetime: config.MustDuration("30m"), Max: 3}
+			c.Sandboxes = config.Sandboxes{DefaultTimeout: config.MustDuration("2m"), MaxLifetime: config.MustDuration("30m"), Max: 3,
+				PerUser: 2, MaxMemory: config.MustSize("1g")}
 		}, func(t *testing.T, h *reloaded) {
 			if got := h.do(t, "POST", "/v1/sandboxes", `{}`, nil); got != 201 {
 				t.Fatalf("POST /v1/sandboxes: %d, want 201", got)
@@ -238,8 +239,8 @@ func TestReloadAppliesEachReloadableKey(t *testing.T) {
 			f := h.sandboxes
 			f.mu.Lock()
 			defer f.mu.Unlock()
-			if f.max != 3 || f.lifetime != 2*time.Minute || f.maxLifetime != 30*time.Minute {
-				t.Errorf("sandboxes: max %d, a new one's lifetime %v of at most %v; want 3, 2m, 30m", f.max, f.lifetime, f.maxLifetime)
+			if f.bounds.Max != 3 || f.bounds.PerUser != 2 || f.bounds.MaxMemory.Bytes() != 1<<30 || f.lifetime != 2*time.Minute || f.maxLifetime != 30*time.Minute {
+				t.Errorf("sandboxes: bounds %+v, a new one's lifetime %v of at most %v; want max 3, per_user 2, max_memory 1g, 2m, 30m", f.bounds, f.lifetime, f.maxLifetime)
 			}
 		}},
 		"worker": {func(c *config.Config) { c.Worker.Slots = 5 }, func(t *testing.T, h *reloaded) {
@@ -381,13 +382,13 @@ func TestDaemonReloadRefusals(t *testing.T) {
 type fakeSandboxes struct {
 	runapi.Sandboxes
 	mu                    sync.Mutex
-	max                   int
+	bounds                config.Sandboxes
 	lifetime, maxLifetime time.Duration
 }
 
-func (f *fakeSandboxes) SetMax(n int) {
+func (f *fakeSandboxes) SetBounds(b config.Sandboxes) {
 	f.mu.Lock()
-	f.max = n
+	f.bounds = b
 	f.mu.Unlock()
 }
 

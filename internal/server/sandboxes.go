@@ -196,9 +196,26 @@ func (s *Server) NewSandbox(ctx context.Context, req *SandboxRequest, user strin
 	if err != nil {
 		return nil, err
 	}
+	// A kept session that does not exist, or is busy, is refused before
+	// anything is set up (the runner's lock decides a race).
+	if err := s.checkSession(plan); err != nil {
+		return nil, refusal(err, errkind.Unknown, "session")
+	}
+	// Its held tool calls and requests, for its whole life: the door's
+	// approver (MCP's elicitation), else serve's page and webhook.
+	if runapi.ApproverFrom(ctx) == nil {
+		ctx = runapi.WithApprover(ctx, s.approver(cfg, plan.Session, nil))
+	}
+	ctx = runapi.WithToolCounter(ctx, s.metrics.ToolCalled)
 	sb, err := s.Sandboxes.Create(ctx, plan, user, lifetime, cfg.Sandboxes.MaxLifetime.Duration())
 	if errors.Is(err, runapi.ErrTooManySandboxes) || errors.Is(err, runapi.ErrSandboxesClosed) {
 		ref := refusal(err, errkind.Unavailable, "")
+		ref.RetryAfter = time.Second
+		return nil, ref
+	}
+	if errors.Is(err, runapi.ErrSandboxQuota) {
+		// The user's own sandboxes: one of them has to end first.
+		ref := refusal(err, errkind.Quota, "")
 		ref.RetryAfter = time.Second
 		return nil, ref
 	}

@@ -144,7 +144,7 @@ func (s *Server) Reload(cfg *config.Config) {
 	}
 	s.quotas.set(cfg.Server.Quota.RunsPerMinute, cfg.Server.Quota.Concurrent)
 	if s.Sandboxes != nil {
-		s.Sandboxes.SetMax(cfg.Sandboxes.Max)
+		s.Sandboxes.SetBounds(cfg.Sandboxes)
 	}
 	s.cfg.Store(cfg)
 }

@@ -50,7 +50,7 @@ func inProcessMCP(t *testing.T, cfg *config.Config, log *audit.Log) *mcp.ClientS
 	}
 	api := server.New(cfg, r.Run, nil)
 	api.Sessions = r.Sessions()
-	api.Sandboxes = sandbox.NewDoor(r, cfg.Sandboxes.Max)
+	api.Sandboxes = sandbox.NewDoor(r, cfg.Sandboxes)
 	s := mcpserver.New(cfg, api.RunTask, t.Logf)
 	s.AddSessions(api.Sessions)
 	s.AddShell(func(ctx context.Context) (runapi.Sandbox, error) {

@@ -238,6 +238,7 @@ func TestServeOpenAPI(t *testing.T) {
 	expect("GET", nobody+"/files/a.txt", "", 404)
 	expect("PUT", nobody+"/files/a.txt", "x", 404)
 	expect("POST", nobody+"/fork", `{"count": 1}`, 404)
+	expect("POST", "/v1/sandboxes", `{"image": "`+busyboxImage+`", "session": "ss-00000000000000000000000000000000"}`, 404)
 	expect("POST", sess+"/fork", `{"count": 0}`, 400)
 	expect("POST", sess+"/fork", `{"count": 1}`, 507) // sessions.max is 2
 
@@ -265,6 +266,7 @@ func TestServeOpenAPI(t *testing.T) {
 	expect("PUT", sess+"/files/in/a.txt", "x", 409)
 	expect("DELETE", sess, "", 409)
 	expect("POST", sess+"/fork", `{"count": 1}`, 409)
+	expect("POST", "/v1/sandboxes", `{"image": "`+busyboxImage+`", "session": "`+ids[0]+`"}`, 409)
 	slow("busy", false)
 	waitServeRunning(t, s, 2)
 	if resp, _ := s.request("POST", "/v1/runs", strings.NewReader(task("refused", nil)), nil, false); resp.StatusCode != 503 {
