@@ -32,6 +32,8 @@ type Live struct {
 	// Workspace is its /workspace, whose files the host reaches only
 	// through its link-safe methods.
 	Workspace *workspace.Workspace
+	// Tmp is its /tmp, a tmpfs the host made, reached as Workspace is.
+	Tmp *workspace.Workspace
 	// Result gets the network report once it ended.
 	Result *result.Result
 
@@ -86,7 +88,7 @@ func (r *Runner) Live(ctx context.Context, p *task.Plan, lifetime time.Duration)
 	// The holder runs on a context of its own: the sandbox outlives the
 	// request that made it.
 	hold, cancel := context.WithCancel(context.Background())
-	l := &Live{ID: sb.id, ImageDigest: img.Digest, UID: sb.uid, Workspace: sb.ws, Result: res,
+	l := &Live{ID: sb.id, ImageDigest: img.Digest, UID: sb.uid, Workspace: sb.ws, Tmp: sb.tmp, Result: res,
 		sb: sb, live: live, cancel: cancel, ended: make(chan struct{}),
 		created: time.Now(), limits: auditLimits(p), audit: r.audit}
 	go func() {
