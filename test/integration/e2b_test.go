@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -104,6 +105,69 @@ func TestE2BControl(t *testing.T) {
 	e2bGot(t, seen, "killed", &killed)
 	if killed != "SandboxNotFoundError" {
 		t.Errorf("getInfo after kill: %s", killed)
+	}
+	s.stop()
+	assertNoLeaks(t)
+}
+
+// TestE2BCommands: through the SDK's commands and pty, processes run in
+// the sandbox as its uid: output and exit codes, a failing command as
+// CommandExitError, env and cwd, a background process fed its stdin,
+// listed, connected to and killed, stdin closed, a terminal that takes
+// input and a resize; nothing is left after kill and serve's stop.
+func TestE2BCommands(t *testing.T) {
+	s := startE2B(t, []string{"alice"}, nil)
+	seen := s.node(t, s.keys["alice"], "commands.mjs")
+	var run struct {
+		Stdout, Stderr string
+		ExitCode       int
+	}
+	e2bGot(t, seen, "run", &run)
+	lines := strings.Split(strings.TrimSpace(run.Stdout), "\n")
+	if len(lines) != 4 || lines[0] != "out" || lines[2] != "c1 r1" || lines[3] != "/tmp" || run.Stderr != "err\n" || run.ExitCode != 0 {
+		t.Errorf("commands.run: %+v", run)
+	} else if uid, err := strconv.ParseInt(lines[1], 10, 64); err != nil || uid == 0 || !scope.HasUID(uid) {
+		t.Errorf("id -u: %q: not one of the sandboxes' uids", lines[1])
+	}
+	var streamed string
+	e2bGot(t, seen, "streamed", &streamed)
+	if streamed != "ab" {
+		t.Errorf("onStdout saw %q", streamed)
+	}
+	var failed struct {
+		IsCommandExitError bool
+		ExitCode           int
+		Stderr             string
+	}
+	e2bGot(t, seen, "failedDetail", &failed)
+	if !failed.IsCommandExitError || failed.ExitCode != 3 || failed.Stderr != "bad\n" {
+		t.Errorf("a failing command: %+v", failed)
+	}
+	var bgOut string
+	var listed, killed, listedAfter, killMissing bool
+	var connectedPid int
+	e2bGot(t, seen, "bgOut", &bgOut)
+	e2bGot(t, seen, "listed", &listed)
+	e2bGot(t, seen, "connectedPid", &connectedPid)
+	e2bGot(t, seen, "killed", &killed)
+	e2bGot(t, seen, "listedAfterKill", &listedAfter)
+	e2bGot(t, seen, "killMissing", &killMissing)
+	if bgOut != "got:hello\n" || !listed || connectedPid <= 0 || !killed || listedAfter || killMissing {
+		t.Errorf("background: out %q, listed %v, connected %d, killed %v, listed after %v, kill of none %v",
+			bgOut, listed, connectedPid, killed, listedAfter, killMissing)
+	}
+	var cat struct {
+		Stdout   string
+		ExitCode int
+	}
+	e2bGot(t, seen, "cat", &cat)
+	if cat.Stdout != "to-cat\n" || cat.ExitCode != 0 {
+		t.Errorf("closeStdin: %+v", cat)
+	}
+	var pty struct{ Out, Answer bool }
+	e2bGot(t, seen, "pty", &pty)
+	if !pty.Out || !pty.Answer {
+		t.Errorf("pty: %+v (%s)", pty, seen["ptyWait"])
 	}
 	s.stop()
 	assertNoLeaks(t)
