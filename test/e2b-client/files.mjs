@@ -63,6 +63,26 @@ await main(async () => {
   await h.stop()
   see('events', events)
 
+  // The polled watchers (CreateWatcher, GetWatcherEvents,
+  // RemoveWatcher: the Python SDK's), on the SDK's own client; at most
+  // 16 a sandbox.
+  await f.makeDir('/workspace/pw')
+  const { watcherId } = await f.rpc.createWatcher({ path: '/workspace/pw', recursive: false })
+  await f.write('/workspace/pw/p.txt', 'p')
+  const polled = []
+  for (let i = 0; i < 200 && !polled.includes('1:p.txt'); i++) {
+    const r = await f.rpc.getWatcherEvents({ watcherId })
+    polled.push(...r.events.map((e) => `${e.type}:${e.name}`))
+    await sleep(50)
+  }
+  see('polled', polled)
+  const more = []
+  for (let i = 0; i < 15; i++) more.push((await f.rpc.createWatcher({ path: '/workspace' })).watcherId)
+  await caught('watcher17', f.rpc.createWatcher({ path: '/workspace' }).then(() => 'made'))
+  for (const id of [watcherId, ...more]) await f.rpc.removeWatcher({ watcherId: id })
+  await caught('afterRemoveWatcher', f.rpc.getWatcherEvents({ watcherId }).then(() => 'still there'))
+  await caught('watchAFile', f.rpc.createWatcher({ path: '/workspace/pw/p.txt' }).then(() => 'made'))
+
   // Signed file URLs: upload (multipart) and download, as a third party
   // fetches them (no headers); another path or no signature refused.
   const up = await sbx.uploadUrl('/workspace/up.txt')

@@ -51,6 +51,7 @@ func TestE2BFiles(t *testing.T) {
 		"linkInfo":             `{"type":"symlink","symlinkTarget":"` + secret + `"}`,
 		"downloadLink":         `[400,false]`,
 		"afterWriteOverLink":   `"pwned"`,
+		"polled":               `["1:p.txt"]`,
 	}
 	for name, w := range want {
 		var got bytes.Buffer
@@ -68,6 +69,15 @@ func TestE2BFiles(t *testing.T) {
 		e2bGot(t, seen, name, &got)
 		if got.Error != class || strings.Contains(got.Message, "host-secret") {
 			t.Errorf("%s: %+v, want a %s", name, got, class)
+		}
+	}
+	// Watchers: bounded, gone once removed, of a directory alone (Connect
+	// codes: resource_exhausted, not_found, invalid_argument).
+	for name, code := range map[string]string{"watcher17": "[resource_exhausted]", "afterRemoveWatcher": "[not_found]", "watchAFile": "[invalid_argument]"} {
+		var got struct{ Error, Message string }
+		e2bGot(t, seen, name, &got)
+		if got.Error != "ConnectError" || !strings.HasPrefix(got.Message, code) {
+			t.Errorf("%s: %+v, want a ConnectError %s", name, got, code)
 		}
 	}
 	// The watch saw each change, named below the directory watched.
