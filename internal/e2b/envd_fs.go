@@ -176,9 +176,9 @@ func entryOf(f runapi.FileInfo) *filesystem.EntryInfo {
 	return e
 }
 
-// ownerName is id as E2B names an owner: the sandbox's own uid (from
-// the host's range of sandbox uids, never below 1000) is E2B's "user",
-// 0 is "root", another the number.
+// ownerName is id as E2B names an owner: the sandbox's own uid (a host
+// uid of run_uids, which are 65536 and up) is E2B's "user", 0 "root",
+// another its number.
 func ownerName(id int) string {
 	switch {
 	case id == 0:
