@@ -85,12 +85,25 @@ func e2bGot(t *testing.T, seen map[string]json.RawMessage, name string, v any) {
 	}
 }
 
-// TestE2BControl: E2B's SDK creates a sandbox of a template through the
-// door, reads it back with its metadata and life, and kills it, after
-// which the SDK finds none; nothing is left on the host.
+// e2bErr is what lib.mjs's caught recorded: a value or an error.
+type e2bErr struct {
+	OK      json.RawMessage
+	Error   string
+	Message string
+}
+
+// TestE2BControl: E2B's SDK creates sandboxes of a template through the
+// door, reads one back with its metadata and life, lists them by
+// metadata and in pages, sets a timeout (not past the max lifetime),
+// connects and runs in it; pause, an unknown template, the whole
+// internet and an address range are refused in words; another key's
+// user sees, reaches and kills none of them; a wrong key is the SDK's
+// AuthenticationError, a missing sandbox its NotFoundError, a forged
+// access token is refused; a sandbox killed is gone, and nothing is
+// left on the host after kill and serve's stop.
 func TestE2BControl(t *testing.T) {
-	s := startE2B(t, []string{"alice"}, nil)
-	seen := s.node(t, s.keys["alice"], "control.mjs")
+	s := startE2B(t, []string{"alice", "bob"}, nil)
+	seen := s.node(t, s.keys["alice"], "control.mjs", s.keys["bob"])
 	var info struct {
 		SandboxID, TemplateID, State, EnvdVersion string
 		Metadata                                  map[string]string
@@ -101,10 +114,71 @@ func TestE2BControl(t *testing.T) {
 		info.Metadata["suite"] != "e2b" || info.Life < 110_000 || info.Life > 121_000 || info.EnvdVersion == "" {
 		t.Errorf("getInfo: %+v", info)
 	}
+	var suite []string
+	var pages [][]string
+	var paused, setTimeout, otherList, listAfter int
+	e2bGot(t, seen, "listSuite", &suite)
+	e2bGot(t, seen, "pages", &pages)
+	e2bGot(t, seen, "paused", &paused)
+	e2bGot(t, seen, "setTimeout", &setTimeout)
+	if strings.Join(suite, ",") != "1,2" || len(pages) != 3 || len(pages[0]) != 1 || len(pages[2]) != 1 || paused != 0 {
+		t.Errorf("list: by metadata %v, pages %v, paused %d", suite, pages, paused)
+	}
+	if setTimeout < 290 || setTimeout > 300 {
+		t.Errorf("setTimeout(300 s): ends in %d s", setTimeout)
+	}
+	var connect struct {
+		Same bool
+		Echo string
+	}
+	e2bGot(t, seen, "connect", &connect)
+	if !connect.Same || connect.Echo != "via-connect\n" {
+		t.Errorf("connect: %+v", connect)
+	}
+	wantErr := func(name, class, words string) {
+		t.Helper()
+		var e e2bErr
+		e2bGot(t, seen, name, &e)
+		if e.Error != class || !strings.Contains(e.Message, words) {
+			t.Errorf("%s: want %s with %q, got %s %q (ok %s)", name, class, words, e.Error, e.Message, e.OK)
+		}
+	}
+	wantErr("setTimeoutPastMax", "SandboxError", "sandboxes.max_lifetime")
+	wantErr("pause", "SandboxError", "never keeps a sandbox's memory")
+	wantErr("badTemplate", "SandboxError", "e2b.templates")
+	wantErr("internet", "SandboxError", "allow_internet_access")
+	wantErr("cidr", "SandboxError", "address or range")
+	e2bGot(t, seen, "otherList", &otherList)
+	var otherKill, missingKill bool
+	e2bGot(t, seen, "otherKill", &otherKill)
+	if otherList != 0 || otherKill {
+		t.Errorf("another key listed %d sandboxes, killed one: %v", otherList, otherKill)
+	}
+	wantErr("otherGet", "SandboxNotFoundError", "not found")
+	wantErr("otherConnect", "SandboxNotFoundError", "not found")
+	wantErr("otherTimeout", "SandboxNotFoundError", "not found")
+	wantErr("wrongKey", "AuthenticationError", "Invalid API key")
+	wantErr("wrongKeyList", "AuthenticationError", "Invalid API key")
+	wantErr("missingGet", "SandboxNotFoundError", "not found")
+	wantErr("missingConnect", "SandboxNotFoundError", "not found")
+	e2bGot(t, seen, "missingKill", &missingKill)
+	if missingKill {
+		t.Error("kill of a missing sandbox answered true")
+	}
+	wantErr("forgedToken", "AuthenticationError", "unauthenticated")
 	var killed string
 	e2bGot(t, seen, "killed", &killed)
 	if killed != "SandboxNotFoundError" {
 		t.Errorf("getInfo after kill: %s", killed)
+	}
+	var afterKill e2bErr
+	e2bGot(t, seen, "afterKill", &afterKill)
+	if afterKill.Error == "" {
+		t.Errorf("a command after kill ran: %s", afterKill.OK)
+	}
+	e2bGot(t, seen, "listAfter", &listAfter)
+	if listAfter != 0 {
+		t.Errorf("%d sandboxes listed after every one was killed", listAfter)
 	}
 	s.stop()
 	assertNoLeaks(t)
