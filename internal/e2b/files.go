@@ -35,10 +35,22 @@ const (
 	maxPartHeader = 8 << 10
 )
 
-// uploadSlots bounds the uploads that hold a file in memory at once (a
-// multipart part, a gzip'd or chunked body: their size is known once
-// read); the others wait their turn.
-var uploadSlots = make(chan struct{}, 4)
+// fileSlots bounds the files the door holds in memory at once, 16 MiB
+// at most each: a download's, and an upload's whose size is known once
+// read (a multipart part, a gzip'd or chunked body); the others wait
+// their turn.
+var fileSlots = make(chan struct{}, 4)
+
+// takeSlot waits for one of fileSlots, or ctx's end; release gives it
+// back.
+func takeSlot(ctx context.Context) (release func(), err error) {
+	select {
+	case fileSlots <- struct{}{}:
+		return func() { <-fileSlots }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
 
 // entryJSON is a file /files wrote, as envd answers it.
 type entryJSON struct {
@@ -60,6 +72,12 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusBadRequest, "a download names its file in ?path=")
 		return
 	}
+	release, err := takeSlot(r.Context())
+	if err != nil {
+		WriteError(w, http.StatusBadRequest, "the client left")
+		return
+	}
+	defer release()
 	data, err := c.Sandbox.ReadFile(sandboxPath(name), MaxFileBytes)
 	if err != nil {
 		writeFileError(w, name, err)
@@ -187,12 +205,11 @@ func uploadBody(r *http.Request, sb runapi.Sandbox, dest string) (entryJSON, err
 // writeBuffered writes name from what r holds (at most MaxFileBytes),
 // read into memory first within uploadSlots.
 func writeBuffered(ctx context.Context, sb runapi.Sandbox, name string, r io.Reader) (entryJSON, error) {
-	select {
-	case uploadSlots <- struct{}{}:
-		defer func() { <-uploadSlots }()
-	case <-ctx.Done():
-		return entryJSON{}, ctx.Err()
+	release, err := takeSlot(ctx)
+	if err != nil {
+		return entryJSON{}, err
 	}
+	defer release()
 	var buf bytes.Buffer
 	n, err := buf.ReadFrom(io.LimitReader(r, MaxFileBytes+1))
 	if err != nil {
