@@ -62,8 +62,15 @@ type entryState struct {
 	mtime     time.Time
 }
 
-// snapshot lists w's directory as a watcher compares it.
-func (w *watcher) snapshot() (map[string]entryState, error) {
+// snapshot lists w's directory as a watcher compares it. It runs on
+// the watcher's own goroutine, where no HTTP server recovers a panic: a
+// list that panics (the sandbox torn down under it) is an error.
+func (w *watcher) snapshot() (_ map[string]entryState, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("listing %s: %v", w.dir, p)
+		}
+	}()
 	files, err := w.sb.ListDepth(w.dir, w.depth)
 	if err != nil {
 		return nil, err

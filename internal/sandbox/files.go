@@ -44,6 +44,7 @@ var ErrBadPath = errkind.New(errkind.Invalid, "not a path in the sandbox's /work
 type place struct {
 	mount string               // where the sandbox sees it
 	ws    *workspace.Workspace // the host's tmpfs of it
+	dir   *safefs.Dir          // its root, as resolve found it
 	rel   string               // the name below it ("." for it)
 }
 
@@ -51,12 +52,15 @@ type place struct {
 func (p place) abs() string { return path.Join(p.mount, p.rel) }
 
 // root is the place's root, resolved link-safe below.
-func (p place) root() *safefs.Dir { return p.ws.Root() }
+func (p place) root() *safefs.Dir { return p.dir }
 
 // resolve is name, relative to /workspace or absolute in one of the
 // sandbox's writable places, as that place and a name below it. A name
 // holding ".." or NUL, or outside those places, is refused.
 func (s *Sandbox) resolve(name string) (place, error) {
+	if s.ended() {
+		return place{}, ErrEnded
+	}
 	bad := func() (place, error) { return place{}, fmt.Errorf("%w: %q", ErrBadPath, name) }
 	if strings.ContainsRune(name, 0) || slices.Contains(strings.Split(name, "/"), "..") {
 		return bad()
@@ -78,14 +82,19 @@ func (s *Sandbox) resolve(name string) (place, error) {
 			return bad()
 		}
 	}
+	// Its root is nil once the sandbox's tear-down closed it.
+	dir := ws.Root()
+	if dir == nil {
+		return place{}, ErrEnded
+	}
 	if rest == "" || rest == "." {
-		return place{mount: mount, ws: ws, rel: "."}, nil
+		return place{mount: mount, ws: ws, dir: dir, rel: "."}, nil
 	}
 	rest = path.Clean(rest)
 	if !fs.ValidPath(rest) {
 		return bad()
 	}
-	return place{mount: mount, ws: ws, rel: rest}, nil
+	return place{mount: mount, ws: ws, dir: dir, rel: rest}, nil
 }
 
 // resolveBelow is resolve, refusing a place's root itself: what op
@@ -268,7 +277,7 @@ func listInto(dir *safefs.Dir, p place, depth int, out *[]File) error {
 		if err != nil {
 			continue // gone since
 		}
-		ep := place{mount: p.mount, ws: p.ws, rel: path.Join(p.rel, e.Name())}
+		ep := place{mount: p.mount, ws: p.ws, dir: p.dir, rel: path.Join(p.rel, e.Name())}
 		*out = append(*out, fileOf(ep, fi))
 		if depth <= 1 || !fi.IsDir() {
 			continue
