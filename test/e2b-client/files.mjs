@@ -124,5 +124,19 @@ await main(async () => {
   await f.write('/tmp/hlink', 'pwned')
   see('afterWriteOverLink', (await sbx.commands.run('test -L /tmp/hlink && echo link || cat /tmp/hlink')).stdout)
 
+  // Bounds: a file past 16 MiB; no room in /tmp (64 MiB).
+  await caught('tooLarge', f.write('/tmp/big', 'x'.repeat(16 * 1024 * 1024 + 1)))
+  await caught('tooLargeOctet', f.write('/tmp/big', 'x'.repeat(16 * 1024 * 1024 + 1), { useOctetStream: true }))
+  const chunk = 'y'.repeat(15 * 1024 * 1024)
+  for (let i = 0; i < 5; i++) {
+    const r = await caught('noRoom', f.write(`/tmp/fill${i}`, chunk).then(() => 'written'))
+    if (r.error) break
+  }
+
+  // A watch ends when its sandbox does.
+  let exited = null
+  await f.watchDir('/workspace', () => {}, { onExit: (err) => { exited = err ? err.constructor.name : 'none' } })
   await sbx.kill()
+  for (let i = 0; i < 200 && exited === null; i++) await sleep(50)
+  see('watchExit', exited)
 })

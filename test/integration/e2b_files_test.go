@@ -80,6 +80,23 @@ func TestE2BFiles(t *testing.T) {
 			t.Errorf("%s: %+v, want a ConnectError %s", name, got, code)
 		}
 	}
+	// Bounds: a file past 16 MiB is 413, no room 507 (the SDK's
+	// NotEnoughSpaceError); a watch ends with its sandbox.
+	for name, want := range map[string]string{"tooLarge": "SandboxError:413", "tooLargeOctet": "SandboxError:413", "noRoom": "NotEnoughSpaceError:"} {
+		var got struct{ Error, Message string }
+		e2bGot(t, seen, name, &got)
+		class, msg, _ := strings.Cut(want, ":")
+		if got.Error != class || !strings.HasPrefix(got.Message, msg) {
+			t.Errorf("%s: %+v, want a %s", name, got, want)
+		}
+	}
+	var watchExit *string
+	e2bGot(t, seen, "watchExit", &watchExit)
+	if watchExit == nil {
+		t.Errorf("a watch did not end with its sandbox")
+	} else {
+		t.Logf("the watch ended with its sandbox: %s", *watchExit)
+	}
 	// The watch saw each change, named below the directory watched.
 	var events []string
 	e2bGot(t, seen, "events", &events)
