@@ -246,3 +246,23 @@ func TestE2BCommands(t *testing.T) {
 	s.stop()
 	assertNoLeaks(t)
 }
+
+// TestE2BExpiry: a sandbox past its timeout ends: the SDK's getInfo is
+// SandboxNotFoundError, a command into it fails, isRunning is false,
+// and nothing of it is left on the host while serve still runs.
+func TestE2BExpiry(t *testing.T) {
+	s := startE2B(t, []string{"alice"}, nil)
+	seen := s.node(t, s.keys["alice"], "expiry.mjs")
+	var ran, gone string
+	var running bool
+	var after e2bErr
+	e2bGot(t, seen, "ran", &ran)
+	e2bGot(t, seen, "gone", &gone)
+	e2bGot(t, seen, "after", &after)
+	e2bGot(t, seen, "running", &running)
+	if ran != "before\n" || gone != "SandboxNotFoundError" || after.Error == "" || running {
+		t.Errorf("expiry: ran %q, then getInfo %q, a command %+v, isRunning %v", ran, gone, after, running)
+	}
+	assertNoLeaks(t)
+	s.stop()
+}
