@@ -266,3 +266,25 @@ func TestE2BExpiry(t *testing.T) {
 	assertNoLeaks(t)
 	s.stop()
 }
+
+// TestE2BPorts: a server listening inside a sandbox is reached through
+// the door by E2B's headers and the sandbox's traffic token, and only
+// with it: no token, another sandbox's, or the envd token is 401.
+func TestE2BPorts(t *testing.T) {
+	s := startE2B(t, []string{"alice"}, nil)
+	seen := s.node(t, s.keys["alice"], "ports.mjs")
+	var with struct {
+		Status int
+		Body   string
+	}
+	var none, others, envd int
+	e2bGot(t, seen, "withToken", &with)
+	e2bGot(t, seen, "noToken", &none)
+	e2bGot(t, seen, "othersToken", &others)
+	e2bGot(t, seen, "envdToken", &envd)
+	if with.Status != 200 || with.Body != "served-from-inside\n" || none != 401 || others != 401 || envd != 401 {
+		t.Errorf("a sandbox's port: with its token %+v; no token %d, another's %d, the envd token %d", with, none, others, envd)
+	}
+	s.stop()
+	assertNoLeaks(t)
+}
