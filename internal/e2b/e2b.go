@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/subtle"
 	"fmt"
+	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -127,6 +129,14 @@ func (h *Handler) userOf(r *http.Request) (user string, ok bool) {
 // ServeHTTP routes a call into a sandbox (E2b-Sandbox-Id) or the control
 // API.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if id, port, ok := namedPort(r.Host, h.cfg.Load().E2B.Domain); ok {
+		// PORT-ID.DOMAIN (e2b.domain): the SDK's getHost, and envd's
+		// own name without E2B_SANDBOX_URL.
+		r.Header.Set(SandboxIDHeader, id)
+		r.Header.Set(SandboxPortHeader, port)
+		h.serveCall(w, r)
+		return
+	}
 	if r.Header.Get(SandboxIDHeader) != "" {
 		h.serveCall(w, r)
 		return
@@ -137,6 +147,25 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.control.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), userKey{}, user)))
+}
+
+// namedPort is the sandbox id and port that host names on domain
+// (PORT-ID.DOMAIN, any case, any port of the host); ok false when domain
+// is "" or host is no such name.
+func namedPort(host, domain string) (id, port string, ok bool) {
+	if domain == "" {
+		return "", "", false
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	name := strings.ToLower(strings.TrimSuffix(host, "."))
+	label, ok := strings.CutSuffix(name, "."+strings.ToLower(strings.TrimSuffix(domain, ".")))
+	if !ok || strings.Contains(label, ".") {
+		return "", "", false
+	}
+	port, id, ok = strings.Cut(label, "-")
+	return id, port, ok && id != "" && port != ""
 }
 
 type userKey struct{}

@@ -149,6 +149,7 @@ func (d *Daemon) Run(run runapi.Func, pool runapi.Pool, sessions *session.Store,
 		}
 		defer e2b.Close()
 		api.HandleOwnAuth(E2BPrefix, e2b.HTTPHandler())
+		api.HandleNames(func(c *config.Config) string { return c.E2B.Domain }, e2b.HTTPHandler())
 		// Its signed file URLs, which the SDK makes at serve's root.
 		if f, ok := e2b.(interface{ SignedFiles() http.Handler }); ok {
 			api.HandleOwnAuth("/files", f.SignedFiles())
