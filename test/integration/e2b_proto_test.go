@@ -12,12 +12,13 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/descriptorpb"
 
+	"github.com/agentrun/agentrun/internal/e2b/envd/filesystem"
 	"github.com/agentrun/agentrun/internal/e2b/envd/process"
 )
 
 // envdProtos are the envd protocols the E2B door serves, from its own
 // .proto files (internal/e2b/envd): a new one is a row here.
-var envdProtos = []protoreflect.FileDescriptor{process.File_process_process_proto}
+var envdProtos = []protoreflect.FileDescriptor{process.File_process_process_proto, filesystem.File_filesystem_filesystem_proto}
 
 // TestE2BProtoMatchesSDK: each envd .proto the door is generated from
 // is, message by message and field by field (names, numbers, types,
@@ -49,7 +50,10 @@ func TestE2BProtoMatchesSDK(t *testing.T) {
 		}
 		got := protodesc.ToFileDescriptorProto(f)
 		for _, fd := range []*descriptorpb.FileDescriptorProto{got, want} {
-			fd.Options, fd.SourceCodeInfo = nil, nil
+			// The SDK's descriptors name no imports (protobuf-es passes
+			// them beside the descriptor): the fields' type names, the
+			// imported ones' included, are compared.
+			fd.Options, fd.SourceCodeInfo, fd.Dependency = nil, nil, nil
 			stripJSONNames(fd.MessageType)
 		}
 		if !proto.Equal(got, want) {
