@@ -210,7 +210,16 @@ func fsError(name string, err error) error {
 		errors.Is(err, unix.ENOTEMPTY), errors.Is(err, unix.EXDEV), errors.Is(err, fs.ErrInvalid):
 		code = connect.CodeInvalidArgument
 	}
-	return connect.NewError(code, fmt.Errorf("%s: %w", name, err))
+	return connect.NewError(code, fmt.Errorf("%s: %w%s", name, err, homeHint(name)))
+}
+
+// homeHint says, of a path in E2B's home (/home/user) or another
+// /home, where the home is on agentrun.
+func homeHint(name string) string {
+	if name == "/home" || strings.HasPrefix(name, "/home/") {
+		return " (E2B's home, /home/user, is " + HomeDir + " on agentrun: give a path relative to it, or in " + HomeDir + " or /tmp)"
+	}
+	return ""
 }
 
 // keepaliveEvery is how often a watch stream says it lives when nothing

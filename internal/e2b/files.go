@@ -266,7 +266,7 @@ func writeFileError(w http.ResponseWriter, name string, err error) {
 			status = http.StatusBadRequest
 		}
 	}
-	WriteError(w, status, fmt.Sprintf("%s: %v", name, err))
+	WriteError(w, status, fmt.Sprintf("%s: %v%s", name, err, homeHint(name)))
 }
 
 // signedFileCall says whether r, a /files call, carries a signature of

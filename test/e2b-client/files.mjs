@@ -50,6 +50,7 @@ await main(async () => {
   await caught('readMissing', f.read('/workspace/nope'))
   await caught('outside', f.read('/etc/hostname'))
   await caught('outsideList', f.list('/usr'))
+  await caught('home', f.write('/home/user/x.txt', 'x'))
 
   // watchDir: events as the SDK gives them.
   await f.makeDir('/workspace/w')

@@ -71,6 +71,11 @@ func TestE2BFiles(t *testing.T) {
 			t.Errorf("%s: %+v, want a %s", name, got, class)
 		}
 	}
+	var home struct{ Error, Message string }
+	e2bGot(t, seen, "home", &home)
+	if home.Error != "InvalidArgumentError" || !strings.Contains(home.Message, "/home/user, is /workspace") {
+		t.Errorf("a write in /home/user: %+v, want an InvalidArgumentError saying the home is /workspace", home)
+	}
 	// Watchers: bounded, gone once removed, of a directory alone (Connect
 	// codes: resource_exhausted, not_found, invalid_argument).
 	for name, code := range map[string]string{"watcher17": "[resource_exhausted]", "afterRemoveWatcher": "[not_found]", "watchAFile": "[invalid_argument]"} {
