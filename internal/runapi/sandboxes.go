@@ -70,12 +70,22 @@ type Sandbox interface {
 	Process(pid int) Process
 	// Processes lists its processes, running and recently ended.
 	Processes() []ProcessInfo
-	// ReadFile, WriteFile, Remove and List reach its files in
-	// /workspace, never through a link.
+	// ReadFile, WriteFile, Remove, List, ListDepth, Stat, MakeDir and
+	// Rename reach its files in its writable places: a name is relative
+	// to /workspace, or absolute in /workspace or /tmp; anything else,
+	// or one holding "..", is refused. Never through a link, never
+	// across a mount. WriteFile makes the file's missing parents;
+	// ListDepth lists depth levels down (1 is List); MakeDir makes the
+	// missing parents too and says whether it made the directory itself;
+	// Rename stays within one place.
 	ReadFile(name string, max int64) ([]byte, error)
 	WriteFile(name string, r io.Reader, size int64) error
 	Remove(name string) error
 	List(name string) ([]FileInfo, error)
+	ListDepth(name string, depth int) ([]FileInfo, error)
+	Stat(name string) (FileInfo, error)
+	MakeDir(name string) (created bool, err error)
+	Rename(from, to string) error
 	// DialPort connects to TCP port on its loopback, from inside its
 	// network namespace, within a bound of connections per sandbox
 	// (errkind.Busy past it); the connection closes when it idles or
@@ -171,11 +181,19 @@ type ProcessInfo struct {
 	ExitCode *int      `json:"exit_code,omitempty"`
 }
 
-// FileInfo is one entry of a live sandbox's directory list.
+// FileInfo is one entry of a live sandbox's directory list, or a file's
+// stat.
 type FileInfo struct {
-	Name  string    `json:"name"`
+	Name string `json:"name"`
+	// Path is its absolute path in the sandbox.
+	Path  string    `json:"path"`
 	Type  string    `json:"type"` // file, dir, symlink, other
 	Size  int64     `json:"size"`
-	Mode  string    `json:"mode"`
+	Mode  string    `json:"mode"` // its permission bits, in octal
 	MTime time.Time `json:"mtime"`
+	// Target is a symlink's target, as it was written (never followed).
+	Target string `json:"symlink_target,omitempty"`
+	// UID and GID own it (the sandbox's uid is its user's).
+	UID int `json:"-"`
+	GID int `json:"-"`
 }

@@ -39,6 +39,8 @@ type Live struct {
 	// through an id-mapped mount.
 	Workspace        *workspace.Workspace
 	FileUID, FileGID int
+	// Tmp is its /tmp, a tmpfs the host made, reached as Workspace is.
+	Tmp *workspace.Workspace
 	// Result gets the network report once it ended.
 	Result *result.Result
 
@@ -110,7 +112,7 @@ func (r *Runner) Live(ctx context.Context, p *task.Plan, lifetime time.Duration)
 	// The holder runs on a context of its own: the sandbox outlives the
 	// request that made it.
 	hold, cancel := context.WithCancel(context.Background())
-	l := &Live{ID: sb.id, ImageDigest: img.Digest, UID: sb.uid, Workspace: sb.ws, FileUID: sb.uid, FileGID: sb.uid, Result: res,
+	l := &Live{ID: sb.id, ImageDigest: img.Digest, UID: sb.uid, Workspace: sb.ws, Tmp: sb.tmp, FileUID: sb.uid, FileGID: sb.uid, Result: res,
 		sb: sb, live: live, cancel: cancel, ended: make(chan struct{}),
 		created: time.Now(), limits: auditLimits(p), audit: r.audit}
 	go func() {

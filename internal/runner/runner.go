@@ -479,6 +479,9 @@ type sandbox struct {
 	refill *shape
 	uid    int // the host uid and gid its processes run as: its own
 	ws     *workspace.Workspace
+	// tmp is a live sandbox's /tmp, a tmpfs the host made (liveTmp);
+	// nil for a run's, whose /tmp is its own.
+	tmp *workspace.Workspace
 	// display is its display directory, where a Python run's values are
 	// shown (internal/launcher), held open; nil without one.
 	display *safefs.Dir
@@ -588,6 +591,7 @@ func (r *Runner) setup(ctx context.Context, req request) (_ *sandbox, err error)
 		s.mountRootfs,  // a private overlay if need be; the program is there
 		s.network,      // its namespaces and proxy, or the loopback alone
 		s.workspace,    // a fresh one, or the kept session's disk
+		s.liveTmp,      // a live sandbox's /tmp, the host's to reach
 		s.identity,     // passwd and group naming its uid
 		s.launcher,     // the Python launcher's files, display dir and state
 		s.warmLauncher, // a warm sandbox's handover
@@ -740,6 +744,24 @@ func (s *sandboxSetup) workspace() error {
 	return uidpool.Remap(wsDir, spec.UID, uint32(sb.uid))
 }
 
+// liveTmp makes a live sandbox's /tmp a size-capped tmpfs mounted in the
+// run dir (spec.WithTmpDir), as its workspace is, so that the host
+// reaches its files (link-safe) as it does the workspace's: the tmpfs a
+// run's spec mounts is in the sandbox's mount namespace alone, and
+// runsc's in its own kernel. A run keeps its own.
+func (s *sandboxSetup) liveTmp() error {
+	if !s.req.live {
+		return nil
+	}
+	tmp, err := workspace.CreateTmp(filepath.Join(s.dir, "tmp"), s.req.plan.Limits.TmpSize)
+	if err != nil {
+		return err
+	}
+	s.sb.tmp = tmp
+	s.sb.undo.Add(tmp.Close)
+	return nil
+}
+
 // identity writes the sandbox's identity files (identity).
 func (s *sandboxSetup) identity() (err error) {
 	s.idOpts, err = identity(s.rootfs, s.dir, s.sb.uid, &s.sb.undo)
@@ -758,6 +780,9 @@ func (s *sandboxSetup) buildSpec() error {
 	opts = append(opts, s.launchOpts...)
 	if sb.sessionReady {
 		opts = append(opts, spec.WithWorkspaceSlave())
+	}
+	if sb.tmp != nil {
+		opts = append(opts, spec.WithTmpDir(sb.tmp.Dir))
 	}
 	opts = append(opts, spec.WithUser(uint32(sb.uid), uint32(sb.uid)))
 	var err error

@@ -299,6 +299,22 @@ func (d *Dir) Lchown(name string, uid, gid int) error {
 	})
 }
 
+// Readlink is the target of the symbolic link name below d: read, never
+// followed (at most a PATH_MAX's bytes).
+func (d *Dir) Readlink(name string) (string, error) {
+	var target string
+	err := d.at("readlink", name, func(dir int, base string) error {
+		buf := make([]byte, unix.PathMax)
+		n, err := unix.Readlinkat(dir, base, buf)
+		if err != nil {
+			return err
+		}
+		target = string(buf[:n])
+		return nil
+	})
+	return target, err
+}
+
 // Lstat describes name below d; a link is described, not followed.
 func (d *Dir) Lstat(name string) (fs.FileInfo, error) { return d.stat("lstat", name, true) }
 

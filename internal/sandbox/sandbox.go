@@ -6,10 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"maps"
-	"os"
 	"path"
 	"slices"
 	"strings"
@@ -20,7 +17,6 @@ import (
 	"github.com/agentrun/agentrun/internal/errkind"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
-	"github.com/agentrun/agentrun/internal/safefs"
 	"github.com/agentrun/agentrun/internal/task"
 	"github.com/agentrun/agentrun/runtime/backend"
 )
@@ -391,131 +387,4 @@ func (s *Sandbox) writeRecord(why string) error {
 		return fmt.Errorf("sandbox %s: %w", s.ID, err)
 	}
 	return nil
-}
-
-// File is one entry of a directory list.
-type File = runapi.FileInfo
-
-// MaxList bounds the entries a directory list returns.
-const MaxList = 10000
-
-// ErrBadPath is wrapped by the refusal of a file path outside the
-// sandbox's writable places that the host reaches (/workspace).
-var ErrBadPath = errkind.New(errkind.Invalid, "not a path in /workspace")
-
-// rel is name, relative to /workspace or absolute in it, as a
-// workspace-relative name ("." for /workspace itself).
-func rel(name string) (string, error) {
-	if path.IsAbs(name) {
-		r, ok := strings.CutPrefix(path.Clean(name), "/workspace")
-		if !ok || (r != "" && r[0] != '/') {
-			return "", fmt.Errorf("%w: %q", ErrBadPath, name)
-		}
-		name = strings.TrimPrefix(r, "/")
-		if name == "" {
-			return ".", nil
-		}
-	}
-	if name == "" || name == "." {
-		return ".", nil
-	}
-	if strings.ContainsRune(name, 0) || !fs.ValidPath(name) {
-		return "", fmt.Errorf("%w: %q", ErrBadPath, name)
-	}
-	return name, nil
-}
-
-// ReadFile returns the sandbox's regular file name, at most max bytes
-// (a longer one is refused), never through a link.
-func (s *Sandbox) ReadFile(name string, max int64) ([]byte, error) {
-	r, err := rel(name)
-	if err != nil {
-		return nil, err
-	}
-	f, err := s.live.Workspace.OpenRegular(r)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > max {
-		return nil, errkind.Mark(errkind.TooLarge, fmt.Errorf("%q is larger than %d bytes", name, max))
-	}
-	return b, nil
-}
-
-// WriteFile writes the sandbox's file name from the size bytes of r,
-// owned by the sandbox's user, replacing what is there (a link is
-// replaced, never written through).
-func (s *Sandbox) WriteFile(name string, r io.Reader, size int64) error {
-	n, err := rel(name)
-	if err != nil {
-		return err
-	}
-	if n == "." {
-		return fmt.Errorf("%w: %q is a directory", ErrBadPath, name)
-	}
-	return s.live.Workspace.WriteFrom(n, r, size, s.live.FileUID, s.live.FileGID)
-}
-
-// Remove removes the sandbox's file or directory name, never following a
-// link.
-func (s *Sandbox) Remove(name string) error {
-	n, err := rel(name)
-	if err != nil {
-		return err
-	}
-	if n == "." {
-		return fmt.Errorf("%w: %q is the workspace itself", ErrBadPath, name)
-	}
-	return s.live.Workspace.RemoveAll(n)
-}
-
-// List lists the sandbox's directory name (at most MaxList entries),
-// never through a link.
-func (s *Sandbox) List(name string) ([]File, error) {
-	n, err := rel(name)
-	if err != nil {
-		return nil, err
-	}
-	root, err := safefs.Open(s.live.Workspace.Dir)
-	if err != nil {
-		return nil, err
-	}
-	defer root.Close()
-	dir := root
-	if n != "." {
-		if dir, err = root.Sub(n); err != nil {
-			return nil, err
-		}
-		defer dir.Close()
-	}
-	ents, err := dir.ReadDir(MaxList)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
-	}
-	out := make([]File, 0, len(ents))
-	for _, e := range ents {
-		fi, err := e.Info()
-		if err != nil {
-			continue // gone since
-		}
-		f := File{Name: e.Name(), Size: fi.Size(), Mode: fmt.Sprintf("%04o", fi.Mode().Perm()), MTime: fi.ModTime().UTC()}
-		switch {
-		case fi.Mode().IsRegular():
-			f.Type = "file"
-		case fi.IsDir():
-			f.Type = "dir"
-		case fi.Mode()&os.ModeSymlink != 0:
-			f.Type = "symlink"
-		default:
-			f.Type = "other"
-		}
-		out = append(out, f)
-	}
-	slices.SortFunc(out, func(a, b File) int { return strings.Compare(a.Name, b.Name) })
-	return out, nil
 }

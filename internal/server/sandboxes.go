@@ -469,7 +469,16 @@ func (s *Server) sandboxFile(w http.ResponseWriter, r *http.Request, sb runapi.S
 		w.WriteHeader(http.StatusNoContent)
 	default:
 		if list, _ := queryBool(r, "list", false); list {
-			files, err := sb.List(name)
+			depth := 1
+			if d := r.URL.Query().Get("depth"); d != "" {
+				n, err := strconv.Atoi(d)
+				if err != nil {
+					writeError(w, http.StatusBadRequest, "", fmt.Sprintf("depth %q: not a number", d))
+					return
+				}
+				depth = n
+			}
+			files, err := sb.ListDepth(name, depth)
 			if err != nil {
 				writeFileError(w, err)
 				return

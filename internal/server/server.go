@@ -59,6 +59,8 @@ type Server struct {
 	quotas    *quotas
 	metrics   *metrics.Metrics
 	extra     map[string]http.Handler // more routes, behind the same auth
+	ownAuth   map[string]http.Handler // routes by path prefix, each checking its own credentials
+	ownNames  []ownNames              // routes by Host, each checking its own credentials
 	holds     approvals.Pending       // held requests and tool calls, and the last decisions
 	hook      *approvals.Webhook      // started at first use
 	hookOnce  sync.Once
@@ -210,6 +212,58 @@ func (s *Server) Handle(pattern string, h http.Handler) {
 	s.extra[pattern] = h
 }
 
+// E2BPrefix is the path of the E2B door (spec §18).
+const E2BPrefix = "/e2b"
+
+// HandleOwnAuth routes every request under prefix (prefix itself, or
+// prefix/…) to h, with prefix cut from its path, before Handler is
+// called: a door that checks its own credentials (E2B's keys and tokens)
+// instead of the API's token. The Host and cross-site checks still hold.
+func (s *Server) HandleOwnAuth(prefix string, h http.Handler) {
+	if s.ownAuth == nil {
+		s.ownAuth = map[string]http.Handler{}
+	}
+	s.ownAuth[prefix] = http.StripPrefix(prefix, h)
+}
+
+// ownNames is a door that answers the names PORT-ID.DOMAIN of the
+// domain its func reads from the current config ("": none).
+type ownNames struct {
+	domain func(*config.Config) string
+	h      http.Handler
+}
+
+// HandleNames routes every request whose Host is PORT-ID.DOMAIN, DOMAIN
+// what domain reads from the current config, to h, its Host and path as
+// they came, before Handler is called: a door's ports by name (E2B's
+// e2b.domain), behind its own credentials. An Origin may be that name
+// alone, as on the preview domain.
+func (s *Server) HandleNames(domain func(*config.Config) string, h http.Handler) {
+	s.ownNames = append(s.ownNames, ownNames{domain: domain, h: h})
+}
+
+// namesRoute is the door whose domain r's Host is a PORT-ID name of,
+// nil if none.
+func (s *Server) namesRoute(r *http.Request) http.Handler {
+	cfg := s.cfg.Load()
+	for _, n := range s.ownNames {
+		if _, _, ok := previewHost(r.Host, n.domain(cfg)); ok {
+			return n.h
+		}
+	}
+	return nil
+}
+
+// ownAuthRoute is the door whose prefix r's path is under, nil if none.
+func (s *Server) ownAuthRoute(r *http.Request) http.Handler {
+	for prefix, h := range s.ownAuth {
+		if rest, ok := strings.CutPrefix(r.URL.Path, prefix); ok && (rest == "" || rest[0] == '/') {
+			return h
+		}
+	}
+	return nil
+}
+
 // auth refuses a request whose Host or Origin is not a name of this
 // server (refuseForeignHost), a browser's cross-site request to change
 // anything (a method other than GET, HEAD and OPTIONS, on every path),
@@ -222,8 +276,16 @@ func (s *Server) auth(next http.Handler) http.Handler {
 		if s.refuseForeignHost(w, r) || refuseCrossSite(w, r) {
 			return
 		}
+		if h := s.namesRoute(r); h != nil { // its own credentials
+			h.ServeHTTP(w, r)
+			return
+		}
 		if t, ok := portRoute(r, &s.cfg.Load().Server); ok { // its own credentials
 			s.servePort(w, r, t)
+			return
+		}
+		if h := s.ownAuthRoute(r); h != nil {
+			h.ServeHTTP(w, r)
 			return
 		}
 		token := s.cfg.Load().Server.Token

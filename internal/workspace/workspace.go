@@ -42,16 +42,37 @@ var ErrNoRoom = errkind.New(errkind.TooLarge, "no room in the workspace")
 // and gid, and writes files into it (names are workspace-relative and
 // already validated; parents are created). On error nothing is left mounted.
 func Create(dir string, size int64, uid, gid int, files map[string][]byte) (_ *Workspace, err error) {
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating workspace dir: %w", bare(err))
-	}
-	opts := "size=" + strconv.FormatInt(size, 10) + ",mode=0700,uid=" + strconv.Itoa(uid) + ",gid=" + strconv.Itoa(gid)
-	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
-		os.Remove(dir)
-		return nil, fmt.Errorf("mounting workspace tmpfs: %w", err)
+	if err := mountTmpfs(dir, size, "mode=0700,uid="+strconv.Itoa(uid)+",gid="+strconv.Itoa(gid)); err != nil {
+		return nil, fmt.Errorf("workspace: %w", err)
 	}
 	capacity := fmt.Sprintf("the workspace size (limits.workspace_size) is %d bytes", size)
 	return open(&Workspace{Dir: dir, capacity: capacity}, uid, gid, files)
+}
+
+// CreateTmp mounts a tmpfs of size bytes at dir (created, 0700), whose
+// root is root's and 1777 as a /tmp's is: a live sandbox's /tmp
+// (spec.WithTmpDir), which the host reaches with the same link-safe
+// methods as a workspace. On error nothing is left mounted.
+func CreateTmp(dir string, size int64) (*Workspace, error) {
+	if err := mountTmpfs(dir, size, "mode=1777,uid=0,gid=0"); err != nil {
+		return nil, fmt.Errorf("/tmp: %w", err)
+	}
+	capacity := fmt.Sprintf("/tmp's size (limits.tmp_size) is %d bytes", size)
+	return open(&Workspace{Dir: dir, capacity: capacity}, 0, 0, nil)
+}
+
+// mountTmpfs mounts a tmpfs of size bytes with the options opts at dir,
+// which it creates (0700); on error it leaves neither.
+func mountTmpfs(dir string, size int64, opts string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("creating its dir: %w", bare(err))
+	}
+	opts = "size=" + strconv.FormatInt(size, 10) + "," + opts
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+		os.Remove(dir)
+		return fmt.Errorf("mounting its tmpfs: %w", err)
+	}
+	return nil
 }
 
 // maxStacked bounds the mounts Close removes from a shared workspace's
@@ -195,6 +216,11 @@ func (w *Workspace) OpenRegular(name string) (*os.File, error) {
 	}
 	return f, nil
 }
+
+// Root is the workspace's root, held open until Close: every name below
+// it is resolved link-safe. Its ReadDir is not to be used (it reads on
+// from the last call's end): a list opens a Sub of its own.
+func (w *Workspace) Root() *safefs.Dir { return w.root }
 
 // RemoveAll removes the workspace's name and, if it is a directory,
 // everything under it, never following a link.

@@ -372,6 +372,27 @@ func WithWritableDir(src, dest string) SpecOpt {
 	}
 }
 
+// WithTmpDir makes /tmp the host directory dir (a size-capped tmpfs the
+// host made, as the workspace's is) bind-mounted writable, without exec,
+// setuid or devices, in place of the sandbox's own tmpfs: a live sandbox's,
+// whose /tmp the host reaches through it, link-safe (internal/safefs),
+// where the sandbox's own tmpfs is in its mount namespace alone.
+func WithTmpDir(dir string) SpecOpt {
+	return func(s *specs.Spec) error {
+		if dir == "" || dir[0] != '/' {
+			return fmt.Errorf("tmp dir %q is not absolute", dir)
+		}
+		for i := range s.Mounts {
+			if s.Mounts[i].Destination == "/tmp" {
+				s.Mounts[i] = specs.Mount{Destination: "/tmp", Type: "bind", Source: dir,
+					Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}}
+				return nil
+			}
+		}
+		return fmt.Errorf("no /tmp mount to replace")
+	}
+}
+
 // WithNetworkNamespace joins the network namespace at path (agentrun's own
 // sandbox namespace, held by an fd) instead of a new empty one.
 func WithNetworkNamespace(path string) SpecOpt {

@@ -315,7 +315,7 @@ export interface paths {
             path: {
                 /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
                 id: components["parameters"]["SandboxID"];
-                /** @description The file's name relative to the sandbox's `/workspace`; it may hold `/`. A link planted in the sandbox is never followed. */
+                /** @description The file's name: relative to the sandbox's `/workspace`, or absolute in one of its writable places, `/workspace` or `/tmp`, with its first `/` sent escaped (`files/%2Ftmp/out.log`: an unescaped `//` is cleaned away, and names a file in `/workspace`); it may hold `/`, never `..`. Any other place (the image's read-only root, `/dev/shm`, `/proc`) is refused. A link planted in the sandbox is never followed, and no mount is crossed. */
                 path: string;
             };
             cookie?: never;
@@ -1136,12 +1136,17 @@ export interface components {
         };
         SandboxFile: {
             name: string;
+            /** @description Its absolute path in the sandbox. */
+            path: string;
             /** @enum {string} */
             type: "file" | "dir" | "symlink" | "other";
             size: number;
+            /** @description Its permission bits, in octal. */
             mode: string;
             /** Format: date-time */
             mtime: string;
+            /** @description A symlink's target, as written in it (the host never follows it). */
+            symlink_target?: string;
         };
         TTYSize: {
             rows: number;
@@ -2272,19 +2277,21 @@ export interface operations {
             query?: {
                 /** @description `1` or `true`: list the directory. */
                 list?: string;
+                /** @description With `list=1`: how many levels down to list (1, the default: the directory's own entries; at most 64), each directory's entries by name followed by theirs. */
+                depth?: number;
             };
             header?: never;
             path: {
                 /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
                 id: components["parameters"]["SandboxID"];
-                /** @description The file's name relative to the sandbox's `/workspace`; it may hold `/`. A link planted in the sandbox is never followed. */
+                /** @description The file's name: relative to the sandbox's `/workspace`, or absolute in one of its writable places, `/workspace` or `/tmp`, with its first `/` sent escaped (`files/%2Ftmp/out.log`: an unescaped `//` is cleaned away, and names a file in `/workspace`); it may hold `/`, never `..`. Any other place (the image's read-only root, `/dev/shm`, `/proc`) is refused. A link planted in the sandbox is never followed, and no mount is crossed. */
                 path: string;
             };
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /** @description The file's bytes (at most 16 MiB); with `list=1`, the directory's entries (at most 10,000), by name. */
+            /** @description The file's bytes (at most 16 MiB); with `list=1`, the directory's entries (at most 10,000 in all, `depth` levels down), by name. */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -2294,7 +2301,7 @@ export interface operations {
                     "application/json": components["schemas"]["SandboxFile"][];
                 };
             };
-            /** @description A name outside `/workspace` or holding `..`, a link (never followed), or not a regular file or directory as the request wants. */
+            /** @description A name outside `/workspace` and `/tmp` or holding `..`, a link (never followed), not a regular file or directory as the request wants, or a `depth` outside 1 to 64. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2327,7 +2334,7 @@ export interface operations {
             path: {
                 /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
                 id: components["parameters"]["SandboxID"];
-                /** @description The file's name relative to the sandbox's `/workspace`; it may hold `/`. A link planted in the sandbox is never followed. */
+                /** @description The file's name: relative to the sandbox's `/workspace`, or absolute in one of its writable places, `/workspace` or `/tmp`, with its first `/` sent escaped (`files/%2Ftmp/out.log`: an unescaped `//` is cleaned away, and names a file in `/workspace`); it may hold `/`, never `..`. Any other place (the image's read-only root, `/dev/shm`, `/proc`) is refused. A link planted in the sandbox is never followed, and no mount is crossed. */
                 path: string;
             };
             cookie?: never;
@@ -2346,7 +2353,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description A name outside `/workspace` or holding `..`, a link (never followed), or not a regular file or directory as the request wants. */
+            /** @description A name outside `/workspace` and `/tmp` or holding `..`, the place's root itself, a link (never followed), or not a regular file or directory as the request wants. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2388,7 +2395,7 @@ export interface operations {
             path: {
                 /** @description The sandbox's id (`sb-` and 32 hex digits), its capability. */
                 id: components["parameters"]["SandboxID"];
-                /** @description The file's name relative to the sandbox's `/workspace`; it may hold `/`. A link planted in the sandbox is never followed. */
+                /** @description The file's name: relative to the sandbox's `/workspace`, or absolute in one of its writable places, `/workspace` or `/tmp`, with its first `/` sent escaped (`files/%2Ftmp/out.log`: an unescaped `//` is cleaned away, and names a file in `/workspace`); it may hold `/`, never `..`. Any other place (the image's read-only root, `/dev/shm`, `/proc`) is refused. A link planted in the sandbox is never followed, and no mount is crossed. */
                 path: string;
             };
             cookie?: never;
@@ -2402,7 +2409,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description A name outside `/workspace` or holding `..`, a link (never followed), or not a regular file or directory as the request wants. */
+            /** @description A name outside `/workspace` and `/tmp` or holding `..`, the place's root itself, a link (never followed), or not a regular file or directory as the request wants. */
             400: {
                 headers: {
                     [name: string]: unknown;
