@@ -9,32 +9,11 @@ import { generateText, stepCountIs } from "ai";
 import { MockLanguageModelV4 } from "ai/test";
 import { Client } from "../dist/index.js";
 import { runCodeTool, runCodeInput, shellTools } from "../dist/ai.js";
-
+import { FIGURE, TABLE, isPNG } from "../testdata/python.mjs";
 const ADDRESS = process.env.AGENTRUN_TEST_ADDRESS;
 const skip = !ADDRESS && "no agentrun serve";
 const call = { toolCallId: "call-1", messages: [] };
 const client = () => new Client(ADDRESS, { token: process.env.AGENTRUN_TEST_TOKEN || undefined });
-
-// A real 1x1 PNG, made with Python's standard library, shown by display()
-// and as a final expression's value (the display protocol's _repr_png_).
-const FIGURE = `import zlib, struct
-def _png():
-    def chunk(t, d): return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
-    return (b"\\x89PNG\\r\\n\\x1a\\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(b"\\x00\\xff\\x00\\x00")) + chunk(b"IEND", b""))
-class Fig:
-    def __repr__(self): return "<Fig>"
-    def _repr_png_(self): return _png()
-display(Fig())
-print("drawn")
-`;
-// A value whose text/html is far past the answer's bound.
-const TABLE = `class Table:
-    def __repr__(self): return "Table(2000 rows)"
-    def _repr_html_(self): return "<table>" + "<tr><td>x</td></tr>" * 2000 + "</table>"
-Table()
-`;
-const isPNG = (b64) => Buffer.from(b64, "base64").subarray(0, 8).equals(Buffer.from("\x89PNG\r\n\x1a\n", "latin1"));
 
 test("the input schema", () => {
   assert.equal(runCodeInput.safeParse({ code: "print(1)", files: { "a.txt": "x" } }).success, true);
