@@ -12,7 +12,7 @@
  */
 
 import { z } from "zod";
-import type { Client, ProcessEvent, Sandbox, SandboxRequest } from "./index.js";
+import { AgentrunError, type Client, type ProcessEvent, type Sandbox, type SandboxRequest } from "./index.js";
 import { refusalText } from "./tool.js";
 
 /** The tools' names: Codex's. */
@@ -233,6 +233,8 @@ export class Shell {
   private readonly made: boolean;
   private readonly running = new Map<number, Running>();
   private closed = false;
+  /** The lifetime, in seconds, a sandbox the shell made was given: set again at each call. */
+  private idle?: number;
 
   constructor(readonly client: Client, private readonly options: ShellOptions = {}) {
     this.sb = options.sandbox;
@@ -241,23 +243,50 @@ export class Shell {
 
   /** The sandbox, made at the first call when none was given. */
   async sandbox(): Promise<Sandbox> {
+    return (await this.current()).sb;
+  }
+
+  /**
+   * The sandbox for a call. One the shell made has its lifetime set again
+   * from now at each call, as long as it was given at first (its idle
+   * timeout, within its max lifetime); if it had ended, a new one is made
+   * and `note` says so.
+   */
+  private async current(): Promise<{ sb: Sandbox; note?: string }> {
     if (this.closed) throw new Error("the shell is closed");
-    if (this.sb) return this.sb;
+    let note: string | undefined;
+    if (this.sb) {
+      if (!this.made || !this.idle) return { sb: this.sb };
+      try {
+        await this.sb.setTimeout(this.idle);
+        return { sb: this.sb };
+      } catch (e) {
+        if (!(e instanceof AgentrunError) || e.status !== 404) throw e;
+      }
+      note = "the sandbox had ended (its lifetime or idle timeout passed): this is a new one, without the last one's files and processes";
+      this.sb = undefined;
+      this.running.clear();
+    }
     this.making ??= this.client.sandboxes.create({ ...(this.options.create ?? {}) });
     try {
       this.sb = await this.making;
     } finally {
       this.making = undefined;
     }
-    return this.sb;
+    const lifetime = Math.round((Date.parse(this.sb.info.expires_at) - Date.parse(this.sb.info.created)) / 1000);
+    if (lifetime > 0) this.idle = lifetime;
+    return { sb: this.sb, note };
   }
 
   /** exec_command: runs cmd, answers when it ends or after yield_time_ms with what it printed. */
   async exec(input: ExecInput): Promise<ShellOutput> {
     let r: Running;
+    let note: string | undefined;
     let stream: AsyncGenerator<ProcessEvent, void, undefined> | undefined;
     try {
-      const sb = await this.sandbox();
+      const cur = await this.current();
+      const sb = cur.sb;
+      note = cur.note;
       const body: Record<string, unknown> = { cmd: input.cmd, stdin: true };
       if (input.workdir) body.cwd = input.workdir;
       // The stream lasts as long as the sandbox may: at most its max lifetime (1 h by default) and a margin.
@@ -279,7 +308,7 @@ export class Shell {
       return { output: "", text: refusalText(EXEC_TOOL, e), error: true };
     }
     if (r.pid) this.running.set(r.pid, r);
-    return this.answer(r, yieldOf(input.yield_time_ms));
+    return this.answer(r, yieldOf(input.yield_time_ms), note);
   }
 
   /** write_stdin: writes chars (and closes stdin if asked), then answers as exec does. */
@@ -302,13 +331,13 @@ export class Shell {
     return this.answer(r, yieldOf(input.yield_time_ms));
   }
 
-  private async answer(r: Running, ms: number): Promise<ShellOutput> {
+  private async answer(r: Running, ms: number, note?: string): Promise<ShellOutput> {
     if (!r.exit && !r.failure) await r.wait(ms);
     const { text: out, cut } = r.out.take();
     const res: ShellOutput = { output: out, text: "" };
     const dropped = (r.exit?.dropped_bytes ?? 0) + cut;
     if (dropped) res.cut_bytes = dropped;
-    let text = out;
+    let text = note ? `[${note}]\n` + out : out;
     if (text && !text.endsWith("\n")) text += "\n";
     if (dropped) {
       text += `[output cut: an answer carries at most ${MAX_SHELL_OUTPUT} bytes, and the sandbox keeps a bounded tail ` +

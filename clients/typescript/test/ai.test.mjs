@@ -9,7 +9,7 @@ import { generateText, stepCountIs } from "ai";
 import { MockLanguageModelV4 } from "ai/test";
 import { Client } from "../dist/index.js";
 import { runCodeTool, runCodeInput, shellTools } from "../dist/ai.js";
-import { FIGURE, TABLE, isPNG } from "../testdata/python.mjs";
+import { FIGURE, TABLE, isPNG, session } from "../testdata/fixtures.mjs";
 const ADDRESS = process.env.AGENTRUN_TEST_ADDRESS;
 const skip = !ADDRESS && "no agentrun serve";
 const call = { toolCallId: "call-1", messages: [] };
@@ -33,7 +33,7 @@ test("run_code through the AI SDK's execute", { skip }, async () => {
 });
 
 test("a refusal is the tool's text, with its field, and no stack", { skip }, async () => {
-  const t = runCodeTool(client());
+  const t = runCodeTool(client(), { task: { session: session() } });
   const a = await t.execute({ code: "print(1)", language: "cobol" }, call);
   assert.equal(a.error, true);
   assert.match(a.text, /^run_code refused \(400\): language: /);
@@ -42,7 +42,7 @@ test("a refusal is the tool's text, with its field, and no stack", { skip }, asy
 });
 
 test("the value: text/plain, and text/html cut to a bound, the cut said", { skip }, async () => {
-  const t = runCodeTool(client(), { language: "python" });
+  const t = runCodeTool(client(), { language: "python", task: { session: session() } });
   const a = await t.execute({ code: "x = 6\nx * 7" }, call);
   assert.equal(a.output.value, "42");
   assert.match(a.text, /\nvalue \(text\/plain\):\n42$/);
@@ -55,7 +55,7 @@ test("the value: text/plain, and text/html cut to a bound, the cut said", { skip
 });
 
 test("figures reach the model as image parts", { skip }, async () => {
-  const t = runCodeTool(client(), { language: "python" });
+  const t = runCodeTool(client(), { language: "python", task: { session: session() } });
   const a = await t.execute({ code: FIGURE + "Fig()" }, call);
   assert.equal(a.figures.length, 2, a.text);
   const mo = await t.toModelOutput({ ...call, input: {}, output: a });
@@ -163,6 +163,32 @@ test("shellTools: exec_command and write_stdin in one live sandbox", { skip }, a
     assert.equal((await c.sandboxes.list()).filter((s) => s.id === sb.id).length, 1);
     await shell.close();
     assert.equal((await c.sandboxes.list()).filter((s) => s.id === sb.id).length, 0);
+  } finally {
+    await shell.close();
+  }
+});
+
+test("shellTools: a sandbox it made is kept alive by each call, and made again, said, once it ended", { skip }, async () => {
+  const c = client();
+  const shell = shellTools(c, { create: { timeout: "3s" } });
+  try {
+    const { exec_command } = shell.tools;
+    const a = await exec_command.execute({ cmd: "echo kept > f.txt" }, call);
+    assert.equal(a.exit_code, 0, a.text);
+    const first = await shell.shell.sandbox();
+    // Each call sets its lifetime again from now.
+    const before = Date.parse((await first.get()).expires_at);
+    await new Promise((r) => setTimeout(r, 1100));
+    assert.equal((await exec_command.execute({ cmd: "cat f.txt" }, call)).output, "kept\n");
+    assert.ok(Date.parse((await first.get()).expires_at) > before);
+    // Left idle past its lifetime, it ends; the next call makes another and says so.
+    for (let i = 0; i < 120 && (await c.sandboxes.list()).some((s) => s.id === first.id); i++) {
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    assert.ok(!(await c.sandboxes.list()).some((s) => s.id === first.id), "the sandbox did not end");
+    const b = await exec_command.execute({ cmd: "cat f.txt" }, call);
+    assert.match(b.text, /^\[the sandbox had ended [^\]]*: this is a new one, without the last one's files and processes\]\ncat: /);
+    assert.notEqual((await shell.shell.sandbox()).id, first.id);
   } finally {
     await shell.close();
   }

@@ -6,7 +6,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Client } from "../dist/index.js";
 import { runCodeTool, shellTools } from "../dist/langchain.js";
-import { FIGURE, TABLE, isPNG } from "../testdata/python.mjs";
+import { FIGURE, TABLE, isPNG, session } from "../testdata/fixtures.mjs";
 const ADDRESS = process.env.AGENTRUN_TEST_ADDRESS;
 const skip = !ADDRESS && "no agentrun serve";
 const client = () => new Client(ADDRESS, { token: process.env.AGENTRUN_TEST_TOKEN || undefined });
@@ -30,7 +30,7 @@ test("run_code through LangChain's invoke", { skip }, async () => {
 });
 
 test("a refusal is the tool's text, with its field, and no stack", { skip }, async () => {
-  const t = runCodeTool(client());
+  const t = runCodeTool(client(), { task: { session: session() } });
   const msg = await t.invoke(toolCall("run_code", { code: "print(1)", language: "cobol" }));
   assert.match(msg.content[0].text, /^run_code refused \(400\): language: /);
   assert.doesNotMatch(msg.content[0].text, /\n\s+at /);
@@ -38,7 +38,7 @@ test("a refusal is the tool's text, with its field, and no stack", { skip }, asy
 });
 
 test("the value: text/plain, and text/html cut to a bound, the cut said", { skip }, async () => {
-  const t = runCodeTool(client(), { language: "python" });
+  const t = runCodeTool(client(), { language: "python", task: { session: session() } });
   const msg = await t.invoke(toolCall("run_code", { code: "x = 6\nx * 7" }));
   assert.equal(msg.artifact.value, "42");
   assert.match(msg.content[0].text, /\nvalue \(text\/plain\):\n42$/);
@@ -48,7 +48,7 @@ test("the value: text/plain, and text/html cut to a bound, the cut said", { skip
 });
 
 test("figures are image content blocks of the ToolMessage", { skip }, async () => {
-  const t = runCodeTool(client(), { language: "python" });
+  const t = runCodeTool(client(), { language: "python", task: { session: session() } });
   const msg = await t.invoke(toolCall("run_code", { code: FIGURE + "Fig()" }));
   assert.deepEqual(msg.content.map((b) => b.type), ["text", "image", "image"]);
   assert.match(msg.content[0].text, /\[display 1: image\/png image 1\]\n\[value: image\/png image 2\]\nvalue \(text\/plain\):\n<Fig>/);

@@ -1,5 +1,12 @@
-// Python programs the adapters' tests run (test/*.test.mjs): kept out of
-// test/, where node's runner would take this for a test file.
+// What the adapters' tests share (test/*.test.mjs): kept out of test/,
+// where node's runner would take this for a test file.
+
+/**
+ * A new session name for a tool's runs: serve's quota counts runs per
+ * session (3 a minute in TestTypeScriptClient's config), and runs
+ * without one share one.
+ */
+export const session = () => "ts-" + Math.random().toString(16).slice(2, 14);
 
 /**
  * A real 1x1 PNG, made with Python's standard library (the test images
