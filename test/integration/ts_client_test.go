@@ -81,8 +81,8 @@ for (const sub of ["agentrun", "agentrun/ai", "agentrun/langchain", "agentrun/op
 }
 const c = new Client(process.env.AGENTRUN_TEST_ADDRESS);
 const outs = {
-  ai: await ai.runCodeTool(c).execute({ code: "print(1)" }, { toolCallId: "call-1", messages: [] }),
-  langchain: JSON.parse(await langchain.runCodeTool(c).invoke({ code: "print(1)" })),
+  ai: (await ai.runCodeTool(c).execute({ code: "print(1)" }, { toolCallId: "call-1", messages: [] })).output,
+  langchain: (await langchain.runCodeTool(c).invoke({ type: "tool_call", id: "call-2", name: "run_code", args: { code: "print(1)" } })).artifact,
   "openai-agents": await agents.runCodeTool(c).invoke(new RunContext(),
     JSON.stringify({ code: "print(1)", language: "python", files: null })),
 };
