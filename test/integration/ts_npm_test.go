@@ -81,12 +81,7 @@ console.log("with", JSON.stringify(versions), "imported every subpath and ran ai
 func TestTypeScriptPackageFromRegistry(t *testing.T) {
 	dir := tsClient(t)
 	tmp := t.TempDir()
-	var packed []struct {
-		Filename string `json:"filename"`
-	}
-	if err := json.Unmarshal(npm(t, dir, "pack", "--json", "--pack-destination", tmp), &packed); err != nil || len(packed) != 1 {
-		t.Fatalf("npm pack: %v, %+v", err, packed)
-	}
+	tarball := tsPack(t, dir, tmp)
 	var pkg struct {
 		PeerDependencies     map[string]string          `json:"peerDependencies"`
 		PeerDependenciesMeta map[string]map[string]bool `json:"peerDependenciesMeta"`
@@ -111,8 +106,29 @@ func TestTypeScriptPackageFromRegistry(t *testing.T) {
 		npm(t, proj, append([]string{"install", "--no-audit", "--no-fund", "--cache", cache}, args...)...)
 	}
 	install(tsRegistryFrameworks...)
-	install(filepath.Join(tmp, packed[0].Filename))
+	install(tarball)
 
+	tsRunCheck(t, proj)
+}
+
+// tsPack packs the built client in dir (npm pack, as a registry would
+// get it) into dest and returns the tarball's path.
+func tsPack(t *testing.T, dir, dest string) string {
+	t.Helper()
+	var packed []struct {
+		Filename string `json:"filename"`
+	}
+	if err := json.Unmarshal(npm(t, dir, "pack", "--json", "--pack-destination", dest), &packed); err != nil || len(packed) != 1 {
+		t.Fatalf("npm pack: %v, %+v", err, packed)
+	}
+	return filepath.Join(dest, packed[0].Filename)
+}
+
+// tsRunCheck runs check.mjs of the installed project proj against a
+// real serve of its own, on a unix socket, and checks the host is left
+// clean.
+func tsRunCheck(t *testing.T, proj string) {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "ts.sock")
 	s := startServeWith(t, serveConfig(map[string]any{"listen": "unix://" + sock},
 		map[string]any{"local_images": []string{*imagesDir}}))
