@@ -27,6 +27,12 @@ export const MAX_SHELL_OUTPUT = 64 << 10;
 /** The longest cmd, and the most chars one write_stdin writes. */
 export const MAX_CMD_CHARS = 64 << 10;
 export const MAX_CHARS = 1 << 20;
+/**
+ * The most processes a shell reads at once (each a connection to serve
+ * and up to MAX_SHELL_OUTPUT bytes held): past it, exec_command is
+ * refused until one ends.
+ */
+export const MAX_RUNNING = 32;
 
 /** exec_command's input. */
 export interface ExecInput {
@@ -280,6 +286,19 @@ export class Shell {
 
   /** exec_command: runs cmd, answers when it ends or after yield_time_ms with what it printed. */
   async exec(input: ExecInput): Promise<ShellOutput> {
+    const live = [...this.running.values()].filter((p) => !p.exit && !p.failure).length;
+    if (live >= MAX_RUNNING) {
+      return {
+        output: "", error: true,
+        text: `${EXEC_TOOL} refused: ${live} processes are still running, the most a shell follows; ` +
+          `end one first (kill it, or close its stdin with write_stdin)`,
+      };
+    }
+    // Ended ones whose exit no answer told yet: the oldest are forgotten past the bound.
+    for (const [pid, p] of this.running) {
+      if (this.running.size < MAX_RUNNING) break;
+      if (p.exit || p.failure) this.running.delete(pid);
+    }
     let r: Running;
     let note: string | undefined;
     let stream: AsyncGenerator<ProcessEvent, void, undefined> | undefined;

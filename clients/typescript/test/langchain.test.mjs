@@ -110,3 +110,25 @@ test("shellTools: exec_command and write_stdin in one live sandbox", { skip }, a
     await sb.close();
   }
 });
+
+test("shellTools: at most 32 processes followed at once", { skip }, async () => {
+  const c = client();
+  const shell = shellTools(c, { create: { timeout: "2m", limits: { pids: 512 } } });
+  try {
+    const [exec_command, write_stdin] = shell.tools;
+    const pids = [];
+    for (let i = 0; i < 32; i++) {
+      const r = await exec_command.invoke(toolCall("exec_command", { cmd: "cat", yield_time_ms: 0 }));
+      assert.ok(r.artifact.process > 0, `${i}: ${r.content[0].text}`);
+      pids.push(r.artifact.process);
+    }
+    const over = await exec_command.invoke(toolCall("exec_command", { cmd: "echo 1", yield_time_ms: 0 }));
+    assert.match(over.content[0].text, /^exec_command refused: 32 processes are still running/);
+    const e = await write_stdin.invoke(toolCall("write_stdin", { process: pids[0], close_stdin: true, yield_time_ms: 30000 }));
+    assert.equal(e.artifact.exit_code, 0, e.content[0].text);
+    const ok = await exec_command.invoke(toolCall("exec_command", { cmd: "echo 1", yield_time_ms: 30000 }));
+    assert.equal(ok.content[0].text, "1\n[exit code 0]");
+  } finally {
+    await shell.close();
+  }
+});
