@@ -83,8 +83,8 @@ for (const sub of ["agentrun", "agentrun/ai", "agentrun/langchain", "agentrun/op
 }
 const c = new Client(process.env.AGENTRUN_TEST_ADDRESS);
 const outs = {
-  ai: await ai.runCodeTool(c).execute({ code: "print(1)" }, { toolCallId: "call-1", messages: [] }),
-  langchain: JSON.parse(await langchain.runCodeTool(c).invoke({ code: "print(1)" })),
+  ai: (await ai.runCodeTool(c).execute({ code: "print(1)" }, { toolCallId: "call-1", messages: [] })).output,
+  langchain: (await langchain.runCodeTool(c).invoke({ type: "tool_call", id: "call-2", name: "run_code", args: { code: "print(1)" } })).artifact,
   "openai-agents": await agents.runCodeTool(c).invoke(new RunContext(),
     JSON.stringify({ code: "print(1)", language: "python", files: null })),
 };
@@ -118,13 +118,7 @@ export const tools = [aiTool(c), langchainTool(c), agentsTool(c), new AgentrunSa
 // ts-client), not the registry's metadata.
 func tsPackage(t *testing.T, dir string) {
 	tmp := t.TempDir()
-	var packed []struct {
-		Filename string `json:"filename"`
-	}
-	if err := json.Unmarshal(npm(t, dir, "pack", "--json", "--pack-destination", tmp), &packed); err != nil || len(packed) != 1 {
-		t.Fatalf("npm pack: %v, %+v", err, packed)
-	}
-	deps := map[string]string{"agentrun": "file:" + filepath.Join(tmp, packed[0].Filename)}
+	deps := map[string]string{"agentrun": "file:" + tsPack(t, dir, tmp)}
 	var lock map[string]any
 	readJSON(t, filepath.Join(dir, "package-lock.json"), &lock)
 	packages, _ := lock["packages"].(map[string]any)
@@ -160,19 +154,7 @@ func tsPackage(t *testing.T, dir string) {
 		t.Fatalf("tsc of the installed project's check.ts: %v\n%s", err, out)
 	}
 
-	sock := filepath.Join(t.TempDir(), "ts.sock")
-	s := startServeWith(t, serveConfig(map[string]any{"listen": "unix://" + sock},
-		map[string]any{"local_images": []string{*imagesDir}}))
-	cmd := exec.Command("node", "check.mjs")
-	cmd.Dir = proj
-	cmd.Env = append(os.Environ(), "AGENTRUN_TEST_ADDRESS=unix://"+sock, "NO_COLOR=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("node check.mjs in the installed project: %v\n%s", err, out)
-	}
-	t.Logf("%s", out)
-	s.stop()
-	assertNoLeaks(t)
+	tsRunCheck(t, proj)
 }
 
 // npm runs npm with args in dir and returns its stdout.
