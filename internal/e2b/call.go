@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/agentrun/agentrun/internal/runapi"
 )
@@ -65,6 +66,26 @@ func (h *Handler) serveCall(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec, sb := h.lookup(id)
+	header, want := AccessTokenHeader, "\x00" // no sandbox: a token given still counts, and fails
+	if port != EnvdPort && port != InterpreterPort {
+		header = TrafficTokenHeader
+	}
+	if rec != nil {
+		want = rec.envdToken
+		if header == TrafficTokenHeader {
+			want = rec.trafficToken
+		}
+	}
+	got := r.Header.Get(header)
+	ok := false
+	if got != "" {
+		var wait time.Duration
+		ok, wait = h.check(r, func() bool { return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 })
+		if wait > 0 {
+			writeRetry(w, wait, "too many wrong access tokens from this client: try again later")
+			return
+		}
+	}
 	if rec == nil {
 		// E2B's proxy answers 502 for a sandbox that is not running:
 		// the SDKs turn it into their "not running anymore" errors.
@@ -72,11 +93,7 @@ func (h *Handler) serveCall(w http.ResponseWriter, r *http.Request) {
 			"message": "The sandbox was not found: it ended, or never was"})
 		return
 	}
-	header, want := AccessTokenHeader, rec.envdToken
-	if port != EnvdPort && port != InterpreterPort {
-		header, want = TrafficTokenHeader, rec.trafficToken
-	}
-	if subtle.ConstantTimeCompare([]byte(r.Header.Get(header)), []byte(want)) != 1 {
+	if !ok {
 		msg := "a call into the sandbox needs its access token in " + header + " (given at create and connect)"
 		if port == EnvdPort && isConnectUnary(r) {
 			// Connect's own error body, which the SDK's client reads.

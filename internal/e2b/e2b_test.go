@@ -251,3 +251,52 @@ func TestKeys(t *testing.T) {
 		t.Errorf("after a reload, carol's key: %d, want 200", st)
 	}
 }
+
+// TestGuessesThrottled: every key and access token given is checked
+// under serve's throttle of wrong credentials: with the client's guesses
+// spent, a key or a token is answered 429 with Retry-After, uncompared;
+// a call with no credential spends none.
+func TestGuessesThrottled(t *testing.T) {
+	h, _, ts, _ := door(t)
+	_, body := call(t, ts, "POST", "/sandboxes", `{}`, map[string]string{"X-API-Key": "e2b_alice"})
+	var sb sandboxJSON
+	if err := json.Unmarshal([]byte(body), &sb); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	guesses, spent := 0, false
+	h.Guess = func(r *http.Request, check func() bool) (bool, time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		guesses++
+		if spent {
+			return false, 3 * time.Second
+		}
+		return check(), 0
+	}
+	if st, _ := call(t, ts, "GET", "/v2/sandboxes", "", nil); st != 401 || guesses != 0 {
+		t.Errorf("no key: %d after %d guesses, want 401 and none", st, guesses)
+	}
+	if st, _ := call(t, ts, "GET", "/v2/sandboxes", "", map[string]string{"X-API-Key": "e2b_wrong"}); st != 401 || guesses != 1 {
+		t.Errorf("a wrong key: %d after %d guesses, want 401 and one", st, guesses)
+	}
+	envd := map[string]string{SandboxIDHeader: sb.SandboxID, SandboxPortHeader: "49983", AccessTokenHeader: "wrong"}
+	if st, _ := call(t, ts, "GET", "/health", "", envd); st != 401 || guesses != 2 {
+		t.Errorf("a wrong access token: %d after %d guesses, want 401 and two", st, guesses)
+	}
+	spent = true
+	req, _ := http.NewRequest("GET", ts.URL+"/v2/sandboxes", nil)
+	req.Header.Set("X-API-Key", "e2b_alice")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "3" {
+		t.Errorf("the right key with no guess left: %d, Retry-After %q; want 429, 3", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	envd[AccessTokenHeader] = sb.EnvdAccessToken
+	if st, _ := call(t, ts, "GET", "/health", "", envd); st != 429 {
+		t.Errorf("the right access token with no guess left: %d, want 429", st)
+	}
+}
