@@ -191,7 +191,7 @@ func TestE2BControl(t *testing.T) {
 
 // TestE2BCommands: through the SDK's commands and pty, processes run in
 // the sandbox as its uid: output and exit codes, a failing command as
-// CommandExitError, env and cwd, a background process fed its stdin,
+// CommandExitError, env and cwd, a command past its timeoutMs killed, a background process fed its stdin,
 // listed, connected to and killed, stdin closed, a terminal that takes
 // input and a resize; nothing is left after kill and serve's stop.
 func TestE2BCommands(t *testing.T) {
@@ -234,6 +234,13 @@ func TestE2BCommands(t *testing.T) {
 	if bgOut != "got:hello\n" || !listed || connectedPid <= 0 || !killed || listedAfter || killMissing {
 		t.Errorf("background: out %q, listed %v, connected %d, killed %v, listed after %v, kill of none %v",
 			bgOut, listed, connectedPid, killed, listedAfter, killMissing)
+	}
+	var timedOut e2bErr
+	var timedOutGone bool
+	e2bGot(t, seen, "timedOut", &timedOut)
+	e2bGot(t, seen, "timedOutGone", &timedOutGone)
+	if timedOut.Error == "" || !timedOutGone {
+		t.Errorf("a command past its timeoutMs: %+v, killed %v", timedOut, timedOutGone)
 	}
 	var cat struct {
 		Stdout   string
