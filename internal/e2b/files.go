@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -269,33 +266,13 @@ func writeFileError(w http.ResponseWriter, name string, err error) {
 	WriteError(w, status, fmt.Sprintf("%s: %v%s", name, err, homeHint(name)))
 }
 
-// signedFileCall says whether r, a /files call, carries a signature of
-// token as E2B's SDKs sign a file URL (uploadUrl, downloadUrl): "v1_"
-// and the base64 of SHA-256 over "PATH:OPERATION:USER:TOKEN", then
-// ":EXPIRATION" when signature_expiration is given (Unix seconds, not
-// past), without padding; the operation is "read" for GET, "write" for
-// POST.
+// signedFileCall says whether r, a GET or POST of /files, carries a
+// signature of token as E2B's SDKs sign a file URL (signedBy).
 func signedFileCall(r *http.Request, token string) bool {
-	if r.URL.Path != "/files" || token == "" {
+	if token == "" || !isSignedFiles(r) || (r.Method != http.MethodGet && r.Method != http.MethodPost) {
 		return false
 	}
-	op := map[string]string{http.MethodGet: "read", http.MethodPost: "write"}[r.Method]
-	q := r.URL.Query()
-	sig := q.Get("signature")
-	if op == "" || sig == "" {
-		return false
-	}
-	raw := q.Get("path") + ":" + op + ":" + q.Get("username") + ":" + token
-	if exp := q.Get("signature_expiration"); exp != "" {
-		n, err := strconv.ParseInt(exp, 10, 64)
-		if err != nil || time.Now().Unix() > n {
-			return false
-		}
-		raw += ":" + exp
-	}
-	sum := sha256.Sum256([]byte(raw))
-	want := "v1_" + strings.TrimRight(base64.StdEncoding.EncodeToString(sum[:]), "=")
-	return subtle.ConstantTimeCompare([]byte(sig), []byte(want)) == 1
+	return signedBy(r, token, time.Now())
 }
 
 // SignedFiles is the handler of serve's own /files (outside /e2b): the

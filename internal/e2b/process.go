@@ -194,6 +194,12 @@ func (processService) Start(ctx context.Context, req *connect.Request[process.St
 		size := m.GetPty().GetSize()
 		ex.TTY = &runapi.TTYSize{Rows: int(size.GetRows()), Cols: int(size.GetCols())}
 	}
+	// The call's timeout is the process's, as envd has it: the SDK's
+	// timeoutMs (60 s unless set; 0 for none) kills the process, not
+	// only the stream; a stream that ends sooner leaves it running.
+	if ms, err := strconv.ParseInt(req.Header().Get("Connect-Timeout-Ms"), 10, 64); err == nil && ms > 0 {
+		ex.Timeout = time.Duration(min(ms, int64(24*time.Hour/time.Millisecond))) * time.Millisecond
+	}
 	p, err := c.Sandbox.Exec(ex)
 	if err != nil {
 		return rpcError(err)

@@ -331,6 +331,14 @@ func bearerCredentials(h string) string {
 // header, the login form's field), is want, under the throttle of wrong
 // tokens (see guesses): wait > 0 when r's source has no guess left and
 // got was not compared. An empty got is no guess.
+// Guess is the throttle of wrong tokens (guesses.go) for another door's
+// credentials: check says whether r's credential is right; a wrong one
+// spends a guess of r's source, and once its source has none left the
+// credential is not checked and wait says when to try again.
+func (s *Server) Guess(r *http.Request, check func() bool) (ok bool, wait time.Duration) {
+	return s.guesses.try(r, peers{egress: s.Egress, uid: s.PeerUID}, check)
+}
+
 func (s *Server) checkToken(r *http.Request, got, want string) (ok bool, wait time.Duration) {
 	if got == "" {
 		return false, 0

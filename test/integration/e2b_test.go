@@ -185,13 +185,14 @@ func TestE2BControl(t *testing.T) {
 	if listAfter != 0 {
 		t.Errorf("%d sandboxes listed after every one was killed", listAfter)
 	}
+	assertNoLeaks(t) // killed: gone before kill answered
 	s.stop()
 	assertNoLeaks(t)
 }
 
 // TestE2BCommands: through the SDK's commands and pty, processes run in
 // the sandbox as its uid: output and exit codes, a failing command as
-// CommandExitError, env and cwd, a background process fed its stdin,
+// CommandExitError, env and cwd, a command past its timeoutMs killed, a background process fed its stdin,
 // listed, connected to and killed, stdin closed, a terminal that takes
 // input and a resize; nothing is left after kill and serve's stop.
 func TestE2BCommands(t *testing.T) {
@@ -235,6 +236,13 @@ func TestE2BCommands(t *testing.T) {
 		t.Errorf("background: out %q, listed %v, connected %d, killed %v, listed after %v, kill of none %v",
 			bgOut, listed, connectedPid, killed, listedAfter, killMissing)
 	}
+	var timedOut e2bErr
+	var timedOutGone bool
+	e2bGot(t, seen, "timedOut", &timedOut)
+	e2bGot(t, seen, "timedOutGone", &timedOutGone)
+	if timedOut.Error == "" || !timedOutGone {
+		t.Errorf("a command past its timeoutMs: %+v, killed %v", timedOut, timedOutGone)
+	}
 	var cat struct {
 		Stdout   string
 		ExitCode int
@@ -274,7 +282,9 @@ func TestE2BExpiry(t *testing.T) {
 
 // TestE2BPorts: a server listening inside a sandbox is reached through
 // the door by E2B's headers and the sandbox's traffic token, and only
-// with it: no token, another sandbox's, or the envd token is 401.
+// with it: no token, another sandbox's, or the envd token is 401; by
+// name (e2b.domain) too. A sandbox left running ends with serve's stop,
+// leaving nothing.
 func TestE2BPorts(t *testing.T) {
 	s := startE2B(t, []string{"alice"}, nil)
 	seen := s.node(t, s.keys["alice"], "ports.mjs")
