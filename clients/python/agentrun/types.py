@@ -390,12 +390,17 @@ class Result(_ResultRequired, total=False):
     tools: Tools
 
 
-class SandboxFile(TypedDict):
+class _SandboxFileRequired(TypedDict):
     name: str
+    path: str
     type: Literal["file", "dir", "symlink", "other"]
     size: int
     mode: str
     mtime: str
+
+
+class SandboxFile(_SandboxFileRequired, total=False):
+    symlink_target: str
 
 
 class _SandboxInfoRequired(TypedDict):
