@@ -49,7 +49,7 @@ COMMIT        := $(shell git rev-parse HEAD 2>/dev/null)$(shell git status --por
 LDFLAGS       := -X main.version=$(VERSION) -X 'main.commit=$(COMMIT)' -X main.runscVersion=$(RUNSC_VERSION)
 UNITS         := agentrun.socket agentrun.service agentrun@.service agentrun-worker.service
 
-.PHONY: all build install deb deps images runsc mcp-client mcp-servers approvals-page openapi-validator ts-client demo test unit lint-launcher integration fuzz vet bench soak vm-test clean
+.PHONY: all build install deb deps images runsc mcp-client mcp-servers approvals-page openapi-validator ts-client e2b-client e2b-proto demo test unit lint-launcher integration fuzz vet bench soak vm-test clean
 
 all: build
 
@@ -141,6 +141,23 @@ approvals-page: deps
 openapi-validator: deps
 	cd test/openapi-validator && npm ci --no-audit --no-fund
 
+# e2b-client installs E2B's own SDKs (npm e2b and @e2b/code-interpreter,
+# pinned) that the integration suite drives serve's E2B door with
+# (test/e2b-client, from its package-lock.json).
+e2b-client: deps
+	cd test/e2b-client && npm ci --no-audit --no-fund
+
+# e2b-proto regenerates the Go code of envd's protocol (the .proto files
+# under internal/e2b/envd) with protoc, protoc-gen-go and
+# protoc-gen-connect-go (go install google.golang.org/protobuf/cmd/protoc-gen-go
+# connectrpc.com/connect/cmd/protoc-gen-connect-go). The generated code
+# is committed: a build needs no protoc.
+e2b-proto:
+	cd internal/e2b/envd && for f in */*.proto; do \
+		protoc -I . --go_out=. --go_opt=paths=source_relative \
+			--connect-go_out=. --connect-go_opt=paths=source_relative "$$f" || exit 1; \
+	done
+
 # ts-client installs the TypeScript client's compiler, openapi-typescript
 # and the frameworks its adapters are tested against (clients/typescript,
 # from its package-lock.json), and builds it.
@@ -149,7 +166,7 @@ ts-client: deps
 
 # integration: real sandboxes on both runtimes, one package at a time (each
 # checks that the host is left clean, which a concurrent package would spoil).
-integration: build images runsc mcp-client mcp-servers approvals-page openapi-validator ts-client
+integration: build images runsc mcp-client mcp-servers approvals-page openapi-validator ts-client e2b-client
 	AGENTRUN_BIN=$(abspath $(BIN)) $(GO) test -tags $(TAGS) -count=1 -p 1 -timeout 20m ./runtime/runsc/ ./test/...
 
 # fuzz runs each fuzz target briefly: a count of inputs, about 10 s of

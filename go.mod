@@ -31,6 +31,7 @@ require (
 )
 
 require (
+	connectrpc.com/connect v1.19.1 // indirect
 	cyphar.com/go-pathrs v0.2.6 // indirect
 	github.com/aperturerobotics/protobuf-go-lite v0.14.0 // indirect
 	github.com/checkpoint-restore/go-criu/v8 v8.3.0 // indirect

@@ -8,7 +8,9 @@ import (
 	"syscall"
 
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/e2b"
 	"github.com/agentrun/agentrun/internal/mcpserver"
+	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/sandbox"
 	"github.com/agentrun/agentrun/internal/server"
@@ -50,6 +52,9 @@ func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
 		m.AddSessions(api.Sessions)
 		addShell(m, api)
 		return m
+	}
+	d.E2B = func(sandboxes runapi.Sandboxes) (server.Door, error) {
+		return e2b.New(cfg, sandboxes, logf)
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, os.Interrupt, syscall.SIGHUP)

@@ -320,9 +320,11 @@ type Config struct {
 	Worker        Worker    `json:"worker"`
 	Sessions      Sessions  `json:"sessions"`
 	Sandboxes     Sandboxes `json:"sandboxes"`
-	StoreDir      string    `json:"store_dir"`
-	StoreMax      Size      `json:"store_max_size"` // size cap of the image store; least recently used images go first
-	StateDir      string    `json:"state_dir"`
+	// E2B is serve's E2B door (spec §18).
+	E2B      E2B    `json:"e2b"`
+	StoreDir string `json:"store_dir"`
+	StoreMax Size   `json:"store_max_size"` // size cap of the image store; least recently used images go first
+	StateDir string `json:"state_dir"`
 	// CgroupParent is the cgroup under which libcontainer runs' cgroups
 	// are made, in every hierarchy; runsc runs' go under the same path
 	// with "-runsc" appended (RunscCgroupParent). Two agentruns on one

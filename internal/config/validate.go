@@ -70,6 +70,9 @@ func (c *Config) Validate() error {
 	if err := c.Sandboxes.validate(); err != nil {
 		return err
 	}
+	if err := c.E2B.validate(); err != nil {
+		return err
+	}
 	for _, d := range []struct{ name, path string }{{"store_dir", c.StoreDir}, {"state_dir", c.StateDir}} {
 		if !isCleanAbs(d.path) {
 			return fieldErr(d.name, fmt.Errorf("%q is not a clean absolute path", d.path))

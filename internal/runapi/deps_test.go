@@ -61,7 +61,7 @@ func TestDoorsImportNoProxy(t *testing.T) {
 // doors are the packages through which a task or a person reaches the
 // runner, each on a protocol of its own: a new door is a row here, and
 // every rule of this file holds for it.
-var doors = []string{"internal/server", "internal/worker", "internal/mcpserver"}
+var doors = []string{"internal/server", "internal/worker", "internal/mcpserver", "internal/e2b"}
 
 // doorDirs are the doors' directories from here, and then extra.
 func doorDirs(extra ...string) []string {
@@ -117,7 +117,7 @@ func TestDoorsImportNoImageStore(t *testing.T) {
 		pkgs   []string
 		banned []string
 	}{
-		{[]string{".", "../server", "../worker", "../mcpserver"}, banned},
+		{[]string{".", "../server", "../worker", "../mcpserver", "../e2b"}, banned},
 		{[]string{"../config", "../task"}, configBanned},
 	} {
 		// go test puts its own go first in PATH.

@@ -31,6 +31,10 @@ type Daemon struct {
 	// MCP, when set, makes the door served at /mcp beside the API, on the
 	// API it runs its tasks through.
 	MCP func(api *Server) Door
+	// E2B, when set, makes the door served at /e2b (spec §18) on the
+	// live sandboxes, behind its own credentials (E2B's keys and
+	// tokens) rather than the API's token.
+	E2B func(sandboxes runapi.Sandboxes) (Door, error)
 	// Egress is the API's Server.Egress: whether a connection is one a
 	// run's proxy of this process dialled.
 	Egress func(client, server netip.AddrPort) bool
@@ -50,6 +54,7 @@ type Daemon struct {
 	api  *Server
 	pool runapi.Pool
 	door Door // nil without MCP
+	e2b  Door // nil without E2B
 }
 
 // Door is another protocol spoken on the API's socket, behind the same
@@ -137,8 +142,16 @@ func (d *Daemon) Run(run runapi.Func, pool runapi.Pool, sessions *session.Store,
 		defer door.Close()
 		api.Handle("/mcp", door.HTTPHandler())
 	}
+	var e2b Door
+	if d.E2B != nil && d.Sandboxes != nil {
+		if e2b, err = d.E2B(d.Sandboxes); err != nil {
+			return err
+		}
+		defer e2b.Close()
+		api.HandleOwnAuth(E2BPrefix, e2b.HTTPHandler())
+	}
 	d.mu.Lock()
-	d.api, d.pool, d.door = api, pool, door
+	d.api, d.pool, d.door, d.e2b = api, pool, door, e2b
 	d.mu.Unlock()
 	srv := api.HTTPServer()
 	srv.BaseContext = func(net.Listener) context.Context { return base }
@@ -263,6 +276,9 @@ func (d *Daemon) reload(next *config.Config) (applied bool, err error) {
 	d.api.Reload(next)
 	if d.door != nil {
 		d.door.Reload(next)
+	}
+	if d.e2b != nil {
+		d.e2b.Reload(next)
 	}
 	d.pool.Resize(next.Server.PoolSizes())
 	d.pool.SetWarm(next)

@@ -59,6 +59,7 @@ type Server struct {
 	quotas    *quotas
 	metrics   *metrics.Metrics
 	extra     map[string]http.Handler // more routes, behind the same auth
+	ownAuth   map[string]http.Handler // routes by path prefix, each checking its own credentials
 	holds     approvals.Pending       // held requests and tool calls, and the last decisions
 	hook      *approvals.Webhook      // started at first use
 	hookOnce  sync.Once
@@ -210,6 +211,30 @@ func (s *Server) Handle(pattern string, h http.Handler) {
 	s.extra[pattern] = h
 }
 
+// E2BPrefix is the path of the E2B door (spec §18).
+const E2BPrefix = "/e2b"
+
+// HandleOwnAuth routes every request under prefix (prefix itself, or
+// prefix/…) to h, with prefix cut from its path, before Handler is
+// called: a door that checks its own credentials (E2B's keys and tokens)
+// instead of the API's token. The Host and cross-site checks still hold.
+func (s *Server) HandleOwnAuth(prefix string, h http.Handler) {
+	if s.ownAuth == nil {
+		s.ownAuth = map[string]http.Handler{}
+	}
+	s.ownAuth[prefix] = http.StripPrefix(prefix, h)
+}
+
+// ownAuthRoute is the door whose prefix r's path is under, nil if none.
+func (s *Server) ownAuthRoute(r *http.Request) http.Handler {
+	for prefix, h := range s.ownAuth {
+		if rest, ok := strings.CutPrefix(r.URL.Path, prefix); ok && (rest == "" || rest[0] == '/') {
+			return h
+		}
+	}
+	return nil
+}
+
 // auth refuses a request whose Host or Origin is not a name of this
 // server (refuseForeignHost), a browser's cross-site request to change
 // anything (a method other than GET, HEAD and OPTIONS, on every path),
@@ -224,6 +249,10 @@ func (s *Server) auth(next http.Handler) http.Handler {
 		}
 		if t, ok := portRoute(r, &s.cfg.Load().Server); ok { // its own credentials
 			s.servePort(w, r, t)
+			return
+		}
+		if h := s.ownAuthRoute(r); h != nil {
+			h.ServeHTTP(w, r)
 			return
 		}
 		token := s.cfg.Load().Server.Token
