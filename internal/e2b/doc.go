@@ -22,8 +22,10 @@
 // answers for a sandbox gone, which the SDKs turn into their errors);
 // then X-Access-Token must be the sandbox's envdAccessToken (compared in
 // constant time; 401 otherwise) for envd's port and the code
-// interpreter's, and E2B-Traffic-Access-Token its trafficAccessToken for
-// any other port. Then, by E2b-Sandbox-Port:
+// interpreter's (where a call without it may carry the
+// trafficAccessToken instead, as @e2b/code-interpreter's context calls
+// do), and E2B-Traffic-Access-Token its trafficAccessToken for any other
+// port. Then, by E2b-Sandbox-Port:
 //
 //   - EnvdPort (49983), envd: Handler's envd mux. This package serves
 //     /health and the process service (process.go); envd_fs.go's

@@ -39,7 +39,8 @@ func startE2B(t *testing.T, users []string, extra map[string]any) *e2bServe {
 	cfg := serveConfig(map[string]any{"listen": "tcp://127.0.0.1:0", "token": "not-e2b"},
 		map[string]any{"local_images": []string{*imagesDir}})
 	cfg["e2b"] = map[string]any{
-		"templates": map[string]any{"base": pythonImage, "code-interpreter-v1": pythonImage},
+		"templates": map[string]any{"base": pythonImage, "code-interpreter-v1": pythonImage,
+			"python-data": "dir:" + filepath.Join(*imagesDir, "python-data", "rootfs")},
 		"keys":      keyFiles,
 	}
 	for k, v := range extra {

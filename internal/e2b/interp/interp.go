@@ -250,8 +250,9 @@ func (in *Interpreter) Remove(id string) error {
 	return nil
 }
 
-// Close kills every context's interpreter; no context is made after.
-func (in *Interpreter) Close() {
+// Close kills every context's interpreter; no context is made after. It
+// is an io.Closer, for what the door keeps of a sandbox.
+func (in *Interpreter) Close() error {
 	in.mu.Lock()
 	in.closed = true
 	cs := in.contexts
@@ -260,6 +261,7 @@ func (in *Interpreter) Close() {
 	for _, c := range cs {
 		c.kill()
 	}
+	return nil
 }
 
 // kill kills the context's interpreter, if it runs.
