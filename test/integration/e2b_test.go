@@ -41,7 +41,7 @@ func startE2B(t *testing.T, users []string, extra map[string]any) *e2bServe {
 	cfg["e2b"] = map[string]any{
 		"templates": map[string]any{"base": pythonImage, "code-interpreter-v1": pythonImage,
 			"python-data": "dir:" + filepath.Join(*imagesDir, "python-data", "rootfs")},
-		"keys":      keyFiles,
+		"keys": keyFiles,
 	}
 	for k, v := range extra {
 		cfg[k] = v
