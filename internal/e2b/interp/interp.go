@@ -57,6 +57,8 @@ type Interpreter struct {
 	sb runapi.Sandbox
 	// argv runs the REPL launcher: the image's python3.
 	argv []string
+	// max bounds its contexts: MaxContexts.
+	max int
 
 	mu       sync.Mutex
 	contexts map[string]*Context
@@ -67,7 +69,7 @@ type Interpreter struct {
 
 // New is sb's code interpreter, with no context yet.
 func New(sb runapi.Sandbox) *Interpreter {
-	return &Interpreter{sb: sb, argv: []string{"python3", ReplPath},
+	return &Interpreter{sb: sb, argv: []string{"python3", ReplPath}, max: MaxContexts,
 		contexts: map[string]*Context{}, defaults: map[string]*Context{}}
 }
 
@@ -154,8 +156,8 @@ func (in *Interpreter) add(language, cwd string) (*Context, error) {
 	if in.closed {
 		return nil, errkind.New(errkind.NotFound, "the sandbox has ended")
 	}
-	if len(in.contexts) >= MaxContexts {
-		return nil, errkind.Mark(errkind.Quota, fmt.Errorf("the sandbox has %d contexts, the most it may have: remove one first", MaxContexts))
+	if len(in.contexts) >= in.max {
+		return nil, errkind.Mark(errkind.Quota, fmt.Errorf("the sandbox has %d contexts, the most it may have: remove one first", in.max))
 	}
 	in.contexts[c.ID] = c
 	return c, nil
