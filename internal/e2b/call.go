@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/agentrun/agentrun/internal/runapi"
 )
@@ -82,7 +83,13 @@ func (h *Handler) serveCall(w http.ResponseWriter, r *http.Request) {
 		ok = subtle.ConstantTimeCompare([]byte(r.Header.Get(TrafficTokenHeader)), []byte(rec.trafficToken)) == 1
 	}
 	if !ok {
-		WriteError(w, http.StatusUnauthorized, "a call into the sandbox needs its access token in "+header+" (given at create and connect)")
+		msg := "a call into the sandbox needs its access token in " + header + " (given at create and connect)"
+		if port == EnvdPort && isConnectUnary(r) {
+			// Connect's own error body, which the SDK's client reads.
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"code": "unauthenticated", "message": msg})
+			return
+		}
+		WriteError(w, http.StatusUnauthorized, msg)
 		return
 	}
 	r = r.WithContext(context.WithValue(r.Context(), callKey{}, &Call{Sandbox: sb, ID: id, User: rec.user, Port: port, rec: rec}))
@@ -94,4 +101,12 @@ func (h *Handler) serveCall(w http.ResponseWriter, r *http.Request) {
 	default:
 		proxyPort(w, r, sb, port)
 	}
+}
+
+// isConnectUnary says whether r is a unary call of the Connect protocol
+// (a service's method, a JSON or protobuf body).
+func isConnectUnary(r *http.Request) bool {
+	ct := r.Header.Get("Content-Type")
+	return r.Method == http.MethodPost && (ct == "application/json" || ct == "application/proto") &&
+		strings.Count(r.URL.Path, "/") == 2 && strings.Contains(r.URL.Path, ".")
 }

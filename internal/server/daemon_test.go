@@ -54,6 +54,7 @@ type reloaded struct {
 	d         *Daemon
 	pool      *fakePool
 	door      *fakeDoor
+	e2b       *fakeDoor
 	sandboxes *fakeSandboxes
 	url       string
 	token     string
@@ -65,7 +66,7 @@ type reloaded struct {
 
 func newReloaded(t *testing.T, cfg *config.Config) *reloaded {
 	t.Helper()
-	h := &reloaded{pool: &fakePool{}, door: &fakeDoor{}, sandboxes: &fakeSandboxes{}, token: cfg.Server.Token}
+	h := &reloaded{pool: &fakePool{}, door: &fakeDoor{}, e2b: &fakeDoor{}, sandboxes: &fakeSandboxes{}, token: cfg.Server.Token}
 	release := make(chan struct{})
 	run := func(ctx context.Context, p *task.Plan, hooks runapi.Hooks) *result.Result {
 		h.mu.Lock()
@@ -81,7 +82,7 @@ func newReloaded(t *testing.T, cfg *config.Config) *reloaded {
 	}
 	api := New(cfg, run, nil)
 	api.Sandboxes = h.sandboxes
-	h.d = &Daemon{cfg: cfg, api: api, pool: h.pool, door: h.door}
+	h.d = &Daemon{cfg: cfg, api: api, pool: h.pool, door: h.door, e2b: h.e2b}
 	ts := httptest.NewServer(api.Handler())
 	t.Cleanup(func() { close(release); ts.Close() })
 	h.url = ts.URL
@@ -240,6 +241,18 @@ func TestReloadAppliesEachReloadableKey(t *testing.T) {
 			defer f.mu.Unlock()
 			if f.max != 3 || f.lifetime != 2*time.Minute || f.maxLifetime != 30*time.Minute {
 				t.Errorf("sandboxes: max %d, a new one's lifetime %v of at most %v; want 3, 2m, 30m", f.max, f.lifetime, f.maxLifetime)
+			}
+		}},
+		// The E2B door takes the new config (its own tests show it reads
+		// the keys again and maps the templates anew).
+		"e2b.templates": {func(c *config.Config) { c.E2B.Templates = map[string]string{"base": "dir:/reloaded/x"} }, func(t *testing.T, h *reloaded) {
+			if !h.e2b.reloaded(h.d.cfg) {
+				t.Error("the E2B door did not take the reloaded config")
+			}
+		}},
+		"e2b.keys": {func(c *config.Config) { c.E2B.Keys = map[string]config.E2BKey{"alice": {File: "/reloaded/alice.key"}} }, func(t *testing.T, h *reloaded) {
+			if !h.e2b.reloaded(h.d.cfg) {
+				t.Error("the E2B door did not take the reloaded config")
 			}
 		}},
 		"worker": {func(c *config.Config) { c.Worker.Slots = 5 }, func(t *testing.T, h *reloaded) {

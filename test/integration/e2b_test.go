@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -85,12 +86,25 @@ func e2bGot(t *testing.T, seen map[string]json.RawMessage, name string, v any) {
 	}
 }
 
-// TestE2BControl: E2B's SDK creates a sandbox of a template through the
-// door, reads it back with its metadata and life, and kills it, after
-// which the SDK finds none; nothing is left on the host.
+// e2bErr is what lib.mjs's caught recorded: a value or an error.
+type e2bErr struct {
+	OK      json.RawMessage
+	Error   string
+	Message string
+}
+
+// TestE2BControl: E2B's SDK creates sandboxes of a template through the
+// door, reads one back with its metadata and life, lists them by
+// metadata and in pages, sets a timeout (not past the max lifetime),
+// connects and runs in it; pause, an unknown template, the whole
+// internet and an address range are refused in words; another key's
+// user sees, reaches and kills none of them; a wrong key is the SDK's
+// AuthenticationError, a missing sandbox its NotFoundError, a forged
+// access token is refused; a sandbox killed is gone, and nothing is
+// left on the host after kill and serve's stop.
 func TestE2BControl(t *testing.T) {
-	s := startE2B(t, []string{"alice"}, nil)
-	seen := s.node(t, s.keys["alice"], "control.mjs")
+	s := startE2B(t, []string{"alice", "bob"}, nil)
+	seen := s.node(t, s.keys["alice"], "control.mjs", s.keys["bob"])
 	var info struct {
 		SandboxID, TemplateID, State, EnvdVersion string
 		Metadata                                  map[string]string
@@ -101,10 +115,134 @@ func TestE2BControl(t *testing.T) {
 		info.Metadata["suite"] != "e2b" || info.Life < 110_000 || info.Life > 121_000 || info.EnvdVersion == "" {
 		t.Errorf("getInfo: %+v", info)
 	}
+	var suite []string
+	var pages [][]string
+	var paused, setTimeout, otherList, listAfter int
+	e2bGot(t, seen, "listSuite", &suite)
+	e2bGot(t, seen, "pages", &pages)
+	e2bGot(t, seen, "paused", &paused)
+	e2bGot(t, seen, "setTimeout", &setTimeout)
+	if strings.Join(suite, ",") != "1,2" || len(pages) != 3 || len(pages[0]) != 1 || len(pages[2]) != 1 || paused != 0 {
+		t.Errorf("list: by metadata %v, pages %v, paused %d", suite, pages, paused)
+	}
+	if setTimeout < 290 || setTimeout > 300 {
+		t.Errorf("setTimeout(300 s): ends in %d s", setTimeout)
+	}
+	var connect struct {
+		Same bool
+		Echo string
+	}
+	e2bGot(t, seen, "connect", &connect)
+	if !connect.Same || connect.Echo != "via-connect\n" {
+		t.Errorf("connect: %+v", connect)
+	}
+	wantErr := func(name, class, words string) {
+		t.Helper()
+		var e e2bErr
+		e2bGot(t, seen, name, &e)
+		if e.Error != class || !strings.Contains(e.Message, words) {
+			t.Errorf("%s: want %s with %q, got %s %q (ok %s)", name, class, words, e.Error, e.Message, e.OK)
+		}
+	}
+	wantErr("setTimeoutPastMax", "SandboxError", "sandboxes.max_lifetime")
+	wantErr("pause", "SandboxError", "never keeps a sandbox's memory")
+	wantErr("badTemplate", "SandboxError", "e2b.templates")
+	wantErr("internet", "SandboxError", "allow_internet_access")
+	wantErr("cidr", "SandboxError", "address or range")
+	e2bGot(t, seen, "otherList", &otherList)
+	var otherKill, missingKill bool
+	e2bGot(t, seen, "otherKill", &otherKill)
+	if otherList != 0 || otherKill {
+		t.Errorf("another key listed %d sandboxes, killed one: %v", otherList, otherKill)
+	}
+	wantErr("otherGet", "SandboxNotFoundError", "not found")
+	wantErr("otherConnect", "SandboxNotFoundError", "not found")
+	wantErr("otherTimeout", "SandboxNotFoundError", "not found")
+	wantErr("wrongKey", "AuthenticationError", "Invalid API key")
+	wantErr("wrongKeyList", "AuthenticationError", "Invalid API key")
+	wantErr("missingGet", "SandboxNotFoundError", "not found")
+	wantErr("missingConnect", "SandboxNotFoundError", "not found")
+	e2bGot(t, seen, "missingKill", &missingKill)
+	if missingKill {
+		t.Error("kill of a missing sandbox answered true")
+	}
+	wantErr("forgedToken", "AuthenticationError", "unauthenticated")
 	var killed string
 	e2bGot(t, seen, "killed", &killed)
 	if killed != "SandboxNotFoundError" {
 		t.Errorf("getInfo after kill: %s", killed)
+	}
+	var afterKill e2bErr
+	e2bGot(t, seen, "afterKill", &afterKill)
+	if afterKill.Error == "" {
+		t.Errorf("a command after kill ran: %s", afterKill.OK)
+	}
+	e2bGot(t, seen, "listAfter", &listAfter)
+	if listAfter != 0 {
+		t.Errorf("%d sandboxes listed after every one was killed", listAfter)
+	}
+	s.stop()
+	assertNoLeaks(t)
+}
+
+// TestE2BCommands: through the SDK's commands and pty, processes run in
+// the sandbox as its uid: output and exit codes, a failing command as
+// CommandExitError, env and cwd, a background process fed its stdin,
+// listed, connected to and killed, stdin closed, a terminal that takes
+// input and a resize; nothing is left after kill and serve's stop.
+func TestE2BCommands(t *testing.T) {
+	s := startE2B(t, []string{"alice"}, nil)
+	seen := s.node(t, s.keys["alice"], "commands.mjs")
+	var run struct {
+		Stdout, Stderr string
+		ExitCode       int
+	}
+	e2bGot(t, seen, "run", &run)
+	lines := strings.Split(strings.TrimSpace(run.Stdout), "\n")
+	if len(lines) != 4 || lines[0] != "out" || lines[2] != "c1 r1" || lines[3] != "/tmp" || run.Stderr != "err\n" || run.ExitCode != 0 {
+		t.Errorf("commands.run: %+v", run)
+	} else if uid, err := strconv.ParseInt(lines[1], 10, 64); err != nil || uid == 0 || !scope.HasUID(uid) {
+		t.Errorf("id -u: %q: not one of the sandboxes' uids", lines[1])
+	}
+	var streamed string
+	e2bGot(t, seen, "streamed", &streamed)
+	if streamed != "ab" {
+		t.Errorf("onStdout saw %q", streamed)
+	}
+	var failed struct {
+		IsCommandExitError bool
+		ExitCode           int
+		Stderr             string
+	}
+	e2bGot(t, seen, "failedDetail", &failed)
+	if !failed.IsCommandExitError || failed.ExitCode != 3 || failed.Stderr != "bad\n" {
+		t.Errorf("a failing command: %+v", failed)
+	}
+	var bgOut string
+	var listed, killed, listedAfter, killMissing bool
+	var connectedPid int
+	e2bGot(t, seen, "bgOut", &bgOut)
+	e2bGot(t, seen, "listed", &listed)
+	e2bGot(t, seen, "connectedPid", &connectedPid)
+	e2bGot(t, seen, "killed", &killed)
+	e2bGot(t, seen, "listedAfterKill", &listedAfter)
+	e2bGot(t, seen, "killMissing", &killMissing)
+	if bgOut != "got:hello\n" || !listed || connectedPid <= 0 || !killed || listedAfter || killMissing {
+		t.Errorf("background: out %q, listed %v, connected %d, killed %v, listed after %v, kill of none %v",
+			bgOut, listed, connectedPid, killed, listedAfter, killMissing)
+	}
+	var cat struct {
+		Stdout   string
+		ExitCode int
+	}
+	e2bGot(t, seen, "cat", &cat)
+	if cat.Stdout != "to-cat\n" || cat.ExitCode != 0 {
+		t.Errorf("closeStdin: %+v", cat)
+	}
+	var pty struct{ Out, Answer bool }
+	e2bGot(t, seen, "pty", &pty)
+	if !pty.Out || !pty.Answer {
+		t.Errorf("pty: %+v (%s)", pty, seen["ptyWait"])
 	}
 	s.stop()
 	assertNoLeaks(t)
