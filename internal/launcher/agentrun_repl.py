@@ -210,10 +210,17 @@ def main():
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        drain()
-        with lock:
-            emit({"t": "done", "cell": n, "count": count})
-            cell[0] = 0
+        # The cell's end goes out whatever interrupts it (a SIGINT that
+        # came late): a frame cut short is alone on its line.
+        while True:
+            try:
+                drain()
+                with lock:
+                    emit({"t": "done", "cell": n, "count": count})
+                    cell[0] = 0
+                break
+            except KeyboardInterrupt:
+                continue
 
 
 def _load(path):

@@ -64,6 +64,9 @@ func ParseFrame(line []byte) (*Frame, error) {
 	return &f, nil
 }
 
+// keepBuf is the most of a Splitter's buffer kept once its line is read.
+const keepBuf = 64 << 10
+
 // Splitter cuts an interpreter's output into lines, each at most
 // MaxFrame: a longer one is skipped up to its newline and counted in
 // Dropped. It holds at most MaxFrame bytes.
@@ -88,7 +91,7 @@ func (s *Splitter) Write(data []byte, line func([]byte)) {
 		if !s.skip {
 			if len(s.buf)+len(chunk) >= MaxFrame {
 				s.skip = true
-				s.buf = s.buf[:0]
+				s.buf = nil
 				s.Dropped++
 			} else {
 				s.buf = append(s.buf, chunk...)
@@ -101,6 +104,9 @@ func (s *Splitter) Write(data []byte, line func([]byte)) {
 			line(s.buf)
 		}
 		s.buf, s.skip = s.buf[:0], false
+		if cap(s.buf) > keepBuf {
+			s.buf = nil // a large frame's buffer is not kept between frames
+		}
 		data = data[i+1:]
 	}
 }
@@ -110,7 +116,7 @@ func (s *Splitter) Write(data []byte, line func([]byte)) {
 // whole line begins after the next newline.
 func (s *Splitter) Resync() {
 	s.Dropped++
-	s.buf, s.skip = s.buf[:0], true
+	s.buf, s.skip = nil, true
 }
 
 func truncate(s string, n int) string {

@@ -62,8 +62,12 @@ func TestSplitter(t *testing.T) {
 	if want := []string{"next"}; !equal(got, want) || s.Dropped != 1 {
 		t.Fatalf("after a line past the bound: %q (dropped %d); want %q", got, s.Dropped, want)
 	}
-	if len(s.buf) != 0 || cap(s.buf) > MaxFrame {
+	if len(s.buf) != 0 || cap(s.buf) > keepBuf {
 		t.Errorf("the splitter holds %d bytes (cap %d)", len(s.buf), cap(s.buf))
+	}
+	s.Write(append(bytes.Repeat([]byte("y"), MaxFrame/2), '\n'), line)
+	if len(got) != 2 || len(got[1]) != MaxFrame/2 || cap(s.buf) > keepBuf {
+		t.Errorf("after a large line: %d lines, the buffer's cap %d", len(got), cap(s.buf))
 	}
 	got = nil
 	s.Write([]byte(`{"t": "res`), line)

@@ -128,11 +128,13 @@ func (in *Interpreter) execute(w http.ResponseWriter, r *http.Request) {
 		return rc.Flush()
 	}
 	if err := c.Execute(r.Context(), Request{Code: *req.Code, Env: req.EnvVars}, emit); err != nil {
-		if !started {
+		if !started && errors.Is(err, errNotFound) {
 			fail(w, err)
 			return
 		}
-		_ = emit(map[string]any{"type": "error", "name": "ExecutionError", "value": err.Error(), "traceback": ""})
+		// An interpreter that cannot start (an image without python3)
+		// is the cell's error, which the SDK shows.
+		_ = emit(map[string]any{"type": "error", "name": "InterpreterError", "value": err.Error(), "traceback": ""})
 	}
 	_ = emit(map[string]any{"type": "end_of_execution"})
 }

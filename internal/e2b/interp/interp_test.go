@@ -73,8 +73,9 @@ func (s *hostSandbox) Exec(req runapi.ExecRequest) (runapi.Process, error) {
 	if cmd.Dir == "/workspace" {
 		cmd.Dir = s.dir
 	}
+	cmd.Env = cmd.Environ()
 	for k, v := range req.Env {
-		cmd.Env = append(cmd.Environ(), k+"="+v)
+		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -341,6 +342,31 @@ func TestEndedAndInterrupted(t *testing.T) {
 	msgs = run(t, srv, "y", nil)
 	if res := of(msgs, "result"); len(res) != 1 || res[0]["text"] != "7" {
 		t.Errorf("after an interrupt: %v", msgs)
+	}
+}
+
+// TestNoInterpreter: where the sandbox has no python3, a cell's error
+// says so, and a context's creation fails with the reason.
+func TestNoInterpreter(t *testing.T) {
+	_, in := newHostSandbox(t)
+	in.argv = []string{"/nonexistent/python3", ReplPath}
+	srv := httptest.NewServer(in)
+	defer srv.Close()
+	msgs := run(t, srv, "1", nil)
+	if errs := of(msgs, "error"); len(errs) != 1 || errs[0]["name"] != "InterpreterError" || !strings.Contains(errs[0]["value"].(string), "/nonexistent/python3") {
+		t.Errorf("a cell: %v", msgs)
+	}
+	resp, err := http.Post(srv.URL+"/contexts", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(string(body), "starting the context's interpreter") {
+		t.Errorf("a context: %s %s", resp.Status, body)
+	}
+	if n := len(in.List()); n != 1 {
+		t.Errorf("%d contexts kept; want the default alone", n)
 	}
 }
 
