@@ -137,6 +137,17 @@ await main(async () => {
     want(err && err.name === 'NotFoundError', `a removed context: ${err}`)
   })
 
+  await check('bash', async () => {
+    const ex = await sbx.runCode('x=3\necho hi\necho oops >&2', { language: 'bash' })
+    want(ex.logs.stdout.join('') === 'hi\n' && ex.logs.stderr.join('') === 'oops\n' && !ex.error, `first: ${show(ex)}`)
+    const ex2 = await sbx.runCode('echo $((x + 1))\nfalse', { language: 'bash' })
+    want(ex2.logs.stdout.join('') === '4\n' && ex2.error?.name === 'ExitError', `state and status: ${show(ex2)}`)
+    const ctx = await sbx.createCodeContext({ language: 'bash', cwd: '/tmp' })
+    const ex3 = await sbx.runCode('pwd; echo ${x:-unset}', { context: ctx })
+    want(ctx.language === 'bash' && ex3.logs.stdout.join('') === '/tmp\nunset\n', `a bash context: ${show(ctx)} ${show(ex3)}`)
+    await sbx.removeCodeContext(ctx)
+  })
+
   await check('other-language', async () => {
     let err
     try { await sbx.createCodeContext({ language: 'javascript' }) } catch (e) { err = e }

@@ -8,15 +8,16 @@ import "testing"
 // prints, state kept from cell to cell, an exception's name, value and
 // traceback, a matplotlib figure as PNG, a pandas frame as HTML, the
 // other formats, env vars, a cell past the SDK's timeout interrupted,
-// contexts made (cwd), listed, restarted, removed, a language without an
-// interpreter refused with a message, and frames that the code prints
+// contexts made (cwd), listed, restarted, removed, bash cells and a bash
+// context keeping the shell's state, a language without an interpreter
+// refused with a message, and frames that the code prints
 // read as its stdout, never as results; nothing left after serve's stop.
 func TestE2BCodeInterpreter(t *testing.T) {
 	pythonData(t)
 	s := startE2B(t, []string{"alice"}, map[string]any{"sandboxes": map[string]any{"max": 2}})
 	seen := s.node(t, s.keys["alice"], "interp.mjs", "python-data")
 	for _, name := range []string{"value", "streams", "state", "string-value", "error", "figure", "dataframe",
-		"display-formats", "forged-frame", "env", "contexts", "other-language", "timeout"} {
+		"display-formats", "forged-frame", "env", "contexts", "bash", "other-language", "timeout"} {
 		var got string
 		e2bGot(t, seen, name, &got)
 		if got != "ok" {

@@ -12,5 +12,6 @@
 // prints reads as a frame. Every frame is hostile: bounded (MaxFrame),
 // read as plain JSON with no key twice (jsonkeys), its results counted
 // (MaxResults), and nothing else deserialised. Values and figures are
-// the run launcher's (spec §12).
+// the run launcher's (spec §12). A bash context is the image's bash,
+// its cells marked by the context's random token (bash.go).
 package interp

@@ -128,7 +128,7 @@ func (in *Interpreter) execute(w http.ResponseWriter, r *http.Request) {
 		return rc.Flush()
 	}
 	if err := c.Execute(r.Context(), Request{Code: *req.Code, Env: req.EnvVars}, emit); err != nil {
-		if !started && errors.Is(err, errNotFound) {
+		if !started && errors.Is(err, errNotFound) && req.ContextID != "" {
 			fail(w, err)
 			return
 		}

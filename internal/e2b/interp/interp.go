@@ -55,8 +55,9 @@ const Python = "python"
 // default context of each language, made at its first need.
 type Interpreter struct {
 	sb runapi.Sandbox
-	// argv runs the REPL launcher: the image's python3.
-	argv []string
+	// argv runs the REPL launcher: the image's python3; bash a bash
+	// context's shell.
+	argv, bash []string
 	// max bounds its contexts: MaxContexts.
 	max int
 
@@ -69,7 +70,7 @@ type Interpreter struct {
 
 // New is sb's code interpreter, with no context yet.
 func New(sb runapi.Sandbox) *Interpreter {
-	return &Interpreter{sb: sb, argv: []string{"python3", ReplPath}, max: MaxContexts,
+	return &Interpreter{sb: sb, argv: []string{"python3", ReplPath}, bash: bashArgv, max: MaxContexts,
 		contexts: map[string]*Context{}, defaults: map[string]*Context{}}
 }
 
@@ -88,6 +89,10 @@ type Context struct {
 	split   Splitter
 	stderr  []byte // the interpreter's own stderr, its tail
 	removed bool
+	// token and count are a bash context's: its cells' mark and how
+	// many ran.
+	token string
+	count int
 }
 
 // errNotFound marks a context that is not the sandbox's.
@@ -112,10 +117,10 @@ func NormalizeLanguage(l string) string {
 
 // checkLanguage refuses a language without an interpreter here.
 func checkLanguage(l string) error {
-	if l == Python {
+	if l == Python || l == Bash {
 		return nil
 	}
-	return errkind.Mark(errkind.NotFound, fmt.Errorf("no %s interpreter: agentrun's code interpreter runs python contexts only", untrusted.Cut(untrusted.Text(l), 64)))
+	return errkind.Mark(errkind.NotFound, fmt.Errorf("no %s interpreter: agentrun's code interpreter runs python and bash contexts only", untrusted.Cut(untrusted.Text(l), 64)))
 }
 
 // Create makes a context of language in cwd ("" is /workspace) and
@@ -284,13 +289,26 @@ func (c *Context) startLocked(ctx context.Context) error {
 		<-c.proc.Done()
 	}
 	c.setProc(nil)
-	c.seq, c.split, c.stderr = 0, Splitter{}, nil
-	p, err := c.in.sb.Exec(runapi.ExecRequest{Command: c.in.argv, Cwd: c.Cwd, Stdin: true,
-		Env: map[string]string{"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}})
+	c.seq, c.split, c.stderr, c.count = 0, Splitter{}, nil, 0
+	req := runapi.ExecRequest{Command: c.in.argv, Cwd: c.Cwd, Stdin: true,
+		Env: map[string]string{"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}}
+	if c.Language == Bash {
+		req = runapi.ExecRequest{Command: c.in.bash, Cwd: c.Cwd, Stdin: true}
+	}
+	p, err := c.in.sb.Exec(req)
 	if err != nil {
-		return fmt.Errorf("starting the context's interpreter: %w", err)
+		// Most likely the image has no such program: the SDK shows a
+		// 404's message.
+		return errkind.Mark(errkind.NotFound, fmt.Errorf("starting the context's interpreter (%s, which the image must have): %w", req.Command[0], err))
 	}
 	c.setProc(p)
+	if c.Language == Bash {
+		if err := c.startBashLocked(ctx); err != nil {
+			_ = p.Signal(syscall.SIGKILL)
+			return fmt.Errorf("starting the context's shell: %w", err)
+		}
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	ready := false
@@ -408,6 +426,9 @@ func (c *Context) Execute(ctx context.Context, req Request, emit func(any) error
 	c.in.cell++
 	cell := c.in.cell
 	c.in.mu.Unlock()
+	if c.Language == Bash {
+		return c.executeBash(ctx, cell, req, func(v any) { _ = emit(v) })
+	}
 	line, err := json.Marshal(map[string]any{"cell": cell, "code": req.Code, "env": req.Env})
 	if err != nil {
 		return err

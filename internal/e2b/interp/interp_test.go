@@ -362,11 +362,67 @@ func TestNoInterpreter(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(string(body), "starting the context's interpreter") {
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "which the image must have") {
 		t.Errorf("a context: %s %s", resp.Status, body)
 	}
 	if n := len(in.List()); n != 1 {
 		t.Errorf("%d contexts kept; want the default alone", n)
+	}
+}
+
+// TestBash: a bash context keeps its shell's state (variables, cwd)
+// from cell to cell; a cell's stdout and stderr are its own, up to its
+// mark; a status not 0 is an error, a syntax error too, and the shell
+// goes on; env_vars hold for one cell, quoted; a shell that exits ends
+// its cell with an error, and the next starts a new one.
+func TestBash(t *testing.T) {
+	sb, in := newHostSandbox(t)
+	srv := httptest.NewServer(in)
+	defer srv.Close()
+	resp, err := http.Post(srv.URL+"/contexts", "application/json", strings.NewReader(`{"language": "bash"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct{ ID, Language string }
+	_ = json.NewDecoder(resp.Body).Decode(&c)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || c.Language != "bash" {
+		t.Fatalf("create: %s %+v", resp.Status, c)
+	}
+	ctx := map[string]any{"context_id": c.ID}
+	msgs := run(t, srv, "x=5\necho $x\necho err >&2\ncd "+sb.dir+"/..", ctx)
+	if text(msgs, "stdout") != "5\n" || text(msgs, "stderr") != "err\n" || len(of(msgs, "error")) != 0 {
+		t.Errorf("a cell: %v", msgs)
+	}
+	if n := of(msgs, "number_of_executions"); len(n) != 1 || n[0]["execution_count"] != 1.0 {
+		t.Errorf("count: %v", n)
+	}
+	msgs = run(t, srv, "echo $((x+1)) $(pwd)\nprintf 'no newline'", ctx)
+	if want := "6 " + filepath.Dir(sb.dir) + "\nno newline"; text(msgs, "stdout") != want {
+		t.Errorf("state: %q, want %q", text(msgs, "stdout"), want)
+	}
+	if errs := of(run(t, srv, "false", ctx), "error"); len(errs) != 1 || errs[0]["name"] != "ExitError" || errs[0]["value"] != "exit status 1" {
+		t.Errorf("false: %v", errs)
+	}
+	if errs := of(run(t, srv, "if then fi (", ctx), "error"); len(errs) != 1 || errs[0]["name"] != "ExitError" {
+		t.Errorf("a syntax error: %v", errs)
+	}
+	msgs = run(t, srv, `echo "$K"`, map[string]any{"context_id": c.ID, "env_vars": map[string]string{"K": "it's $HOME"}})
+	if text(msgs, "stdout") != "it's $HOME\n" {
+		t.Errorf("env: %v", msgs)
+	}
+	if msgs := run(t, srv, "echo ${K:-unset} $x", ctx); text(msgs, "stdout") != "unset 5\n" {
+		t.Errorf("after env: %v", msgs)
+	}
+	msgs = run(t, srv, "exit 3", ctx)
+	if errs := of(msgs, "error"); len(errs) != 1 || errs[0]["name"] != "ContextEnded" {
+		t.Errorf("exit: %v", msgs)
+	}
+	if msgs := run(t, srv, "echo ${x:-new}", ctx); text(msgs, "stdout") != "new\n" {
+		t.Errorf("after exit: %v", msgs)
+	}
+	if msgs := run(t, srv, "echo hi", map[string]any{"language": "bash"}); text(msgs, "stdout") != "hi\n" {
+		t.Errorf("the default bash context: %v", msgs)
 	}
 }
 
@@ -423,7 +479,7 @@ func TestContexts(t *testing.T) {
 	if status, _ := post("/execute", `{"code": "1", "context_id": "`+c.ID+`"}`); status != 404 {
 		t.Errorf("a removed context: %d", status)
 	}
-	if status, body := post("/contexts", `{"language": "javascript"}`); status != 404 || !strings.Contains(body, "python contexts only") {
+	if status, body := post("/contexts", `{"language": "javascript"}`); status != 404 || !strings.Contains(body, "python and bash contexts only") {
 		t.Errorf("javascript: %d %s", status, body)
 	}
 	if status, body := post("/execute", `{"code": "1", "language": "python", "context_id": "x"}`); status != 400 {
