@@ -54,6 +54,9 @@ func bashCell(token, marker, code string, env map[string]string) (string, error)
 		"printf '%s:%d\\n' " + marker + " \"$?\"; printf '%s\\n' " + marker + " >&2\n", nil
 }
 
+// maxStatus bounds what is kept after a cell's mark: its status.
+const maxStatus = 32
+
 // bashStream is one output stream of a bash cell, read up to the token.
 type bashStream struct {
 	name string
@@ -65,6 +68,8 @@ type bashStream struct {
 // all before the token, or all but a tail that may be the token's start.
 func (b *bashStream) take(data []byte, token string) []byte {
 	if b.seen {
+		// The status after the mark, which may come in a later chunk.
+		b.buf = append(b.buf, data[:min(len(data), max(0, maxStatus-len(b.buf)))]...)
 		return nil
 	}
 	b.buf = append(b.buf, data...)

@@ -143,3 +143,30 @@ func FuzzFrames(f *testing.F) {
 		}
 	})
 }
+
+// TestBashStream: a bash cell's output is all before its mark, the mark
+// split across chunks too, with at most the mark's length held back; the
+// status after it is read when it comes in later chunks, and what comes
+// after is kept within a bound.
+func TestBashStream(t *testing.T) {
+	const mark = "AGENTRUN_0123_7_"
+	var b bashStream
+	var got strings.Builder
+	for _, chunk := range []string{"hello ", "wor", "ld\nAGENT", "RUN_0123_", "7_", ":", "3", "\n", strings.Repeat("x", 100)} {
+		got.Write(b.take([]byte(chunk), mark))
+		if !b.seen && len(b.buf) >= len(mark) {
+			t.Fatalf("holds %d bytes back", len(b.buf))
+		}
+	}
+	if got.String() != "hello world\n" || !b.seen {
+		t.Fatalf("output %q, seen %v", got.String(), b.seen)
+	}
+	if st, ok := bashStatus(b.buf); !ok || st != 3 || len(b.buf) > maxStatus {
+		t.Errorf("status %d %v, %d bytes kept", st, ok, len(b.buf))
+	}
+	// Another cell's mark is output.
+	var c bashStream
+	if out := c.take([]byte("AGENTRUN_0123_17_:0\nAGENTRUN_0123_7_:0\n"), mark); string(out) != "AGENTRUN_0123_17_:0\n" {
+		t.Errorf("another cell's mark: %q", out)
+	}
+}
