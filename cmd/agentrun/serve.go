@@ -3,9 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/e2b"
@@ -53,8 +55,13 @@ func serve(cfg *config.Config, cfgPath string, stderr io.Writer) error {
 		addShell(m, api)
 		return m
 	}
-	d.E2B = func(sandboxes runapi.Sandboxes) (server.Door, error) {
-		return e2b.New(cfg, sandboxes, logf)
+	d.E2B = func(sandboxes runapi.Sandboxes, guess func(*http.Request, func() bool) (bool, time.Duration)) (server.Door, error) {
+		h, err := e2b.New(cfg, sandboxes, logf)
+		if err != nil {
+			return nil, err
+		}
+		h.Guess = guess
+		return h, nil
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, os.Interrupt, syscall.SIGHUP)

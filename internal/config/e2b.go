@@ -2,8 +2,11 @@ package config
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
+
+	"github.com/agentrun/agentrun/internal/netpolicy"
 )
 
 // E2B configures serve's E2B door (spec §18, docs/e2b.md): the templates
@@ -16,6 +19,10 @@ type E2B struct {
 	Templates map[string]string `json:"templates"`
 	// Keys maps a serve user to its key's file.
 	Keys map[string]E2BKey `json:"keys"`
+	// Domain, when set, is a domain whose names PORT-ID reach an E2B
+	// sandbox's port (the SDK's getHost, and envd's at 49983 without
+	// E2B_SANDBOX_URL): the operator points *.DOMAIN at serve.
+	Domain string `json:"domain,omitempty"`
 }
 
 // E2BKey is one E2B API key: File is a root-only file (owner root, mode
@@ -41,7 +48,9 @@ func (e E2B) KeyNames() []string {
 	return names
 }
 
-func (e E2B) validate() error {
+// validate checks e; preview is server.preview_domain, which e.Domain
+// may not be.
+func (e E2B) validate(preview string) error {
 	if len(e.Templates) > MaxE2BTemplates {
 		return fieldErr("e2b.templates", fmt.Errorf("%d templates: at most %d", len(e.Templates), MaxE2BTemplates))
 	}
@@ -54,6 +63,17 @@ func (e E2B) validate() error {
 		}
 		if err := CheckImage(img); err != nil {
 			return fieldErr(field, err)
+		}
+	}
+	if e.Domain != "" {
+		if _, err := netip.ParseAddr(e.Domain); err == nil {
+			return fieldErr("e2b.domain", fmt.Errorf("%q: an IP address; want a domain name", e.Domain))
+		}
+		if err := netpolicy.CheckHostname(e.Domain); err != nil {
+			return fieldErr("e2b.domain", fmt.Errorf("want a domain name, without scheme, port or wildcard: %w", err))
+		}
+		if strings.EqualFold(strings.TrimSuffix(e.Domain, "."), strings.TrimSuffix(preview, ".")) {
+			return fieldErr("e2b.domain", fmt.Errorf("%q is server.preview_domain too: each needs its own", e.Domain))
 		}
 	}
 	if len(e.Keys) > MaxE2BKeys {

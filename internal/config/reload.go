@@ -54,6 +54,7 @@ var ReloadTable = []ReloadKey{
 	{Key: "sessions", Restart: true, Effect: "the store of kept sessions, opened at start"},
 	{Key: "sandboxes", Effect: "the live sandboxes created from then on: their default timeout and max lifetime; the bound on those live at once (those already live stay, past a lower one)"},
 	{Key: "e2b.templates", Effect: "the images E2B's templates name, for the E2B sandboxes created from then on"},
+	{Key: "e2b.domain", Effect: "the domain whose names PORT-ID reach E2B sandboxes' ports, for the requests that come next"},
 	{Key: "e2b.keys", Effect: "the E2B API keys, their files read again (and root's; a key whose file fails keeps the keys before, logged), for the E2B calls that come next: a sandbox stays its key's user's"},
 	{Key: "store_dir", Restart: true, Effect: "the image store, opened at start"},
 	{Key: "store_max_size", Restart: true, Effect: "the image store's cap, set at start"},

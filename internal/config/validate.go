@@ -70,7 +70,7 @@ func (c *Config) Validate() error {
 	if err := c.Sandboxes.validate(); err != nil {
 		return err
 	}
-	if err := c.E2B.validate(); err != nil {
+	if err := c.E2B.validate(c.Server.PreviewDomain); err != nil {
 		return err
 	}
 	for _, d := range []struct{ name, path string }{{"store_dir", c.StoreDir}, {"state_dir", c.StateDir}} {

@@ -2,10 +2,13 @@ package e2b
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/agentrun/agentrun/internal/runapi"
 )
@@ -65,22 +68,46 @@ func (h *Handler) serveCall(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec, sb := h.lookup(id)
+	header, want := AccessTokenHeader, "\x00" // no sandbox: a token given still counts, and fails
+	if port != EnvdPort && port != InterpreterPort {
+		header = TrafficTokenHeader
+	}
+	if rec != nil {
+		want = rec.envdToken
+		if header == TrafficTokenHeader {
+			want = rec.trafficToken
+		}
+	}
+	got := r.Header.Get(header)
+	check := func() bool { return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 }
+	if got == "" && port == EnvdPort && isSignedFiles(r) {
+		// The SDK's uploadUrl/downloadUrl: signed with the access token.
+		got = r.URL.Query().Get("signature")
+		check = func() bool { return rec != nil && signedBy(r, rec.envdToken, time.Now()) }
+	}
+	if got == "" && port == InterpreterPort {
+		// @e2b/code-interpreter sends its contexts' calls with the
+		// trafficAccessToken alone (its runCode with both).
+		got, want = r.Header.Get(TrafficTokenHeader), "\x00"
+		if rec != nil {
+			want = rec.trafficToken
+		}
+	}
+	ok := false
+	if got != "" {
+		var wait time.Duration
+		ok, wait = h.check(r, check)
+		if wait > 0 {
+			writeRetry(w, wait, "too many wrong access tokens from this client: try again later")
+			return
+		}
+	}
 	if rec == nil {
 		// E2B's proxy answers 502 for a sandbox that is not running:
 		// the SDKs turn it into their "not running anymore" errors.
 		writeJSON(w, http.StatusBadGateway, map[string]any{"code": http.StatusBadGateway, "sandboxId": id,
 			"message": "The sandbox was not found: it ended, or never was"})
 		return
-	}
-	header, want := AccessTokenHeader, rec.envdToken
-	if port != EnvdPort && port != InterpreterPort {
-		header, want = TrafficTokenHeader, rec.trafficToken
-	}
-	ok := subtle.ConstantTimeCompare([]byte(r.Header.Get(header)), []byte(want)) == 1
-	if port == InterpreterPort && r.Header.Get(header) == "" {
-		// @e2b/code-interpreter sends its contexts' calls with the
-		// trafficAccessToken alone (its runCode with both).
-		ok = subtle.ConstantTimeCompare([]byte(r.Header.Get(TrafficTokenHeader)), []byte(rec.trafficToken)) == 1
 	}
 	if !ok {
 		msg := "a call into the sandbox needs its access token in " + header + " (given at create and connect)"
@@ -109,4 +136,35 @@ func isConnectUnary(r *http.Request) bool {
 	ct := r.Header.Get("Content-Type")
 	return r.Method == http.MethodPost && (ct == "application/json" || ct == "application/proto") &&
 		strings.Count(r.URL.Path, "/") == 2 && strings.Contains(r.URL.Path, ".")
+}
+
+// isSignedFiles says whether r is a call of /files that carries a
+// signature (the SDK's uploadUrl and downloadUrl, which a browser or
+// another program fetches without the access token).
+func isSignedFiles(r *http.Request) bool {
+	return r.URL.Path == "/files" && r.URL.Query().Has("signature")
+}
+
+// signedBy says whether r's signature is the one E2B's SDKs make with
+// token for r's path, user and operation (read for GET and HEAD, write
+// for any other method), and its expiration, if it has one, is after
+// now: "v1_" and the unpadded base64 of the SHA-256 of
+// "PATH:OPERATION:USER:TOKEN[:EXPIRATION]".
+func signedBy(r *http.Request, token string, now time.Time) bool {
+	q := r.URL.Query()
+	op := "write"
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		op = "read"
+	}
+	raw := q.Get("path") + ":" + op + ":" + q.Get("username") + ":" + token
+	if exp := q.Get("signature_expiration"); exp != "" {
+		n, err := strconv.ParseInt(exp, 10, 64)
+		if err != nil || n <= now.Unix() {
+			return false
+		}
+		raw += ":" + exp
+	}
+	sum := sha256.Sum256([]byte(raw))
+	want := "v1_" + strings.TrimRight(base64.StdEncoding.EncodeToString(sum[:]), "=")
+	return subtle.ConstantTimeCompare([]byte(q.Get("signature")), []byte(want)) == 1
 }

@@ -223,9 +223,13 @@ type sandboxJSON struct {
 	Domain             *string `json:"domain"`
 }
 
-func (rec *record) sandboxJSON() sandboxJSON {
-	return sandboxJSON{TemplateID: rec.template, SandboxID: rec.id, ClientID: clientID, EnvdVersion: EnvdVersion,
+func (rec *record) sandboxJSON(domain string) sandboxJSON {
+	sb := sandboxJSON{TemplateID: rec.template, SandboxID: rec.id, ClientID: clientID, EnvdVersion: EnvdVersion,
 		EnvdAccessToken: rec.envdToken, TrafficAccessToken: rec.trafficToken}
+	if domain != "" {
+		sb.Domain = &domain
+	}
+	return sb
 }
 
 func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
@@ -265,7 +269,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	h.records[info.ID] = rec
 	h.mu.Unlock()
-	writeJSON(w, http.StatusCreated, rec.sandboxJSON())
+	writeJSON(w, http.StatusCreated, rec.sandboxJSON(cfg.E2B.Domain))
 }
 
 // writeRefusal answers a live sandbox's refusal by its kind: past
@@ -353,7 +357,11 @@ func nonNil(s []string) []string {
 }
 
 func (h *Handler) get(w http.ResponseWriter, _ *http.Request, rec *record, sb runapi.Sandbox) {
-	writeJSON(w, http.StatusOK, rec.detail(sb, true))
+	d := rec.detail(sb, true)
+	if dom := h.cfg.Load().E2B.Domain; dom != "" {
+		d.Domain = &dom
+	}
+	writeJSON(w, http.StatusOK, d)
 }
 
 func (h *Handler) kill(w http.ResponseWriter, _ *http.Request, rec *record, sb runapi.Sandbox) {
@@ -428,7 +436,7 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, rec *record, s
 		WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, rec.sandboxJSON())
+	writeJSON(w, http.StatusOK, rec.sandboxJSON(h.cfg.Load().E2B.Domain))
 }
 
 // listed is the key's sandboxes whose metadata has every pair of r's

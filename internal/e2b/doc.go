@@ -25,7 +25,15 @@
 // interpreter's (where a call without it may carry the
 // trafficAccessToken instead, as @e2b/code-interpreter's context calls
 // do), and E2B-Traffic-Access-Token its trafficAccessToken for any other
-// port. Then, by E2b-Sandbox-Port:
+// port. The one exception is envd's /files with a signature
+// and no token (the SDK's uploadUrl and downloadUrl): the signature is
+// checked here against the token, for the query's path and username and
+// the method's operation (read for GET and HEAD, write otherwise), and
+// its expiration; a /files handler need not check it again, but must
+// take the path and user from that same query. Every credential given
+// is checked under serve's throttle of wrong ones (Handler.Guess). A
+// sandbox is also reached by the Host PORT-ID.DOMAIN when e2b.domain is
+// set (the headers are then set from it). Then, by E2b-Sandbox-Port:
 //
 //   - EnvdPort (49983), envd: Handler's envd mux. This package serves
 //     /health and the process service (process.go); envd_fs.go's

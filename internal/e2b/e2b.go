@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/subtle"
 	"fmt"
+	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/runapi"
@@ -31,6 +34,12 @@ const (
 // Handler is the E2B door: an http.Handler for serve's /e2b (with the
 // prefix stripped), and what serve's Door asks of a door.
 type Handler struct {
+	// Guess, when set, is serve's throttle of wrong credentials: every
+	// key and access token given is checked under it (a wrong one spends
+	// a guess of the client's source; with none left, 429 and
+	// Retry-After before any compare).
+	Guess func(r *http.Request, check func() bool) (ok bool, wait time.Duration)
+
 	sandboxes runapi.Sandboxes
 	logf      func(string, ...any)
 	cfg       atomic.Pointer[config.Config]
@@ -110,33 +119,76 @@ func (h *Handler) Close() {
 }
 
 // userOf is the user of the key r carries, ok false if none is one of
-// the config's. Every key is compared, each in constant time.
-func (h *Handler) userOf(r *http.Request) (user string, ok bool) {
+// the config's, under the throttle of guesses. Every key is compared,
+// each in constant time.
+func (h *Handler) userOf(r *http.Request) (user string, ok bool, wait time.Duration) {
 	got := r.Header.Get(APIKeyHeader)
 	if got == "" {
-		return "", false
+		return "", false, 0
 	}
-	for _, k := range *h.keys.Load() {
-		if subtle.ConstantTimeCompare([]byte(got), []byte(k.key)) == 1 && !ok {
-			user, ok = k.user, true
+	ok, wait = h.check(r, func() bool {
+		for _, k := range *h.keys.Load() {
+			if subtle.ConstantTimeCompare([]byte(got), []byte(k.key)) == 1 && user == "" {
+				user = k.user
+			}
 		}
+		return user != ""
+	})
+	return user, ok, wait
+}
+
+// check is check() under the throttle of guesses, when there is one.
+func (h *Handler) check(r *http.Request, check func() bool) (ok bool, wait time.Duration) {
+	if h.Guess == nil {
+		return check(), 0
 	}
-	return user, ok
+	return h.Guess(r, check)
 }
 
 // ServeHTTP routes a call into a sandbox (E2b-Sandbox-Id) or the control
 // API.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if id, port, ok := namedPort(r.Host, h.cfg.Load().E2B.Domain); ok {
+		// PORT-ID.DOMAIN (e2b.domain): the SDK's getHost, and envd's
+		// own name without E2B_SANDBOX_URL.
+		r.Header.Set(SandboxIDHeader, id)
+		r.Header.Set(SandboxPortHeader, port)
+		h.serveCall(w, r)
+		return
+	}
 	if r.Header.Get(SandboxIDHeader) != "" {
 		h.serveCall(w, r)
 		return
 	}
-	user, ok := h.userOf(r)
+	user, ok, wait := h.userOf(r)
+	if wait > 0 {
+		writeRetry(w, wait, "too many wrong keys from this client: try again later")
+		return
+	}
 	if !ok {
 		WriteError(w, http.StatusUnauthorized, "Invalid API key: the E2B door takes a key of the config's e2b.keys in X-API-Key")
 		return
 	}
 	h.control.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), userKey{}, user)))
+}
+
+// namedPort is the sandbox id and port that host names on domain
+// (PORT-ID.DOMAIN, any case, any port of the host); ok false when domain
+// is "" or host is no such name.
+func namedPort(host, domain string) (id, port string, ok bool) {
+	if domain == "" {
+		return "", "", false
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	name := strings.ToLower(strings.TrimSuffix(host, "."))
+	label, ok := strings.CutSuffix(name, "."+strings.ToLower(strings.TrimSuffix(domain, ".")))
+	if !ok || strings.Contains(label, ".") {
+		return "", "", false
+	}
+	port, id, ok = strings.Cut(label, "-")
+	return id, port, ok && id != "" && port != ""
 }
 
 type userKey struct{}

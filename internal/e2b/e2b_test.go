@@ -2,11 +2,14 @@ package e2b
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -253,5 +256,106 @@ func TestKeys(t *testing.T) {
 	}
 	if st, _ := call(t, ts, "GET", "/v2/sandboxes", "", map[string]string{"X-API-Key": "e2b_carol"}); st != 200 {
 		t.Errorf("after a reload, carol's key: %d, want 200", st)
+	}
+}
+
+// TestGuessesThrottled: every key and access token given is checked
+// under serve's throttle of wrong credentials: with the client's guesses
+// spent, a key or a token is answered 429 with Retry-After, uncompared;
+// a call with no credential spends none.
+func TestGuessesThrottled(t *testing.T) {
+	h, _, ts, _ := door(t)
+	_, body := call(t, ts, "POST", "/sandboxes", `{}`, map[string]string{"X-API-Key": "e2b_alice"})
+	var sb sandboxJSON
+	if err := json.Unmarshal([]byte(body), &sb); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	guesses, spent := 0, false
+	h.Guess = func(r *http.Request, check func() bool) (bool, time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		guesses++
+		if spent {
+			return false, 3 * time.Second
+		}
+		return check(), 0
+	}
+	if st, _ := call(t, ts, "GET", "/v2/sandboxes", "", nil); st != 401 || guesses != 0 {
+		t.Errorf("no key: %d after %d guesses, want 401 and none", st, guesses)
+	}
+	if st, _ := call(t, ts, "GET", "/v2/sandboxes", "", map[string]string{"X-API-Key": "e2b_wrong"}); st != 401 || guesses != 1 {
+		t.Errorf("a wrong key: %d after %d guesses, want 401 and one", st, guesses)
+	}
+	envd := map[string]string{SandboxIDHeader: sb.SandboxID, SandboxPortHeader: "49983", AccessTokenHeader: "wrong"}
+	if st, _ := call(t, ts, "GET", "/health", "", envd); st != 401 || guesses != 2 {
+		t.Errorf("a wrong access token: %d after %d guesses, want 401 and two", st, guesses)
+	}
+	spent = true
+	req, _ := http.NewRequest("GET", ts.URL+"/v2/sandboxes", nil)
+	req.Header.Set("X-API-Key", "e2b_alice")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "3" {
+		t.Errorf("the right key with no guess left: %d, Retry-After %q; want 429, 3", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	envd[AccessTokenHeader] = sb.EnvdAccessToken
+	if st, _ := call(t, ts, "GET", "/health", "", envd); st != 429 {
+		t.Errorf("the right access token with no guess left: %d, want 429", st)
+	}
+}
+
+// TestSignedFiles: /files takes, instead of the access token, the
+// signature E2B's SDKs put in uploadUrl and downloadUrl (vectors made as
+// the SDK's getSignature makes them): for its path, user and operation
+// (read for GET, write otherwise), not past its expiration; anything
+// else signed, or a wrong signature, is 401.
+func TestSignedFiles(t *testing.T) {
+	get := func(q string) *http.Request { return httptest.NewRequest("GET", "/files?"+q, nil) }
+	post := func(q string) *http.Request { return httptest.NewRequest("POST", "/files?"+q, nil) }
+	now := time.Unix(4102444000, 0)
+	for _, c := range []struct {
+		r    *http.Request
+		want bool
+	}{
+		{get("path=/home/user/a.txt&username=user&signature=v1_p0WqJQYCLtO6YX%2Be4h7VbpybRsdJbMbIw7clYpulIJk"), true},
+		{post("path=/home/user/a.txt&username=user&signature=v1_p0WqJQYCLtO6YX%2Be4h7VbpybRsdJbMbIw7clYpulIJk"), false}, // a read's, for a write
+		{get("path=/home/user/b.txt&username=user&signature=v1_p0WqJQYCLtO6YX%2Be4h7VbpybRsdJbMbIw7clYpulIJk"), false},
+		{get("path=/home/user/a.txt&username=root&signature=v1_p0WqJQYCLtO6YX%2Be4h7VbpybRsdJbMbIw7clYpulIJk"), false},
+		{post("path=/home/user/a.txt&signature=v1_Bmg/l36pAnoXXl94JBx8ZCMUmng5s%2BvDCjyELPiPl0Q&signature_expiration=4102444800"), true},
+		{post("path=/home/user/a.txt&signature=v1_Bmg/l36pAnoXXl94JBx8ZCMUmng5s%2BvDCjyELPiPl0Q"), false},
+		{post("path=/home/user/a.txt&signature=v1_Bmg/l36pAnoXXl94JBx8ZCMUmng5s%2BvDCjyELPiPl0Q&signature_expiration=4102444801"), false},
+	} {
+		if got := signedBy(c.r, "tok", now); got != c.want {
+			t.Errorf("%s %s: signed %v, want %v", c.r.Method, c.r.URL, got, c.want)
+		}
+	}
+	if signedBy(post("path=/home/user/a.txt&signature=v1_Bmg/l36pAnoXXl94JBx8ZCMUmng5s%2BvDCjyELPiPl0Q&signature_expiration=4102444800"), "tok", time.Unix(4102444800, 0)) {
+		t.Error("a signature past its expiration was taken")
+	}
+
+	// Through the door: a signature of the sandbox's token passes its
+	// check (to the envd mux, which has no /files here: 404), a wrong
+	// one does not, and a signature reaches no other path.
+	_, _, ts, _ := door(t)
+	_, body := call(t, ts, "POST", "/sandboxes", `{}`, map[string]string{"X-API-Key": "e2b_alice"})
+	var sb sandboxJSON
+	if err := json.Unmarshal([]byte(body), &sb); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte("/x:read::" + sb.EnvdAccessToken))
+	sig := url.QueryEscape("v1_" + strings.TrimRight(base64.StdEncoding.EncodeToString(sum[:]), "="))
+	into := map[string]string{SandboxIDHeader: sb.SandboxID, SandboxPortHeader: "49983"}
+	if st, _ := call(t, ts, "GET", "/files?path=/x&signature="+sig, "", into); st != 404 {
+		t.Errorf("a signed download: %d, want past the check (404 with no files service here)", st)
+	}
+	if st, _ := call(t, ts, "GET", "/files?path=/y&signature="+sig, "", into); st != 401 {
+		t.Errorf("a signature for another path: %d, want 401", st)
+	}
+	if st, _ := call(t, ts, "GET", "/health?path=/x&signature="+sig, "", into); st != 401 {
+		t.Errorf("a signature on another endpoint: %d, want 401", st)
 	}
 }

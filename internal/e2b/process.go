@@ -30,6 +30,9 @@ const (
 	maxProcessMessage = 1 << 20
 	// maxTags bounds the tags a sandbox's processes hold.
 	maxTags = 1024
+	// maxStreams bounds the streams open at once into one sandbox
+	// (starts and connects following output, input streams).
+	maxStreams = 64
 	// keepalive bounds, by the client's Keepalive-Ping-Interval.
 	minKeepalive, maxKeepalive, defKeepalive = time.Second, 5 * time.Minute, 50 * time.Second
 )
@@ -60,6 +63,34 @@ type tags struct {
 }
 
 type tagsKey struct{}
+
+// streams counts a sandbox's open streams.
+type streams struct {
+	mu sync.Mutex
+	n  int
+}
+
+type streamsKey struct{}
+
+// openStream counts one more stream into c's sandbox, or refuses it past
+// maxStreams; done uncounts it.
+func openStream(c *Call) (done func(), err error) {
+	s, _ := c.Keep(streamsKey{}, func() any { return &streams{} }).(*streams)
+	if s == nil {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the sandbox has ended"))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n >= maxStreams {
+		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("more than %d streams open into the sandbox at once", maxStreams))
+	}
+	s.n++
+	return func() {
+		s.mu.Lock()
+		s.n--
+		s.mu.Unlock()
+	}, nil
+}
 
 func tagsOf(c *Call) *tags {
 	t, _ := c.Keep(tagsKey{}, func() any { return &tags{pid: map[string]int{}} }).(*tags)
@@ -147,6 +178,11 @@ func (processService) Start(ctx context.Context, req *connect.Request[process.St
 	if err != nil {
 		return err
 	}
+	done, err := openStream(c)
+	if err != nil {
+		return err
+	}
+	defer done()
 	m := req.Msg
 	cfg := m.GetProcess()
 	if cfg.GetCmd() == "" {
@@ -157,6 +193,12 @@ func (processService) Start(ctx context.Context, req *connect.Request[process.St
 	if m.Pty != nil {
 		size := m.GetPty().GetSize()
 		ex.TTY = &runapi.TTYSize{Rows: int(size.GetRows()), Cols: int(size.GetCols())}
+	}
+	// The call's timeout is the process's, as envd has it: the SDK's
+	// timeoutMs (60 s unless set; 0 for none) kills the process, not
+	// only the stream; a stream that ends sooner leaves it running.
+	if ms, err := strconv.ParseInt(req.Header().Get("Connect-Timeout-Ms"), 10, 64); err == nil && ms > 0 {
+		ex.Timeout = time.Duration(min(ms, int64(24*time.Hour/time.Millisecond))) * time.Millisecond
 	}
 	p, err := c.Sandbox.Exec(ex)
 	if err != nil {
@@ -182,6 +224,11 @@ func (processService) Connect(ctx context.Context, req *connect.Request[process.
 	if err != nil {
 		return err
 	}
+	done, err := openStream(c)
+	if err != nil {
+		return err
+	}
+	defer done()
 	// What it printed before is not sent again (as envd's Connect).
 	past, cancel := context.WithCancel(ctx)
 	cancel()
@@ -336,6 +383,11 @@ func (processService) StreamInput(ctx context.Context, stream *connect.ClientStr
 	if err != nil {
 		return nil, err
 	}
+	done, err := openStream(c)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	var p runapi.Process
 	for stream.Receive() {
 		switch ev := stream.Msg().GetEvent().(type) {

@@ -34,7 +34,9 @@ type Daemon struct {
 	// E2B, when set, makes the door served at /e2b (spec §18) on the
 	// live sandboxes, behind its own credentials (E2B's keys and
 	// tokens) rather than the API's token.
-	E2B func(sandboxes runapi.Sandboxes) (Door, error)
+	// guess is the API's throttle of wrong credentials (Server.Guess),
+	// which the door's keys and tokens are checked under.
+	E2B func(sandboxes runapi.Sandboxes, guess func(*http.Request, func() bool) (bool, time.Duration)) (Door, error)
 	// Egress is the API's Server.Egress: whether a connection is one a
 	// run's proxy of this process dialled.
 	Egress func(client, server netip.AddrPort) bool
@@ -144,11 +146,12 @@ func (d *Daemon) Run(run runapi.Func, pool runapi.Pool, sessions *session.Store,
 	}
 	var e2b Door
 	if d.E2B != nil && d.Sandboxes != nil {
-		if e2b, err = d.E2B(d.Sandboxes); err != nil {
+		if e2b, err = d.E2B(d.Sandboxes, api.Guess); err != nil {
 			return err
 		}
 		defer e2b.Close()
 		api.HandleOwnAuth(E2BPrefix, e2b.HTTPHandler())
+		api.HandleNames(func(c *config.Config) string { return c.E2B.Domain }, e2b.HTTPHandler())
 	}
 	d.mu.Lock()
 	d.api, d.pool, d.door, d.e2b = api, pool, door, e2b

@@ -250,6 +250,11 @@ func TestReloadAppliesEachReloadableKey(t *testing.T) {
 				t.Error("the E2B door did not take the reloaded config")
 			}
 		}},
+		"e2b.domain": {func(c *config.Config) { c.E2B.Domain = "e2b.example" }, func(t *testing.T, h *reloaded) {
+			if !h.e2b.reloaded(h.d.cfg) {
+				t.Error("the E2B door did not take the reloaded config")
+			}
+		}},
 		"e2b.keys": {func(c *config.Config) { c.E2B.Keys = map[string]config.E2BKey{"alice": {File: "/reloaded/alice.key"}} }, func(t *testing.T, h *reloaded) {
 			if !h.e2b.reloaded(h.d.cfg) {
 				t.Error("the E2B door did not take the reloaded config")

@@ -30,7 +30,7 @@ import (
 func (s *Server) refuseForeignHost(w http.ResponseWriter, r *http.Request) bool {
 	sc := &s.cfg.Load().Server
 	local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-	if _, _, ok := previewHost(r.Host, sc.PreviewDomain); ok {
+	if _, _, ok := previewHost(r.Host, sc.PreviewDomain); ok || s.namesRoute(r) != nil {
 		// A sandbox's port by its name: an Origin may be that name
 		// alone (the sandbox's own pages), and such an Origin is no
 		// other name's, serve's API included.

@@ -2,6 +2,8 @@ package server
 
 import (
 	"net/http"
+
+	"github.com/agentrun/agentrun/internal/config"
 	"net/http/httptest"
 	"testing"
 )
@@ -12,11 +14,15 @@ import (
 // the token; the Host check still holds for the door.
 func TestHandleOwnAuth(t *testing.T) {
 	cfg := reloadBase()
+	cfg.E2B.Domain = "e2b.example"
 	api := New(cfg, nil, nil)
 	var got []string
 	api.HandleOwnAuth(E2BPrefix, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got = append(got, r.URL.Path)
 		w.WriteHeader(http.StatusTeapot)
+	}))
+	api.HandleNames(func(c *config.Config) string { return c.E2B.Domain }, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusAccepted)
 	}))
 	ts := httptest.NewServer(api.Handler())
 	defer ts.Close()
@@ -29,6 +35,12 @@ func TestHandleOwnAuth(t *testing.T) {
 		{"/e2b", nil, http.StatusTeapot},
 		{"/e2bx/sandboxes", nil, http.StatusUnauthorized},
 		{"/e2b/sandboxes", map[string]string{"Host": "elsewhere.example"}, http.StatusMisdirectedRequest},
+		// PORT-ID names of the door's domain: its, with no token; an
+		// Origin only that name's; other names of the domain foreign.
+		{"/any", map[string]string{"Host": "8000-sb-1.E2B.example:443"}, http.StatusAccepted},
+		{"/any", map[string]string{"Host": "8000-sb-1.e2b.example", "Origin": "https://8000-sb-1.e2b.example"}, http.StatusAccepted},
+		{"/any", map[string]string{"Host": "8000-sb-1.e2b.example", "Origin": "https://8000-sb-2.e2b.example"}, http.StatusForbidden},
+		{"/any", map[string]string{"Host": "a.b.e2b.example"}, http.StatusMisdirectedRequest},
 	} {
 		if st := send(t, "GET", ts.URL+c.path, "", "", c.hdr); st != c.want {
 			t.Errorf("GET %s %v: %d, want %d", c.path, c.hdr, st, c.want)

@@ -60,6 +60,7 @@ type Server struct {
 	metrics   *metrics.Metrics
 	extra     map[string]http.Handler // more routes, behind the same auth
 	ownAuth   map[string]http.Handler // routes by path prefix, each checking its own credentials
+	ownNames  []ownNames              // routes by Host, each checking its own credentials
 	holds     approvals.Pending       // held requests and tool calls, and the last decisions
 	hook      *approvals.Webhook      // started at first use
 	hookOnce  sync.Once
@@ -225,6 +226,34 @@ func (s *Server) HandleOwnAuth(prefix string, h http.Handler) {
 	s.ownAuth[prefix] = http.StripPrefix(prefix, h)
 }
 
+// ownNames is a door that answers the names PORT-ID.DOMAIN of the
+// domain its func reads from the current config ("": none).
+type ownNames struct {
+	domain func(*config.Config) string
+	h      http.Handler
+}
+
+// HandleNames routes every request whose Host is PORT-ID.DOMAIN, DOMAIN
+// what domain reads from the current config, to h, its Host and path as
+// they came, before Handler is called: a door's ports by name (E2B's
+// e2b.domain), behind its own credentials. An Origin may be that name
+// alone, as on the preview domain.
+func (s *Server) HandleNames(domain func(*config.Config) string, h http.Handler) {
+	s.ownNames = append(s.ownNames, ownNames{domain: domain, h: h})
+}
+
+// namesRoute is the door whose domain r's Host is a PORT-ID name of,
+// nil if none.
+func (s *Server) namesRoute(r *http.Request) http.Handler {
+	cfg := s.cfg.Load()
+	for _, n := range s.ownNames {
+		if _, _, ok := previewHost(r.Host, n.domain(cfg)); ok {
+			return n.h
+		}
+	}
+	return nil
+}
+
 // ownAuthRoute is the door whose prefix r's path is under, nil if none.
 func (s *Server) ownAuthRoute(r *http.Request) http.Handler {
 	for prefix, h := range s.ownAuth {
@@ -245,6 +274,10 @@ func (s *Server) ownAuthRoute(r *http.Request) http.Handler {
 func (s *Server) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.refuseForeignHost(w, r) || refuseCrossSite(w, r) {
+			return
+		}
+		if h := s.namesRoute(r); h != nil { // its own credentials
+			h.ServeHTTP(w, r)
 			return
 		}
 		if t, ok := portRoute(r, &s.cfg.Load().Server); ok { // its own credentials
@@ -298,6 +331,14 @@ func bearerCredentials(h string) string {
 // header, the login form's field), is want, under the throttle of wrong
 // tokens (see guesses): wait > 0 when r's source has no guess left and
 // got was not compared. An empty got is no guess.
+// Guess is the throttle of wrong tokens (guesses.go) for another door's
+// credentials: check says whether r's credential is right; a wrong one
+// spends a guess of r's source, and once its source has none left the
+// credential is not checked and wait says when to try again.
+func (s *Server) Guess(r *http.Request, check func() bool) (ok bool, wait time.Duration) {
+	return s.guesses.try(r, peers{egress: s.Egress, uid: s.PeerUID}, check)
+}
+
 func (s *Server) checkToken(r *http.Request, got, want string) (ok bool, wait time.Duration) {
 	if got == "" {
 		return false, 0

@@ -39,6 +39,15 @@ await main(async () => {
   see('listedAfterKill', (await sbx.commands.list()).some((p) => p.pid === bg.pid))
   see('killMissing', await sbx.commands.kill(999999))
 
+  // timeoutMs is the command's: past it, it is killed.
+  await caught('timedOut', sbx.commands.run('sleep 31', { timeoutMs: 1_000 }))
+  let stillThere = true
+  for (let i = 0; i < 100 && stillThere; i++) {
+    await sleep(100)
+    stillThere = (await sbx.commands.list()).some((p) => p.args.includes('sleep 31'))
+  }
+  see('timedOutGone', !stillThere)
+
   // closeStdin: cat ends at its end of file.
   const cat = await sbx.commands.run('cat', { background: true, stdin: true })
   await sbx.commands.sendStdin(cat.pid, 'to-cat\n')

@@ -12,6 +12,10 @@ import (
 	"testing"
 )
 
+// e2bDomain is the suite's e2b.domain: its names reach serve only by
+// the Host a test sends.
+const e2bDomain = "e2b.agentrun.test"
+
 // e2bServe is a serve with an E2B door: its base URL for the SDKs and
 // its keys, by user.
 type e2bServe struct {
@@ -42,7 +46,8 @@ func startE2B(t *testing.T, users []string, extra map[string]any) *e2bServe {
 	cfg["e2b"] = map[string]any{
 		"templates": map[string]any{"base": pythonImage, "code-interpreter-v1": pythonImage,
 			"python-data": "dir:" + filepath.Join(*imagesDir, "python-data", "rootfs")},
-		"keys": keyFiles,
+		"keys":   keyFiles,
+		"domain": e2bDomain,
 	}
 	for k, v := range extra {
 		cfg[k] = v
@@ -187,7 +192,7 @@ func TestE2BControl(t *testing.T) {
 
 // TestE2BCommands: through the SDK's commands and pty, processes run in
 // the sandbox as its uid: output and exit codes, a failing command as
-// CommandExitError, env and cwd, a background process fed its stdin,
+// CommandExitError, env and cwd, a command past its timeoutMs killed, a background process fed its stdin,
 // listed, connected to and killed, stdin closed, a terminal that takes
 // input and a resize; nothing is left after kill and serve's stop.
 func TestE2BCommands(t *testing.T) {
@@ -231,6 +236,13 @@ func TestE2BCommands(t *testing.T) {
 		t.Errorf("background: out %q, listed %v, connected %d, killed %v, listed after %v, kill of none %v",
 			bgOut, listed, connectedPid, killed, listedAfter, killMissing)
 	}
+	var timedOut e2bErr
+	var timedOutGone bool
+	e2bGot(t, seen, "timedOut", &timedOut)
+	e2bGot(t, seen, "timedOutGone", &timedOutGone)
+	if timedOut.Error == "" || !timedOutGone {
+		t.Errorf("a command past its timeoutMs: %+v, killed %v", timedOut, timedOutGone)
+	}
 	var cat struct {
 		Stdout   string
 		ExitCode int
@@ -243,6 +255,62 @@ func TestE2BCommands(t *testing.T) {
 	e2bGot(t, seen, "pty", &pty)
 	if !pty.Out || !pty.Answer {
 		t.Errorf("pty: %+v (%s)", pty, seen["ptyWait"])
+	}
+	s.stop()
+	assertNoLeaks(t)
+}
+
+// TestE2BExpiry: a sandbox past its timeout ends: the SDK's getInfo is
+// SandboxNotFoundError, a command into it fails, isRunning is false,
+// and nothing of it is left on the host while serve still runs.
+func TestE2BExpiry(t *testing.T) {
+	s := startE2B(t, []string{"alice"}, nil)
+	seen := s.node(t, s.keys["alice"], "expiry.mjs")
+	var ran, gone string
+	var running bool
+	var after e2bErr
+	e2bGot(t, seen, "ran", &ran)
+	e2bGot(t, seen, "gone", &gone)
+	e2bGot(t, seen, "after", &after)
+	e2bGot(t, seen, "running", &running)
+	if ran != "before\n" || gone != "SandboxNotFoundError" || after.Error == "" || running {
+		t.Errorf("expiry: ran %q, then getInfo %q, a command %+v, isRunning %v", ran, gone, after, running)
+	}
+	assertNoLeaks(t)
+	s.stop()
+}
+
+// TestE2BPorts: a server listening inside a sandbox is reached through
+// the door by E2B's headers and the sandbox's traffic token, and only
+// with it: no token, another sandbox's, or the envd token is 401.
+func TestE2BPorts(t *testing.T) {
+	s := startE2B(t, []string{"alice"}, nil)
+	seen := s.node(t, s.keys["alice"], "ports.mjs")
+	var with struct {
+		Status int
+		Body   string
+	}
+	var none, others, envd int
+	e2bGot(t, seen, "withToken", &with)
+	e2bGot(t, seen, "noToken", &none)
+	e2bGot(t, seen, "othersToken", &others)
+	e2bGot(t, seen, "envdToken", &envd)
+	if with.Status != 200 || with.Body != "served-from-inside\n" || none != 401 || others != 401 || envd != 401 {
+		t.Errorf("a sandbox's port: with its token %+v; no token %d, another's %d, the envd token %d", with, none, others, envd)
+	}
+	var host string
+	var byName struct {
+		Status int
+		Body   string
+	}
+	var byNameNone, envdByName int
+	e2bGot(t, seen, "envdByName", &envdByName)
+	e2bGot(t, seen, "getHost", &host)
+	e2bGot(t, seen, "byName", &byName)
+	e2bGot(t, seen, "byNameNoToken", &byNameNone)
+	if !strings.HasPrefix(host, "8000-sb-") || !strings.HasSuffix(host, "."+e2bDomain) ||
+		byName.Status != 200 || byName.Body != "served-from-inside\n" || byNameNone != 401 || envdByName != 204 {
+		t.Errorf("by name: getHost %q; with the token %+v, without %d; envd's /health %d", host, byName, byNameNone, envdByName)
 	}
 	s.stop()
 	assertNoLeaks(t)
