@@ -417,6 +417,9 @@ func (c *Context) Execute(ctx context.Context, req Request, emit func(any) error
 	if c.removed {
 		return errNotFound
 	}
+	if err := ctx.Err(); err != nil {
+		return err // the client went while another cell ran
+	}
 	if c.proc == nil || c.proc.Exit() != nil {
 		if err := c.startLocked(ctx); err != nil {
 			return err
