@@ -48,6 +48,7 @@ def main():
     import fcntl
     import termios
     import struct
+    import time
 
     dumps, loads = json.dumps, json.loads
     # The protocol's descriptors, kept from the program (os.dup's copies
@@ -97,6 +98,9 @@ def main():
         names = {p[0]: n for n, p in pipes.items()}
         while True:
             ready, _, _ = select.select(rs, [], [])
+            # A moment for the rest of a print (its text and its end are
+            # two writes) to come: one frame, as a notebook's stream.
+            time.sleep(0.002)
             with lock:
                 for r in ready:
                     relay(names[r])
