@@ -186,6 +186,7 @@ func TestE2BControl(t *testing.T) {
 	if listAfter != 0 {
 		t.Errorf("%d sandboxes listed after every one was killed", listAfter)
 	}
+	assertNoLeaks(t) // killed: gone before kill answered
 	s.stop()
 	assertNoLeaks(t)
 }
@@ -282,7 +283,9 @@ func TestE2BExpiry(t *testing.T) {
 
 // TestE2BPorts: a server listening inside a sandbox is reached through
 // the door by E2B's headers and the sandbox's traffic token, and only
-// with it: no token, another sandbox's, or the envd token is 401.
+// with it: no token, another sandbox's, or the envd token is 401; by
+// name (e2b.domain) too. A sandbox left running ends with serve's stop,
+// leaving nothing.
 func TestE2BPorts(t *testing.T) {
 	s := startE2B(t, []string{"alice"}, nil)
 	seen := s.node(t, s.keys["alice"], "ports.mjs")
