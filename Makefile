@@ -194,6 +194,7 @@ fuzz:
 	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzLoadConfig$$' -fuzztime $(call fuzztime,120000x) -fuzzminimizetime 200x ./internal/config
 	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzUnpack$$' -fuzztime $(call fuzztime,6000x) -fuzzminimizetime 100x ./image/unpack
 	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzParseRequest$$' -fuzztime $(call fuzztime,100000x) -fuzzminimizetime 200x ./proxy
+	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzFrames$$' -fuzztime $(call fuzztime,200000x) -fuzzminimizetime 200x ./internal/e2b/interp
 
 test: deps vet images unit integration fuzz
 

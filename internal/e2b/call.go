@@ -85,6 +85,14 @@ func (h *Handler) serveCall(w http.ResponseWriter, r *http.Request) {
 		got = r.URL.Query().Get("signature")
 		check = func() bool { return rec != nil && signedBy(r, rec.envdToken, time.Now()) }
 	}
+	if got == "" && port == InterpreterPort {
+		// @e2b/code-interpreter sends its contexts' calls with the
+		// trafficAccessToken alone (its runCode with both).
+		got, want = r.Header.Get(TrafficTokenHeader), "\x00"
+		if rec != nil {
+			want = rec.trafficToken
+		}
+	}
 	ok := false
 	if got != "" {
 		var wait time.Duration

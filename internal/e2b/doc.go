@@ -22,8 +22,10 @@
 // answers for a sandbox gone, which the SDKs turn into their errors);
 // then X-Access-Token must be the sandbox's envdAccessToken (compared in
 // constant time; 401 otherwise) for envd's port and the code
-// interpreter's, and E2B-Traffic-Access-Token its trafficAccessToken for
-// any other port. The one exception is envd's /files with a signature
+// interpreter's (where a call without it may carry the
+// trafficAccessToken instead, as @e2b/code-interpreter's context calls
+// do), and E2B-Traffic-Access-Token its trafficAccessToken for any other
+// port. The one exception is envd's /files with a signature
 // and no token (the SDK's uploadUrl and downloadUrl): the signature is
 // checked here against the token, for the query's path and username and
 // the method's operation (read for GET and HEAD, write otherwise), and

@@ -185,7 +185,8 @@ func TestControlAuth(t *testing.T) {
 }
 
 // TestCallRouting: a call into a sandbox needs its envd access token
-// (envd's and the interpreter's ports) or its traffic token (any other),
+// (envd's and the interpreter's ports, where a call without it may carry
+// the traffic token instead) or its traffic token (any other),
 // each the sandbox's own; it reaches envd's /health, the interpreter's
 // mux, or the sandbox's port; a sandbox that is none is 502 as E2B's
 // proxy answers, and a bad port 400.
@@ -215,8 +216,11 @@ func TestCallRouting(t *testing.T) {
 		{"envd with another sandbox's token", into(a, "49983", AccessTokenHeader, b.EnvdAccessToken), "/health", 401},
 		{"envd with the traffic token", into(a, "49983", AccessTokenHeader, a.TrafficAccessToken), "/health", 401},
 		{"envd with the API key alone", map[string]string{SandboxIDHeader: a.SandboxID, SandboxPortHeader: "49983", "X-API-Key": "e2b_alice"}, "/health", 401},
-		{"the interpreter", into(a, "49999", AccessTokenHeader, a.EnvdAccessToken), "/contexts", 404},
-		{"the interpreter, no token", into(a, "49999", TrafficTokenHeader, a.TrafficAccessToken), "/contexts", 401},
+		{"the interpreter", into(a, "49999", AccessTokenHeader, a.EnvdAccessToken), "/contexts", 200},
+		{"the interpreter, the traffic token alone (as @e2b/code-interpreter's context calls)", into(a, "49999", TrafficTokenHeader, a.TrafficAccessToken), "/contexts", 200},
+		{"the interpreter, another sandbox's traffic token", into(a, "49999", TrafficTokenHeader, b.TrafficAccessToken), "/contexts", 401},
+		{"the interpreter, the traffic token in the access token's header", into(a, "49999", AccessTokenHeader, a.TrafficAccessToken), "/contexts", 401},
+		{"the interpreter, no token", into(a, "49999", "X-Other", a.EnvdAccessToken), "/contexts", 401},
 		{"a port with the envd token", into(a, "8080", AccessTokenHeader, a.EnvdAccessToken), "/", 401},
 		{"a port with the traffic token", into(a, "8080", TrafficTokenHeader, a.TrafficAccessToken), "/", 502},
 		{"a bad port", into(a, "0", AccessTokenHeader, a.EnvdAccessToken), "/health", 400},

@@ -58,6 +58,11 @@ type Request struct {
 	// Compile: the sandbox compiles the run launcher (Codes): it gets the
 	// run launcher's source and nothing else.
 	Compile bool
+	// Live: the sandbox is a live one, whose code interpreter's contexts
+	// run the REPL launcher (ReplPath) as processes exec'd into it: it
+	// gets the REPL launcher, the run launcher and its library, and
+	// nothing else (its program stays its own).
+	Live bool
 }
 
 // Setup is what For made of the launcher for a sandbox.
@@ -82,6 +87,9 @@ func For(req Request) (Setup, error) {
 		opts, err := runFiles(req.Etc, nil)
 		return Setup{Opts: opts}, err
 	}
+	if req.Live {
+		return liveFiles(req.Etc)
+	}
 	argv := startArgv(req.Plan)
 	if argv == nil && req.Warm == nil {
 		return Setup{}, nil
@@ -105,6 +113,23 @@ func For(req Request) (Setup, error) {
 		opts = append(opts, spec.WithArgs(req.Warm...), warm)
 	}
 	return Setup{Opts: opts, Display: display}, nil
+}
+
+// liveFiles writes the REPL launcher, the run launcher and its library
+// into the run's etc tmpfs with etc, and returns their mounts, read-only.
+func liveFiles(etc WriteFunc) (Setup, error) {
+	var opts []spec.SpecOpt
+	for _, f := range []struct {
+		at   string
+		data []byte
+	}{{ReplPath, replSource}, {RunPath, runSource}, {RunLibPath, runLibSource}} {
+		opt, err := mount(etc, f.at, f.data)
+		if err != nil {
+			return Setup{}, fmt.Errorf("writing the REPL launcher: %w", err)
+		}
+		opts = append(opts, opt)
+	}
+	return Setup{Opts: opts}, nil
 }
 
 // WarmArgs are what a warm sandbox's program has in place of the code

@@ -38,6 +38,10 @@ const (
 	WarmPath = Dir + "/agentrun_warm.py"
 	// ToolsPath is agentrun_tools.py, which a run with tools imports.
 	ToolsPath = Dir + "/agentrun_tools.py"
+	// ReplPath is the REPL launcher, agentrun_repl.py: a code
+	// interpreter's context in a live sandbox (internal/e2b/interp), which
+	// loads the run launcher.
+	ReplPath = Dir + "/agentrun_repl.py"
 
 	// DisplayDir is the sandbox's display directory, writable, in its
 	// /dev: the launcher writes its bundles at ChannelPath, agentrun its
@@ -74,6 +78,8 @@ var (
 	warmSource []byte
 	//go:embed agentrun_tools.py
 	toolsSource []byte
+	//go:embed agentrun_repl.py
+	replSource []byte
 )
 
 // mount writes data, agentrun's file at in (a path in Dir), into the run's

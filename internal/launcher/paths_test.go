@@ -5,7 +5,17 @@ import (
 	"regexp"
 	"slices"
 	"testing"
+
+	"github.com/agentrun/agentrun/internal/e2b/interp"
 )
+
+// TestReplPath: the E2B door's code interpreter starts the REPL launcher
+// where a live sandbox has it.
+func TestReplPath(t *testing.T) {
+	if interp.ReplPath != ReplPath {
+		t.Errorf("interp.ReplPath %q; the launcher's is %q", interp.ReplPath, ReplPath)
+	}
+}
 
 // TestPathsMatchPython: every path inside the sandbox that a Python file
 // names (a string literal under /dev/) is one of the table's, and each of
@@ -15,6 +25,7 @@ func TestPathsMatchPython(t *testing.T) {
 	sources := map[string][]byte{
 		"agentrun_start.py": startSource, "agentrun_run.py": runSource, "agentrun_runlib.py": runLibSource,
 		"agentrun_state.py": stateSource, "agentrun_warm.py": warmSource, "agentrun_tools.py": toolsSource,
+		"agentrun_repl.py": replSource,
 	}
 	want := map[string][]string{
 		"agentrun_start.py":  {RunPath, RunCodePath},
@@ -23,6 +34,7 @@ func TestPathsMatchPython(t *testing.T) {
 		"agentrun_state.py":  {StateReportPath},
 		"agentrun_warm.py":   {RunPath, RunLibPath, StatePath},
 		"agentrun_tools.py":  nil,
+		"agentrun_repl.py":   {RunPath},
 	}
 	literal := regexp.MustCompile(`["'](/dev/[^"'\s]*)["']`)
 	for name, src := range sources {

@@ -57,7 +57,7 @@ func etcWriter(dir string, undo *cleanup.Cleanup) launcher.WriteFunc {
 // sandbox's launcher, becomes the program.
 func (s *sandboxSetup) launcher() error {
 	req := launcher.Request{Plan: s.req.plan, Image: s.req.img, Dir: s.dir, UID: s.sb.uid,
-		Etc: etcWriter(s.dir, &s.sb.undo), Undo: &s.sb.undo, Codes: s.r.codes, Warm: s.req.warm, Compile: s.req.compile}
+		Etc: etcWriter(s.dir, &s.sb.undo), Undo: &s.sb.undo, Codes: s.r.codes, Warm: s.req.warm, Compile: s.req.compile, Live: s.req.live}
 	if !s.req.pooled {
 		req.State = launcher.NewStateRequest(s.req.plan, s.r.cfg.Sessions.StateBytes())
 	}

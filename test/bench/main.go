@@ -138,6 +138,14 @@ func main() {
 		sandboxReport(os.Stdout, sandboxBench(work, rootfs, task, srv, serr))
 		return
 	}
+	if *interpOnly {
+		srv, serr := startServe(work, rootfs)
+		if srv != nil {
+			defer srv.stop()
+		}
+		interpReport(os.Stdout, interpBench(work, rootfs, srv, serr))
+		return
+	}
 
 	bundle, err := runcBundle(work, rootfs, task)
 	if err != nil {
@@ -205,11 +213,13 @@ func main() {
 	fb := forkBench(work, rootfs)
 	sb := stateBench(work)
 	lb := sandboxBench(work, rootfs, task, srv, serr)
+	ib := interpBench(work, rootfs, srv, serr)
 	report(os.Stdout, cs, load, pulls, nb, gobench)
 	warmReport(os.Stdout, ws)
 	forkReport(os.Stdout, fb)
 	stateReport(os.Stdout, sb)
 	sandboxReport(os.Stdout, lb)
+	interpReport(os.Stdout, ib)
 	kept := keptSections(*out)
 	f, err := os.Create(*out)
 	if err != nil {
@@ -221,6 +231,7 @@ func main() {
 	forkReport(f, fb)
 	stateReport(f, sb)
 	sandboxReport(f, lb)
+	interpReport(f, ib)
 	io.WriteString(f, kept)
 }
 

@@ -175,11 +175,17 @@ func (s *served) createToFirstOutput() (time.Duration, string, error) {
 
 // execTrue runs true in sandbox id, timed to its exit event.
 func (s *served) execTrue(id string) (time.Duration, string, error) {
+	return s.execTimed(id, []string{"true"})
+}
+
+// execTimed runs argv in sandbox id, timed to its exit event, and returns
+// its output.
+func (s *served) execTimed(id string, argv []string) (time.Duration, string, error) {
 	ctx, cancel := call()
 	defer cancel()
 	var out strings.Builder
 	start := time.Now()
-	exit, err := s.client.Exec(ctx, id, server.ProcessRequest{Command: []string{"true"}}, func(e runapi.ProcessEvent) error {
+	exit, err := s.client.Exec(ctx, id, server.ProcessRequest{Command: argv}, func(e runapi.ProcessEvent) error {
 		b, err := e.Output()
 		out.Write(b)
 		return err

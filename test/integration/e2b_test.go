@@ -44,9 +44,10 @@ func startE2B(t *testing.T, users []string, extra map[string]any) *e2bServe {
 	cfg := serveConfig(map[string]any{"listen": "tcp://127.0.0.1:0", "token": "not-e2b"},
 		map[string]any{"local_images": []string{*imagesDir}})
 	cfg["e2b"] = map[string]any{
-		"templates": map[string]any{"base": pythonImage, "code-interpreter-v1": pythonImage},
-		"keys":      keyFiles,
-		"domain":    e2bDomain,
+		"templates": map[string]any{"base": pythonImage, "code-interpreter-v1": pythonImage,
+			"python-data": "dir:" + filepath.Join(*imagesDir, "python-data", "rootfs")},
+		"keys":   keyFiles,
+		"domain": e2bDomain,
 	}
 	for k, v := range extra {
 		cfg[k] = v
