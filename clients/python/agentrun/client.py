@@ -528,11 +528,16 @@ class Sandboxes:
 
     def create(self, image: Optional[str] = None, runtime: Optional[str] = None, limits: Optional[Limits] = None,
                network: Optional[TaskNetwork] = None, env: Optional[Mapping[str, str]] = None,
-               timeout: Optional[Union[str, float]] = None) -> "Sandbox":
+               timeout: Optional[Union[str, float]] = None, session: Optional[str] = None,
+               tools: Optional[Sequence[str]] = None) -> "Sandbox":
         """Makes a live sandbox and returns its Sandbox. timeout is its
-        lifetime ("10m", or seconds); the others are a task's fields."""
+        lifetime ("10m", or seconds); session a kept session's id, whose
+        files are its /workspace (held for its life, kept after it);
+        tools the config's tool servers it may call; the others are a
+        task's fields."""
         req = {"image": image, "runtime": runtime, "limits": limits, "network": network, "env": env,
-               "timeout": _duration(timeout) if timeout is not None else None}
+               "timeout": _duration(timeout) if timeout is not None else None, "session": session,
+               "tools": list(tools) if tools is not None else None}
         body = json.dumps({k: v for k, v in req.items() if v is not None}).encode()
         return Sandbox(self._c, self._c._json_call("POST", "/v1/sandboxes", body, "application/json"))
 

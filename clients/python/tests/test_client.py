@@ -567,6 +567,17 @@ class ServeTest(unittest.TestCase):
         self.refused(404, self.c.sandboxes.get, sb.id)
         sb.close()  # again: no error
 
+    def test_sandbox_session(self):
+        # A kept session as a live sandbox's /workspace: its files there,
+        # held while it lives, kept after it.
+        sid = self.c.sessions.new()
+        self.addCleanup(self.c.sessions.delete, sid)
+        self.c.sessions.write(sid, "before.txt", "old")
+        with self.c.sandboxes.create(session=sid) as sb:
+            self.assertEqual(sb.exec("cat before.txt; echo kept > after.txt")["stdout"], "old")
+            self.refused(409, self.c.sessions.files, sid)
+        self.assertEqual(self.c.sessions.read(sid, "after.txt"), b"kept\n")
+
     @unittest.skipUnless(TOKEN, "no token on this server")
     def test_wrong_token(self):
         c = agentrun.Client(ADDRESS, token="wrong")
