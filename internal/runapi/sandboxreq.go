@@ -35,8 +35,6 @@ func SandboxPlan(req *SandboxRequest, cfg *config.Config) (*task.Plan, time.Dura
 		return nil, 0, notYet("session", "a kept session's workspace")
 	case len(req.Tools) > 0:
 		return nil, 0, notYet("tools", "tool servers")
-	case req.Runtime == config.RuntimeRunsc:
-		return nil, 0, notYet("runtime", "the runsc runtime")
 	case req.Limits.Timeout.IsSet():
 		return nil, 0, &Refusal{Why: errkind.Invalid, Field: "limits.timeout", Msg: "limits.timeout: a sandbox's lifetime is its timeout, and each process's the process's own"}
 	}
@@ -52,9 +50,6 @@ func SandboxPlan(req *SandboxRequest, cfg *config.Config) (*task.Plan, time.Dura
 	plan, err := t.Resolve(cfg)
 	if err != nil {
 		return nil, 0, TaskRefusal(err)
-	}
-	if plan.Runtime == config.RuntimeRunsc {
-		return nil, 0, notYet("runtime", "the runsc runtime (the config's default)")
 	}
 	return plan, lifetime, nil
 }

@@ -35,8 +35,10 @@ type Live struct {
 	// Result gets the network report once it ended.
 	Result *result.Result
 
-	sb      *sandbox
-	live    backend.Live
+	sb   *sandbox
+	live backend.Live
+	// sockets: its processes' outputs are sockets (Traits.SocketOutputs).
+	sockets bool
 	created time.Time
 	limits  audit.Limits
 	audit   *audit.Log
@@ -54,7 +56,8 @@ type Live struct {
 // lifetime. Only a backend whose Prepared is a backend.Live can; a kept
 // session's workspace is refused (not yet).
 func (r *Runner) Live(ctx context.Context, p *task.Plan, lifetime time.Duration) (_ *Live, err error) {
-	if _, ok := r.backends[p.Runtime]; !ok {
+	be, ok := r.backends[p.Runtime]
+	if !ok {
 		if err := r.unavailable[p.Runtime]; err != nil {
 			return nil, fmt.Errorf("runtime %s is not available: %w", p.Runtime, err)
 		}
@@ -87,7 +90,7 @@ func (r *Runner) Live(ctx context.Context, p *task.Plan, lifetime time.Duration)
 	// request that made it.
 	hold, cancel := context.WithCancel(context.Background())
 	l := &Live{ID: sb.id, ImageDigest: img.Digest, UID: sb.uid, Workspace: sb.ws, Result: res,
-		sb: sb, live: live, cancel: cancel, ended: make(chan struct{}),
+		sb: sb, live: live, sockets: be.Traits().SocketOutputs, cancel: cancel, ended: make(chan struct{}),
 		created: time.Now(), limits: auditLimits(p), audit: r.audit}
 	go func() {
 		defer close(l.ended)
@@ -110,6 +113,20 @@ func (l *Live) Spawn(p backend.Process) (backend.Spawned, error) {
 	default:
 	}
 	return l.live.Spawn(p)
+}
+
+// Pipes makes the stdin, stdout and stderr of a process to Spawn, as
+// the sandbox's runtime needs them (Traits.SocketOutputs).
+func (l *Live) Pipes() (*backend.Pipes, error) {
+	p, err := backend.NewPipes()
+	if err != nil || !l.sockets {
+		return p, err
+	}
+	if err := p.SocketOutputs(); err != nil {
+		p.CloseAll()
+		return nil, err
+	}
+	return p, nil
 }
 
 // DialPort connects to TCP port on the sandbox's loopback (127.0.0.1,

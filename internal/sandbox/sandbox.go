@@ -229,7 +229,7 @@ func (s *Sandbox) Exec(req ExecRequest) (*Process, error) {
 	if size != nil {
 		return s.execTTYLocked(args, vars, cwd, size, req.Timeout)
 	}
-	pipes, err := backend.NewPipes()
+	pipes, err := s.live.Pipes()
 	if err != nil {
 		return nil, err
 	}

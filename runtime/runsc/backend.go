@@ -89,9 +89,9 @@ func New(path string, flags []string, stateDir, cgroupParent string) (*Backend, 
 // Traits: runsc's gofer writes the mount points it needs into the root
 // filesystem, so a run needs its own; the backend changes the spec
 // (SpecOpt); a prepared sandbox waits, booted, for `runsc start`, so it can
-// be pooled.
+// be pooled; outputs are sockets (Pipes.SocketOutputs).
 func (b *Backend) Traits() backend.Traits {
-	return backend.Traits{CgroupParent: b.cgroupParent(), PrivateRootfs: true, Poolable: true, Spec: SpecOpt()}
+	return backend.Traits{CgroupParent: b.cgroupParent(), PrivateRootfs: true, Poolable: true, SocketOutputs: true, Spec: SpecOpt()}
 }
 
 func (b *Backend) cgroupParent() string {
@@ -128,6 +128,12 @@ type prepared struct {
 	// to agentrun once killed, for Destroy to reap.
 	groups []int
 	ran    bool
+	// proc is the container's process, whose environment, working
+	// directory, user and rlimits a process Spawn starts shares.
+	proc *specs.Process
+	// live are the `runsc exec` commands of the processes Spawn started
+	// that have not ended, which Destroy kills.
+	live liveExecs
 }
 
 // Prepare writes c's bundle and cgroup and creates its sandbox with `runsc
@@ -148,7 +154,7 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 	if err := os.Mkdir(bundle, 0o700); err != nil {
 		return nil, fmt.Errorf("creating bundle dir: %w", err)
 	}
-	p := &prepared{b: b, id: c.ID, bundle: bundle, global: b.globalArgs(c, bundle), pidfd: -1}
+	p := &prepared{b: b, id: c.ID, bundle: bundle, global: b.globalArgs(c, bundle), pidfd: -1, proc: c.Spec.Process}
 	defer func() {
 		if err != nil {
 			if derr := p.Destroy(); derr != nil {
@@ -173,7 +179,7 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 	if p.stdio, err = backend.NewPipes(); err != nil {
 		return nil, err
 	}
-	if err := socketOutputs(p.stdio); err != nil {
+	if err := p.stdio.SocketOutputs(); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, createWait)
@@ -424,6 +430,7 @@ func (p *prepared) Destroy() error {
 	if p.cg != nil {
 		_ = p.killAll()
 	}
+	p.live.killAll()
 	err := p.b.cleanup(p.id, p.bundle, p.cg)
 	// Killed, they are agentrun's zombies until reaped.
 	rerr := reapGroups(p.groups)
@@ -646,22 +653,4 @@ func validID(id string) bool {
 		}
 	}
 	return true
-}
-
-// socketOutputs replaces the stdout and stderr pipes by stream socket
-// pairs: gVisor writes to a host pipe without waiting for room, so a
-// program's write of more than the pipe's 64 KiB lost the rest; it waits
-// on a socket as it should.
-func socketOutputs(p *backend.Pipes) error {
-	for _, pair := range []struct{ r, w **os.File }{{&p.OutR, &p.OutW}, {&p.ErrR, &p.ErrW}} {
-		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return fmt.Errorf("creating output socket pair: %w", err)
-		}
-		(*pair.r).Close()
-		(*pair.w).Close()
-		*pair.r, *pair.w = os.NewFile(uintptr(fds[0]), "output-r"), os.NewFile(uintptr(fds[1]), "output-w")
-		unix.Shutdown(fds[0], unix.SHUT_WR)
-	}
-	return nil
 }
