@@ -142,6 +142,9 @@ func (l *Live) DialPort(ctx context.Context, port int) (net.Conn, error) {
 		return nil, errors.New("the sandbox has ended")
 	default:
 	}
+	if d, ok := l.live.(backend.PortDialer); ok {
+		return d.DialPort(ctx, port)
+	}
 	n := l.sb.net
 	if n == nil {
 		return nil, errors.New("the sandbox's network namespace is not this process's to reach")

@@ -196,6 +196,8 @@ var allowed = map[string]string{
 	"runtime/runsc/backend.go:New:os.MkdirAll":                       runscDir,
 	"runtime/runsc/backend.go:New:os.Stat":                           "host-only: the runsc binary the config names",
 	"runtime/runsc/backend.go:openSandbox:os.ReadFile":               runscDir,
+	"runtime/runsc/live.go:prepared.DialPort:os.Mkdir":               runscDir,
+	"runtime/runsc/live.go:prepared.DialPort:os.RemoveAll":           runscDir,
 	"runtime/runsc/live.go:newPTY:os.OpenFile":                       "host-only: the host's /dev/ptmx, a process's terminal made on the host",
 	"runtime/runsc/live.go:prepared.Spawn:os.Mkdir":                  runscDir,
 	"runtime/runsc/live.go:prepared.Spawn:os.RemoveAll":              runscDir,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -339,6 +340,60 @@ func (l *liveExecs) killAll() {
 }
 
 var (
-	_ backend.Live    = (*prepared)(nil)
-	_ backend.Spawned = (*execed)(nil)
+	_ backend.Live       = (*prepared)(nil)
+	_ backend.PortDialer = (*prepared)(nil)
+	_ backend.Spawned    = (*execed)(nil)
 )
+
+// DialPort connects to TCP port on the sandbox's loopback, as gVisor's
+// netstack has it (the host namespace's loopback is not the sandbox's):
+// `runsc port-forward --stream` connects to a socket listening in the
+// sandbox's bundle and donates that connection to the sandbox, which
+// joins it to a connection of its own to the port.
+func (p *prepared) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("port %d: not a TCP port", port)
+	}
+	n, ok := p.live.next()
+	if !ok || !p.alive() {
+		return nil, errors.New("the sandbox has ended")
+	}
+	dir := filepath.Join(p.bundle, "port-"+strconv.Itoa(n))
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("port %d: %w", port, err)
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "stream.sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("port %d: %w", port, err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(ctx, execWait)
+	defer cancel()
+	forwarded := make(chan error, 1)
+	go func() {
+		_, err := p.b.command(ctx, nil, execGlobal(p.global), "port-forward", "--stream", sock, p.id, strconv.Itoa(port))
+		if err != nil {
+			_ = l.SetDeadline(time.Now()) // it will not connect
+		}
+		forwarded <- err
+	}()
+	deadline, _ := ctx.Deadline()
+	if err := l.SetDeadline(deadline); err != nil {
+		return nil, err
+	}
+	c, aerr := l.AcceptUnix()
+	// runsc connects, then asks the sandbox to forward: its end is a
+	// connection to the port once it has ended well.
+	if err := <-forwarded; err != nil {
+		if c != nil {
+			c.Close()
+		}
+		return nil, fmt.Errorf("port %d in the sandbox: %w", port, err)
+	}
+	if aerr != nil {
+		return nil, fmt.Errorf("port %d in the sandbox: %w", port, aerr)
+	}
+	return c, nil
+}
