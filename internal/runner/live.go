@@ -51,7 +51,9 @@ type Live struct {
 }
 
 // Live sets up p's sandbox, whose program p.Argv holds it up (the
-// image's own, never one of agentrun's), and starts it. It runs until
+// image's own, never one of agentrun's), and starts it: one the pool has
+// ready for p's shape (made ahead for a live sandbox, never used), else
+// one set up now. p is marked Live. It runs until
 // Close, or until it ends by itself (Ended), or at the latest after
 // lifetime. Only a backend whose Prepared is a backend.Live can; a kept
 // session's workspace is refused (not yet).
@@ -76,10 +78,23 @@ func (r *Runner) Live(ctx context.Context, p *task.Plan, lifetime time.Duration)
 	if p.Offline() {
 		res.Network = result.NoNetwork()
 	}
+	p.Live = true
 	req := runRequest(p, img, res, nil, nil)
 	req.live = true
-	sb, err := r.setup(ctx, req)
-	if err != nil {
+	// A ready sandbox of the same shape from the pool, made for a live
+	// sandbox, untouched, its network (if any) bound to p's allowlist
+	// as it is taken; else one set up now.
+	sb := r.pool.take(p, img, func(sb *sandbox) error {
+		if sb.proxy == nil {
+			return nil
+		}
+		return r.bindNetwork(sb, p, nil, res)
+	})
+	if sb != nil {
+		// Its replacement need not wait for the holder, which lives on.
+		r.pool.ended(sb)
+		res.ID = sb.id
+	} else if sb, err = r.setup(ctx, req); err != nil {
 		return nil, err
 	}
 	live, ok := sb.prep.(backend.Live)

@@ -97,12 +97,10 @@ func Create(ctx context.Context, r *runner.Runner, p *task.Plan, user string, op
 	if opt.OutputBytes <= 0 {
 		opt.OutputBytes = DefaultOutputBytes
 	}
-	hp := *p
-	hp.Argv = slices.Clone(Holder)
-	hp.Stdin, hp.Code, hp.CodeFile = nil, nil, ""
+	hp := HolderPlan(p)
 	// The holder's own bound is the max lifetime, and a margin: the
 	// sandbox's timer ends it first.
-	live, err := r.Live(ctx, &hp, opt.MaxLifetime+time.Minute)
+	live, err := r.Live(ctx, hp, opt.MaxLifetime+time.Minute)
 	if err != nil {
 		return nil, err
 	}
@@ -119,6 +117,17 @@ func Create(ctx context.Context, r *runner.Runner, p *task.Plan, user string, op
 		}
 	}()
 	return s, nil
+}
+
+// HolderPlan is p as a live sandbox's: its program Holder, with no code
+// or stdin, marked Live. A pool seeded with it keeps sandboxes ready for
+// live sandboxes of p's shape (runner.Pool.Seed).
+func HolderPlan(p *task.Plan) *task.Plan {
+	hp := *p
+	hp.Argv = slices.Clone(Holder)
+	hp.Stdin, hp.Code, hp.CodeFile = nil, nil, ""
+	hp.Live = true
+	return &hp
 }
 
 // newID is prefix and 128 random bits in hex.

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -131,6 +132,11 @@ type prepared struct {
 	// proc is the container's process, whose environment, working
 	// directory, user and rlimits a process Spawn starts shares.
 	proc *specs.Process
+	// started is closed once Exec's `runsc start` has ended, startErr
+	// its error: Spawn waits for it.
+	started   chan struct{}
+	startOnce sync.Once
+	startErr  error
 	// live are the `runsc exec` commands of the processes Spawn started
 	// that have not ended, which Destroy kills.
 	live liveExecs
@@ -154,7 +160,7 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 	if err := os.Mkdir(bundle, 0o700); err != nil {
 		return nil, fmt.Errorf("creating bundle dir: %w", err)
 	}
-	p := &prepared{b: b, id: c.ID, bundle: bundle, global: b.globalArgs(c, bundle), pidfd: -1, proc: c.Spec.Process}
+	p := &prepared{b: b, id: c.ID, bundle: bundle, global: b.globalArgs(c, bundle), pidfd: -1, proc: c.Spec.Process, started: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			if derr := p.Destroy(); derr != nil {
@@ -315,7 +321,9 @@ func (p *prepared) Exec(ctx context.Context, prog backend.Program) (*backend.Out
 	}
 	p.ran = true
 	if timeout <= 0 {
-		return nil, fmt.Errorf("timeout %v is not positive", timeout)
+		err := fmt.Errorf("timeout %v is not positive", timeout)
+		p.markStarted(err)
+		return nil, err
 	}
 	wasReady := p.alive()
 	out := &backend.Outcome{}
@@ -328,6 +336,7 @@ func (p *prepared) Exec(ctx context.Context, prog backend.Program) (*backend.Out
 	sctx, cancel := context.WithTimeout(ctx, startWait)
 	_, err := p.b.command(sctx, nil, p.global, "start", p.id)
 	cancel()
+	p.markStarted(err)
 	if err != nil {
 		// The pipes reach EOF once the sandbox is gone.
 		kerr := p.killAll()
@@ -361,6 +370,14 @@ func (p *prepared) Exec(ctx context.Context, prog backend.Program) (*backend.Out
 		return out, fmt.Errorf("run cancelled: %w", ctx.Err())
 	}
 	return out, nil
+}
+
+// markStarted records the end of the program's start, err its error.
+func (p *prepared) markStarted(err error) {
+	p.startOnce.Do(func() {
+		p.startErr = err
+		close(p.started)
+	})
 }
 
 // wait reaps the sandbox process, agentrun's child (New made agentrun the

@@ -48,8 +48,8 @@ func (p *prepared) Spawn(proc backend.Process) (backend.Spawned, error) {
 	if len(proc.Args) == 0 {
 		return nil, errors.New("spawn: no command")
 	}
-	if !p.ran || !p.alive() {
-		return nil, errors.New("spawn: the sandbox is not running")
+	if err := p.running(); err != nil {
+		return nil, fmt.Errorf("spawn: %w", err)
 	}
 	n, ok := p.live.next()
 	if !ok {
@@ -129,6 +129,23 @@ func (p *prepared) Spawn(proc backend.Process) (backend.Spawned, error) {
 		return fail(err)
 	}
 	return s, nil
+}
+
+// running waits for the holder's start (Exec, which runs beside the
+// sandbox's first requests) and says whether the sandbox runs.
+func (p *prepared) running() error {
+	select {
+	case <-p.started:
+	case <-time.After(execWait):
+		return errors.New("the sandbox's holder has not started")
+	}
+	if p.startErr != nil {
+		return fmt.Errorf("the sandbox's holder did not start: %w", p.startErr)
+	}
+	if !p.alive() {
+		return errors.New("the sandbox has ended")
+	}
+	return nil
 }
 
 // execProcess is the OCI process of proc, the container's own but for
@@ -354,8 +371,11 @@ func (p *prepared) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if port < 1 || port > 65535 {
 		return nil, fmt.Errorf("port %d: not a TCP port", port)
 	}
+	if err := p.running(); err != nil {
+		return nil, err
+	}
 	n, ok := p.live.next()
-	if !ok || !p.alive() {
+	if !ok {
 		return nil, errors.New("the sandbox has ended")
 	}
 	dir := filepath.Join(p.bundle, "port-"+strconv.Itoa(n))
