@@ -123,4 +123,3 @@ func TestLiveSandboxPooled(t *testing.T) {
 		}
 	})
 }
-
