@@ -76,8 +76,10 @@ func testServeLiveSandboxTTY(t *testing.T, rt string) {
 		t.Errorf("a tty process has %q seccomp filters, the sandbox's init %q", f, g)
 	}
 
-	// An interactive shell: typed lines echoed and run, a resize seen,
-	// Ctrl-D (stdin's close) ends it.
+	// An interactive shell: typed lines echoed and run, a resize seen, a
+	// typed ^C interrupts its foreground job (the terminal's signal: on
+	// runsc forwarded by runsc exec, its session's leader), Ctrl-D
+	// (stdin's close) ends it.
 	resp, b := s.do("POST", sb+"/processes?wait=false", `{"command": ["/bin/sh"], "tty": {"rows": 24, "cols": 80}}`)
 	var started struct{ Pid int }
 	if err := json.Unmarshal(b, &started); resp.StatusCode != 200 || err != nil || started.Pid <= 0 {
@@ -94,10 +96,15 @@ func testServeLiveSandboxTTY(t *testing.T, rt string) {
 		{"24 80\r\n", ""}, // then resized
 		{"", "stty size\n"},
 		{"50 120\r\n", "echo $((6*7))\n"},
-		{"\r\n42\r\n/workspace $ ", ""}, // at the prompt, Ctrl-D
+		// The job prints once it is the terminal's foreground.
+		{"\r\n42\r\n/workspace $ ", "sh -c 'echo sl\"\"eeping; exec sleep 60'\n"},
+		{"sleeping\r\n", "\x03"}, // ^C interrupts the foreground job
+		{"^C", "echo after-$?\n"},
+		{"after-130\r\n/workspace $ ", ""}, // at the prompt, Ctrl-D
 	}
 	send := func(data string) {
-		if resp, b := s.do("POST", proc+"/stdin", fmt.Sprintf(`{"data": %q}`, data)); resp.StatusCode != 204 {
+		body, _ := json.Marshal(map[string]string{"data": data})
+		if resp, b := s.do("POST", proc+"/stdin", string(body)); resp.StatusCode != 204 {
 			t.Errorf("stdin %q: %d %s", data, resp.StatusCode, b)
 		}
 	}
