@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"io"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/agentrun/agentrun/internal/compose"
 	"github.com/agentrun/agentrun/internal/sandbox"
+	"github.com/agentrun/agentrun/internal/server"
 	"github.com/agentrun/agentrun/internal/task"
 )
 
@@ -122,4 +124,56 @@ func TestLiveSandboxPooled(t *testing.T) {
 			t.Errorf("closing b: %v", err)
 		}
 	})
+}
+
+// TestServeLiveSandboxPool: serve's pool serves live sandboxes: the
+// first create of an image moves the pool to a live sandbox's shape (a
+// miss), and from then on a create takes the one it keeps ready, which
+// holds nothing of the sandbox before it.
+func TestServeLiveSandboxPool(t *testing.T) {
+	cfg := serveConfig(map[string]any{"listen": "unix://" + filepath.Join(t.TempDir(), "sb.sock"),
+		"pool": map[string]any{busyboxImage: 1}}, map[string]any{"local_images": []string{*imagesDir}})
+	s := startServeWith(t, cfg)
+	pool := func() server.PoolHealth {
+		var h server.Health
+		if code := s.get("/healthz", &h); code != 200 || h.Pool == nil {
+			t.Fatalf("/healthz: %d %+v", code, h)
+		}
+		return *h.Pool
+	}
+	ready := func() {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); pool().Ready[busyboxImage] < 1; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the pool made no sandbox: %+v", pool())
+			}
+		}
+	}
+	// The pool starts with a run's shape (a python task's, which the
+	// busybox image cannot make): the first create is a miss.
+	a := createSandbox(t, s)
+	if p := pool(); p.Hits != 0 {
+		t.Errorf("the first live sandbox was taken from a pool made for runs: %+v", p)
+	}
+	if out, _ := execOut(t, s, a.ID, `{"cmd": "echo a > /workspace/left-a; echo done"}`); out != "done\n" {
+		t.Errorf("writing in a: %q", out)
+	}
+	for i := 0; i < 2; i++ {
+		ready()
+		b := createSandbox(t, s)
+		if p := pool(); p.Hits != int64(i+1) {
+			t.Errorf("live sandbox %d was not taken from the pool: %+v", i+2, p)
+		}
+		if out, _ := execOut(t, s, b.ID, `{"cmd": "ls /workspace; id -u"}`); strings.Contains(out, "left-a") {
+			t.Errorf("a pooled sandbox holds what another left: %q", out)
+		}
+		if resp, body := s.do("DELETE", "/v1/sandboxes/"+b.ID, ""); resp.StatusCode != 204 {
+			t.Errorf("DELETE: %d %s", resp.StatusCode, body)
+		}
+	}
+	if resp, body := s.do("DELETE", "/v1/sandboxes/"+a.ID, ""); resp.StatusCode != 204 {
+		t.Errorf("DELETE: %d %s", resp.StatusCode, body)
+	}
+	s.stop()
+	assertNoLeaks(t)
 }
