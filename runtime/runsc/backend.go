@@ -405,6 +405,10 @@ func (p *prepared) wait() exit {
 // reaped, or after killGrace (the kill failed; Exec reports that) with
 // SIGKILL's status, as a program that the kill ended reads.
 func (p *prepared) kill(ended <-chan exit) exit {
+	// A live sandbox's processes first: each `runsc exec` killed reads
+	// as its process killed, which it is with the sandbox a moment
+	// later (after the sandbox, it would fail waiting for it).
+	p.live.killAll()
 	_ = p.killAll()
 	select {
 	case ex := <-ended:
