@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
@@ -14,6 +15,10 @@ import (
 
 	"github.com/agentrun/agentrun/runtime/backend"
 )
+
+// startedWait bounds Spawn's wait for the sandbox's program to start:
+// milliseconds, seconds on a busy host.
+const startedWait = 30 * time.Second
 
 // spawnBase is what a process Spawn starts shares with the container's
 // program: its environment, working directory, user, rlimits, and the
@@ -46,6 +51,16 @@ type spawnBase struct {
 func (p *Prepared) Spawn(proc backend.Process) (backend.Spawned, error) {
 	if len(proc.Args) == 0 {
 		return nil, errors.New("spawn: no command")
+	}
+	// Never beside an init that has not executed the program yet (the
+	// holder's Exec runs beside the sandbox's first requests).
+	select {
+	case <-p.started:
+	case <-time.After(startedWait):
+		return nil, errors.New("spawn: the sandbox's program has not started")
+	}
+	if p.startErr != nil {
+		return nil, fmt.Errorf("spawn: the sandbox's program did not start: %w", p.startErr)
 	}
 	b := p.spawn
 	args := proc.Args

@@ -24,9 +24,9 @@ import (
 	"github.com/agentrun/agentrun/runtime/spec"
 )
 
-// execWait bounds how long Spawn waits for `runsc exec` to have started
-// its process (its terminal sent, its pid written): milliseconds, seconds
-// on a busy host.
+// execWait bounds how long Spawn waits for the holder's start and for
+// `runsc exec` to have started its process (its pid written), and a
+// port's forward: milliseconds, seconds on a busy host.
 const execWait = 30 * time.Second
 
 // Spawn starts proc in the running sandbox with `runsc exec`: gVisor's
