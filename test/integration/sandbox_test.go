@@ -296,12 +296,16 @@ func testLiveSandbox(t *testing.T, r *runner.Runner, rt string) {
 // processes with it, and leaves nothing on the host.
 func TestLiveSandboxExpires(t *testing.T) {
 	testenv.RequireRoot(t)
-	r, err := compose.Runner(testConfig(t), nil)
+	eachRuntime(t, testLiveSandboxExpires)
+}
+
+func testLiveSandboxExpires(t *testing.T, rt string) {
+	r, err := compose.Runner(cfgFor(t, rt), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	sb := newLiveSandbox(t, r, config.RuntimeLibcontainer, sandbox.Options{Lifetime: 3 * time.Second})
+	sb := newLiveSandbox(t, r, rt, sandbox.Options{Lifetime: 3 * time.Second})
 	p, err := sb.Exec(sandbox.ExecRequest{Cmd: "while :; do sleep 1; done"})
 	if err != nil {
 		t.Fatal(err)
