@@ -24,17 +24,11 @@ type SandboxRequest struct {
 }
 
 // SandboxPlan resolves a sandbox's request as a task's (its program the
-// sandbox's holder; a session its kept workspace), refusing what live
-// sandboxes do not have yet, and its lifetime.
+// sandbox's holder; a session its kept workspace), and its lifetime.
 func SandboxPlan(req *SandboxRequest, cfg *config.Config) (*task.Plan, time.Duration, error) {
-	notYet := func(field, what string) error {
-		return &Refusal{Why: errkind.Invalid, Field: field, Msg: field + ": a live sandbox cannot have " + what + " yet"}
-	}
 	switch {
 	case req.Session != "" && !task.IsKeptSessionID(req.Session):
 		return nil, 0, &Refusal{Why: errkind.Invalid, Field: "session", Msg: fmt.Sprintf("session: %q is not a kept session's id (ss- and 32 hex digits, from POST /v1/sessions)", req.Session)}
-	case req.Runtime == config.RuntimeRunsc:
-		return nil, 0, notYet("runtime", "the runsc runtime")
 	case req.Limits.Timeout.IsSet():
 		return nil, 0, &Refusal{Why: errkind.Invalid, Field: "limits.timeout", Msg: "limits.timeout: a sandbox's lifetime is its timeout, and each process's the process's own"}
 	}
@@ -51,9 +45,6 @@ func SandboxPlan(req *SandboxRequest, cfg *config.Config) (*task.Plan, time.Dura
 	plan, err := t.Resolve(cfg)
 	if err != nil {
 		return nil, 0, TaskRefusal(err)
-	}
-	if plan.Runtime == config.RuntimeRunsc {
-		return nil, 0, notYet("runtime", "the runsc runtime (the config's default)")
 	}
 	return plan, lifetime, nil
 }

@@ -44,8 +44,10 @@ type Live struct {
 	// Result gets the network report once it ended.
 	Result *result.Result
 
-	sb      *sandbox
-	live    backend.Live
+	sb   *sandbox
+	live backend.Live
+	// sockets: its processes' outputs are sockets (Traits.SocketOutputs).
+	sockets bool
 	created time.Time
 	limits  audit.Limits
 	audit   *audit.Log
@@ -58,7 +60,9 @@ type Live struct {
 }
 
 // Live sets up p's sandbox, whose program p.Argv holds it up (the
-// image's own, never one of agentrun's), and starts it. It runs until
+// image's own, never one of agentrun's), and starts it: one the pool has
+// ready for p's shape (made ahead for a live sandbox, never used), else
+// one set up now. p is marked Live. It runs until
 // Close, or until it ends by itself (Ended), or at the latest after
 // lifetime. Only a backend whose Prepared is a backend.Live can. A plan
 // with a kept session (KeepWorkspace) has the session's disk as its
@@ -71,7 +75,8 @@ type Live struct {
 // (runapi.WithApprover; none: denied), and are in Record; its calls
 // are counted by the counter ctx carries (runapi.WithToolCounter).
 func (r *Runner) Live(ctx context.Context, p *task.Plan, lifetime time.Duration) (_ *Live, err error) {
-	if _, ok := r.backends[p.Runtime]; !ok {
+	be, ok := r.backends[p.Runtime]
+	if !ok {
 		if err := r.unavailable[p.Runtime]; err != nil {
 			return nil, fmt.Errorf("runtime %s is not available: %w", p.Runtime, err)
 		}
@@ -98,11 +103,29 @@ func (r *Runner) Live(ctx context.Context, p *task.Plan, lifetime time.Duration)
 	if p.Offline() {
 		res.Network = result.NoNetwork()
 	}
+	p.Live = true
 	req := runRequest(p, img, res, lease, approver(runapi.ApproverFrom(ctx), res))
 	req.toolCount = runapi.ToolCounterFrom(ctx)
 	req.live = true
-	sb, err := r.setup(ctx, req)
-	if err != nil {
+	// A ready sandbox of the same shape from the pool, made for a live
+	// sandbox, untouched, its network (if any) bound to p's allowlist
+	// as it is taken; else one set up now. A kept session's disk is
+	// mounted as a sandbox is set up: such a sandbox never comes from the
+	// pool (nor one with tools, which the pool does not keep).
+	var sb *sandbox
+	if lease == nil {
+		sb = r.pool.take(p, img, func(sb *sandbox) error {
+			if sb.proxy == nil {
+				return nil
+			}
+			return r.bindNetwork(sb, p, req.approve, res)
+		})
+	}
+	if sb != nil {
+		// Its replacement need not wait for the holder, which lives on.
+		r.pool.ended(sb)
+		res.ID = sb.id
+	} else if sb, err = r.setup(ctx, req); err != nil {
 		return nil, err
 	}
 	live, ok := sb.prep.(backend.Live)
@@ -113,7 +136,7 @@ func (r *Runner) Live(ctx context.Context, p *task.Plan, lifetime time.Duration)
 	// request that made it.
 	hold, cancel := context.WithCancel(context.Background())
 	l := &Live{ID: sb.id, ImageDigest: img.Digest, UID: sb.uid, Workspace: sb.ws, Tmp: sb.tmp, FileUID: sb.uid, FileGID: sb.uid, Result: res,
-		sb: sb, live: live, cancel: cancel, ended: make(chan struct{}),
+		sb: sb, live: live, sockets: be.Traits().SocketOutputs, cancel: cancel, ended: make(chan struct{}),
 		created: time.Now(), limits: auditLimits(p), audit: r.audit}
 	go func() {
 		defer close(l.ended)
@@ -154,6 +177,20 @@ func (l *Live) Spawn(p backend.Process) (backend.Spawned, error) {
 	return l.live.Spawn(p)
 }
 
+// Pipes makes the stdin, stdout and stderr of a process to Spawn, as
+// the sandbox's runtime needs them (Traits.SocketOutputs).
+func (l *Live) Pipes() (*backend.Pipes, error) {
+	p, err := backend.NewPipes()
+	if err != nil || !l.sockets {
+		return p, err
+	}
+	if err := p.SocketOutputs(); err != nil {
+		p.CloseAll()
+		return nil, err
+	}
+	return p, nil
+}
+
 // DialPort connects to TCP port on the sandbox's loopback (127.0.0.1,
 // else ::1), from a socket made inside its network namespace: the
 // sandbox's own view, never through its proxy, and no listener of the
@@ -166,6 +203,9 @@ func (l *Live) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	case <-l.ended:
 		return nil, errors.New("the sandbox has ended")
 	default:
+	}
+	if d, ok := l.live.(backend.PortDialer); ok {
+		return d.DialPort(ctx, port)
 	}
 	n := l.sb.net
 	if n == nil {

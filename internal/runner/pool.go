@@ -561,7 +561,9 @@ func (p *Pool) poolable(plan *task.Plan) bool {
 // (SandboxSpec): argv, environment and the limits config.LimitTable marks
 // Shape, and whether it has a network (an allowlist) or none. What a run
 // supplies later (code, files, stdin, timeout, output cap, collect, and
-// the allowlist itself, bound to the proxy at take) is not part of it. The rootfs is named by its inode too:
+// the allowlist itself, bound to the proxy at take) is not part of it; a
+// live sandbox's (task.Plan.Live) is apart from a run's of the same argv.
+// The rootfs is named by its inode too:
 // an image removed and pulled again at the same path is another rootfs,
 // and the sandboxes made on the old one (whose files are gone) are not
 // used. It is "" when the rootfs cannot be looked at.
@@ -582,8 +584,8 @@ func shapeKey(plan *task.Plan, img *image.Image) string {
 		Argv                           []string
 		Env                            map[string]string
 		Limits                         map[string]float64
-		Network                        bool
-	}{plan.Image, img.Digest, img.Rootfs, plan.Runtime, st.Dev, st.Ino, plan.Argv, plan.Env, limits, !plan.Allow.Empty()})
+		Network, Live                  bool
+	}{plan.Image, img.Digest, img.Rootfs, plan.Runtime, st.Dev, st.Ino, plan.Argv, plan.Env, limits, !plan.Allow.Empty(), plan.Live})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }

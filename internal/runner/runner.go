@@ -555,7 +555,7 @@ func runRequest(p *task.Plan, img *image.Image, res *result.Result, lease *sessi
 // poolRequest is the request for a sandbox made ahead for the pool for
 // plans of p's shape, with no files; warm as in request.
 func poolRequest(p *task.Plan, img *image.Image, warm []string) request {
-	return request{plan: p, img: img, id: newID(), pooled: true, warm: warm}
+	return request{plan: p, img: img, id: newID(), pooled: true, warm: warm, live: p.Live}
 }
 
 // setup makes the sandbox that req asks for. It is the setup order of one

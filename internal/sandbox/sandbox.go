@@ -96,12 +96,10 @@ func Create(ctx context.Context, r *runner.Runner, p *task.Plan, user string, op
 	if opt.OutputBytes <= 0 {
 		opt.OutputBytes = DefaultOutputBytes
 	}
-	hp := *p
-	hp.Argv = slices.Clone(Holder)
-	hp.Stdin, hp.Code, hp.CodeFile = nil, nil, ""
+	hp := HolderPlan(p)
 	// The holder's own bound is the max lifetime, and a margin: the
 	// sandbox's timer ends it first.
-	live, err := r.Live(ctx, &hp, opt.MaxLifetime+time.Minute)
+	live, err := r.Live(ctx, hp, opt.MaxLifetime+time.Minute)
 	if err != nil {
 		return nil, err
 	}
@@ -118,6 +116,17 @@ func Create(ctx context.Context, r *runner.Runner, p *task.Plan, user string, op
 		}
 	}()
 	return s, nil
+}
+
+// HolderPlan is p as a live sandbox's: its program Holder, with no code
+// or stdin, marked Live. A pool seeded with it keeps sandboxes ready for
+// live sandboxes of p's shape (runner.Pool.Seed).
+func HolderPlan(p *task.Plan) *task.Plan {
+	hp := *p
+	hp.Argv = slices.Clone(Holder)
+	hp.Stdin, hp.Code, hp.CodeFile = nil, nil, ""
+	hp.Live = true
+	return &hp
 }
 
 // newID is prefix and 128 random bits in hex.
@@ -228,7 +237,7 @@ func (s *Sandbox) Exec(req ExecRequest) (*Process, error) {
 	if size != nil {
 		return s.execTTYLocked(args, vars, cwd, size, req.Timeout)
 	}
-	pipes, err := backend.NewPipes()
+	pipes, err := s.live.Pipes()
 	if err != nil {
 		return nil, err
 	}

@@ -69,8 +69,12 @@ type Plan struct {
 	KeepState bool
 	// ResetState: the session's state is removed before the run.
 	ResetState bool
-	Image      string
-	Runtime    string
+	// Live: the plan is a live sandbox's, its program the sandbox's
+	// holder (internal/sandbox): its sandbox is set up to be reached
+	// (runner.Live), and a pool keeps sandboxes of its shape apart.
+	Live    bool
+	Image   string
+	Runtime string
 	// Argv is the program argv; with code, "{file}" in the language argv is
 	// replaced by "/workspace/"+CodeFile.
 	Argv []string

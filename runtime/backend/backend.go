@@ -138,6 +138,10 @@ type Traits struct {
 	// all of the sandbox's restrictions, and take its run through a
 	// Handover (Container.Handover).
 	Warm bool
+	// SocketOutputs: a program's stdout and stderr, and those of a
+	// process started in a live sandbox, must be stream sockets, not
+	// pipes (Pipes.SocketOutputs).
+	SocketOutputs bool
 	// Spec, if not nil, is the backend's own change to the spec.
 	Spec spec.SpecOpt
 }

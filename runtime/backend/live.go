@@ -1,6 +1,8 @@
 package backend
 
 import (
+	"context"
+	"net"
 	"os"
 )
 
@@ -52,4 +54,12 @@ type Spawned interface {
 	// without one: non-blocking, the caller's to read, write, resize
 	// and close.
 	PTY() *os.File
+}
+
+// PortDialer is a Live that reaches the sandbox's own loopback itself,
+// where the sandbox's network namespace is not where its sockets are
+// (gVisor's netstack).
+type PortDialer interface {
+	// DialPort connects to TCP port on the sandbox's loopback.
+	DialPort(ctx context.Context, port int) (net.Conn, error)
 }

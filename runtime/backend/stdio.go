@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // Pipes are the three pipes between agentrun and a sandboxed program. The
@@ -68,4 +70,22 @@ func Feed(w *os.File, data []byte) {
 	if len(data) > 0 {
 		_, _ = w.Write(data)
 	}
+}
+
+// SocketOutputs replaces the stdout and stderr pipes by stream socket
+// pairs: gVisor writes to a host pipe without waiting for room, so a
+// program's write of more than the pipe's 64 KiB lost the rest; it waits
+// on a socket as it should (Traits.SocketOutputs).
+func (p *Pipes) SocketOutputs() error {
+	for _, pair := range []struct{ r, w **os.File }{{&p.OutR, &p.OutW}, {&p.ErrR, &p.ErrW}} {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("creating output socket pair: %w", err)
+		}
+		(*pair.r).Close()
+		(*pair.w).Close()
+		*pair.r, *pair.w = os.NewFile(uintptr(fds[0]), "output-r"), os.NewFile(uintptr(fds[1]), "output-w")
+		unix.Shutdown(fds[0], unix.SHUT_WR)
+	}
+	return nil
 }

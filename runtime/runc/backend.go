@@ -99,6 +99,10 @@ type Prepared struct {
 	handover *backend.Handover
 	// spawn is what every process Spawn starts shares with the program.
 	spawn spawnBase
+	// started is closed once Exec has let the program go on (or failed
+	// to), startErr its error: Spawn waits for it.
+	started  chan struct{}
+	startErr error
 }
 
 // Prepare creates c's container and starts its init, which stops just
@@ -171,7 +175,7 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 		_ = os.RemoveAll(filepath.Join(b.StateDir, c.ID))
 		return nil, fmt.Errorf("creating container: %w", err)
 	}
-	p := &Prepared{stateDir: b.StateDir, ctr: ctr, cg: cg, initFD: -1, mntFD: -1, handover: c.Handover}
+	p := &Prepared{stateDir: b.StateDir, ctr: ctr, cg: cg, initFD: -1, mntFD: -1, handover: c.Handover, started: make(chan struct{})}
 	undo.Add(p.Destroy)
 	ahead := c.Handover == nil && c.Ahead && len(extra) > 0
 	if ahead {
@@ -325,7 +329,10 @@ func (p *Prepared) Exec(ctx context.Context, prog backend.Program) (out *backend
 	p.cg.Start()
 	start := time.Now()
 	waitOutput := p.stdio.Serve(stdin, outputLimit, output)
-	if err := p.start(ctx); err != nil {
+	err = p.start(ctx)
+	p.startErr = err
+	close(p.started)
+	if err != nil {
 		// The pipes reach EOF once the init is gone; a warm program's
 		// channel is closed only then, so that it never runs the task.
 		p.kill(p.wait())

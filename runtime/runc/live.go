@@ -7,14 +7,18 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"github.com/opencontainers/runc/libcontainer/utils"
-	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/runtime/backend"
 )
+
+// startedWait bounds Spawn's wait for the sandbox's program to start:
+// milliseconds, seconds on a busy host.
+const startedWait = 30 * time.Second
 
 // spawnBase is what a process Spawn starts shares with the container's
 // program: its environment, working directory, user, rlimits, and the
@@ -47,6 +51,16 @@ type spawnBase struct {
 func (p *Prepared) Spawn(proc backend.Process) (backend.Spawned, error) {
 	if len(proc.Args) == 0 {
 		return nil, errors.New("spawn: no command")
+	}
+	// Never beside an init that has not executed the program yet (the
+	// holder's Exec runs beside the sandbox's first requests).
+	select {
+	case <-p.started:
+	case <-time.After(startedWait):
+		return nil, errors.New("spawn: the sandbox's program has not started")
+	}
+	if p.startErr != nil {
+		return nil, fmt.Errorf("spawn: the sandbox's program did not start: %w", p.startErr)
 	}
 	b := p.spawn
 	args := proc.Args
@@ -121,9 +135,7 @@ func (p *Prepared) Spawn(proc backend.Process) (backend.Spawned, error) {
 }
 
 // recvPTY receives the master of a pseudo-terminal from the container's
-// init over sock, checks that it is one, and makes it non-blocking (its
-// reads and writes go through Go's poller: deadlines, and a Close that
-// ends a read).
+// init over sock and checks that it is one (backend.PTYMaster).
 func recvPTY(sock *os.File) (*os.File, error) {
 	//lint:ignore SA1019 libcontainer's own receiver of its console socket (moved to runc's internal/cmsg)
 	f, err := utils.RecvFile(sock)
@@ -131,29 +143,7 @@ func recvPTY(sock *os.File) (*os.File, error) {
 		return nil, err
 	}
 	defer f.Close()
-	raw, err := f.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	fd := -1
-	var cerr error
-	if err := raw.Control(func(r uintptr) {
-		if _, cerr = unix.IoctlGetUint32(int(r), unix.TIOCGPTN); cerr != nil {
-			cerr = fmt.Errorf("what was sent is not a pseudo-terminal's master: %w", cerr)
-			return
-		}
-		fd, cerr = unix.FcntlInt(r, unix.F_DUPFD_CLOEXEC, 3)
-	}); err != nil {
-		return nil, err
-	}
-	if cerr != nil {
-		return nil, cerr
-	}
-	if err := unix.SetNonblock(fd, true); err != nil {
-		unix.Close(fd)
-		return nil, err
-	}
-	return os.NewFile(uintptr(fd), "pty"), nil
+	return backend.PTYMaster(f)
 }
 
 // innerPid reads the pid, in its innermost pid namespace, of host

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -89,9 +90,9 @@ func New(path string, flags []string, stateDir, cgroupParent string) (*Backend, 
 // Traits: runsc's gofer writes the mount points it needs into the root
 // filesystem, so a run needs its own; the backend changes the spec
 // (SpecOpt); a prepared sandbox waits, booted, for `runsc start`, so it can
-// be pooled.
+// be pooled; outputs are sockets (Pipes.SocketOutputs).
 func (b *Backend) Traits() backend.Traits {
-	return backend.Traits{CgroupParent: b.cgroupParent(), PrivateRootfs: true, Poolable: true, Spec: SpecOpt()}
+	return backend.Traits{CgroupParent: b.cgroupParent(), PrivateRootfs: true, Poolable: true, SocketOutputs: true, Spec: SpecOpt()}
 }
 
 func (b *Backend) cgroupParent() string {
@@ -128,6 +129,17 @@ type prepared struct {
 	// to agentrun once killed, for Destroy to reap.
 	groups []int
 	ran    bool
+	// proc is the container's process, whose environment, working
+	// directory, user and rlimits a process Spawn starts shares.
+	proc *specs.Process
+	// started is closed once Exec's `runsc start` has ended, startErr
+	// its error: Spawn waits for it.
+	started   chan struct{}
+	startOnce sync.Once
+	startErr  error
+	// live are the `runsc exec` commands of the processes Spawn started
+	// that have not ended, which Destroy kills.
+	live liveExecs
 }
 
 // Prepare writes c's bundle and cgroup and creates its sandbox with `runsc
@@ -148,7 +160,7 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 	if err := os.Mkdir(bundle, 0o700); err != nil {
 		return nil, fmt.Errorf("creating bundle dir: %w", err)
 	}
-	p := &prepared{b: b, id: c.ID, bundle: bundle, global: b.globalArgs(c, bundle), pidfd: -1}
+	p := &prepared{b: b, id: c.ID, bundle: bundle, global: b.globalArgs(c, bundle), pidfd: -1, proc: c.Spec.Process, started: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			if derr := p.Destroy(); derr != nil {
@@ -173,7 +185,7 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 	if p.stdio, err = backend.NewPipes(); err != nil {
 		return nil, err
 	}
-	if err := socketOutputs(p.stdio); err != nil {
+	if err := p.stdio.SocketOutputs(); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, createWait)
@@ -309,7 +321,9 @@ func (p *prepared) Exec(ctx context.Context, prog backend.Program) (*backend.Out
 	}
 	p.ran = true
 	if timeout <= 0 {
-		return nil, fmt.Errorf("timeout %v is not positive", timeout)
+		err := fmt.Errorf("timeout %v is not positive", timeout)
+		p.markStarted(err)
+		return nil, err
 	}
 	wasReady := p.alive()
 	out := &backend.Outcome{}
@@ -322,6 +336,7 @@ func (p *prepared) Exec(ctx context.Context, prog backend.Program) (*backend.Out
 	sctx, cancel := context.WithTimeout(ctx, startWait)
 	_, err := p.b.command(sctx, nil, p.global, "start", p.id)
 	cancel()
+	p.markStarted(err)
 	if err != nil {
 		// The pipes reach EOF once the sandbox is gone.
 		kerr := p.killAll()
@@ -357,6 +372,14 @@ func (p *prepared) Exec(ctx context.Context, prog backend.Program) (*backend.Out
 	return out, nil
 }
 
+// markStarted records the end of the program's start, err its error.
+func (p *prepared) markStarted(err error) {
+	p.startOnce.Do(func() {
+		p.startErr = err
+		close(p.started)
+	})
+}
+
 // wait reaps the sandbox process, agentrun's child (New made agentrun the
 // reaper of what runsc create leaves), and returns its exit status.
 func (p *prepared) wait() exit {
@@ -382,6 +405,10 @@ func (p *prepared) wait() exit {
 // reaped, or after killGrace (the kill failed; Exec reports that) with
 // SIGKILL's status, as a program that the kill ended reads.
 func (p *prepared) kill(ended <-chan exit) exit {
+	// A live sandbox's processes first: each `runsc exec` killed reads
+	// as its process killed, which it is with the sandbox a moment
+	// later (after the sandbox, it would fail waiting for it).
+	p.live.killAll()
 	_ = p.killAll()
 	select {
 	case ex := <-ended:
@@ -424,6 +451,7 @@ func (p *prepared) Destroy() error {
 	if p.cg != nil {
 		_ = p.killAll()
 	}
+	p.live.killAll()
 	err := p.b.cleanup(p.id, p.bundle, p.cg)
 	// Killed, they are agentrun's zombies until reaped.
 	rerr := reapGroups(p.groups)
@@ -646,22 +674,4 @@ func validID(id string) bool {
 		}
 	}
 	return true
-}
-
-// socketOutputs replaces the stdout and stderr pipes by stream socket
-// pairs: gVisor writes to a host pipe without waiting for room, so a
-// program's write of more than the pipe's 64 KiB lost the rest; it waits
-// on a socket as it should.
-func socketOutputs(p *backend.Pipes) error {
-	for _, pair := range []struct{ r, w **os.File }{{&p.OutR, &p.OutW}, {&p.ErrR, &p.ErrW}} {
-		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return fmt.Errorf("creating output socket pair: %w", err)
-		}
-		(*pair.r).Close()
-		(*pair.w).Close()
-		*pair.r, *pair.w = os.NewFile(uintptr(fds[0]), "output-r"), os.NewFile(uintptr(fds[1]), "output-w")
-		unix.Shutdown(fds[0], unix.SHUT_WR)
-	}
-	return nil
 }

@@ -25,6 +25,7 @@ var sandboxOnly = flag.Bool("sandbox-only", false, "measure the live sandbox sec
 const (
 	sbPooledName = "agentrun serve, warm pool: POST /v1/runs print(45)"
 	sbCreateName = "live sandbox: create, then python3 -c print(45), to its first output"
+	sbPoolName   = "live sandbox from the pool: create, then python3 -c print(45), to its first output"
 	sbExecName   = "live sandbox: exec true"
 	runcExecName = "runc exec true (CLI, a running container)"
 	shTrueName   = "bare chroot sh -c true"
@@ -82,11 +83,12 @@ type manySandboxes struct {
 }
 
 // sandboxBench measures live sandboxes on an `agentrun serve` of their
-// own (no pool, its cgroups under sbCgroup so that they are found),
-// interleaved: a sandbox created and its first output (python3 -c
-// print(45)) beside a pooled run of print(45) on pool (the pool does not
-// serve live sandboxes), `true` exec'd in a live sandbox beside `runc
-// exec` in a running container of the runc contender's spec and bare sh;
+// own (no pool, its cgroups under sbCgroup so that they are found) and
+// on one whose pool keeps a live sandbox ready, interleaved: a sandbox
+// created and its first output (python3 -c print(45)), from nothing and
+// from the pool, beside a pooled run of print(45) on pool, `true`
+// exec'd in a live sandbox beside `runc exec` in a running container of
+// the runc contender's spec and bare sh;
 // then the memory of an idle one, and sbMany at once.
 func sandboxBench(work, rootfs, task string, pool *served, poolErr error) *sandboxSection {
 	ss := &sandboxSection{}
@@ -115,12 +117,26 @@ func sandboxBench(work, rootfs, task string, pool *served, poolErr error) *sandb
 	serveGrew := s.rss() - rss0
 	defer s.client.DeleteSandbox(ctx, live.ID)
 
+	// A serve whose pool serves live sandboxes alone: its first create
+	// moves the pool to their shape (it follows the shapes it is asked
+	// for), which it keeps ready from then on.
+	sp, spErr := startServeAs(*bin, work, rootfs, "sandbox-pool", 1)
+	if sp != nil {
+		defer sp.stop()
+	}
+	if spErr == nil {
+		if _, _, err := sp.createToFirstOutput(); err != nil {
+			spErr = fmt.Errorf("a first live sandbox: %w", err)
+		}
+	}
+
 	rc, stopRunc := runcLiveContender(work, rootfs, task)
 	defer stopRunc()
 	ss.cs = []*contender{
 		pool.pooled(&contender{name: sbPooledName, note: "a pooled print(45), timed to the whole answer (spaced: the pool refilled before each run)"}, poolErr, pool.post),
-		{name: sbCreateName, note: "POST /v1/sandboxes (the pool does not serve live sandboxes yet: each is made from nothing), then POST …/processes, timed to its first stdout event; deleted after, untimed",
+		{name: sbCreateName, note: "POST /v1/sandboxes on a serve without a pool (each made from nothing), then POST …/processes, timed to its first stdout event; deleted after, untimed",
 			call: func(int) (time.Duration, string, error) { return s.createToFirstOutput() }},
+		sp.pooledSandbox(&contender{name: sbPoolName, note: "the same on a serve with a pool of one, which keeps a live sandbox's shape ready (spaced: the pool refilled before each create)"}, spErr),
 		{name: sbExecName, quiet: true, note: "POST …/processes {command: [true]} in a running live sandbox over the unix socket, timed to its exit event",
 			call: func(int) (time.Duration, string, error) { return s.execTrue(live.ID) }},
 		rc,
@@ -171,6 +187,41 @@ func (s *served) createToFirstOutput() (time.Duration, string, error) {
 		err = exitErr(exit)
 	}
 	return first, out.String(), err
+}
+
+// pooledSandbox is c timing createToFirstOutput on s, whose pool keeps a
+// live sandbox ready: each create waits for the pool to have refilled,
+// and fails unless the pool served it.
+func (s *served) pooledSandbox(c *contender, err error) *contender {
+	if err != nil {
+		c.err = err.Error()
+		return c
+	}
+	hits := func() (int64, error) {
+		h, err := s.client.Health(context.Background())
+		if err != nil || h.Pool == nil {
+			return 0, fmt.Errorf("the server's pool: %v", err)
+		}
+		return h.Pool.Hits, nil
+	}
+	c.call = func(int) (time.Duration, string, error) {
+		if err := s.waitReady(); err != nil {
+			return 0, "", err
+		}
+		before, err := hits()
+		if err != nil {
+			return 0, "", err
+		}
+		el, out, err := s.createToFirstOutput()
+		if err != nil {
+			return 0, "", err
+		}
+		if after, err := hits(); err != nil || after != before+1 {
+			return 0, "", fmt.Errorf("the sandbox was not taken from the pool (hits %d, then %d: %v)", before, after, err)
+		}
+		return el, out, nil
+	}
+	return c
 }
 
 // execTrue runs true in sandbox id, timed to its exit event.
@@ -457,7 +508,7 @@ func sandboxReport(w io.Writer, ss *sandboxSection) {
 		fmt.Fprintf(w, "Not measured: %s\n", ss.err)
 		return
 	}
-	fmt.Fprintf(w, "Live sandboxes ([sandboxes.md](sandboxes.md)) on an `agentrun serve` of their own (no pool: the pool does not serve live sandboxes yet), over its unix socket, beside a pooled run (serve with a pool of one), `runc exec` in a running container and bare sh; %d runs per contender, interleaved, the order reversed every other time.\n\n", *n)
+	fmt.Fprintf(w, "Live sandboxes ([sandboxes.md](sandboxes.md)) on an `agentrun serve` of their own (no pool), and on one whose pool of one keeps a live sandbox ready, over their unix sockets, beside a pooled run (serve with a pool of one), `runc exec` in a running container and bare sh; %d runs per contender, interleaved, the order reversed every other time.\n\n", *n)
 	cpuTable(w, ss.cs)
 	if m := ss.idle; m.err != "" {
 		fmt.Fprintf(w, "\nAn idle live sandbox's memory: not measured: %s\n", m.err)
@@ -498,7 +549,7 @@ func sandboxTargets(ss *sandboxSection) [][3]string {
 		return [3]string{target, fmt.Sprintf("%.2f× (%s against %s)", r, ms(median(ca.times)), ms(median(cb.times))), met[r <= max]}
 	}
 	ts := [][3]string{
-		against("live sandbox create to first output ≤ 2× a pooled run's answer (no pool for sandboxes yet)", sbCreateName, sbPooledName, 2),
+		against("live sandbox from the pool: create to first output ≤ 2× a pooled run's answer", sbPoolName, sbPooledName, 2),
 		against("live sandbox exec `true` ≤ 1.5× `runc exec` in a running container", sbExecName, runcExecName, 1.5),
 	}
 	if c, b := find(ss.cs, sbExecName), find(ss.cs, shTrueName); c.err == "" && b.err == "" && len(c.times) > 0 && len(b.times) > 0 {

@@ -81,11 +81,13 @@ func TestEscapeBattery(t *testing.T) {
 			// And in a warm one: the probe is exec'd by the task's code
 			// from the interpreter the pool started ahead.
 			t.Run(rt+"-warm", func(t *testing.T) { battery(t, rt, true, true, nil, false) })
-			// And as a process exec'd into a live sandbox (spec §17):
-			// everything the battery proves for a run holds for every
-			// process of a live sandbox.
-			t.Run(rt+"-live", func(t *testing.T) { battery(t, rt, false, false, nil, true) })
 		}
+		// And as a process exec'd into a live sandbox (spec §17), by
+		// libcontainer or by `runsc exec`: everything the battery proves
+		// for a run holds for every process of a live sandbox.
+		t.Run(rt+"-live", func(t *testing.T) { battery(t, rt, false, false, nil, true) })
+		// And in a live sandbox the pool made ahead for one.
+		t.Run(rt+"-live-pooled", func(t *testing.T) { battery(t, rt, true, false, nil, true) })
 	}
 }
 
@@ -191,7 +193,11 @@ func battery(t *testing.T, rt string, pooled, warm bool, allow []string, live bo
 		pool = r.NewPool(map[string]int{plan.Image: 1})
 		r.UsePool(pool)
 		pool.SetWarm(cfg)
-		if err := pool.Seed(context.Background(), plan); err != nil {
+		seed := plan
+		if live {
+			seed = sandbox.HolderPlan(plan)
+		}
+		if err := pool.Seed(context.Background(), seed); err != nil {
 			t.Fatalf("seeding the pool: %v", err)
 		}
 		for deadline := time.Now().Add(60 * time.Second); pool.Stats().Ready[plan.Image] < 1; time.Sleep(10 * time.Millisecond) {
@@ -267,7 +273,7 @@ func battery(t *testing.T, rt string, pooled, warm bool, allow []string, live bo
 		label := rt
 		if warm {
 			label += "-warm"
-		} else if pooled {
+		} else if pooled && !live {
 			label += "-pooled"
 		}
 		if len(allow) > 0 {
@@ -275,6 +281,9 @@ func battery(t *testing.T, rt string, pooled, warm bool, allow []string, live bo
 		}
 		if live {
 			label += "-live"
+		}
+		if live && pooled {
+			label += "-pooled"
 		}
 		path = strings.TrimSuffix(path, ".md") + "-" + label + ".md"
 		if err := os.WriteFile(path, []byte(markdown(rt, probes, expect)), 0o644); err != nil {

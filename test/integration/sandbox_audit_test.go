@@ -43,11 +43,14 @@ func sandboxRecords(t *testing.T, path string) map[string][]audit.Record {
 // and each process with its exit, a command of an ESC and a newline
 // escaped; one that expires writes one too, and so does one that serve's
 // stop ends.
-func TestServeSandboxAudit(t *testing.T) {
+func TestServeSandboxAudit(t *testing.T) { eachRuntime(t, testServeSandboxAudit) }
+
+func testServeSandboxAudit(t *testing.T, rt string) {
 	log := filepath.Join(t.TempDir(), "audit.jsonl")
 	cfg := serveConfig(map[string]any{"listen": "unix://" + filepath.Join(t.TempDir(), "sb.sock")},
 		map[string]any{"local_images": []string{*imagesDir}})
 	cfg["audit"] = log
+	cfg["runtime"] = rt
 	s := startServeWith(t, cfg)
 
 	a := createSandbox(t, s)
@@ -74,7 +77,7 @@ func TestServeSandboxAudit(t *testing.T) {
 	}
 	rec := recs[0]
 	// serve has one token, so one user, "" (callerOf).
-	if rec.User != "" || rec.Ended != "deleted" || rec.Runtime != "libcontainer" || rec.Limits.Values["memory"] <= 0 ||
+	if rec.User != "" || rec.Ended != "deleted" || rec.Runtime != rt || rec.Limits.Values["memory"] <= 0 ||
 		rec.DurationMS <= 0 || rec.MemoryPeakBytes <= 0 || rec.ProcessesNotListed != 0 || rec.Network.Allowed == nil {
 		t.Errorf("record %+v", rec)
 	}

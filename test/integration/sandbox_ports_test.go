@@ -90,10 +90,16 @@ func portRequest(t *testing.T, s *served, method, host, path string, body io.Rea
 // preview token and never without; neither token reaches the sandbox;
 // bodies stream both ways and an upgrade is passed through; another
 // sandbox cannot reach the port; an ended sandbox's port is 404.
-func TestServeSandboxPorts(t *testing.T) {
+//
+// On runsc the port is gVisor's netstack's, reached by runsc
+// port-forward, not the sandbox namespace's loopback.
+func TestServeSandboxPorts(t *testing.T) { eachRuntime(t, testServeSandboxPorts) }
+
+func testServeSandboxPorts(t *testing.T, rt string) {
 	const token = "p0rts-token"
 	cfg := serveConfig(map[string]any{"listen": "unix://" + filepath.Join(t.TempDir(), "sb.sock"), "token": token,
 		"preview_domain": "preview.test"}, map[string]any{"local_images": []string{*imagesDir}})
+	cfg["runtime"] = rt
 	s := startServeWith(t, cfg)
 	create := func() runapi.SandboxInfo {
 		resp, b := s.do("POST", "/v1/sandboxes", `{"image": "`+pythonImage+`", "timeout": "2m"}`)

@@ -105,9 +105,12 @@ func execOutputs(t *testing.T, s *served, id, body string) (map[string]string, r
 // and signalled, files go in and out, a forged id is none, DELETE leaves
 // nothing on the host, sandboxes.max refuses one more, and SIGTERM ends
 // every live sandbox, leaving nothing.
-func TestServeLiveSandboxes(t *testing.T) {
+func TestServeLiveSandboxes(t *testing.T) { eachRuntime(t, testServeLiveSandboxes) }
+
+func testServeLiveSandboxes(t *testing.T, rt string) {
 	cfg := serveConfig(map[string]any{"listen": "unix://" + filepath.Join(t.TempDir(), "sb.sock")},
 		map[string]any{"local_images": []string{*imagesDir}})
+	cfg["runtime"] = rt
 	cfg["sandboxes"] = map[string]any{"max": 2}
 	s := startServeWith(t, cfg)
 	a := createSandbox(t, s)

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrun/agentrun/internal/compose"
+	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/runner"
 	"github.com/agentrun/agentrun/internal/sandbox"
@@ -21,11 +22,11 @@ import (
 	"github.com/agentrun/agentrun/test/testenv"
 )
 
-// newLiveSandbox makes a live sandbox of the busybox image on r, closed
-// when the test ends.
-func newLiveSandbox(t *testing.T, r *runner.Runner, opt sandbox.Options) *sandbox.Sandbox {
+// newLiveSandbox makes a live sandbox of the busybox image on r with
+// runtime rt, closed when the test ends.
+func newLiveSandbox(t *testing.T, r *runner.Runner, rt string, opt sandbox.Options) *sandbox.Sandbox {
 	t.Helper()
-	cfg := testConfig(t)
+	cfg := cfgFor(t, rt)
 	plan, err := task.Load([]byte(`{"image": "`+busyboxImage+`", "command": ["true"]}`), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -91,15 +92,25 @@ func TestLiveSandbox(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer r.Close()
-			testLiveSandbox(t, r)
+			testLiveSandbox(t, r, config.RuntimeLibcontainer)
 			assertNoLeaks(t)
 		})
 	}
+	// On gVisor: every process a `runsc exec` into the sandbox.
+	t.Run(config.RuntimeRunsc, func(t *testing.T) {
+		r, err := compose.Runner(cfgFor(t, config.RuntimeRunsc), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		testLiveSandbox(t, r, config.RuntimeRunsc)
+		assertNoLeaks(t)
+	})
 }
 
-func testLiveSandbox(t *testing.T, r *runner.Runner) {
-	a := newLiveSandbox(t, r, sandbox.Options{Lifetime: 2 * time.Minute})
-	b := newLiveSandbox(t, r, sandbox.Options{Lifetime: 2 * time.Minute})
+func testLiveSandbox(t *testing.T, r *runner.Runner, rt string) {
+	a := newLiveSandbox(t, r, rt, sandbox.Options{Lifetime: 2 * time.Minute})
+	b := newLiveSandbox(t, r, rt, sandbox.Options{Lifetime: 2 * time.Minute})
 	if a.ID == b.ID || len(a.ID) != len("sb-")+32 {
 		t.Errorf("ids %q and %q", a.ID, b.ID)
 	}
@@ -121,16 +132,21 @@ func testLiveSandbox(t *testing.T, r *runner.Runner) {
 		}
 	}
 	// The filter is the sandbox's: as many filters as its init has.
+	// gVisor's status has no Seccomp_filters line: on runsc the escape
+	// battery's runsc-live proves the filter by what it refuses.
 	initStatus, _, _ := liveExec(t, a, sandbox.ExecRequest{Cmd: "cat /proc/1/status"})
-	if f, g := filters(status), filters(initStatus); f == "" || f != g {
+	if f, g := filters(status), filters(initStatus); rt != config.RuntimeRunsc && (f == "" || f != g) {
 		t.Errorf("an exec'd process has %q seccomp filters, the sandbox's init %q", f, g)
 	}
 
 	// A process with a terminal is the same exec: the same uid,
-	// no_new_privs, no capabilities and the same filter.
-	ttyStatus, _, _ := liveExec(t, a, sandbox.ExecRequest{Cmd: "tty; id -u; cat /proc/self/status", TTY: &runapi.TTYSize{Rows: 24, Cols: 80}})
+	// no_new_privs, no capabilities and the same filter. Its terminal
+	// is the sandbox's devpts on libcontainer; on gVisor a host one
+	// that gVisor's kernel mediates, which ttyname does not name.
+	ttyStatus, _, _ := liveExec(t, a, sandbox.ExecRequest{Cmd: "tty; test -t 0 && test -t 1 && test -t 2 && echo all-tty; id -u; cat /proc/self/status", TTY: &runapi.TTYSize{Rows: 24, Cols: 80}})
 	ttyStatus = strings.ReplaceAll(ttyStatus, "\r\n", "\n")
-	if !strings.HasPrefix(ttyStatus, "/dev/pts/") || !strings.Contains(ttyStatus, "\n"+strings.TrimSpace(out)+"\n") {
+	if rt != config.RuntimeRunsc && !strings.HasPrefix(ttyStatus, "/dev/pts/") ||
+		!strings.Contains(ttyStatus, "\nall-tty\n"+strings.TrimSpace(out)+"\n") {
 		t.Errorf("a tty process's tty and uid (want %s): %q", strings.TrimSpace(out), ttyStatus)
 	}
 	for _, want := range []string{"NoNewPrivs:\t1", "Seccomp:\t2", "CapEff:\t0000000000000000", "CapBnd:\t0000000000000000"} {
@@ -280,12 +296,16 @@ func testLiveSandbox(t *testing.T, r *runner.Runner) {
 // processes with it, and leaves nothing on the host.
 func TestLiveSandboxExpires(t *testing.T) {
 	testenv.RequireRoot(t)
-	r, err := compose.Runner(testConfig(t), nil)
+	eachRuntime(t, testLiveSandboxExpires)
+}
+
+func testLiveSandboxExpires(t *testing.T, rt string) {
+	r, err := compose.Runner(cfgFor(t, rt), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	sb := newLiveSandbox(t, r, sandbox.Options{Lifetime: 3 * time.Second})
+	sb := newLiveSandbox(t, r, rt, sandbox.Options{Lifetime: 3 * time.Second})
 	p, err := sb.Exec(sandbox.ExecRequest{Cmd: "while :; do sleep 1; done"})
 	if err != nil {
 		t.Fatal(err)
