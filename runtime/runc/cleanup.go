@@ -45,8 +45,9 @@ func (b *Backend) Cleanup(id string) error {
 		return errors.Join(errs...)
 	}
 	_ = ctr.Signal(unix.SIGKILL)
-	// agentrun is not the parent of this init: wait for it to go by polling.
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	// agentrun is not the parent of this init: wait for it to go by polling
+	// (a killed cgroup of many processes takes a while on a loaded host).
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if st, err := ctr.Status(); err != nil || st == libcontainer.Stopped {
 			break
 		}
