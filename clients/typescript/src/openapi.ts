@@ -1068,9 +1068,9 @@ export interface components {
             env?: {
                 [key: string]: string;
             };
-            /** @description Refused (not yet). */
+            /** @description Tool servers of the config's `tools`: their broker is at `http://tools.agentrun` in the sandbox for its whole life, as for a run; held calls wait on serve's approvals (page, webhook, `POST /v1/runs/RUN/approvals/ID`); every call is in the sandbox's audit record. */
             tools?: string[];
-            /** @description Refused (not yet). */
+            /** @description A kept session's id (`POST /v1/sessions`): its files are the sandbox's `/workspace` and stay after it ends; the session is busy (409 to its runs, other sandboxes and files' API) while the sandbox lives. */
             session?: string;
             /** @description Its lifetime: default `sandboxes.default_timeout` (5m), at most `sandboxes.max_lifetime` (1h). */
             timeout?: components["schemas"]["Duration"];
@@ -1796,7 +1796,7 @@ export interface operations {
                     "application/json": components["schemas"]["Sandbox"];
                 };
             };
-            /** @description A bad request (the field at fault in `field`): a task field that does not resolve, a timeout past `sandboxes.max_lifetime`, `limits.timeout` (a sandbox's lifetime is `timeout`), or what a live sandbox cannot have yet (`session`, `tools`, the `runsc` runtime). */
+            /** @description A bad request (the field at fault in `field`): a task field that does not resolve, a timeout past `sandboxes.max_lifetime`, `limits.timeout` (a sandbox's lifetime is `timeout`), a `session` that is not a kept session's id, `tools` the config does not have, or what a live sandbox cannot have yet (the `runsc` runtime). */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1806,8 +1806,26 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
-            /** @description Above the config's policy (`field` names the limit or `network`), or an image `policy` refuses; or a browser's cross-site request. */
+            /** @description Above the config's policy (`field` names the limit or `network`), a `limits.memory` past `sandboxes.max_memory` on its own, or an image `policy` refuses; or a browser's cross-site request. */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description `session` names no kept session (`field` is `session`). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The kept session is in use by a run or another sandbox (`field` is `session`, unless it was taken between the check and the sandbox's set-up). */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1834,7 +1852,16 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            429: components["responses"]["TooManyGuesses"];
+            /** @description The caller's live sandboxes are at `sandboxes.per_user` (the message names the bound); or this address got `server.token` wrong too often (`TooManyGuesses`): the token was not compared. `Retry-After` says when to try again. */
+            429: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             500: components["responses"]["HostError"];
             /** @description The image's registry failed (`field` is `image`). */
             502: {
@@ -1845,7 +1872,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description `sandboxes.max` sandboxes are live (the message names the bound), the server is stopping, or the bodies being read hold the server's budget; `Retry-After` says when to try again. */
+            /** @description `sandboxes.max` sandboxes are live, or the live ones' memory limits and this one's would be past `sandboxes.max_memory` (the message names the bound), the server is stopping, or the bodies being read hold the server's budget; `Retry-After` says when to try again. */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1976,7 +2003,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Its processes, running and recently ended (at most 256, the oldest ended ones dropped first). */
+            /** @description Its processes, running and recently ended (at most 256, the ended ones keeping at most 16 MiB of output together; past either, the oldest ended ones are dropped first). */
             200: {
                 headers: {
                     [name: string]: unknown;
