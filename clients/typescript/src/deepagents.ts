@@ -94,7 +94,7 @@ export class AgentrunSandbox extends BaseSandbox {
         await this.sandbox.files.write(path, content);
         res.push({ path, error: null });
       } catch (e) {
-        res.push({ path, error: fileError(e) });
+        res.push({ path, error: await this.refusedCode(path, e) });
       }
     }
     return res;
@@ -107,17 +107,18 @@ export class AgentrunSandbox extends BaseSandbox {
       try {
         res.push({ path, content: new Uint8Array(await this.sandbox.files.read(path)), error: null });
       } catch (e) {
-        res.push({ path, content: null, error: await this.readError(path, e) });
+        res.push({ path, content: null, error: await this.refusedCode(path, e) });
       }
     }
     return res;
   }
 
   /**
-   * deepagents' code for a refused read of path: serve refuses anything
-   * but a regular file alike, so a directory is told by listing it.
+   * deepagents' code for a refused read or write of path: serve refuses
+   * anything but a regular file alike (and a place's root as "invalid"),
+   * so a directory is told by listing it.
    */
-  private async readError(path: string, e: unknown): Promise<FileOperationError> {
+  private async refusedCode(path: string, e: unknown): Promise<FileOperationError> {
     const code = fileError(e);
     if (code !== "invalid_path" || !(e instanceof AgentrunError) || e.status !== 400) return code;
     try {
