@@ -133,7 +133,8 @@ class Followed {
       this.signal = ev.signal || undefined;
       this.timedOut = ev.timed_out ?? false;
       // Its dropped_bytes counts what the sandbox's kept tail let go,
-      // which this stream, reading all along, did get: not counted here.
+      // which this stream, reading all along, got (not counted here),
+      // unless it lagged past that tail: serve then skips it ahead, unsaid.
       this.end();
       return;
     }

@@ -213,7 +213,8 @@ test("shellTools: with tty each command has a terminal, Ctrl-C through it; witho
   try {
     const { exec_command, write_stdin } = plain.tools;
     assert.match(write_stdin.description, /There is no terminal/);
-    const r = await exec_command.execute({ cmd: "tty; cat", yield_time_ms: 500 }, call);
+    // The signal goes to the process the shell started: cat, by exec.
+    const r = await exec_command.execute({ cmd: "tty; exec cat", yield_time_ms: 500 }, call);
     assert.match(r.output, /^not a tty\n/, r.text);
     const e = await write_stdin.execute({ process: r.process, chars: "\u0003", yield_time_ms: 10000 }, call);
     assert.deepEqual([e.signal, e.exit_code], ["SIGINT", undefined], e.text);
