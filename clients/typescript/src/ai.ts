@@ -21,7 +21,7 @@ import { createRequire } from "node:module";
 import { tool } from "ai";
 import type { Client } from "./index.js";
 import {
-  EXEC_DESCRIPTION, STDIN_DESCRIPTION, Shell, shellInputSchemas, type ShellOptions, type ShellOutput,
+  EXEC_DESCRIPTION, Shell, stdinDescription, shellInputSchemas, type ShellOptions, type ShellOutput,
 } from "./shell.js";
 import { describe, runCodeAnswer, runCodeInputSchema, type RunCodeAnswer, type RunCodeOptions } from "./tool.js";
 
@@ -101,7 +101,7 @@ export function shellTools(client: Client, options: ShellOptions = {}) {
       toModelOutput: ({ output }) => modelOutput(output),
     }),
     write_stdin: tool({
-      description: STDIN_DESCRIPTION,
+      description: stdinDescription(Boolean(options.tty)),
       inputSchema: schemas.stdin,
       execute: async (input) => shell.writeStdin(input),
       toModelOutput: ({ output }) => modelOutput(output),

@@ -22,9 +22,11 @@ import {
   BaseSandbox, type ExecuteResponse, type FileDownloadResponse, type FileOperationError, type FileUploadResponse,
 } from "deepagents";
 import { AgentrunError, TransportError, type Client, type Sandbox, type SandboxRequest } from "./index.js";
+import { LiveShell, MAX_PENDING_OUTPUT, type ShellResult } from "./liveshell.js";
+import { refusalText } from "./tool.js";
 
-/** The most output one execute answers; past it, the output is cut and `truncated` set. */
-export const MAX_EXECUTE_OUTPUT = 1 << 20;
+/** The most output one execute answers (the follower's bound on output kept unread); past it, the oldest is dropped and `truncated` set. */
+export const MAX_EXECUTE_OUTPUT = MAX_PENDING_OUTPUT;
 
 /** Options of an {@link AgentrunSandbox}. */
 export interface AgentrunSandboxOptions {
@@ -43,12 +45,14 @@ export class AgentrunSandbox extends BaseSandbox {
   readonly sandbox: Sandbox;
   private readonly made: boolean;
   private readonly execTimeout: string | number | undefined;
+  private readonly shell: LiveShell;
 
   constructor(sandbox: Sandbox, options: AgentrunSandboxOptions = {}, made = false) {
     super();
     this.sandbox = sandbox;
     this.id = sandbox.id;
     this.made = made;
+    this.shell = new LiveShell(sandbox);
     const t = options.execTimeout ?? 1800;
     this.execTimeout = t === 0 || t === "0" ? undefined : t;
   }
@@ -60,47 +64,26 @@ export class AgentrunSandbox extends BaseSandbox {
   }
 
   /**
-   * Runs command (by /bin/sh -c, in /workspace): stdout then stderr as
-   * output, at most MAX_EXECUTE_OUTPUT bytes; exitCode null when a
-   * signal ended it. `options.timeout` (seconds) overrides the backend's.
+   * Runs command (by /bin/sh -c, in /workspace) to its end, followed by
+   * the package's one process follower ({@link LiveShell}): stdout then
+   * stderr as output, at most MAX_EXECUTE_OUTPUT bytes kept (the oldest
+   * dropped past it, `truncated` set); exitCode null when a signal ended
+   * it. `options.timeout` (seconds) overrides the backend's. A refusal is
+   * the output, in the words the adapters' tools use.
    */
   async execute(command: string, options: { timeout?: number } = {}): Promise<ExecuteResponse> {
     const timeout = options.timeout === undefined ? this.execTimeout : options.timeout || undefined;
-    const out: Record<"stdout" | "stderr", Buffer[]> = { stdout: [], stderr: [] };
-    let kept = 0;
-    let truncated = false;
-    let exitCode: number | null = null;
-    let signal = "";
-    let timedOut = false;
+    let r: ShellResult;
     try {
-      // The answer may take as long as the process may run, and a margin.
-      const timeoutMs = typeof timeout === "number" ? (timeout + 60) * 1000 : 2 * 3600_000;
-      for await (const ev of this.sandbox.execStream(command, { timeout, timeoutMs })) {
-        if (ev.event === "stdout" || ev.event === "stderr") {
-          const b = ev.data_b64 ? Buffer.from(ev.data_b64, "base64") : Buffer.from(ev.data ?? "", "utf8");
-          const room = MAX_EXECUTE_OUTPUT - kept;
-          if (b.length > room) truncated = true;
-          if (room > 0) {
-            out[ev.event].push(b.subarray(0, room));
-            kept += Math.min(room, b.length);
-          }
-        } else if (ev.event === "exit") {
-          exitCode = ev.signal ? null : ev.exit_code ?? null;
-          signal = ev.signal ?? "";
-          timedOut = ev.timed_out ?? false;
-          if (ev.dropped_bytes) truncated = true;
-        }
-      }
+      r = await this.shell.exec(command, { timeout, untilExit: true, stdin: false, maxOutputBytes: 0 });
     } catch (e) {
-      if (!(e instanceof AgentrunError) || e instanceof TransportError) throw e;
-      return { output: `execute refused: ${e.field ? e.field + ": " : ""}${e.message}`, exitCode: null, truncated: false };
+      return { output: refusalText("execute", e), exitCode: null, truncated: false };
     }
-    const stdout = Buffer.concat(out.stdout).toString("utf8");
-    const stderr = Buffer.concat(out.stderr).toString("utf8");
+    const { stdout, stderr } = r;
     let output = stdout && stderr ? `${stdout}${stdout.endsWith("\n") ? "" : "\n"}${stderr}` : stdout || stderr;
-    if (timedOut) output += `${output && !output.endsWith("\n") ? "\n" : ""}[timed out: killed at its time limit]`;
-    else if (signal) output += `${output && !output.endsWith("\n") ? "\n" : ""}[killed by ${signal}]`;
-    return { output, exitCode, truncated };
+    const note = r.timed_out ? "timed out: killed at its time limit" : r.signal ? `killed by ${r.signal}` : r.error;
+    if (note) output += `${output && !output.endsWith("\n") ? "\n" : ""}[${note}]`;
+    return { output, exitCode: r.signal || r.exit_code === undefined ? null : r.exit_code, truncated: Boolean(r.dropped_bytes) };
   }
 
   /** Writes each file (at most 16 MiB) in /workspace; each answered on its own. */
@@ -111,7 +94,7 @@ export class AgentrunSandbox extends BaseSandbox {
         await this.sandbox.files.write(path, content);
         res.push({ path, error: null });
       } catch (e) {
-        res.push({ path, error: fileError(e) });
+        res.push({ path, error: await this.refusedCode(path, e) });
       }
     }
     return res;
@@ -124,14 +107,31 @@ export class AgentrunSandbox extends BaseSandbox {
       try {
         res.push({ path, content: new Uint8Array(await this.sandbox.files.read(path)), error: null });
       } catch (e) {
-        res.push({ path, content: null, error: fileError(e) });
+        res.push({ path, content: null, error: await this.refusedCode(path, e) });
       }
     }
     return res;
   }
 
+  /**
+   * deepagents' code for a refused read or write of path: serve refuses
+   * anything but a regular file alike (and a place's root as "invalid"),
+   * so a directory is told by listing it.
+   */
+  private async refusedCode(path: string, e: unknown): Promise<FileOperationError> {
+    const code = fileError(e);
+    if (code !== "invalid_path" || !(e instanceof AgentrunError) || e.status !== 400) return code;
+    try {
+      await this.sandbox.files.list(path);
+      return "is_directory";
+    } catch {
+      return code;
+    }
+  }
+
   /** Ends the sandbox if this backend made it. */
   async close(): Promise<void> {
+    this.shell.stop();
     if (this.made) await this.sandbox.close();
   }
 

@@ -697,6 +697,11 @@ function processRequest(cmd: string | string[], o: ProcessOptions, stdin: boolea
   return Buffer.from(JSON.stringify(req));
 }
 
+/** The bytes of a process's stdout, stderr or pty event (data, or data_b64 for bytes that are not UTF-8). */
+export function eventBytes(ev: ProcessEvent): Buffer {
+  return ev.data_b64 ? Buffer.from(ev.data_b64, "base64") : Buffer.from(ev.data ?? "", "utf8");
+}
+
 /** A process's result from its events; bytes that are not UTF-8 replaced. */
 async function outcome(events: AsyncIterable<ProcessEvent>): Promise<ProcessResult> {
   const out: Record<"stdout" | "stderr", Buffer[]> = { stdout: [], stderr: [] };
@@ -704,7 +709,7 @@ async function outcome(events: AsyncIterable<ProcessEvent>): Promise<ProcessResu
   for await (const ev of events) {
     if (ev.event === "start") pid = ev.pid;
     else if (ev.event === "stdout" || ev.event === "stderr") {
-      out[ev.event].push(ev.data_b64 ? Buffer.from(ev.data_b64, "base64") : Buffer.from(ev.data ?? "", "utf8"));
+      out[ev.event].push(eventBytes(ev));
     } else if (ev.event === "exit") {
       return {
         pid, stdout: Buffer.concat(out.stdout).toString("utf8"), stderr: Buffer.concat(out.stderr).toString("utf8"),

@@ -22,7 +22,7 @@ import { tool } from "@langchain/core/tools";
 import type { z } from "zod";
 import type { Client } from "./index.js";
 import {
-  EXEC_DESCRIPTION, EXEC_TOOL, STDIN_DESCRIPTION, STDIN_TOOL, Shell, shellInputSchemas, type ShellOptions, type ShellOutput,
+  EXEC_DESCRIPTION, EXEC_TOOL, STDIN_TOOL, Shell, stdinDescription, shellInputSchemas, type ShellOptions, type ShellOutput,
 } from "./shell.js";
 import { DEFAULT_NAME, describe, runCodeAnswer, runCodeInputSchema, type RunCodeAnswer, type RunCodeOptions } from "./tool.js";
 
@@ -84,7 +84,7 @@ export function shellTools(client: Client, options: ShellOptions = {}) {
     }),
     tool(async (input: z.infer<typeof schemas.stdin>) => blocks(await shell.writeStdin(input)), {
       name: STDIN_TOOL,
-      description: STDIN_DESCRIPTION,
+      description: stdinDescription(Boolean(options.tty)),
       schema: schemas.stdin,
       responseFormat: "content_and_artifact",
     }),

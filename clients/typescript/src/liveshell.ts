@@ -14,7 +14,7 @@
  */
 
 import { StringDecoder } from "node:string_decoder";
-import { AgentrunError, TransportError, type ProcessEvent, type Sandbox } from "./index.js";
+import { AgentrunError, TransportError, eventBytes, type ProcessEvent, type Sandbox } from "./index.js";
 
 /** How long exec waits for a command to end by default (ms), as Codex and the Agents SDK do. */
 export const DEFAULT_EXEC_YIELD_MS = 10_000;
@@ -26,8 +26,13 @@ export const MAX_YIELD_MS = 30_000;
 export const MAX_ANSWER_OUTPUT = 64 << 10;
 /** The output kept for a running process between answers (bytes): past it the oldest goes, counted. */
 export const MAX_PENDING_OUTPUT = 1 << 20;
-/** The processes one shell follows at once: past it, exec is refused until one ends and is read. */
-export const MAX_FOLLOWED = 64;
+/**
+ * The processes one shell follows at once (each a connection to serve
+ * and up to {@link MAX_PENDING_OUTPUT} bytes held): past it, exec is
+ * refused until one ends; ended ones no answer told yet are forgotten
+ * first, oldest first.
+ */
+export const MAX_RUNNING = 32;
 /** The size of a terminal asked for with `tty: true`. */
 export const DEFAULT_TTY = { rows: 24, cols: 80 };
 // A process's stream lasts at most as long as a live sandbox can live
@@ -45,10 +50,14 @@ export interface ShellResult {
   exit_code?: number;
   /** The signal that ended it, if one did. */
   signal?: string;
+  /** Set when it was killed at its time limit. */
+  timed_out?: boolean;
   /** The process (its pid in the sandbox) while it runs: give it to write. */
   process?: number;
   /** Output bytes left out of this answer: cut from its middle, or dropped here while no call read it. */
   cut_bytes?: number;
+  /** Of those, the bytes dropped here while no call read it: missing from stdout and stderr too. */
+  dropped_bytes?: number;
   /** Why its output can no longer be read (its stream was cut), if so. */
   error?: string;
   /** The same output, stdout's part (all of it for a `tty` process). */
@@ -71,6 +80,16 @@ export interface ShellExecOptions {
   yieldMs?: number;
   /** The most output the answer carries (bytes), at most {@link MAX_ANSWER_OUTPUT}. */
   maxOutputBytes?: number;
+  /** Its time limit ("30s", or seconds), kept by serve; by default none but the sandbox's lifetime. */
+  timeout?: string | number;
+  /**
+   * Wait for its end however long it takes (a program's call, not a
+   * model's: yieldMs is then not used); its stdout and stderr still hold
+   * at most {@link MAX_PENDING_OUTPUT} bytes, the oldest dropped past it.
+   */
+  untilExit?: boolean;
+  /** Keep its stdin open for {@link LiveShell.write} (the default); false gives it an empty stdin. */
+  stdin?: boolean;
 }
 
 /** Options of {@link LiveShell.write}. */
@@ -91,23 +110,36 @@ class Followed {
   done = false;
   exitCode?: number;
   signal?: string;
+  timedOut = false;
   error?: string;
   private readonly wake = new Set<() => void>();
   private readonly decoders = { stdout: new StringDecoder("utf8"), stderr: new StringDecoder("utf8") };
 
-  constructor(readonly pid: number, readonly tty: boolean) {}
+  constructor(readonly pid: number, readonly tty: boolean,
+    private readonly stream: AsyncGenerator<ProcessEvent, void, undefined>) {}
+
+  /**
+   * Stops reading: the stream is closed at its next event, or when the
+   * process or the sandbox ends (a generator awaiting its connection
+   * takes a return only then). The process goes on in the sandbox.
+   */
+  stop(): void {
+    this.stream.return(undefined).catch(() => undefined);
+  }
 
   add(ev: ProcessEvent): void {
     if (ev.event === "exit") {
       this.exitCode = ev.exit_code;
       this.signal = ev.signal || undefined;
+      this.timedOut = ev.timed_out ?? false;
       // Its dropped_bytes counts what the sandbox's kept tail let go,
-      // which this stream, reading all along, did get: not counted here.
+      // which this stream, reading all along, got (not counted here),
+      // unless it lagged past that tail: serve then skips it ahead, unsaid.
       this.end();
       return;
     }
     if (ev.event !== "stdout" && ev.event !== "stderr" && ev.event !== "pty") return;
-    const data = ev.data_b64 ? Buffer.from(ev.data_b64, "base64") : Buffer.from(ev.data ?? "", "utf8");
+    const data = eventBytes(ev);
     this.chunks.push({ stream: ev.event === "stderr" ? "stderr" : "stdout", data });
     this.pending += data.length;
     while (this.pending > MAX_PENDING_OUTPUT) {
@@ -166,7 +198,7 @@ class Followed {
 /**
  * A shell on one live sandbox ({@link Client.sandboxes}): exec a command
  * line, then write to it and read it while it runs. It follows at most
- * {@link MAX_FOLLOWED} processes at once and keeps at most
+ * {@link MAX_RUNNING} processes at once and keeps at most
  * {@link MAX_PENDING_OUTPUT} bytes of each one's output between answers.
  */
 export class LiveShell {
@@ -182,20 +214,22 @@ export class LiveShell {
    * AgentrunError.
    */
   async exec(cmd: string, options: ShellExecOptions = {}): Promise<ShellResult> {
-    if (this.followed.size >= MAX_FOLLOWED) {
-      // Ended ones whose last output no one read go first.
-      for (const [pid, p] of this.followed) if (p.done) this.followed.delete(pid);
+    // Ended ones whose exit no answer told yet are forgotten first, oldest first.
+    for (const [pid, p] of this.followed) {
+      if (this.followed.size < MAX_RUNNING) break;
+      if (p.done) this.followed.delete(pid);
     }
-    if (this.followed.size >= MAX_FOLLOWED) {
-      throw new AgentrunError(`${this.followed.size} processes of this shell are still running, the most it follows: ` +
-        "end one (write Ctrl-C to one with a tty, or run kill) and read it to its exit first", { field: "cmd" });
+    if (this.followed.size >= MAX_RUNNING) {
+      throw new AgentrunError(`${this.followed.size} processes are still running, the most a shell follows: ` +
+        "end one first (write Ctrl-C to it, close its stdin, or kill it)");
     }
     const req: Record<string, unknown> = options.shell ? { command: [options.shell, "-c", cmd] } : { cmd };
     if (options.workdir) req.cwd = options.workdir;
     const env = { ...this.env, ...(options.env ?? {}) };
     if (Object.keys(env).length) req.env = env;
-    req.stdin = true;
+    req.stdin = options.stdin ?? true;
     if (options.tty) req.tty = options.tty === true ? DEFAULT_TTY : options.tty;
+    if (options.timeout !== undefined) req.timeout = typeof options.timeout === "number" ? `${options.timeout}s` : options.timeout;
     const events = this.sandbox.client.events("POST", this.sandbox.path("/processes"),
       Buffer.from(JSON.stringify(req)), STREAM_MS);
     const first = await events.next(); // a refusal throws here
@@ -203,7 +237,7 @@ export class LiveShell {
       await events.return(undefined);
       throw new TransportError("the process's stream did not begin with its start");
     }
-    const p = new Followed(first.value.pid, Boolean(options.tty));
+    const p = new Followed(first.value.pid, Boolean(options.tty), events);
     this.followed.set(p.pid, p);
     void (async () => {
       try {
@@ -213,7 +247,7 @@ export class LiveShell {
         p.end(`its output stream was cut: ${e instanceof Error ? e.message : String(e)}`);
       }
     })();
-    await p.waitFor(yieldTime(options.yieldMs, DEFAULT_EXEC_YIELD_MS));
+    await p.waitFor(options.untilExit ? STREAM_MS : yieldTime(options.yieldMs, DEFAULT_EXEC_YIELD_MS));
     return this.answer(p, options.maxOutputBytes);
   }
 
@@ -226,8 +260,8 @@ export class LiveShell {
   async write(pid: number, chars: string, options: ShellWriteOptions = {}): Promise<ShellResult> {
     const p = this.followed.get(pid);
     if (!p) {
-      throw new AgentrunError(`no process ${pid} of this shell is running: exec_command answers with the process to give`,
-        { field: "process" });
+      throw new AgentrunError(`no process ${pid} is running in this sandbox ` +
+        "(it ended and its exit was already answered, or exec_command never gave it)", { field: "process" });
     }
     let data = chars;
     const proc = this.sandbox.process(pid);
@@ -250,6 +284,12 @@ export class LiveShell {
     return [...this.followed.keys()];
   }
 
+  /** Stops reading every process it follows (they go on in the sandbox) and forgets them. */
+  stop(): void {
+    for (const p of this.followed.values()) p.stop();
+    this.followed.clear();
+  }
+
   private answer(p: Followed, maxOutputBytes?: number): ShellResult {
     const got = p.take();
     const max = Math.min(MAX_ANSWER_OUTPUT, maxOutputBytes !== undefined && maxOutputBytes >= 0 ? maxOutputBytes : MAX_ANSWER_OUTPUT);
@@ -259,11 +299,13 @@ export class LiveShell {
       this.followed.delete(p.pid);
       if (p.exitCode !== undefined) a.exit_code = p.exitCode;
       if (p.signal) a.signal = p.signal;
+      if (p.timedOut) a.timed_out = true;
       if (p.error) a.error = p.error;
     } else {
       a.process = p.pid;
     }
     if (cut > 0) a.cut_bytes = cut;
+    if (got.dropped > 0) a.dropped_bytes = got.dropped;
     return a;
   }
 }

@@ -10,7 +10,6 @@
  */
 
 import { readFile } from "node:fs/promises";
-import { z } from "zod";
 import {
   applyDiff, tool, type ApplyPatchOperation, type ApplyPatchResult, type Editor, type ToolOutputImage,
   type ToolOutputText,
@@ -23,15 +22,19 @@ import {
   type SandboxExecResult, type SandboxSession, type SandboxSessionState, type WorkspaceArchiveData,
   type ExposedPortEndpoint, type ViewImageArgs, type WriteStdinArgs,
 } from "@openai/agents/sandbox";
+import { AgentrunError, TransportError, type Client, type Result, type Sandbox, type SandboxRequest } from "./index.js";
+import { LiveShell, type ShellResult } from "./liveshell.js";
 import {
-  AgentrunError, TransportError, type Client, type Context, type Result, type RunTask, type Sandbox,
-  type SandboxRequest,
-} from "./index.js";
-import { LiveShell, MAX_ANSWER_OUTPUT, type ShellResult } from "./liveshell.js";
-import { DEFAULT_DESCRIPTION, DEFAULT_NAME, runCodeInputSchema, type RunCodeOptions, type RunCodeOutput } from "./tool.js";
+  EXEC_DESCRIPTION, EXEC_TOOL, STDIN_TOOL, Shell, shellInputSchemas, stdinDescription, type ShellOutput,
+} from "./shell.js";
+import {
+  DEFAULT_NAME, answer, describe, runCodeAnswer, runCodeInputSchema, type RunCodeAnswer, type RunCodeOptions,
+} from "./tool.js";
 
-export type { RunCodeInput, RunCodeOptions, RunCodeOutput } from "./tool.js";
+export type { RunCodeAnswer, RunCodeInput, RunCodeOptions, RunCodeOutput, Figure } from "./tool.js";
+export { MAX_HTML, MAX_TEXT } from "./tool.js";
 export { LiveShell, type ShellResult } from "./liveshell.js";
+export type { ShellOutput } from "./shell.js";
 
 /**
  * The tool's input. The SDK's strict schemas want every field present and
@@ -40,188 +43,76 @@ export { LiveShell, type ShellResult } from "./liveshell.js";
  */
 export const runCodeInput = runCodeInputSchema("strict");
 
-/** The most of a value's (or display's) text/html an answer carries, in characters; past it, cut and said. */
-export const MAX_HTML = 16 << 10;
-/** The most of a value's other texts (text/plain, ...) an answer carries, in characters; past it, cut and said. */
-export const MAX_TEXT = 64 << 10;
-/** Image types given to the model as images. */
-const IMAGE_TYPES = ["image/png", "image/jpeg", "image/gif", "image/webp"];
-
-/** Options of {@link runCodeTool}. */
-export interface AgentsRunCodeOptions extends RunCodeOptions {
-  /**
-   * A kept session whose Python globals carry from one call to the next
-   * (keep_state): the model's calls share their state, each still a fresh
-   * sandbox. The caller makes and removes the session.
-   */
-  session?: string;
-  /** As session, with a {@link Context}'s session and its tool servers (unless task names its own). */
-  context?: Context;
-}
-
 /**
- * What the model reads of a run: its outcome and output, and what a
- * notebook shows. `value` is the final expression's MIME bundle and
- * `display` the displayed ones, their texts cut (text/html to
- * {@link MAX_HTML}, others to {@link MAX_TEXT}) and each image given as
- * an image of the answer (the bundle says which); `state` what a stateful
- * call kept; `cut` says what was cut or left out.
+ * An Agents SDK function tool that runs the model's code with client.
+ * Its answer is the text every adapter and MCP's run_code give (the
+ * output, how the run ended, the value, the state kept, what was cut),
+ * followed by the run's figures as the SDK's image outputs when it has
+ * any. With `session` or `context` the calls share their state (§11). A
+ * refusal is told to the model as its reason and field, never a stack.
  */
-export interface AgentsRunCodeOutput extends RunCodeOutput {
-  value?: Record<string, string>;
-  display?: Record<string, string>[];
-  state?: Result["state"];
-  cut?: string[];
-}
-
-const STATEFUL_WORDS = " Calls share Python's globals as a notebook's cells do: variables, functions, classes and imports " +
-  "that a call defines are there in the next (processes, open files and sockets are not).";
-const VALUE_WORDS = " A final expression's value comes back (text/plain, text/html), and images (matplotlib figures, " +
-  "display(obj)) come back as images.";
-
-/**
- * An Agents SDK function tool that runs the model's code with client. Its
- * answer is {@link AgentsRunCodeOutput} as JSON text, followed by the
- * run's images as the SDK's image outputs when it has any. With
- * `session` or `context` the calls share their state (§11). A refusal is
- * told to the model as its reason and field, never a stack.
- */
-export function runCodeTool(client: Client, options: AgentsRunCodeOptions = {}) {
-  const session = options.context?.id ?? options.session;
+export function runCodeTool(client: Client, options: RunCodeOptions = {}) {
   return tool({
     name: options.name ?? DEFAULT_NAME,
-    description: options.description ?? DEFAULT_DESCRIPTION + VALUE_WORDS + (session ? STATEFUL_WORDS : ""),
+    description: describe(options),
     parameters: runCodeInput,
-    execute: async (input) => {
-      const task: RunTask = { ...(options.task ?? {}), code: input.code };
-      const language = input.language || options.language;
-      if (language) task.language = language;
-      if (input.files) task.files = Object.fromEntries(input.files.map((f) => [f.name, f.content]));
-      if (session) {
-        task.session = session;
-        task.keep_state = true;
-        if (options.context?.tools && task.tools == null) task.tools = [...options.context.tools];
-      }
-      return runAnswer(await client.run(task));
-    },
-    errorFunction: (_ctx, error) => errorText("the run", error),
+    execute: async (input) => toolOutput(await runCodeAnswer(client, {
+      code: input.code, language: input.language,
+      files: input.files ? Object.fromEntries(input.files.map((f) => [f.name, f.content])) : null,
+    }, options)),
   });
 }
 
 /**
- * A run's answer: its fields as {@link AgentsRunCodeOutput}; with images,
- * a list of the SDK's tool outputs, that text first and each image after
- * it in order (displays', then the value's).
+ * A run's answer as the SDK's tool output: the text alone, or with
+ * images that text first and each image after it in order (displays',
+ * then the value's).
  */
-export function runAnswer(r: Result): AgentsRunCodeOutput | (ToolOutputText | ToolOutputImage)[] {
-  const out: AgentsRunCodeOutput = {
-    exit_code: r.exit_code, stdout: r.stdout, stderr: r.stderr, timed_out: r.timed_out, oom_killed: r.oom_killed,
-    stdout_truncated: r.stdout_truncated, stderr_truncated: r.stderr_truncated, duration_ms: r.duration_ms,
-  };
-  const images: ToolOutputImage[] = [];
-  const cut: string[] = [];
-  const shown = (what: string, b: Record<string, string>) => {
-    const o: Record<string, string> = {};
-    for (const [mime, data] of Object.entries(b)) {
-      if (IMAGE_TYPES.includes(mime)) {
-        images.push({ type: "image", image: { data, mediaType: mime } });
-        o[mime] = `[image ${images.length} of this answer]`;
-        continue;
-      }
-      const max = mime === "text/html" ? MAX_HTML : MAX_TEXT;
-      o[mime] = data.length > max ? data.slice(0, max) : data;
-      if (data.length > max) cut.push(`${what} ${mime}: ${max} of ${data.length} characters kept`);
-    }
-    return o;
-  };
-  if (r.stdout_truncated) cut.push(`stdout: ${r.stdout_bytes ?? "more"} bytes printed, the first kept`);
-  if (r.stderr_truncated) cut.push(`stderr: ${r.stderr_bytes ?? "more"} bytes printed, the first kept`);
-  if (r.display?.length) out.display = r.display.map((b, i) => shown(`display ${i + 1}`, b));
-  if (r.display_dropped) cut.push(`${r.display_dropped} displayed object(s) left out, past the output cap or 16`);
-  if (r.value) out.value = shown("value", r.value);
-  if (r.state) out.state = r.state;
-  if (cut.length) out.cut = cut;
-  if (!images.length) return out;
-  return [{ type: "text", text: JSON.stringify(out) }, ...images];
+export function runAnswer(r: Result): string | (ToolOutputText | ToolOutputImage)[] {
+  return toolOutput(answer(r));
 }
 
-/**
- * The text a model reads for a failed call of what: a refusal's reason,
- * the field at fault and when to try again; any other error's message.
- * Never a stack.
- */
-function errorText(what: string, error: unknown): string {
-  if (error instanceof AgentrunError && !(error instanceof TransportError)) {
-    if (error.result) return `agentrun could not run ${what}: ${error.result.error || error.message}; trying again may work`;
-    let s = `agentrun refused ${what}`;
-    if (error.status !== undefined) s += ` (${error.status})`;
-    s += ": " + (error.field ? `${error.field}: ` : "") + error.message;
-    if (error.retryAfter !== undefined) s += ` (try again in ${error.retryAfter} s)`;
-    return s;
-  }
-  return `${what} failed: ${error instanceof Error ? error.message : String(error)}`;
+function toolOutput(a: RunCodeAnswer | ShellOutput): string | (ToolOutputText | ToolOutputImage)[] {
+  const figures = "figures" in a ? a.figures : [];
+  if (!figures.length) return a.text;
+  return [
+    { type: "text", text: a.text },
+    ...figures.map((f): ToolOutputImage => ({ type: "image", image: { data: f.data, mediaType: f.mimeType } })),
+  ];
 }
 
 // --- a shell ---
 
-
-const YIELD_WORDS = "How long to wait for the process to end before answering with what it printed so far, in ms; " +
-  "null for the default (10000 for exec_command, 250 for write_stdin), at most 30000.";
-
+const strict = shellInputSchemas("strict");
 /** exec_command's input, strict: every field present, null when not given. */
-export const execCommandInput = z.object({
-  cmd: z.string().min(1).max(64 << 10)
-    .describe("The shell command line, run by /bin/sh -c, e.g. \"ls -la\" or \"python3 -m pytest -q 2>&1 | tail -20\"."),
-  workdir: z.string().max(4096).nullable().describe("Its working directory: absolute, or relative to /workspace; null for /workspace."),
-  yield_time_ms: z.number().int().min(0).nullable().describe(YIELD_WORDS),
-});
-
+export const execCommandInput = strict.exec;
 /** write_stdin's input, strict. */
-export const writeStdinInput = z.object({
-  process: z.number().int().min(1).describe("The process an answer of exec_command (or write_stdin) gave."),
-  chars: z.string().max(1 << 20).nullable().describe("Text to write to its stdin (\"\\n\" ends a line); empty or null to only read."),
-  close_stdin: z.boolean().nullable().describe("After chars, close its stdin: the end of its input."),
-  yield_time_ms: z.number().int().min(0).nullable().describe(YIELD_WORDS),
-});
+export const writeStdinInput = strict.stdin;
 
 /**
  * Codex's pair of shell tools on a live sandbox, for an Agents SDK agent
- * (a plain Agent's tools): exec_command runs a command line and answers
- * `{output, exit_code}` when it ended within the yield time, else
- * `{output, process}` while it runs on; write_stdin writes to a running
- * process (or only reads) and answers the same way. The caller ends the
- * sandbox (`await using sb = await c.sandboxes.create()`).
+ * (a plain Agent's tools), as the other adapters and MCP's door give
+ * them: exec_command runs a command line and answers its output and
+ * exit code when it ended within the yield time, else what it printed so
+ * far and its process; write_stdin writes to a running process (or only
+ * reads) and answers the same way. The caller ends the sandbox
+ * (`await using sb = await c.sandboxes.create()`); `tty` runs each
+ * command on a terminal.
  */
-export function shellTools(sandbox: Sandbox) {
-  const shell = new LiveShell(sandbox);
-  const answer = ({ stdout: _o, stderr: _e, ...a }: ShellResult) => a;
+export function shellTools(sandbox: Sandbox, options: { tty?: boolean | { rows: number; cols: number } } = {}) {
+  const shell = new Shell(sandbox.client, { sandbox, tty: options.tty });
   return [
     tool({
-      name: "exec_command",
-      description: "Run a shell command (/bin/sh -c) in a live Linux sandbox, an unprivileged user's. Files in /workspace " +
-        "(the default directory) and /tmp, and processes left running, persist from one call to the next; each command " +
-        "starts in its own shell, so cd and variables do not. The call waits up to yield_time_ms for the command to end: " +
-        "then the answer has its output and exit_code. A command still running then goes on, and the answer has what it " +
-        "printed so far and its process: call write_stdin with it to type into its stdin, or with empty chars to wait for " +
-        `more output and its exit. An answer carries at most ${MAX_ANSWER_OUTPUT} bytes of output (the middle of longer ` +
-        "output is cut, and cut_bytes says how much).",
+      name: EXEC_TOOL,
+      description: EXEC_DESCRIPTION,
       parameters: execCommandInput,
-      execute: async (input) => answer(await shell.exec(input.cmd, {
-        workdir: input.workdir ?? undefined, yieldMs: input.yield_time_ms ?? undefined,
-      })),
-      errorFunction: (_ctx, error) => errorText("the command", error),
+      execute: async (input) => toolOutput(await shell.exec(input)),
     }),
     tool({
-      name: "write_stdin",
-      description: "Write chars to the stdin of a process that exec_command left running (a REPL, a prompt, cat), then wait " +
-        "up to yield_time_ms for it to end, answering as exec_command does: the output printed since the last answer about " +
-        "it, and exit_code once it has ended, else the process again. With empty chars it only waits and reads: the way to " +
-        "follow a long command. There is no terminal: end its input with close_stdin; \"\\u0003\" sends it SIGINT.",
+      name: STDIN_TOOL,
+      description: stdinDescription(Boolean(options.tty)),
       parameters: writeStdinInput,
-      execute: async (input) => answer(await shell.write(input.process, input.chars ?? "", {
-        closeStdin: input.close_stdin ?? false, yieldMs: input.yield_time_ms ?? undefined,
-      })),
-      errorFunction: (_ctx, error) => errorText("the write", error),
+      execute: async (input) => toolOutput(await shell.writeStdin(input)),
     }),
   ];
 }

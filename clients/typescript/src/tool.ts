@@ -270,16 +270,17 @@ function cut(what: string, text: string, max: number): string {
   return `${what}:\n${t}`;
 }
 
-/** The one line on how the run ended. */
+/** The one line on how the run ended, in the words of MCP's run_code (internal/mcpserver's outcome). */
 function outcome(r: Result): string {
   const how = r.timed_out ? "timed out: killed at its time limit"
     : r.oom_killed ? "killed: out of memory (OOM)"
     : r.signal ? `killed by ${r.signal}` : `exit code ${r.exit_code}`;
   const parts = [how, `${r.duration_ms} ms`];
+  if (r.network?.none) parts.push("no network");
   const cutOut = [r.stdout_truncated && "stdout", r.stderr_truncated && "stderr"].filter(Boolean);
   if (cutOut.length) parts.push(cutOut.join(" and ") + " truncated");
   for (const d of r.network?.denied ?? []) parts.push(`network: ${d.host}:${d.port} refused (${d.reason})`);
-  return `[${parts.join(", ")}]`;
+  return `[${parts.join(", ")}; run ${r.id}]`;
 }
 
 function output(r: Result): RunCodeOutput {

@@ -26,7 +26,7 @@ test("run_code through the AI SDK's execute", { skip }, async () => {
   const a = await t.execute({ code: "print(open('in.txt').read().upper())", files: { "in.txt": "from the model" } }, call);
   assert.deepEqual([a.output.exit_code, a.output.stdout, a.output.timed_out], [0, "FROM THE MODEL\n", false]);
   assert.deepEqual(await t.toModelOutput({ ...call, input: {}, output: a }), { type: "text", value: a.text });
-  assert.match(a.text, /^stdout:\nFROM THE MODEL\n\[exit code 0, \d+ ms\]$/);
+  assert.match(a.text, /^stdout:\nFROM THE MODEL\n\[exit code 0, \d+ ms, no network; run ar-[^\]]+\]$/);
   const sh = await t.execute({ code: "echo $0; exit 4", language: "sh" }, call);
   assert.equal(sh.output.exit_code, 4);
   assert.match(sh.text, /\[exit code 4, /);
@@ -191,5 +191,35 @@ test("shellTools: a sandbox it made is kept alive by each call, and made again, 
     assert.notEqual((await shell.shell.sandbox()).id, first.id);
   } finally {
     await shell.close();
+  }
+});
+
+test("shellTools: with tty each command has a terminal, Ctrl-C through it; without, Ctrl-C is SIGINT", { skip }, async () => {
+  const c = client();
+  const term = shellTools(c, { create: { timeout: "2m" }, tty: true });
+  try {
+    const { exec_command, write_stdin } = term.tools;
+    assert.match(write_stdin.description, /has a terminal/);
+    const r = await exec_command.execute({ cmd: "tty; cat", yield_time_ms: 500 }, call);
+    assert.ok(r.process > 0, r.text);
+    // The terminal echoes ^C and its line discipline sends the group SIGINT.
+    const e = await write_stdin.execute({ process: r.process, chars: "\u0003", yield_time_ms: 10000 }, call);
+    assert.equal(e.signal, "SIGINT", e.text);
+    assert.match(r.output + e.output, /^\/dev\/pts\/\d+\r\n\^C/);
+  } finally {
+    await term.close();
+  }
+  const plain = shellTools(c, { create: { timeout: "2m" } });
+  try {
+    const { exec_command, write_stdin } = plain.tools;
+    assert.match(write_stdin.description, /There is no terminal/);
+    // The signal goes to the process the shell started: cat, by exec.
+    const r = await exec_command.execute({ cmd: "tty; exec cat", yield_time_ms: 500 }, call);
+    assert.match(r.output, /^not a tty\n/, r.text);
+    const e = await write_stdin.execute({ process: r.process, chars: "\u0003", yield_time_ms: 10000 }, call);
+    assert.deepEqual([e.signal, e.exit_code], ["SIGINT", undefined], e.text);
+    assert.match(e.text, /\[killed by SIGINT\]$/);
+  } finally {
+    await plain.close();
   }
 });

@@ -19,7 +19,7 @@ test("run_code through LangChain's invoke", { skip }, async () => {
   // Bare input: the content blocks.
   const blocks = await t.invoke({ code: "import sys; print(open('in.txt').read()); sys.exit(2)", language: "python", files: { "in.txt": "lc" } });
   assert.equal(blocks.length, 1);
-  assert.match(blocks[0].text, /^stdout:\nlc\n\[exit code 2, \d+ ms\]$/);
+  assert.match(blocks[0].text, /^stdout:\nlc\n\[exit code 2, \d+ ms, no network; run ar-[^\]]+\]$/);
   // A tool call as a model sends it: a ToolMessage, the result's fields its artifact.
   const msg = await t.invoke(toolCall("run_code", { code: "print(6*7)" }));
   assert.equal(msg.tool_call_id, `call-${calls}`);
