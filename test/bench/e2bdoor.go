@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/agentrun/agentrun/internal/e2b"
+	"github.com/agentrun/agentrun/internal/e2b/envd/process"
+	"github.com/agentrun/agentrun/internal/e2b/envd/process/processconnect"
+	"github.com/agentrun/agentrun/internal/runapi"
+	"github.com/agentrun/agentrun/internal/server"
+)
+
+// Names of the E2B door's contenders.
+const (
+	doorCreateName = "E2B Sandbox.create + commands.run('true') (POST /e2b/v2/sandboxes, process.Process/Start)"
+	v1CreateName   = "agentrun: POST /v1/sandboxes + POST …/processes true"
+	doorRunName    = "E2B commands.run('true') (process.Process/Start over Connect)"
+	v1RunName      = "agentrun: POST /v1/sandboxes/ID/processes true"
+)
+
+// doorTarget is what the E2B layer may add to a call.
+const doorTarget = 2 * time.Millisecond
+
+// doorBench measures the E2B door (internal/e2b) against agentrun's own
+// API on serve s (its E2B key interpKey, over the unix socket hc
+// dials): a sandbox created and a first `true` run in it, timed to the
+// process's end, deleted after, untimed; and `true` run in a running
+// sandbox (the door's: one made here; agentrun's: live). The door's
+// process calls are envd's Connect protocol spoken by the generated Go
+// client, the server path the SDK's commands.run takes; the command is
+// `true` itself on both sides (the SDK wraps it in `/bin/bash -l -c`,
+// which would cost both the same).
+func doorBench(hc *http.Client, s *served, live string) []*contender {
+	ctx := context.Background()
+	sb, err := createE2B(ctx, hc, "base")
+	if err != nil {
+		return []*contender{{name: doorRunName, err: err.Error()}}
+	}
+	defer sb.kill()
+	cs := []*contender{
+		{name: doorCreateName, quiet: true, note: "a base sandbox created through the door as the SDK's Sandbox.create does, then `true` started in it through envd's process service, timed to its end event; killed after, untimed (the pool does not serve live sandboxes: each is made from nothing)",
+			call: func(int) (time.Duration, string, error) {
+				ctx, cancel := call()
+				defer cancel()
+				start := time.Now()
+				e, err := createE2B(ctx, hc, "base")
+				if err != nil {
+					return 0, "", err
+				}
+				out, err := e.run(ctx, "true")
+				el := time.Since(start)
+				if kerr := e.killErr(ctx); err == nil && kerr != nil {
+					err = kerr
+				}
+				return el, out, err
+			}},
+		{name: v1CreateName, quiet: true, note: "the same through agentrun's own API, timed to the process's exit event; deleted after, untimed",
+			call: func(int) (time.Duration, string, error) {
+				ctx, cancel := call()
+				defer cancel()
+				start := time.Now()
+				info, err := s.client.CreateSandbox(ctx, server.SandboxRequest{})
+				if err != nil {
+					return 0, "", fmt.Errorf("create: %w", err)
+				}
+				var out strings.Builder
+				exit, err := s.client.Exec(ctx, info.ID, server.ProcessRequest{Command: []string{"true"}}, func(e runapi.ProcessEvent) error {
+					b, err := e.Output()
+					out.Write(b)
+					return err
+				})
+				el := time.Since(start)
+				if err == nil {
+					err = exitErr(exit)
+				}
+				if derr := s.client.DeleteSandbox(ctx, info.ID); err == nil && derr != nil {
+					err = fmt.Errorf("delete: %w", derr)
+				}
+				return el, out.String(), err
+			}},
+		{name: doorRunName, quiet: true, note: "`true` in a running sandbox through envd's process service, as the SDK's commands.run sends it (Connect, server streaming), timed to its end event",
+			call: func(int) (time.Duration, string, error) {
+				ctx, cancel := call()
+				defer cancel()
+				start := time.Now()
+				out, err := sb.run(ctx, "true")
+				return time.Since(start), out, err
+			}},
+		{name: v1RunName, quiet: true, note: "the same through agentrun's own API in a running live sandbox, timed to its exit event",
+			call: func(int) (time.Duration, string, error) { return s.execTrue(live) }},
+	}
+	measure(cs)
+	return cs
+}
+
+// run starts cmd through envd's process service and reads its stream to
+// the end event; it returns its stdout and stderr.
+func (e *e2bSandbox) run(ctx context.Context, cmd string) (string, error) {
+	pc := processconnect.NewProcessClient(e.hc, "http://agentrun/e2b")
+	req := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: cmd}})
+	req.Header().Set(e2b.SandboxIDHeader, e.id)
+	req.Header().Set(e2b.SandboxPortHeader, strconv.Itoa(e2b.EnvdPort))
+	req.Header().Set(e2b.AccessTokenHeader, e.token)
+	st, err := pc.Start(ctx, req)
+	if err != nil {
+		return "", fmt.Errorf("process.Process/Start: %w", err)
+	}
+	defer st.Close()
+	var out strings.Builder
+	for st.Receive() {
+		ev := st.Msg().GetEvent()
+		if d := ev.GetData(); d != nil {
+			out.Write(d.GetStdout())
+			out.Write(d.GetStderr())
+		}
+		if end := ev.GetEnd(); end != nil {
+			if end.GetExitCode() != 0 || !end.GetExited() {
+				return out.String(), fmt.Errorf("%s ended: %s", cmd, end.GetStatus())
+			}
+			return out.String(), nil
+		}
+	}
+	return out.String(), fmt.Errorf("%s: the stream ended without its end event: %v", cmd, st.Err())
+}
+
+// killErr kills the sandbox through the control API and says why not.
+func (e *e2bSandbox) killErr(ctx context.Context) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodDelete, "http://agentrun/e2b/sandboxes/"+e.id, nil)
+	req.Header.Set("X-API-Key", interpKey)
+	resp, err := e.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("kill: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("kill: %s: %s", resp.Status, firstLine(string(b)))
+	}
+	return nil
+}
+
+// doorReport prints the E2B door's section: its contenders, and what the
+// layer adds to a call beside agentrun's own API, against doorTarget.
+func doorReport(w io.Writer, cs []*contender) {
+	fmt.Fprintf(w, "\n## The E2B door\n\n")
+	if len(cs) == 1 && cs[0].err != "" {
+		fmt.Fprintf(w, "Not measured: %s\n", cs[0].err)
+		return
+	}
+	fmt.Fprintf(w, "E2B's control API and envd's process service ([e2b.md](e2b.md)), over serve's unix socket as the SDK sends them (the process calls in envd's Connect protocol, by the generated Go client), beside the same through agentrun's own API on the same serve; %d runs per contender, interleaved, the order reversed every other time.\n\n", *n)
+	cpuTable(w, cs)
+	fmt.Fprintln(w)
+	for _, p := range [][2]string{{doorCreateName, v1CreateName}, {doorRunName, v1RunName}} {
+		d, a := find(cs, p[0]), find(cs, p[1])
+		if d.err != "" || a.err != "" || len(d.times) == 0 || len(a.times) == 0 {
+			continue
+		}
+		diff := median(d.times) - median(a.times)
+		met := "met"
+		if diff >= doorTarget {
+			met = "NOT met"
+		}
+		fmt.Fprintf(w, "- %s: %s against %s, the E2B layer adds %+.2f ms per call (median difference; target under %s: %s).\n",
+			p[0], ms(median(d.times)), ms(median(a.times)), float64(diff)/float64(time.Millisecond), doorTarget, met)
+	}
+}
