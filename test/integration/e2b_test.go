@@ -141,14 +141,7 @@ func TestE2BControl(t *testing.T) {
 	if !connect.Same || connect.Echo != "via-connect\n" {
 		t.Errorf("connect: %+v", connect)
 	}
-	wantErr := func(name, class, words string) {
-		t.Helper()
-		var e e2bErr
-		e2bGot(t, seen, name, &e)
-		if e.Error != class || !strings.Contains(e.Message, words) {
-			t.Errorf("%s: want %s with %q, got %s %q (ok %s)", name, class, words, e.Error, e.Message, e.OK)
-		}
-	}
+	wantErr := func(name, class, words string) { t.Helper(); e2bWantErr(t, seen, name, class, words) }
 	wantErr("setTimeoutPastMax", "SandboxError", "sandboxes.max_lifetime")
 	wantErr("pause", "SandboxError", "never keeps a sandbox's memory")
 	wantErr("badTemplate", "SandboxError", "e2b.templates")
@@ -187,6 +180,92 @@ func TestE2BControl(t *testing.T) {
 		t.Errorf("%d sandboxes listed after every one was killed", listAfter)
 	}
 	assertNoLeaks(t) // killed: gone before kill answered
+	s.stop()
+	assertNoLeaks(t)
+}
+
+// e2bWantErr fails the test unless seen[name] is an error of class
+// whose message holds words.
+func e2bWantErr(t *testing.T, seen map[string]json.RawMessage, name, class, words string) {
+	t.Helper()
+	var e e2bErr
+	e2bGot(t, seen, name, &e)
+	if e.Error != class || !strings.Contains(e.Message, words) {
+		t.Errorf("%s: want %s with %q, got %s %q (ok %s)", name, class, words, e.Error, e.Message, e.OK)
+	}
+}
+
+// TestE2BCoverage: the SDK calls the other E2B tests leave out
+// (coverage.mjs): past sandboxes.max a create is the SDK's
+// RateLimitError; user root runs as the sandbox's uid; a disconnected
+// command goes on; pty.kill ends the terminal; files.writeFiles; runCode's
+// onResult; the static getInfo, getFullInfo and kill of one's own
+// sandbox; snapshots, fork, updateNetwork and metrics refused saying why;
+// nothing is left after kill.
+func TestE2BCoverage(t *testing.T) {
+	s := startE2B(t, []string{"alice"}, map[string]any{"sandboxes": map[string]any{"max": 1}})
+	seen := s.node(t, s.keys["alice"], "coverage.mjs")
+	e2bWantErr(t, seen, "overMax", "RateLimitError", "sandboxes.max")
+	var uids struct{ Default, Root string }
+	e2bGot(t, seen, "uids", &uids)
+	if uid, err := strconv.ParseInt(uids.Root, 10, 64); err != nil || uid == 0 || uids.Root != uids.Default || !scope.HasUID(uid) {
+		t.Errorf("user root: id -u %q, by default %q: not the sandbox's uid", uids.Root, uids.Default)
+	}
+	var afterDisconnect, killBg, ptyKill, ptyListed bool
+	e2bGot(t, seen, "afterDisconnect", &afterDisconnect)
+	e2bGot(t, seen, "killBg", &killBg)
+	e2bGot(t, seen, "ptyKill", &ptyKill)
+	e2bGot(t, seen, "ptyListed", &ptyListed)
+	if !afterDisconnect || !killBg || !ptyKill || ptyListed {
+		t.Errorf("running after disconnect %v, then killed %v; pty.kill %v, the terminal listed after %v (wait: %s)",
+			afterDisconnect, killBg, ptyKill, ptyListed, seen["ptyWait"])
+	}
+	var wf struct {
+		Paths []string
+		A, B  string
+	}
+	e2bGot(t, seen, "writeFiles", &wf)
+	if strings.Join(wf.Paths, " ") != "/workspace/wf/a.txt /tmp/wf-b.txt" || wf.A != "A" || wf.B != "BB" {
+		t.Errorf("writeFiles: %+v", wf)
+	}
+	var onResult struct {
+		Streamed []struct {
+			Text string
+			Main bool
+		}
+		Text string
+	}
+	e2bGot(t, seen, "onResult", &onResult)
+	if len(onResult.Streamed) != 1 || onResult.Streamed[0].Text != "42" || !onResult.Streamed[0].Main || onResult.Text != "42" {
+		t.Errorf("runCode's onResult: %+v", onResult)
+	}
+	var info struct {
+		Same  bool
+		State string
+	}
+	e2bGot(t, seen, "staticInfo", &info)
+	if !info.Same || info.State != "running" {
+		t.Errorf("Sandbox.getInfo: %+v", info)
+	}
+	var full e2bErr
+	e2bGot(t, seen, "fullInfo", &full)
+	if string(full.OK) != `{"same":true,"state":"running"}` {
+		t.Errorf("Sandbox.getFullInfo: %+v", full)
+	}
+	for _, name := range []string{"createSnapshot", "listSnapshots", "fork"} {
+		e2bWantErr(t, seen, name, "SandboxError", "never keeps a sandbox's memory")
+	}
+	e2bWantErr(t, seen, "updateNetwork", "SandboxError", "never changes it")
+	e2bWantErr(t, seen, "metrics", "SandboxError", "metrics")
+	var staticKill, killAgain bool
+	var afterKill string
+	e2bGot(t, seen, "staticKill", &staticKill)
+	e2bGot(t, seen, "afterKill", &afterKill)
+	e2bGot(t, seen, "killAgain", &killAgain)
+	if !staticKill || afterKill != "SandboxNotFoundError" || killAgain {
+		t.Errorf("Sandbox.kill(id): %v, then getInfo %s, a second kill %v", staticKill, afterKill, killAgain)
+	}
+	assertNoLeaks(t)
 	s.stop()
 	assertNoLeaks(t)
 }
