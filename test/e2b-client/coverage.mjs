@@ -1,8 +1,8 @@
 // The SDK calls the other scripts leave out, on one code-interpreter
 // sandbox (serve's sandboxes.max is 1): a second create past it
 // (RateLimitError), commands.run as user root, a handle's disconnect,
-// pty.kill, files.writeFiles, runCode's onResult, the static getInfo,
-// getFullInfo and kill of one's own sandbox, and the calls refused
+// stdin and kill, pty.connect and pty.kill, files.writeFiles, runCode's onResult, the static getInfo,
+// getFullInfo, setTimeout and kill of one's own sandbox, and the calls refused
 // (snapshots, fork, updateNetwork, metrics).
 import { Sandbox } from '@e2b/code-interpreter'
 import { see, caught, main } from './lib.mjs'
@@ -26,6 +26,25 @@ await main(async () => {
   see('afterDisconnect', (await sbx.commands.list()).some((p) => p.pid === bg.pid))
   see('killBg', await sbx.commands.kill(bg.pid))
 
+  // A handle's own stdin, close and kill.
+  const cat = await sbx.commands.run('cat', { background: true, stdin: true })
+  await cat.sendStdin('via-handle\n')
+  await cat.closeStdin()
+  see('handleCat', (await cat.wait()).stdout)
+  const sl = await sbx.commands.run('sleep 600', { background: true })
+  see('handleKill', await sl.kill())
+  await caught('handleKillWait', sl.wait())
+
+  // pty.connect: a second handle on a terminal sees its output.
+  const dec = new TextDecoder()
+  let seenByConnect = ''
+  const t1 = await sbx.pty.create({ cols: 80, rows: 24, onData: () => {} })
+  const t2 = await sbx.pty.connect(t1.pid, { onData: (d) => { seenByConnect += dec.decode(d) } })
+  await sbx.pty.sendInput(t1.pid, new TextEncoder().encode('echo pty-$((2*3))x\n'))
+  for (let i = 0; i < 100 && !seenByConnect.includes('pty-6x'); i++) await new Promise((r) => setTimeout(r, 50))
+  see('ptyConnect', { same: t2.pid === t1.pid, saw: seenByConnect.includes('pty-6x') })
+  await sbx.pty.kill(t1.pid)
+
   // pty.kill ends the terminal.
   const term = await sbx.pty.create({ cols: 80, rows: 24, onData: () => {} })
   see('ptyKill', await sbx.pty.kill(term.pid))
@@ -46,7 +65,12 @@ await main(async () => {
   see('staticInfo', { same: info.sandboxId === sbx.sandboxId, state: info.state })
   const full = await caught('fullInfo', Sandbox.getFullInfo(sbx.sandboxId).then((i) => ({ same: i.sandboxId === sbx.sandboxId, state: i.state })))
 
+  await Sandbox.setTimeout(sbx.sandboxId, 200_000)
+  see('staticTimeout', Math.round(((await sbx.getInfo()).endAt.getTime() - Date.now()) / 1000))
+
   // Refused, saying why.
+  await caught('betaPause', Sandbox.betaPause(sbx.sandboxId))
+  see('deleteSnapshot', await Sandbox.deleteSnapshot('snap-none'))
   await caught('createSnapshot', sbx.createSnapshot())
   await caught('listSnapshots', Sandbox.listSnapshots().nextItems())
   await caught('fork', Sandbox.fork(sbx.sandboxId).then((r) => r.map((x) => (x instanceof Error ? x.constructor.name + ': ' + x.message : 'forked'))))

@@ -198,9 +198,11 @@ func e2bWantErr(t *testing.T, seen map[string]json.RawMessage, name, class, word
 // TestE2BCoverage: the SDK calls the other E2B tests leave out
 // (coverage.mjs): past sandboxes.max a create is the SDK's
 // RateLimitError; user root runs as the sandbox's uid; a disconnected
-// command goes on; pty.kill ends the terminal; files.writeFiles; runCode's
-// onResult; the static getInfo, getFullInfo and kill of one's own
-// sandbox; snapshots, fork, updateNetwork and metrics refused saying why;
+// command goes on; a handle's stdin, close and kill; pty.connect sees the
+// terminal's output and pty.kill ends it; files.writeFiles; runCode's
+// onResult; the static getInfo, getFullInfo, setTimeout and kill of one's
+// own sandbox; snapshots, fork, pause, updateNetwork and metrics refused
+// saying why, deleteSnapshot false (there are none);
 // nothing is left after kill.
 func TestE2BCoverage(t *testing.T) {
 	s := startE2B(t, []string{"alice"}, map[string]any{"sandboxes": map[string]any{"max": 1}})
@@ -219,6 +221,15 @@ func TestE2BCoverage(t *testing.T) {
 	if !afterDisconnect || !killBg || !ptyKill || ptyListed {
 		t.Errorf("running after disconnect %v, then killed %v; pty.kill %v, the terminal listed after %v (wait: %s)",
 			afterDisconnect, killBg, ptyKill, ptyListed, seen["ptyWait"])
+	}
+	var handleCat string
+	var handleKill bool
+	var ptyConnect struct{ Same, Saw bool }
+	e2bGot(t, seen, "handleCat", &handleCat)
+	e2bGot(t, seen, "handleKill", &handleKill)
+	e2bGot(t, seen, "ptyConnect", &ptyConnect)
+	if handleCat != "via-handle\n" || !handleKill || !ptyConnect.Same || !ptyConnect.Saw {
+		t.Errorf("a handle's stdin: %q, its kill %v; pty.connect %+v", handleCat, handleKill, ptyConnect)
 	}
 	var wf struct {
 		Paths []string
@@ -252,7 +263,14 @@ func TestE2BCoverage(t *testing.T) {
 	if string(full.OK) != `{"same":true,"state":"running"}` {
 		t.Errorf("Sandbox.getFullInfo: %+v", full)
 	}
-	for _, name := range []string{"createSnapshot", "listSnapshots", "fork"} {
+	var staticTimeout int
+	var deleteSnapshot bool
+	e2bGot(t, seen, "staticTimeout", &staticTimeout)
+	e2bGot(t, seen, "deleteSnapshot", &deleteSnapshot)
+	if staticTimeout < 150 || staticTimeout > 200 || deleteSnapshot {
+		t.Errorf("Sandbox.setTimeout(id, 200 s): %d s left; deleteSnapshot of none: %v", staticTimeout, deleteSnapshot)
+	}
+	for _, name := range []string{"createSnapshot", "listSnapshots", "fork", "betaPause"} {
 		e2bWantErr(t, seen, name, "SandboxError", "never keeps a sandbox's memory")
 	}
 	e2bWantErr(t, seen, "updateNetwork", "SandboxError", "never changes it")
