@@ -68,6 +68,9 @@ await main(async () => {
   await Sandbox.setTimeout(sbx.sandboxId, 200_000)
   see('staticTimeout', Math.round(((await sbx.getInfo()).endAt.getTime() - Date.now()) / 1000))
 
+  see('instanceConnect', (await sbx.connect()).sandboxId === sbx.sandboxId)
+  await caught('mcpToken', sbx.getMcpToken())
+
   // Refused, saying why.
   await caught('betaPause', Sandbox.betaPause(sbx.sandboxId))
   see('deleteSnapshot', await Sandbox.deleteSnapshot('snap-none'))

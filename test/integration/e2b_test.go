@@ -201,7 +201,8 @@ func e2bWantErr(t *testing.T, seen map[string]json.RawMessage, name, class, word
 // command goes on; a handle's stdin, close and kill; pty.connect sees the
 // terminal's output and pty.kill ends it; files.writeFiles; runCode's
 // onResult; the static getInfo, getFullInfo, setTimeout and kill of one's
-// own sandbox; snapshots, fork, pause, updateNetwork and metrics refused
+// own sandbox and the instance's connect; getMcpToken's file out of reach;
+// snapshots, fork, pause, updateNetwork and metrics refused
 // saying why, deleteSnapshot false (there are none);
 // nothing is left after kill.
 func TestE2BCoverage(t *testing.T) {
@@ -263,6 +264,12 @@ func TestE2BCoverage(t *testing.T) {
 	if string(full.OK) != `{"same":true,"state":"running"}` {
 		t.Errorf("Sandbox.getFullInfo: %+v", full)
 	}
+	var instanceConnect bool
+	e2bGot(t, seen, "instanceConnect", &instanceConnect)
+	if !instanceConnect {
+		t.Error("sandbox.connect() answered another sandbox")
+	}
+	e2bWantErr(t, seen, "mcpToken", "InvalidArgumentError", "/workspace")
 	var staticTimeout int
 	var deleteSnapshot bool
 	e2bGot(t, seen, "staticTimeout", &staticTimeout)
