@@ -22,6 +22,8 @@ const (
 	v1CreateName   = "agentrun: POST /v1/sandboxes + POST …/processes true"
 	doorRunName    = "E2B commands.run('true') (process.Process/Start over Connect)"
 	v1RunName      = "agentrun: POST /v1/sandboxes/ID/processes true"
+	doorListName   = "E2B commands.list() (process.Process/List over Connect)"
+	v1ListName     = "agentrun: GET /v1/sandboxes/ID/processes"
 )
 
 // doorTarget is what the E2B layer may add to a call.
@@ -72,9 +74,54 @@ func doorBench(hc *http.Client, s *served, live string) []*contender {
 			}},
 		{name: v1RunName, quiet: true, note: "the same through agentrun's own API in a running live sandbox, timed to its exit event",
 			call: func(int) (time.Duration, string, error) { return s.execTrue(live) }},
+		{name: doorListName, quiet: true, note: "the processes of a running sandbox through envd's process service: no process made, so the door's own work (key and token, the Connect codec, the sandbox's record) and serve's",
+			call: func(int) (time.Duration, string, error) {
+				ctx, cancel := call()
+				defer cancel()
+				start := time.Now()
+				err := sb.list(ctx)
+				return time.Since(start), "", err
+			}},
+		{name: v1ListName, quiet: true, note: "the same through agentrun's own API",
+			call: func(int) (time.Duration, string, error) {
+				ctx, cancel := call()
+				defer cancel()
+				url, hc := s.client.HTTP("/v1/sandboxes/" + live + "/processes")
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+				start := time.Now()
+				resp, err := hc.Do(req)
+				if err != nil {
+					return 0, "", err
+				}
+				_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+				resp.Body.Close()
+				el := time.Since(start)
+				if err == nil && resp.StatusCode != http.StatusOK {
+					err = fmt.Errorf("GET processes: %s", resp.Status)
+				}
+				return el, "", err
+			}},
 	}
 	measure(cs)
 	return cs
+}
+
+// list lists the sandbox's processes through envd's process service.
+func (e *e2bSandbox) list(ctx context.Context) error {
+	pc := processconnect.NewProcessClient(e.hc, "http://agentrun/e2b", connect.WithProtoJSON())
+	req := connect.NewRequest(&process.ListRequest{})
+	e.headers(req.Header())
+	if _, err := pc.List(ctx, req); err != nil {
+		return fmt.Errorf("process.Process/List: %w", err)
+	}
+	return nil
+}
+
+// headers sets the headers of a call into the sandbox's envd.
+func (e *e2bSandbox) headers(h http.Header) {
+	h.Set(e2b.SandboxIDHeader, e.id)
+	h.Set(e2b.SandboxPortHeader, strconv.Itoa(e2b.EnvdPort))
+	h.Set(e2b.AccessTokenHeader, e.token)
 }
 
 // run starts cmd through envd's process service and reads its stream to
@@ -84,9 +131,7 @@ func (e *e2bSandbox) run(ctx context.Context, cmd string) (string, error) {
 	pc := processconnect.NewProcessClient(e.hc, "http://agentrun/e2b", connect.WithProtoJSON())
 	noStdin := false
 	req := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: cmd}, Stdin: &noStdin})
-	req.Header().Set(e2b.SandboxIDHeader, e.id)
-	req.Header().Set(e2b.SandboxPortHeader, strconv.Itoa(e2b.EnvdPort))
-	req.Header().Set(e2b.AccessTokenHeader, e.token)
+	e.headers(req.Header())
 	st, err := pc.Start(ctx, req)
 	if err != nil {
 		return "", fmt.Errorf("process.Process/Start: %w", err)
@@ -136,7 +181,7 @@ func doorReport(w io.Writer, cs []*contender) {
 	fmt.Fprintf(w, "E2B's control API and envd's process service ([e2b.md](e2b.md)), over serve's unix socket as the SDK sends them (the process calls in envd's Connect protocol with JSON and stdin closed as the SDK sends them, by the generated Go client), beside the same through agentrun's own API on the same serve; %d runs per contender, interleaved, the order reversed every other time.\n\n", *n)
 	cpuTable(w, cs)
 	fmt.Fprintln(w)
-	for _, p := range [][2]string{{doorCreateName, v1CreateName}, {doorRunName, v1RunName}} {
+	for _, p := range [][2]string{{doorCreateName, v1CreateName}, {doorRunName, v1RunName}, {doorListName, v1ListName}} {
 		d, a := find(cs, p[0]), find(cs, p[1])
 		if d.err != "" || a.err != "" || len(d.times) == 0 || len(a.times) == 0 {
 			continue
