@@ -19,7 +19,7 @@ import (
 	"github.com/agentrun/agentrun/internal/server"
 )
 
-var interpOnly = flag.Bool("interp-only", false, "measure the code interpreter section only (E2B's runCode in a live context against agentrun's own API) and print it (docs/bench.md is not written)")
+var interpOnly = flag.Bool("interp-only", false, "measure the E2B sections only (runCode in a live context; the door's create, commands.run and commands.list; each against agentrun's own API) and print them (docs/bench.md is not written)")
 
 // Names of the code interpreter section's contenders.
 const (
