@@ -19,7 +19,7 @@ import (
 	"github.com/agentrun/agentrun/internal/server"
 )
 
-var interpOnly = flag.Bool("interp-only", false, "measure the code interpreter section only (E2B's runCode in a live context against agentrun's own API) and print it (docs/bench.md is not written)")
+var interpOnly = flag.Bool("interp-only", false, "measure the E2B sections only (runCode in a live context; the door's create, commands.run and commands.list; each against agentrun's own API) and print them (docs/bench.md is not written)")
 
 // Names of the code interpreter section's contenders.
 const (
@@ -33,8 +33,9 @@ const interpKey = "e2b_bench0123456789abcdef"
 
 // interpSection is what the code interpreter section measured.
 type interpSection struct {
-	err string
-	cs  []*contender
+	err  string
+	cs   []*contender
+	door []*contender // the E2B door's section (e2bdoor.go)
 }
 
 // interpBench measures a runCode round trip in a live context of E2B's
@@ -59,9 +60,9 @@ func interpBench(work, rootfs string, pool *served, poolErr error) *interpSectio
 	sock := filepath.Join(dir, "serve.sock")
 	write(cfg, fmt.Sprintf(`{"image":"dir:%s","audit":"","state_dir":%q,"store_dir":%q,
 		"policy":{"local_images":[%q]},
-		"e2b":{"templates":{"code-interpreter-v1":"dir:%s"},"keys":{"bench":{"file":%q}}},
+		"e2b":{"templates":{"code-interpreter-v1":"dir:%s","base":"dir:%s"},"keys":{"bench":{"file":%q}}},
 		"server":{"listen":%q,"max_concurrent":8,"queue":64,"quota":{"runs_per_minute":0,"concurrent":0}}}`,
-		rootfs, filepath.Join(dir, "state"), filepath.Join(dir, "store"), filepath.Dir(filepath.Dir(rootfs)), rootfs, keyFile, "unix://"+sock))
+		rootfs, filepath.Join(dir, "state"), filepath.Join(dir, "store"), filepath.Dir(filepath.Dir(rootfs)), rootfs, rootfs, keyFile, "unix://"+sock))
 	s, err := launchServe(*bin, cfg, sock)
 	if err != nil {
 		is.err = fmt.Sprintf("agentrun serve: %v", err)
@@ -104,6 +105,7 @@ func interpBench(work, rootfs string, pool *served, poolErr error) *interpSectio
 			}),
 	}
 	measure(is.cs)
+	is.door = doorBench(hc, s, live.ID)
 	return is
 }
 
@@ -117,7 +119,21 @@ type e2bSandbox struct {
 // newE2BSandbox creates a code-interpreter-v1 sandbox through the door
 // and runs a first cell, which makes its default context.
 func newE2BSandbox(hc *http.Client) (*e2bSandbox, error) {
-	req, _ := http.NewRequest(http.MethodPost, "http://agentrun/e2b/v2/sandboxes", strings.NewReader(`{"templateID":"code-interpreter-v1","timeout":1800}`))
+	e, err := createE2B(context.Background(), hc, "code-interpreter-v1")
+	if err != nil {
+		return nil, err
+	}
+	if _, out, err := e.runCode("44+1"); err != nil || out != "45\n" {
+		e.kill()
+		return nil, fmt.Errorf("a first runCode: %q, %v", out, err)
+	}
+	return e, nil
+}
+
+// createE2B creates a sandbox of template through the door, as the SDK's
+// Sandbox.create does.
+func createE2B(ctx context.Context, hc *http.Client, template string) (*e2bSandbox, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://agentrun/e2b/v2/sandboxes", strings.NewReader(`{"templateID":"`+template+`","timeout":1800}`))
 	req.Header.Set("X-API-Key", interpKey)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := hc.Do(req)
@@ -132,12 +148,7 @@ func newE2BSandbox(hc *http.Client) (*e2bSandbox, error) {
 	if resp.StatusCode != http.StatusCreated || json.Unmarshal(body, &sb) != nil || sb.SandboxID == "" {
 		return nil, fmt.Errorf("creating an E2B sandbox: %s: %s", resp.Status, firstLine(string(body)))
 	}
-	e := &e2bSandbox{hc: hc, id: sb.SandboxID, token: sb.EnvdAccessToken, trafficToken: sb.TrafficAccessToken}
-	if _, out, err := e.runCode("44+1"); err != nil || out != "45\n" {
-		e.kill()
-		return nil, fmt.Errorf("a first runCode: %q, %v", out, err)
-	}
-	return e, nil
+	return &e2bSandbox{hc: hc, id: sb.SandboxID, token: sb.EnvdAccessToken, trafficToken: sb.TrafficAccessToken}, nil
 }
 
 // runCode runs code in the default context, timed to the stream's end,
@@ -203,6 +214,7 @@ func interpReport(w io.Writer, is *interpSection) {
 	}
 	fmt.Fprintf(w, "E2B's `runCode` ([e2b.md](e2b.md#the-code-interpreter)) in a live context, over serve's unix socket as the SDK sends it, beside the same value through agentrun's own API: a process in a live sandbox, and a pooled run; %d runs per contender, interleaved, the order reversed every other time.\n\n", *n)
 	cpuTable(w, is.cs)
+	defer doorReport(w, is.door)
 	rc, ex := find(is.cs, interpRunCodeName), find(is.cs, interpExecName)
 	if rc.err == "" && ex.err == "" && len(rc.times) > 0 && len(ex.times) > 0 {
 		fmt.Fprintf(w, "\nA cell in a live context answers in %s, %.2f× a new interpreter exec'd in the same sandbox (%s): the context keeps the interpreter and its state.\n",

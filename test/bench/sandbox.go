@@ -160,6 +160,13 @@ func call() (context.Context, context.CancelFunc) {
 // createToFirstOutput creates a sandbox, runs python3 -c print(45) in it
 // and times both to its first stdout event; it deletes it after, untimed.
 func (s *served) createToFirstOutput() (time.Duration, string, error) {
+	return s.createThenExec([]string{"python3", "-c", "print(45)"}, true)
+}
+
+// createThenExec creates a sandbox, runs argv in it and times both to its
+// first stdout event (first) or to its exit event; it deletes it after,
+// untimed.
+func (s *served) createThenExec(argv []string, first bool) (time.Duration, string, error) {
 	ctx, cancel := call()
 	defer cancel()
 	start := time.Now()
@@ -167,12 +174,12 @@ func (s *served) createToFirstOutput() (time.Duration, string, error) {
 	if err != nil {
 		return 0, "", fmt.Errorf("create: %w", err)
 	}
-	var first time.Duration
+	var el time.Duration
 	var out strings.Builder
-	exit, err := s.client.Exec(ctx, info.ID, server.ProcessRequest{Command: []string{"python3", "-c", "print(45)"}}, func(e runapi.ProcessEvent) error {
-		if e.Event == "stdout" {
-			if first == 0 {
-				first = time.Since(start)
+	exit, err := s.client.Exec(ctx, info.ID, server.ProcessRequest{Command: argv}, func(e runapi.ProcessEvent) error {
+		if e.Event == "stdout" || e.Event == "stderr" {
+			if first && el == 0 && e.Event == "stdout" {
+				el = time.Since(start)
 			}
 			b, err := e.Output()
 			out.Write(b)
@@ -180,13 +187,16 @@ func (s *served) createToFirstOutput() (time.Duration, string, error) {
 		}
 		return nil
 	})
+	if !first {
+		el = time.Since(start)
+	}
 	if derr := s.client.DeleteSandbox(ctx, info.ID); err == nil && derr != nil {
 		err = fmt.Errorf("delete: %w", derr)
 	}
 	if err == nil {
 		err = exitErr(exit)
 	}
-	return first, out.String(), err
+	return el, out.String(), err
 }
 
 // pooledSandbox is c timing createToFirstOutput on s, whose pool keeps a

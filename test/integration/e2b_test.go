@@ -141,14 +141,7 @@ func TestE2BControl(t *testing.T) {
 	if !connect.Same || connect.Echo != "via-connect\n" {
 		t.Errorf("connect: %+v", connect)
 	}
-	wantErr := func(name, class, words string) {
-		t.Helper()
-		var e e2bErr
-		e2bGot(t, seen, name, &e)
-		if e.Error != class || !strings.Contains(e.Message, words) {
-			t.Errorf("%s: want %s with %q, got %s %q (ok %s)", name, class, words, e.Error, e.Message, e.OK)
-		}
-	}
+	wantErr := func(name, class, words string) { t.Helper(); e2bWantErr(t, seen, name, class, words) }
 	wantErr("setTimeoutPastMax", "SandboxError", "sandboxes.max_lifetime")
 	wantErr("pause", "SandboxError", "never keeps a sandbox's memory")
 	wantErr("badTemplate", "SandboxError", "e2b.templates")
@@ -187,6 +180,117 @@ func TestE2BControl(t *testing.T) {
 		t.Errorf("%d sandboxes listed after every one was killed", listAfter)
 	}
 	assertNoLeaks(t) // killed: gone before kill answered
+	s.stop()
+	assertNoLeaks(t)
+}
+
+// e2bWantErr fails the test unless seen[name] is an error of class
+// whose message holds words.
+func e2bWantErr(t *testing.T, seen map[string]json.RawMessage, name, class, words string) {
+	t.Helper()
+	var e e2bErr
+	e2bGot(t, seen, name, &e)
+	if e.Error != class || !strings.Contains(e.Message, words) {
+		t.Errorf("%s: want %s with %q, got %s %q (ok %s)", name, class, words, e.Error, e.Message, e.OK)
+	}
+}
+
+// TestE2BCoverage: the SDK calls the other E2B tests leave out
+// (coverage.mjs): past sandboxes.max a create is the SDK's
+// RateLimitError; user root runs as the sandbox's uid; a disconnected
+// command goes on; a handle's stdin, close and kill; pty.connect sees the
+// terminal's output and pty.kill ends it; files.writeFiles; runCode's
+// onResult; the static getInfo, getFullInfo, setTimeout and kill of one's
+// own sandbox and the instance's connect; getMcpToken's file out of reach;
+// snapshots, fork, pause, updateNetwork and metrics refused
+// saying why, deleteSnapshot false (there are none);
+// nothing is left after kill.
+func TestE2BCoverage(t *testing.T) {
+	s := startE2B(t, []string{"alice"}, map[string]any{"sandboxes": map[string]any{"max": 1}})
+	seen := s.node(t, s.keys["alice"], "coverage.mjs")
+	e2bWantErr(t, seen, "overMax", "RateLimitError", "sandboxes.max")
+	var uids struct{ Default, Root string }
+	e2bGot(t, seen, "uids", &uids)
+	if uid, err := strconv.ParseInt(uids.Root, 10, 64); err != nil || uid == 0 || uids.Root != uids.Default || !scope.HasUID(uid) {
+		t.Errorf("user root: id -u %q, by default %q: not the sandbox's uid", uids.Root, uids.Default)
+	}
+	var afterDisconnect, killBg, ptyKill, ptyListed bool
+	e2bGot(t, seen, "afterDisconnect", &afterDisconnect)
+	e2bGot(t, seen, "killBg", &killBg)
+	e2bGot(t, seen, "ptyKill", &ptyKill)
+	e2bGot(t, seen, "ptyListed", &ptyListed)
+	if !afterDisconnect || !killBg || !ptyKill || ptyListed {
+		t.Errorf("running after disconnect %v, then killed %v; pty.kill %v, the terminal listed after %v (wait: %s)",
+			afterDisconnect, killBg, ptyKill, ptyListed, seen["ptyWait"])
+	}
+	var handleCat string
+	var handleKill bool
+	var ptyConnect struct{ Same, Saw bool }
+	e2bGot(t, seen, "handleCat", &handleCat)
+	e2bGot(t, seen, "handleKill", &handleKill)
+	e2bGot(t, seen, "ptyConnect", &ptyConnect)
+	if handleCat != "via-handle\n" || !handleKill || !ptyConnect.Same || !ptyConnect.Saw {
+		t.Errorf("a handle's stdin: %q, its kill %v; pty.connect %+v", handleCat, handleKill, ptyConnect)
+	}
+	var wf struct {
+		Paths []string
+		A, B  string
+	}
+	e2bGot(t, seen, "writeFiles", &wf)
+	if strings.Join(wf.Paths, " ") != "/workspace/wf/a.txt /tmp/wf-b.txt" || wf.A != "A" || wf.B != "BB" {
+		t.Errorf("writeFiles: %+v", wf)
+	}
+	var onResult struct {
+		Streamed []struct {
+			Text string
+			Main bool
+		}
+		Text string
+	}
+	e2bGot(t, seen, "onResult", &onResult)
+	if len(onResult.Streamed) != 1 || onResult.Streamed[0].Text != "42" || !onResult.Streamed[0].Main || onResult.Text != "42" {
+		t.Errorf("runCode's onResult: %+v", onResult)
+	}
+	var info struct {
+		Same  bool
+		State string
+	}
+	e2bGot(t, seen, "staticInfo", &info)
+	if !info.Same || info.State != "running" {
+		t.Errorf("Sandbox.getInfo: %+v", info)
+	}
+	var full e2bErr
+	e2bGot(t, seen, "fullInfo", &full)
+	if string(full.OK) != `{"same":true,"state":"running"}` {
+		t.Errorf("Sandbox.getFullInfo: %+v", full)
+	}
+	var instanceConnect bool
+	e2bGot(t, seen, "instanceConnect", &instanceConnect)
+	if !instanceConnect {
+		t.Error("sandbox.connect() answered another sandbox")
+	}
+	e2bWantErr(t, seen, "mcpToken", "InvalidArgumentError", "/workspace")
+	var staticTimeout int
+	var deleteSnapshot bool
+	e2bGot(t, seen, "staticTimeout", &staticTimeout)
+	e2bGot(t, seen, "deleteSnapshot", &deleteSnapshot)
+	if staticTimeout < 150 || staticTimeout > 200 || deleteSnapshot {
+		t.Errorf("Sandbox.setTimeout(id, 200 s): %d s left; deleteSnapshot of none: %v", staticTimeout, deleteSnapshot)
+	}
+	for _, name := range []string{"createSnapshot", "listSnapshots", "fork", "betaPause"} {
+		e2bWantErr(t, seen, name, "SandboxError", "never keeps a sandbox's memory")
+	}
+	e2bWantErr(t, seen, "updateNetwork", "SandboxError", "never changes it")
+	e2bWantErr(t, seen, "metrics", "SandboxError", "metrics")
+	var staticKill, killAgain bool
+	var afterKill string
+	e2bGot(t, seen, "staticKill", &staticKill)
+	e2bGot(t, seen, "afterKill", &afterKill)
+	e2bGot(t, seen, "killAgain", &killAgain)
+	if !staticKill || afterKill != "SandboxNotFoundError" || killAgain {
+		t.Errorf("Sandbox.kill(id): %v, then getInfo %s, a second kill %v", staticKill, afterKill, killAgain)
+	}
+	assertNoLeaks(t)
 	s.stop()
 	assertNoLeaks(t)
 }
