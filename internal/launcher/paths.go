@@ -2,7 +2,11 @@ package launcher
 
 import (
 	_ "embed"
+	"fmt"
 	"path"
+	"slices"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/agentrun/agentrun/runtime/spec"
 )
@@ -11,8 +15,9 @@ import (
 // files name those they read as string literals of their own, which
 // TestPathsMatchPython holds to these.
 const (
-	// Dir holds agentrun's Python files, each mounted read-only from the
-	// run's etc tmpfs (under etcDir), in the sandbox's own /dev tmpfs: no
+	// Dir holds agentrun's Python files, the run's etc tmpfs's directory
+	// of them (etcDir) mounted read-only, once for all of them, in the
+	// sandbox's own /dev tmpfs: no
 	// image needs a mount point, and the sandbox's mountinfo names no host
 	// path. It is on a run's PYTHONPATH only with tools (ToolsOpts); the
 	// launcher loads its own modules from it by path.
@@ -83,12 +88,35 @@ var (
 )
 
 // mount writes data, agentrun's file at in (a path in Dir), into the run's
-// etc tmpfs with etc, and returns the spec option that mounts it at in,
-// read-only.
+// etc tmpfs with etc, and returns the spec option that mounts the
+// directory holding it there at Dir, read-only (dirMount): one mount for
+// all of a run's Python files, whichever it has.
 func mount(etc WriteFunc, in string, data []byte) (spec.SpecOpt, error) {
 	host, err := etc(etcDir+"/"+path.Base(in), data)
 	if err != nil {
 		return nil, err
 	}
-	return spec.WithReadonlyFile(host, in), nil
+	return dirMount(path.Dir(host)), nil
+}
+
+// dirMount is the spec option that bind-mounts host, the etc tmpfs's
+// directory of agentrun's Python files, at Dir, read-only, unless the spec
+// already has it: every file's option names the same mount, and the
+// sandbox gets it once. A mount at Dir from elsewhere is an error. The
+// sandbox sees what the directory holds when it starts: the files its
+// run wrote, and no other run's (each run has an etc tmpfs of its own).
+func dirMount(host string) spec.SpecOpt {
+	bind := spec.WithReadonlyFile(host, Dir)
+	return func(s *specs.Spec) error {
+		for _, m := range s.Mounts {
+			if m.Destination != Dir {
+				continue
+			}
+			if m.Source != host || m.Type != "bind" || !slices.Contains(m.Options, "ro") {
+				return fmt.Errorf("%s is mounted from %s already", Dir, m.Source)
+			}
+			return nil
+		}
+		return bind(s)
+	}
 }
