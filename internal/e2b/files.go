@@ -28,8 +28,6 @@ const (
 	// maxUploadBody bounds a multipart upload's body, its parts' headers
 	// included.
 	maxUploadBody = 64 << 20
-	// maxPartHeader bounds what of a part's headers is read.
-	maxPartHeader = 8 << 10
 )
 
 // fileSlots bounds the files the door holds in memory at once, 16 MiB
