@@ -67,7 +67,7 @@ func TestSandboxTargets(t *testing.T) {
 	ss := &sandboxSection{
 		cs: []*contender{
 			{name: sbPooledName, times: times(40, 50, 60)},
-			{name: sbCreateName, times: times(90, 100, 130)},
+			{name: sbPoolName, times: times(90, 100, 130)},
 			{name: sbExecName, times: times(30, 31, 90)},
 			{name: runcExecName, err: "runc run -d: exit status 1"},
 			{name: shTrueName, times: times(5, 5, 6)},
@@ -88,7 +88,7 @@ func TestSandboxTargets(t *testing.T) {
 			t.Errorf("%s: %q %q, want %q… %q", key, r[1], r[2], measured, met)
 		}
 	}
-	check("create to", "2.00× (100.0 ms against 50.0 ms)", "yes")
+	check("from the", "2.00× (100.0 ms against 50.0 ms)", "yes")
 	check("exec `true`", "not measured", "–")
 	check("sandbox ≤", "2.0 MiB each over 32", "yes")
 	check("sandboxes at", "nothing left", "yes")
@@ -101,7 +101,7 @@ func TestSandboxTargets(t *testing.T) {
 	for _, r := range sandboxTargets(ss) {
 		got[strings.Fields(r[0])[2]+" "+strings.Fields(r[0])[3]] = r
 	}
-	check("create to", "2.02×", "no")
+	check("from the", "2.02×", "no")
 	check("exec `true`", "1.55× (31.0 ms against 20.0 ms)", "no")
 	check("sandbox ≤", "6.0 MiB each", "no")
 	check("sandboxes at", "1 cgroups", "no")
