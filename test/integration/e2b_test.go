@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/agentrun/agentrun/internal/config"
+	"golang.org/x/sys/unix"
 )
 
 // e2bDomain is the suite's e2b.domain: its names reach serve only by
@@ -300,9 +303,17 @@ func TestE2BCoverage(t *testing.T) {
 // CommandExitError, env and cwd, a command past its timeoutMs killed, a background process fed its stdin,
 // listed, connected to and killed, stdin closed, a terminal that takes
 // input and a resize; nothing is left after kill and serve's stop.
-func TestE2BCommands(t *testing.T) {
-	s := startE2B(t, []string{"alice"}, nil)
+func TestE2BCommands(t *testing.T) { eachRuntime(t, testE2BCommands) }
+
+func testE2BCommands(t *testing.T, rt string) {
+	s := startE2B(t, []string{"alice"}, map[string]any{"runtime": rt})
 	seen := s.node(t, s.keys["alice"], "commands.mjs")
+	var kernel string
+	e2bGot(t, seen, "kernel", &kernel)
+	if hostRelease := hostKernelRelease(t); (rt == config.RuntimeRunsc) != (kernel != hostRelease) ||
+		rt == config.RuntimeRunsc && !strings.Contains(kernel, "gvisor") {
+		t.Errorf("uname -r in a %s sandbox: %q (the host's: %q)", rt, kernel, hostRelease)
+	}
 	var run struct {
 		Stdout, Stderr string
 		ExitCode       int
@@ -363,6 +374,16 @@ func TestE2BCommands(t *testing.T) {
 	}
 	s.stop()
 	assertNoLeaks(t)
+}
+
+// hostKernelRelease is the host's uname -r.
+func hostKernelRelease(t *testing.T) string {
+	t.Helper()
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	return unix.ByteSliceToString(u.Release[:])
 }
 
 // TestE2BExpiry: a sandbox past its timeout ends: the SDK's getInfo is
