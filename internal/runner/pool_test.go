@@ -155,6 +155,28 @@ func TestPoolFillsTheShapeOfTheLatestRun(t *testing.T) {
 	}
 }
 
+// A live sandbox's create moves the pool to its shape and ends no run
+// (no ran): the pool fills the new shape all the same, and the next
+// create of it is served, though the old shape was full when it moved.
+func TestPoolFillsTheShapeOfALiveSandbox(t *testing.T) {
+	p, _, img := testPool(t, 1)
+	run := testPlan()
+	if sb := p.take(run, img, nil); sb != nil {
+		t.Fatal("an empty pool gave a sandbox")
+	}
+	p.ran(run)
+	waitReady(t, p, 1)
+	live := testPlan()
+	live.Live = true
+	if sb := p.take(live, img, nil); sb != nil {
+		t.Fatal("a live sandbox got a run's sandbox")
+	}
+	waitReady(t, p, 1)
+	if sb := p.take(live, img, nil); sb == nil {
+		t.Fatalf("a second live sandbox was not served: %+v", p.Stats())
+	}
+}
+
 // Every limit config.LimitTable marks Shape changes the sandbox's spec, and
 // its shape; no other limit changes either. A limit added to set-up
 // without its Shape mark, or marked without set-up using it, fails here.
