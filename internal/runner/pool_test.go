@@ -127,14 +127,21 @@ func waitReady(t *testing.T, p *Pool, n int) {
 	}
 }
 
-func TestPoolFillsTheShapeOfTheLatestRun(t *testing.T) {
-	p, f, img := testPool(t, 2)
-	plan := testPlan()
+// runOnEmpty takes for a run of plan from the empty pool p, which gives
+// none, ends the run and waits for the pool to hold n of its shape.
+func runOnEmpty(t *testing.T, p *Pool, plan *task.Plan, img *image.Image, n int) {
+	t.Helper()
 	if sb := p.take(plan, img, nil); sb != nil {
 		t.Fatal("an empty pool gave a sandbox")
 	}
 	p.ran(plan)
-	waitReady(t, p, 2)
+	waitReady(t, p, n)
+}
+
+func TestPoolFillsTheShapeOfTheLatestRun(t *testing.T) {
+	p, f, img := testPool(t, 2)
+	plan := testPlan()
+	runOnEmpty(t, p, plan, img, 2)
 	f.mu.Lock()
 	made := f.plans[0]
 	f.mu.Unlock()
@@ -160,12 +167,7 @@ func TestPoolFillsTheShapeOfTheLatestRun(t *testing.T) {
 // create of it is served, though the old shape was full when it moved.
 func TestPoolFillsTheShapeOfALiveSandbox(t *testing.T) {
 	p, _, img := testPool(t, 1)
-	run := testPlan()
-	if sb := p.take(run, img, nil); sb != nil {
-		t.Fatal("an empty pool gave a sandbox")
-	}
-	p.ran(run)
-	waitReady(t, p, 1)
+	runOnEmpty(t, p, testPlan(), img, 1)
 	live := testPlan()
 	live.Live = true
 	if sb := p.take(live, img, nil); sb != nil {
