@@ -411,8 +411,10 @@ func TestE2BExpiry(t *testing.T) {
 // with it: no token, another sandbox's, or the envd token is 401; by
 // name (e2b.domain) too. A sandbox left running ends with serve's stop,
 // leaving nothing.
-func TestE2BPorts(t *testing.T) {
-	s := startE2B(t, []string{"alice"}, nil)
+func TestE2BPorts(t *testing.T) { eachRuntime(t, testE2BPorts) }
+
+func testE2BPorts(t *testing.T, rt string) {
+	s := startE2B(t, []string{"alice"}, map[string]any{"runtime": rt})
 	seen := s.node(t, s.keys["alice"], "ports.mjs")
 	var with struct {
 		Status int
