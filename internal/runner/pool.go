@@ -363,8 +363,8 @@ func (p *Pool) Resize(sizes map[string]int) {
 }
 
 // keep makes key, plan's shape, the one kept ready for its image, in place
-// of another; the pool fills it after the run (ran). p.mu is held, and p is
-// not closed.
+// of another; the pool fills it after the run (ran), a live sandbox's at
+// once. p.mu is held, and p is not closed.
 func (p *Pool) keep(plan *task.Plan, img *image.Image, key string, warm []string) {
 	s := p.shapes[plan.Image]
 	p.shapes[plan.Image] = &shape{key: key, plan: bare(plan), img: img, warm: warm}
@@ -374,6 +374,12 @@ func (p *Pool) keep(plan *task.Plan, img *image.Image, key string, warm []string
 		stale := s.ready
 		s.ready = nil
 		p.bg.Go(func() { _ = destroyAll(stale) })
+	}
+	if plan.Live {
+		// A live sandbox ends no run (no ran to wake the filler), and an
+		// old shape already full has no fill whose end would: its first
+		// sandbox now, on a CPU the creates leave free.
+		p.poke()
 	}
 }
 

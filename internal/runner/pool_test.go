@@ -127,14 +127,21 @@ func waitReady(t *testing.T, p *Pool, n int) {
 	}
 }
 
-func TestPoolFillsTheShapeOfTheLatestRun(t *testing.T) {
-	p, f, img := testPool(t, 2)
-	plan := testPlan()
+// runOnEmpty takes for a run of plan from the empty pool p, which gives
+// none, ends the run and waits for the pool to hold n of its shape.
+func runOnEmpty(t *testing.T, p *Pool, plan *task.Plan, img *image.Image, n int) {
+	t.Helper()
 	if sb := p.take(plan, img, nil); sb != nil {
 		t.Fatal("an empty pool gave a sandbox")
 	}
 	p.ran(plan)
-	waitReady(t, p, 2)
+	waitReady(t, p, n)
+}
+
+func TestPoolFillsTheShapeOfTheLatestRun(t *testing.T) {
+	p, f, img := testPool(t, 2)
+	plan := testPlan()
+	runOnEmpty(t, p, plan, img, 2)
 	f.mu.Lock()
 	made := f.plans[0]
 	f.mu.Unlock()
@@ -152,6 +159,23 @@ func TestPoolFillsTheShapeOfTheLatestRun(t *testing.T) {
 	st := p.Stats()
 	if st.Hits != 1 || st.Misses != 1 || st.Ready[testImage] != 1 {
 		t.Errorf("stats %+v; want 1 hit, 1 miss, 1 ready", st)
+	}
+}
+
+// A live sandbox's create moves the pool to its shape and ends no run
+// (no ran): the pool fills the new shape all the same, and the next
+// create of it is served, though the old shape was full when it moved.
+func TestPoolFillsTheShapeOfALiveSandbox(t *testing.T) {
+	p, _, img := testPool(t, 1)
+	runOnEmpty(t, p, testPlan(), img, 1)
+	live := testPlan()
+	live.Live = true
+	if sb := p.take(live, img, nil); sb != nil {
+		t.Fatal("a live sandbox got a run's sandbox")
+	}
+	waitReady(t, p, 1)
+	if sb := p.take(live, img, nil); sb == nil {
+		t.Fatalf("a second live sandbox was not served: %+v", p.Stats())
 	}
 }
 

@@ -56,23 +56,12 @@ func interpBench(work, rootfs string, pool *served, poolErr error) *interpSectio
 		is.err = err.Error()
 		return is
 	}
-	cfg := filepath.Join(dir, "config.json")
-	sock := filepath.Join(dir, "serve.sock")
-	write(cfg, fmt.Sprintf(`{"image":"dir:%s","audit":"","state_dir":%q,"store_dir":%q,
-		"policy":{"local_images":[%q]},
-		"e2b":{"templates":{"code-interpreter-v1":"dir:%s","base":"dir:%s"},"keys":{"bench":{"file":%q}}},
-		"server":{"listen":%q,"max_concurrent":8,"queue":64,"quota":{"runs_per_minute":0,"concurrent":0}}}`,
-		rootfs, filepath.Join(dir, "state"), filepath.Join(dir, "store"), filepath.Dir(filepath.Dir(rootfs)), rootfs, rootfs, keyFile, "unix://"+sock))
-	s, err := launchServe(*bin, cfg, sock)
+	s, hc, err := startE2BServe(dir, rootfs, keyFile, "serve", 0)
 	if err != nil {
-		is.err = fmt.Sprintf("agentrun serve: %v", err)
+		is.err = err.Error()
 		return is
 	}
 	defer s.stop()
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	}}}
 	e2b, err := newE2BSandbox(hc)
 	if err != nil {
 		is.err = err.Error()
@@ -105,8 +94,42 @@ func interpBench(work, rootfs string, pool *served, poolErr error) *interpSectio
 			}),
 	}
 	measure(is.cs)
-	is.door = doorBench(hc, s, live.ID)
+	// The door's creates on a serve of their own whose pool of one
+	// follows the first create's shape: a live sandbox's.
+	ps, phc, psErr := startE2BServe(dir, rootfs, keyFile, "pool", 1)
+	if ps != nil {
+		defer ps.stop()
+	}
+	is.door = doorBench(hc, s, live.ID, ps, phc, psErr)
 	return is
+}
+
+// startE2BServe starts a serve named name in dir with an E2B section
+// (templates code-interpreter-v1 and base: rootfs; the bench's key in
+// keyFile) and a pool of pool sandboxes of rootfs (none for 0); it
+// returns it and an HTTP client that dials its unix socket.
+func startE2BServe(dir, rootfs, keyFile, name string, pool int) (*served, *http.Client, error) {
+	cfg := filepath.Join(dir, name+"-config.json")
+	sock := filepath.Join(dir, name+".sock")
+	pools := ""
+	if pool > 0 {
+		pools = fmt.Sprintf(`,"pool":{"dir:%s":%d}`, rootfs, pool)
+	}
+	write(cfg, fmt.Sprintf(`{"image":"dir:%s","audit":"","state_dir":%q,"store_dir":%q,
+		"policy":{"local_images":[%q]},
+		"e2b":{"templates":{"code-interpreter-v1":"dir:%s","base":"dir:%s"},"keys":{"bench":{"file":%q}}},
+		"server":{"listen":%q,"max_concurrent":8,"queue":64,"quota":{"runs_per_minute":0,"concurrent":0}%s}}`,
+		rootfs, filepath.Join(dir, name+"-state"), filepath.Join(dir, name+"-store"), filepath.Dir(filepath.Dir(rootfs)), rootfs, rootfs, keyFile,
+		"unix://"+sock, pools))
+	s, err := launchServe(*bin, cfg, sock)
+	if err != nil {
+		return nil, nil, fmt.Errorf("agentrun serve (%s): %w", name, err)
+	}
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+	return s, hc, nil
 }
 
 // e2bSandbox is a sandbox made through serve's E2B door.

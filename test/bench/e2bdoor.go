@@ -18,8 +18,8 @@ import (
 
 // Names of the E2B door's contenders.
 const (
-	doorCreateName = "E2B Sandbox.create + commands.run('true') (POST /e2b/v2/sandboxes, process.Process/Start)"
-	v1CreateName   = "agentrun: POST /v1/sandboxes + POST …/processes true"
+	doorCreateName = "E2B Sandbox.create from the pool + commands.run('true') (POST /e2b/v2/sandboxes, process.Process/Start)"
+	v1CreateName   = "agentrun: POST /v1/sandboxes from the pool + POST …/processes true"
 	doorRunName    = "E2B commands.run('true') (process.Process/Start over Connect)"
 	v1RunName      = "agentrun: POST /v1/sandboxes/ID/processes true"
 	doorListName   = "E2B commands.list() (process.Process/List over Connect)"
@@ -32,38 +32,31 @@ const doorTarget = 2 * time.Millisecond
 // doorBench measures the E2B door (internal/e2b) against agentrun's own
 // API on serve s (its E2B key interpKey, over the unix socket hc
 // dials): a sandbox created and a first `true` run in it, timed to the
-// process's end, deleted after, untimed; and `true` run in a running
-// sandbox (the door's: one made here; agentrun's: live). The door's
-// process calls are envd's Connect protocol spoken by the generated Go
-// client, the server path the SDK's commands.run takes; the command is
-// `true` itself on both sides (the SDK wraps it in `/bin/bash -l -c`,
-// which would cost both the same).
-func doorBench(hc *http.Client, s *served, live string) []*contender {
+// process's end, deleted after, untimed, on ps (over phc), whose pool of
+// one a first create moves to a live sandbox's shape, each create a pool
+// hit; and `true` run in a running sandbox (the door's: one made here;
+// agentrun's: live). The door's process calls are envd's Connect
+// protocol spoken by the generated Go client, the server path the SDK's
+// commands.run takes; the command is `true` itself on both sides (the
+// SDK wraps it in `/bin/bash -l -c`, which would cost both the same).
+func doorBench(hc *http.Client, s *served, live string, ps *served, phc *http.Client, psErr error) []*contender {
 	ctx := context.Background()
 	sb, err := createE2B(ctx, hc, "base")
 	if err != nil {
 		return []*contender{{name: doorRunName, err: err.Error()}}
 	}
 	defer sb.kill()
+	if psErr == nil {
+		// The first create moves the pool to a live sandbox's shape.
+		if _, _, err := doorCreateRun(phc); err != nil {
+			psErr = fmt.Errorf("a first E2B sandbox: %w", err)
+		}
+	}
 	cs := []*contender{
-		{name: doorCreateName, quiet: true, note: "a base sandbox created through the door as the SDK's Sandbox.create does, then `true` started in it through envd's process service, timed to its end event; killed after, untimed (the pool does not serve live sandboxes: each is made from nothing)",
-			call: func(int) (time.Duration, string, error) {
-				ctx, cancel := call()
-				defer cancel()
-				start := time.Now()
-				e, err := createE2B(ctx, hc, "base")
-				if err != nil {
-					return 0, "", err
-				}
-				out, err := e.run(ctx, "true")
-				el := time.Since(start)
-				if kerr := e.killErr(ctx); err == nil && kerr != nil {
-					err = kerr
-				}
-				return el, out, err
-			}},
-		{name: v1CreateName, quiet: true, note: "the same through agentrun's own API, timed to the process's exit event; deleted after, untimed",
-			call: func(int) (time.Duration, string, error) { return s.createThenExec([]string{"true"}, false) }},
+		ps.poolHit(&contender{name: doorCreateName, quiet: true, note: "a base sandbox created through the door as the SDK's Sandbox.create does, taken from the pool (spaced: the pool refilled before each create), then `true` started in it through envd's process service, timed to its end event; killed after, untimed"},
+			psErr, func() (time.Duration, string, error) { return doorCreateRun(phc) }),
+		ps.poolHit(&contender{name: v1CreateName, quiet: true, note: "the same through agentrun's own API on the same serve, timed to the process's exit event; deleted after, untimed"},
+			psErr, func() (time.Duration, string, error) { return ps.createThenExec([]string{"true"}, false) }),
 		{name: doorRunName, quiet: true, note: "`true` in a running sandbox through envd's process service, as the SDK's commands.run sends it (Connect, server streaming), timed to its end event",
 			call: func(int) (time.Duration, string, error) {
 				ctx, cancel := call()
@@ -104,6 +97,24 @@ func doorBench(hc *http.Client, s *served, live string) []*contender {
 	}
 	measure(cs)
 	return cs
+}
+
+// doorCreateRun creates a base sandbox through the door over hc and runs
+// `true` in it, timed to its end event; it kills it after, untimed.
+func doorCreateRun(hc *http.Client) (time.Duration, string, error) {
+	ctx, cancel := call()
+	defer cancel()
+	start := time.Now()
+	e, err := createE2B(ctx, hc, "base")
+	if err != nil {
+		return 0, "", err
+	}
+	out, err := e.run(ctx, "true")
+	el := time.Since(start)
+	if kerr := e.killErr(ctx); err == nil && kerr != nil {
+		err = kerr
+	}
+	return el, out, err
 }
 
 // list lists the sandbox's processes through envd's process service.

@@ -203,6 +203,13 @@ func (s *served) createThenExec(argv []string, first bool) (time.Duration, strin
 // live sandbox ready: each create waits for the pool to have refilled,
 // and fails unless the pool served it.
 func (s *served) pooledSandbox(c *contender, err error) *contender {
+	return s.poolHit(c, err, s.createToFirstOutput)
+}
+
+// poolHit is c timing f, which creates a sandbox on s, whose pool keeps
+// one ready: each call waits for the pool to have refilled, untimed, and
+// fails unless the pool served its create (one more hit).
+func (s *served) poolHit(c *contender, err error, f func() (time.Duration, string, error)) *contender {
 	if err != nil {
 		c.err = err.Error()
 		return c
@@ -222,7 +229,7 @@ func (s *served) pooledSandbox(c *contender, err error) *contender {
 		if err != nil {
 			return 0, "", err
 		}
-		el, out, err := s.createToFirstOutput()
+		el, out, err := f()
 		if err != nil {
 			return 0, "", err
 		}

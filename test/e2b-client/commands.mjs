@@ -9,6 +9,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 await main(async () => {
   const sbx = await Sandbox.create('base', { timeoutMs: 120_000, envs: { FROM_CREATE: 'c1' } })
   see('id', sbx.sandboxId)
+  see('kernel', (await sbx.commands.run('uname -r')).stdout.trim())
 
   const r = await sbx.commands.run('echo out; echo err >&2; id -u; echo $FROM_CREATE $FROM_RUN; pwd', { envs: { FROM_RUN: 'r1' }, cwd: '/tmp' })
   see('run', { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode })

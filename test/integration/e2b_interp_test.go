@@ -12,9 +12,11 @@ import "testing"
 // context keeping the shell's state, a language without an interpreter
 // refused with a message, and frames that the code prints
 // read as its stdout, never as results; nothing left after serve's stop.
-func TestE2BCodeInterpreter(t *testing.T) {
+func TestE2BCodeInterpreter(t *testing.T) { eachRuntime(t, testE2BCodeInterpreter) }
+
+func testE2BCodeInterpreter(t *testing.T, rt string) {
 	pythonData(t)
-	s := startE2B(t, []string{"alice"}, map[string]any{"sandboxes": map[string]any{"max": 2}})
+	s := startE2B(t, []string{"alice"}, map[string]any{"runtime": rt, "sandboxes": map[string]any{"max": 2}})
 	seen := s.node(t, s.keys["alice"], "interp.mjs", "python-data")
 	for _, name := range []string{"value", "streams", "state", "string-value", "error", "figure", "dataframe",
 		"display-formats", "forged-frame", "env", "contexts", "bash", "other-language", "timeout"} {

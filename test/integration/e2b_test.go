@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/agentrun/agentrun/internal/config"
+	"golang.org/x/sys/unix"
 )
 
 // e2bDomain is the suite's e2b.domain: its names reach serve only by
@@ -300,9 +303,17 @@ func TestE2BCoverage(t *testing.T) {
 // CommandExitError, env and cwd, a command past its timeoutMs killed, a background process fed its stdin,
 // listed, connected to and killed, stdin closed, a terminal that takes
 // input and a resize; nothing is left after kill and serve's stop.
-func TestE2BCommands(t *testing.T) {
-	s := startE2B(t, []string{"alice"}, nil)
+func TestE2BCommands(t *testing.T) { eachRuntime(t, testE2BCommands) }
+
+func testE2BCommands(t *testing.T, rt string) {
+	s := startE2B(t, []string{"alice"}, map[string]any{"runtime": rt})
 	seen := s.node(t, s.keys["alice"], "commands.mjs")
+	var kernel string
+	e2bGot(t, seen, "kernel", &kernel)
+	if hostRelease := hostKernelRelease(t); (rt == config.RuntimeRunsc) != (kernel != hostRelease) ||
+		rt == config.RuntimeRunsc && !strings.Contains(kernel, "gvisor") {
+		t.Errorf("uname -r in a %s sandbox: %q (the host's: %q)", rt, kernel, hostRelease)
+	}
 	var run struct {
 		Stdout, Stderr string
 		ExitCode       int
@@ -365,6 +376,16 @@ func TestE2BCommands(t *testing.T) {
 	assertNoLeaks(t)
 }
 
+// hostKernelRelease is the host's uname -r.
+func hostKernelRelease(t *testing.T) string {
+	t.Helper()
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
 // TestE2BExpiry: a sandbox past its timeout ends: the SDK's getInfo is
 // SandboxNotFoundError, a command into it fails, isRunning is false,
 // and nothing of it is left on the host while serve still runs.
@@ -390,8 +411,10 @@ func TestE2BExpiry(t *testing.T) {
 // with it: no token, another sandbox's, or the envd token is 401; by
 // name (e2b.domain) too. A sandbox left running ends with serve's stop,
 // leaving nothing.
-func TestE2BPorts(t *testing.T) {
-	s := startE2B(t, []string{"alice"}, nil)
+func TestE2BPorts(t *testing.T) { eachRuntime(t, testE2BPorts) }
+
+func testE2BPorts(t *testing.T, rt string) {
+	s := startE2B(t, []string{"alice"}, map[string]any{"runtime": rt})
 	seen := s.node(t, s.keys["alice"], "ports.mjs")
 	var with struct {
 		Status int
