@@ -26,6 +26,7 @@ import (
 	"github.com/agentrun/agentrun/runtime/spec"
 	"github.com/agentrun/agentrun/test/testenv"
 	"github.com/agentrun/agentrun/test/toolprobe"
+	"golang.org/x/sys/unix"
 )
 
 func init() {
@@ -83,6 +84,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	stateDir = scope.StateDir
+	go reapOrphans()
 	if os.Getenv("AGENTRUN_SKIP_RUNSC_BUILD") == "" {
 		cmd := exec.Command(filepath.Join(testenv.RepoRoot(), "test", "runsc.sh"))
 		cmd.Stderr = os.Stderr
@@ -237,6 +239,42 @@ func waitSandboxProcess(t testing.TB, sc testenv.Scope, word string, wait time.D
 		}
 		if time.Now().After(deadline) {
 			return false
+		}
+	}
+}
+
+// reapOrphans reaps, for as long as the tests run, the dead processes of
+// sandboxes that were reparented to this process: the runsc backend an
+// in-process runner opens makes it a child subreaper, so a serve the
+// tests SIGKILL leaves its exec'd processes to this process rather than
+// to the host's init; unreaped, they would hold their sandbox's init in
+// its pid namespace's teardown, and gc after it. Only zombies of a
+// sandbox's uid (not root's: the tests' own commands, which os/exec
+// waits for) are reaped.
+func reapOrphans() {
+	self := os.Getpid()
+	for range time.Tick(50 * time.Millisecond) {
+		procs, _ := filepath.Glob("/proc/[0-9]*")
+		for _, p := range procs {
+			st, err := os.ReadFile(p + "/stat")
+			if err != nil {
+				continue
+			}
+			i := strings.LastIndexByte(string(st), ')')
+			f := strings.Fields(string(st[i+1:]))
+			if len(f) < 2 || f[0] != "Z" || f[1] != strconv.Itoa(self) {
+				continue
+			}
+			status, err := os.ReadFile(p + "/status")
+			if err != nil || !strings.Contains(string(status), "\nUid:\t") || strings.Contains(string(status), "\nUid:\t0\t") {
+				continue
+			}
+			pid, err := strconv.Atoi(filepath.Base(p))
+			if err != nil {
+				continue
+			}
+			var ws unix.WaitStatus
+			_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
 		}
 	}
 }
