@@ -84,7 +84,6 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	stateDir = scope.StateDir
-	go reapOrphans()
 	if os.Getenv("AGENTRUN_SKIP_RUNSC_BUILD") == "" {
 		cmd := exec.Command(filepath.Join(testenv.RepoRoot(), "test", "runsc.sh"))
 		cmd.Stderr = os.Stderr
@@ -243,17 +242,25 @@ func waitSandboxProcess(t testing.TB, sc testenv.Scope, word string, wait time.D
 	}
 }
 
-// reapOrphans reaps, for as long as the tests run, the dead processes of
-// sandboxes that were reparented to this process: the runsc backend an
-// in-process runner opens makes it a child subreaper, so a serve the
-// tests SIGKILL leaves its exec'd processes to this process rather than
-// to the host's init; unreaped, they would hold their sandbox's init in
-// its pid namespace's teardown, and gc after it. Only zombies of a
-// sandbox's uid (not root's: the tests' own commands, which os/exec
-// waits for) are reaped.
-func reapOrphans() {
-	self := os.Getpid()
-	for range time.Tick(50 * time.Millisecond) {
+// reapOrphans reaps, until stop is closed, the dead processes of a
+// sandbox's uid that were reparented to this process: the runsc backend
+// an in-process runner opens makes it a child subreaper, so a serve a
+// test SIGKILLs leaves its exec'd processes to this process rather than
+// to the host's init, which would reap them; unreaped, they hold their
+// sandbox's init in its pid namespace's teardown, and gc after it. Only
+// while nothing else of this process's runs: an in-process runner's
+// own container inits are children of this process too, and their
+// statuses are libcontainer's to wait for.
+func reapOrphans(stop <-chan struct{}) {
+	self := strconv.Itoa(os.Getpid())
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
 		procs, _ := filepath.Glob("/proc/[0-9]*")
 		for _, p := range procs {
 			st, err := os.ReadFile(p + "/stat")
@@ -262,19 +269,17 @@ func reapOrphans() {
 			}
 			i := strings.LastIndexByte(string(st), ')')
 			f := strings.Fields(string(st[i+1:]))
-			if len(f) < 2 || f[0] != "Z" || f[1] != strconv.Itoa(self) {
+			if len(f) < 2 || f[0] != "Z" || f[1] != self {
 				continue
 			}
 			status, err := os.ReadFile(p + "/status")
 			if err != nil || !strings.Contains(string(status), "\nUid:\t") || strings.Contains(string(status), "\nUid:\t0\t") {
 				continue
 			}
-			pid, err := strconv.Atoi(filepath.Base(p))
-			if err != nil {
-				continue
+			if pid, err := strconv.Atoi(filepath.Base(p)); err == nil {
+				var ws unix.WaitStatus
+				_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
 			}
-			var ws unix.WaitStatus
-			_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
 		}
 	}
 }

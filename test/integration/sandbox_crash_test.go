@@ -32,6 +32,9 @@ func TestLiveSandboxGCAfterSIGKILL(t *testing.T) {
 		}
 		s.cmd.Process.Signal(syscall.SIGKILL)
 		s.cmd.Wait()
+		stop := make(chan struct{})
+		defer close(stop)
+		go reapOrphans(stop)
 
 		// Nothing agentrun started on the host runs on (zombies aside,
 		// which their new parent reaps).
