@@ -130,6 +130,15 @@ func (t *tags) tagOf(pid int) *string {
 	return nil
 }
 
+// selectedOf is selected, of the call ctx carries.
+func selectedOf(ctx context.Context, sel *process.ProcessSelector) (runapi.Process, error) {
+	c, err := callOf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return selected(c, sel)
+}
+
 // selected is the process sel names, or CodeNotFound.
 func selected(c *Call, sel *process.ProcessSelector) (runapi.Process, error) {
 	pid := -1
@@ -362,11 +371,7 @@ func input(p runapi.Process, in *process.ProcessInput) error {
 }
 
 func (processService) SendInput(ctx context.Context, req *connect.Request[process.SendInputRequest]) (*connect.Response[process.SendInputResponse], error) {
-	c, err := callOf(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p, err := selected(c, req.Msg.GetProcess())
+	p, err := selectedOf(ctx, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
@@ -411,11 +416,7 @@ func (processService) StreamInput(ctx context.Context, stream *connect.ClientStr
 }
 
 func (processService) SendSignal(ctx context.Context, req *connect.Request[process.SendSignalRequest]) (*connect.Response[process.SendSignalResponse], error) {
-	c, err := callOf(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p, err := selected(c, req.Msg.GetProcess())
+	p, err := selectedOf(ctx, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
@@ -435,11 +436,7 @@ func (processService) SendSignal(ctx context.Context, req *connect.Request[proce
 }
 
 func (processService) CloseStdin(ctx context.Context, req *connect.Request[process.CloseStdinRequest]) (*connect.Response[process.CloseStdinResponse], error) {
-	c, err := callOf(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p, err := selected(c, req.Msg.GetProcess())
+	p, err := selectedOf(ctx, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
@@ -450,11 +447,7 @@ func (processService) CloseStdin(ctx context.Context, req *connect.Request[proce
 }
 
 func (processService) Update(ctx context.Context, req *connect.Request[process.UpdateRequest]) (*connect.Response[process.UpdateResponse], error) {
-	c, err := callOf(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p, err := selected(c, req.Msg.GetProcess())
+	p, err := selectedOf(ctx, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
