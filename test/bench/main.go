@@ -86,6 +86,9 @@ func main() {
 	if *foldPerf != "" {
 		runFold(*foldPerf, *bin)
 	}
+	if *timelinePerf != "" {
+		runTimeline(*timelinePerf, *bin)
+	}
 	if os.Geteuid() != 0 {
 		log.Fatal("bench must run as root")
 	}
