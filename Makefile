@@ -165,11 +165,20 @@ e2b-client: deps
 # under internal/e2b/envd) with protoc, protoc-gen-go and
 # protoc-gen-connect-go (go install google.golang.org/protobuf/cmd/protoc-gen-go
 # connectrpc.com/connect/cmd/protoc-gen-connect-go). The generated code
-# is committed: a build needs no protoc.
+# is committed: a build needs no protoc. protoc-gen-go's init, which builds
+# a file's descriptors and registers its types (about 0.4 ms of every
+# agentrun process's start, each container's init included, where only
+# serve's E2B door uses them), is made the package's Register, which the
+# door calls before it serves (and any other user before it uses the
+# package); the step fails when the generated code no longer has it.
 e2b-proto:
 	cd internal/e2b/envd && for f in */*.proto; do \
 		protoc -I . --go_out=. --go_opt=paths=source_relative \
 			--connect-go_out=. --connect-go_opt=paths=source_relative "$$f" || exit 1; \
+		g=$${f%.proto}.pb.go; \
+		sed -i -E 's|^func init\(\) \{ (file_[a-z0-9_]+_proto_init)\(\) \}$$|// Register builds this file'"'"'s descriptors and registers its types, once;\n// it is protoc-gen-go'"'"'s init, made a function by make e2b-proto so that\n// a process that does not use the package does not pay for it: call it\n// before anything else of the package (File_*, messages, enums).\nfunc Register() { \1_once.Do(\1) }\n\nvar \1_once sync.Once\n|' "$$g" && \
+			grep -q '^func Register() {' "$$g" && ! grep -q '^func init()' "$$g" || \
+			{ echo "e2b-proto: $$g: no init to make Register of"; exit 1; }; \
 	done
 
 # ts-client installs the TypeScript client's compiler, openapi-typescript

@@ -6,6 +6,7 @@
 package cachefile
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -37,10 +38,15 @@ func Read(path string, max int64) ([]byte, error) {
 	if fi.Size() > max {
 		return nil, fmt.Errorf("%s: %d bytes, more than the %d of its kind", path, fi.Size(), max)
 	}
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
+	// One buffer of the size the file has, and room to see it grow, not
+	// io.ReadAll's doubling ones: a one-shot run reads a compiled filter
+	// and the launcher's bytecode, and every byte it allocates is a fresh
+	// page of its heap.
+	buf := bytes.NewBuffer(make([]byte, 0, fi.Size()+bytes.MinRead))
+	if _, err := buf.ReadFrom(io.LimitReader(f, max+1)); err != nil {
 		return nil, err
 	}
+	b := buf.Bytes()
 	if int64(len(b)) > max {
 		return nil, fmt.Errorf("%s grew past %d bytes as it was read", path, max)
 	}

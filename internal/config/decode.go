@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -55,15 +56,50 @@ func DecodeStrict(data []byte, v any) error {
 		return &DecodeError{Reason: "unexpected data after the JSON object"}
 	}
 	// The walk has checked keys and types; this fills v.
-	if err := json.Unmarshal(data, v); err != nil {
+	if err := fill(data, rv.Elem(), w.members); err != nil {
 		return &DecodeError{Reason: "invalid JSON: " + strings.TrimPrefix(err.Error(), "json: ")}
 	}
 	return nil
 }
 
+// fill has json.Unmarshal fill struct v from data, whose members the walk
+// found to be v's own fields (members, in order): member by member, into
+// each field, which is what json.Unmarshal of the whole does with them.
+// The whole would first make json's field list of v's type, and with it
+// an encoder for every type v reaches (encoding/json's typeFields), about
+// a millisecond of a one-shot run for the config's types, of which a
+// document names a few. A member in an embedded struct (json's rules of
+// which field wins) leaves the whole to json.Unmarshal.
+func fill(data []byte, v reflect.Value, members []member) error {
+	if v.Kind() != reflect.Struct || slices.ContainsFunc(members, func(m member) bool { return len(m.field.Index) != 1 }) {
+		return json.Unmarshal(data, v.Addr().Interface())
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	for _, m := range members {
+		if err := json.Unmarshal(raw[m.key], v.Field(m.field.Index[0]).Addr().Interface()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // walker checks a token stream against a Go type before json.Unmarshal fills
-// it, so that every error can name its key path exactly.
-type walker struct{ dec *json.Decoder }
+// it, so that every error can name its key path exactly. It keeps the
+// members of the outermost object, if a struct, for fill.
+type walker struct {
+	dec     *json.Decoder
+	depth   int
+	members []member
+}
+
+// member is a key of the outermost object and the field it names.
+type member struct {
+	key   string
+	field reflect.StructField
+}
 
 func (w *walker) value(t reflect.Type, path string) error {
 	tok, err := w.dec.Token()
@@ -172,6 +208,8 @@ func (w *walker) value(t reflect.Type, path string) error {
 
 // object walks the members of an object; the '{' has been read.
 func (w *walker) object(t reflect.Type, path string) error {
+	w.depth++
+	defer func() { w.depth-- }()
 	seen := map[string]bool{}
 	for w.dec.More() {
 		tok, err := w.dec.Token()
@@ -193,6 +231,9 @@ func (w *walker) object(t reflect.Type, path string) error {
 				return &DecodeError{Path: childPath, Reason: ReasonUnknownField}
 			}
 			child = f.Type
+			if w.depth == 1 {
+				w.members = append(w.members, member{key, f})
+			}
 		}
 		if seen[key] {
 			return &DecodeError{Path: childPath, Reason: "duplicate key"}
@@ -214,13 +255,15 @@ func (w *walker) closing(path string) error {
 }
 
 // fieldByJSONName finds the exported field whose json tag name is exactly
-// name, in t or a struct t embeds without a name (as Policy embeds Limits).
+// name, in t or a struct t embeds without a name (as Policy embeds Limits);
+// its Index is the path from t.
 func fieldByJSONName(t reflect.Type, name string) (reflect.StructField, bool) {
 	for i := range t.NumField() {
 		f := t.Field(i)
 		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 		if f.Anonymous && tag == "" && f.Type.Kind() == reflect.Struct {
 			if ef, ok := fieldByJSONName(f.Type, name); ok {
+				ef.Index = append([]int{i}, ef.Index...)
 				return ef, true
 			}
 			continue

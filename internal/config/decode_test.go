@@ -1,7 +1,10 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
+	"os"
+	"reflect"
 	"testing"
 )
 
@@ -71,5 +74,64 @@ func TestDecodeStrictMerges(t *testing.T) {
 	}
 	if err := (&DecodeError{Path: "polcy", Reason: ReasonUnknownField}).Error(); err != `unknown field "polcy"` {
 		t.Errorf("Error() = %s", err)
+	}
+}
+
+type withEmbedded struct {
+	inner
+	Name string `json:"name"`
+}
+
+// TestDecodeStrictFillsAsUnmarshal: what DecodeStrict fills (member by
+// member into the outermost struct's fields) is what json.Unmarshal of
+// the whole document fills, over the same defaults: merges, nulls that
+// clear a pointer, map or slice, a member of an embedded struct, and the
+// configs the repository ships.
+func TestDecodeStrictFillsAsUnmarshal(t *testing.T) {
+	n := int64(7)
+	defaults := func() doc {
+		return doc{Name: "keep", In: inner{N: &n, F: 2, S: []string{"x"}}, M: map[string]inner{"a": {F: 1}}}
+	}
+	for _, data := range []string{
+		`{}`,
+		`{"in":{"f":3,"s":["y","z"]},"m":{"b":{"f":4}},"on":true,"i32":-5}`,
+		`{"in":{"n":null,"s":null},"m":null,"name":null}`,
+		`{"in":null,"m":{"a":null}}`,
+		`{"name":"n\u00e9w","in":{"n":9}}`,
+	} {
+		got, want := defaults(), defaults()
+		if err := DecodeStrict([]byte(data), &got); err != nil {
+			t.Fatalf("%s: %v", data, err)
+		}
+		if err := json.Unmarshal([]byte(data), &want); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: DecodeStrict filled %+v, json.Unmarshal %+v", data, got, want)
+		}
+	}
+	var e, ew withEmbedded
+	const data = `{"f":1.5,"name":"e","s":["a"]}`
+	if err := DecodeStrict([]byte(data), &e); err != nil {
+		t.Fatal(err)
+	}
+	if json.Unmarshal([]byte(data), &ew) != nil || !reflect.DeepEqual(e, ew) {
+		t.Errorf("embedded: DecodeStrict filled %+v, json.Unmarshal %+v", e, ew)
+	}
+	for _, f := range []string{"../../packaging/config.json", "../../examples/serve-config.json", "../../examples/demo-config.json"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, want := Default(), Default()
+		if err := DecodeStrict(data, got); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if err := json.Unmarshal(data, want); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: DecodeStrict filled %+v, json.Unmarshal %+v", f, got, want)
+		}
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/agentrun/agentrun/internal/config"
+	"github.com/agentrun/agentrun/internal/e2b/envd/filesystem"
+	"github.com/agentrun/agentrun/internal/e2b/envd/process"
 	"github.com/agentrun/agentrun/internal/runapi"
 	"github.com/agentrun/agentrun/internal/secret"
 )
@@ -59,6 +61,10 @@ type apiKey struct {
 // New is the door for cfg's e2b section over sandboxes. It fails when a
 // key's file cannot be read or is not root's alone.
 func New(cfg *config.Config, sandboxes runapi.Sandboxes, logf func(string, ...any)) (*Handler, error) {
+	// envd's generated protocol packages build their descriptors on
+	// demand (make e2b-proto), not in every agentrun process's init.
+	process.Register()
+	filesystem.Register()
 	h := &Handler{sandboxes: sandboxes, logf: logf, records: map[string]*record{},
 		control: http.NewServeMux(), envd: http.NewServeMux(), interp: http.NewServeMux()}
 	keys, err := readKeys(cfg)

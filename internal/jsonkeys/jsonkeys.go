@@ -116,13 +116,17 @@ func Check(data []byte) error {
 	}
 }
 
-// pointerEscapes writes a key as a JSON Pointer's segment.
-var pointerEscapes = strings.NewReplacer("~", "~0", "/", "~1")
+// pointerEscape writes a key as a JSON Pointer's segment: "~" as "~0",
+// then "/" as "~1" (not a strings.Replacer made in every agentrun
+// process's init, a container's init included).
+func pointerEscape(key string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(key, "~", "~0"), "/", "~1")
+}
 
 // add records key among the object f's keys (f the top of stack), and
 // fails when f already holds it.
 func (f *frame) add(key string, stack []frame) error {
-	f.name = pointerEscapes.Replace(key)
+	f.name = pointerEscape(key)
 	if f.keys == nil {
 		f.keys = map[string]string{}
 	}

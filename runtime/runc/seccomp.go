@@ -211,18 +211,25 @@ func cacheKey(f *specs.LinuxSeccomp) string {
 }
 
 var hostKey = sync.OnceValue(func() uint64 {
-	h := fnv.New64a()
+	// The bytes are gathered and hashed at once, not written formatted
+	// field by field (each string boxed): a one-shot run computes this.
 	major, minor, micro := seccomp.Version()
-	fmt.Fprintf(h, "libseccomp %d.%d.%d\x00", major, minor, micro)
+	b := fmt.Appendf(nil, "libseccomp %d.%d.%d\x00", major, minor, micro)
+	field := func(s string, end byte) { b = append(append(b, s...), end) }
 	var u unix.Utsname
 	if unix.Uname(&u) == nil {
-		fmt.Fprintf(h, "%s\x00%s\x00", unix.ByteSliceToString(u.Release[:]), unix.ByteSliceToString(u.Version[:]))
+		field(unix.ByteSliceToString(u.Release[:]), 0)
+		field(unix.ByteSliceToString(u.Version[:]), 0)
 	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, m := range bi.Deps {
-			fmt.Fprintf(h, "%s %s %s\x00", m.Path, m.Version, m.Sum)
+			field(m.Path, ' ')
+			field(m.Version, ' ')
+			field(m.Sum, 0)
 		}
 	}
+	h := fnv.New64a()
+	h.Write(b)
 	return h.Sum64()
 })
 

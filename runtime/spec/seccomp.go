@@ -38,7 +38,8 @@ var defaultSeccomp = sync.OnceValues(func() (*specs.LinuxSeccomp, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading docker's default seccomp profile: %w", err)
 	}
-	var rules []specs.LinuxSyscall
+	surface := surfaceRules()
+	rules := make([]specs.LinuxSyscall, 0, len(prof.Syscalls)+len(surface))
 	for _, r := range prof.Syscalls {
 		r.Names = slices.DeleteFunc(slices.Clone(r.Names), func(n string) bool {
 			return (r.Action == specs.ActAllow && slices.Contains(DeniedSyscalls, n)) || slices.Contains(surfaceSyscalls, n)
@@ -48,7 +49,7 @@ var defaultSeccomp = sync.OnceValues(func() (*specs.LinuxSeccomp, error) {
 		}
 		rules = append(rules, r)
 	}
-	prof.Syscalls = append(rules, surfaceRules()...)
+	prof.Syscalls = append(rules, surface...)
 	// Only the native ABI: a sandbox runs no 32-bit or x32 binaries, and a
 	// syscall through another ABI then meets the filter's bad-arch action
 	// (the thread is killed) instead of a second copy of every rule. The

@@ -56,12 +56,7 @@ const low32 = 0xffff_ffff
 
 // surfaceRules are the rules of surfaceSyscalls.
 func surfaceRules() []specs.LinuxSyscall {
-	var rs []specs.LinuxSyscall
-	rs = append(rs, socketRules()...)
-	rs = append(rs, socketpairRules()...)
-	rs = append(rs, ioctlRules()...)
-	rs = append(rs, setsockoptRules()...)
-	return rs
+	return slices.Concat(socketRules(), socketpairRules(), ioctlRules(), setsockoptRules())
 }
 
 func socketRules() []specs.LinuxSyscall {

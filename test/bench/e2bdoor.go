@@ -117,6 +117,10 @@ func doorCreateRun(hc *http.Client) (time.Duration, string, error) {
 	return el, out, err
 }
 
+// The envd process package builds its descriptors on demand (make
+// e2b-proto): this process's clients use them.
+func init() { process.Register() }
+
 // list lists the sandbox's processes through envd's process service.
 func (e *e2bSandbox) list(ctx context.Context) error {
 	pc := processconnect.NewProcessClient(e.hc, "http://agentrun/e2b", connect.WithProtoJSON())

@@ -17,8 +17,13 @@ import (
 )
 
 // envdProtos are the envd protocols the E2B door serves, from its own
-// .proto files (internal/e2b/envd): a new one is a row here.
-var envdProtos = []protoreflect.FileDescriptor{process.File_process_process_proto, filesystem.File_filesystem_filesystem_proto}
+// .proto files (internal/e2b/envd), registered on demand (make
+// e2b-proto): a new one is a row here.
+func envdProtos() []protoreflect.FileDescriptor {
+	process.Register()
+	filesystem.Register()
+	return []protoreflect.FileDescriptor{process.File_process_process_proto, filesystem.File_filesystem_filesystem_proto}
+}
 
 // TestE2BProtoMatchesSDK: each envd .proto the door is generated from
 // is, message by message and field by field (names, numbers, types,
@@ -42,7 +47,7 @@ func TestE2BProtoMatchesSDK(t *testing.T) {
 		}
 		sdk[fd.GetName()] = &fd
 	}
-	for _, f := range envdProtos {
+	for _, f := range envdProtos() {
 		want, ok := sdk[f.Path()]
 		if !ok {
 			t.Errorf("the SDK has no %s", f.Path())

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -34,14 +35,15 @@ var bashArgv = []string{"bash", "--noprofile", "--norc"}
 // shell's own stdin could see it and end its own cell early, nothing
 // else: a bash cell has no results to forge.
 
-// envName is a variable name bash takes.
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+// envName matches a variable name bash takes; it is compiled on first
+// use, not in the init of every agentrun process.
+var envName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 
 // bashCell is the script of one cell, ended by marker.
 func bashCell(token, marker, code string, env map[string]string) (string, error) {
 	var assign strings.Builder
 	for k, v := range env {
-		if !envName.MatchString(k) {
+		if !envName().MatchString(k) {
 			return "", errkind.Mark(errkind.Invalid, fmt.Errorf("env_vars: %q is not a name bash takes", k))
 		}
 		assign.WriteString(k + "='" + strings.ReplaceAll(v, "'", `'\''`) + "' ")

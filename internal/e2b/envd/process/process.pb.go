@@ -1919,7 +1919,14 @@ var file_process_process_proto_depIdxs = []int32{
 	0,  // [0:25] is the sub-list for field type_name
 }
 
-func init() { file_process_process_proto_init() }
+// Register builds this file's descriptors and registers its types, once;
+// it is protoc-gen-go's init, made a function by make e2b-proto so that
+// a process that does not use the package does not pay for it: call it
+// before anything else of the package (File_*, messages, enums).
+func Register() { file_process_process_proto_init_once.Do(file_process_process_proto_init) }
+
+var file_process_process_proto_init_once sync.Once
+
 func file_process_process_proto_init() {
 	if File_process_process_proto != nil {
 		return
