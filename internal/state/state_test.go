@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestRegisteredRunIsLiveUntilItsLockCloses(t *testing.T) {
@@ -76,6 +78,36 @@ func TestCgroupParentRemovalGivesWayToCreation(t *testing.T) {
 		t.Fatalf("removal with no creation: %v", err)
 	}
 	unlock()
+}
+
+// TestRemoveCgroupParent: the removal runs under the lock, exclusively;
+// not while a run's cgroup is being made, nor where no run was ever made
+// (no state dir), and neither is an error.
+func TestRemoveCgroupParent(t *testing.T) {
+	dir := t.TempDir()
+	removed := 0
+	remove := func() error {
+		removed++
+		if f, err := Lock(filepath.Join(dir, cgroupLock), unix.LOCK_SH|unix.LOCK_NB); err == nil {
+			f.Close()
+			t.Error("a run's cgroup could be made during the removal")
+		}
+		return nil
+	}
+	if err := RemoveCgroupParent(dir, remove); err != nil || removed != 1 {
+		t.Fatalf("removal: %v, removed %d times; want once", err, removed)
+	}
+	create, err := LockCgroupParent(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveCgroupParent(dir, remove); err != nil || removed != 1 {
+		t.Errorf("removal during a creation: %v, removed %d times; want none", err, removed)
+	}
+	create()
+	if err := RemoveCgroupParent(filepath.Join(dir, "gone"), remove); err != nil || removed != 1 {
+		t.Errorf("removal with no state dir: %v, removed %d times; want none", err, removed)
+	}
 }
 
 func TestIDs(t *testing.T) {

@@ -114,6 +114,7 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 	}
+	scope.RemoveCgroupParents()
 	os.RemoveAll(stateDir)
 	os.Exit(code)
 }
