@@ -127,7 +127,7 @@ func TestIDs(t *testing.T) {
 
 // TestLockCgroupParentRemovals: a removal waits for another removal, however
 // long it holds the lock, and then gets it; it does not wait for a run
-// being created, and fails instead (that run removes the parent itself).
+// being created, and fails instead (the parent, in use, stays).
 func TestLockCgroupParentRemovals(t *testing.T) {
 	dir := t.TempDir()
 	first, err := LockCgroupParent(dir, true)
