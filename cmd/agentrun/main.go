@@ -88,7 +88,8 @@ commands:
         check this host; exits 1 if a run would fail
   gc [--config F]
         remove what agentrun processes that died left behind (also done
-        at the start of every run) and sessions idle past sessions.ttl
+        at the start of every run), sessions idle past sessions.ttl, and
+        the runtimes' parent cgroups where empty (runs keep them)
   pull [--config F] [--store DIR] REF
         fetch and unpack image REF into the store; prints "REF DIGEST"
   images [--config F] [--store DIR] [--json]

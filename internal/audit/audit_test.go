@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"sync"
 	"testing"
+
+	"github.com/agentrun/agentrun/internal/result"
 )
 
 func TestWriteAppendsOneLinePerRecord(t *testing.T) {
@@ -84,5 +86,56 @@ func TestLimitsJSON(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(`{"memory":"big"}`), &out); err == nil {
 		t.Error("limits with a string value read without error")
+	}
+}
+
+// fullRecord is a record with every kind of field set.
+func fullRecord() *Record {
+	return &Record{ID: "ar-1", Session: "s", TaskHash: "sha256:x", Image: "python", ImageDigest: "sha256:d",
+		Runtime: "libcontainer", Limits: Limits{Values: map[string]float64{"memory": 1 << 28, "timeout_ms": 5000}, NetworkAllow: []string{"example.com"}},
+		Network:  result.Network{Allowed: []result.Allowed{{Host: "example.com", Port: 443}}, Denied: []result.Denied{{Host: "evil.test", Reason: "not allowed"}}},
+		ExitCode: 3, Signal: "SIGKILL", TimedOut: true, OOMKilled: true, DurationMS: 12, CPUMS: 5, MemoryPeakBytes: 4096,
+		StdoutBytes: 7, StderrBytes: 8, Files: []string{"out/a"}, Error: "e", Detail: "d"}
+}
+
+// A log that discards its records (audit "") costs a run nothing: Write
+// does not even encode the record.
+func TestDiscardingLogEncodesNothing(t *testing.T) {
+	l, err := Open("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := fullRecord()
+	if n := testing.AllocsPerRun(10, func() {
+		if err := l.Write(rec); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("Write to a discarding log allocated %v times per record; want 0 (nothing encoded)", n)
+	}
+}
+
+// A log that writes gets the whole record, every field as it was.
+func TestWriteKeepsTheWholeRecord(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := fullRecord()
+	if err := l.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got Record
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	if !reflect.DeepEqual(&got, rec) {
+		t.Errorf("record read back = %+v\nwant %+v", got, *rec)
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 )
 
 func TestCleanRunsEveryStepLastFirst(t *testing.T) {
@@ -49,5 +51,57 @@ func TestCleanTo(t *testing.T) {
 	}
 	if fmt.Sprint(ran) != "[3 2 1 0]" {
 		t.Errorf("ran %v; want [3 2 1 0]", ran)
+	}
+}
+
+// TestAddBeside: a step added beside runs at once beside the steps above
+// its mark, and every step below the mark waits for it; its error is
+// joined with the others.
+func TestAddBeside(t *testing.T) {
+	var c Cleanup
+	var mu sync.Mutex
+	var ran []string
+	log := func(s string) {
+		mu.Lock()
+		ran = append(ran, s)
+		mu.Unlock()
+	}
+	c.Add(func() error { log("below"); return nil })
+	mark := c.Len()
+	beside := make(chan struct{})
+	c.Add(func() error { <-beside; log("beside 1"); return nil }) // waits for the beside step's start
+	c.Add(func() error { log("beside 2"); return nil })
+	release := make(chan struct{})
+	c.AddBeside(mark, func() error {
+		close(beside)
+		select {
+		case <-release: // the steps beside it have run
+		case <-time.After(10 * time.Second):
+			return errors.New("the steps above its mark did not run beside it")
+		}
+		log("destroy")
+		return errors.New("destroy failed")
+	})
+	go func() {
+		for {
+			mu.Lock()
+			n := len(ran)
+			mu.Unlock()
+			if n == 2 {
+				close(release)
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	err := c.Clean()
+	if want := []string{"beside 2", "beside 1", "destroy", "below"}; !slices.Equal(ran, want) {
+		t.Errorf("steps ran as %v; want %v", ran, want)
+	}
+	if err == nil || err.Error() != "destroy failed" {
+		t.Errorf("Clean = %v; want the beside step's error", err)
+	}
+	if c.Len() != 0 {
+		t.Errorf("Len %d after Clean", c.Len())
 	}
 }

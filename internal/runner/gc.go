@@ -33,6 +33,20 @@ func (r *Runner) GC() ([]string, error) {
 	return append(cleaned, gone...), errors.Join(err, serr)
 }
 
+// RemoveCgroupParents removes each runtime's shared parent cgroup, which
+// its runs keep once made (backend.Leftovers.RemoveCgroupParent), where it
+// is empty and no run's cgroup is being made in it; `agentrun gc` ends
+// with it. A parent in use stays.
+func (r *Runner) RemoveCgroupParents() error {
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(r.leftovers)) {
+		if err := r.leftovers[name].RemoveCgroupParent(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // reclaimRuns is gcRuns for the session store (session.Store.OnDeadRuns):
 // a session's disk still held once its lock is free is a dead run's.
 func (r *Runner) reclaimRuns() error {

@@ -35,8 +35,9 @@ func (f fakeBackend) Traits() backend.Traits {
 func (fakeBackend) Prepare(context.Context, *backend.Container) (backend.Prepared, error) {
 	return nil, errors.New("the pool's set-up is faked")
 }
-func (fakeBackend) IDs() ([]string, error) { return nil, nil }
-func (fakeBackend) Cleanup(string) error   { return nil }
+func (fakeBackend) IDs() ([]string, error)    { return nil, nil }
+func (fakeBackend) RemoveCgroupParent() error { return nil }
+func (fakeBackend) Cleanup(string) error      { return nil }
 
 type fakePrepared struct{ ready atomic.Bool }
 

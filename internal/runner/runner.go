@@ -626,6 +626,11 @@ type sandboxSetup struct {
 	// handover, for a warm sandbox, is where its launcher says it is
 	// ready.
 	handover *backend.Handover
+	// mounts is the undo's mark past the network (prepare): what is
+	// undone above it is the run dir's own file systems (the workspace,
+	// /tmp, etc, the display) and their handles, which the container's
+	// removal neither needs nor touches.
+	mounts int
 }
 
 // register makes the run dir and takes its lock.
@@ -689,6 +694,7 @@ func (s *sandboxSetup) mountRootfs() error {
 // network sets up the sandbox's network (Runner.network).
 func (s *sandboxSetup) network() (err error) {
 	s.netOpts, err = s.r.network(s.req, s.rootfs, s.dir, s.sb)
+	s.mounts = s.sb.undo.Len()
 	return err
 }
 
@@ -796,7 +802,10 @@ func (s *sandboxSetup) buildSpec() error {
 }
 
 // prepare creates the container, up to just before its program's exec;
-// a warm sandbox's returns once its launcher is ready.
+// a warm sandbox's returns once its launcher is ready. Its removal runs
+// beside the unmounts of the run dir's own file systems (s.mounts): the
+// sandbox holds its own mounts of them, and the two are a run's longest
+// undo steps; the image, the uid and the run dir wait for both.
 func (s *sandboxSetup) prepare(ctx context.Context) error {
 	sb := s.sb
 	var err error
@@ -804,7 +813,7 @@ func (s *sandboxSetup) prepare(ctx context.Context) error {
 	if sb.prep, err = s.be.Prepare(ctx, c); err != nil {
 		return err
 	}
-	sb.undo.Add(sb.prep.Destroy)
+	sb.undo.AddBeside(s.mounts, sb.prep.Destroy)
 	if s.handover != nil {
 		if err := s.handover.Ready(ctx, warmReadyWait); err != nil {
 			if ctx.Err() != nil {

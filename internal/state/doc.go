@@ -42,10 +42,12 @@
 // then the mounts under its run dir, then the dir. A run whose lock is held
 // is live and left alone.
 //
-// A backend's runs share one parent cgroup, which is removed once empty.
-// Creating a run's cgroup holds the backend's cgroup-parent lock shared;
-// removing the parent holds it exclusively (LockCgroupParent), so that a
-// parent is never removed under a cgroup being made in it.
+// A backend's runs share one parent cgroup, which the first run makes and
+// every run keeps; `agentrun gc` removes it where it is empty
+// (RemoveCgroupParent). Creating a run's cgroup holds the backend's
+// cgroup-parent lock shared; removing the parent holds it exclusively
+// (LockCgroupParent), so that a parent is never removed under a cgroup
+// being made in it.
 //
 // Every lock here is a flock(2) lock taken through Lock: per open file, so
 // that two holders in one process exclude each other as two processes do.

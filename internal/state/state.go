@@ -3,6 +3,7 @@ package state
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -100,12 +101,10 @@ func IDs(dir string, valid func(string) bool) ([]string, error) {
 // creating (waits), exclusive while removing.
 //
 // A removal waits for other removals only (each holds the lock for a few
-// rmdirs): two runs ending together must not both give up and leave the
-// parent behind. It never waits for a run being created, which may hold
-// the shared lock for a whole container start and, under load, one start
-// overlaps the next: it fails at once instead, and the run being created
-// removes the parent itself when it ends (or fails). The returned function
-// releases it.
+// rmdirs). It never waits for a run being created, which may hold the
+// shared lock for a whole container start and, under load, one start
+// overlaps the next: it fails at once instead (EWOULDBLOCK), and the
+// parent, in use, stays. The returned function releases it.
 func LockCgroupParent(backendDir string, exclusive bool) (func(), error) {
 	path := filepath.Join(backendDir, cgroupLock)
 	if !exclusive {
@@ -131,4 +130,21 @@ func LockCgroupParent(backendDir string, exclusive bool) (func(), error) {
 		return nil, fmt.Errorf("locking cgroup parent: %w", err)
 	}
 	return func() { f.Close() }, nil
+}
+
+// RemoveCgroupParent calls remove, which removes a backend's shared
+// parent cgroup where it is empty, holding the backend's cgroup-parent
+// lock (in backendDir) exclusively. While a run's cgroup is being made in
+// it, or when backendDir is not there (no run of it was ever made), it
+// does nothing.
+func RemoveCgroupParent(backendDir string, remove func() error) error {
+	unlock, err := LockCgroupParent(backendDir, true)
+	if errors.Is(err, unix.EWOULDBLOCK) || errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return remove()
 }

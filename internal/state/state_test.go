@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestRegisteredRunIsLiveUntilItsLockCloses(t *testing.T) {
@@ -78,6 +80,36 @@ func TestCgroupParentRemovalGivesWayToCreation(t *testing.T) {
 	unlock()
 }
 
+// TestRemoveCgroupParent: the removal runs under the lock, exclusively;
+// not while a run's cgroup is being made, nor where no run was ever made
+// (no state dir), and neither is an error.
+func TestRemoveCgroupParent(t *testing.T) {
+	dir := t.TempDir()
+	removed := 0
+	remove := func() error {
+		removed++
+		if f, err := Lock(filepath.Join(dir, cgroupLock), unix.LOCK_SH|unix.LOCK_NB); err == nil {
+			f.Close()
+			t.Error("a run's cgroup could be made during the removal")
+		}
+		return nil
+	}
+	if err := RemoveCgroupParent(dir, remove); err != nil || removed != 1 {
+		t.Fatalf("removal: %v, removed %d times; want once", err, removed)
+	}
+	create, err := LockCgroupParent(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveCgroupParent(dir, remove); err != nil || removed != 1 {
+		t.Errorf("removal during a creation: %v, removed %d times; want none", err, removed)
+	}
+	create()
+	if err := RemoveCgroupParent(filepath.Join(dir, "gone"), remove); err != nil || removed != 1 {
+		t.Errorf("removal with no state dir: %v, removed %d times; want none", err, removed)
+	}
+}
+
 func TestIDs(t *testing.T) {
 	dir := t.TempDir()
 	for _, d := range []string{"ar-1", "ar-2", "root"} {
@@ -95,7 +127,7 @@ func TestIDs(t *testing.T) {
 
 // TestLockCgroupParentRemovals: a removal waits for another removal, however
 // long it holds the lock, and then gets it; it does not wait for a run
-// being created, and fails instead (that run removes the parent itself).
+// being created, and fails instead (the parent, in use, stays).
 func TestLockCgroupParentRemovals(t *testing.T) {
 	dir := t.TempDir()
 	first, err := LockCgroupParent(dir, true)

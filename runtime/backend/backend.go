@@ -88,6 +88,11 @@ type Leftovers interface {
 	// Cleanup removes run id, left behind by an agentrun that died: its
 	// processes, cgroup and state. It is not an error if it is gone.
 	Cleanup(id string) error
+	// RemoveCgroupParent removes the cgroup that holds the backend's runs'
+	// cgroups where it is empty and no run's cgroup is being made in it.
+	// Runs keep it once made (agentrun's own, as its helpers' copies are):
+	// `agentrun gc` removes it.
+	RemoveCgroupParent() error
 }
 
 // Runtime is a runtime, by the name a task gives it (config.Runtime*), as

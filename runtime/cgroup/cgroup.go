@@ -561,11 +561,11 @@ func (cg *Cgroup) Remove() error {
 	return errors.Join(errs...)
 }
 
-// RemoveParent removes the cgroup's parent (a backend's, e.g.
-// /agentrun-runsc) in every hierarchy where it is empty; it stays where
-// another run's cgroup is in it. The caller holds the backend's
-// cgroup-parent lock exclusively (internal/state), so that no run is
-// creating its cgroup in it meanwhile.
+// RemoveParent removes the cgroup's parent (the tool servers', e.g.
+// /agentrun-tools) in every hierarchy where it is empty; it stays where
+// another cgroup is in it. The caller holds the parent's cgroup-parent
+// lock exclusively (internal/state), so that no cgroup is being made in
+// it meanwhile.
 func (cg *Cgroup) RemoveParent() {
 	if filepath.Dir(cg.path) == "/" {
 		return
@@ -573,6 +573,26 @@ func (cg *Cgroup) RemoveParent() {
 	for _, d := range cg.dirs {
 		_ = unix.Rmdir(filepath.Dir(d))
 	}
+}
+
+// RemoveEmpty removes the cgroup at path (a backend's shared parent, say)
+// in every hierarchy where it is there and empty; where a cgroup is still
+// in it, it stays. The caller holds what keeps others from making a
+// cgroup in it meanwhile (the backend's cgroup-parent lock, exclusively:
+// internal/state).
+func RemoveEmpty(path string) error {
+	cg, err := Open(path)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range cg.dirs {
+		err := unix.Rmdir(d)
+		if err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.ENOTEMPTY) {
+			errs = append(errs, fmt.Errorf("removing cgroup %s: %w", d, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func rmdir(dir string) error {

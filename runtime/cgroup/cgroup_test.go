@@ -334,6 +334,44 @@ func TestRemoveTree(t *testing.T) {
 	}
 }
 
+// TestRemoveEmpty: RemoveEmpty removes a parent cgroup in every hierarchy
+// where it is empty, keeps it where a cgroup is in it, and finds a parent
+// that is not there no error.
+func TestRemoveEmpty(t *testing.T) {
+	a := newTest(t, 16, 64<<20)
+	var made []string
+	for _, d := range a.dirs {
+		if exists(d) {
+			made = append(made, d)
+		}
+	}
+	if len(made) == 0 {
+		t.Fatal("the test cgroup is in no hierarchy")
+	}
+	if err := RemoveEmpty(parent); err != nil {
+		t.Fatalf("a parent in use: %v", err)
+	}
+	for _, d := range made {
+		if !exists(d) {
+			t.Errorf("%s gone with its parent", d)
+		}
+	}
+	if err := a.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveEmpty(parent); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range a.dirs {
+		if exists(filepath.Dir(d)) {
+			t.Errorf("empty parent %s left", filepath.Dir(d))
+		}
+	}
+	if err := RemoveEmpty(parent); err != nil {
+		t.Errorf("a parent gone: %v", err)
+	}
+}
+
 // TestGone: a handle on a cgroup that does not exist kills, removes and
 // reads nothing, without error.
 func TestGone(t *testing.T) {

@@ -4,7 +4,8 @@
 // another made (libcontainer's, or one a dead agentrun left); it kills
 // everything in it, frozen so that nothing forks past the kill; it reads
 // its cpu time, peak memory and OOM kills; and it removes it, child
-// cgroups first, and the backend's shared parent once that is empty.
+// cgroups first, and a shared parent (a backend's, which its runs keep,
+// or the tool servers') where that is empty.
 //
 // The host's cgroup mode and the creation with limits are
 // opencontainers/cgroups', the library libcontainer manages its own

@@ -183,8 +183,9 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 			return nil, err
 		}
 	}
-	// Destroy removes the shared parent cgroup once it is empty, under the
-	// lock held here: it is released first.
+	// The cgroup-parent lock is released before Destroy, as it is on
+	// success (RemoveCgroupParent, which takes it exclusively, may then
+	// remove the parent).
 	undo.Add(func() error { unlock(); return nil })
 
 	if p.stdio, err = backend.NewPipes(); err != nil {
@@ -452,9 +453,9 @@ func (p *Prepared) kill(waited <-chan *os.ProcessState) *os.ProcessState {
 	}
 }
 
-// destroy removes the container (its processes, cgroup and state dir),
-// whatever of its cgroup libcontainer left, and the shared cgroup parent
-// once no other run uses it.
+// destroy removes the container (its processes, cgroup and state dir) and
+// whatever of its cgroup libcontainer left. The shared cgroup parent stays
+// (RemoveCgroupParent).
 func destroy(stateDir string, ctr *libcontainer.Container, cg *cgroup.Cgroup) error {
 	var errs []error
 	if err := ctr.Destroy(); err != nil {
@@ -463,19 +464,19 @@ func destroy(stateDir string, ctr *libcontainer.Container, cg *cgroup.Cgroup) er
 	if err := os.RemoveAll(filepath.Join(stateDir, ctr.ID())); err != nil {
 		errs = append(errs, err)
 	}
-	errs = append(errs, removeCgroup(stateDir, cg))
+	errs = append(errs, cg.Remove())
 	return errors.Join(errs...)
 }
 
-// removeCgroup removes cg, and the shared parent once it is empty unless
-// another run is being created right now.
-func removeCgroup(stateDir string, cg *cgroup.Cgroup) error {
-	err := cg.Remove()
-	if unlock, lerr := state.LockCgroupParent(stateDir, true); lerr == nil {
-		cg.RemoveParent() // fails while another run's cgroup is in it
-		unlock()
-	}
-	return err
+// RemoveCgroupParent removes the cgroup that holds the backend's runs'
+// cgroups, in every hierarchy where it is empty, unless a run's cgroup is
+// being made in it right now. Runs keep it: the first one makes it (with
+// its cpuset copied from the root's) and every other one finds it, where
+// making and removing it took each cold run a few hundred microseconds.
+// It is agentrun's own, as the helpers' copies in /run/agentrun/bin are;
+// `agentrun gc` removes it.
+func (b *Backend) RemoveCgroupParent() error {
+	return state.RemoveCgroupParent(b.StateDir, func() error { return cgroup.RemoveEmpty(b.cgroupParent()) })
 }
 
 func rlimits(in []specs.POSIXRlimit) ([]configs.Rlimit, error) {

@@ -20,8 +20,7 @@ func (b *Backend) IDs() ([]string, error) {
 
 // Cleanup removes container id, left in the state dir by an agentrun that
 // died: it kills every process of the container through its cgroup,
-// destroys the container, and removes its state and cgroups (and the
-// shared parent cgroup once empty). Calling it for a container that is
+// destroys the container, and removes its state and cgroups. Calling it for a container that is
 // already gone is not an error.
 func (b *Backend) Cleanup(id string) error {
 	stateDir := b.StateDir
@@ -38,7 +37,7 @@ func (b *Backend) Cleanup(id string) error {
 	if lerr != nil {
 		// No usable state (the crash came before state.json was written):
 		// the cgroup is found by its well-known path.
-		errs := []error{kerr, removeCgroup(stateDir, cg)}
+		errs := []error{kerr, cg.Remove()}
 		if err := os.RemoveAll(filepath.Join(stateDir, id)); err != nil {
 			errs = append(errs, err)
 		}

@@ -504,11 +504,7 @@ func (b *Backend) ensureDead(id string, cg *cgroup.Cgroup) error {
 func (b *Backend) cleanup(id, bundle string, cg *cgroup.Cgroup) error {
 	errs := []error{b.ensureDead(id, cg)}
 	if cg != nil {
-		errs = append(errs, cg.Remove())
-		if unlock, err := state.LockCgroupParent(b.stateDir, true); err == nil {
-			cg.RemoveParent() // fails while another run's cgroup is in it
-			unlock()
-		}
+		errs = append(errs, cg.Remove()) // the shared parent stays (RemoveCgroupParent)
 	}
 	if err := os.RemoveAll(bundle); err != nil {
 		errs = append(errs, fmt.Errorf("removing bundle: %w", err))

@@ -70,6 +70,8 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Runs keep the parent cgroup: the test's end removes it.
+	t.Cleanup(func() { b.RemoveCgroupParent() })
 	return &fixture{b: b, stateDir: dir}
 }
 
@@ -497,7 +499,8 @@ func TestLatency(t *testing.T) {
 }
 
 // TestConcurrent runs sandboxes side by side under the shared parent cgroup,
-// which goes away with the last of them.
+// whose cgroups go away with them; the parent stays, for the next run,
+// until RemoveCgroupParent.
 func TestConcurrent(t *testing.T) {
 	f := newFixture(t)
 	errs := make(chan error, 4)
@@ -516,9 +519,17 @@ func TestConcurrent(t *testing.T) {
 			t.Error(err)
 		}
 	}
+	for _, pattern := range []string{"/sys/fs/cgroup/*" + testParent + "/*/", "/sys/fs/cgroup" + testParent + "/*/"} {
+		if m, _ := filepath.Glob(pattern); len(m) > 0 {
+			t.Errorf("run cgroups left: %v", m)
+		}
+	}
+	if err := f.b.RemoveCgroupParent(); err != nil {
+		t.Fatal(err)
+	}
 	for _, pattern := range []string{"/sys/fs/cgroup/*" + testParent, "/sys/fs/cgroup" + testParent} {
 		if m, _ := filepath.Glob(pattern); len(m) > 0 {
-			t.Errorf("parent cgroups left: %v", m)
+			t.Errorf("empty parent cgroups left by RemoveCgroupParent: %v", m)
 		}
 	}
 	if left, _ := os.ReadDir(f.b.root); len(left) > 0 {

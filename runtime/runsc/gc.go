@@ -23,6 +23,13 @@ func (b *Backend) Cleanup(id string) error {
 	return b.cleanup(id, filepath.Join(b.stateDir, id), cg)
 }
 
+// RemoveCgroupParent removes the cgroup that holds the backend's runs'
+// cgroups where it is empty, unless a run's cgroup is being made in it:
+// runs keep it, as libcontainer's do (runc.Backend.RemoveCgroupParent).
+func (b *Backend) RemoveCgroupParent() error {
+	return state.RemoveCgroupParent(b.stateDir, func() error { return cgroup.RemoveEmpty(b.cgroupParent()) })
+}
+
 // Leftovers is the part of the backend that removes what runsc runs left
 // under stateDir and cgroupParent ("" for CgroupParent), for a host where
 // runsc cannot run now (runsc.path missing or changed since): it needs no

@@ -62,6 +62,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "host not clean after the suite:\n  %s\n", strings.Join(leaks, "\n  "))
 		code = 1
 	}
+	scope.RemoveCgroupParents()
 	os.RemoveAll(stateDir)
 	os.Exit(code)
 }

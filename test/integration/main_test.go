@@ -114,6 +114,7 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 	}
+	scope.RemoveCgroupParents()
 	os.RemoveAll(stateDir)
 	os.Exit(code)
 }
@@ -197,7 +198,8 @@ func assertNoLeaks(t testing.TB) {
 func hostLeaks() []string { return hostLeaksExcept("") }
 
 // hostLeaksExcept is hostLeaks ignoring what belongs to the live run id
-// (and the suite's parent cgroups that hold it).
+// (and the tool servers' parent cgroup that may hold it; the runtimes'
+// parents stay anyway).
 func hostLeaksExcept(live string) []string { return scope.Leaks(live) }
 
 // lcParent and runscParent are the names, under each cgroup hierarchy's

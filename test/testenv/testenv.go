@@ -153,6 +153,16 @@ func (s Scope) CgroupParents() []string {
 	return []string{s.CgroupParent, s.RunscCgroupParent(), s.ToolsCgroupParent()}
 }
 
+// RemoveCgroupParents removes the scope's cgroup parents where they are
+// empty, as `agentrun gc` removes a config's: the end of a suite.
+func (s Scope) RemoveCgroupParents() {
+	for _, root := range CgroupRoots() {
+		for _, name := range s.CgroupParents() {
+			_ = os.Remove(filepath.Join(root, name))
+		}
+	}
+}
+
 // ConfigMap sets the scope's cgroup_parent and run_uids in m, a config
 // file's keys, where m has none.
 func (s Scope) ConfigMap(m map[string]any) {
@@ -168,8 +178,10 @@ func (s Scope) ConfigMap(m map[string]any) {
 func (s Scope) HasUID(uid int64) bool { return uid >= s.UIDFirst && uid < s.UIDFirst+s.UIDCount }
 
 // Leaks lists what the scope's runs left on the host: cgroups under its
-// parents (and the parents themselves), and what StateLeaks lists. What
-// belongs to run live (when not "") is not listed, nor then the parents.
+// parents (and the tool servers' parent itself), and what StateLeaks
+// lists. What belongs to run live (when not "") is not listed, nor then
+// the tools' parent. The runtimes' parents stay once made, as agentrun
+// keeps them (RemoveCgroupParents removes them).
 func (s Scope) Leaks(live string) []string {
 	var leaks []string
 	for _, root := range CgroupRoots() {
@@ -178,7 +190,7 @@ func (s Scope) Leaks(live string) []string {
 			if st, err := os.Stat(parent); err != nil || !st.IsDir() {
 				continue
 			}
-			if live == "" {
+			if live == "" && name == s.ToolsCgroupParent() {
 				leaks = append(leaks, "cgroup "+parent)
 			}
 			entries, _ := os.ReadDir(parent)
