@@ -45,19 +45,20 @@ runlib_code = None
 
 # What load uses, as the launcher's start found them: the task may
 # replace builtins before the rest is needed.
-_open, _compile, _exec, _module = open, compile, exec, type(sys)
+_open, _compile, _exec, _eval, _module = open, compile, exec, eval, type(sys)
+_gettrace, _settrace = sys.gettrace, sys.settrace
 _lib = []
 
 
 def load(name, path, code=None):
     """A new module name from agentrun's file at path: from code where it
-    was compiled ahead, else compiled from the file. It is in no
-    sys.modules."""
+    was compiled ahead, else compiled from the file (without compile():
+    _compiled). It is in no sys.modules."""
     mod = _module(name)
     mod.__file__ = path
     if code is None:
         with _open(path, "rb") as f:
-            code = _compile(f.read(), path, "exec")
+            code = _compiled(f.read(), path, "exec")
     _exec(code, mod.__dict__)
     return mod
 
@@ -245,8 +246,8 @@ def split(source, path):
     try:
         last = None
         if start < len(source):
-            last = _compiled(b"\n" * source.count(b"\n", 0, start) + source[start:], path, eval)
-        return _compiled(source[:start], path, exec), last
+            last = _compiled(b"\n" * source.count(b"\n", 0, start) + source[start:], path, "eval")
+        return _compiled(source[:start], path, "exec"), last
     except Exception:
         return None
     finally:
@@ -256,33 +257,33 @@ def split(source, path):
                 break
 
 
-def _compiled(source, path, run):
-    """The code that compile(source, path, MODE) makes, MODE "exec" for
-    run exec and "eval" for eval, made without compile(): compile() asks
-    first whether its source is an AST, and the first time in a process
-    that makes the AST's node types (about 120 classes, 2 ms of a cold
-    print(45)'s CPU), which exec and eval of a source do not. run compiles
-    source as the interpreter's own file, "<string>" its file name; a
-    trace function takes its code as it is called and stops it before its
-    first instruction; and the code's file names become path, as the
-    import system's own _imp._fix_co_filename makes them for bytecode
-    moved. Where a trace function is set (a debugger's, a coverage's),
-    compile() makes it."""
-    if sys.gettrace() is not None or _fix_co_filename is None:
-        return compile(source, path, "exec" if run is exec else "eval", 0, True)
+def _compiled(source, path, mode):
+    """The code that compile(source, path, mode, dont_inherit=True) makes
+    (mode "exec" or "eval"), made without compile(): compile() asks first
+    whether its source is an AST, and the first time in a process that
+    makes the AST's node types (about 120 classes, 2 ms of a cold
+    print(45)'s CPU), which exec and eval of a source do not. exec or eval
+    compiles source as the interpreter's own file, "<string>" its file
+    name; a trace function takes its code as it is called and stops it
+    before its first instruction; and the code's file names become path,
+    as the import system's own _imp._fix_co_filename makes them for
+    bytecode moved. Where a trace function is set (a debugger's, a
+    coverage's), compile() makes it."""
+    if _gettrace() is not None or _fix_co_filename is None:
+        return _compile(source, path, mode, 0, True)
     code = []
 
     def take(frame, event, arg):
         code.append(frame.f_code)
         raise _Taken
 
-    sys.settrace(take)
+    _settrace(take)
     try:
-        run(source, {"__builtins__": {}})  # none, were it run
+        (_exec if mode == "exec" else _eval)(source, {"__builtins__": {}})  # none, were it run
     except _Taken:
         pass
     finally:
-        sys.settrace(None)
+        _settrace(None)
     if not code:
         raise _Taken("the trace function was not called")
     _fix_co_filename(code[0], path)

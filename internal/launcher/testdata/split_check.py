@@ -16,13 +16,15 @@ _run = type(sys)("agentrun_run")
 _run.__file__ = _env["CHECK_RUN"]
 with open(_env["CHECK_RUN"], "rb") as _f:
     exec(compile(_f.read(), _env["CHECK_RUN"], "exec", dont_inherit=True), _run.__dict__)
-_run.RUNLIB = _env["CHECK_RUNLIB"]
-with open(_run.RUNLIB) as _f:
+# The launcher's library, as agentrun_runlib.py with its channel in
+# CHECK_OUT, which the launcher compiles from its file at its first need.
+with open(_env["CHECK_RUNLIB"]) as _f:
     _lib = _f.read()
 _channel = 'CHANNEL = "/dev/agentrun-display/bundles"\n'
 assert _channel in _lib
-_lib = _lib.replace(_channel, "CHANNEL = %r\n" % os.path.join(_env["CHECK_OUT"], "bundles"))
-_run.runlib_code = compile(_lib, _run.RUNLIB, "exec", dont_inherit=True)
+_run.RUNLIB = os.path.join(_env["CHECK_OUT"], "agentrun_runlib.py")
+with open(_run.RUNLIB, "w") as _f:
+    _f.write(_lib.replace(_channel, "CHANNEL = %r\n" % os.path.join(_env["CHECK_OUT"], "bundles")))
 _split = _run.split
 
 
