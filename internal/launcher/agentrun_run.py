@@ -46,7 +46,7 @@ runlib_code = None
 # What load uses, as the launcher's start found them: the task may
 # replace builtins before the rest is needed.
 _open, _compile, _exec, _eval, _module = open, compile, exec, eval, type(sys)
-_gettrace, _settrace = sys.gettrace, sys.settrace
+_gettrace, _settrace, _getframe = sys.gettrace, sys.settrace, getattr(sys, "_getframe", None)
 _lib = []
 
 
@@ -269,12 +269,18 @@ def _compiled(source, path, mode):
     as the import system's own _imp._fix_co_filename makes them for
     bytecode moved. Where a trace function is set (a debugger's, a
     coverage's), compile() makes it."""
-    if _gettrace() is not None or _fix_co_filename is None:
+    if _gettrace() is not None or _fix_co_filename is None or _getframe is None:
         return _compile(source, path, mode, 0, True)
     code = []
+    here = _getframe()
 
     def take(frame, event, arg):
-        code.append(frame.f_code)
+        # The code's own frame, called from here: not an audit hook's
+        # that the exec calls first (one that lets itself be traced).
+        c = frame.f_code
+        if frame.f_back is not here or c.co_filename != "<string>" or c.co_name != "<module>":
+            return None
+        code.append(c)
         raise _Taken
 
     _settrace(take)

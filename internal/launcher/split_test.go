@@ -116,6 +116,7 @@ sys.argv
 		"{c.co_filename == __file__ for c in (f.__code__, f().__code__, C.m.__code__, (lambda: 0).__code__, sys._getframe().f_code)}\n",
 		fast: true, want: []string{`"{True}"`}},
 	{name: "sys-replaced", code: "import sys\nsys.settrace = sys.gettrace = None\n6 * 7\n", fast: true, want: []string{`"42"`}},
+	{name: "audit-hook", code: "import sys\ndef hook(event, args):\n    pass\nhook.__cantrace__ = True\nsys.addaudithook(hook)\n6 * 7\n", fast: true, want: []string{`"42"`}},
 	{name: "tracer", code: "import sys\nprint(sys.gettrace() is None)\n1\n", fast: true, want: []string{"True\n"}},
 	{name: "long-last", code: "x = 1\n" + strings.Repeat("x + ", 500) + "x\n", fast: true, want: []string{`"501"`}},
 }
