@@ -11,15 +11,16 @@
 # when agentrun has it) and calls its main(), which runs FILE as __main__
 # the way `python3 FILE` runs it (argv, sys.path[0], __file__, tracebacks,
 # exit status); a warm run's launcher (agentrun_warm.py) loads it too, for
-# as_main(), start(), program(), state_begin() and state_end(), and the
+# as_main(), start(), run(), state_begin() and state_end(), and the
 # interpreter's end from lib() (end, exit_status, report).
 #
 # start() sets the run up: a display(obj) builtin, matplotlib's Agg
 # backend (MPLBACKEND, unless set), a hook on matplotlib.pyplot's show
 # that is placed only once the program imports pyplot, and, at exit, the
-# figures still open. program(tree) makes a module's last expression
-# statement show its value. Nothing here imports a module the
-# interpreter's start did not.
+# figures still open. run() runs a module, its last expression
+# statement's value shown: from split()'s pieces where it can, else
+# through program(tree), which makes the statement a call. Nothing here
+# imports a module the interpreter's start did not.
 #
 # This file is what every run needs; the rest of the launcher
 # (agentrun_runlib.py, mounted read-only at RUNLIB: MIME bundles, figures,
@@ -44,19 +45,20 @@ runlib_code = None
 
 # What load uses, as the launcher's start found them: the task may
 # replace builtins before the rest is needed.
-_open, _compile, _exec, _module = open, compile, exec, type(sys)
+_open, _compile, _exec, _eval, _module = open, compile, exec, eval, type(sys)
+_gettrace, _settrace, _getframe = sys.gettrace, sys.settrace, getattr(sys, "_getframe", None)
 _lib = []
 
 
 def load(name, path, code=None):
     """A new module name from agentrun's file at path: from code where it
-    was compiled ahead, else compiled from the file. It is in no
-    sys.modules."""
+    was compiled ahead, else compiled from the file (without compile():
+    _compiled). It is in no sys.modules."""
     mod = _module(name)
     mod.__file__ = path
     if code is None:
         with _open(path, "rb") as f:
-            code = _compile(f.read(), path, "exec")
+            code = _compiled(f.read(), path, "exec")
     _exec(code, mod.__dict__)
     return mod
 
@@ -150,6 +152,201 @@ def program(tree):
 
 
 _ONLY_AST = 0x400  # ast.PyCF_ONLY_AST, without importing ast
+
+
+# The fast way to a module's last expression statement (split()).
+# program()'s way costs a cold run twice: compile() asks first whether its
+# source is an AST, which makes the interpreter's AST node types the first
+# time (about 120 classes, some 2 ms of a cold print(45)'s CPU), and the
+# tree is made into Python objects and back (a millisecond for fifty
+# lines). Most programs are a module's statements, PRE, then a last
+# expression statement, LAST, whose first line starts at column 0;
+# split() compiles them apart, without compile() (_compiled()), PRE as a
+# module and LAST as an expression, and where both compile, running PRE,
+# then showing LAST's value, is running the module with program()'s
+# change (run()), because:
+#
+# - The tokenizer reads left to right, and its state at the start of a
+#   line is the open brackets, an open string, a backslash continuation
+#   and the stack of indents. PRE, which ends at a line's end, compiles
+#   only if none of the first three is open at its end (an open bracket,
+#   an unterminated string or a trailing backslash is an error at its end
+#   of input), and LAST's first line starts at column 0 with neither a
+#   blank, a comment nor a closing bracket, which closes every indent. So from LAST's first
+#   line on, the whole source gives the tokens LAST alone gives (with as
+#   many blank lines before it, which give none: the same lines and
+#   columns), and before it the tokens PRE gives, the indents PRE closes
+#   at its end closed at LAST's line instead.
+# - PRE's tokens are whole statements (it compiles as a module), and
+#   LAST's compile as the eval input, `expressions NEWLINE* ENDMARKER`:
+#   no `;`, `=`, annotation or keyword that starts a statement at its top
+#   level, so the module's grammar reads them as one expression statement
+#   (the assignment tried before it needs a top-level `=`, a `match` a
+#   top-level `:`), with the same tree. A last line that goes on a
+#   statement (`else:`, `except:`, a decorated `def`, a `)` or a string's
+#   end) or is not an expression (`x = 1`, `a; b`, `if x:`, `yield`,
+#   `await` at the top level) fails to compile on one side or the other:
+#   then program()'s way is taken, and it reports the errors.
+# - What a module's compile makes of one statement depends on the others
+#   only through __future__ imports (not taken: a source that names
+#   __future__), the docstring (PRE's first statement, PRE's as the
+#   module's: LAST is never one, program() makes it a call), the
+#   annotations' set-up (PRE's alone: LAST has none) and its line numbers
+#   and columns (kept). LAST runs as the module's code runs it: with the
+#   module's namespace as its globals and locals, and the builtins the
+#   module's frame would have, taken before PRE runs (a function's, fixed
+#   at its making), its value given to __agentrun_value__ as program()'s
+#   call gives it, the name looked up first. A source that names
+#   __builtins__ or __agentrun_value__ takes program()'s way.
+# - The source is decoded as the interpreter decodes its file, UTF-8: not
+#   taken with a coding declaration, a BOM, a CR (a line end of its own)
+#   or a form feed (which resets a line's column). Nor when a piece would
+#   warn: compiled apart they would warn again in program()'s way, which
+#   warns once.
+#
+# What differs: LAST runs in a frame of its own, as the code of a
+# function does (a tracer sees it called); an exception that a value's
+# display itself raises (a __repr__ that raises KeyboardInterrupt) is
+# reported without the module's frame at LAST's line; and a LAST nested
+# too deep for program()'s tree (a RecursionError while it is made) runs,
+# as `python3 FILE` runs it.
+
+
+def split(source, path):
+    """The code of source (a module's, bytes) at path as (PRE, LAST): its
+    statements before its last expression statement, and that
+    expression's (None where it has none), compiled apart; None where
+    program()'s way must be taken."""
+    if type(source) is not bytes or source[:3] == b"\xef\xbb\xbf":
+        return None
+    for word in (b"\r", b"\f", b"__future__", b"__builtins__", b"__agentrun_value__"):
+        if word in source:
+            return None
+    first = source.find(b"\n")
+    second = source.find(b"\n", first + 1) if first >= 0 else -1
+    if b"coding" in (source if second < 0 else source[:second]):
+        return None
+    # LAST's first line: the last that starts with neither a blank nor a
+    # comment, nor a closing bracket (the end of a call or a list laid out
+    # over lines, which LAST holds).
+    end = len(source)
+    while True:
+        start = source.rfind(b"\n", 0, end) + 1
+        c = source[start : start + 1]
+        if c and c not in b" \t#\n)]}":
+            break
+        if start == 0:
+            start = len(source)  # no such line: no LAST
+            break
+        end = start - 1
+    filters = _warning_filters()
+    if filters is None:
+        return None
+    filters.insert(0, _WARNINGS_ERROR)
+    try:
+        last = None
+        if start < len(source):
+            last = _compiled(b"\n" * source.count(b"\n", 0, start) + source[start:], path, "eval")
+        return _compiled(source[:start], path, "exec"), last
+    except Exception:
+        return None
+    finally:
+        for i, f in enumerate(filters):
+            if f is _WARNINGS_ERROR:
+                del filters[i]
+                break
+
+
+def _compiled(source, path, mode):
+    """The code that compile(source, path, mode, dont_inherit=True) makes
+    (mode "exec" or "eval"), made without compile(): compile() asks first
+    whether its source is an AST, and the first time in a process that
+    makes the AST's node types (about 120 classes, 2 ms of a cold
+    print(45)'s CPU), which exec and eval of a source do not. exec or eval
+    compiles source as the interpreter's own file, "<string>" its file
+    name; a trace function takes its code as it is called and stops it
+    before its first instruction; and the code's file names become path,
+    as the import system's own _imp._fix_co_filename makes them for
+    bytecode moved. Where a trace function is set (a debugger's, a
+    coverage's), compile() makes it."""
+    if _gettrace() is not None or _fix_co_filename is None or _getframe is None:
+        return _compile(source, path, mode, 0, True)
+    code = []
+    here = _getframe()
+
+    def take(frame, event, arg):
+        # The code's own frame, called from here: not an audit hook's
+        # that the exec calls first (one that lets itself be traced).
+        c = frame.f_code
+        if frame.f_back is not here or c.co_filename != "<string>" or c.co_name != "<module>":
+            return None
+        code.append(c)
+        raise _Taken
+
+    _settrace(take)
+    try:
+        (_exec if mode == "exec" else _eval)(source, {"__builtins__": {}})  # none, were it run
+    except _Taken:
+        pass
+    finally:
+        _settrace(None)
+    if not code:
+        raise _Taken("the trace function was not called")
+    _fix_co_filename(code[0], path)
+    return code[0]
+
+
+class _Taken(Exception):
+    """The code's call, stopped by _compiled()'s trace function."""
+
+
+_fix_co_filename = getattr(sys.modules.get("_imp"), "_fix_co_filename", None)
+
+
+# What split() puts first among the warnings' filters while it compiles:
+# a warning is an error, and the compile fails.
+_WARNINGS_ERROR = ("error", None, Warning, None, 0)
+
+
+def _warning_filters():
+    """The list of filters the interpreter's warnings use: the warnings
+    module's, where it is imported, else _warnings'; None if not a list."""
+    mod = sys.modules.get("warnings")
+    if mod is None:
+        mod = sys.modules.get("_warnings")
+    filters = getattr(mod, "filters", None)
+    return filters if type(filters) is list else None
+
+
+_function = type(split)
+_dict = type({})
+
+
+def run(source, path, globals_, code):
+    """Runs source, the module at path, in namespace globals_, its last
+    expression statement's value shown: from code, split()'s pieces, or
+    else by program()."""
+    if code is None:
+        exec(compile(program(compile(source, path, "exec", _ONLY_AST)), path, "exec"), globals_)
+        return
+    pre, last = code
+    if last is not None:
+        last = _function(last, globals_)
+        builtins = globals_.get("__builtins__")
+        if type(builtins) is _module:
+            builtins = builtins.__dict__
+    exec(pre, globals_)
+    if last is not None:
+        show = globals_.get("__agentrun_value__", _MISSING)
+        if show is _MISSING and type(builtins) is _dict:
+            show = builtins.get("__agentrun_value__", _MISSING)
+        if show is _MISSING:
+            raise _NameError("name '__agentrun_value__' is not defined")
+        show(last())
+
+
+_MISSING = object()
+_NameError = NameError
 
 
 # The interpreter's own hooks and modules, as the launcher's start found
@@ -262,11 +459,14 @@ def main(launcher, own):
     launcher's start (launcher, its file; own, its globals)."""
     launchers.append(own)
     source, path, globals_ = as_main(sys.argv[1:], launcher, 0)
+    # Before any other code runs (a state's restore): split() sets a
+    # trace function and turns warnings into errors for a moment.
+    code = split(source, path)
     start()
     state = state_begin(globals_)
     error = None
     try:
-        exec(compile(program(compile(source, path, "exec", _ONLY_AST)), path, "exec"), globals_)
+        run(source, path, globals_, code)
     except SystemExit:
         state_end(state, globals_)
         raise

@@ -105,13 +105,19 @@ def _compile():
     for path in (RUN, RUNLIB, STATE):
         with open(path, "rb") as f:
             _code[path] = compile(f.read(), path, "exec")
+    # The compiles above made the interpreter's AST node types, and one to
+    # an AST here readies the rest of that way: a run's own
+    # (agentrun_run's program()) does not wait for it. A cold run skips
+    # it where it can (agentrun_run's split()); a warm run need not, and
+    # sets no trace function or warning filter after the preloads ran.
+    compile("", "<agentrun>", "exec", 0x400)
 
 
 def _launcher():
     """The run launcher, the module agentrun_run (made here as its start
     makes it, in no sys.modules): as_main() makes the task's file __main__,
-    start() sets the run up, program() makes the code's last expression
-    show its value, state_begin() and state_end() restore and save a kept
+    start() sets the run up, run() runs the code, its last expression's
+    value shown, state_begin() and state_end() restore and save a kept
     session's state (with agentrun_state.py's code, compiled here). Its
     library, agentrun_runlib, is loaded here too: a warm run has it all."""
     run = type(sys)("agentrun_run")
@@ -134,14 +140,14 @@ _lib = _run.lib()
 _source, _path, _globals = _run.as_main(_argv, __file__, 2)
 _run.start()
 _run.launchers.append(globals())
-_program, _end, _exit_status, _report = _run.program, _lib.end, _lib.exit_status, _lib.report
+_end, _exit_status, _report = _lib.end, _lib.exit_status, _lib.report
 # A run with keep_state: restored before the code, saved after it
 # (exited, raised or not), as in a cold run (agentrun_run's state_begin
 # and state_end).
 _state = _run.state_begin(_globals)
 _error = None
 try:
-    exec(compile(_program(compile(_source, _path, "exec", 0x400)), _path, "exec"), _globals)
+    _run.run(_source, _path, _globals, None)
 except BaseException as e:
     _error = e
     del e

@@ -53,7 +53,7 @@ import (
 // so that an image whose compile fails costs its runs no extra sandbox
 // each.
 
-// maxLauncherCode bounds a launcher's bytecode (CPython 3.11 makes 11 KB).
+// maxLauncherCode bounds a launcher's bytecode (CPython 3.11 makes 20 KB).
 const maxLauncherCode = 256 << 10
 
 // maxLauncherCodes bounds how many bytecodes are kept, in memory and in
