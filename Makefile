@@ -36,9 +36,9 @@ export AGENTRUN_IMAGES := $(IMAGES)
 # The tests that need root fail without it here instead of skipping, as
 # they do under a plain go test (test/testenv.RequireRoot).
 export AGENTRUN_TEST_ROOT := 1
-# libseccomp is linked statically when its archive is there (libseccomp-dev
-# ships it): the binary then needs nothing but libc on the host. Expanded
-# when used, so after `deps` has installed it.
+# libseccomp is linked statically from its archive (libseccomp-dev ships
+# it), as everything else is (STATIC below): the binary needs no library
+# on the host. Expanded when used, so after `deps` has installed it.
 export CGO_LDFLAGS = $(wildcard $(shell pkg-config --variable=libdir libseccomp 2>/dev/null)/libseccomp.a)
 
 # Stamped into the binary (agentrun version): the release, the commit (for
@@ -47,6 +47,15 @@ export CGO_LDFLAGS = $(wildcard $(shell pkg-config --variable=libdir libseccomp 
 RUNSC_VERSION := $(shell sed -n 's/^version=//p' test/runsc.sh)
 COMMIT        := $(shell git rev-parse HEAD 2>/dev/null)$(shell git status --porcelain 2>/dev/null | grep -q . && echo ' (modified)')
 LDFLAGS       := -X main.version=$(VERSION) -X 'main.commit=$(COMMIT)' -X main.runscVersion=$(RUNSC_VERSION)
+# The binary is linked statically, glibc's archive included (libc6-dev
+# ships it): a cold run executes it twice, as the CLI and again as its
+# container's init, and each exec of the dynamically linked binary paid
+# for the dynamic loader, libc's own relocation and its per-thread malloc
+# arenas, some 300 page faults more a process (docs/bench.md, "A cold
+# run's wall time"). osusergo and netgo: the standard library's own user
+# and DNS lookups, as a static glibc cannot load NSS modules.
+BUILD_TAGS    := $(TAGS),osusergo,netgo
+STATIC        := -linkmode external -extldflags -static
 UNITS         := agentrun.socket agentrun.service agentrun@.service agentrun-worker.service
 
 .PHONY: all build install deb deps images runsc mcp-client mcp-servers approvals-page openapi-validator ts-client e2b-client e2b-proto demo test unit lint-launcher lint-python-client python-client integration fuzz vet bench soak vm-test clean
@@ -54,7 +63,7 @@ UNITS         := agentrun.socket agentrun.service agentrun@.service agentrun-wor
 all: build
 
 build: $(HELPER)
-	$(GO) build -tags $(TAGS) -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/agentrun
+	$(GO) build -tags $(BUILD_TAGS) -trimpath -ldflags "$(LDFLAGS) $(STATIC)" -o $(BIN) ./cmd/agentrun
 
 $(HELPER): runtime/runc/seccompexec/seccompexec.c
 	@mkdir -p $(@D)

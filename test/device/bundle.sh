@@ -28,7 +28,8 @@ flags=(-tags seccomp,runc_nocriu -trimpath -ldflags "-s -w")
 "$GO" test -c "${flags[@]}" -o "$work/bin/toolbroker.test" ./internal/toolbroker
 # runtime/runsc's own tests are left out for size: the integration suite
 # runs every behavioural test on runsc too.
-"$GO" build "${flags[@]}" -o "$work/bin/agentrun" ./cmd/agentrun
+# agentrun itself static, glibc included, as make build links it.
+"$GO" build -tags seccomp,runc_nocriu,osusergo,netgo -trimpath -ldflags "-s -w -linkmode external -extldflags -static" -o "$work/bin/agentrun" ./cmd/agentrun
 # Its seccomp helper beside it (and beside the test binaries, which find
 # it there as agentrun does), as make build puts it.
 make --no-print-directory bin/agentrun-seccomp >&2
