@@ -370,8 +370,11 @@ func coldAgainstRunc(cs []*contender) (string, bool) {
 // state dir of its own (its caches are its own to make).
 func baselineColdContender(work, rootfs, task string) *contender {
 	cfg := filepath.Join(work, "baseline-config.json")
-	write(cfg, fmt.Sprintf(`{"image":"dir:%s","audit":"","state_dir":%q}`, rootfs, filepath.Join(work, "state-baseline")))
-	return &contender{name: baseColdName, note: "the cold run on -baseline's binary (" + filepath.Base(*baseline) + "), a state dir of its own",
+	// A cgroup parent of its own too: a build that removes its runtime's
+	// shared parent after each run would otherwise remove the one the
+	// binary measured keeps.
+	write(cfg, fmt.Sprintf(`{"image":"dir:%s","audit":"","state_dir":%q,"cgroup_parent":"/agentrun-bench-baseline"}`, rootfs, filepath.Join(work, "state-baseline")))
+	return &contender{name: baseColdName, note: "the cold run on -baseline's binary (" + filepath.Base(*baseline) + "), a state dir and cgroup parent of its own",
 		cmd: func(int) *exec.Cmd { return exec.Command(*baseline, "run", "--config", cfg, task) }}
 }
 
