@@ -23,6 +23,9 @@ $GO build -tags seccomp,runc_nocriu -o "$tmp/bench" ./test/bench
 work=$("$tmp/bench" -agentrun "$bin" -cold-only -n 1 -keep-work 2>&1 >/dev/null | sed -n 's/^work dir kept: //p')
 [ -d "$work" ] || { echo "timeline.sh: the bench kept no work dir" >&2; exit 1; }
 trap 'rm -rf "$tmp" "$work"' EXIT
+# The bench's copy of the binary, as an installed binary is (main.go's
+# installCopy): the loop runs it, and the events name it.
+bin=$(ls "$work"/bin-*/agentrun | head -n 1)
 cat >"$tmp/loop.sh" <<LOOP
 for i in \$(seq $n); do
 	"$bin" run --config "$work/config.json" "$work/task.json" >/dev/null
