@@ -386,8 +386,12 @@ func coldReport(w io.Writer, all []*contender) {
 			}
 		}
 		fmt.Fprintln(w)
-		if m, ok := coldAgainstRunc(cs); ok {
-			fmt.Fprintf(w, "\nTarget: cold `agentrun run` ≤ 1.0× %s: %s\n", runcName, m)
+		if m, ok := coldAgainstRunc(cs); m != "" {
+			verdict := "met"
+			if !ok {
+				verdict = "not met"
+			}
+			fmt.Fprintf(w, "\nTarget: cold `agentrun run` ≤ 1.0× %s: %s, %s\n", runcName, m, verdict)
 		}
 		if f := find(cs, floorName); f.err == "" && len(f.cpu) > 0 {
 			c := find(cs, coldName)
