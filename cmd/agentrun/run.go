@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -69,6 +70,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		res = runOnServer(*serverAddr, os.Getenv("AGENTRUN_TOKEN"), pos[0], stdin)
 	} else {
 		oneShotGC()
+		oneShotProcs()
 		if *format == "json" {
 			go warmResultJSON()
 		}
@@ -153,6 +155,22 @@ const oneShotGCPercent = 400
 func oneShotGC() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(oneShotGCPercent)
+	}
+}
+
+// oneShotProcs runs a one-shot run's process on one P, and its container's
+// init (libcontainer passes it this process's GOMAXPROCS) from its start,
+// unless the operator set GOMAXPROCS. The run's work is one goroutine's at
+// a time, and a second P only made the runtime wake and park threads
+// around it; libcontainer's init sets one P itself (runtime.GOMAXPROCS(1)
+// in its Init, a stop of the world) after a start with as many as the
+// sandbox's CPUs. runsc and tool servers get environments of their own.
+// Three alternations of perf stat -r 20 of a cold print(45): 3 to 8 %
+// less wall time.
+func oneShotProcs() {
+	if os.Getenv("GOMAXPROCS") == "" {
+		os.Setenv("GOMAXPROCS", "1")
+		runtime.GOMAXPROCS(1)
 	}
 }
 
