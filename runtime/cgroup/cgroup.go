@@ -567,11 +567,8 @@ func (cg *Cgroup) Remove() error {
 // lock exclusively (internal/state), so that no cgroup is being made in
 // it meanwhile.
 func (cg *Cgroup) RemoveParent() {
-	if filepath.Dir(cg.path) == "/" {
-		return
-	}
-	for _, d := range cg.dirs {
-		_ = unix.Rmdir(filepath.Dir(d))
+	if parent := filepath.Dir(cg.path); parent != "/" {
+		_ = RemoveEmpty(parent) // a parent in use stays
 	}
 }
 

@@ -20,8 +20,8 @@ func (b *Backend) IDs() ([]string, error) {
 
 // Cleanup removes container id, left in the state dir by an agentrun that
 // died: it kills every process of the container through its cgroup,
-// destroys the container, and removes its state and cgroups. Calling it for a container that is
-// already gone is not an error.
+// destroys the container, and removes its state and cgroups. Calling it
+// for a container that is already gone is not an error.
 func (b *Backend) Cleanup(id string) error {
 	stateDir := b.StateDir
 	ctr, lerr := libcontainer.Load(stateDir, id)
