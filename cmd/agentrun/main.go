@@ -27,6 +27,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/agentrun/agentrun/runtime/runc"
+	// Imported here, not only by runtime/runc, so that nsexec's
+	// constructor runs before runtime/runc/prefault's (its package doc).
+	_ "github.com/opencontainers/runc/libcontainer/nsenter"
 )
 
 func init() {

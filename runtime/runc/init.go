@@ -8,6 +8,9 @@ import (
 	"github.com/opencontainers/runc/libcontainer"
 	// The cgo constructor that joins namespaces before the Go runtime starts.
 	_ "github.com/opencontainers/runc/libcontainer/nsenter"
+
+	// The constructor that maps the binary's code, after nsexec's.
+	_ "github.com/agentrun/agentrun/runtime/runc/prefault"
 )
 
 // InitHook turns this process into a container's init when libcontainer

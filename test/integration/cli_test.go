@@ -90,6 +90,46 @@ func TestBinaryIsStatic(t *testing.T) {
 	}
 }
 
+// TestInitConstructorOrder: in a container's init, runtime/runc/prefault's
+// constructor maps the binary's code only once nsexec is done, so it must
+// run after libcontainer's nsexec constructor; constructors run in the
+// order of .init_array, which the linker fills in the order it meets
+// their packages.
+func TestInitConstructorOrder(t *testing.T) {
+	f, err := elf.Open(agentrunBin(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sec := f.Section(".init_array")
+	if sec == nil {
+		t.Fatal("agentrun has no .init_array")
+	}
+	data, err := sec.Data()
+	if err != nil {
+		t.Fatal(err)
+	}
+	syms, err := f.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[uint64]string{}
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && (s.Name == "init" || s.Name == "agentrun_prefault") {
+			names[s.Value] = s.Name
+		}
+	}
+	var order []string
+	for i := 0; i+8 <= len(data); i += 8 {
+		if n, ok := names[f.ByteOrder.Uint64(data[i:])]; ok {
+			order = append(order, n)
+		}
+	}
+	if len(order) != 2 || order[0] != "init" || order[1] != "agentrun_prefault" {
+		t.Errorf("constructors in .init_array: %v; want nsexec's init, then agentrun_prefault", order)
+	}
+}
+
 // writeConfig writes cfg as a config file in a temporary dir and returns
 // its path. A cfg without cgroup_parent or run_uids gets the suite's
 // (scope).

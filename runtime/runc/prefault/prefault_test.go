@@ -1,4 +1,4 @@
-package runc
+package prefault
 
 import (
 	"bufio"
@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // TestPrefaultMapsTheCode: this test binary links the package's
@@ -22,12 +23,29 @@ func TestPrefaultMapsTheCode(t *testing.T) {
 		checkCodeMapped(t)
 		return
 	}
+	runCopy(t, "TestPrefaultMapsTheCode")
+}
+
+// TestPrefaultPopulatesTheHeap: the heap's first 4 MB are in memory
+// before the Go runtime writes them (__wrap_mmap), where without it only
+// the pages written so far would be, a few hundred KiB in this test.
+func TestPrefaultPopulatesTheHeap(t *testing.T) {
+	if os.Getenv("AGENTRUN_PREFAULT_CHILD") == "1" {
+		checkHeapPopulated(t)
+		return
+	}
+	runCopy(t, "TestPrefaultPopulatesTheHeap")
+}
+
+// runCopy runs the test named in a copy of this test binary, as a child.
+func runCopy(t *testing.T, name string) {
+	t.Helper()
 	self, err := os.Open("/proc/self/exe")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer self.Close()
-	cp := filepath.Join(t.TempDir(), "runc.test")
+	cp := filepath.Join(t.TempDir(), "prefault.test")
 	out, err := os.OpenFile(cp, os.O_WRONLY|os.O_CREATE, 0o700)
 	if err != nil {
 		t.Fatal(err)
@@ -38,10 +56,48 @@ func TestPrefaultMapsTheCode(t *testing.T) {
 	if err := out.Close(); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(cp, "-test.run=^TestPrefaultMapsTheCode$", "-test.count=1")
+	cmd := exec.Command(cp, "-test.run=^"+name+"$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "AGENTRUN_PREFAULT_CHILD=1")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("the copy: %v\n%s", err, b)
+	}
+}
+
+// heapObject keeps a fresh heap allocation's address in view.
+var heapObject *[64]byte
+
+// checkHeapPopulated fails unless the mapping that holds a fresh heap
+// object is resident for 4 MB at least.
+func checkHeapPopulated(t *testing.T) {
+	heapObject = new([64]byte)
+	addr := uint64(uintptr(unsafe.Pointer(heapObject)))
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var in, found bool
+	var rss int
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 5 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":") {
+			lo, hi, _ := strings.Cut(fields[0], "-")
+			a, err1 := strconv.ParseUint(lo, 16, 64)
+			b, err2 := strconv.ParseUint(hi, 16, 64)
+			in = err1 == nil && err2 == nil && a <= addr && addr < b
+			found = found || in
+			continue
+		}
+		if in && len(fields) >= 2 && fields[0] == "Rss:" {
+			rss, _ = strconv.Atoi(fields[1])
+		}
+	}
+	if !found {
+		t.Fatalf("no mapping holds the heap object at %#x", addr)
+	}
+	if rss < 4096 {
+		t.Errorf("the heap's mapping is resident for %d KiB; want 4096 at least (populated ahead)", rss)
 	}
 }
 
