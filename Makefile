@@ -20,9 +20,13 @@ TAGS     := seccomp,runc_nocriu
 BIN      := bin/agentrun
 # The first program of every libcontainer sandbox: it loads the seccomp
 # filter agentrun compiled once (runtime/runc/seccomp.go). Static, to run
-# in any image.
+# in any image, and against musl (musl-tools) where it is installed: a
+# 47 KB program whose start does nothing glibc's does (its tunables, CPU
+# features and relocations), 0.25 ms of CPU an exec against 0.8 for the
+# glibc build (perf stat -r 300); gcc's static glibc build otherwise.
 HELPER   := bin/agentrun-seccomp
 CC       ?= cc
+HELPER_CC ?= $(if $(shell command -v musl-gcc),musl-gcc -idirafter /usr/include -idirafter /usr/include/$(shell $(CC) -print-multiarch),$(CC))
 IMAGES   ?= /var/cache/agentrun/images
 # Debian's python3 runs the Python client's tests (clients/python), with
 # no site packages: the client needs none.
@@ -67,7 +71,7 @@ build: $(HELPER)
 
 $(HELPER): runtime/runc/seccompexec/seccompexec.c
 	@mkdir -p $(@D)
-	$(CC) -static -O2 -Wall -Wextra -Werror -o $@ $<
+	$(HELPER_CC) -static -O2 -Wall -Wextra -Werror -o $@ $<
 
 # install: the binary, its seccomp helper, the systemd units (pointing at it) and, when there
 # is none, the default config. The agentrun group is the admin's (or the

@@ -7,13 +7,14 @@
 # fresh venv (pip from the venv's ensurepip, nothing else); python3-mypy:
 # the client's type check, make lint-python-client;
 # pyflakes3: the lint of the Python launcher, make lint-launcher;
-# tmux: the terminal `agentrun shell` is tested in).
+# tmux: the terminal `agentrun shell` is tested in; musl-tools: the
+# seccomp helper is built against musl, Makefile HELPER_CC).
 # Node.js and npm (the MCP test client) count as present when their commands
 # are, whichever package brought them: a host's own Node.js build (such as
 # nodesource's, which ships npm inside and conflicts with Debian's npm) is
 # kept. Needs root; a no-op when all are present.
 set -euo pipefail
-pkgs=(gcc make libc6-dev pkg-config libseccomp-dev busybox-static mmdebstrap ca-certificates runc bubblewrap docker-registry iproute2 skopeo umoci time nats-server systemd tini e2fsprogs chromium python3 python3-venv python3-mypy pyflakes3 tmux)
+pkgs=(gcc make libc6-dev musl-tools pkg-config libseccomp-dev busybox-static mmdebstrap ca-certificates runc bubblewrap docker-registry iproute2 skopeo umoci time nats-server systemd tini e2fsprogs chromium python3 python3-venv python3-mypy pyflakes3 tmux)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
