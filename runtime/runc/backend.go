@@ -133,6 +133,7 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("preparing container: %w", err)
 	}
+	warmJSONOnce.Do(func() { go warmJSON() })
 	// The filter compiled once, loaded by the helper (see seccomp.go).
 	var extra []*os.File
 	filter := b.precompiled(s.Linux.Seccomp)
