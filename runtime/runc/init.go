@@ -56,18 +56,17 @@ func containerInit() {
 			fmt.Fprintln(os.Stderr, "agentrun init:", err)
 			os.Exit(1)
 		}
-		go warmJSON()
 		libcontainer.Init()
 	}
 }
 
 // warmJSON builds encoding/json's encoders of libcontainer's container
-// state, the container's config inside it, and with them the field lists
-// that its decoder uses too: by reflection, once per type and process,
-// about a millisecond on the way of every cold run otherwise. The CLI
-// marshals the config to the container's init and saves the state, the
-// init decodes the config; each does this in a goroutine beside what it
-// waits for first (the init's namespaces, the parent's config).
+// state, the container's config inside it: by reflection, once per type
+// and process, about a millisecond on the way of every cold run
+// otherwise, where the CLI marshals the config to the container's init
+// and saves the state. A goroutine does it beside the CLI's wait for the
+// init's namespaces. (Not in the init: its config is there before its Go
+// runtime is, so nothing would overlap, and with one P it only added CPU.)
 func warmJSON() { _, _ = json.Marshal(&libcontainer.State{}) }
 
 // warmJSONOnce starts warmJSON in a process's first Prepare.

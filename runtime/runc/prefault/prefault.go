@@ -48,7 +48,7 @@ package prefault
 
 // agentrun_heap_budget is what is left of the bytes of large fixed
 // mappings (the Go heap's, 4 MB at a time) that __wrap_mmap populates.
-static size_t agentrun_heap_budget = 4 << 20;
+static size_t agentrun_heap_budget = 8 << 20;
 
 void *__real_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off);
 
