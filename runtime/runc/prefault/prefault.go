@@ -65,7 +65,8 @@ void *__real_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off
 // populates the fresh anonymous read-write memory the runtime will write
 // soon: whole mappings of up to 256 KiB (the runtime's persistent
 // allocator's chunks, where its span sets go, and its metadata pages), and
-// the first 8 MB of heap (a cold run's CLI uses 5 to 8). Thread stacks and reservations are left alone.
+// the first 8 MB of heap (a cold run's CLI uses 5 to 8). Thread stacks
+// and reservations are left alone.
 void *__wrap_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
 	void *p = __real_mmap(addr, len, prot, flags, fd, off);
 	if (p == MAP_FAILED || !(flags & MAP_ANONYMOUS) || (flags & MAP_STACK) || prot != (PROT_READ | PROT_WRITE))
