@@ -217,6 +217,7 @@ func (b *Backend) Prepare(ctx context.Context, c *backend.Container) (_ backend.
 		NoNewPrivileges: &nnp,
 		Rlimits:         rlimits,
 		Init:            true,
+		LogLevel:        logLevel(),
 	}
 	p.spawn = spawnBase{env: c.Spec.Process.Env, cwd: c.Spec.Process.Cwd,
 		uid: p.proc.UID, gid: p.proc.GID, rlimits: rlimits, filter: filter}

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 	"sync"
 
 	"github.com/opencontainers/runc/libcontainer"
+	"github.com/sirupsen/logrus"
 	// The cgo constructor that joins namespaces before the Go runtime starts.
 	_ "github.com/opencontainers/runc/libcontainer/nsenter"
 
@@ -68,6 +70,12 @@ func containerInit() {
 // init's namespaces. (Not in the init: its config is there before its Go
 // runtime is, so nothing would overlap, and with one P it only added CPU.)
 func warmJSON() { _, _ = json.Marshal(&libcontainer.State{}) }
+
+// logLevel is the level of logrus (the CLI's: warnings) as the container's
+// init and nsexec read it (_LIBCONTAINER_LOGLEVEL, as runc's CLI passes
+// it). Without it nsexec logs at debug level: two dozen JSON lines over
+// the log pipe in every start, each parsed by the parent and dropped.
+func logLevel() string { return strconv.Itoa(int(logrus.GetLevel())) }
 
 // warmJSONOnce starts warmJSON in a process's first Prepare.
 var warmJSONOnce sync.Once

@@ -89,6 +89,7 @@ func (p *Prepared) Spawn(proc backend.Process) (backend.Spawned, error) {
 		Stderr:          proc.Stderr,
 		NoNewPrivileges: &nnp,
 		Rlimits:         b.rlimits,
+		LogLevel:        logLevel(),
 	}
 	var sock *os.File // our end of the console socket
 	if proc.TTY != nil {
