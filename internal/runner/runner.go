@@ -82,6 +82,9 @@ func New(cfg *config.Config, log *audit.Log, runtimes ...backend.Runtime) (*Runn
 	if os.Geteuid() != 0 {
 		return nil, ErrNotRoot
 	}
+	// Every sandbox's spec has the filter: made beside the checks below
+	// and, for a one-shot run, the task's own set-up.
+	go spec.WarmSeccomp()
 	r := &Runner{cfg: cfg, audit: log, backends: map[string]backend.Backend{}, unavailable: map[string]error{},
 		leftovers: map[string]backend.Leftovers{}, runsDir: state.RunsDir(cfg.StateDir), sharedTools: &toolbroker.Shared{Dir: toolsDir(cfg)}}
 	r.codes = launcher.NewCodes(filepath.Join(cfg.StateDir, "launcher"), r.compileLauncher, r.logf)
