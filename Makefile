@@ -119,7 +119,7 @@ vet:
 # limits are config.LimitTable's; the Python launcher's lint; and the
 # Python client's own tests.
 unit: lint-launcher lint-python-client
-	$(GO) test -tags $(TAGS) -count=1 ./internal/... ./runtime/spec/ ./runtime/backend/ ./runtime/cgroup/ ./runtime/runc/ ./image/... ./netns/... ./proxy/... ./cmd/... ./test/bench/ ./test/docs/
+	$(GO) test -tags $(TAGS) -count=1 ./internal/... ./runtime/spec/ ./runtime/backend/ ./runtime/cgroup/ ./runtime/runc/... ./image/... ./netns/... ./proxy/... ./cmd/... ./test/bench/ ./test/docs/
 	cd clients/python && PYTHONPATH=. $(PYTHON) -S -B -m unittest discover -s tests
 
 # lint-python-client: the Python client (its package, build backend and
