@@ -203,7 +203,7 @@ ts-client: deps
 # integration: real sandboxes on both runtimes, one package at a time (each
 # checks that the host is left clean, which a concurrent package would spoil).
 # The timeout is a guard against a hung test, not a bound on the suite's
-# time: test/integration alone takes 19 to 21 minutes on a shared 2-core VM.
+# time: test/integration alone takes 16 to 21 minutes on a shared 2-core VM.
 integration: build images runsc mcp-client mcp-servers approvals-page openapi-validator ts-client e2b-client
 	AGENTRUN_BIN=$(abspath $(BIN)) $(GO) test -tags $(TAGS) -count=1 -p 1 -timeout 30m ./runtime/runsc/ ./test/...
 
