@@ -2,6 +2,7 @@ package prefault
 
 import (
 	"bufio"
+	_ "embed"
 	"io"
 	"os"
 	"os/exec"
@@ -12,9 +13,17 @@ import (
 	"unsafe"
 )
 
+// rodata is 4 MB of read-only data that nothing reads: without the
+// constructor none of it would be mapped, where the test binary's own code
+// is small enough for a run to touch all of it.
+//
+//go:embed testdata/rodata
+var rodata string
+
 // TestPrefaultMapsTheCode: this test binary links the package's
-// constructor too, so its code is mapped in full before anything ran,
-// where without it only the pages the run touched would be. It runs a
+// constructor too, so its code and read-only data are mapped in full
+// before anything ran, where without it only the pages the run touched
+// would be. It runs a
 // copy of itself, written here: the linker's own output can sit in the
 // page cache as huge pages, mapped whole at the first touch, which an
 // installed binary's are not.
@@ -71,28 +80,12 @@ var heapObject *[64]byte
 func checkHeapPopulated(t *testing.T) {
 	heapObject = new([64]byte)
 	addr := uint64(uintptr(unsafe.Pointer(heapObject)))
-	f, err := os.Open("/proc/self/smaps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var in, found bool
-	var rss int
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 5 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":") {
-			lo, hi, _ := strings.Cut(fields[0], "-")
-			a, err1 := strconv.ParseUint(lo, 16, 64)
-			b, err2 := strconv.ParseUint(hi, 16, 64)
-			in = err1 == nil && err2 == nil && a <= addr && addr < b
-			found = found || in
-			continue
-		}
-		if in && len(fields) >= 2 && fields[0] == "Rss:" {
-			rss, _ = strconv.Atoi(fields[1])
-		}
-	}
+	_, rss, found := smaps(t, func(header []string) bool {
+		lo, hi, _ := strings.Cut(header[0], "-")
+		a, err1 := strconv.ParseUint(lo, 16, 64)
+		b, err2 := strconv.ParseUint(hi, 16, 64)
+		return err1 == nil && err2 == nil && a <= addr && addr < b
+	})
 	if !found {
 		t.Fatalf("no mapping holds the heap object at %#x", addr)
 	}
@@ -101,31 +94,46 @@ func checkHeapPopulated(t *testing.T) {
 	}
 }
 
-// checkCodeMapped fails unless this process's code is mapped in full.
+// checkCodeMapped fails unless this process's read-only segments (its
+// code, and its read-only data with rodata in it) are mapped in full.
 func checkCodeMapped(t *testing.T) {
 	exe, err := os.Readlink("/proc/self/exe")
 	if err != nil {
 		t.Fatal(err)
 	}
+	size, rss, found := smaps(t, func(header []string) bool {
+		return len(header) >= 6 && (header[1] == "r-xp" || header[1] == "r--p") && header[5] == exe
+	})
+	if !found || size < len(rodata)>>10 {
+		t.Fatalf("no read-only mapping of %s in /proc/self/smaps holds its %d KiB of rodata (%d KiB found)", exe, len(rodata)>>10, size)
+	}
+	// Every page, but what another process's memory pressure took back
+	// meanwhile (none on a test host).
+	if rss < size*9/10 {
+		t.Errorf("read-only segments mapped: %d of %d KiB; want all of them (prefault)", rss, size)
+	}
+}
+
+// smaps sums the Size and Rss (KiB) of this process's mappings whose
+// first line in /proc/self/smaps (range perms offset dev inode [path],
+// split in fields) match accepts; found says whether any did.
+func smaps(t *testing.T, match func(header []string) bool) (size, rss int, found bool) {
+	t.Helper()
 	f, err := os.Open("/proc/self/smaps")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var inCode, found bool
-	var size, rss int
+	var in bool
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) >= 6 && strings.Contains(fields[0], "-") {
-			// A mapping's first line: range perms offset dev inode path.
-			inCode = fields[1] == "r-xp" && fields[5] == exe
-			if inCode {
-				found = true
-			}
+		if len(fields) >= 5 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":") {
+			in = match(fields)
+			found = found || in
 			continue
 		}
-		if !inCode || len(fields) < 2 {
+		if !in || len(fields) < 2 {
 			continue
 		}
 		n, _ := strconv.Atoi(fields[1])
@@ -136,12 +144,8 @@ func checkCodeMapped(t *testing.T) {
 			rss += n
 		}
 	}
-	if !found || size == 0 {
-		t.Fatalf("no code mapping of %s in /proc/self/smaps", exe)
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
 	}
-	// Every page of the code, but what another process's memory
-	// pressure took back meanwhile (none on a test host).
-	if rss < size*9/10 {
-		t.Errorf("code mapped: %d of %d KiB; want all of it (prefault)", rss, size)
-	}
+	return size, rss, found
 }
