@@ -24,6 +24,7 @@ import (
 	"github.com/agentrun/agentrun/internal/config"
 	"github.com/agentrun/agentrun/internal/runner"
 	agtask "github.com/agentrun/agentrun/internal/task"
+	"github.com/agentrun/agentrun/runtime/cgroup"
 	"github.com/agentrun/agentrun/runtime/spec"
 )
 
@@ -194,6 +195,11 @@ func main() {
 	}
 	if *baseline != "" {
 		cs = append(cs, baselineColdContender(work, rootfs, task))
+		defer func() {
+			if err := cgroup.RemoveEmpty(baselineCgroupParent); err != nil {
+				log.Printf("removing the baseline's cgroup parent: %v", err)
+			}
+		}()
 	}
 	if *coldOnly {
 		coldReport(os.Stdout, cs)
@@ -423,6 +429,10 @@ func coldAgainstRunc(cs []*contender) (string, bool) {
 	return m + ")", r <= 1
 }
 
+// baselineCgroupParent is the baseline's cgroup parent, the bench's own:
+// removed at its end, where the binary measured keeps its runtime's.
+const baselineCgroupParent = "/agentrun-bench-baseline"
+
 // baselineColdContender is the cold run on -baseline's binary, with a
 // state dir of its own (its caches are its own to make).
 func baselineColdContender(work, rootfs, task string) *contender {
@@ -430,7 +440,7 @@ func baselineColdContender(work, rootfs, task string) *contender {
 	// A cgroup parent of its own too: a build that removes its runtime's
 	// shared parent after each run would otherwise remove the one the
 	// binary measured keeps.
-	write(cfg, fmt.Sprintf(`{"image":"dir:%s","audit":"","state_dir":%q,"cgroup_parent":"/agentrun-bench-baseline"}`, rootfs, filepath.Join(work, "state-baseline")))
+	write(cfg, fmt.Sprintf(`{"image":"dir:%s","audit":"","state_dir":%q,"cgroup_parent":%q}`, rootfs, filepath.Join(work, "state-baseline"), baselineCgroupParent))
 	return &contender{name: baseColdName, note: "the cold run on -baseline's binary (" + filepath.Base(*baseline) + "), a state dir and cgroup parent of its own",
 		cmd: func(int) *exec.Cmd { return exec.Command(*baseline, "run", "--config", cfg, task) }}
 }
